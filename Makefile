@@ -1,0 +1,120 @@
+# elastic-agent — build, test, fuzz, demo.
+#
+#   make            build bin/elastic-agent (and bin/elastic-chaos when present)
+#   make check      install missing packages, build, run every test, one summary line
+#   make asan       the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz       run each libFuzzer harness for FUZZ_SECONDS (default 30)
+#   make demo       the main job: a local multi-agent run on the embedded default
+#   make bench      every benchmark (prints tables; slow)
+#
+# Sources are discovered: every .c in a module folder is built into
+# $(BUILD)/libea.a; files ending in _nccl.c only when CUDA and NCCL are found.
+# tests/unit/test_*.c are Check suites; tests/e2e/*.sh are end-to-end scripts.
+
+BUILD    ?= build
+BINDIR   ?= bin
+CC       ?= cc
+CUDA_HOME ?= /usr/local/cuda
+PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas
+EXTRA_CFLAGS ?=
+EXTRA_LDFLAGS ?=
+
+# NCCL backend: built when nccl.h and libnccl are under CUDA_HOME.
+HAVE_NCCL := $(shell test -f $(CUDA_HOME)/include/nccl.h && test -f $(CUDA_HOME)/include/cuda_runtime.h && \
+               ls $(CUDA_HOME)/lib64/libnccl.so* >/dev/null 2>&1 && echo 1)
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+            -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+
+ifeq ($(HAVE_NCCL),1)
+CFLAGS   += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+endif
+
+MODULES  := membership agent train ckpt
+LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
+ifneq ($(HAVE_NCCL),1)
+LIB_SRC  := $(filter-out %_nccl.c,$(LIB_SRC))
+endif
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+HDRS     := $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(MODULES)))
+
+CHAOS_SRC := $(wildcard chaos/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+BINS := $(BINDIR)/elastic-agent $(if $(CHAOS_SRC),$(BINDIR)/elastic-chaos)
+
+.PHONY: all deps check asan fuzz demo bench clean tests benches format chaos
+all: $(BINS)
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libea.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BINDIR)/elastic-agent: $(BUILD)/obj/agent/main.o $(BUILD)/libea.a
+	@mkdir -p $(BINDIR)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/elastic-chaos: $(patsubst %.c,$(BUILD)/obj/%.o,$(CHAOS_SRC)) $(BUILD)/libea.a
+	@mkdir -p $(BINDIR)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea.a $(HDRS) $(wildcard tests/unit/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libea.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libea.a $(LDLIBS)
+
+tests: $(BINS) $(UNIT_BIN)
+benches: $(BENCH_BIN)
+
+# The public entry points install what is missing first, then re-enter make
+# so that pkg-config sees the freshly installed packages.
+check: deps
+	@$(MAKE) --no-print-directory tests
+	@EA_BINDIR=$(BINDIR) BUILD=$(BUILD) tests/run.sh
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan BINDIR=build-asan/bin CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	    EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    EA_BINDIR=build-asan/bin BUILD=build-asan tests/run.sh
+
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all benches
+	@scripts/bench.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-fuzz bin

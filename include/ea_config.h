@@ -1,0 +1,96 @@
+/* ea_config.h — the job file (YAML, libyaml) and its defaults.
+ *
+ * Every key has a default (ea_config_default).  ea_config_load() overlays a
+ * YAML file; command-line flags are applied after it by agent/main.c.
+ * Unknown keys and bad values are errors of the form
+ *     job.yaml:12: membership.probe_interval_ms: expected an integer ≥ 10
+ * written into the caller's err buffer.
+ *
+ * Sections follow an operator's training job file: experiment, compute,
+ * distributed, checkpoint, logging, runtime, membership, observability,
+ * train.  Durations in YAML are milliseconds (keys ending in _ms) or seconds
+ * (keys ending in _seconds); sizes are bytes.
+ */
+#ifndef EA_CONFIG_H
+#define EA_CONFIG_H
+
+#include "ea_membership.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EA_PATH_MAX 4096
+
+typedef struct {
+  struct {
+    char name[64];               /* experiment.name: "default" */
+    uint64_t seed;               /* experiment.seed: 1234 */
+  } experiment;
+  struct {
+    uint32_t min_nodes;          /* 1 */
+    uint32_t max_nodes;          /* 64 */
+    uint32_t workers_per_node;   /* 1 */
+    char worker_command[EA_PATH_MAX]; /* "" = built-in trainer */
+  } compute;
+  struct {
+    char backend[16];            /* "auto" | "tcp" | "nccl" */
+    uint32_t global_batch;       /* samples per step, all ranks together: 64 */
+    uint32_t micro_batch;        /* samples per forward/backward: 16 */
+    uint32_t communication_timeout_seconds; /* 10 */
+    char quorum[16];             /* "majority" | "none" */
+    uint32_t scale_up_delay_ms;  /* batch joiners: 2000 */
+  } distributed;
+  struct {
+    char dir[EA_PATH_MAX];       /* "" = <data_dir>/checkpoints */
+    uint32_t save_interval_steps;/* 0 = off; default 100 */
+    bool resume_from_last;       /* true */
+    uint32_t keep_last;          /* 3 */
+    char verify_on_resume[8];    /* "full" | "size" */
+    char busy_policy[8];         /* "wait" | "skip" */
+  } checkpoint;
+  struct {
+    char level[8];               /* "debug" | "info" | "warn" | "error" */
+    char format[8];              /* "text" | "json" */
+    char file[EA_PATH_MAX];      /* "" = stderr */
+  } logging;
+  struct {
+    uint32_t failure_retry_times;     /* 3 */
+    uint32_t rendezvous_timeout_seconds; /* 30 */
+    uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
+  } runtime;
+  ea_swim_config membership;     /* see ea_swim_config_default */
+  struct {
+    char metrics_listen[64];     /* "127.0.0.1:9400"; "" = off */
+    bool alert_on_nan;           /* true */
+    double straggler_factor;     /* 2.0: a rank this many × the median is a straggler */
+  } observability;
+  struct {
+    char model[32];              /* "byte-mlp" */
+    char data[EA_PATH_MAX];      /* "/usr/share/common-licenses" */
+    uint32_t context;            /* bytes of context: 16 */
+    uint32_t embed_dim;          /* 24 */
+    uint32_t hidden;             /* 256 */
+    uint32_t layers;             /* hidden layers: 2 */
+    uint64_t steps;              /* 2000 */
+    double lr;                   /* 3e-3 */
+    double weight_decay;         /* 0.01 */
+    uint32_t warmup_steps;       /* 50 */
+  } train;
+} ea_config;
+
+void ea_config_default(ea_config *c);
+/* Load path over *c (which should hold defaults).  Returns 0, or a negative
+ * errno with a one-line message "file:line: key: problem" in err. */
+int ea_config_load(ea_config *c, const char *path, char *err, size_t errlen);
+/* Set one key from a string, as a flag would ("membership.probe_interval_ms",
+ * "200").  Same error convention, with "--set" in place of file:line. */
+int ea_config_set(ea_config *c, const char *key, const char *value, char *err, size_t errlen);
+/* Cross-field checks (min_nodes ≤ max_nodes, …), after load and flags. */
+int ea_config_validate(const ea_config *c, char *err, size_t errlen);
+/* A stable 64-bit hash of the effective configuration (for manifests). */
+uint64_t ea_config_hash(const ea_config *c);
+/* Write the effective configuration as YAML (for `elastic-agent config`). */
+int ea_config_dump(const ea_config *c, char *buf, size_t cap);
+
+#endif

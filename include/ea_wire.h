@@ -1,0 +1,170 @@
+/* ea_wire.h — the gossip wire format: the message structs the SWIM core
+ * speaks, their msgpack codec, and the cluster-key seal around every packet.
+ *
+ * The SWIM core (ea_membership.h) never sees bytes: it hands an ea_msg to its
+ * transport and is handed ea_msg values back.  The libuv transport encodes,
+ * seals, sends; on receipt it opens, decodes and passes the struct in.  The
+ * simulator may pass structs straight through (fast) or round-trip them
+ * through this codec (to exercise it).
+ *
+ * UDP packet (one datagram, at most EA_WIRE_MAX_PACKET bytes after sealing):
+ *
+ *   unsealed:  +------+----------------------------------------------+
+ *              | 0xEA | msgpack array: ea_msg (see below)            |
+ *              +------+----------------------------------------------+
+ *   sealed:    +------+-------------------+---------------------------+
+ *              | 0xEB | nonce (24 bytes)  | XChaCha20-Poly1305(0xEA…) |
+ *              +------+-------------------+---------------------------+
+ *                       (ciphertext = plaintext + 16-byte tag)
+ *
+ *   ea_msg  = [ version=1, type, seq, src:bin16, target:bin16,
+ *               target_addr:addr, reply_to:addr, [update, …] ]
+ *   addr    = bin18: family(1) port(2, big endian) ip(16, v4 in first 4)
+ *   update  = [ state, incarnation, id:bin16, from:bin16, meta|nil ]
+ *   meta    = [ name:str, gossip:addr, control:addr, role:str, tags:str,
+ *               version:str, last_gen:uint ]
+ *
+ * TCP push-pull frame: u32 big-endian length, then the same 0xEA/0xEB framing
+ * around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
+ *
+ * Decoders are bounded by (buf, len), check every type and length, never
+ * allocate from a length read off the wire, and on failure return
+ * -EA_EWIRE with a static string naming the field that was wrong.
+ */
+#ifndef EA_WIRE_H
+#define EA_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EA_WIRE_VERSION 1
+#define EA_WIRE_MAGIC_PLAIN 0xEA
+#define EA_WIRE_MAGIC_SEALED 0xEB
+
+/* Ethernet MTU 1500 minus IPv6 (40) and UDP (8) headers, minus slack for
+ * tunnels/VXLAN overlays common in GPU clusters: memberlist uses the same
+ * 1400.  This is the size on the wire, seal included. */
+#define EA_WIRE_MAX_PACKET 1400
+/* crypto_aead_xchacha20poly1305_ietf: 1 magic + 24 nonce + 16 tag. */
+#define EA_WIRE_SEAL_OVERHEAD (1 + 24 + 16)
+/* Largest push-pull frame accepted: 5000 members × ~200 bytes, with room. */
+#define EA_WIRE_MAX_FRAME (16u << 20)
+/* Updates one message may carry; the encoder stops earlier on size. */
+#define EA_WIRE_MAX_UPDATES 64
+
+#define EA_NAME_MAX 64     /* member name, NUL included */
+#define EA_ROLE_MAX 16     /* "worker" | "observer" | … */
+#define EA_TAGS_MAX 128    /* "k=v,k=v" */
+#define EA_VERSION_MAX 24  /* agent version string */
+
+enum { EA_EWIRE = 2001 }; /* decode error (returned negated) */
+
+typedef struct {
+  uint8_t b[16];
+} ea_node_id;
+
+typedef struct {
+  uint8_t family; /* 0 = none, 4 = IPv4 (ip[0..3]), 6 = IPv6 */
+  uint16_t port;  /* host byte order */
+  uint8_t ip[16];
+} ea_addr;
+
+typedef enum {
+  EA_STATE_ALIVE = 0,
+  EA_STATE_SUSPECT = 1,
+  EA_STATE_DEAD = 2,
+  EA_STATE_LEFT = 3,
+} ea_member_state;
+
+/* What travels with a member.  Strings are NUL-terminated and fit. */
+typedef struct {
+  char name[EA_NAME_MAX];
+  ea_addr gossip;
+  ea_addr control;
+  char role[EA_ROLE_MAX];
+  char tags[EA_TAGS_MAX];
+  char version[EA_VERSION_MAX];
+  uint64_t last_gen; /* last generation this member ran (0: none) */
+} ea_meta;
+
+/* One piggybacked membership fact.  `from` is who asserts it (the suspector
+ * for SUSPECT, used to count independent confirmations).  ALIVE updates
+ * always carry meta; others may omit it. */
+typedef struct {
+  uint8_t state; /* ea_member_state */
+  uint32_t incarnation;
+  ea_node_id id;
+  ea_node_id from;
+  bool has_meta;
+  ea_meta meta;
+} ea_update;
+
+typedef enum {
+  EA_MSG_PING = 1,     /* direct probe; target = id we expect */
+  EA_MSG_ACK = 2,      /* answer to ping, seq echoed */
+  EA_MSG_PING_REQ = 3, /* "probe target_addr for me, reply to reply_to" */
+  EA_MSG_NACK = 4,     /* Lifeguard: indirect prober could not reach target */
+  EA_MSG_GOSSIP = 5,   /* updates only */
+} ea_msg_type;
+
+typedef struct {
+  uint8_t type; /* ea_msg_type */
+  uint32_t seq;
+  ea_node_id src;     /* sender */
+  ea_node_id target;  /* ping/ping-req: id being probed; ack: id acking */
+  ea_addr target_addr;
+  ea_addr reply_to; /* ping-req relay: where the final ack goes */
+  uint32_t nupdates;
+  ea_update updates[EA_WIRE_MAX_UPDATES];
+} ea_msg;
+
+/* Push-pull (TCP) full state. */
+typedef enum { EA_SYNC_JOIN = 1, EA_SYNC_PERIODIC = 2 } ea_sync_kind;
+
+/* ---- codec ------------------------------------------------------------ */
+
+/* Exact encoded size of one update inside a message (for budgeting). */
+size_t ea_wire_update_size(const ea_update *u);
+/* Exact encoded size of a message with zero updates, magic byte included. */
+size_t ea_wire_msg_base_size(const ea_msg *m);
+
+/* Encode m (magic byte first) into buf.  Returns 0 and sets *len, or
+ * -EMSGSIZE when it does not fit in cap. */
+int ea_wire_encode_msg(const ea_msg *m, uint8_t *buf, size_t cap, size_t *len);
+/* Decode a plaintext packet (magic 0xEA first).  On error returns -EA_EWIRE
+ * and, if err is not NULL, points *err at a static string naming the field. */
+int ea_wire_decode_msg(const uint8_t *buf, size_t len, ea_msg *m, const char **err);
+
+/* Push-pull state: encode into a malloc'd buffer (*out, caller frees).
+ * The buffer starts with the magic byte; no length prefix. */
+int ea_wire_encode_state(uint8_t kind, const ea_node_id *src, const ea_update *ups, size_t n,
+                         uint8_t **out, size_t *len);
+/* Decode into a malloc'd array (*ups, caller frees) of *n updates.  The
+ * count is bounded by what len can hold before anything is allocated. */
+int ea_wire_decode_state(const uint8_t *buf, size_t len, uint8_t *kind, ea_node_id *src,
+                         ea_update **ups, size_t *n, const char **err);
+
+/* ---- seal (libsodium XChaCha20-Poly1305) ------------------------------ */
+
+#define EA_KEY_BYTES 32
+
+/* Seal plaintext (which starts with 0xEA) into out: 0xEB | nonce | ct.
+ * out must hold len + EA_WIRE_SEAL_OVERHEAD - 1 … i.e. len + 40 bytes. */
+int ea_wire_seal(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
+                 size_t cap, size_t *outlen);
+/* Open a sealed buffer; -EBADMSG if it fails authentication or is not sealed. */
+int ea_wire_open(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
+                 size_t cap, size_t *outlen);
+/* Load a key file: 64 hex characters (optionally followed by whitespace), or
+ * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem. */
+int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **err);
+
+/* Helpers shared by every module. */
+void ea_node_id_hex(const ea_node_id *id, char out[33]);
+int ea_node_id_cmp(const ea_node_id *a, const ea_node_id *b);
+/* "1.2.3.4:7000" or "[::1]:7000" */
+void ea_addr_str(const ea_addr *a, char *out, size_t cap);
+int ea_addr_eq(const ea_addr *a, const ea_addr *b);
+
+#endif

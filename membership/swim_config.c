@@ -1,0 +1,26 @@
+/* Default SWIM parameters, tuned for a datacenter training cluster rather
+ * than memberlist's LAN defaults (1 s probe, 500 ms timeout, suspicion
+ * multiplier 4): links are sub-millisecond and a lost node stalls every GPU,
+ * so we probe 5× as often and keep the suspicion window short.  The detection
+ * bound these give is derived in membership/swim.c and asserted by
+ * tests/unit/test_swim.c.  Kept in its own file so that the config loader can
+ * use the defaults without linking the protocol core. */
+#include "ea_membership.h"
+
+#include <string.h>
+
+void ea_swim_config_default(ea_swim_config *c) {
+  memset(c, 0, sizeof *c);
+  c->probe_interval_ms = 200;    /* memberlist LAN: 1000 */
+  c->probe_timeout_ms = 100;     /* ≫ loopback/datacenter RTT (<1 ms); LAN: 500 */
+  c->indirect_checks = 3;        /* memberlist and the SWIM paper's k */
+  c->suspicion_mult = 4;         /* memberlist LAN: 4 */
+  c->suspicion_max_mult = 3;     /* memberlist: 6; our max = 3 × min */
+  c->retransmit_mult = 4;        /* memberlist LAN: 4 */
+  c->awareness_max = 8;          /* memberlist: 8 */
+  c->gossip_interval_ms = 50;    /* memberlist LAN: 200 */
+  c->gossip_nodes = 3;           /* memberlist LAN: 3 */
+  c->push_pull_interval_ms = 15000; /* memberlist LAN: 30 s */
+  c->dead_reclaim_ms = 60000;    /* reap dead/left members after a minute */
+  c->max_packet = 1400 - 41;     /* EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD */
+}
