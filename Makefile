@@ -29,13 +29,16 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
-CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-            -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude $(PKG_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+# OPTFLAGS/SANFLAGS select the build flavour; CFLAGS given on the command
+# line is appended (it can no longer drop the include paths below).
+OPTFLAGS ?= -O2 -g
+SANFLAGS ?=
+EA_CFLAGS := $(OPTFLAGS) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+            -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude $(PKG_CFLAGS) $(EXTRA_CFLAGS) $(CFLAGS)
+LDLIBS   := $(SANFLAGS) $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 ifeq ($(HAVE_NCCL),1)
-CFLAGS   += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
+EA_CFLAGS += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
@@ -64,7 +67,7 @@ deps:
 
 $(BUILD)/obj/%.o: %.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(EA_CFLAGS) -c $< -o $@
 
 $(BUILD)/libea.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -72,19 +75,19 @@ $(BUILD)/libea.a: $(LIB_OBJ)
 
 $(BINDIR)/elastic-agent: $(BUILD)/obj/agent/main.o $(BUILD)/libea.a
 	@mkdir -p $(BINDIR)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(EA_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BINDIR)/elastic-chaos: $(patsubst %.c,$(BUILD)/obj/%.o,$(CHAOS_SRC)) $(BUILD)/libea.a
 	@mkdir -p $(BINDIR)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(EA_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea.a $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(EA_CFLAGS) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libea.a $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libea.a $(LDLIBS)
+	$(CC) $(EA_CFLAGS) -o $@ $< $(BUILD)/libea.a $(LDLIBS)
 
 tests: $(BINS) $(UNIT_BIN)
 benches: $(BENCH_BIN)
@@ -96,8 +99,8 @@ check: deps
 	@EA_BINDIR=$(BINDIR) BUILD=$(BUILD) tests/run.sh
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan BINDIR=build-asan/bin CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+	@$(MAKE) --no-print-directory BUILD=build-asan BINDIR=build-asan/bin OPTFLAGS="-O1 -g -fno-omit-frame-pointer" \
+	    SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" tests
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    EA_BINDIR=build-asan/bin BUILD=build-asan tests/run.sh
 

@@ -19,10 +19,16 @@
  *
  *   ea_msg  = [ version=1, type, seq, src:bin16, target:bin16,
  *               target_addr:addr, reply_to:addr, [update, …] ]
- *   addr    = bin18: family(1) port(2, big endian) ip(16, v4 in first 4)
+ *   addr    = bin19: family(1) port(2, big endian) ip(16, v4 in first 4)
  *   update  = [ state, incarnation, id:bin16, from:bin16, meta|nil ]
  *   meta    = [ name:str, gossip:addr, control:addr, role:str, tags:str,
  *               version:str, last_gen:uint ]
+ *
+ *   Every value uses msgpack-c's smallest header, except the [update, …]
+ *   array of an ea_msg, which is always array16 (3 bytes) so that a message
+ *   is exactly ea_wire_msg_base_size() + Σ ea_wire_update_size() bytes.
+ *   Sealing drops the plaintext's 0xEA (implied by 0xEB), so a sealed
+ *   packet is len + EA_WIRE_SEAL_OVERHEAD - 1 bytes.
  *
  * TCP push-pull frame: u32 big-endian length, then the same 0xEA/0xEB framing
  * around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
@@ -130,7 +136,9 @@ size_t ea_wire_update_size(const ea_update *u);
 size_t ea_wire_msg_base_size(const ea_msg *m);
 
 /* Encode m (magic byte first) into buf.  Returns 0 and sets *len, or
- * -EMSGSIZE when it does not fit in cap. */
+ * -EMSGSIZE when it does not fit in cap.  (Also -EINVAL when m holds
+ * something the decoder would reject: unknown type, state > 3, nupdates >
+ * EA_WIRE_MAX_UPDATES, address family not 0/4/6.) */
 int ea_wire_encode_msg(const ea_msg *m, uint8_t *buf, size_t cap, size_t *len);
 /* Decode a plaintext packet (magic 0xEA first).  On error returns -EA_EWIRE
  * and, if err is not NULL, points *err at a static string naming the field. */

@@ -1,0 +1,58 @@
+/* mpread.h — a bounded msgpack pull reader (internal to membership/).
+ *
+ * msgpack-c's unpacker sizes array storage from the count in an array header
+ * before it has read a single element, so a 5-byte packet can make it ask for
+ * gigabytes.  The gossip decoders instead pull one value at a time off a
+ * (pos, end) cursor: every call checks that the bytes are there and that the
+ * type is the one asked for, and nothing is ever allocated here.
+ *
+ * Only the subset the wire format uses is read: non-negative integers (any
+ * width up to uint64, including signed encodings that hold a value >= 0, as
+ * other msgpack writers emit), nil, bool, str (fixstr/8/16/32), bin (8/16/32)
+ * and arrays (fixarray/16/32).
+ *
+ * Every function returns 0 on success or one of the negative EA__MPR_* codes
+ * below; on failure the cursor is left where it was, so a caller can report
+ * exactly which field was bad.  Returned str/bin pointers point into the
+ * caller's buffer and live as long as it does.
+ */
+#ifndef EA_MPREAD_H
+#define EA_MPREAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+  EA__MPR_EOF = -1,   /* the value runs past end */
+  EA__MPR_TYPE = -2,  /* a different msgpack type is there */
+  EA__MPR_RANGE = -3, /* the value or its length exceeds the caller's limit */
+};
+
+typedef struct {
+  const uint8_t *pos;
+  const uint8_t *end;
+} ea__mpr;
+
+static inline void ea__mpr_init(ea__mpr *r, const uint8_t *buf, size_t len) {
+  r->pos = buf;
+  r->end = buf + len;
+}
+
+static inline size_t ea__mpr_left(const ea__mpr *r) { return (size_t)(r->end - r->pos); }
+
+/* A non-negative integer no larger than max. */
+int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v);
+/* Consumes a nil and returns 1 if one is next; returns 0 (nothing consumed)
+ * if something else is next; EA__MPR_EOF at the end. */
+int ea__mpr_nil(ea__mpr *r);
+int ea__mpr_bool(ea__mpr *r, bool *v);
+/* A str of at most max bytes; *p points at its bytes (not NUL-terminated). */
+int ea__mpr_str(ea__mpr *r, size_t max, const uint8_t **p, size_t *len);
+/* A bin of at most max bytes. */
+int ea__mpr_bin(ea__mpr *r, size_t max, const uint8_t **p, size_t *len);
+/* An array header; *n is the element count as claimed (not yet checked
+ * against the bytes left: that is the caller's job, see ea__mpr_left). */
+int ea__mpr_array(ea__mpr *r, uint32_t *n);
+
+#endif
