@@ -90,7 +90,10 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
 int ea_config_validate(const ea_config *c, char *err, size_t errlen);
 /* A stable 64-bit hash of the effective configuration (for manifests). */
 uint64_t ea_config_hash(const ea_config *c);
-/* Write the effective configuration as YAML (for `elastic-agent config`). */
+/* Write the effective configuration as YAML (for `elastic-agent config`).
+ * Like snprintf: returns the length of the whole dump (without the NUL),
+ * writes at most cap bytes including a NUL, buf may be NULL when cap is 0;
+ * or a negative errno. */
 int ea_config_dump(const ea_config *c, char *buf, size_t cap);
 
 #endif
