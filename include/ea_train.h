@@ -1,0 +1,328 @@
+/* ea_train.h — the built-in trainer: a byte-level MLP language model, AdamW,
+ * the elastic data order, and the flat training-state layout.
+ *
+ * These are the pure parts of a worker: no sockets, no clock, no threads of
+ * their own (OpenBLAS may run its own pool; see ea_train_blas_threads).  The
+ * worker process drives them and the communicator moves their buffers:
+ *
+ *     ea_data_open(cfg.data, &data, err, sizeof err);
+ *     ea_trainer_new(&tc, data, &t);                 // seeded, deterministic init
+ *     for (;;) {
+ *       ea_trainer_compute(t, rank, world);          // SUM of this rank's gradients
+ *       float *g = ea_trainer_grad_buffer(t, &n);    // n = nparams + 1 (loss sum last)
+ *       comm_allreduce(g, n, f32, sum);              // any rank order, all ranks equal
+ *       ea_trainer_apply(t, &stats);                 // ÷B, clip, AdamW, step++
+ *     }
+ *
+ * Elastic semantics (DESIGN.md): the global batch B is fixed; at step s with
+ * world size W rank r takes global sample indices
+ *     [s·B + ⌊r·B/W⌋, s·B + ⌊(r+1)·B/W⌋)
+ * of an infinite stream made of seeded per-epoch permutations of the data
+ * positions.  The data cursor is therefore the step number, and the
+ * trajectory does not depend on W (only the floating-point summation order
+ * does).  Ranks that applied the same allreduced gradient hold bit-identical
+ * state, which ea_trainer_params_digest lets callers verify.
+ *
+ * Ownership: every *_new/_open returns a heap object the caller frees with
+ * the matching *_free/_close.  Pointers returned by accessors (params, grads,
+ * tensor tables, data bytes) are owned by the object and valid until it is
+ * freed.  An ea_trainer borrows its ea_data: the data must outlive it.
+ * None of these objects is thread-safe; one thread uses one object.
+ *
+ * Errors: 0 or a negative errno.  Functions with an err buffer also write a
+ * one-line reason there naming the file, field or dimension that was wrong.
+ */
+#ifndef EA_TRAIN_H
+#define EA_TRAIN_H
+
+#include "ea_config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------------------
+ * PRNG: xoshiro256** seeded through splitmix64.  Used for parameter init and
+ * the per-epoch permutations; documented so other implementations can replay
+ * the exact data order (docs/trainer.md).
+ */
+typedef struct {
+  uint64_t s[4];
+} ea_rng;
+
+/* Seed a stream identified by (seed, domain, index): the four state words
+ * are successive splitmix64 outputs starting from
+ *     seed ^ mix64(domain·0x9E3779B97F4A7C15 + index)
+ * where mix64 is splitmix64's finaliser.  Domains: EA_RNG_INIT (index 0)
+ * for parameters, EA_RNG_EPOCH (index = epoch) for the data order. */
+#define EA_RNG_INIT 1u
+#define EA_RNG_EPOCH 2u
+void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index);
+uint64_t ea_rng_next(ea_rng *r);
+/* Uniform in [0, bound) for 1 ≤ bound ≤ 2^32, exact (Lemire's multiply-shift
+ * with rejection on the high 32 bits of each draw). */
+uint32_t ea_rng_below(ea_rng *r, uint64_t bound);
+/* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
+float ea_rng_unit(ea_rng *r);
+
+/* ---------------------------------------------------------------------------
+ * Data: bytes of a file, or of every regular file under a directory.
+ */
+typedef struct ea_data ea_data;
+
+/* The largest corpus ea_data_open accepts: sample positions and permutation
+ * entries are uint32, and the permutation costs 4 bytes per data byte, so
+ * 1 GiB of text already costs 5 GiB of memory.  The built-in model is a demo;
+ * larger corpora belong to a user's worker_command. */
+#define EA_DATA_MAX_BYTES (1ull << 30)
+
+/* Load path into memory.  A regular file is loaded as is.  A directory is
+ * walked recursively following symlinks; every regular file found is loaded
+ * in byte-wise order of its path (as reached by the walk), and a file or
+ * directory whose (st_dev, st_ino) was already seen is skipped, so symlink
+ * aliases do not repeat data and symlink loops end.  Other file types
+ * (fifos, devices, sockets) and dangling links are skipped.  Walk depth is
+ * capped at 64 directories.  Returns 0, -ENODATA if there are no bytes,
+ * -EFBIG above EA_DATA_MAX_BYTES, or the errno of a failed open/read; err
+ * names the path. */
+int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen);
+/* Make a data set from a copy of len bytes (tests, generated corpora). */
+int ea_data_from_memory(const void *bytes, size_t len, ea_data **out);
+void ea_data_close(ea_data *d);
+size_t ea_data_size(const ea_data *d);         /* bytes = samples per epoch */
+const uint8_t *ea_data_bytes(const ea_data *d);
+uint64_t ea_data_hash(const ea_data *d);       /* XXH3-64 of the bytes */
+size_t ea_data_nfiles(const ea_data *d);       /* files loaded */
+size_t ea_data_nskipped(const ea_data *d);     /* duplicate targets skipped */
+
+/* Global sample range [*begin, *end) of rank r at step s (formula above).
+ * Requires world ≥ 1 and rank < world; the ranges of ranks 0..W-1 tile
+ * [s·B, (s+1)·B) in order, and their sizes differ by at most one. */
+void ea_train_rank_range(uint64_t step, uint32_t global_batch, uint32_t rank, uint32_t world,
+                         uint64_t *begin, uint64_t *end);
+
+/* Maps a global sample index g to a data position: epoch e = g / n,
+ * position perm_e[g % n], where perm_e is a Fisher–Yates shuffle of 0..n-1
+ * driven by ea_rng_seed(seed, EA_RNG_EPOCH, e) (i from n-1 down to 1, swap
+ * i with ea_rng_below(i+1)).  Caches the current epoch's permutation. */
+typedef struct ea_sampler ea_sampler;
+int ea_sampler_new(const ea_data *d, uint64_t seed, ea_sampler **out);
+void ea_sampler_free(ea_sampler *s);
+uint32_t ea_sampler_position(ea_sampler *s, uint64_t g);
+/* Context of position pos: ctx[j] = data[pos - context + j], 0 before the
+ * start of the data; *target = data[pos]. */
+void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *ctx, uint8_t *target);
+
+/* ---------------------------------------------------------------------------
+ * Model: embedding 256×E → concat C·E → L × (linear H, GELU) → linear 256 →
+ * softmax cross-entropy in nats.  float32, row-major, one sample per row;
+ * matrix products through cblas_sgemm.
+ */
+#define EA_VOCAB 256
+#define EA_MODEL_MAX_LAYERS 16   /* tensor table is a fixed array; 16 deep
+                                    is far beyond what this demo model uses */
+#define EA_MODEL_MAX_CONTEXT 4096 /* bounds C·E buffers against typos */
+#define EA_MODEL_MAX_WIDTH 65536  /* embed_dim and hidden */
+
+typedef struct {
+  uint32_t context;   /* C: bytes of context */
+  uint32_t embed_dim; /* E */
+  uint32_t hidden;    /* H */
+  uint32_t layers;    /* L ≥ 1 hidden layers */
+} ea_model_dims;
+
+typedef struct {
+  char name[16];      /* "embed", "h0.w", "h0.b", …, "out.w", "out.b" */
+  uint32_t ndim;      /* 1 or 2 */
+  uint64_t shape[2];  /* rows, cols (row-major); shape[1] = 1 when ndim = 1 */
+  size_t offset;      /* first element in the params/grads arrays */
+  size_t count;       /* elements */
+  bool decay;         /* AdamW weight decay applies (matrices, not biases) */
+} ea_tensor;
+
+typedef struct ea_model ea_model;
+
+/* 0, or -EINVAL with err naming the bad dimension, or -ENOMEM.  max_rows is
+ * the largest micro-batch forward_backward will be given. */
+int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char *err, size_t errlen);
+void ea_model_free(ea_model *m);
+/* Deterministic init from seed: scaled uniform (no libm, so bit-identical on
+ * every machine).  embed std 1; hidden W std sqrt(2/fan_in); out.w std
+ * 0.1/sqrt(H) so the first loss is ≈ ln 256; biases 0. */
+void ea_model_init(ea_model *m, uint64_t seed);
+size_t ea_model_nparams(const ea_model *m);
+const ea_model_dims *ea_model_get_dims(const ea_model *m);
+/* nparams floats, laid out by the tensor table. */
+float *ea_model_params(ea_model *m);
+/* nparams + 1 floats: the gradients in the params layout, then one spare
+ * slot the trainer uses for the loss sum so one allreduce carries both. */
+float *ea_model_grads(ea_model *m);
+void ea_model_zero_grads(ea_model *m); /* all nparams + 1 */
+size_t ea_model_ntensors(const ea_model *m);
+const ea_tensor *ea_model_tensor(const ea_model *m, size_t i); /* NULL past the end */
+/* Forward + backward over rows samples (ctx: rows×C bytes, targets: rows):
+ * adds the SUM over rows of per-sample gradients to grads and the sum of
+ * per-sample losses to *loss_sum.  -EINVAL if rows > max_rows. */
+int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
+                              double *loss_sum);
+/* Forward only: adds the loss sum; grads untouched. */
+int ea_model_forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
+                     double *loss_sum);
+
+/* OpenBLAS thread count for this process (openblas_set_num_threads).  A
+ * worker per accelerator on a many-core node wants a few; tests want 1. */
+void ea_train_blas_threads(int n);
+/* When the loaded OpenBLAS fell back to generic kernels on a CPU it does not
+ * recognise (Debian 12's 0.3.21 on recent Xeons: ~6× slower), the value to
+ * put in OPENBLAS_CORETYPE for processes started from now on ("SkylakeX",
+ * "Haswell", "Sandybridge"); NULL when the choice is already fine.  The
+ * agent sets it in the environment before it starts workers. */
+const char *ea_train_blas_coretype_hint(void);
+
+/* ---------------------------------------------------------------------------
+ * Optimizer: AdamW (decoupled weight decay, bias correction), as PyTorch's
+ *     p ← p·(1 − lr·wd)
+ *     m ← β1·m + (1−β1)·g          v ← β2·v + (1−β2)·g²
+ *     p ← p − (lr / (1−β1^t)) · m / (sqrt(v) / sqrt(1−β2^t) + eps)
+ * with g = grad·grad_scale.  t is the 1-based update count.  β^t is computed
+ * by repeated squaring, not pow(), so every machine gets the same bits.
+ */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  uint64_t t;
+} ea_adamw_args;
+void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                     size_t n, const ea_adamw_args *a);
+
+/* ---------------------------------------------------------------------------
+ * Trainer: model + sampler + optimizer state + step.
+ */
+typedef struct {
+  ea_model_dims model;
+  uint32_t global_batch;  /* B: samples per step, all ranks together */
+  uint32_t micro_batch;   /* rows per forward/backward within a rank */
+  uint64_t steps;         /* schedule length (cosine reaches its floor here) */
+  uint32_t warmup_steps;
+  double lr;              /* peak learning rate */
+  double min_lr_ratio;    /* cosine floor as a fraction of lr */
+  double weight_decay;
+  double beta1, beta2, eps;
+  double grad_clip;       /* global L2 norm of the mean gradient; 0 = off */
+  uint64_t seed;          /* init and data order */
+} ea_train_config;
+
+/* Defaults (docs/trainer.md says where each comes from). */
+void ea_train_config_default(ea_train_config *c);
+/* Fill from the job file: train.*, distributed.global_batch/micro_batch,
+ * experiment.seed; optimizer constants keep their defaults.  Validates. */
+int ea_train_config_from(ea_train_config *c, const ea_config *cfg, char *err, size_t errlen);
+int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen);
+/* Learning rate used by the update that finishes step `step` (0-based):
+ * linear warmup lr·(step+1)/warmup for step < warmup, then cosine from lr to
+ * lr·min_lr_ratio at step = steps, constant after. */
+double ea_train_lr(const ea_train_config *c, uint64_t step);
+
+typedef struct ea_trainer ea_trainer;
+
+typedef struct {
+  uint64_t step;     /* the step just finished (0-based) */
+  double loss;       /* mean loss over the global batch, nats/byte */
+  double grad_norm;  /* L2 norm of the mean gradient before clipping */
+  double lr;
+} ea_train_stats;
+
+/* Validates c (err names the field), builds the model, initialises it from
+ * c->seed, step 0.  data is borrowed. */
+int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **out, char *err,
+                   size_t errlen);
+void ea_trainer_free(ea_trainer *t);
+const ea_train_config *ea_trainer_config(const ea_trainer *t);
+ea_model *ea_trainer_model(ea_trainer *t);
+uint64_t ea_trainer_step(const ea_trainer *t);  /* next step to compute */
+/* Zero the gradient buffer and fill it with this rank's SUM of per-sample
+ * gradients for the current step (rank's range, in micro-batches), and the
+ * sum of its per-sample losses in the last slot.  -EINVAL on bad rank/world.
+ * A rank whose range is empty (W > B) contributes zeros. */
+int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world);
+/* The buffer compute fills and apply reads: *count = nparams + 1 floats. */
+float *ea_trainer_grad_buffer(ea_trainer *t, size_t *count);
+/* Take the (allreduced) summed gradient and loss in the buffer, divide by B,
+ * clip to grad_clip, apply AdamW with the scheduled lr, advance the step.
+ * -EDOM when the loss or gradient is not finite: then nothing changes (the
+ * caller alerts and decides).  stats may be NULL. */
+int ea_trainer_apply(ea_trainer *t, ea_train_stats *stats);
+/* Compute + apply for W = 1. */
+int ea_trainer_step_local(ea_trainer *t, ea_train_stats *stats);
+/* Mean loss of the model on `count` consecutive data positions starting at
+ * `pos` (no gradients, no state change), for held-out style reporting. */
+int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_loss);
+/* XXH3-64 of the params bytes: equal on every rank that is in sync. */
+uint64_t ea_trainer_params_digest(const ea_trainer *t);
+
+/* ---------------------------------------------------------------------------
+ * Training state: one flat little-endian byte layout
+ *
+ *   offset  size
+ *        0   128  header (below)
+ *      128  4·P   params   f32[P]   in tensor-table order
+ *   128+4P  4·P   adam.m   f32[P]
+ *   128+8P  4·P   adam.v   f32[P]
+ *
+ *   header: 0 magic "EATRAIN\0" | 8 u32 version (1) | 12 u32 header_bytes (128)
+ *   16 u32 vocab | 20 u32 context | 24 u32 embed_dim | 28 u32 hidden
+ *   32 u32 layers | 36 u32 global_batch | 40 u64 nparams | 48 u64 step
+ *   56 u64 seed | 64 u64 data_bytes | 72 u64 data_hash | 80 u64 payload_digest
+ *   (XXH3-64 of bytes [128, end)) | 88 u8 reserved[32] (zero)
+ *   120 u64 header_digest (XXH3-64 of bytes [0, 120))
+ *
+ * Any byte range of it is a checkpoint shard; a state is loaded from the
+ * whole buffer.  Step is the data cursor; seed fixes init and data order.
+ */
+#define EA_STATE_MAGIC "EATRAIN" /* 8 bytes with the NUL */
+#define EA_STATE_VERSION 1u
+#define EA_STATE_HEADER_BYTES 128u
+
+typedef struct {
+  char name[32];      /* "header", "params/embed", "adam.m/h0.w", … */
+  const char *dtype;  /* "u64" (header) or "f32"; static string */
+  uint32_t ndim;
+  uint64_t shape[2];
+  uint64_t offset;    /* byte offset in the serialized state */
+  uint64_t bytes;
+} ea_state_tensor;
+
+/* What a header says, for tools that inspect a checkpoint (ckpt verify). */
+typedef struct {
+  uint32_t version;
+  ea_model_dims dims;
+  uint32_t global_batch;
+  uint64_t nparams, step, seed, data_bytes, data_hash, payload_digest;
+  uint64_t total_bytes; /* header + 12·nparams */
+} ea_state_info;
+
+uint64_t ea_trainer_state_size(const ea_trainer *t);
+/* Copy bytes [offset, offset+len) of the serialized state into dst; any
+ * range (a shard) can be produced without serializing the rest.  -ERANGE if
+ * the range runs past the end.  Ranges that include the header hash the
+ * payload (≈ 12·P bytes of XXH3). */
+int ea_trainer_state_read(const ea_trainer *t, uint64_t offset, void *dst, size_t len);
+/* The whole state into buf; -ENOSPC if cap < state size. */
+int ea_trainer_state_serialize(const ea_trainer *t, void *buf, size_t cap);
+/* Validate and parse the header of a serialized state (len = bytes
+ * available; the whole state is needed for the payload check, so a header
+ * alone passes with check_payload = false).  -EBADMSG for a wrong magic or
+ * digest or a malformed field, -EPROTONOSUPPORT for another version,
+ * -EMSGSIZE for a short buffer; err names the field. */
+int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_info *out, char *err,
+                   size_t errlen);
+/* Load a whole serialized state into t: parse (with payload check), then
+ * insist that vocab, context, embed_dim, hidden, layers, global_batch, seed
+ * and the data fingerprint equal t's (-EINVAL, err "hidden: state has 128,
+ * trainer has 256").  On any error t is unchanged. */
+int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err, size_t errlen);
+/* The manifest's tensor table: header, then params/, adam.m/, adam.v/ per
+ * model tensor; the entries tile [0, state size) in order. */
+size_t ea_trainer_state_ntensors(const ea_trainer *t);
+int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out);
+
+#endif

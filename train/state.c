@@ -1,0 +1,483 @@
+/* state.c — the training state (model, AdamW moments, step) and its flat,
+ * self-describing byte layout.
+ *
+ * The trainer object lives here because "the state" is what it is: params,
+ * optimizer m and v, and the step, which with the fixed global batch is also
+ * the data cursor.  compute() fills a rank's summed gradient for the current
+ * step; apply() takes the allreduced sum, divides by B and updates.
+ *
+ * The serialized form is one flat buffer — a 128-byte header and then the
+ * params, m and v arrays — because a checkpoint shard is simply a byte range
+ * of it and state sync broadcasts it whole.  The header carries magic,
+ * version, the model dims, batch, seed and data fingerprint (so a state can
+ * only be loaded into a trainer that would continue the same trajectory),
+ * a digest of the payload and a digest of itself, and reserved bytes for a
+ * later version.  Its layout is written by explicit little-endian stores at
+ * fixed offsets, locked below with static_assert, so it does not depend on
+ * the compiler's struct padding.
+ */
+#include "ea_train.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxh_x86dispatch.h>
+
+struct ea_trainer {
+  ea_train_config c;
+  const ea_data *data;
+  ea_model *model;
+  ea_sampler *sampler;
+  float *opt;        /* 2·P: adam m, then adam v — one array, one state */
+  uint64_t step;     /* next step to compute; = updates applied */
+  uint8_t *ctx;      /* micro_batch × context */
+  uint8_t *tgt;      /* micro_batch */
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **out, char *err,
+                   size_t errlen)
+{
+  *out = NULL;
+  int rc = ea_train_config_validate(c, err, errlen);
+  if (rc) return rc;
+  ea_trainer *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  t->c = *c;
+  t->data = data;
+  rc = ea_model_new(&c->model, c->micro_batch, &t->model, err, errlen);
+  if (rc == 0) rc = ea_sampler_new(data, c->seed, &t->sampler);
+  if (rc == 0) {
+    size_t p = ea_model_nparams(t->model);
+    t->opt = calloc(2 * p, sizeof(float));
+    t->ctx = malloc((size_t)c->micro_batch * c->model.context);
+    t->tgt = malloc(c->micro_batch);
+    if (!t->opt || !t->ctx || !t->tgt) rc = -ENOMEM;
+  }
+  if (rc) {
+    ea_trainer_free(t);
+    return rc;
+  }
+  ea_model_init(t->model, c->seed);
+  *out = t;
+  return 0;
+}
+
+void ea_trainer_free(ea_trainer *t)
+{
+  if (!t) return;
+  ea_model_free(t->model);
+  ea_sampler_free(t->sampler);
+  free(t->opt);
+  free(t->ctx);
+  free(t->tgt);
+  free(t);
+}
+
+const ea_train_config *ea_trainer_config(const ea_trainer *t) { return &t->c; }
+ea_model *ea_trainer_model(ea_trainer *t) { return t->model; }
+uint64_t ea_trainer_step(const ea_trainer *t) { return t->step; }
+
+float *ea_trainer_grad_buffer(ea_trainer *t, size_t *count)
+{
+  if (count) *count = ea_model_nparams(t->model) + 1;
+  return ea_model_grads(t->model);
+}
+
+int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world)
+{
+  if (world == 0 || rank >= world) return -EINVAL;
+  const uint32_t C = t->c.model.context, mb = t->c.micro_batch;
+  uint64_t begin, end;
+  ea_train_rank_range(t->step, t->c.global_batch, rank, world, &begin, &end);
+  ea_model_zero_grads(t->model);
+  double loss = 0;
+  /* Gradient accumulation: ⌈(end − begin) / micro_batch⌉ micro-batches, all
+   * adding sums into the same buffer. */
+  for (uint64_t g = begin; g < end;) {
+    uint32_t rows = end - g < mb ? (uint32_t)(end - g) : mb;
+    for (uint32_t i = 0; i < rows; i++)
+      ea_data_sample(t->data, ea_sampler_position(t->sampler, g + i), C, t->ctx + (size_t)i * C,
+                     t->tgt + i);
+    int rc = ea_model_forward_backward(t->model, t->ctx, t->tgt, rows, &loss);
+    if (rc) return rc;
+    g += rows;
+  }
+  ea_model_grads(t->model)[ea_model_nparams(t->model)] = (float)loss;
+  return 0;
+}
+
+int ea_trainer_apply(ea_trainer *t, ea_train_stats *stats)
+{
+  const size_t P = ea_model_nparams(t->model);
+  const float *g = ea_model_grads(t->model);
+  const double B = t->c.global_batch;
+  const double loss = g[P] / B;
+  /* Norm of the mean gradient, summed in index order in double: the same
+   * sequence on every rank, so every rank clips identically. */
+  double ss = 0;
+  for (size_t i = 0; i < P; i++) ss += (double)g[i] * g[i];
+  const double norm = sqrt(ss) / B;
+  if (!isfinite(loss) || !isfinite(norm)) return -EDOM;
+
+  double scale = 1.0 / B;
+  if (t->c.grad_clip > 0 && norm > t->c.grad_clip) scale *= t->c.grad_clip / norm;
+  const double lr = ea_train_lr(&t->c, t->step);
+  ea_adamw_args a = {
+      .lr = (float)lr,
+      .beta1 = (float)t->c.beta1,
+      .beta2 = (float)t->c.beta2,
+      .eps = (float)t->c.eps,
+      .grad_scale = (float)scale,
+      .t = t->step + 1,
+  };
+  float *p = ea_model_params(t->model), *m = t->opt, *v = t->opt + P;
+  for (size_t i = 0; i < ea_model_ntensors(t->model); i++) {
+    const ea_tensor *ti = ea_model_tensor(t->model, i);
+    a.weight_decay = ti->decay ? (float)t->c.weight_decay : 0.0f;
+    size_t o = ti->offset;
+    ea_adamw_update(p + o, g + o, m + o, v + o, ti->count, &a);
+  }
+  if (stats) *stats = (ea_train_stats){.step = t->step, .loss = loss, .grad_norm = norm, .lr = lr};
+  t->step++;
+  return 0;
+}
+
+int ea_trainer_step_local(ea_trainer *t, ea_train_stats *stats)
+{
+  int rc = ea_trainer_compute(t, 0, 1);
+  return rc ? rc : ea_trainer_apply(t, stats);
+}
+
+int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_loss)
+{
+  const size_t n = ea_data_size(t->data);
+  if (count == 0 || pos >= n || count > n - pos) return -ERANGE;
+  const uint32_t C = t->c.model.context, mb = t->c.micro_batch;
+  double loss = 0;
+  for (uint32_t k = 0; k < count;) {
+    uint32_t rows = count - k < mb ? count - k : mb;
+    for (uint32_t i = 0; i < rows; i++)
+      ea_data_sample(t->data, pos + k + i, C, t->ctx + (size_t)i * C, t->tgt + i);
+    int rc = ea_model_forward(t->model, t->ctx, t->tgt, rows, &loss);
+    if (rc) return rc;
+    k += rows;
+  }
+  *mean_loss = loss / count;
+  return 0;
+}
+
+uint64_t ea_trainer_params_digest(const ea_trainer *t)
+{
+  return XXH3_64bits_dispatch(ea_model_params(t->model), ea_model_nparams(t->model) * sizeof(float));
+}
+
+/* ---- serialized layout -------------------------------------------------- */
+
+/* Field offsets of the 128-byte header (see ea_train.h for the diagram). */
+enum {
+  H_MAGIC = 0,
+  H_VERSION = 8,
+  H_HEADER_BYTES = 12,
+  H_VOCAB = 16,
+  H_CONTEXT = 20,
+  H_EMBED = 24,
+  H_HIDDEN = 28,
+  H_LAYERS = 32,
+  H_BATCH = 36,
+  H_NPARAMS = 40,
+  H_STEP = 48,
+  H_SEED = 56,
+  H_DATA_BYTES = 64,
+  H_DATA_HASH = 72,
+  H_PAYLOAD_DIGEST = 80,
+  H_RESERVED = 88,
+  H_RESERVED_BYTES = 32,
+  H_HEADER_DIGEST = 120,
+};
+
+/* The on-disk header as a struct, only to lock the layout: the offsets
+ * above must be what a C compiler would give these natural-aligned fields,
+ * so tools in other languages can read it as a plain record. */
+struct ea_state_header_layout {
+  char magic[8];
+  uint32_t version, header_bytes;
+  uint32_t vocab, context, embed_dim, hidden, layers, global_batch;
+  uint64_t nparams, step, seed, data_bytes, data_hash, payload_digest;
+  uint8_t reserved[32];
+  uint64_t header_digest;
+};
+static_assert(sizeof(struct ea_state_header_layout) == EA_STATE_HEADER_BYTES, "header is 128 bytes");
+static_assert(offsetof(struct ea_state_header_layout, version) == H_VERSION, "version");
+static_assert(offsetof(struct ea_state_header_layout, vocab) == H_VOCAB, "vocab");
+static_assert(offsetof(struct ea_state_header_layout, global_batch) == H_BATCH, "global_batch");
+static_assert(offsetof(struct ea_state_header_layout, nparams) == H_NPARAMS, "nparams");
+static_assert(offsetof(struct ea_state_header_layout, data_hash) == H_DATA_HASH, "data_hash");
+static_assert(offsetof(struct ea_state_header_layout, payload_digest) == H_PAYLOAD_DIGEST, "payload");
+static_assert(offsetof(struct ea_state_header_layout, reserved) == H_RESERVED, "reserved");
+static_assert(offsetof(struct ea_state_header_layout, header_digest) == H_HEADER_DIGEST, "digest");
+static_assert(sizeof(EA_STATE_MAGIC) == 8, "magic is 8 bytes with its NUL");
+
+static void put32(uint8_t *p, uint32_t v)
+{
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p)
+{
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* The float arrays are copied as host floats; this layout is little-endian,
+ * which is every machine this agent targets. */
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "state layout is little-endian");
+
+uint64_t ea_trainer_state_size(const ea_trainer *t)
+{
+  return EA_STATE_HEADER_BYTES + 3ull * ea_model_nparams(t->model) * sizeof(float);
+}
+
+/* Payload in memory: params (model), then m and v (one array). */
+static uint64_t payload_digest(const ea_trainer *t)
+{
+  const size_t P = ea_model_nparams(t->model);
+  XXH3_state_t st;
+  memset(&st, 0, sizeof st); /* XXH3_INITSTATE-equivalent for a stack state */
+  XXH3_64bits_reset(&st);
+  XXH3_64bits_update_dispatch(&st, ea_model_params(t->model), P * sizeof(float));
+  XXH3_64bits_update_dispatch(&st, t->opt, 2 * P * sizeof(float));
+  return XXH3_64bits_digest(&st);
+}
+
+static void build_header(const ea_trainer *t, uint8_t h[EA_STATE_HEADER_BYTES])
+{
+  memset(h, 0, EA_STATE_HEADER_BYTES);
+  memcpy(h + H_MAGIC, EA_STATE_MAGIC, 8);
+  put32(h + H_VERSION, EA_STATE_VERSION);
+  put32(h + H_HEADER_BYTES, EA_STATE_HEADER_BYTES);
+  put32(h + H_VOCAB, EA_VOCAB);
+  put32(h + H_CONTEXT, t->c.model.context);
+  put32(h + H_EMBED, t->c.model.embed_dim);
+  put32(h + H_HIDDEN, t->c.model.hidden);
+  put32(h + H_LAYERS, t->c.model.layers);
+  put32(h + H_BATCH, t->c.global_batch);
+  put64(h + H_NPARAMS, ea_model_nparams(t->model));
+  put64(h + H_STEP, t->step);
+  put64(h + H_SEED, t->c.seed);
+  put64(h + H_DATA_BYTES, ea_data_size(t->data));
+  put64(h + H_DATA_HASH, ea_data_hash(t->data));
+  put64(h + H_PAYLOAD_DIGEST, payload_digest(t));
+  put64(h + H_HEADER_DIGEST, XXH3_64bits_dispatch(h, H_HEADER_DIGEST));
+}
+
+int ea_trainer_state_read(const ea_trainer *t, uint64_t offset, void *dst, size_t len)
+{
+  const uint64_t size = ea_trainer_state_size(t);
+  if (offset > size || len > size - offset) return -ERANGE;
+  uint8_t *out = dst;
+  if (offset < EA_STATE_HEADER_BYTES && len > 0) {
+    uint8_t h[EA_STATE_HEADER_BYTES];
+    build_header(t, h);
+    size_t n = EA_STATE_HEADER_BYTES - offset < len ? EA_STATE_HEADER_BYTES - (size_t)offset : len;
+    memcpy(out, h + offset, n);
+    out += n;
+    offset += n;
+    len -= n;
+  }
+  const size_t pbytes = ea_model_nparams(t->model) * sizeof(float);
+  /* params come from the model, m and v from t->opt, which follows them */
+  while (len > 0) {
+    uint64_t rel = offset - EA_STATE_HEADER_BYTES;
+    const uint8_t *src;
+    size_t avail;
+    if (rel < pbytes) {
+      src = (const uint8_t *)ea_model_params(t->model) + rel;
+      avail = pbytes - (size_t)rel;
+    } else {
+      src = (const uint8_t *)t->opt + (rel - pbytes);
+      avail = 2 * pbytes - (size_t)(rel - pbytes);
+    }
+    size_t n = avail < len ? avail : len;
+    memcpy(out, src, n);
+    out += n;
+    offset += n;
+    len -= n;
+  }
+  return 0;
+}
+
+int ea_trainer_state_serialize(const ea_trainer *t, void *buf, size_t cap)
+{
+  uint64_t size = ea_trainer_state_size(t);
+  if (cap < size) return -ENOSPC;
+  return ea_trainer_state_read(t, 0, buf, (size_t)size);
+}
+
+int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_info *out, char *err,
+                   size_t errlen)
+{
+  const uint8_t *h = buf;
+  if (len < EA_STATE_HEADER_BYTES) {
+    seterr(err, errlen, "state: length: %zu bytes, shorter than the %u-byte header", len,
+           EA_STATE_HEADER_BYTES);
+    return -EMSGSIZE;
+  }
+  if (memcmp(h + H_MAGIC, EA_STATE_MAGIC, 8) != 0) {
+    seterr(err, errlen, "state: magic: not \"EATRAIN\" (not a training state)");
+    return -EBADMSG;
+  }
+  uint32_t version = get32(h + H_VERSION);
+  if (version != EA_STATE_VERSION) {
+    seterr(err, errlen, "state: version: %u, this build reads version %u", version, EA_STATE_VERSION);
+    return -EPROTONOSUPPORT;
+  }
+  uint32_t hb = get32(h + H_HEADER_BYTES);
+  if (hb != EA_STATE_HEADER_BYTES) {
+    seterr(err, errlen, "state: header_bytes: %u, expected %u", hb, EA_STATE_HEADER_BYTES);
+    return -EBADMSG;
+  }
+  uint64_t hd = XXH3_64bits_dispatch(h, H_HEADER_DIGEST);
+  if (hd != get64(h + H_HEADER_DIGEST)) {
+    seterr(err, errlen, "state: header_digest: mismatch (header corrupted)");
+    return -EBADMSG;
+  }
+  for (int i = 0; i < H_RESERVED_BYTES; i++)
+    if (h[H_RESERVED + i] != 0) {
+      seterr(err, errlen, "state: reserved: byte %d is not zero", i);
+      return -EBADMSG;
+    }
+  ea_state_info in = {
+      .version = version,
+      .dims = {get32(h + H_CONTEXT), get32(h + H_EMBED), get32(h + H_HIDDEN), get32(h + H_LAYERS)},
+      .global_batch = get32(h + H_BATCH),
+      .nparams = get64(h + H_NPARAMS),
+      .step = get64(h + H_STEP),
+      .seed = get64(h + H_SEED),
+      .data_bytes = get64(h + H_DATA_BYTES),
+      .data_hash = get64(h + H_DATA_HASH),
+      .payload_digest = get64(h + H_PAYLOAD_DIGEST),
+  };
+  uint32_t vocab = get32(h + H_VOCAB);
+  if (vocab != EA_VOCAB) {
+    seterr(err, errlen, "state: vocab: %u, expected %u", vocab, EA_VOCAB);
+    return -EBADMSG;
+  }
+  /* nparams must be what the dims imply: recompute it as the model does. */
+  const ea_model_dims *d = &in.dims;
+  if (d->context < 1 || d->context > EA_MODEL_MAX_CONTEXT || d->embed_dim < 1 ||
+      d->embed_dim > EA_MODEL_MAX_WIDTH || d->hidden < 1 || d->hidden > EA_MODEL_MAX_WIDTH ||
+      d->layers < 1 || d->layers > EA_MODEL_MAX_LAYERS) {
+    seterr(err, errlen, "state: dims: context %u embed_dim %u hidden %u layers %u out of range",
+           d->context, d->embed_dim, d->hidden, d->layers);
+    return -EBADMSG;
+  }
+  uint64_t want = (uint64_t)EA_VOCAB * d->embed_dim + (uint64_t)d->context * d->embed_dim * d->hidden +
+                  d->hidden + (uint64_t)(d->layers - 1) * ((uint64_t)d->hidden * d->hidden + d->hidden) +
+                  (uint64_t)d->hidden * EA_VOCAB + EA_VOCAB;
+  if (in.nparams != want) {
+    seterr(err, errlen, "state: nparams: %llu, dims imply %llu", (unsigned long long)in.nparams,
+           (unsigned long long)want);
+    return -EBADMSG;
+  }
+  in.total_bytes = EA_STATE_HEADER_BYTES + 12 * in.nparams;
+  if (check_payload) {
+    if (len != in.total_bytes) {
+      seterr(err, errlen, "state: length: %zu bytes, header implies %llu", len,
+             (unsigned long long)in.total_bytes);
+      return -EMSGSIZE;
+    }
+    uint64_t pd = XXH3_64bits_dispatch(h + EA_STATE_HEADER_BYTES, len - EA_STATE_HEADER_BYTES);
+    if (pd != in.payload_digest) {
+      seterr(err, errlen, "state: payload_digest: mismatch (params or optimizer state corrupted)");
+      return -EBADMSG;
+    }
+  }
+  if (out) *out = in;
+  return 0;
+}
+
+#define MISMATCH(field, a, b)                                                                          \
+  do {                                                                                                 \
+    if ((a) != (b)) {                                                                                  \
+      seterr(err, errlen, "state: %s: state has %llu, trainer has %llu", field, (unsigned long long)(a), \
+             (unsigned long long)(b));                                                                 \
+      return -EINVAL;                                                                                  \
+    }                                                                                                  \
+  } while (0)
+
+int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err, size_t errlen)
+{
+  ea_state_info in;
+  int rc = ea_state_parse(buf, len, true, &in, err, errlen);
+  if (rc) return rc;
+  MISMATCH("context", in.dims.context, t->c.model.context);
+  MISMATCH("embed_dim", in.dims.embed_dim, t->c.model.embed_dim);
+  MISMATCH("hidden", in.dims.hidden, t->c.model.hidden);
+  MISMATCH("layers", in.dims.layers, t->c.model.layers);
+  MISMATCH("global_batch", in.global_batch, t->c.global_batch);
+  MISMATCH("seed", in.seed, t->c.seed);
+  MISMATCH("data_bytes", in.data_bytes, (uint64_t)ea_data_size(t->data));
+  MISMATCH("data_hash", in.data_hash, ea_data_hash(t->data));
+  const size_t P = ea_model_nparams(t->model);
+  MISMATCH("nparams", in.nparams, (uint64_t)P);
+  const uint8_t *src = (const uint8_t *)buf + EA_STATE_HEADER_BYTES;
+  memcpy(ea_model_params(t->model), src, P * sizeof(float));
+  memcpy(t->opt, src + P * sizeof(float), 2 * P * sizeof(float));
+  t->step = in.step;
+  ea_model_zero_grads(t->model);
+  return 0;
+}
+
+size_t ea_trainer_state_ntensors(const ea_trainer *t) { return 1 + 3 * ea_model_ntensors(t->model); }
+
+int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out)
+{
+  const size_t nt = ea_model_ntensors(t->model);
+  if (i >= 1 + 3 * nt) return -ERANGE;
+  memset(out, 0, sizeof *out);
+  if (i == 0) {
+    snprintf(out->name, sizeof out->name, "header");
+    out->dtype = "u64";
+    out->ndim = 1;
+    out->shape[0] = EA_STATE_HEADER_BYTES / 8;
+    out->shape[1] = 1;
+    out->offset = 0;
+    out->bytes = EA_STATE_HEADER_BYTES;
+    return 0;
+  }
+  static const char *const part[3] = {"params", "adam.m", "adam.v"};
+  size_t k = (i - 1) / nt, j = (i - 1) % nt;
+  const ea_tensor *ti = ea_model_tensor(t->model, j);
+  snprintf(out->name, sizeof out->name, "%s/%s", part[k], ti->name);
+  out->dtype = "f32";
+  out->ndim = ti->ndim;
+  out->shape[0] = ti->shape[0];
+  out->shape[1] = ti->shape[1];
+  out->offset = EA_STATE_HEADER_BYTES + (k * ea_model_nparams(t->model) + ti->offset) * sizeof(float);
+  out->bytes = ti->count * sizeof(float);
+  return 0;
+}
