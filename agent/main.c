@@ -1,0 +1,575 @@
+/* elastic-agent's command line: parse flags into an agent configuration and
+ * hand over to agent.c (`run`), or act as a small client of a running agent
+ * (`status`), or do one-shot chores (`keygen`, `config`, `version`).
+ *
+ * Precedence is the usual one: built-in defaults < the job file (--config) <
+ * --set section.key=value (in order) < dedicated flags (--log-level, …).  A
+ * bad flag or value is a usage error (exit 2) with a message that names it
+ * and a hint; a bad job file is a configuration error (exit 1) with the
+ * loader's "file:line: key: problem" message; runtime failures exit 1.
+ * This is the only file that may call exit().
+ */
+#include "agent.h"
+
+#include "ea_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+/* `status` waits this long for an answer: the agent answers from its loop
+ * in well under a millisecond unless it is stuck, which is worth saying. */
+#define STATUS_TIMEOUT_MS 3000
+
+static const char *prog = "elastic-agent";
+
+/* The help text is laid out as it prints. */
+// clang-format off
+static void usage(FILE *f) {
+  fprintf(f,
+"Usage:\n"
+"  %1$s [run] [FLAGS]              run the agent on this node\n"
+"  %1$s status [--data-dir D | --socket PATH] [--json]\n"
+"                                             show the members seen by a running agent\n"
+"  %1$s keygen [FILE]              make a cluster key (64 hex chars; FILE is mode 0600)\n"
+"  %1$s config [--config F] [--set K=V]...   print the effective configuration\n"
+"  %1$s version                    print the version\n"
+"\n"
+"Flags of `run`:\n"
+"  --bind ADDR         UDP gossip + TCP push-pull address (default %2$s);\n"
+"                      ip:port, [ip6]:port or :port; port 0 picks a free one\n"
+"  --advertise ADDR    address other agents should use for us (default: the bind\n"
+"                      address, or the first non-loopback interface when bound to 0.0.0.0)\n"
+"  --join SEEDS        host:port[,host:port...] of agents already running; a host may\n"
+"                      be a DNS name with many addresses (default port 7000). Retried\n"
+"                      with backoff until one answers. Omit on the first node.\n"
+"  --name NAME         member name shown in status and logs (default: the hostname)\n"
+"  --role ROLE         worker (default) or observer (never becomes controller)\n"
+"  --tags K=V,...      free-form tags gossiped with this member (default none)\n"
+"  --data-dir DIR      node id, remembered peers, admin socket (default %3$s)\n"
+"  --config FILE       YAML job file; see `%1$s config` for every key and default\n"
+"  --set SECTION.KEY=VALUE\n"
+"                      override one job-file key; repeatable; applied after --config\n"
+"  --key-file FILE     cluster key: seal and authenticate all gossip (strongly advised)\n"
+"  --log-level LEVEL   debug | info | warn | error (default info; logging.level)\n"
+"  --log-format FMT    text | json (default text; logging.format)\n"
+"  -h, --help          this help\n"
+"\n"
+"Flags of `status`:\n"
+"  --data-dir DIR      the running agent's data dir (default %3$s)\n"
+"  --socket PATH       its admin socket instead (default DIR/admin.sock)\n"
+"  --json              print the raw JSON document\n"
+"\n"
+"Examples:\n"
+"  %1$s keygen /etc/elastic-agent/cluster.key        # once; copy to every node\n"
+"  %1$s run --key-file /etc/elastic-agent/cluster.key                       # first node\n"
+"  %1$s run --key-file /etc/elastic-agent/cluster.key --join node1:7000     # the others\n"
+"  %1$s status\n"
+"  %1$s run --bind 127.0.0.1:0 --name n2 --data-dir /tmp/n2 --join 127.0.0.1:17001 \\\n"
+"      --set membership.probe_interval_ms=100 --log-level debug\n"
+"\n"
+"SIGTERM or SIGINT makes the agent leave the cluster gracefully (shown as `left`,\n"
+"not `dead`) and exit 0. Exit status 2 means a bad flag or value.\n",
+          prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);
+}
+// clang-format on
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", prog);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry '%s --help' for the list of commands and flags.\n", prog);
+  return EXIT_USAGE;
+}
+
+/* Copy a flag value into a fixed buffer, refusing to truncate. */
+static int set_str(char *dst, size_t cap, const char *flag, const char *v) {
+  if (strlen(v) >= cap) return usage_error("%s: value too long (limit %zu bytes)", flag, cap - 1);
+  memcpy(dst, v, strlen(v) + 1);
+  return 0;
+}
+
+/* getopt_long with our own messages: opterr = 0 and this decodes what
+ * went wrong. */
+static int bad_option(char **argv, int optopt_val, const struct option *longopts) {
+  const char *arg = argv[optind - 1];
+  if (optopt_val) {
+    for (const struct option *o = longopts; o->name; o++)
+      if (o->val == optopt_val && o->has_arg == required_argument)
+        return usage_error("option '--%s' needs a value", o->name);
+    return usage_error("unknown option '-%c'", optopt_val);
+  }
+  if (arg && strncmp(arg, "--", 2) == 0) {
+    char name[64];
+    snprintf(name, sizeof name, "%s", arg + 2);
+    name[strcspn(name, "=")] = 0;
+    for (const struct option *o = longopts; o->name; o++)
+      if (strcmp(o->name, name) == 0 && o->has_arg == required_argument)
+        return usage_error("option '--%s' needs a value", o->name);
+  }
+  return usage_error("unknown option '%s'", arg ? arg : "?");
+}
+
+/* Seeds are checked for shape here so a typo is a usage error at start,
+ * not a join failure retried forever. */
+static int check_seeds(const char *s) {
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", s);
+  char *save = NULL;
+  int n = 0;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ') tok++;
+    if (!*tok) continue;
+    n++;
+    ea_addr a;
+    if (ea_addr_parse(tok, 7000, &a) == 0 && !(tok[0] == ':')) continue;
+    /* A host name: letters, digits, '-', '.', then an optional :port. */
+    const char *colon = strrchr(tok, ':');
+    size_t hl = colon ? (size_t)(colon - tok) : strlen(tok);
+    bool ok = hl > 0 && tok[0] != '[';
+    for (size_t i = 0; ok && i < hl; i++)
+      ok = (tok[i] >= 'a' && tok[i] <= 'z') || (tok[i] >= 'A' && tok[i] <= 'Z') ||
+           (tok[i] >= '0' && tok[i] <= '9') || tok[i] == '-' || tok[i] == '.' || tok[i] == '_';
+    if (ok && colon) {
+      char *end;
+      long p = strtol(colon + 1, &end, 10);
+      ok = colon[1] && !*end && p > 0 && p <= 65535;
+    }
+    if (!ok) return usage_error("--join: cannot parse seed '%s' (want host:port)", tok);
+  }
+  if (n == 0) return usage_error("--join: no seed given");
+  return 0;
+}
+
+/* ---- run --------------------------------------------------------------------- */
+
+enum {
+  OPT_BIND = 1000,
+  OPT_ADVERTISE,
+  OPT_JOIN,
+  OPT_NAME,
+  OPT_ROLE,
+  OPT_TAGS,
+  OPT_DATA_DIR,
+  OPT_CONFIG,
+  OPT_SET,
+  OPT_KEY_FILE,
+  OPT_LOG_LEVEL,
+  OPT_LOG_FORMAT,
+  OPT_SOCKET,
+  OPT_JSON,
+};
+
+static const struct option run_opts[] = {
+    {"bind", required_argument, 0, OPT_BIND},
+    {"advertise", required_argument, 0, OPT_ADVERTISE},
+    {"join", required_argument, 0, OPT_JOIN},
+    {"name", required_argument, 0, OPT_NAME},
+    {"role", required_argument, 0, OPT_ROLE},
+    {"tags", required_argument, 0, OPT_TAGS},
+    {"data-dir", required_argument, 0, OPT_DATA_DIR},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"set", required_argument, 0, OPT_SET},
+    {"key-file", required_argument, 0, OPT_KEY_FILE},
+    {"log-level", required_argument, 0, OPT_LOG_LEVEL},
+    {"log-format", required_argument, 0, OPT_LOG_FORMAT},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* Load --config, then every --set, then the dedicated logging flags; exit
+ * code 0, 1 (bad file) or 2 (bad flag value). */
+static int build_config(ea_config *cfg, const char *config_path, char **sets, int nsets,
+                        const char *log_level, const char *log_format) {
+  char err[1024];
+  ea_config_default(cfg);
+  if (config_path && *config_path && ea_config_load(cfg, config_path, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return 1;
+  }
+  for (int i = 0; i < nsets; i++) {
+    char *eq = strchr(sets[i], '=');
+    if (!eq || eq == sets[i]) return usage_error("--set '%s': want section.key=value", sets[i]);
+    *eq = 0;
+    int rc = ea_config_set(cfg, sets[i], eq + 1, err, sizeof err);
+    *eq = '=';
+    if (rc < 0) return usage_error("%s", err);
+  }
+  /* The loader words its errors for --set; say which flag it really was. */
+  const char *strip = "--set: ";
+  if (log_level && ea_config_set(cfg, "logging.level", log_level, err, sizeof err) < 0)
+    return usage_error("--log-level: %s", err + (strncmp(err, strip, 7) == 0 ? 7 : 0));
+  if (log_format && ea_config_set(cfg, "logging.format", log_format, err, sizeof err) < 0)
+    return usage_error("--log-format: %s", err + (strncmp(err, strip, 7) == 0 ? 7 : 0));
+  if (ea_config_validate(cfg, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return 1;
+  }
+  return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+  static ea__agent_opts o; /* large; static keeps it off the stack */
+  ea__agent_opts_default(&o);
+  char **sets = calloc((size_t)argc + 1, sizeof *sets);
+  int nsets = 0, rc = 0;
+  const char *log_level = NULL, *log_format = NULL;
+  if (!sets) return 1;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while (rc == 0 && (c = getopt_long(argc, argv, "+h", run_opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_BIND:
+        rc = set_str(o.bind, sizeof o.bind, "--bind", optarg);
+        break;
+      case OPT_ADVERTISE:
+        rc = set_str(o.advertise, sizeof o.advertise, "--advertise", optarg);
+        break;
+      case OPT_JOIN:
+        rc = set_str(o.join, sizeof o.join, "--join", optarg);
+        break;
+      case OPT_NAME:
+        rc = set_str(o.name, sizeof o.name, "--name", optarg);
+        break;
+      case OPT_ROLE:
+        rc = set_str(o.role, sizeof o.role, "--role", optarg);
+        break;
+      case OPT_TAGS:
+        rc = set_str(o.tags, sizeof o.tags, "--tags", optarg);
+        break;
+      case OPT_DATA_DIR:
+        rc = set_str(o.data_dir, sizeof o.data_dir, "--data-dir", optarg);
+        break;
+      case OPT_CONFIG:
+        rc = set_str(o.config_path, sizeof o.config_path, "--config", optarg);
+        break;
+      case OPT_KEY_FILE:
+        rc = set_str(o.key_file, sizeof o.key_file, "--key-file", optarg);
+        break;
+      case OPT_SET:
+        sets[nsets++] = optarg;
+        break;
+      case OPT_LOG_LEVEL:
+        log_level = optarg;
+        break;
+      case OPT_LOG_FORMAT:
+        log_format = optarg;
+        break;
+      case 'h':
+        usage(stdout);
+        free(sets);
+        return 0;
+      default:
+        rc = bad_option(argv, optopt, run_opts);
+        break;
+    }
+  }
+  if (rc == 0 && optind < argc) rc = usage_error("unexpected argument '%s'", argv[optind]);
+  ea_addr probe;
+  if (rc == 0 && ea_addr_parse(o.bind, 7000, &probe) < 0)
+    rc = usage_error("--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)", o.bind);
+  if (rc == 0 && o.advertise[0] && ea_addr_parse(o.advertise, 0, &probe) < 0)
+    rc = usage_error("--advertise: cannot parse '%s' (want a numeric ip:port)", o.advertise);
+  if (rc == 0 && o.join[0]) rc = check_seeds(o.join);
+  if (rc == 0 && (!o.name[0] || strpbrk(o.name, " \t\r\n")))
+    rc = usage_error("--name: must be non-empty without spaces, got '%s'", o.name);
+  if (rc == 0 && strcmp(o.role, "worker") != 0 && strcmp(o.role, "observer") != 0)
+    rc = usage_error("--role: expected worker or observer, got '%s'", o.role);
+  if (rc == 0) rc = build_config(&o.cfg, o.config_path, sets, nsets, log_level, log_format);
+  free(sets);
+  if (rc != 0) return rc;
+  if (ea_log_setup(o.cfg.logging.level, o.cfg.logging.format, o.cfg.logging.file) < 0) {
+    fprintf(stderr, "%s: cannot set up logging to '%s'\n", prog,
+            o.cfg.logging.file[0] ? o.cfg.logging.file : "stderr");
+    return 1;
+  }
+  ea_log_set_node(o.name);
+  return ea__agent_run(&o) == 0 ? 0 : 1;
+}
+
+/* ---- status ---------------------------------------------------------------- */
+
+static const char *shorten_id(const char *hex, char *buf, size_t cap) {
+  snprintf(buf, cap, "%.12s", hex ? hex : "?");
+  return buf;
+}
+
+/* Member names come from the network: never let one carry terminal escape
+ * sequences onto an operator's screen. */
+static void scrub(ea__json *j) {
+  for (; j; j = j->next) {
+    for (char *p = j->text; p && *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    scrub(j->child);
+  }
+}
+
+static void print_status(const ea__json *j) {
+  const char *sname = ea__json_str(j, "self.name", "?");
+  char sid[16];
+  printf("node        %s (id %s, pid %s, version %s), gossip %s, up %ss, cluster key: %s\n", sname,
+         shorten_id(ea__json_str(j, "self.id", "?"), sid, sizeof sid),
+         ea__json_str(j, "self.pid", "?"), ea__json_str(j, "version", "?"),
+         ea__json_str(j, "self.gossip", "?"), ea__json_str(j, "self.uptime_s", "?"),
+         ea__json_num(j, "config.key", 0) ? "yes" : "NO (unauthenticated)");
+  printf("members: %s alive, %s suspect, %s dead, %s left\n", ea__json_str(j, "summary.alive", "?"),
+         ea__json_str(j, "summary.suspect", "?"), ea__json_str(j, "summary.dead", "?"),
+         ea__json_str(j, "summary.left", "?"));
+  const ea__json *ms = ea__json_get(j, "members");
+  int wn = 4, wa = 7;
+  for (const ea__json *m = ms ? ms->child : NULL; m; m = m->next) {
+    int ln = (int)strlen(ea__json_str(m, "name", "?")),
+        la = (int)strlen(ea__json_str(m, "gossip", "?"));
+    if (ln > wn) wn = ln;
+    if (la > wa) wa = la;
+  }
+  printf("\n  %-*s  %-*s  %-8s %11s  %9s  %-8s %s\n", wn, "NAME", wa, "ADDRESS", "STATE",
+         "INCARNATION", "SINCE", "ROLE", "ID");
+  for (const ea__json *m = ms ? ms->child : NULL; m; m = m->next) {
+    char id[16], since[32];
+    snprintf(since, sizeof since, "%ss", ea__json_str(m, "since_s", "?"));
+    printf("  %-*s  %-*s  %-8s %11s  %9s  %-8s %s%s\n", wn, ea__json_str(m, "name", "?"), wa,
+           ea__json_str(m, "gossip", "?"), ea__json_str(m, "state", "?"),
+           ea__json_str(m, "incarnation", "?"), since, ea__json_str(m, "role", "?"),
+           shorten_id(ea__json_str(m, "id", "?"), id, sizeof id),
+           ea__json_num(m, "self", 0) ? "  (self)" : "");
+  }
+  const ea__json *cname = ea__json_get(j, "controller.name");
+  if (cname && cname->type == EA__J_STR)
+    printf("\ncontroller: %s (id %s) — %s\n", cname->text, ea__json_str(j, "controller.id", "?"),
+           ea__json_str(j, "controller.reason", ""));
+  else
+    printf("\ncontroller: none — %s\n", ea__json_str(j, "controller.reason", ""));
+  const char *t = "counters.transport.";
+  char k[128];
+#define T(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
+  printf("transport:  packets in %s out %s, bytes in %s out %s\n", T("packets_in"),
+         T("packets_out"), T("bytes_in"), T("bytes_out"));
+  printf("            dropped: malformed %s, unauthenticated %s, oversize %s; send errors %s\n",
+         T("dropped_malformed"), T("dropped_unauthenticated"), T("dropped_oversize"),
+         T("send_errors"));
+  printf("            push-pull: ok %s, failed %s, served %s, refused %s; join attempts %s\n",
+         T("syncs_ok"), T("syncs_failed"), T("syncs_served"), T("syncs_refused"),
+         T("join_attempts"));
+#undef T
+  t = "counters.swim.";
+#define S(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
+  printf("swim:       pings %s, acks %s, ping-reqs %s, nacks %s, suspicions %s, refutations %s,\n",
+         S("pings_sent"), S("acks_recv"), S("ping_reqs_sent"), S("nacks_recv"), S("suspicions"),
+         S("refutations"));
+  printf("            declared dead %s, updates sent %s, stale dropped %s, health %s\n",
+         S("declared_dead"), S("updates_sent"), S("stale_dropped"), S("health"));
+#undef S
+  printf("detection:  probe every %s ms, suspicion %s..%s ms, dead everywhere within %s ms\n",
+         ea__json_str(j, "config.probe_interval_ms", "?"),
+         ea__json_str(j, "config.suspicion_min_ms", "?"),
+         ea__json_str(j, "config.suspicion_max_ms", "?"),
+         ea__json_str(j, "config.detection_bound_ms", "?"));
+}
+
+static int cmd_status(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"data-dir", required_argument, 0, OPT_DATA_DIR},
+      {"socket", required_argument, 0, OPT_SOCKET},
+      {"json", no_argument, 0, OPT_JSON},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  char data_dir[EA_PATH_MAX] = EA__DEFAULT_DATA_DIR, sock[EA_PATH_MAX + 32] = "";
+  bool json = false;
+  int c, rc = 0;
+  optind = 1;
+  opterr = 0;
+  while (rc == 0 && (c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_DATA_DIR:
+        rc = set_str(data_dir, sizeof data_dir, "--data-dir", optarg);
+        break;
+      case OPT_SOCKET:
+        rc = set_str(sock, sizeof sock, "--socket", optarg);
+        break;
+      case OPT_JSON:
+        json = true;
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        rc = bad_option(argv, optopt, opts);
+        break;
+    }
+  }
+  if (rc == 0 && optind < argc) rc = usage_error("status: unexpected argument '%s'", argv[optind]);
+  if (rc) return rc;
+  if (!sock[0]) snprintf(sock, sizeof sock, "%s/%s", data_dir, EA__ADMIN_SOCK);
+  char *resp = NULL, err[EA_PATH_MAX + 256];
+  size_t len = 0;
+  if (ea__admin_request(sock, "status", STATUS_TIMEOUT_MS, &resp, &len, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    if (strstr(err, "no agent is running"))
+      fprintf(stderr, "%s: start one with `%s run`, or point --data-dir/--socket at its data dir\n",
+              prog, prog);
+    return 1;
+  }
+  ea__json *j = NULL;
+  if (ea__json_parse(resp, len, &j, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: the agent's answer is not JSON: %s\n", prog, err);
+    free(resp);
+    return 1;
+  }
+  const ea__json *e = ea__json_get(j, "error");
+  if (e) {
+    fprintf(stderr, "%s: the agent says: %s\n", prog, e->text ? e->text : "?");
+    rc = 1;
+  } else if (json) {
+    fputs(resp, stdout);
+    if (len == 0 || resp[len - 1] != '\n') putchar('\n');
+  } else {
+    scrub(j);
+    print_status(j);
+  }
+  ea__json_free(j);
+  free(resp);
+  return rc;
+}
+
+/* ---- keygen, config, version ------------------------------------------------- */
+
+static int cmd_keygen(int argc, char **argv) {
+  if (argc > 2) return usage_error("keygen: takes at most one FILE");
+  if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc == 2 && argv[1][0] == '-') return usage_error("keygen: unknown option '%s'", argv[1]);
+  uint8_t key[EA_KEY_BYTES];
+  if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key) {
+    fprintf(stderr, "%s: getrandom: %s\n", prog, strerror(errno));
+    return 1;
+  }
+  char hex[2 * EA_KEY_BYTES + 2];
+  for (size_t i = 0; i < EA_KEY_BYTES; i++) sprintf(hex + 2 * i, "%02x", key[i]);
+  hex[2 * EA_KEY_BYTES] = '\n';
+  hex[2 * EA_KEY_BYTES + 1] = 0;
+  memset(key, 0, sizeof key);
+  if (argc < 2) {
+    fputs(hex, stdout);
+    return 0;
+  }
+  /* O_EXCL: overwriting a cluster key by accident would split the cluster. */
+  int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "%s: cannot create %s: %s%s\n", prog, argv[1], strerror(errno),
+            errno == EEXIST ? " (refusing to overwrite an existing key)" : "");
+    return 1;
+  }
+  ssize_t w = write(fd, hex, strlen(hex));
+  int e = errno;
+  if (w != (ssize_t)strlen(hex) || fsync(fd) < 0 || close(fd) < 0) {
+    fprintf(stderr, "%s: writing %s: %s\n", prog, argv[1], strerror(e));
+    unlink(argv[1]);
+    return 1;
+  }
+  memset(hex, 0, sizeof hex);
+  fprintf(stderr,
+          "wrote a new cluster key to %s (mode 0600); copy it to every node and pass "
+          "--key-file %s\n",
+          argv[1], argv[1]);
+  return 0;
+}
+
+static int cmd_config(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"config", required_argument, 0, OPT_CONFIG},
+      {"set", required_argument, 0, OPT_SET},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  const char *path = NULL;
+  char **sets = calloc((size_t)argc + 1, sizeof *sets);
+  int nsets = 0, rc = 0, c;
+  if (!sets) return 1;
+  optind = 1;
+  opterr = 0;
+  while (rc == 0 && (c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_CONFIG:
+        path = optarg;
+        break;
+      case OPT_SET:
+        sets[nsets++] = optarg;
+        break;
+      case 'h':
+        usage(stdout);
+        free(sets);
+        return 0;
+      default:
+        rc = bad_option(argv, optopt, opts);
+        break;
+    }
+  }
+  if (rc == 0 && optind < argc) rc = usage_error("config: unexpected argument '%s'", argv[optind]);
+  static ea_config cfg;
+  if (rc == 0) rc = build_config(&cfg, path, sets, nsets, NULL, NULL);
+  free(sets);
+  if (rc) return rc;
+  size_t cap = 1 << 16;
+  for (;;) {
+    char *buf = malloc(cap);
+    if (!buf) return 1;
+    int n = ea_config_dump(&cfg, buf, cap);
+    if (n >= 0 && (size_t)n < cap) {
+      fputs(buf, stdout);
+      free(buf);
+      return 0;
+    }
+    free(buf);
+    if (n < 0 && n != -ENOSPC && n != -EMSGSIZE) {
+      fprintf(stderr, "%s: cannot print the configuration: %s\n", prog, strerror(-n));
+      return 1;
+    }
+    if (cap >= (1u << 24)) return 1;
+    cap *= 4;
+  }
+}
+
+int main(int argc, char **argv) {
+  /* A peer closing a socket must be an error return, not a fatal signal. */
+  signal(SIGPIPE, SIG_IGN);
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+      usage(stdout);
+      return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+      printf("elastic-agent %s\n", EA_VERSION);
+      return 0;
+    }
+    return cmd_run(argc, argv);
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "status") == 0) return cmd_status(argc - 1, argv + 1);
+  if (strcmp(cmd, "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
+  if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
+  if (strcmp(cmd, "version") == 0) {
+    printf("elastic-agent %s\n", EA_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  return usage_error("unknown command '%s' (commands: run, status, keygen, config, version)", cmd);
+}

@@ -1,0 +1,1696 @@
+/* swim.c — the SWIM + Lifeguard membership core.
+ *
+ * WHY IT IS BUILT THIS WAY
+ *
+ * A training cluster loses money every second a dead node is still counted
+ * in the worker group, and loses more when a live node is thrown out by
+ * mistake: every false positive re-forms every communicator.  So the
+ * membership layer has to be fast to notice a crash, slow to believe a
+ * rumour, and cheap enough to run on thousands of nodes.  SWIM (Das, Gupta,
+ * Motivala, DSN 2002) gives constant per-node load: each node probes one
+ * member per interval, asks k others to probe on its behalf before it
+ * suspects anyone, and spreads what it learns by piggybacking on the probe
+ * traffic it sends anyway.  Lifeguard (Dadgar et al., 2018, as in
+ * hashicorp/memberlist) fixes SWIM's weak spot, a slow or overloaded *prober*
+ * accusing healthy members: a node that misses nacks it was promised, or has
+ * to refute accusations against itself, raises a local health score that
+ * stretches its own timeouts; and a suspicion times out slowly when only one
+ * member suspects, quickly once several independent members confirm it.
+ *
+ * The core is pure.  It never reads a clock (time arrives as now_ms), never
+ * touches a socket (an ea_msg leaves through io->send, a push-pull through
+ * io->sync and comes back through ea_swim_merge), never calls a random
+ * device (a xoshiro256** generator seeded by the caller picks probe orders
+ * and gossip targets), and never logs (io->on_change reports every change).
+ * That is what lets one implementation run in the agent on libuv and, by
+ * the thousand, in membership/sim.c in virtual time, where a test can state
+ * a timing promise to the millisecond and replay any failure from its seed.
+ * The shape follows tarantool's swim.c: protocol here, codec in wire.c,
+ * loop and sockets elsewhere.
+ *
+ * THE STATE MACHINE
+ *
+ * A member is (incarnation, state) with state ALIVE < SUSPECT < DEAD < LEFT.
+ * An update wins iff its (incarnation, state) pair is lexicographically
+ * larger than what we hold: alive(i) beats suspect/dead/left(j<i),
+ * suspect(i) beats alive(i), dead(i) and left(i) beat alive/suspect(i), and
+ * left(i) is final for incarnation i.  Only the member itself raises its
+ * incarnation: when it hears itself suspected, declared dead or left (and it
+ * has not left), or a record of itself with a higher incarnation (it was
+ * restarted), it bumps past the accusation and gossips ALIVE.  A dead member
+ * that comes back therefore returns with a higher incarnation and is
+ * re-added as alive.
+ *
+ * Probing is randomized round-robin: the probe list is shuffled at the end
+ * of every round and newcomers are inserted at random positions, so every
+ * member is probed by every other once per round (a worst-case bound SWIM's
+ * pure random choice lacks) while the order stays unpredictable.  A probe is
+ * PING → ACK(seq); after probe_timeout without an ack we send PING_REQ to k
+ * random alive members, who ping the target, relay its ack, and send a NACK
+ * if they hear nothing within 4/5 of their probe timeout (Lifeguard §IV-B:
+ * the nack must reach us before our interval ends).  At the end of the probe
+ * interval without any ack we mark the target SUSPECT at its current
+ * incarnation, from=self.  When we probe a member we already suspect, the
+ * SUSPECT update rides on the ping itself (memberlist's "buddy system"), so
+ * a live suspect learns of the accusation within one probe and refutes.
+ *
+ * Local health h ∈ [0, awareness_max-1]: +1 when a failed probe had nacks
+ * expected but missing (we, not the target, may be the slow one), +1 when we
+ * must refute, −1 on every successful probe.  The probe interval and the
+ * probe timeout are both multiplied by (h+1).  A failed probe with no helper
+ * to ask does not move h: with nobody to vouch, a failed probe says nothing
+ * about which side is slow.
+ *
+ * The suspicion timer (memberlist's formula), with N = members alive or
+ * suspect in our view, ourselves included:
+ *     min = suspicion_mult · log10(max(N,10)) · probe_interval
+ *     max = suspicion_max_mult · min
+ *     K   = suspicion_mult − 2  (0 when N − 2 < K: too few members to confirm)
+ *     timeout(C) = max − (max − min) · ln(C+1) / ln(K+1),  never below min
+ * where C counts distinct `from`s of SUSPECT updates other than the first.
+ * The timer starts at max, shrinks as confirmations arrive, and on expiry
+ * the member is DEAD (from=self).  A lone suspicion, the typical false
+ * positive under packet loss, waits the full max; a real crash is confirmed
+ * by every member that probes it and falls to min.
+ *
+ * Dissemination: every accepted change is queued once per member (a newer
+ * update about the same member replaces the older), sent least-transmitted
+ * first and newest first among equals, and dropped after
+ * retransmit_mult · ceil(log10(N+1)) transmissions.  Updates ride on every
+ * ping, ack, ping-req and nack until the packet reaches cfg->max_packet
+ * (exact sizes from ea_wire_update_size / ea_wire_msg_base_size), and while
+ * the queue is non-empty it is also flushed to gossip_nodes random members
+ * every gossip_interval.  Push-pull (full state over TCP) runs at join and
+ * every push_pull_interval · pushpull_scale(N) as anti-entropy; a merged
+ * record is treated exactly like a gossiped update.  A node that knew only
+ * itself does not re-gossip what a join taught it (its peer already knew).
+ *
+ * THE DETECTION BOUND (docs/membership.md has the same, with numbers)
+ *
+ * Let I = probe_interval, T = probe_timeout, G = gossip_interval,
+ * g = gossip_nodes, d = one-way network delay, all members healthy (h = 0).
+ * From a crash until every live member holds the crashed node DEAD:
+ *
+ *   T_detect = T_first + I + T_susp + T_spread
+ *
+ *  1. T_first, until some member starts a probe whose ping arrives after the
+ *     crash.  Each interval, each of the N−1 live members probes one member;
+ *     the chance that none of them picks the crashed one is
+ *     (1 − 1/(N−1))^(N−1) ≈ 1/e (round-robin only helps), so
+ *     P(T_first > j·I) ≤ e^(−j): j = ⌈ln(1/ε)⌉ intervals cover all but ε.
+ *     (SWIM's expectation: I·e/(e−1) from crash to first suspicion.)
+ *  2. I: that probe fails at the end of its interval (direct timeout T,
+ *     then the indirect round I − T), and the prober marks it SUSPECT.
+ *  3. T_susp = timeout(C).  Every other member probes the crashed node about
+ *     once per interval ((N−2)/(N−1) probes per interval in expectation), and
+ *     each failed probe is an independent confirmation.  The K-th arrives
+ *     after about K·I + a gossip hop; while K·I + G + 2d ≤ min the first
+ *     suspector's timer runs exactly min.  No member can declare DEAD before
+ *     min has passed since *some* suspicion began, and no suspicion can begin
+ *     before crash + I − d, which is the lower bound the tests assert.
+ *  4. T_spread: the DEAD update spreads as an epidemic with fanout g every G
+ *     (plus piggybacking): ⌈log_{g+1} N + ln(N)/g⌉ rounds (Pittel's bound
+ *     for push gossip) of G + d each.  Meanwhile every member that heard the
+ *     suspicion runs its own timer, which also fires near min.
+ *
+ * So T_detect ≤ ⌈ln(1/ε)⌉·I + I + min + ⌈log_{g+1}N + ln N/g⌉·(G + d) with
+ * probability 1 − ε.  ea_sim_detect_bound() in sim.c computes exactly this,
+ * and tests/unit/test_swim.c asserts it.
+ *
+ * DATA STRUCTURES
+ *
+ * The simulator runs 5000 of these cores in one process, so nothing here is
+ * O(N) per packet.  Members live in a dense array indexed through an
+ * open-addressing hash on the id; the probe list, the dissemination queue
+ * (an indexed binary heap) and the suspicion timers (another indexed heap)
+ * refer to members by index and are fixed up on the rare swap-remove when a
+ * member is reaped; reap deadlines are FIFO because dead_reclaim_ms is a
+ * constant.  Metadata is interned process-wide and reference counted: 5000
+ * views of 5000 members share 5000 copies of ea_meta instead of 25 million.
+ * The public ea_member view is materialized on request.
+ */
+#include "ea_membership.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+#define NEVER UINT64_MAX
+
+/* Distinct confirmations remembered per suspicion: K is suspicion_mult − 2
+ * (2 at our defaults, memberlist's too); a config asking for more than this
+ * is clamped, which only means the timer reaches min after 16 confirmers. */
+#define SUSP_K_MAX 16
+/* Ping-reqs we relay at once.  Each costs a few hundred bytes; a node asked
+ * for more than this is either under attack or the cluster is collapsing,
+ * and refusing (the requester then sees a missing nack) is the right signal. */
+#define RELAY_MAX 128
+/* Ring of materialized ea_swim_find() results, so a caller may hold a few
+ * pointers at once (e.g. compare two members) without copying. */
+#define FIND_SLOTS 8
+/* Suspicions we have held long enough to doubt our own view (see
+ * recheck_push).  64 covers every suspicion a node holds outside a mass
+ * failure, where the round-robin probes the rest anyway. */
+#define PRIO_MAX 64
+/* Relays nack after 4/5 of their probe timeout (Lifeguard §IV-B), so the nack
+ * lands inside the requester's remaining interval I − T even with I = 2T. */
+#define NACK_NUM 4
+#define NACK_DEN 5
+
+/* ---- interned metadata ------------------------------------------------- */
+
+typedef struct meta_blob {
+  struct meta_blob *next; /* hash chain */
+  uint64_t hash;
+  _Atomic uint32_t refs;
+  ea_meta m; /* canonical: strings NUL-padded, unused address bytes zero */
+} meta_blob;
+
+static struct {
+  pthread_mutex_t lock;
+  meta_blob **tab;
+  size_t cap, count;
+} interned = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+static void canon_str(char *dst, const char *src, size_t cap) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+}
+
+static void canon_addr(ea_addr *dst, const ea_addr *src) {
+  dst->family = src->family;
+  dst->port = src->port;
+  if (src->family == 4) memcpy(dst->ip, src->ip, 4);
+  else if (src->family == 6) memcpy(dst->ip, src->ip, 16);
+}
+
+static void canon_meta(ea_meta *c, const ea_meta *m) {
+  memset(c, 0, sizeof *c);
+  canon_str(c->name, m->name, sizeof c->name);
+  canon_addr(&c->gossip, &m->gossip);
+  canon_addr(&c->control, &m->control);
+  canon_str(c->role, m->role, sizeof c->role);
+  canon_str(c->tags, m->tags, sizeof c->tags);
+  canon_str(c->version, m->version, sizeof c->version);
+  c->last_gen = m->last_gen;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static uint64_t meta_hash(const ea_meta *c) {
+  const uint8_t *p = (const uint8_t *)c;
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  size_t i = 0;
+  for (; i + 8 <= sizeof *c; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ mix64(w + i)) * 0x100000001b3ULL;
+  }
+  for (; i < sizeof *c; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return mix64(h);
+}
+
+/* Take a reference on an existing blob (caller already holds one). */
+static meta_blob *blob_retain(meta_blob *b) {
+  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+  return b;
+}
+
+static void blob_release(meta_blob *b) {
+  if (!b) return;
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+  /* We took it to zero; intern() never revives a zero-ref blob, so nobody
+   * else can reach it except through the table, which we now unlink. */
+  pthread_mutex_lock(&interned.lock);
+  meta_blob **pp = &interned.tab[b->hash & (interned.cap - 1)];
+  while (*pp && *pp != b) pp = &(*pp)->next;
+  if (*pp) *pp = b->next;
+  interned.count--;
+  pthread_mutex_unlock(&interned.lock);
+  free(b);
+}
+
+static int intern_grow(void) {
+  size_t ncap = interned.cap ? interned.cap * 2 : 1024;
+  meta_blob **nt = calloc(ncap, sizeof *nt);
+  if (!nt) return -ENOMEM;
+  for (size_t i = 0; i < interned.cap; i++) {
+    meta_blob *b = interned.tab[i];
+    while (b) {
+      meta_blob *nx = b->next;
+      b->next = nt[b->hash & (ncap - 1)];
+      nt[b->hash & (ncap - 1)] = b;
+      b = nx;
+    }
+  }
+  free(interned.tab);
+  interned.tab = nt;
+  interned.cap = ncap;
+  return 0;
+}
+
+/* A referenced blob equal to m, or NULL on allocation failure. */
+static meta_blob *blob_intern(const ea_meta *m) {
+  ea_meta c;
+  canon_meta(&c, m);
+  uint64_t h = meta_hash(&c);
+  meta_blob *r = NULL;
+  pthread_mutex_lock(&interned.lock);
+  if (interned.cap) {
+    for (meta_blob *b = interned.tab[h & (interned.cap - 1)]; b; b = b->next) {
+      if (b->hash != h || memcmp(&b->m, &c, sizeof c) != 0) continue;
+      /* Revive only a live blob: one at zero is being freed by its releaser. */
+      uint32_t cur = atomic_load_explicit(&b->refs, memory_order_relaxed);
+      while (cur > 0 && !atomic_compare_exchange_weak(&b->refs, &cur, cur + 1)) {
+      }
+      if (cur > 0) {
+        r = b;
+        break;
+      }
+    }
+  }
+  if (!r && (interned.count + 1 <= interned.cap || intern_grow() == 0)) {
+    r = malloc(sizeof *r);
+    if (r) {
+      r->hash = h;
+      atomic_init(&r->refs, 1);
+      r->m = c;
+      r->next = interned.tab[h & (interned.cap - 1)];
+      interned.tab[h & (interned.cap - 1)] = r;
+      interned.count++;
+    }
+  }
+  pthread_mutex_unlock(&interned.lock);
+  return r;
+}
+
+/* ---- the core's types -------------------------------------------------- */
+
+typedef struct {
+  ea_node_id id;
+  uint32_t inc;
+  uint8_t state;
+  uint32_t probe_pos; /* index into probe list, NONE for self */
+  uint32_t susp;      /* index into susp pool, NONE unless SUSPECT */
+  uint32_t qpos;      /* position in the dissemination heap, or NONE */
+  uint64_t since;
+  meta_blob *meta;
+} member;
+
+typedef struct {
+  ea_node_id id, from;
+  uint32_t inc;
+  uint8_t state;
+  uint8_t transmits;
+  uint16_t size; /* encoded size, cached */
+  uint32_t midx; /* member it is about (for member.qpos) */
+  uint64_t order; /* enqueue sequence: larger is newer */
+  meta_blob *meta; /* ALIVE only; referenced */
+} qent;
+
+typedef struct {
+  uint32_t midx;
+  uint32_t hpos; /* position in susp heap, NONE when free */
+  uint32_t next_free;
+  uint32_t k, n, nfrom;
+  uint64_t start, deadline, min, max;
+  ea_node_id from[SUSP_K_MAX + 1];
+} susp;
+
+typedef struct {
+  uint64_t deadline, since;
+  ea_node_id id;
+} reap_ent;
+
+typedef struct {
+  bool used;
+  uint32_t seq;        /* our ping to the target */
+  uint32_t origin_seq; /* the requester's probe */
+  ea_addr reply_to;
+  ea_node_id target;
+  uint64_t deadline;   /* nack due */
+} relay;
+
+typedef struct {
+  uint64_t s[4];
+} rng;
+
+struct ea_swim {
+  ea_swim_config cfg;
+  ea_swim_io io;
+  rng r;
+  ea_node_id self_id;
+  uint32_t self_idx;
+  bool left;
+
+  /* member table + id hash */
+  member *mem;
+  uint32_t nmem, capmem;
+  uint32_t *slots; /* midx+1, 0 = empty */
+  uint32_t slot_mask;
+  uint32_t nlive;  /* alive + suspect, self included */
+  uint32_t nalive; /* alive, self included */
+
+  /* randomized round-robin */
+  uint32_t *plist;
+  uint32_t nplist, capplist, cursor;
+
+  /* dissemination queue: binary heap of qent */
+  qent *q;
+  uint32_t nq, capq;
+  uint64_t qorder;
+  size_t upd_min_size;
+
+  /* suspicions: pool + heap by deadline */
+  susp *sp;
+  uint32_t nsp, capsp, sp_free;
+  uint32_t *sheap;
+  uint32_t nsheap;
+
+  /* reaping: FIFO ring (deadlines are monotone) */
+  reap_ent *reap;
+  uint32_t reap_head, reap_len, reap_cap;
+
+  relay relays[RELAY_MAX];
+  uint32_t nrelays;
+
+  /* the probe in flight */
+  struct {
+    bool active, acked, indirect;
+    ea_node_id target;
+    ea_addr addr;
+    uint32_t seq;
+    uint64_t timeout_at;
+    uint32_t expected_nacks, nacks;
+  } probe;
+  struct {
+    ea_node_id id;
+    uint32_t inc;
+    uint64_t due;
+  } prio[PRIO_MAX]; /* suspicions to re-check by probing (unordered) */
+  uint32_t prio_len;
+  bool last_prio;     /* the current probe came from prio: next is round-robin */
+  uint64_t probe_at;  /* end of the current probe = start of the next */
+  uint64_t gossip_at; /* next gossip round (only while the queue is non-empty) */
+  uint64_t pp_at;     /* next periodic push-pull */
+  uint64_t contact_at; /* earliest next push-pull with an unknown sender */
+  uint32_t seq;
+  uint32_t health;
+
+  ea_swim_stats st;
+  ea_msg *msg; /* scratch outgoing message */
+
+  /* materialized views (logically const accessors fill these) */
+  ea_member *view;
+  uint32_t view_cap;
+  ea_member self_view;
+  ea_member find_ring[FIND_SLOTS];
+  uint32_t find_next;
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rng_next(rng *r) { /* xoshiro256** */
+  uint64_t *s = r->s;
+  uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return res;
+}
+
+static uint32_t rng_below(rng *r, uint32_t n) {
+  return (uint32_t)(((unsigned __int128)rng_next(r) * n) >> 64);
+}
+
+static bool id_eq(const ea_node_id *a, const ea_node_id *b) { return memcmp(a, b, sizeof *a) == 0; }
+
+static uint64_t id_hash(const ea_node_id *id) {
+  uint64_t a, b;
+  memcpy(&a, id->b, 8);
+  memcpy(&b, id->b + 8, 8);
+  return mix64(a ^ rotl(b, 29));
+}
+
+static bool is_live(uint8_t st) { return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT; }
+
+static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static uint32_t scale(const ea_swim *s) { return s->health + 1; }
+
+/* ceil(log10(n+1)) · retransmit_mult, memberlist's retransmitLimit. */
+static uint32_t retransmit_limit(const ea_swim *s) {
+  uint32_t n = s->nlive, d = 0;
+  for (uint64_t p = 1; p < (uint64_t)n + 1; p *= 10) d++;
+  uint32_t lim = s->cfg.retransmit_mult * (d ? d : 1);
+  if (lim < 1) lim = 1;
+  return lim > 255 ? 255 : lim;
+}
+
+/* memberlist's pushPullScale: double the interval for every doubling of the
+ * cluster past 32 members, so the total TCP state traffic stays bounded. */
+static uint64_t pushpull_interval(const ea_swim *s) {
+  uint64_t iv = s->cfg.push_pull_interval_ms;
+  if (s->nlive <= 32) return iv;
+  double mult = ceil(log2((double)s->nlive) - log2(32.0)) + 1.0;
+  return iv * (uint64_t)mult;
+}
+
+static void susp_bounds(const ea_swim *s, uint32_t n, uint64_t *mn, uint64_t *mx) {
+  double scale_n = log10((double)(n > 10 ? n : 10));
+  uint64_t m = (uint64_t)floor((double)s->cfg.suspicion_mult * scale_n * s->cfg.probe_interval_ms);
+  if (m < 1) m = 1;
+  *mn = m;
+  *mx = (uint64_t)(s->cfg.suspicion_max_mult ? s->cfg.suspicion_max_mult : 1) * m;
+}
+
+/* ---- id hash ------------------------------------------------------------ */
+
+static uint32_t find_idx(const ea_swim *s, const ea_node_id *id) {
+  uint32_t i = (uint32_t)id_hash(id) & s->slot_mask;
+  for (;;) {
+    uint32_t v = s->slots[i];
+    if (!v) return NONE;
+    if (id_eq(&s->mem[v - 1].id, id)) return v - 1;
+    i = (i + 1) & s->slot_mask;
+  }
+}
+
+static uint32_t *slot_of(ea_swim *s, const ea_node_id *id) {
+  uint32_t i = (uint32_t)id_hash(id) & s->slot_mask;
+  for (;;) {
+    uint32_t v = s->slots[i];
+    if (!v) return NULL;
+    if (id_eq(&s->mem[v - 1].id, id)) return &s->slots[i];
+    i = (i + 1) & s->slot_mask;
+  }
+}
+
+static void slot_put(uint32_t *slots, uint32_t mask, const ea_node_id *id, uint32_t midx) {
+  uint32_t i = (uint32_t)id_hash(id) & mask;
+  while (slots[i]) i = (i + 1) & mask;
+  slots[i] = midx + 1;
+}
+
+static int slots_grow(ea_swim *s) {
+  uint32_t ncap = (s->slot_mask + 1) * 2;
+  uint32_t *ns = calloc(ncap, sizeof *ns);
+  if (!ns) return -ENOMEM;
+  for (uint32_t i = 0; i < s->nmem; i++) slot_put(ns, ncap - 1, &s->mem[i].id, i);
+  free(s->slots);
+  s->slots = ns;
+  s->slot_mask = ncap - 1;
+  return 0;
+}
+
+/* Linear-probing delete with backward shift (no tombstones). */
+static void slot_del(ea_swim *s, const ea_node_id *id) {
+  uint32_t mask = s->slot_mask;
+  uint32_t *p = slot_of(s, id);
+  if (!p) return;
+  uint32_t i = (uint32_t)(p - s->slots), j = i;
+  for (;;) {
+    j = (j + 1) & mask;
+    if (!s->slots[j]) break;
+    uint32_t k = (uint32_t)id_hash(&s->mem[s->slots[j] - 1].id) & mask;
+    /* Move j back into the hole at i unless its home k lies cyclically in (i, j]. */
+    bool keep = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+    if (keep) continue;
+    s->slots[i] = s->slots[j];
+    i = j;
+  }
+  s->slots[i] = 0;
+}
+
+/* ---- dissemination queue (indexed binary heap) -------------------------- */
+
+/* a before b: fewer transmissions first, then newer first. */
+static bool q_less(const qent *a, const qent *b) {
+  if (a->transmits != b->transmits) return a->transmits < b->transmits;
+  return a->order > b->order;
+}
+
+static void q_set(ea_swim *s, uint32_t pos, const qent *e) {
+  s->q[pos] = *e;
+  s->mem[e->midx].qpos = pos;
+}
+
+static void q_up(ea_swim *s, uint32_t pos) {
+  qent e = s->q[pos];
+  while (pos > 0) {
+    uint32_t par = (pos - 1) / 2;
+    if (!q_less(&e, &s->q[par])) break;
+    q_set(s, pos, &s->q[par]);
+    pos = par;
+  }
+  q_set(s, pos, &e);
+}
+
+static void q_down(ea_swim *s, uint32_t pos) {
+  qent e = s->q[pos];
+  for (;;) {
+    uint32_t c = 2 * pos + 1;
+    if (c >= s->nq) break;
+    if (c + 1 < s->nq && q_less(&s->q[c + 1], &s->q[c])) c++;
+    if (!q_less(&s->q[c], &e)) break;
+    q_set(s, pos, &s->q[c]);
+    pos = c;
+  }
+  q_set(s, pos, &e);
+}
+
+/* Remove the entry at pos; returns it (caller owns its meta reference). */
+static qent q_remove(ea_swim *s, uint32_t pos) {
+  qent e = s->q[pos];
+  s->mem[e.midx].qpos = NONE;
+  s->nq--;
+  if (pos < s->nq) {
+    q_set(s, pos, &s->q[s->nq]);
+    if (pos > 0 && q_less(&s->q[pos], &s->q[(pos - 1) / 2])) q_up(s, pos);
+    else q_down(s, pos);
+  }
+  return e;
+}
+
+static int q_push(ea_swim *s, const qent *e) {
+  if (s->nq == s->capq) {
+    uint32_t nc = s->capq ? s->capq * 2 : 64;
+    qent *nq = realloc(s->q, (size_t)nc * sizeof *nq);
+    if (!nq) return -ENOMEM;
+    s->q = nq;
+    s->capq = nc;
+  }
+  s->nq++;
+  q_set(s, s->nq - 1, e);
+  q_up(s, s->nq - 1);
+  return 0;
+}
+
+static void fill_update(const qent *e, ea_update *u) {
+  u->state = e->state;
+  u->incarnation = e->inc;
+  u->id = e->id;
+  u->from = e->from;
+  u->has_meta = e->meta != NULL;
+  if (e->meta) u->meta = e->meta->m;
+}
+
+/* Queue news about member midx; a newer update replaces any queued one. */
+static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
+                    const ea_node_id *from) {
+  member *m = &s->mem[midx];
+  qent e = {.id = m->id, .from = *from, .inc = inc, .state = state, .midx = midx,
+            .order = ++s->qorder};
+  if (state == EA_STATE_ALIVE && m->meta) e.meta = blob_retain(m->meta);
+  ea_update u;
+  u.state = state;
+  u.incarnation = inc;
+  u.id = e.id;
+  u.from = e.from;
+  u.has_meta = false;
+  size_t sz = ea_wire_update_size(&u);
+  if (e.meta) {
+    ea_update um;
+    fill_update(&e, &um);
+    sz = ea_wire_update_size(&um);
+  }
+  e.size = (uint16_t)(sz > UINT16_MAX ? UINT16_MAX : sz);
+  if (m->qpos != NONE) {
+    qent old = q_remove(s, m->qpos);
+    blob_release(old.meta);
+  }
+  if (s->nq == 0 && s->gossip_at < now) s->gossip_at = now; /* news goes out at once */
+  if (q_push(s, &e) != 0) blob_release(e.meta);
+}
+
+static void q_clear(ea_swim *s) {
+  while (s->nq) {
+    qent e = q_remove(s, s->nq - 1);
+    blob_release(e.meta);
+  }
+}
+
+/* Append queued updates to msg (already holding `used` bytes) until the
+ * packet budget or the update cap is reached.  Each included update counts
+ * one transmission and leaves the queue at its retransmit limit. */
+static void q_fill(ea_swim *s, ea_msg *msg, size_t used) {
+  size_t budget = s->cfg.max_packet;
+  if (used >= budget || s->nq == 0) return;
+  size_t left = budget - used;
+  uint32_t lim = retransmit_limit(s);
+  qent taken[EA_WIRE_MAX_UPDATES * 2];
+  bool incl[EA_WIRE_MAX_UPDATES * 2];
+  uint32_t nt = 0;
+  while (s->nq && nt < EA_WIRE_MAX_UPDATES * 2 && msg->nupdates < EA_WIRE_MAX_UPDATES &&
+         left >= s->upd_min_size) {
+    qent e = q_remove(s, 0);
+    incl[nt] = e.size <= left;
+    if (incl[nt]) {
+      fill_update(&e, &msg->updates[msg->nupdates++]);
+      left -= e.size;
+      s->st.updates_sent++;
+    }
+    taken[nt++] = e;
+  }
+  for (uint32_t i = 0; i < nt; i++) {
+    qent *e = &taken[i];
+    if (incl[i] && ++e->transmits >= lim) {
+      blob_release(e->meta);
+      continue;
+    }
+    if (q_push(s, e) != 0) blob_release(e->meta);
+  }
+}
+
+/* ---- suspicion timers ---------------------------------------------------- */
+
+static bool sh_less(const ea_swim *s, uint32_t a, uint32_t b) {
+  return s->sp[a].deadline < s->sp[b].deadline;
+}
+
+static void sh_set(ea_swim *s, uint32_t pos, uint32_t si) {
+  s->sheap[pos] = si;
+  s->sp[si].hpos = pos;
+}
+
+static void sh_up(ea_swim *s, uint32_t pos) {
+  uint32_t si = s->sheap[pos];
+  while (pos > 0) {
+    uint32_t par = (pos - 1) / 2;
+    if (!sh_less(s, si, s->sheap[par])) break;
+    sh_set(s, pos, s->sheap[par]);
+    pos = par;
+  }
+  sh_set(s, pos, si);
+}
+
+static void sh_down(ea_swim *s, uint32_t pos) {
+  uint32_t si = s->sheap[pos];
+  for (;;) {
+    uint32_t c = 2 * pos + 1;
+    if (c >= s->nsheap) break;
+    if (c + 1 < s->nsheap && sh_less(s, s->sheap[c + 1], s->sheap[c])) c++;
+    if (!sh_less(s, s->sheap[c], si)) break;
+    sh_set(s, pos, s->sheap[c]);
+    pos = c;
+  }
+  sh_set(s, pos, si);
+}
+
+static void susp_free(ea_swim *s, uint32_t si) {
+  susp *p = &s->sp[si];
+  uint32_t pos = p->hpos;
+  s->nsheap--;
+  if (pos < s->nsheap) {
+    sh_set(s, pos, s->sheap[s->nsheap]);
+    if (pos > 0 && sh_less(s, s->sheap[pos], s->sheap[(pos - 1) / 2])) sh_up(s, pos);
+    else sh_down(s, pos);
+  }
+  p->hpos = NONE;
+  p->next_free = s->sp_free;
+  s->sp_free = si;
+}
+
+static void susp_cancel(ea_swim *s, uint32_t midx) {
+  member *m = &s->mem[midx];
+  if (m->susp == NONE) return;
+  susp_free(s, m->susp);
+  m->susp = NONE;
+}
+
+static uint64_t susp_timeout(const susp *p) {
+  if (p->k == 0) return p->min;
+  double frac = log((double)p->n + 1.0) / log((double)p->k + 1.0);
+  double raw = (double)p->max - frac * (double)(p->max - p->min);
+  uint64_t t = raw <= 0 ? 0 : (uint64_t)floor(raw);
+  return t < p->min ? p->min : t;
+}
+
+static int susp_start(ea_swim *s, uint64_t now, uint32_t midx, const ea_node_id *from) {
+  susp_cancel(s, midx);
+  uint32_t si;
+  if (s->sp_free != NONE) {
+    si = s->sp_free;
+    s->sp_free = s->sp[si].next_free;
+  } else {
+    if (s->nsp == s->capsp) {
+      uint32_t nc = s->capsp ? s->capsp * 2 : 16;
+      susp *np = realloc(s->sp, (size_t)nc * sizeof *np);
+      if (!np) return -ENOMEM;
+      s->sp = np;
+      uint32_t *nh = realloc(s->sheap, (size_t)nc * sizeof *nh);
+      if (!nh) return -ENOMEM;
+      s->sheap = nh;
+      s->capsp = nc;
+    }
+    si = s->nsp++;
+  }
+  susp *p = &s->sp[si];
+  memset(p, 0, sizeof *p);
+  p->midx = midx;
+  p->start = now;
+  uint32_t n = s->nlive;
+  susp_bounds(s, n, &p->min, &p->max);
+  uint32_t k = s->cfg.suspicion_mult > 2 ? s->cfg.suspicion_mult - 2 : 0;
+  if (k > SUSP_K_MAX) k = SUSP_K_MAX;
+  if (n < 2 || n - 2 < k) k = 0;
+  p->k = k;
+  p->from[0] = *from;
+  p->nfrom = 1;
+  p->deadline = now + (k == 0 ? p->min : p->max);
+  s->sheap[s->nsheap] = si;
+  p->hpos = s->nsheap++;
+  sh_up(s, p->hpos);
+  s->mem[midx].susp = si;
+  return 0;
+}
+
+/* A SUSPECT update from `from` about a member we already suspect.  Returns
+ * true when it was a new independent confirmation (worth re-gossiping). */
+static bool susp_confirm(ea_swim *s, uint32_t midx, const ea_node_id *from) {
+  uint32_t si = s->mem[midx].susp;
+  if (si == NONE) return false;
+  susp *p = &s->sp[si];
+  if (p->n >= p->k) return false;
+  for (uint32_t i = 0; i < p->nfrom; i++)
+    if (id_eq(&p->from[i], from)) return false;
+  p->from[p->nfrom++] = *from;
+  p->n++;
+  p->deadline = p->start + susp_timeout(p);
+  sh_up(s, p->hpos);
+  sh_down(s, p->hpos);
+  return true;
+}
+
+/* ---- member table ------------------------------------------------------- */
+
+static void materialize(const ea_swim *s, uint32_t midx, ea_member *out) {
+  const member *m = &s->mem[midx];
+  out->id = m->id;
+  if (m->meta) out->meta = m->meta->m;
+  else memset(&out->meta, 0, sizeof out->meta);
+  out->incarnation = m->inc;
+  out->state = m->state;
+  out->since_ms = m->since;
+}
+
+static void refresh_self_view(ea_swim *s) { materialize(s, s->self_idx, &s->self_view); }
+
+static void notify(ea_swim *s, uint32_t midx, uint8_t old) {
+  if (midx == s->self_idx) refresh_self_view(s);
+  if (!s->io.on_change) return;
+  ea_member tmp;
+  materialize(s, midx, &tmp);
+  s->io.on_change(s->io.ctx, &tmp, old);
+}
+
+static int reap_push(ea_swim *s, uint64_t deadline, uint64_t since, const ea_node_id *id) {
+  if (s->reap_len == s->reap_cap) {
+    uint32_t nc = s->reap_cap ? s->reap_cap * 2 : 64;
+    reap_ent *nr = malloc((size_t)nc * sizeof *nr);
+    if (!nr) return -ENOMEM;
+    for (uint32_t i = 0; i < s->reap_len; i++) nr[i] = s->reap[(s->reap_head + i) % s->reap_cap];
+    free(s->reap);
+    s->reap = nr;
+    s->reap_head = 0;
+    s->reap_cap = nc;
+  }
+  reap_ent *e = &s->reap[(s->reap_head + s->reap_len++) % s->reap_cap];
+  e->deadline = deadline;
+  e->since = since;
+  e->id = *id;
+  return 0;
+}
+
+/* Change a member's (state, incarnation, meta) and keep every index and
+ * counter in step.  newmeta is borrowed (retained here when it changes). */
+static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint32_t inc,
+                      meta_blob *newmeta) {
+  member *m = &s->mem[midx];
+  uint8_t old = m->state;
+  bool meta_changed = newmeta && newmeta != m->meta;
+  if (old == EA_STATE_SUSPECT) susp_cancel(s, midx);
+  s->nlive += (uint32_t)is_live(st) - (uint32_t)is_live(old);
+  s->nalive += (uint32_t)(st == EA_STATE_ALIVE) - (uint32_t)(old == EA_STATE_ALIVE);
+  m->inc = inc;
+  m->state = st;
+  if (meta_changed) {
+    blob_release(m->meta);
+    m->meta = blob_retain(newmeta);
+  }
+  if (old != st) {
+    m->since = now;
+    if ((st == EA_STATE_DEAD || st == EA_STATE_LEFT) && midx != s->self_idx)
+      reap_push(s, now + s->cfg.dead_reclaim_ms, now, &m->id);
+  }
+  if (old != st || meta_changed) notify(s, midx, old);
+}
+
+static int plist_insert_random(ea_swim *s, uint32_t midx) {
+  if (s->nplist == s->capplist) {
+    uint32_t nc = s->capplist ? s->capplist * 2 : 64;
+    uint32_t *np = realloc(s->plist, (size_t)nc * sizeof *np);
+    if (!np) return -ENOMEM;
+    s->plist = np;
+    s->capplist = nc;
+  }
+  /* memberlist: append, then swap with a random position, so a newcomer's
+   * place in the current round is as random as everyone else's. */
+  uint32_t pos = rng_below(&s->r, s->nplist + 1);
+  uint32_t last = s->nplist++;
+  if (pos != last) {
+    uint32_t other = s->plist[pos];
+    s->plist[last] = other;
+    s->mem[other].probe_pos = last;
+  }
+  s->plist[pos] = midx;
+  s->mem[midx].probe_pos = pos;
+  return 0;
+}
+
+static void plist_remove(ea_swim *s, uint32_t midx) {
+  uint32_t p = s->mem[midx].probe_pos;
+  if (p == NONE) return;
+  uint32_t last = s->nplist - 1;
+  if (p < s->cursor) {
+    /* Keep the "already probed this round" prefix intact: fill the hole
+     * with the prefix's last entry, and that slot with the list's last. */
+    uint32_t c = s->cursor - 1;
+    if (c != p) {
+      s->plist[p] = s->plist[c];
+      s->mem[s->plist[p]].probe_pos = p;
+    }
+    if (last != c) {
+      s->plist[c] = s->plist[last];
+      s->mem[s->plist[c]].probe_pos = c;
+    }
+    s->cursor--;
+  } else if (p != last) {
+    s->plist[p] = s->plist[last];
+    s->mem[s->plist[p]].probe_pos = p;
+  }
+  s->nplist--;
+  s->mem[midx].probe_pos = NONE;
+}
+
+static void plist_shuffle(ea_swim *s) {
+  for (uint32_t i = s->nplist; i > 1; i--) {
+    uint32_t j = rng_below(&s->r, i);
+    uint32_t t = s->plist[i - 1];
+    s->plist[i - 1] = s->plist[j];
+    s->plist[j] = t;
+  }
+  for (uint32_t i = 0; i < s->nplist; i++) s->mem[s->plist[i]].probe_pos = i;
+  s->cursor = 0;
+}
+
+/* Add a member (not in the table).  Returns its index or NONE. */
+static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8_t st, uint32_t inc,
+                           meta_blob *meta) {
+  if (s->nmem == s->capmem) {
+    uint32_t nc = s->capmem ? s->capmem * 2 : 16;
+    member *nm = realloc(s->mem, (size_t)nc * sizeof *nm);
+    if (!nm) return NONE;
+    s->mem = nm;
+    s->capmem = nc;
+  }
+  if ((s->nmem + 1) * 2 > s->slot_mask + 1 && slots_grow(s) != 0) return NONE;
+  uint32_t midx = s->nmem++;
+  member *m = &s->mem[midx];
+  memset(m, 0, sizeof *m);
+  m->id = *id;
+  m->inc = inc;
+  m->state = st;
+  m->probe_pos = NONE;
+  m->susp = NONE;
+  m->qpos = NONE;
+  m->since = now;
+  m->meta = meta ? blob_retain(meta) : NULL;
+  slot_put(s->slots, s->slot_mask, id, midx);
+  if (is_live(st)) s->nlive++;
+  if (st == EA_STATE_ALIVE) s->nalive++;
+  if (!id_eq(id, &s->self_id)) plist_insert_random(s, midx);
+  return midx;
+}
+
+/* Remove a dead/left member: swap the last member into its slot and fix
+ * every structure that refers to the moved one by index. */
+static void reap_member(ea_swim *s, uint32_t midx) {
+  member *m = &s->mem[midx];
+  if (m->qpos != NONE) {
+    qent e = q_remove(s, m->qpos);
+    blob_release(e.meta);
+  }
+  susp_cancel(s, midx);
+  plist_remove(s, midx);
+  slot_del(s, &m->id);
+  if (is_live(m->state)) s->nlive--;
+  if (m->state == EA_STATE_ALIVE) s->nalive--;
+  blob_release(m->meta);
+  uint32_t last = s->nmem - 1;
+  if (midx != last) {
+    *m = s->mem[last];
+    uint32_t *slot = slot_of(s, &m->id);
+    if (slot) *slot = midx + 1;
+    if (m->probe_pos != NONE) s->plist[m->probe_pos] = midx;
+    if (m->qpos != NONE) s->q[m->qpos].midx = midx;
+    if (m->susp != NONE) s->sp[m->susp].midx = midx;
+    if (last == s->self_idx) s->self_idx = midx;
+  }
+  s->nmem--;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static ea_msg *msg_begin(ea_swim *s, uint8_t type, uint32_t seq, const ea_node_id *target) {
+  ea_msg *m = s->msg;
+  m->type = type;
+  m->seq = seq;
+  m->src = s->self_id;
+  if (target) m->target = *target;
+  else memset(&m->target, 0, sizeof m->target);
+  memset(&m->target_addr, 0, sizeof m->target_addr);
+  memset(&m->reply_to, 0, sizeof m->reply_to);
+  m->nupdates = 0;
+  return m;
+}
+
+static void msg_send(ea_swim *s, const ea_addr *to, ea_msg *m) {
+  size_t used = ea_wire_msg_base_size(m);
+  for (uint32_t i = 0; i < m->nupdates; i++) used += ea_wire_update_size(&m->updates[i]);
+  q_fill(s, m, used);
+  s->st.msgs_out++;
+  s->io.send(s->io.ctx, to, m);
+}
+
+static const ea_addr *member_addr(const ea_swim *s, uint32_t midx) {
+  return &s->mem[midx].meta->m.gossip;
+}
+
+/* Up to want distinct random members satisfying the filter, excluding self
+ * and `skip`.  Rejection sampling (O(want) when most members qualify), then
+ * a scan when the table is mostly dead. */
+static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea_node_id *skip,
+                            uint32_t *out) {
+  uint32_t got = 0, tries = 0;
+  if (want == 0 || s->nmem <= 1) return 0;
+#define PICK_OK(mi)                                                                                \
+  ((mi) != s->self_idx && s->mem[(mi)].meta &&                                                     \
+   (alive_only ? s->mem[(mi)].state == EA_STATE_ALIVE : is_live(s->mem[(mi)].state)) &&             \
+   !(skip && id_eq(&s->mem[(mi)].id, skip)))
+  while (got < want && tries < 8 * want + 8) {
+    tries++;
+    uint32_t mi = rng_below(&s->r, s->nmem);
+    if (!PICK_OK(mi)) continue;
+    bool dup = false;
+    for (uint32_t i = 0; i < got; i++) dup |= out[i] == mi;
+    if (!dup) out[got++] = mi;
+  }
+  if (got < want) {
+    /* Reservoir over the qualifying members not yet chosen. */
+    uint32_t seen = 0;
+    uint32_t base = got;
+    for (uint32_t mi = 0; mi < s->nmem; mi++) {
+      if (!PICK_OK(mi)) continue;
+      bool dup = false;
+      for (uint32_t i = 0; i < base; i++) dup |= out[i] == mi;
+      if (dup) continue;
+      seen++;
+      if (got < want) out[got++] = mi;
+      else {
+        uint32_t j = rng_below(&s->r, seen);
+        if (j < want - base) out[base + j] = mi;
+      }
+    }
+  }
+#undef PICK_OK
+  return got;
+}
+
+/* ---- applying updates ---------------------------------------------------- */
+
+enum { ORIG_GOSSIP, ORIG_MERGE, ORIG_MERGE_FRESH };
+
+typedef struct {
+  uint8_t state;
+  uint32_t inc;
+  ea_node_id id, from;
+  const ea_meta *meta; /* may be NULL */
+  meta_blob *blob;     /* when the caller already holds an interned copy */
+} rec;
+
+static int rank_of(uint8_t st) { return st; /* ALIVE < SUSPECT < DEAD < LEFT */ }
+
+static bool meta_same(const meta_blob *b, const ea_meta *m) {
+  if (!b) return false;
+  ea_meta c;
+  canon_meta(&c, m);
+  return memcmp(&b->m, &c, sizeof c) == 0;
+}
+
+static void refute(ea_swim *s, uint64_t now, uint32_t accused) {
+  member *self = &s->mem[s->self_idx];
+  uint32_t inc = self->inc + 1;
+  if (accused >= inc) inc = accused + 1;
+  self->inc = inc;
+  refresh_self_view(s);
+  if (s->health + 1 < s->cfg.awareness_max) s->health++;
+  s->st.refutations++;
+  enqueue(s, now, s->self_idx, EA_STATE_ALIVE, inc, &s->self_id);
+}
+
+static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
+  const member *self = &s->mem[s->self_idx];
+  if (r->state == EA_STATE_ALIVE) {
+    /* Someone holds a newer incarnation of us (we restarted), or the same
+     * incarnation with other metadata: out-shout it. */
+    if (r->inc > self->inc || (r->inc == self->inc && r->meta && !meta_same(self->meta, r->meta)))
+      refute(s, now, r->inc);
+    return;
+  }
+  if (r->inc < self->inc) {
+    /* Someone still believes an accusation we already refuted: our ALIVE
+     * missed it.  Say it again (without a bump) unless it is still queued;
+     * the ack to a buddy ping then carries it straight to the doubter. */
+    s->st.stale_dropped++;
+    if (s->mem[s->self_idx].qpos == NONE)
+      enqueue(s, now, s->self_idx, EA_STATE_ALIVE, self->inc, &s->self_id);
+    return;
+  }
+  refute(s, now, r->inc);
+}
+
+/* Re-checking suspicions.  A live suspect refutes, and its ALIVE normally
+ * reaches everyone in a few gossip rounds; but push gossip with a bounded
+ * retransmit count leaves a straggler now and then (a few percent of
+ * updates at 10% loss), and a straggler that holds the suspicion declares a
+ * live member dead when its timer runs out.  So a suspicion still held after
+ * half the minimum timeout — far longer than a refutation takes to spread —
+ * makes us probe the suspect ourselves, every other probe, until it is
+ * resolved: the buddy ping tells it what we believe, it re-asserts its
+ * ALIVE, and the ack brings that back.  Only stragglers do this, so a
+ * refuted suspect is not flooded; for a real crash the probes fail and are
+ * counted as our (independent) confirmation. */
+static void recheck_push(ea_swim *s, uint64_t due, uint32_t midx) {
+  if (s->prio_len == PRIO_MAX) return;
+  uint32_t k = s->prio_len++;
+  s->prio[k].id = s->mem[midx].id;
+  s->prio[k].inc = s->mem[midx].inc;
+  s->prio[k].due = due;
+}
+
+static void suspect_noted(ea_swim *s, uint64_t now, uint32_t midx) {
+  uint32_t si = s->mem[midx].susp;
+  if (si == NONE) return;
+  recheck_push(s, now + s->sp[si].min / 2, midx);
+}
+
+static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
+  if (s->left) return;
+  if (id_eq(&r->id, &s->self_id)) {
+    apply_self(s, now, r);
+    return;
+  }
+  uint32_t mi = find_idx(s, &r->id);
+  if (mi == NONE) {
+    /* A stranger's death teaches nothing; without metadata we cannot reach it. */
+    if (!is_live(r->state) || !r->meta) return;
+    meta_blob *b = r->blob ? blob_retain(r->blob) : blob_intern(r->meta);
+    if (!b) return;
+    mi = add_member(s, now, &r->id, r->state, r->inc, b);
+    blob_release(b);
+    if (mi == NONE) return;
+    if (r->state == EA_STATE_SUSPECT) {
+      susp_start(s, now, mi, &r->from);
+      suspect_noted(s, now, mi);
+    }
+    notify(s, mi, 0xff);
+    if (origin != ORIG_MERGE_FRESH) enqueue(s, now, mi, r->state, r->inc, &r->from);
+    return;
+  }
+  member *m = &s->mem[mi];
+  if (r->inc < m->inc || (r->inc == m->inc && rank_of(r->state) < rank_of(m->state))) {
+    s->st.stale_dropped++;
+    return;
+  }
+  if (r->inc == m->inc && r->state == m->state) {
+    /* Same fact.  For SUSPECT it may be an independent confirmation; merged
+     * records are second-hand, so they never count as one. */
+    if (r->state == EA_STATE_SUSPECT && origin == ORIG_GOSSIP && susp_confirm(s, mi, &r->from))
+      enqueue(s, now, mi, r->state, r->inc, &r->from);
+    return;
+  }
+  /* Newer.  ALIVE brings (possibly new) metadata. */
+  meta_blob *b = NULL;
+  if (r->state == EA_STATE_ALIVE && r->meta) {
+    if (r->blob) b = blob_retain(r->blob);
+    else if (!meta_same(m->meta, r->meta)) b = blob_intern(r->meta);
+  }
+  set_state(s, now, mi, r->state, r->inc, b);
+  blob_release(b);
+  if (r->state == EA_STATE_SUSPECT) {
+    susp_start(s, now, mi, &r->from);
+    suspect_noted(s, now, mi);
+  }
+  if (origin != ORIG_MERGE_FRESH) enqueue(s, now, mi, r->state, r->inc, &r->from);
+}
+
+static void rec_from_update(rec *r, const ea_update *u) {
+  r->state = u->state;
+  r->inc = u->incarnation;
+  r->id = u->id;
+  r->from = u->from;
+  r->meta = u->has_meta ? &u->meta : NULL;
+  r->blob = NULL;
+}
+
+/* ---- probing -------------------------------------------------------------- */
+
+static void health_dec(ea_swim *s) {
+  if (s->health > 0) s->health--;
+}
+
+static void probe_finish(ea_swim *s, uint64_t now) {
+  if (!s->probe.active) return;
+  s->probe.active = false;
+  if (s->probe.acked) return;
+  if (s->probe.expected_nacks > 0 && s->probe.nacks < s->probe.expected_nacks &&
+      s->health + 1 < s->cfg.awareness_max)
+    s->health++;
+  uint32_t mi = find_idx(s, &s->probe.target);
+  if (mi == NONE) return;
+  member *m = &s->mem[mi];
+  if (m->state == EA_STATE_ALIVE) {
+    set_state(s, now, mi, EA_STATE_SUSPECT, m->inc, NULL);
+    susp_start(s, now, mi, &s->self_id);
+    suspect_noted(s, now, mi);
+    s->st.suspicions++;
+    enqueue(s, now, mi, EA_STATE_SUSPECT, s->mem[mi].inc, &s->self_id);
+  } else if (m->state == EA_STATE_SUSPECT) {
+    if (susp_confirm(s, mi, &s->self_id))
+      enqueue(s, now, mi, EA_STATE_SUSPECT, m->inc, &s->self_id);
+  }
+}
+
+static void probe_start(ea_swim *s, uint64_t now) {
+  uint64_t iv = (uint64_t)s->cfg.probe_interval_ms * scale(s);
+  s->probe_at = now + iv;
+  uint32_t mi = NONE;
+  /* A suspicion due for a re-check takes every other probe (recheck_push);
+   * the rest stay round-robin, so a crash nobody suspects yet is still found. */
+  bool use_prio = !s->last_prio;
+  s->last_prio = false;
+  while (use_prio && s->prio_len && mi == NONE) {
+    /* The most overdue entry (a linear pass: at most PRIO_MAX, and only while
+     * we hold suspicions). */
+    uint32_t best = NONE;
+    for (uint32_t k = 0; k < s->prio_len; k++)
+      if (s->prio[k].due <= now && (best == NONE || s->prio[k].due < s->prio[best].due)) best = k;
+    if (best == NONE) break;
+    uint32_t c = find_idx(s, &s->prio[best].id);
+    bool valid = c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[best].inc;
+    s->prio[best] = s->prio[--s->prio_len];
+    if (!valid) continue; /* resolved meanwhile */
+    mi = c;
+    s->last_prio = true;
+    recheck_push(s, now + 2 * iv, c); /* again, while it stays suspect */
+  }
+  for (uint32_t steps = 0; mi == NONE && steps <= s->nplist; steps++) {
+    if (s->cursor >= s->nplist) {
+      if (s->nplist == 0) break;
+      plist_shuffle(s);
+    }
+    uint32_t c = s->plist[s->cursor++];
+    if (is_live(s->mem[c].state) && s->mem[c].meta) {
+      mi = c;
+      break;
+    }
+  }
+  if (mi == NONE) return;
+  member *m = &s->mem[mi];
+  s->probe.active = true;
+  s->probe.acked = false;
+  s->probe.indirect = false;
+  s->probe.target = m->id;
+  s->probe.addr = *member_addr(s, mi);
+  s->probe.seq = ++s->seq;
+  s->probe.timeout_at = now + (uint64_t)s->cfg.probe_timeout_ms * scale(s);
+  s->probe.expected_nacks = 0;
+  s->probe.nacks = 0;
+  ea_msg *msg = msg_begin(s, EA_MSG_PING, s->probe.seq, &m->id);
+  if (m->state == EA_STATE_SUSPECT) {
+    /* Buddy system: tell a suspect it is suspected, so it can refute now. */
+    ea_update *u = &msg->updates[msg->nupdates++];
+    u->state = EA_STATE_SUSPECT;
+    u->incarnation = m->inc;
+    u->id = m->id;
+    u->from = s->self_id;
+    u->has_meta = false;
+  }
+  s->st.pings_sent++;
+  msg_send(s, &s->probe.addr, msg);
+}
+
+static void probe_indirect(ea_swim *s, uint64_t now) {
+  (void)now;
+  s->probe.indirect = true;
+  uint32_t k = s->cfg.indirect_checks;
+  uint32_t pick[64];
+  if (k > 64) k = 64;
+  uint32_t n = pick_random(s, k, true, &s->probe.target, pick);
+  const ea_addr *self_addr = member_addr(s, s->self_idx);
+  for (uint32_t i = 0; i < n; i++) {
+    ea_msg *msg = msg_begin(s, EA_MSG_PING_REQ, s->probe.seq, &s->probe.target);
+    msg->target_addr = s->probe.addr;
+    msg->reply_to = *self_addr;
+    s->st.ping_reqs_sent++;
+    msg_send(s, member_addr(s, pick[i]), msg);
+  }
+  s->probe.expected_nacks = n;
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea_meta *self_meta,
+                     const ea_swim_io *io, uint64_t seed, uint64_t now_ms) {
+  ea_swim *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->cfg = *cfg;
+  if (s->cfg.probe_interval_ms == 0) s->cfg.probe_interval_ms = 1;
+  if (s->cfg.gossip_interval_ms == 0) s->cfg.gossip_interval_ms = 1;
+  if (s->cfg.awareness_max == 0) s->cfg.awareness_max = 1;
+  if (s->cfg.max_packet == 0) s->cfg.max_packet = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD;
+  s->io = *io;
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) s->r.s[i] = splitmix(&x);
+  s->self_id = *self;
+  s->sp_free = NONE;
+  s->msg = malloc(sizeof *s->msg);
+  s->slots = calloc(16, sizeof *s->slots);
+  s->slot_mask = 15;
+  meta_blob *b = blob_intern(self_meta);
+  if (!s->msg || !s->slots || !b) {
+    blob_release(b);
+    ea_swim_free(s);
+    return NULL;
+  }
+  s->self_idx = add_member(s, now_ms, self, EA_STATE_ALIVE, 0, b);
+  blob_release(b);
+  if (s->self_idx == NONE) {
+    ea_swim_free(s);
+    return NULL;
+  }
+  refresh_self_view(s);
+  ea_update u = {.state = EA_STATE_DEAD};
+  s->upd_min_size = ea_wire_update_size(&u);
+  /* Announce ourselves (memberlist does the same): once a join has taught
+   * us some members, our own ALIVE spreads from us as well as from the seed,
+   * which is what keeps a burst of simultaneous joins from leaving
+   * stragglers for push-pull to find. */
+  enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, 0, self);
+  /* Stagger the loops so that a cluster started at once does not probe and
+   * push-pull in lockstep. */
+  s->probe_at = now_ms + rng_below(&s->r, s->cfg.probe_interval_ms);
+  s->gossip_at = now_ms;
+  if (s->cfg.push_pull_interval_ms)
+    s->pp_at = now_ms + rng_below(&s->r, s->cfg.push_pull_interval_ms) + 1;
+  else
+    s->pp_at = NEVER;
+  return s;
+}
+
+void ea_swim_free(ea_swim *s) {
+  if (!s) return;
+  for (uint32_t i = 0; i < s->nq; i++) blob_release(s->q[i].meta);
+  for (uint32_t i = 0; i < s->nmem; i++) blob_release(s->mem[i].meta);
+  free(s->q);
+  free(s->mem);
+  free(s->slots);
+  free(s->plist);
+  free(s->sp);
+  free(s->sheap);
+  free(s->reap);
+  free(s->msg);
+  free(s->view);
+  free(s);
+}
+
+void ea_swim_join(ea_swim *s, uint64_t now_ms, const ea_addr *seeds, size_t n) {
+  (void)now_ms;
+  if (s->left) return;
+  const ea_addr *self = member_addr(s, s->self_idx);
+  for (size_t i = 0; i < n; i++) {
+    if (ea_addr_eq(&seeds[i], self)) continue;
+    s->st.syncs_started++;
+    if (s->io.sync) s->io.sync(s->io.ctx, &seeds[i], EA_SYNC_JOIN);
+  }
+}
+
+void ea_swim_leave(ea_swim *s, uint64_t now_ms) {
+  if (s->left) return;
+  member *self = &s->mem[s->self_idx];
+  q_clear(s);
+  set_state(s, now_ms, s->self_idx, EA_STATE_LEFT, self->inc, NULL);
+  s->left = true;
+  s->probe.active = false;
+  s->nrelays = 0;
+  memset(s->relays, 0, sizeof s->relays);
+  enqueue(s, now_ms, s->self_idx, EA_STATE_LEFT, self->inc, &s->self_id);
+  s->gossip_at = now_ms;
+}
+
+void ea_swim_set_meta(ea_swim *s, uint64_t now_ms, const ea_meta *meta) {
+  if (s->left) return;
+  meta_blob *b = blob_intern(meta);
+  if (!b) return;
+  member *self = &s->mem[s->self_idx];
+  set_state(s, now_ms, s->self_idx, EA_STATE_ALIVE, self->inc + 1, b);
+  blob_release(b);
+  refresh_self_view(s);
+  enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, s->mem[s->self_idx].inc, &s->self_id);
+}
+
+uint64_t ea_swim_next_deadline(const ea_swim *s) {
+  uint64_t d = NEVER;
+  if (s->nq) d = s->gossip_at;
+  if (s->left) return d;
+  d = umin(d, s->probe_at);
+  if (s->probe.active && !s->probe.acked && !s->probe.indirect) d = umin(d, s->probe.timeout_at);
+  d = umin(d, s->pp_at);
+  if (s->nsheap) d = umin(d, s->sp[s->sheap[0]].deadline);
+  if (s->reap_len) d = umin(d, s->reap[s->reap_head].deadline);
+  for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++)
+    if (s->relays[i].used) d = umin(d, s->relays[i].deadline);
+  return d;
+}
+
+static void gossip_round(ea_swim *s, uint64_t now) {
+  uint32_t g = s->cfg.gossip_nodes, pick[64];
+  if (g > 64) g = 64;
+  uint32_t n = pick_random(s, g, false, NULL, pick);
+  for (uint32_t i = 0; i < n && s->nq; i++) {
+    ea_msg *msg = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
+    q_fill(s, msg, ea_wire_msg_base_size(msg));
+    if (msg->nupdates == 0) break;
+    s->st.msgs_out++;
+    s->io.send(s->io.ctx, member_addr(s, pick[i]), msg);
+  }
+  s->gossip_at = now + s->cfg.gossip_interval_ms;
+}
+
+uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
+  if (!s->left) {
+    /* Relayed probes whose nack is due. */
+    for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++) {
+      relay *rl = &s->relays[i];
+      if (!rl->used || rl->deadline > now) continue;
+      ea_msg *msg = msg_begin(s, EA_MSG_NACK, rl->origin_seq, &rl->target);
+      rl->used = false;
+      s->nrelays--;
+      msg_send(s, &rl->reply_to, msg);
+    }
+    /* Suspicions that ran out. */
+    while (s->nsheap && s->sp[s->sheap[0]].deadline <= now) {
+      uint32_t mi = s->sp[s->sheap[0]].midx;
+      member *m = &s->mem[mi];
+      uint32_t inc = m->inc;
+      set_state(s, now, mi, EA_STATE_DEAD, inc, NULL); /* frees the timer */
+      s->st.declared_dead++;
+      enqueue(s, now, mi, EA_STATE_DEAD, inc, &s->self_id);
+    }
+    /* Reaping. */
+    while (s->reap_len && s->reap[s->reap_head].deadline <= now) {
+      reap_ent e = s->reap[s->reap_head];
+      s->reap_head = (s->reap_head + 1) % s->reap_cap;
+      s->reap_len--;
+      uint32_t mi = find_idx(s, &e.id);
+      if (mi == NONE || mi == s->self_idx) continue;
+      member *m = &s->mem[mi];
+      if ((m->state == EA_STATE_DEAD || m->state == EA_STATE_LEFT) && m->since == e.since)
+        reap_member(s, mi);
+    }
+    if (s->probe.active && !s->probe.acked && !s->probe.indirect && now >= s->probe.timeout_at)
+      probe_indirect(s, now);
+    if (now >= s->probe_at) {
+      probe_finish(s, now);
+      probe_start(s, now);
+    }
+    if (now >= s->pp_at) {
+      uint32_t pick;
+      if (pick_random(s, 1, true, NULL, &pick) == 1) {
+        s->st.syncs_started++;
+        if (s->io.sync) s->io.sync(s->io.ctx, member_addr(s, pick), EA_SYNC_PERIODIC);
+      }
+      s->pp_at = now + pushpull_interval(s);
+    }
+  }
+  if (s->nq && now >= s->gossip_at) gossip_round(s, now);
+  return ea_swim_next_deadline(s);
+}
+
+static void handle_ping_req(ea_swim *s, uint64_t now, const ea_addr *from, const ea_msg *m) {
+  (void)from;
+  if (s->nrelays >= RELAY_MAX) return;
+  relay *rl = NULL;
+  for (uint32_t i = 0; i < RELAY_MAX; i++)
+    if (!s->relays[i].used) {
+      rl = &s->relays[i];
+      break;
+    }
+  rl->used = true;
+  rl->seq = ++s->seq;
+  rl->origin_seq = m->seq;
+  rl->reply_to = m->reply_to;
+  rl->target = m->target;
+  rl->deadline = now + (uint64_t)s->cfg.probe_timeout_ms * NACK_NUM / NACK_DEN;
+  s->nrelays++;
+  ea_msg *out = msg_begin(s, EA_MSG_PING, rl->seq, &m->target);
+  s->st.pings_sent++;
+  msg_send(s, &m->target_addr, out);
+}
+
+static void handle_ack(ea_swim *s, const ea_msg *m) {
+  if (s->probe.active && !s->probe.acked && m->seq == s->probe.seq &&
+      id_eq(&m->target, &s->probe.target)) {
+    s->probe.acked = true;
+    s->st.acks_recv++;
+    health_dec(s);
+    return;
+  }
+  for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++) {
+    relay *rl = &s->relays[i];
+    if (!rl->used || rl->seq != m->seq || !id_eq(&rl->target, &m->target)) continue;
+    rl->used = false;
+    s->nrelays--;
+    ea_msg *out = msg_begin(s, EA_MSG_ACK, rl->origin_seq, &rl->target);
+    /* Pass on what the target itself piggybacked (typically its refutation
+     * of the very suspicion that made the requester ask), ahead of our own
+     * queue: we may know it already and not be gossiping it any more. */
+    size_t used = ea_wire_msg_base_size(out);
+    for (uint32_t i = 0; i < m->nupdates && i < EA_WIRE_MAX_UPDATES; i++) {
+      size_t sz = ea_wire_update_size(&m->updates[i]);
+      if (used + sz > s->cfg.max_packet) break;
+      out->updates[out->nupdates++] = m->updates[i];
+      used += sz;
+    }
+    msg_send(s, &rl->reply_to, out);
+    return;
+  }
+}
+
+void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg *m) {
+  s->st.msgs_in++;
+  if (s->left) {
+    /* Gone: answer probes so nobody suspects us, hear nothing else. */
+    if (m->type == EA_MSG_PING && id_eq(&m->target, &s->self_id))
+      msg_send(s, from, msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id));
+    return;
+  }
+  uint32_t n = m->nupdates > EA_WIRE_MAX_UPDATES ? EA_WIRE_MAX_UPDATES : m->nupdates;
+  for (uint32_t i = 0; i < n; i++) {
+    rec r;
+    rec_from_update(&r, &m->updates[i]);
+    apply(s, now_ms, &r, ORIG_GOSSIP);
+  }
+  /* Anti-entropy on contact: a member that talks to us although we do not
+   * know it (we missed its ALIVE in a burst of joins, or reaped it while a
+   * partition kept it away) is worth one push-pull, at most one per probe
+   * interval.  Updates were applied first, so its own ALIVE riding on this
+   * packet — the usual case — costs nothing. */
+  if (now_ms >= s->contact_at && !id_eq(&m->src, &s->self_id) && find_idx(s, &m->src) == NONE) {
+    s->contact_at = now_ms + (uint64_t)s->cfg.probe_interval_ms * scale(s);
+    s->st.syncs_started++;
+    if (s->io.sync) s->io.sync(s->io.ctx, from, EA_SYNC_PERIODIC);
+  }
+  switch (m->type) {
+  case EA_MSG_PING:
+    /* A ping for another id (a stale address) must not be acked for it. */
+    if (id_eq(&m->target, &s->self_id))
+      msg_send(s, from, msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id));
+    break;
+  case EA_MSG_ACK:
+    handle_ack(s, m);
+    break;
+  case EA_MSG_PING_REQ:
+    handle_ping_req(s, now_ms, from, m);
+    break;
+  case EA_MSG_NACK:
+    if (s->probe.active && m->seq == s->probe.seq && id_eq(&m->target, &s->probe.target)) {
+      s->probe.nacks++;
+      s->st.nacks_recv++;
+    }
+    break;
+  default:
+    break;
+  }
+}
+
+int ea_swim_export(const ea_swim *s, ea_update **ups, size_t *n) {
+  *ups = NULL;
+  *n = 0;
+  ea_update *a = malloc((size_t)(s->nmem ? s->nmem : 1) * sizeof *a);
+  if (!a) return -ENOMEM;
+  size_t k = 0;
+  for (uint32_t i = 0; i < s->nmem; i++) {
+    const member *m = &s->mem[i];
+    if (!m->meta) continue;
+    ea_update *u = &a[k++];
+    u->state = m->state;
+    u->incarnation = m->inc;
+    u->id = m->id;
+    u->from = (m->susp != NONE) ? s->sp[m->susp].from[0] : s->self_id;
+    u->has_meta = true;
+    u->meta = m->meta->m;
+  }
+  *ups = a;
+  *n = k;
+  return 0;
+}
+
+static bool knows_only_self(const ea_swim *s) { return s->nmem == 1; }
+
+void ea_swim_merge(ea_swim *s, uint64_t now_ms, const ea_update *ups, size_t n) {
+  if (s->left) return;
+  int origin = knows_only_self(s) ? ORIG_MERGE_FRESH : ORIG_MERGE;
+  s->st.syncs_merged++;
+  for (size_t i = 0; i < n; i++) {
+    rec r;
+    rec_from_update(&r, &ups[i]);
+    apply(s, now_ms, &r, origin);
+  }
+}
+
+/* Internal fast path for the simulator (declared in sim.h): merge another
+ * in-process core's state without copying metadata — the same rules as
+ * ea_swim_export() followed by ea_swim_merge(). */
+void ea__swim_merge_core(ea_swim *dst, uint64_t now_ms, const ea_swim *src) {
+  if (dst->left) return;
+  int origin = knows_only_self(dst) ? ORIG_MERGE_FRESH : ORIG_MERGE;
+  dst->st.syncs_merged++;
+  for (uint32_t i = 0; i < src->nmem; i++) {
+    const member *m = &src->mem[i];
+    if (!m->meta) continue;
+    rec r = {.state = m->state, .inc = m->inc, .id = m->id, .meta = &m->meta->m, .blob = m->meta};
+    r.from = (m->susp != NONE) ? src->sp[m->susp].from[0] : src->self_id;
+    apply(dst, now_ms, &r, origin);
+  }
+}
+
+/* Encoded bytes of ea_swim_export()'s records, for the simulator's traffic
+ * accounting in its fast mode. */
+size_t ea__swim_export_bytes(const ea_swim *s) {
+  size_t total = 0;
+  ea_update u;
+  for (uint32_t i = 0; i < s->nmem; i++) {
+    const member *m = &s->mem[i];
+    if (!m->meta) continue;
+    u.state = m->state;
+    u.incarnation = m->inc;
+    u.id = m->id;
+    u.from = s->self_id;
+    u.has_meta = true;
+    u.meta = m->meta->m;
+    total += ea_wire_update_size(&u);
+  }
+  return total;
+}
+
+size_t ea_swim_members(const ea_swim *cs, const ea_member **out) {
+  ea_swim *s = (ea_swim *)cs; /* the view is a cache; the table is untouched */
+  if (s->view_cap < s->nmem) {
+    ea_member *nv = realloc(s->view, (size_t)s->nmem * sizeof *nv);
+    if (!nv) {
+      *out = NULL;
+      return 0;
+    }
+    s->view = nv;
+    s->view_cap = s->nmem;
+  }
+  for (uint32_t i = 0; i < s->nmem; i++) materialize(s, i, &s->view[i]);
+  *out = s->view;
+  return s->nmem;
+}
+
+const ea_member *ea_swim_find(const ea_swim *cs, const ea_node_id *id) {
+  ea_swim *s = (ea_swim *)cs; /* ring of materialized copies: a cache */
+  uint32_t mi = find_idx(s, id);
+  if (mi == NONE) return NULL;
+  if (mi == s->self_idx) return &s->self_view;
+  ea_member *slot = &s->find_ring[s->find_next++ % FIND_SLOTS];
+  materialize(s, mi, slot);
+  return slot;
+}
+
+/* State of a member without materializing it (simulator fast path). */
+int ea__swim_state_of(const ea_swim *s, const ea_node_id *id, uint32_t *inc) {
+  uint32_t mi = find_idx(s, id);
+  if (mi == NONE) return -1;
+  if (inc) *inc = s->mem[mi].inc;
+  return s->mem[mi].state;
+}
+
+const ea_member *ea_swim_self(const ea_swim *s) { return &s->self_view; }
+
+size_t ea_swim_alive_count(const ea_swim *s) { return s->nalive; }
+
+void ea_swim_stats_get(const ea_swim *s, ea_swim_stats *out) {
+  *out = s->st;
+  out->health = s->health;
+}
+
+void ea_swim_suspicion_bounds(const ea_swim *s, uint64_t *min_ms, uint64_t *max_ms) {
+  susp_bounds(s, s->nlive, min_ms, max_ms);
+}
+
+const char *ea_member_state_str(uint8_t state) {
+  switch (state) {
+  case EA_STATE_ALIVE: return "alive";
+  case EA_STATE_SUSPECT: return "suspect";
+  case EA_STATE_DEAD: return "dead";
+  case EA_STATE_LEFT: return "left";
+  default: return "unknown";
+  }
+}

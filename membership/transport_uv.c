@@ -1,0 +1,1309 @@
+/* The libuv transport: the only place where the SWIM core meets sockets and
+ * a clock.  One UDP socket carries probes and gossip; a TCP listener on the
+ * same port number serves push-pull state exchanges; a single uv_timer is
+ * re-armed to ea_swim_next_deadline() after every call into the core, so the
+ * core is ticked exactly when it asked to be and never polled.
+ *
+ * Everything here runs on one loop and nothing blocks it: UDP sends use
+ * uv_udp_try_send and fall back to a bounded queue, DNS goes through
+ * uv_getaddrinfo, TCP frames are read incrementally.  Input from the network
+ * is untrusted: every datagram and frame is size-checked before it is
+ * buffered, opened with the cluster key when there is one (a sealed packet
+ * without a key, or a plain one with a key, is as unauthenticated as a
+ * forged one), decoded with the bounded codec, and on any failure counted
+ * and dropped — never fatal, and logged at a limited rate so a flood cannot
+ * turn into a log flood.
+ *
+ * The core is pure and calls back synchronously (send, sync, on_change); a
+ * callback never re-enters the core: a push-pull only starts connecting
+ * inside `sync`, and exports our state later from the connect callback.
+ */
+#include "ea_transport.h"
+
+#include "ea_log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Incoming push-pull connections served at once; more are refused.  A join
+ * storm of a whole cluster restarting hits the seed with one connection per
+ * node, and each lasts a few ms, so 64 concurrent is ample while bounding
+ * memory to 64 × the largest frame a hostile peer can make us buffer. */
+#define MAX_INCOMING 64
+/* Datagrams queued when the socket would block; beyond this they are
+ * dropped (UDP gossip tolerates loss by design).  1024 × 1.4 KB ≈ 1.4 MB. */
+#define MAX_UDP_QUEUE 1024
+/* One drop log line per this interval per kind; the counters keep the
+ * exact numbers. */
+#define DROP_LOG_INTERVAL_MS 1000
+/* The LEFT update is considered delivered after this many sends; each
+ * recipient re-gossips it, so three copies make loss of all of them
+ * unlikely (memberlist waits for its broadcast queue to drain instead). */
+#define LEAVE_SENDS 3
+#define LEAVE_MAX_MS 1000
+/* Attempts to find an ephemeral port free for both UDP and TCP: a miss
+ * needs the TCP twin of a fresh ephemeral UDP port to be taken, so a few
+ * percent at worst on a busy host; 16 misses in a row do not happen. */
+#define BIND_TRIES 16
+/* With no seeds, only remembered peers: give up after this many attempts
+ * (≈ 0.2+0.4+0.8+1.6+3.2 s at the default backoff) and wait to be joined —
+ * a restarted node whose whole cluster is gone should not retry forever. */
+#define PEERS_ONLY_ATTEMPTS 5
+/* Default port for seeds written without one (the documented gossip port). */
+#define DEFAULT_PORT 7000
+
+typedef struct conn conn;
+typedef struct gai_req gai_req;
+
+struct ea_transport {
+  uv_loop_t *loop;
+  ea_swim *swim;
+  ea_swim_config cfg;
+  size_t budget; /* plaintext bytes per datagram */
+  bool have_key;
+  uint8_t key[EA_KEY_BYTES];
+  ea_node_id self;
+  ea_addr bound, gossip;
+  ea_addr *local; /* our interface addresses, for skipping ourselves as a seed */
+  size_t nlocal;
+  void *ctx;
+  void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);
+  void (*on_join)(void *ctx, int ok, const char *via);
+  uint32_t sync_timeout_ms;
+  uint32_t join_retry_max_ms;
+  uint64_t rng;
+
+  uv_udp_t udp;
+  uv_tcp_t listener;
+  uv_timer_t tick;
+  uv_timer_t join_timer;
+  uv_timer_t leave_timer;
+  int open_handles;
+  int udp_queued;
+  bool closing;
+  void (*closed_cb)(void *ctx);
+  void *closed_ctx;
+
+  conn *conns;
+  int nincoming;
+  ea_transport_stats st;
+
+  struct {
+    bool active;
+    char **seeds;
+    uint16_t *ports;
+    size_t nseeds;
+    ea_addr *extra;
+    size_t nextra;
+    unsigned attempt;
+    uint32_t backoff_ms;
+    int gai_pending;
+    gai_req *gais; /* in flight, so close can cancel them */
+    ea_addr *cand;
+    size_t ncand, capcand;
+    int syncs_pending;
+    char why[512]; /* reasons of the current attempt's failures */
+  } join;
+
+  struct {
+    bool active;
+    int sends;
+    void (*done)(void *ctx);
+    void *ctx;
+  } leave;
+
+  uint64_t drop_log_ms[3];
+  uint64_t drop_suppressed[3];
+
+  uint8_t rxbuf[65536];
+  uint8_t plain[65536];
+  uint8_t txplain[EA_WIRE_MAX_PACKET];
+  uint8_t txsealed[EA_WIRE_MAX_PACKET + EA_WIRE_SEAL_OVERHEAD];
+  uint8_t tcpbuf[65536];
+  ea_msg rxmsg;
+  ea_msg trimmed;
+};
+
+struct conn {
+  conn *prev, *next;
+  ea_transport *t;
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_connect_t creq;
+  uv_write_t wreq;
+  int handles;   /* open handles of this conn (tcp, timer) */
+  bool outgoing; /* we started it (sync callback) */
+  bool is_join;
+  unsigned attempt;
+  uint8_t kind;
+  bool done; /* outcome recorded; closing */
+  bool writing;
+  bool got_frame;
+  ea_addr peer;
+  uint8_t hdr[4];
+  size_t hdr_got;
+  size_t frame_len;
+  uint8_t *frame;
+  size_t frame_got, frame_cap;
+  uint8_t *out; /* length prefix + our state frame */
+  size_t out_len;
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static uint64_t rng_next(ea_transport *t) {
+  /* splitmix64: the jitter needs spread, not secrecy. */
+  uint64_t z = (t->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void ea_addr_from_sockaddr(const struct sockaddr *sa, ea_addr *out) {
+  memset(out, 0, sizeof *out);
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+    out->family = 4;
+    out->port = ntohs(s4->sin_port);
+    memcpy(out->ip, &s4->sin_addr, 4);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+    out->family = 6;
+    out->port = ntohs(s6->sin6_port);
+    memcpy(out->ip, &s6->sin6_addr, 16);
+  }
+}
+
+socklen_t ea_addr_to_sockaddr(const ea_addr *a, struct sockaddr_storage *out) {
+  memset(out, 0, sizeof *out);
+  if (a->family == 4) {
+    struct sockaddr_in *s4 = (struct sockaddr_in *)out;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(a->port);
+    memcpy(&s4->sin_addr, a->ip, 4);
+    return sizeof *s4;
+  }
+  if (a->family == 6) {
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)out;
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(a->port);
+    memcpy(&s6->sin6_addr, a->ip, 16);
+    return sizeof *s6;
+  }
+  return 0;
+}
+
+/* Split "host:port", "[v6]:port", "host" into host and port.  The host may
+ * be empty (":7000").  Returns 0 or -EINVAL. */
+static int split_hostport(const char *s, uint16_t default_port, char *host, size_t hostcap,
+                          uint16_t *port) {
+  const char *h = s, *colon = NULL;
+  size_t hlen;
+  if (*s == '[') {
+    const char *rb = strchr(s, ']');
+    if (!rb) return -EINVAL;
+    h = s + 1;
+    hlen = (size_t)(rb - h);
+    if (rb[1] == ':')
+      colon = rb + 1;
+    else if (rb[1] != 0)
+      return -EINVAL;
+  } else {
+    colon = strrchr(s, ':');
+    if (colon && strchr(s, ':') != colon) return -EINVAL; /* bare v6 needs [] */
+    hlen = colon ? (size_t)(colon - s) : strlen(s);
+  }
+  if (hlen + 1 > hostcap) return -EINVAL;
+  memcpy(host, h, hlen);
+  host[hlen] = 0;
+  *port = default_port;
+  if (colon) {
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (colon[1] == 0 || *end || errno || p > 65535) return -EINVAL;
+    *port = (uint16_t)p;
+  }
+  return 0;
+}
+
+int ea_addr_parse(const char *s, uint16_t default_port, ea_addr *out) {
+  char host[INET6_ADDRSTRLEN + 1];
+  uint16_t port;
+  if (!s || split_hostport(s, default_port, host, sizeof host, &port)) return -EINVAL;
+  memset(out, 0, sizeof *out);
+  out->port = port;
+  if (host[0] == 0 || inet_pton(AF_INET, host, out->ip) == 1) {
+    out->family = 4;
+    return 0;
+  }
+  if (inet_pton(AF_INET6, host, out->ip) == 1) {
+    out->family = 6;
+    return 0;
+  }
+  return -EINVAL;
+}
+
+static bool addr_is_any(const ea_addr *a) {
+  static const uint8_t zero[16];
+  return memcmp(a->ip, zero, a->family == 4 ? 4 : 16) == 0;
+}
+
+static bool addr_is_self(const ea_transport *t, const ea_addr *a) {
+  if (a->port != t->bound.port) return false;
+  if (ea_addr_eq(a, &t->gossip) || ea_addr_eq(a, &t->bound)) return true;
+  for (size_t i = 0; i < t->nlocal; i++)
+    if (a->family == t->local[i].family &&
+        memcmp(a->ip, t->local[i].ip, a->family == 4 ? 4 : 16) == 0)
+      return true;
+  return false;
+}
+
+/* kind: 0 malformed, 1 unauthenticated, 2 oversize. */
+static void log_drop(ea_transport *t, int kind, const ea_addr *from, const char *detail) {
+  static const char *what[] = {"malformed", "unauthenticated", "oversize"};
+  uint64_t now = uv_now(t->loop);
+  if (t->drop_log_ms[kind] && now - t->drop_log_ms[kind] < DROP_LOG_INTERVAL_MS) {
+    t->drop_suppressed[kind]++;
+    return;
+  }
+  char a[64];
+  ea_addr_str(from, a, sizeof a);
+  /* A wrong cluster key is an operator's mistake worth a warning; garbage
+   * and oversize input is noise an attacker controls: debug only. */
+  ea_log(kind == 1 ? EA_LOG_WARN : EA_LOG_DEBUG, "transport",
+         "dropped %s input from %s: %s (%llu similar suppressed)", what[kind], a, detail,
+         (unsigned long long)t->drop_suppressed[kind]);
+  t->drop_log_ms[kind] = now ? now : 1;
+  t->drop_suppressed[kind] = 0;
+}
+
+static void tick_cb(uv_timer_t *h);
+
+static void rearm(ea_transport *t) {
+  if (t->closing) return;
+  uint64_t d = ea_swim_next_deadline(t->swim);
+  if (d == UINT64_MAX) {
+    uv_timer_stop(&t->tick);
+    return;
+  }
+  uint64_t now = uv_now(t->loop);
+  uv_timer_start(&t->tick, tick_cb, d > now ? d - now : 0, 0);
+}
+
+static void tick_cb(uv_timer_t *h) {
+  ea_transport *t = h->data;
+  if (t->closing) return;
+  ea_swim_tick(t->swim, uv_now(t->loop));
+  rearm(t);
+}
+
+/* ---- closing ------------------------------------------------------------ */
+
+static void maybe_free(ea_transport *t) {
+  if (!t->closing || t->open_handles > 0 || t->conns || t->join.gai_pending > 0 ||
+      t->udp_queued > 0)
+    return;
+  void (*cb)(void *) = t->closed_cb;
+  void *ctx = t->closed_ctx;
+  if (t->swim) ea_swim_free(t->swim);
+  for (size_t i = 0; i < t->join.nseeds; i++) free(t->join.seeds[i]);
+  free(t->join.seeds);
+  free(t->join.ports);
+  free(t->join.extra);
+  free(t->join.cand);
+  free(t->local);
+  sodium_memzero(t->key, sizeof t->key);
+  free(t);
+  if (cb) cb(ctx);
+}
+
+static void handle_closed(uv_handle_t *h) {
+  ea_transport *t = h->data;
+  t->open_handles--;
+  maybe_free(t);
+}
+
+/* ---- UDP ---------------------------------------------------------------- */
+
+typedef struct {
+  uv_udp_send_t req;
+  ea_transport *t;
+  size_t len;
+  uint8_t data[];
+} udp_pending;
+
+static void udp_sent(uv_udp_send_t *req, int status) {
+  udp_pending *p = (udp_pending *)req;
+  ea_transport *t = p->t;
+  t->udp_queued--;
+  if (status == 0) {
+    t->st.packets_out++;
+    t->st.bytes_out += p->len;
+  } else if (status != UV_ECANCELED) {
+    t->st.send_errors++;
+  }
+  free(p);
+  maybe_free(t);
+}
+
+static void udp_send_bytes(ea_transport *t, const ea_addr *to, const uint8_t *data, size_t len) {
+  struct sockaddr_storage ss;
+  if (!ea_addr_to_sockaddr(to, &ss) || to->family != t->bound.family) {
+    t->st.send_errors++;
+    return;
+  }
+  uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+  int rc = uv_udp_try_send(&t->udp, &b, 1, (const struct sockaddr *)&ss);
+  if (rc >= 0) {
+    t->st.packets_out++;
+    t->st.bytes_out += len;
+    return;
+  }
+  if (rc != UV_EAGAIN || t->udp_queued >= MAX_UDP_QUEUE) {
+    t->st.send_errors++;
+    return;
+  }
+  udp_pending *p = malloc(sizeof *p + len);
+  if (!p) {
+    t->st.send_errors++;
+    return;
+  }
+  p->t = t;
+  p->len = len;
+  memcpy(p->data, data, len);
+  b = uv_buf_init((char *)p->data, (unsigned)len);
+  if (uv_udp_send(&p->req, &t->udp, &b, 1, (const struct sockaddr *)&ss, udp_sent) < 0) {
+    t->st.send_errors++;
+    free(p);
+    return;
+  }
+  t->udp_queued++;
+}
+
+static void leave_timer_cb(uv_timer_t *h);
+
+static bool carries_our_left(const ea_transport *t, const ea_msg *m) {
+  for (uint32_t i = 0; i < m->nupdates; i++)
+    if (m->updates[i].state == EA_STATE_LEFT && ea_node_id_cmp(&m->updates[i].id, &t->self) == 0)
+      return true;
+  return false;
+}
+
+/* ea_swim_io.send */
+static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
+  ea_transport *t = ctx;
+  if (t->closing) return;
+  size_t len = 0;
+  int rc = ea_wire_encode_msg(m, t->txplain, t->budget, &len);
+  if (rc == -EMSGSIZE && m->nupdates > 0) {
+    /* The core budgets with ea_wire_update_size, so this is a safety net:
+     * a probe must still go out, even with fewer updates piggybacked. */
+    t->trimmed = *m;
+    while (rc == -EMSGSIZE && t->trimmed.nupdates > 0) {
+      t->trimmed.nupdates--;
+      rc = ea_wire_encode_msg(&t->trimmed, t->txplain, t->budget, &len);
+    }
+    if (rc == 0) t->st.updates_trimmed++;
+  }
+  if (rc < 0) {
+    t->st.encode_errors++;
+    return;
+  }
+  if (t->leave.active && carries_our_left(t, m) && ++t->leave.sends == LEAVE_SENDS)
+    uv_timer_start(&t->leave_timer, leave_timer_cb, 0, 0);
+  if (!t->have_key) {
+    udp_send_bytes(t, to, t->txplain, len);
+    return;
+  }
+  size_t slen = 0;
+  if (ea_wire_seal(t->key, t->txplain, len, t->txsealed, sizeof t->txsealed, &slen) < 0) {
+    t->st.encode_errors++;
+    return;
+  }
+  udp_send_bytes(t, to, t->txsealed, slen);
+}
+
+static void udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  ea_transport *t = h->data;
+  *buf = uv_buf_init((char *)t->rxbuf, sizeof t->rxbuf);
+}
+
+/* Open (when keyed) a packet or frame into t->plain-like storage.  Returns
+ * the plaintext pointer and length, or NULL after counting the drop. */
+static const uint8_t *open_input(ea_transport *t, const ea_addr *from, const uint8_t *data,
+                                 size_t len, uint8_t *scratch, size_t cap, size_t *plen) {
+  if (len == 0) {
+    t->st.dropped_malformed++;
+    log_drop(t, 0, from, "empty");
+    return NULL;
+  }
+  if (data[0] == EA_WIRE_MAGIC_SEALED) {
+    if (!t->have_key) {
+      t->st.dropped_unauthenticated++;
+      log_drop(t, 1, from, "sealed, but this agent has no cluster key (--key-file)");
+      return NULL;
+    }
+    if (ea_wire_open(t->key, data, len, scratch, cap, plen) < 0) {
+      t->st.dropped_unauthenticated++;
+      log_drop(t, 1, from, "failed authentication (a different cluster key?)");
+      return NULL;
+    }
+    return scratch;
+  }
+  if (data[0] == EA_WIRE_MAGIC_PLAIN) {
+    if (t->have_key) {
+      t->st.dropped_unauthenticated++;
+      log_drop(t, 1, from, "not sealed, but this agent requires the cluster key");
+      return NULL;
+    }
+    *plen = len;
+    return data;
+  }
+  t->st.dropped_malformed++;
+  log_drop(t, 0, from, "magic: neither 0xEA nor 0xEB");
+  return NULL;
+}
+
+static void udp_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *sa,
+                     unsigned flags) {
+  ea_transport *t = h->data;
+  if (t->closing || nread == 0 || !sa) return; /* 0 with no address: nothing to read */
+  ea_addr from;
+  ea_addr_from_sockaddr(sa, &from);
+  if (nread < 0) {
+    ea_log(EA_LOG_DEBUG, "transport", "udp receive error: %s", uv_strerror((int)nread));
+    return;
+  }
+  t->st.packets_in++;
+  t->st.bytes_in += (uint64_t)nread;
+  if ((flags & UV_UDP_PARTIAL) || (size_t)nread > EA_WIRE_MAX_PACKET) {
+    t->st.dropped_oversize++;
+    log_drop(t, 2, &from, "datagram larger than EA_WIRE_MAX_PACKET");
+    return;
+  }
+  size_t plen = 0;
+  const uint8_t *p = open_input(t, &from, (const uint8_t *)buf->base, (size_t)nread, t->plain,
+                                sizeof t->plain, &plen);
+  if (!p) return;
+  const char *err = "?";
+  if (ea_wire_decode_msg(p, plen, &t->rxmsg, &err) < 0) {
+    t->st.dropped_malformed++;
+    log_drop(t, 0, &from, err);
+    return;
+  }
+  ea_swim_recv(t->swim, uv_now(t->loop), &from, &t->rxmsg);
+  rearm(t);
+}
+
+/* ---- TCP push-pull -------------------------------------------------------- */
+
+static void join_sync_done(ea_transport *t, conn *c, bool ok, const char *why);
+
+static void conn_handle_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->handles > 0) return;
+  ea_transport *t = c->t;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    t->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  free(c->frame);
+  free(c->out);
+  free(c);
+  maybe_free(t);
+}
+
+/* Record the outcome once and close.  ok is only ever true for outgoing
+ * conns that merged the peer's state, or incoming ones that answered. */
+static void conn_finish(conn *c, bool ok, const char *why) {
+  if (c->done) return;
+  c->done = true;
+  ea_transport *t = c->t;
+  if (c->outgoing) {
+    if (ok)
+      t->st.syncs_ok++;
+    else
+      t->st.syncs_failed++;
+    char a[64];
+    ea_addr_str(&c->peer, a, sizeof a);
+    if (!ok && !c->is_join)
+      ea_log(EA_LOG_DEBUG, "transport", "push-pull with %s failed: %s", a, why);
+    if (c->is_join && c->attempt == t->join.attempt) join_sync_done(t, c, ok, why);
+  } else {
+    if (ok) t->st.syncs_served++;
+    t->nincoming--;
+  }
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+}
+
+static void conn_timeout(uv_timer_t *h) {
+  conn *c = h->data;
+  conn_finish(c, false, "timed out");
+}
+
+static conn *conn_new(ea_transport *t, bool outgoing) {
+  conn *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->t = t;
+  c->outgoing = outgoing;
+  if (uv_tcp_init(t->loop, &c->tcp) < 0) {
+    free(c);
+    return NULL;
+  }
+  uv_timer_init(t->loop, &c->timer);
+  c->tcp.data = c->timer.data = c->creq.data = c->wreq.data = c;
+  c->handles = 2;
+  c->next = t->conns;
+  if (t->conns) t->conns->prev = c;
+  t->conns = c;
+  uv_timer_start(&c->timer, conn_timeout, t->sync_timeout_ms, 0);
+  return c;
+}
+
+/* Build c->out = u32 BE length + (sealed) state frame of our member table. */
+static int conn_build_out(conn *c) {
+  ea_transport *t = c->t;
+  ea_update *ups = NULL;
+  size_t n = 0;
+  int rc = ea_swim_export(t->swim, &ups, &n);
+  if (rc < 0) return rc;
+  uint8_t *plain = NULL;
+  size_t plen = 0;
+  rc = ea_wire_encode_state(c->kind, &t->self, ups, n, &plain, &plen);
+  free(ups);
+  if (rc < 0) return rc;
+  size_t flen = t->have_key ? plen + EA_WIRE_SEAL_OVERHEAD - 1 : plen;
+  if (flen > EA_WIRE_MAX_FRAME) {
+    free(plain);
+    return -EMSGSIZE;
+  }
+  c->out = malloc(4 + flen + 1);
+  if (!c->out) {
+    free(plain);
+    return -ENOMEM;
+  }
+  if (t->have_key) {
+    rc = ea_wire_seal(t->key, plain, plen, c->out + 4, flen + 1, &flen);
+  } else {
+    memcpy(c->out + 4, plain, plen);
+  }
+  free(plain);
+  if (rc < 0) return rc;
+  c->out[0] = (uint8_t)(flen >> 24);
+  c->out[1] = (uint8_t)(flen >> 16);
+  c->out[2] = (uint8_t)(flen >> 8);
+  c->out[3] = (uint8_t)flen;
+  c->out_len = 4 + flen;
+  return 0;
+}
+
+static void conn_written(uv_write_t *req, int status) {
+  conn *c = req->data;
+  c->writing = false;
+  if (c->done) return;
+  if (status < 0) {
+    conn_finish(c, false, uv_strerror(status));
+    return;
+  }
+  /* Responder: our answer is out and their state merged: done.
+   * Initiator: keep reading until their frame arrives. */
+  if (!c->outgoing) conn_finish(c, true, NULL);
+}
+
+static int conn_write_out(conn *c) {
+  int rc = conn_build_out(c);
+  if (rc < 0) return rc;
+  uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
+  rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written);
+  if (rc == 0) c->writing = true;
+  return rc;
+}
+
+/* A whole frame arrived: open, decode, (answer), merge. */
+static void conn_got_frame(conn *c) {
+  ea_transport *t = c->t;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  c->got_frame = true;
+  size_t plen = 0;
+  uint8_t *scratch = NULL;
+  const uint8_t *p;
+  if (c->frame_len > 0 && c->frame[0] == EA_WIRE_MAGIC_SEALED) {
+    scratch = malloc(c->frame_len);
+    if (!scratch) {
+      conn_finish(c, false, "out of memory");
+      return;
+    }
+  }
+  p = open_input(t, &c->peer, c->frame, c->frame_len, scratch, c->frame_len, &plen);
+  if (!p) {
+    free(scratch);
+    conn_finish(c, false, "peer's state frame rejected (cluster key mismatch?)");
+    return;
+  }
+  uint8_t kind = 0;
+  ea_node_id src;
+  ea_update *ups = NULL;
+  size_t n = 0;
+  const char *err = "?";
+  int rc = ea_wire_decode_state(p, plen, &kind, &src, &ups, &n, &err);
+  free(scratch);
+  if (rc < 0) {
+    t->st.dropped_malformed++;
+    log_drop(t, 0, &c->peer, err);
+    conn_finish(c, false, err);
+    return;
+  }
+  if (!c->outgoing) {
+    c->kind = kind;
+    rc = conn_write_out(c);
+    if (rc < 0) {
+      free(ups);
+      conn_finish(c, false, "cannot answer push-pull");
+      return;
+    }
+  }
+  ea_swim_merge(t->swim, uv_now(t->loop), ups, n);
+  free(ups);
+  rearm(t);
+  if (c->outgoing) conn_finish(c, true, NULL);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  conn *c = h->data;
+  *buf = uv_buf_init((char *)c->t->tcpbuf, sizeof c->t->tcpbuf);
+}
+
+static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = s->data;
+  ea_transport *t = c->t;
+  if (c->done || nread == 0) return;
+  if (nread < 0) {
+    conn_finish(c, false,
+                nread == UV_EOF ? "peer closed before sending its state" : uv_strerror((int)nread));
+    return;
+  }
+  const uint8_t *p = (const uint8_t *)buf->base;
+  size_t left = (size_t)nread;
+  while (left > 0 && !c->got_frame) {
+    if (c->hdr_got < 4) {
+      size_t k = 4 - c->hdr_got < left ? 4 - c->hdr_got : left;
+      memcpy(c->hdr + c->hdr_got, p, k);
+      c->hdr_got += k, p += k, left -= k;
+      if (c->hdr_got < 4) break;
+      c->frame_len =
+          (size_t)c->hdr[0] << 24 | (size_t)c->hdr[1] << 16 | (size_t)c->hdr[2] << 8 | c->hdr[3];
+      if (c->frame_len == 0 || c->frame_len > EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD) {
+        t->st.dropped_oversize += c->frame_len != 0;
+        t->st.dropped_malformed += c->frame_len == 0;
+        log_drop(t, c->frame_len ? 2 : 0, &c->peer, "push-pull frame length");
+        conn_finish(c, false, "bad frame length");
+        return;
+      }
+    }
+    size_t want = c->frame_len - c->frame_got;
+    size_t k = want < left ? want : left;
+    if (c->frame_got + k > c->frame_cap) {
+      /* Grow with what actually arrived, never to the claimed length at
+       * once: a peer claiming 16 MB and sending 5 bytes costs us 64 KB. */
+      size_t cap = c->frame_cap ? c->frame_cap * 2 : 65536;
+      while (cap < c->frame_got + k) cap *= 2;
+      if (cap > c->frame_len) cap = c->frame_len;
+      uint8_t *nb = realloc(c->frame, cap);
+      if (!nb) {
+        conn_finish(c, false, "out of memory");
+        return;
+      }
+      c->frame = nb;
+      c->frame_cap = cap;
+    }
+    memcpy(c->frame + c->frame_got, p, k);
+    c->frame_got += k, p += k, left -= k;
+    if (c->frame_got == c->frame_len) conn_got_frame(c);
+  }
+}
+
+static void conn_connected(uv_connect_t *req, int status) {
+  conn *c = req->data;
+  if (c->done) return;
+  if (status < 0) {
+    conn_finish(c, false, uv_strerror(status));
+    return;
+  }
+  int rc = conn_write_out(c);
+  if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
+  if (rc < 0) conn_finish(c, false, "cannot send our state");
+}
+
+/* ea_swim_io.sync: start connecting; our state is exported once connected
+ * (outside the core's call stack). */
+static void io_sync(void *ctx, const ea_addr *to, ea_sync_kind kind) {
+  ea_transport *t = ctx;
+  if (t->closing) return;
+  conn *c = conn_new(t, true);
+  if (!c) {
+    t->st.syncs_failed++;
+    return;
+  }
+  c->peer = *to;
+  c->kind = (uint8_t)kind;
+  if (kind == EA_SYNC_JOIN && t->join.active) {
+    c->is_join = true;
+    c->attempt = t->join.attempt;
+    t->join.syncs_pending++;
+  }
+  struct sockaddr_storage ss;
+  int rc = ea_addr_to_sockaddr(to, &ss) ? 0 : UV_EINVAL;
+  if (rc == 0) rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&ss, conn_connected);
+  if (rc < 0) conn_finish(c, false, uv_strerror(rc));
+}
+
+static void on_accept(uv_stream_t *server, int status) {
+  ea_transport *t = server->data;
+  if (status < 0 || t->closing) return;
+  conn *c = conn_new(t, false);
+  if (!c) return;
+  t->nincoming++;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+    conn_finish(c, false, "accept failed");
+    return;
+  }
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0)
+    ea_addr_from_sockaddr((struct sockaddr *)&ss, &c->peer);
+  if (t->nincoming > MAX_INCOMING) {
+    t->st.syncs_refused++;
+    conn_finish(c, false, "too many connections");
+    return;
+  }
+  if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read) < 0)
+    conn_finish(c, false, "read failed");
+}
+
+/* ---- join ------------------------------------------------------------------ */
+
+static void join_attempt(ea_transport *t);
+
+static void join_stop(ea_transport *t) {
+  t->join.active = false;
+  uv_timer_stop(&t->join_timer);
+}
+
+static void join_timer_cb(uv_timer_t *h) {
+  ea_transport *t = h->data;
+  if (!t->join.active || t->closing) return;
+  size_t alive = ea_swim_alive_count(t->swim);
+  if (alive > 1) {
+    ea_log(EA_LOG_INFO, "join",
+           "another member reached us first: %zu alive members known; stopping seed retries",
+           alive);
+    join_stop(t);
+    if (t->on_join) t->on_join(t->ctx, 1, "a peer that contacted us");
+    return;
+  }
+  join_attempt(t);
+}
+
+static void join_append(char *buf, size_t cap, const char *fmt, const char *a, const char *b) {
+  size_t n = strlen(buf);
+  if (n + 1 >= cap) return;
+  snprintf(buf + n, cap - n, fmt, a, b);
+}
+
+static void join_attempt_failed(ea_transport *t) {
+  if (t->join.nseeds == 0 && t->join.attempt >= PEERS_ONLY_ATTEMPTS) {
+    ea_log(EA_LOG_WARN, "join",
+           "attempt %u failed: %s; none of the remembered peers answered: giving up, waiting "
+           "for others to join (restart with --join to point at a live member)",
+           t->join.attempt, t->join.why[0] ? t->join.why : "no address to try");
+    if (t->on_join) t->on_join(t->ctx, 0, t->join.why);
+    join_stop(t);
+    return;
+  }
+  uint32_t b = t->join.backoff_ms;
+  uint32_t delay = b / 2 + (uint32_t)(rng_next(t) % (b / 2 + 1)); /* "equal jitter" */
+  ea_log(EA_LOG_WARN, "join", "attempt %u failed: %s; retrying in %u ms", t->join.attempt,
+         t->join.why[0] ? t->join.why : "no address to try", delay);
+  if (t->on_join) t->on_join(t->ctx, 0, t->join.why);
+  uint64_t nb = (uint64_t)b * 2;
+  t->join.backoff_ms = nb > t->join_retry_max_ms ? t->join_retry_max_ms : (uint32_t)nb;
+  uv_timer_start(&t->join_timer, join_timer_cb, delay, 0);
+}
+
+static void join_sync_done(ea_transport *t, conn *c, bool ok, const char *why) {
+  if (!t->join.active) return;
+  char a[64];
+  ea_addr_str(&c->peer, a, sizeof a);
+  t->join.syncs_pending--;
+  if (ok) {
+    ea_log(EA_LOG_INFO, "join", "joined via %s: %zu alive members known", a,
+           ea_swim_alive_count(t->swim));
+    join_stop(t);
+    if (t->on_join) t->on_join(t->ctx, 1, a);
+    return;
+  }
+  join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "", a);
+  join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", why);
+  if (t->join.syncs_pending == 0) join_attempt_failed(t);
+}
+
+static void cand_add(ea_transport *t, const ea_addr *a) {
+  if (a->family != t->bound.family || addr_is_self(t, a)) return;
+  for (size_t i = 0; i < t->join.ncand; i++)
+    if (ea_addr_eq(&t->join.cand[i], a)) return;
+  if (t->join.ncand == t->join.capcand) {
+    size_t cap = t->join.capcand ? t->join.capcand * 2 : 16;
+    ea_addr *nc = realloc(t->join.cand, cap * sizeof *nc);
+    if (!nc) return;
+    t->join.cand = nc;
+    t->join.capcand = cap;
+  }
+  t->join.cand[t->join.ncand++] = *a;
+}
+
+/* All seeds resolved: push-pull every candidate through the core. */
+static void join_resolved(ea_transport *t) {
+  if (t->closing || !t->join.active) return;
+  for (size_t i = 0; i < t->join.nextra; i++) cand_add(t, &t->join.extra[i]);
+  if (t->join.ncand == 0) {
+    if (t->join.why[0] == 0) {
+      ea_log(EA_LOG_INFO, "join",
+             "every seed is this agent itself: starting a new cluster, waiting for others");
+      join_stop(t);
+      return;
+    }
+    join_attempt_failed(t);
+    return;
+  }
+  t->join.syncs_pending = 0;
+  ea_swim_join(t->swim, uv_now(t->loop), t->join.cand, t->join.ncand);
+  rearm(t);
+  if (t->join.active && t->join.syncs_pending == 0) {
+    /* The core started no push-pull (it may consider itself joined):
+     * start them ourselves so the attempt has an outcome. */
+    for (size_t i = 0; i < t->join.ncand; i++) io_sync(t, &t->join.cand[i], EA_SYNC_JOIN);
+    if (t->join.syncs_pending == 0) join_attempt_failed(t);
+  }
+}
+
+struct gai_req {
+  uv_getaddrinfo_t req;
+  ea_transport *t;
+  gai_req *prev, *next;
+  size_t seed;
+  unsigned attempt;
+};
+
+static void gai_done(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  gai_req *g = (gai_req *)req;
+  ea_transport *t = g->t;
+  t->join.gai_pending--;
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    t->join.gais = g->next;
+  if (g->next) g->next->prev = g->prev;
+  bool current = !t->closing && g->attempt == t->join.attempt;
+  if (current && status < 0) {
+    join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "",
+                t->join.seeds[g->seed]);
+    join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", uv_strerror(status));
+  }
+  if (current && status == 0) {
+    size_t before = t->join.ncand;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+      ea_addr a;
+      ea_addr_from_sockaddr(ai->ai_addr, &a);
+      if (a.family == 0) continue;
+      a.port = t->join.ports[g->seed];
+      cand_add(t, &a);
+    }
+    if (t->join.ncand == before && !res) {
+      join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "",
+                  t->join.seeds[g->seed]);
+      join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", "no address");
+    }
+  }
+  if (res) uv_freeaddrinfo(res);
+  free(g);
+  if (t->closing) {
+    maybe_free(t);
+    return;
+  }
+  if (current && t->join.gai_pending == 0) join_resolved(t);
+}
+
+static void join_attempt(ea_transport *t) {
+  t->join.attempt++;
+  t->st.join_attempts++;
+  t->join.ncand = 0;
+  t->join.why[0] = 0;
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = t->bound.family == 6 ? AF_INET6 : AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  for (size_t i = 0; i < t->join.nseeds; i++) {
+    ea_addr a;
+    const char *hp = t->join.seeds[i];
+    /* A numeric seed needs no resolver round trip. */
+    if (ea_addr_parse(hp, DEFAULT_PORT, &a) == 0) {
+      cand_add(t, &a);
+      continue;
+    }
+    char host[256];
+    uint16_t port;
+    split_hostport(hp, DEFAULT_PORT, host, sizeof host, &port); /* checked by ea_transport_join */
+    gai_req *g = calloc(1, sizeof *g);
+    if (!g) continue;
+    g->t = t;
+    g->seed = i;
+    g->attempt = t->join.attempt;
+    int rc = uv_getaddrinfo(t->loop, &g->req, gai_done, host, NULL, &hints);
+    if (rc < 0) {
+      join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "", host);
+      join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", uv_strerror(rc));
+      free(g);
+      continue;
+    }
+    t->join.gai_pending++;
+    g->next = t->join.gais;
+    if (g->next) g->next->prev = g;
+    t->join.gais = g;
+  }
+  if (t->join.gai_pending == 0) join_resolved(t);
+}
+
+/* A seed host is a numeric address or a DNS name (RFC 1123 characters, plus
+ * '_' which some internal zones use). */
+static bool host_ok(const char *h) {
+  ea_addr a;
+  char tmp[300];
+  snprintf(tmp, sizeof tmp, "[%s]:1", h);
+  if (ea_addr_parse(tmp, 0, &a) == 0) return true;
+  if (!*h) return false;
+  for (const char *p = h; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '.' || *p == '_'))
+      return false;
+  return true;
+}
+
+int ea_transport_join(ea_transport *t, const char *seeds, const ea_addr *extra, size_t nextra,
+                      char *err, size_t errlen) {
+  if (t->closing || t->leave.active) return -EINVAL;
+  size_t n = 0;
+  char *copy = strdup(seeds ? seeds : "");
+  if (!copy) return -ENOMEM;
+  for (char *p = copy; *p; p++) n += *p == ',';
+  char **list = calloc(n + 1, sizeof *list);
+  uint16_t *ports = calloc(n + 1, sizeof *ports);
+  ea_addr *ex = nextra ? malloc(nextra * sizeof *ex) : NULL;
+  if (!list || !ports || (nextra && !ex)) {
+    free(copy), free(list), free(ports), free(ex);
+    return -ENOMEM;
+  }
+  size_t k = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ') tok++;
+    if (!*tok) continue;
+    char host[256];
+    if (split_hostport(tok, DEFAULT_PORT, host, sizeof host, &ports[k]) < 0 || !host_ok(host)) {
+      snprintf(err, errlen, "--join: cannot parse seed '%s' (want host:port)", tok);
+      for (size_t i = 0; i < k; i++) free(list[i]);
+      free(copy), free(list), free(ports), free(ex);
+      return -EINVAL;
+    }
+    list[k++] = strdup(tok);
+    if (!list[k - 1]) k--;
+  }
+  free(copy);
+  for (size_t i = 0; i < t->join.nseeds; i++) free(t->join.seeds[i]);
+  free(t->join.seeds);
+  free(t->join.ports);
+  free(t->join.extra);
+  t->join.seeds = list;
+  t->join.ports = ports;
+  t->join.nseeds = k;
+  if (nextra) memcpy(ex, extra, nextra * sizeof *ex);
+  t->join.extra = ex;
+  t->join.nextra = nextra;
+  if (k == 0 && nextra == 0) {
+    ea_log(EA_LOG_INFO, "join", "no seeds given: starting a new cluster, waiting for others");
+    return 0;
+  }
+  t->join.active = true;
+  t->join.backoff_ms = EA_TRANSPORT_JOIN_BACKOFF_MS;
+  if (t->join.backoff_ms > t->join_retry_max_ms) t->join.backoff_ms = t->join_retry_max_ms;
+  join_attempt(t);
+  return 0;
+}
+
+/* ---- leave --------------------------------------------------------------- */
+
+static void leave_timer_cb(uv_timer_t *h) {
+  ea_transport *t = h->data;
+  if (!t->leave.active || t->closing) return;
+  t->leave.active = false;
+  uv_timer_stop(&t->leave_timer);
+  ea_log(EA_LOG_INFO, "leave", "LEFT sent %d time%s; leaving", t->leave.sends,
+         t->leave.sends == 1 ? "" : "s");
+  if (t->leave.done) t->leave.done(t->leave.ctx);
+}
+
+void ea_transport_leave(ea_transport *t, void (*done)(void *ctx), void *ctx) {
+  if (t->closing || t->leave.active) return;
+  join_stop(t);
+  t->leave.active = true;
+  t->leave.sends = 0;
+  t->leave.done = done;
+  t->leave.ctx = ctx;
+  /* Anyone to tell?  Members that are alive or suspect may still hear us. */
+  const ea_member *ms;
+  size_t n = ea_swim_members(t->swim, &ms), others = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ea_node_id_cmp(&ms[i].id, &t->self) != 0 &&
+        (ms[i].state == EA_STATE_ALIVE || ms[i].state == EA_STATE_SUSPECT))
+      others++;
+  ea_swim_leave(t->swim, uv_now(t->loop));
+  rearm(t);
+  uv_timer_start(&t->leave_timer, leave_timer_cb,
+                 others == 0 || t->leave.sends >= LEAVE_SENDS ? 0 : LEAVE_MAX_MS, 0);
+}
+
+/* ---- start / close --------------------------------------------------------- */
+
+/* ea_swim_io.on_change: the core's ctx is the transport; the user's is
+ * passed on. */
+static void io_on_change(void *ctx, const ea_member *m, uint8_t old_state) {
+  ea_transport *t = ctx;
+  if (t->on_change) t->on_change(t->ctx, m, old_state);
+}
+
+static void close_fds(int a, int b) {
+  if (a >= 0) close(a);
+  if (b >= 0) close(b);
+}
+
+/* Bind UDP and TCP to the same port with plain sockets first, so an
+ * ephemeral port taken for TCP can be retried synchronously. */
+static int bind_pair(const ea_addr *want, int *ufd_out, int *tfd_out, ea_addr *bound, char *err,
+                     size_t errlen) {
+  int dom = want->family == 6 ? AF_INET6 : AF_INET;
+  int tries = want->port == 0 ? BIND_TRIES : 1;
+  int rc = 0;
+  for (int i = 0; i < tries; i++) {
+    int ufd = socket(dom, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int tfd = socket(dom, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ufd < 0 || tfd < 0) {
+      rc = -errno;
+      close_fds(ufd, tfd);
+      snprintf(err, errlen, "socket: %s", strerror(-rc));
+      return rc;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = ea_addr_to_sockaddr(want, &ss);
+    if (bind(ufd, (struct sockaddr *)&ss, sl) < 0) {
+      rc = -errno;
+      close_fds(ufd, tfd);
+      snprintf(err, errlen, "cannot bind UDP: %s", strerror(-rc));
+      return rc;
+    }
+    sl = sizeof ss;
+    getsockname(ufd, (struct sockaddr *)&ss, &sl);
+    ea_addr_from_sockaddr((struct sockaddr *)&ss, bound);
+    int one = 1;
+    /* Restarting agents must rebind while old connections sit in TIME_WAIT. */
+    setsockopt(tfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(tfd, (struct sockaddr *)&ss, sl) < 0) {
+      rc = -errno;
+      close_fds(ufd, tfd);
+      if (rc == -EADDRINUSE && i + 1 < tries) continue;
+      snprintf(err, errlen, "cannot bind TCP port %u: %s", bound->port, strerror(-rc));
+      return rc;
+    }
+    *ufd_out = ufd;
+    *tfd_out = tfd;
+    return 0;
+  }
+  return rc;
+}
+
+static void collect_local(ea_transport *t, ea_addr *first_external) {
+  uv_interface_address_t *ifs = NULL;
+  int n = 0;
+  memset(first_external, 0, sizeof *first_external);
+  if (uv_interface_addresses(&ifs, &n) < 0) return;
+  t->local = calloc((size_t)n + 1, sizeof *t->local);
+  for (int i = 0; t->local && i < n; i++) {
+    ea_addr a;
+    ea_addr_from_sockaddr((struct sockaddr *)&ifs[i].address, &a);
+    if (a.family != t->bound.family) continue;
+    t->local[t->nlocal++] = a;
+    /* An IPv6 link-local address is useless to peers without a scope. */
+    bool link_local = a.family == 6 && a.ip[0] == 0xfe && (a.ip[1] & 0xc0) == 0x80;
+    if (!ifs[i].is_internal && !link_local && first_external->family == 0) *first_external = a;
+  }
+  uv_free_interface_addresses(ifs, n);
+}
+
+int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport **out, char *err,
+                       size_t errlen) {
+  ea_addr want;
+  if (ea_addr_parse(o->bind, DEFAULT_PORT, &want) < 0) {
+    snprintf(err, errlen, "--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)",
+             o->bind ? o->bind : "");
+    return -EINVAL;
+  }
+  ea_addr adv = {0};
+  if (o->advertise && *o->advertise && ea_addr_parse(o->advertise, 0, &adv) < 0) {
+    snprintf(err, errlen, "--advertise: cannot parse '%s' (want ip:port)", o->advertise);
+    return -EINVAL;
+  }
+  ea_transport *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  int ufd = -1, tfd = -1;
+  int rc = bind_pair(&want, &ufd, &tfd, &t->bound, err, errlen);
+  if (rc < 0) {
+    free(t);
+    return rc;
+  }
+  t->loop = loop;
+  t->cfg = o->swim;
+  t->self = o->self;
+  t->ctx = o->ctx;
+  t->on_change = o->on_change;
+  t->on_join = o->on_join;
+  t->sync_timeout_ms = o->sync_timeout_ms ? o->sync_timeout_ms : EA_TRANSPORT_SYNC_TIMEOUT_MS;
+  t->join_retry_max_ms = o->join_retry_max_ms ? o->join_retry_max_ms : 5000;
+  t->rng = o->seed ^ 0x5eed;
+  t->have_key = o->key != NULL;
+  if (o->key) memcpy(t->key, o->key, EA_KEY_BYTES);
+  /* The datagram on the wire must fit EA_WIRE_MAX_PACKET with the seal. */
+  size_t cap = t->have_key ? EA_WIRE_MAX_PACKET - (EA_WIRE_SEAL_OVERHEAD - 1) : EA_WIRE_MAX_PACKET;
+  t->budget = t->cfg.max_packet && t->cfg.max_packet < cap ? t->cfg.max_packet : cap;
+  t->cfg.max_packet = (uint32_t)t->budget;
+
+  ea_addr ext;
+  collect_local(t, &ext);
+  if (adv.family) {
+    t->gossip = adv;
+    if (t->gossip.port == 0) t->gossip.port = t->bound.port;
+  } else if (addr_is_any(&t->bound)) {
+    t->gossip = ext.family ? ext : t->bound;
+    if (!ext.family) { /* no external interface: loopback only */
+      t->gossip.ip[0] = t->bound.family == 4 ? 127 : 0;
+      t->gossip.ip[3] = t->bound.family == 4 ? 1 : 0;
+      if (t->bound.family == 6) t->gossip.ip[15] = 1;
+    }
+    t->gossip.port = t->bound.port;
+    char a[64];
+    ea_addr_str(&t->gossip, a, sizeof a);
+    ea_log(EA_LOG_INFO, "transport",
+           "bound to the any-address: advertising %s (set --advertise to choose)", a);
+  } else {
+    t->gossip = t->bound;
+  }
+
+  uv_udp_init(loop, &t->udp);
+  uv_tcp_init(loop, &t->listener);
+  uv_timer_init(loop, &t->tick);
+  uv_timer_init(loop, &t->join_timer);
+  uv_timer_init(loop, &t->leave_timer);
+  t->udp.data = t->listener.data = t->tick.data = t->join_timer.data = t->leave_timer.data = t;
+  t->open_handles = 5;
+  const char *step = "udp open";
+  rc = uv_udp_open(&t->udp, ufd);
+  if (rc == 0) ufd = -1, step = "tcp open", rc = uv_tcp_open(&t->listener, tfd);
+  if (rc == 0)
+    tfd = -1, step = "listen", rc = uv_listen((uv_stream_t *)&t->listener, 128, on_accept);
+  if (rc == 0) step = "udp recv", rc = uv_udp_recv_start(&t->udp, udp_alloc, udp_recv);
+  if (rc == 0) {
+    ea_meta meta = o->meta;
+    meta.gossip = t->gossip;
+    meta.control = t->gossip;
+    ea_swim_io io = {.ctx = t, .send = io_send, .sync = io_sync, .on_change = io_on_change};
+    t->swim = ea_swim_new(&t->cfg, &t->self, &meta, &io, o->seed, uv_now(loop));
+    if (!t->swim) step = "swim", rc = UV_ENOMEM;
+  }
+  if (rc < 0) {
+    snprintf(err, errlen, "transport: %s: %s", step, uv_strerror(rc));
+    close_fds(ufd, tfd);
+    t->closing = true;
+    uv_close((uv_handle_t *)&t->udp, handle_closed);
+    uv_close((uv_handle_t *)&t->listener, handle_closed);
+    uv_close((uv_handle_t *)&t->tick, handle_closed);
+    uv_close((uv_handle_t *)&t->join_timer, handle_closed);
+    uv_close((uv_handle_t *)&t->leave_timer, handle_closed);
+    /* Freed by the last close callback once the loop runs. */
+    return rc;
+  }
+  rearm(t);
+  *out = t;
+  return 0;
+}
+
+void ea_transport_close(ea_transport *t, void (*closed)(void *ctx), void *ctx) {
+  if (t->closing) return;
+  t->closing = true;
+  t->closed_cb = closed;
+  t->closed_ctx = ctx;
+  t->join.active = false;
+  t->leave.active = false;
+  /* A resolver stuck on an unreachable DNS server must not hold up exit. */
+  for (gai_req *g = t->join.gais; g; g = g->next) uv_cancel((uv_req_t *)&g->req);
+  for (conn *c = t->conns; c; c = c->next) {
+    if (!c->done) {
+      /* Outcome of a sync cut short by shutdown: not a failure worth
+       * counting against the peer. */
+      c->done = true;
+      if (!c->outgoing) t->nincoming--;
+      uv_timer_stop(&c->timer);
+      uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+      uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+    }
+  }
+  uv_close((uv_handle_t *)&t->udp, handle_closed);
+  uv_close((uv_handle_t *)&t->listener, handle_closed);
+  uv_close((uv_handle_t *)&t->tick, handle_closed);
+  uv_close((uv_handle_t *)&t->join_timer, handle_closed);
+  uv_close((uv_handle_t *)&t->leave_timer, handle_closed);
+}
+
+const ea_swim *ea_transport_swim(const ea_transport *t) {
+  return t->swim;
+}
+
+void ea_transport_set_meta(ea_transport *t, const ea_meta *meta) {
+  if (t->closing) return;
+  ea_meta m = *meta;
+  m.gossip = t->gossip;
+  m.control = t->gossip;
+  ea_swim_set_meta(t->swim, uv_now(t->loop), &m);
+  rearm(t);
+}
+
+void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out) {
+  *out = t->st;
+}
+const ea_addr *ea_transport_addr(const ea_transport *t) {
+  return &t->gossip;
+}
+const ea_addr *ea_transport_bound(const ea_transport *t) {
+  return &t->bound;
+}
+bool ea_transport_has_key(const ea_transport *t) {
+  return t->have_key;
+}

@@ -1,0 +1,144 @@
+# tests/e2e/lib.sh — helpers for end-to-end scripts; source it, don't run it.
+#
+# Every agent a script starts runs in its own process group (setsid) with its
+# own data dir under one mktemp dir; an EXIT trap kills every group that is
+# still there and removes the dir, whatever way the script ends.  Waiting is
+# always `wait_for TIMEOUT_S CMD…`, which polls every 50 ms until CMD succeeds
+# or the deadline passes — never a bare sleep standing in for a condition.
+#
+# Agents bind 127.0.0.1:0 (a free port chosen by the kernel, so parallel runs
+# cannot collide) and we read the real address from their "listen" log line.
+#
+#   EA_BIN   the binary (tests/run.sh sets it; default bin/elastic-agent)
+
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+EA_BIN=${EA_BIN:-bin/elastic-agent}
+[[ $EA_BIN == /* ]] || EA_BIN=$PWD/$EA_BIN
+if [ ! -x "$EA_BIN" ]; then
+  echo "FAIL: $EA_BIN is not built (run make)"
+  exit 1
+fi
+# Debian's python3 (JSON checks): a pyenv shim in front of it costs ~1 s a call.
+if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
+# Short path: the admin socket path must fit sun_path (108 bytes).
+EA_TMP=$(mktemp -d /tmp/ea-e2e.XXXXXX)
+declare -gA AGENT_PID=() AGENT_DIR=() AGENT_ADDR=()
+EA_PGIDS=()
+EA_FAILED=0
+
+ea_cleanup() {
+  local p
+  for p in "${EA_PGIDS[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
+  for p in "${EA_PGIDS[@]}"; do wait "$p" 2>/dev/null; done
+  if [ "$EA_FAILED" -ne 0 ] && [ -z "${EA_KEEP:-}" ]; then
+    local f
+    for f in "$EA_TMP"/*/log; do
+      [ -f "$f" ] || continue
+      echo "---- last lines of $f"
+      tail -n 15 "$f"
+    done
+  fi
+  if [ -n "${EA_KEEP:-}" ]; then echo "kept $EA_TMP"; else rm -rf "$EA_TMP"; fi
+}
+trap ea_cleanup EXIT
+trap 'exit 130' INT TERM
+
+now_ms() { date +%s%3N; }
+say() { echo "[$(date +%H:%M:%S.%3N)] $*"; }
+fail() {
+  EA_FAILED=1
+  echo "FAIL: $*"
+  exit 1
+}
+pass() { echo "ok: $*"; }
+
+# wait_for TIMEOUT_S CMD… — poll CMD every 50 ms until it succeeds; 1 if the
+# deadline passes first.  TIMEOUT_S may be fractional.
+wait_for() {
+  local timeout_ms deadline
+  timeout_ms=$(awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }')
+  shift
+  deadline=$(($(now_ms) + timeout_ms))
+  until "$@" >/dev/null 2>&1; do
+    (($(now_ms) >= deadline)) && return 1
+    sleep 0.05
+  done
+  return 0
+}
+
+# start_agent NAME [run flags…] — start an agent named NAME on 127.0.0.1:0
+# with data dir $EA_TMP/NAME/data and log $EA_TMP/NAME/log; wait until it
+# listens and record AGENT_PID[NAME], AGENT_DIR[NAME], AGENT_ADDR[NAME].
+start_agent() {
+  local name=$1 dir
+  shift
+  dir=$EA_TMP/$name
+  mkdir -p "$dir"
+  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" "$@" \
+    >"$dir/log" 2>&1 </dev/null &
+  local pid=$!
+  EA_PGIDS+=("$pid")
+  AGENT_PID[$name]=$pid
+  AGENT_DIR[$name]=$dir
+  wait_for 10 grep -q ' listen .*gossip=' "$dir/log" ||
+    fail "agent $name did not start listening: $(tail -n 5 "$dir/log")"
+  AGENT_ADDR[$name]=$(grep -o 'gossip=[0-9.]*:[0-9]*' "$dir/log" | head -n1 | cut -d= -f2)
+}
+
+agent_log() { echo "${AGENT_DIR[$1]}/log"; }
+# pid_running PID — true while PID exists and is not a zombie (an exited
+# child stays a zombie until `wait` reaps it, and kill -0 still succeeds).
+pid_running() {
+  [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
+}
+agent_alive() { pid_running "${AGENT_PID[$1]}"; }
+agent_gone() { ! pid_running "${AGENT_PID[$1]}"; }
+
+# ea_status NAME [--json] — `elastic-agent status` against NAME's data dir.
+ea_status() {
+  local name=$1
+  shift
+  "$EA_BIN" status --data-dir "${AGENT_DIR[$name]}/data" "$@"
+}
+
+# member_state OBSERVER MEMBER — MEMBER's state in OBSERVER's status table
+# (empty if absent).
+member_state() {
+  ea_status "$1" 2>/dev/null | awk -v m="$2" '$1 == m && NF >= 7 { print $3; exit }'
+}
+
+# sees_state OBSERVER MEMBER STATE — succeeds when OBSERVER shows MEMBER as STATE.
+sees_state() { [ "$(member_state "$1" "$2")" = "$3" ]; }
+
+# sees_alive OBSERVER N — OBSERVER's status says exactly N alive.
+sees_alive() { ea_status "$1" 2>/dev/null | grep -q "^members: $2 alive,"; }
+
+# controller_of NAME — "NAME (id …)" of NAME's controller line, or empty.
+controller_of() {
+  ea_status "$1" 2>/dev/null | sed -n 's/^controller: \(.* (id [0-9a-f]*)\).*/\1/p'
+}
+
+# counter NAME FIELD — a numeric field of NAME's status JSON (first match).
+counter() {
+  ea_status "$1" --json 2>/dev/null | grep -o "\"$2\":[0-9.]*" | head -n1 | cut -d: -f2
+}
+
+# log_ts_ms LINE — the epoch milliseconds of a text log line's timestamp.
+log_ts_ms() { date -d "$(echo "$1" | awk '{print $1}')" +%s%3N; }
+
+# stop_agent NAME SIGNAL — send SIGNAL to NAME's process group.
+stop_agent() { kill -"$2" -- "-${AGENT_PID[$1]}" 2>/dev/null; }
+
+# wait_exit NAME TIMEOUT_S — wait for NAME to exit and set EXIT_RC to its
+# exit status (not in a $(…) subshell: only this shell can reap it).
+wait_exit() {
+  EXIT_RC=
+  wait_for "$2" agent_gone "$1" || return 1
+  EXIT_RC=0
+  wait "${AGENT_PID[$1]}" 2>/dev/null || EXIT_RC=$?
+}
+
+assert_eq() { [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"; }
+assert_le() { [ "$1" -le "$2" ] || fail "$3: $1 > $2"; }
+assert_contains() { grep -q -- "$2" <<<"$1" || fail "$3: output lacks '$2': $1"; }

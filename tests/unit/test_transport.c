@@ -1,0 +1,448 @@
+/* Check suite for the libuv transport (membership/transport_uv.c): several
+ * real transports on one loop, on 127.0.0.1 with ephemeral ports.
+ *
+ * The transport's promises, each asserted here: a push-pull join makes both
+ * sides see each other and counts one sync on each side; with a cluster key
+ * the same holds, and a transport with another key (or none) is never let
+ * in while the keyed side counts dropped_unauthenticated; every kind of bad
+ * datagram (garbage, a sealed packet without a key, truncated msgpack,
+ * oversize) is dropped into its own counter and nothing else changes; a TCP
+ * peer that claims a huge frame is cut off at once, and one that stalls is
+ * cut off at the per-connection deadline; a graceful leave is seen as LEFT
+ * and its done callback runs; closing leaves no handle on the loop.  Every
+ * wait polls a condition with a deadline.  Ports are ephemeral, so runs can
+ * overlap; no randomness beyond the transports' own seeds (fixed here).
+ */
+#include "ea_log.h"
+#include "ea_transport.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Generous: loopback joins take ~1 ms, but CI machines are shared. */
+#define WAIT_MS 5000
+
+typedef struct {
+  ea_transport *t;
+  int join_ok, join_fail;
+  int changes;
+  bool left_done;
+  bool closed;
+} node;
+
+static void on_change(void *ctx, const ea_member *m, uint8_t old) {
+  (void)m, (void)old;
+  ((node *)ctx)->changes++;
+}
+static void on_join(void *ctx, int ok, const char *via) {
+  (void)via;
+  node *n = ctx;
+  if (ok)
+    n->join_ok++;
+  else
+    n->join_fail++;
+}
+static void on_left(void *ctx) {
+  ((node *)ctx)->left_done = true;
+}
+static void on_closed(void *ctx) {
+  ((node *)ctx)->closed = true;
+}
+
+static void start_node(uv_loop_t *loop, node *n, uint8_t idbyte, const uint8_t *key,
+                       uint32_t sync_timeout_ms) {
+  memset(n, 0, sizeof *n);
+  ea_transport_opts o = {.bind = "127.0.0.1:0",
+                         .key = key,
+                         .seed = idbyte,
+                         .join_retry_max_ms = 400,
+                         .sync_timeout_ms = sync_timeout_ms,
+                         .ctx = n,
+                         .on_change = on_change,
+                         .on_join = on_join};
+  ea_swim_config_default(&o.swim);
+  memset(o.self.b, idbyte, sizeof o.self.b);
+  snprintf(o.meta.name, sizeof o.meta.name, "node%u", idbyte);
+  snprintf(o.meta.role, sizeof o.meta.role, "worker");
+  char err[256] = "";
+  int rc = ea_transport_start(loop, &o, &n->t, err, sizeof err);
+  ck_assert_msg(rc == 0, "start: %s", err);
+}
+
+static void close_node(uv_loop_t *loop, node *n) {
+  ea_transport_close(n->t, on_closed, n);
+  for (int i = 0; i < 1000 && !n->closed; i++) uv_run(loop, UV_RUN_ONCE);
+  ck_assert(n->closed);
+}
+
+static void tick(uv_timer_t *h) {
+  (void)h;
+}
+
+/* Run the loop until pred(ctx) or WAIT_MS pass; a 5 ms timer makes every
+ * uv_run return often enough to re-check. */
+static bool run_until(uv_loop_t *loop, bool (*pred)(void *), void *ctx, uint64_t ms) {
+  uv_timer_t guard;
+  uv_timer_init(loop, &guard);
+  uv_timer_start(&guard, tick, 5, 5);
+  uv_update_time(loop);
+  uint64_t deadline = uv_now(loop) + ms;
+  bool ok;
+  while (!(ok = pred(ctx)) && uv_now(loop) < deadline) uv_run(loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&guard, NULL);
+  uv_run(loop, UV_RUN_NOWAIT);
+  return ok;
+}
+
+static size_t count_state(const ea_transport *t, uint8_t state) {
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(t), &ms), k = 0;
+  for (size_t i = 0; i < n; i++) k += ms[i].state == state;
+  return k;
+}
+
+typedef struct {
+  node *a, *b;
+} pair;
+
+static bool both_see_two(void *p) {
+  pair *x = p;
+  return ea_swim_alive_count(ea_transport_swim(x->a->t)) == 2 &&
+         ea_swim_alive_count(ea_transport_swim(x->b->t)) == 2;
+}
+
+static void join_to(node *n, const node *seed) {
+  char addr[64], err[256];
+  ea_addr_str(ea_transport_addr(seed->t), addr, sizeof addr);
+  ck_assert_int_eq(ea_transport_join(n->t, addr, NULL, 0, err, sizeof err), 0);
+}
+
+static void finish_loop(uv_loop_t *loop) {
+  uv_run(loop, UV_RUN_NOWAIT);
+  ck_assert_int_eq(uv_loop_close(loop), 0); /* no leaked handle */
+}
+
+START_TEST(test_addr_parse) {
+  ea_addr a;
+  ck_assert_int_eq(ea_addr_parse("127.0.0.1:7001", 7000, &a), 0);
+  ck_assert_int_eq(a.family, 4);
+  ck_assert_int_eq(a.port, 7001);
+  ck_assert_int_eq(a.ip[0], 127);
+  ck_assert_int_eq(ea_addr_parse("10.1.2.3", 7000, &a), 0);
+  ck_assert_int_eq(a.port, 7000);
+  ck_assert_int_eq(ea_addr_parse(":0", 7000, &a), 0);
+  ck_assert_int_eq(a.family, 4);
+  ck_assert_int_eq(a.port, 0);
+  ck_assert_int_eq(ea_addr_parse("[::1]:9", 7000, &a), 0);
+  ck_assert_int_eq(a.family, 6);
+  ck_assert_int_eq(a.ip[15], 1);
+  ck_assert_int_eq(ea_addr_parse("::1", 7000, &a), -EINVAL); /* v6 needs [] with a port */
+  ck_assert_int_eq(ea_addr_parse("1.2.3.4:70000", 7000, &a), -EINVAL);
+  ck_assert_int_eq(ea_addr_parse("1.2.3.4:", 7000, &a), -EINVAL);
+  ck_assert_int_eq(ea_addr_parse("host.example:7000", 7000, &a), -EINVAL); /* numeric only */
+  struct sockaddr_storage ss;
+  ea_addr b;
+  ck_assert_int_eq(ea_addr_parse("192.168.1.2:4000", 0, &a), 0);
+  ck_assert_uint_eq(ea_addr_to_sockaddr(&a, &ss), sizeof(struct sockaddr_in));
+  ea_addr_from_sockaddr((struct sockaddr *)&ss, &b);
+  ck_assert(ea_addr_eq(&a, &b));
+}
+END_TEST
+
+static bool left_seen(void *p) {
+  pair *x = p;
+  return x->b->left_done && count_state(x->a->t, EA_STATE_LEFT) == 1;
+}
+
+START_TEST(test_join_and_leave) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a, b;
+  start_node(&loop, &a, 1, NULL, 0);
+  start_node(&loop, &b, 2, NULL, 0);
+  ck_assert_int_ne(ea_transport_addr(a.t)->port, 0); /* the ephemeral port is reported */
+  ck_assert_int_eq(ea_transport_addr(a.t)->port, ea_transport_bound(a.t)->port);
+  join_to(&b, &a);
+  pair p = {&a, &b};
+  ck_assert_msg(run_until(&loop, both_see_two, &p, WAIT_MS), "no 2-member view");
+  ea_transport_stats sa, sb;
+  ea_transport_stats_get(a.t, &sa);
+  ea_transport_stats_get(b.t, &sb);
+  ck_assert_int_eq(b.join_ok, 1);
+  ck_assert_uint_eq(sb.syncs_ok, 1);
+  ck_assert_uint_eq(sa.syncs_served, 1);
+  ck_assert_uint_eq(sa.dropped_malformed + sa.dropped_unauthenticated + sa.dropped_oversize, 0);
+
+  /* Graceful leave: done runs, and a holds b as LEFT, not dead. */
+  ea_transport_leave(b.t, on_left, &b);
+  ck_assert_msg(run_until(&loop, left_seen, &p, WAIT_MS), "leave not seen");
+  ck_assert_uint_eq(count_state(a.t, EA_STATE_DEAD), 0);
+  close_node(&loop, &a);
+  close_node(&loop, &b);
+  finish_loop(&loop);
+}
+END_TEST
+
+static const uint8_t key1[EA_KEY_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const uint8_t key2[EA_KEY_BYTES] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+
+typedef struct {
+  node *seed, *wrong, *plain;
+} strangers;
+
+static bool strangers_failed_twice(void *p) {
+  strangers *x = p;
+  return x->wrong->join_fail >= 2 && x->plain->join_fail >= 2;
+}
+
+START_TEST(test_cluster_key) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a, b, wrong, plain;
+  start_node(&loop, &a, 1, key1, 0);
+  start_node(&loop, &b, 2, key1, 0);
+  start_node(&loop, &wrong, 3, key2, 0);
+  start_node(&loop, &plain, 4, NULL, 0);
+  ck_assert(ea_transport_has_key(a.t));
+  ck_assert(!ea_transport_has_key(plain.t));
+  join_to(&b, &a);
+  pair p = {&a, &b};
+  ck_assert_msg(run_until(&loop, both_see_two, &p, WAIT_MS), "keyed pair did not form");
+
+  join_to(&wrong, &a);
+  join_to(&plain, &a);
+  strangers s = {&a, &wrong, &plain};
+  ck_assert_msg(run_until(&loop, strangers_failed_twice, &s, WAIT_MS),
+                "strangers' joins did not fail and retry (wrong %d, plain %d)", wrong.join_fail,
+                plain.join_fail);
+  ea_transport_stats sa;
+  ea_transport_stats_get(a.t, &sa);
+  ck_assert_uint_ge(sa.dropped_unauthenticated, 4); /* two attempts of each stranger */
+  ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(a.t)), 2);
+  ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(wrong.t)), 1);
+  ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(plain.t)), 1);
+  ck_assert_int_eq(wrong.join_ok + plain.join_ok, 0);
+  close_node(&loop, &a);
+  close_node(&loop, &b);
+  close_node(&loop, &wrong);
+  close_node(&loop, &plain);
+  finish_loop(&loop);
+}
+END_TEST
+
+static int udp_to(const ea_transport *t, const void *buf, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sl = ea_addr_to_sockaddr(ea_transport_addr(t), &ss);
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  ck_assert_int_ge(fd, 0);
+  ssize_t w = sendto(fd, buf, len, 0, (struct sockaddr *)&ss, sl);
+  close(fd);
+  return w == (ssize_t)len ? 0 : -1;
+}
+
+typedef struct {
+  const ea_transport *t;
+  uint64_t malformed, unauth, oversize;
+} want_counts;
+
+static bool counts_reached(void *p) {
+  want_counts *w = p;
+  ea_transport_stats s;
+  ea_transport_stats_get(w->t, &s);
+  return s.dropped_malformed >= w->malformed && s.dropped_unauthenticated >= w->unauth &&
+         s.dropped_oversize >= w->oversize;
+}
+
+START_TEST(test_bad_datagrams) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a;
+  start_node(&loop, &a, 1, NULL, 0);
+  uint8_t buf[2000];
+  memset(buf, 0x41, sizeof buf);
+  ck_assert_int_eq(udp_to(a.t, buf, 10), 0); /* wrong magic */
+  buf[0] = EA_WIRE_MAGIC_PLAIN;
+  buf[1] = 0x98; /* fixarray(8) with nothing after it: truncated */
+  ck_assert_int_eq(udp_to(a.t, buf, 2), 0);
+  buf[0] = EA_WIRE_MAGIC_SEALED; /* sealed, but a has no key */
+  ck_assert_int_eq(udp_to(a.t, buf, 100), 0);
+  ck_assert_int_eq(udp_to(a.t, buf, EA_WIRE_MAX_PACKET + 1), 0); /* oversize */
+  want_counts w = {a.t, 2, 1, 1};
+  ck_assert_msg(run_until(&loop, counts_reached, &w, WAIT_MS), "drops not counted");
+  ea_transport_stats s;
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_eq(s.dropped_malformed, 2);
+  ck_assert_uint_eq(s.dropped_unauthenticated, 1);
+  ck_assert_uint_eq(s.dropped_oversize, 1);
+  ck_assert_uint_eq(s.packets_in, 4);
+  ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(a.t)), 1);
+  close_node(&loop, &a);
+  finish_loop(&loop);
+}
+END_TEST
+
+/* A keyed transport receiving a valid unsealed packet drops it unopened. */
+START_TEST(test_keyed_drops_plain) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a;
+  start_node(&loop, &a, 1, key1, 0);
+  ea_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA_MSG_PING;
+  m.seq = 7;
+  memset(m.src.b, 5, 16);
+  memset(m.target.b, 1, 16);
+  uint8_t buf[EA_WIRE_MAX_PACKET];
+  size_t len = 0;
+  ck_assert_int_eq(ea_wire_encode_msg(&m, buf, sizeof buf, &len), 0);
+  ck_assert_int_eq(udp_to(a.t, buf, len), 0);
+  want_counts w = {a.t, 0, 1, 0};
+  ck_assert_msg(run_until(&loop, counts_reached, &w, WAIT_MS), "plain packet not dropped");
+  ea_swim_stats ss;
+  ea_swim_stats_get(ea_transport_swim(a.t), &ss);
+  ck_assert_uint_eq(ss.msgs_in, 0); /* never reached the core */
+  close_node(&loop, &a);
+  finish_loop(&loop);
+}
+END_TEST
+
+typedef struct {
+  int fd;
+} sockwait;
+
+/* The server closed our connection: recv sees EOF (or a reset). */
+static bool peer_closed(void *p) {
+  sockwait *s = p;
+  char c;
+  ssize_t r = recv(s->fd, &c, 1, MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static int tcp_to(const ea_transport *t) {
+  struct sockaddr_storage ss;
+  socklen_t sl = ea_addr_to_sockaddr(ea_transport_addr(t), &ss);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&ss, sl), 0);
+  return fd;
+}
+
+START_TEST(test_tcp_hostile_peers) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a;
+  start_node(&loop, &a, 1, NULL, 300); /* 300 ms per-connection deadline */
+
+  /* Claims a 1 GiB frame: refused at the header, before any buffering. */
+  int fd = tcp_to(a.t);
+  uint8_t hdr[4] = {0x40, 0, 0, 0};
+  ck_assert_int_eq(send(fd, hdr, 4, 0), 4);
+  sockwait sw = {fd};
+  ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "huge frame not refused");
+  close(fd);
+  ea_transport_stats s;
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_eq(s.dropped_oversize, 1);
+
+  /* Claims 100 bytes, sends 3, then stalls: cut off at the deadline, not
+   * before 300 ms. */
+  fd = tcp_to(a.t);
+  uint8_t part[7] = {0, 0, 0, 100, EA_WIRE_MAGIC_PLAIN, 0x94, 0x01};
+  ck_assert_int_eq(send(fd, part, sizeof part, 0), (ssize_t)sizeof part);
+  uv_update_time(&loop);
+  uint64_t t0 = uv_now(&loop);
+  sw.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "stalled peer not cut off");
+  uint64_t waited = uv_now(&loop) - t0;
+  ck_assert_msg(waited >= 290, "cut off after %llu ms, before the 300 ms deadline",
+                (unsigned long long)waited);
+  close(fd);
+
+  /* Garbage frame of the announced size: malformed, connection closed. */
+  fd = tcp_to(a.t);
+  uint8_t junk[4 + 8] = {0, 0, 0, 8, EA_WIRE_MAGIC_PLAIN, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1};
+  ck_assert_int_eq(send(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+  sw.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "garbage frame not refused");
+  close(fd);
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_eq(s.dropped_malformed, 1);
+  ck_assert_uint_eq(s.syncs_served, 0);
+  ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(a.t)), 1);
+  close_node(&loop, &a);
+  finish_loop(&loop);
+}
+END_TEST
+
+/* Joining an address nobody listens on fails, is retried with backoff,
+ * and the retries stop once someone else brings us into a cluster. */
+static bool failed_twice(void *p) {
+  return ((node *)p)->join_fail >= 2;
+}
+
+START_TEST(test_join_retry) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a, b;
+  start_node(&loop, &a, 1, NULL, 0);
+  start_node(&loop, &b, 2, NULL, 0);
+  char err[256];
+  /* Port 1 on loopback: connection refused at once. */
+  ck_assert_int_eq(ea_transport_join(a.t, "127.0.0.1:1", NULL, 0, err, sizeof err), 0);
+  ck_assert_msg(run_until(&loop, failed_twice, &a, WAIT_MS), "no retry after a refused join");
+  ea_transport_stats s;
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_ge(s.join_attempts, 2);
+  ck_assert_uint_ge(s.syncs_failed, 2);
+  /* b joins a: a's retries must stop (it is in a cluster now). */
+  join_to(&b, &a);
+  pair p = {&a, &b};
+  ck_assert(run_until(&loop, both_see_two, &p, WAIT_MS));
+  int fails = a.join_fail;
+  /* The backoff ceiling is 400 ms here: 1 s without a new failure means
+   * the retry loop stopped. */
+  uv_update_time(&loop);
+  uint64_t until = uv_now(&loop) + 1000;
+  while (uv_now(&loop) < until) {
+    ck_assert(run_until(&loop, both_see_two, &p, 10));
+    uv_run(&loop, UV_RUN_ONCE);
+  }
+  ck_assert_int_le(a.join_fail, fails + 1); /* at most the attempt in flight */
+  ck_assert_int_eq(ea_transport_join(a.t, "bad host", NULL, 0, err, sizeof err), -EINVAL);
+  close_node(&loop, &a);
+  close_node(&loop, &b);
+  finish_loop(&loop);
+}
+END_TEST
+
+Suite *transport_suite(void) {
+  Suite *s = suite_create("transport");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_addr_parse);
+  tcase_add_test(tc, test_join_and_leave);
+  tcase_add_test(tc, test_cluster_key);
+  tcase_add_test(tc, test_bad_datagrams);
+  tcase_add_test(tc, test_keyed_drops_plain);
+  tcase_add_test(tc, test_tcp_hostile_peers);
+  tcase_add_test(tc, test_join_retry);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  ea_log_setup("error", "text", NULL);
+  SRunner *sr = srunner_create(transport_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
