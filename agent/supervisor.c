@@ -1,0 +1,481 @@
+/* supervisor.c — the agent's worker processes, on the agent's libuv loop.
+ *
+ * Each running worker is one record holding three libuv handles: the
+ * process (its exit callback is the SIGCHLD the design counts on as the
+ * fastest failure signal), a poll handle on the agent's end of the
+ * SOCK_SEQPACKET socketpair (one packet = one message, read with
+ * non-blocking recv), and a timer for the STOP → SIGTERM → SIGKILL ladder.
+ * A record is created per spawn and freed only when all three handles have
+ * closed, so a slot can be restarted from inside on_exit while the old
+ * record is still closing — libuv's rule that handle memory lives until its
+ * close callback is kept by construction, not by care at each call site.
+ *
+ * Exit and messages are ordered: a worker's last packets (EXITING, a final
+ * FAILED) may still sit in the socket when the exit callback runs, so the
+ * exit callback drains the socket before it reports the exit.  Reads are
+ * capped per loop turn so a worker that reports thousands of steps a
+ * second cannot starve the gossip on the same loop; the poll is
+ * level-triggered, so what is left is read on the next turn.
+ */
+#include "supervisor.h"
+
+#include "ea_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Packets read per poll wake-up: a STEP packet costs a few microseconds to
+ * decode and deliver, so 64 bound one worker's share of a loop turn to well
+ * under a millisecond while emptying a normal backlog in one turn. */
+#define MAX_READS_PER_WAKE 64
+
+typedef struct wk wk;
+
+struct ea__sup {
+  uv_loop_t *loop;
+  ea__sup_cbs cb;
+  void *ctx;
+  uint32_t n;
+  wk **slot; /* running (or exited, not yet reported) records */
+  char *command, *exe, *config, *bind;
+  uint32_t stop_grace_ms, term_grace_ms;
+  uint64_t bad_packets;
+  size_t live; /* records not yet freed, + 1 for `guard` */
+  bool closing;
+  uv_timer_t guard; /* closed last-but-one: makes `closed` asynchronous */
+  void (*closed)(void *ctx);
+  void *closed_ctx;
+  uint8_t rx[EA_IPC_MAX_MSG];
+  uint8_t tx[EA_IPC_MAX_MSG];
+  ea_ipc_msg msg;  /* the one being delivered */
+  ea_ipc_msg stop; /* STOP, kept apart: ea__sup_stop may run inside on_message */
+};
+
+struct wk {
+  ea__sup *s;
+  uint32_t idx;
+  uv_process_t proc;
+  uv_poll_t poll;
+  uv_timer_t timer;
+  int fd;   /* agent's end; closed after the poll handle */
+  int open; /* handles initialised and not yet closed */
+  bool poll_on, exited, stopping;
+  bool detached; /* out of its slot: exit reported already, or never (start failed) */
+  int stage; /* 0 STOP sent, 1 SIGTERM sent, 2 SIGKILL sent */
+  int pid;
+};
+
+static void maybe_free_sup(ea__sup *s) {
+  if (!s->closing || s->live) return;
+  void (*closed)(void *) = s->closed;
+  void *ctx = s->closed_ctx;
+  free(s->command);
+  free(s->exe);
+  free(s->config);
+  free(s->bind);
+  free(s->slot);
+  free(s);
+  if (closed) closed(ctx);
+}
+
+static void wk_handle_closed(uv_handle_t *h) {
+  wk *w = h->data;
+  if (--w->open > 0) return;
+  if (w->fd >= 0) close(w->fd);
+  ea__sup *s = w->s;
+  if (!w->detached && s->slot[w->idx] == w) s->slot[w->idx] = NULL;
+  free(w);
+  s->live--;
+  maybe_free_sup(s);
+}
+
+static void close_if_open(wk *w, uv_handle_t *h) {
+  if (h->data == w && !uv_is_closing(h)) uv_close(h, wk_handle_closed);
+}
+
+static void wk_close(wk *w) {
+  close_if_open(w, (uv_handle_t *)&w->timer);
+  close_if_open(w, (uv_handle_t *)&w->poll);
+  close_if_open(w, (uv_handle_t *)&w->proc);
+}
+
+static void signal_group(wk *w, int sig) {
+  if (w->exited || w->pid <= 0) return;
+  /* The whole group (a user's shell and its children); the worker leads
+   * it.  Fall back to the pid alone if the group is already gone. */
+  if (uv_kill(-w->pid, sig) != 0) uv_kill(w->pid, sig);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Read up to max packets; returns false when the stream ended. */
+static bool read_packets(wk *w, int max) {
+  ea__sup *s = w->s;
+  for (int i = 0; i < max; i++) {
+    ssize_t n = recv(w->fd, s->rx, sizeof s->rx, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      return false;
+    }
+    if (n == 0) return false;
+    if ((size_t)n > sizeof s->rx) {
+      s->bad_packets++;
+      ea_log(EA_LOG_WARN, "worker", "worker %u: %zd-byte packet over the %u-byte limit dropped",
+             w->idx, n, EA_IPC_MAX_MSG);
+      continue;
+    }
+    char err[160];
+    if (ea_ipc_decode(s->rx, (size_t)n, &s->msg, err, sizeof err) != 0) {
+      s->bad_packets++;
+      ea_log(EA_LOG_WARN, "worker", "worker %u: bad packet dropped: %s", w->idx, err);
+      continue;
+    }
+    if (!s->closing && s->cb.on_message) s->cb.on_message(s->ctx, w->idx, &s->msg);
+    /* The callback may have freed the supervisor (it is then closing and
+     * this record is on its way out) or stopped reading. */
+    if (s->closing || !w->poll_on) return true;
+  }
+  return true;
+}
+
+static void stop_polling(wk *w) {
+  if (!w->poll_on) return;
+  w->poll_on = false;
+  uv_poll_stop(&w->poll);
+}
+
+static void on_readable(uv_poll_t *h, int status, int events) {
+  (void)events;
+  wk *w = h->data;
+  if (status < 0 || !read_packets(w, MAX_READS_PER_WAKE)) stop_polling(w);
+}
+
+/* ---- exit ----------------------------------------------------------------- */
+
+static void on_proc_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
+  wk *w = p->data;
+  ea__sup *s = w->s;
+  w->exited = true;
+  uv_timer_stop(&w->timer);
+  /* Deliver what it said before it died; the socket holds at most what its
+   * send buffer did, so this ends. */
+  if (w->poll_on) {
+    while (read_packets(w, MAX_READS_PER_WAKE) && !s->closing) {
+      char c;
+      ssize_t r = recv(w->fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+      if (r <= 0) break;
+    }
+    stop_polling(w);
+  }
+  ea_log(term_signal ? EA_LOG_WARN : EA_LOG_INFO, "worker",
+         "worker %u pid=%d exited status=%" PRId64 " signal=%d", w->idx, w->pid, exit_status,
+         term_signal);
+  /* Free the slot before telling the agent, so on_exit may restart it. */
+  bool report = !s->closing && s->cb.on_exit && !w->detached;
+  if (s->slot[w->idx] == w) s->slot[w->idx] = NULL;
+  w->detached = true;
+  wk_close(w);
+  if (report) s->cb.on_exit(s->ctx, w->idx, exit_status, term_signal);
+}
+
+/* ---- stopping --------------------------------------------------------------- */
+
+static void on_stop_timer(uv_timer_t *t) {
+  wk *w = t->data;
+  if (w->exited) return;
+  if (w->stage == 0) {
+    ea_log(EA_LOG_WARN, "worker", "worker %u pid=%d still running %u ms after STOP: SIGTERM",
+           w->idx, w->pid, w->s->stop_grace_ms);
+    w->stage = 1;
+    signal_group(w, SIGTERM);
+    uv_timer_start(&w->timer, on_stop_timer, w->s->term_grace_ms, 0);
+  } else if (w->stage == 1) {
+    ea_log(EA_LOG_WARN, "worker", "worker %u pid=%d ignored SIGTERM for %u ms: SIGKILL", w->idx,
+           w->pid, w->s->term_grace_ms);
+    w->stage = 2;
+    signal_group(w, SIGKILL);
+  }
+}
+
+void ea__sup_stop(ea__sup *s, uint32_t idx) {
+  if (idx >= s->n || !s->slot[idx]) return;
+  wk *w = s->slot[idx];
+  if (w->exited || w->stopping) return;
+  w->stopping = true;
+  ea_ipc_msg *m = &s->stop;
+  ea_ipc_msg_init(m, EA_IPC_STOP);
+  if (ea__sup_send(s, idx, m) == 0) {
+    w->stage = 0;
+    uv_timer_start(&w->timer, on_stop_timer, s->stop_grace_ms, 0);
+  } else {
+    /* It cannot hear us: go straight to the signal. */
+    w->stage = 1;
+    signal_group(w, SIGTERM);
+    uv_timer_start(&w->timer, on_stop_timer, s->term_grace_ms, 0);
+  }
+}
+
+void ea__sup_stop_all(ea__sup *s) {
+  for (uint32_t i = 0; i < s->n; i++) ea__sup_stop(s, i);
+}
+
+void ea__sup_kill(ea__sup *s, uint32_t idx) {
+  if (idx >= s->n || !s->slot[idx]) return;
+  wk *w = s->slot[idx];
+  w->stopping = true;
+  w->stage = 2;
+  uv_timer_stop(&w->timer);
+  signal_group(w, SIGKILL);
+}
+
+/* ---- starting ------------------------------------------------------------- */
+
+static char *dupstr(const char *s) {
+  return s && *s ? strdup(s) : NULL;
+}
+
+int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, void *ctx,
+                ea__sup **out) {
+  *out = NULL;
+  if (!o || o->workers == 0) return -EINVAL;
+  ea__sup *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  s->loop = loop;
+  if (cb) s->cb = *cb;
+  s->ctx = ctx;
+  s->n = o->workers;
+  s->slot = calloc(o->workers, sizeof *s->slot);
+  s->command = dupstr(o->worker_command);
+  s->exe = strdup(o->exe && *o->exe ? o->exe : "/proc/self/exe");
+  s->config = dupstr(o->config_path);
+  s->bind = dupstr(o->comm_bind);
+  s->stop_grace_ms = o->stop_grace_ms ? o->stop_grace_ms : EA__SUP_STOP_GRACE_MS;
+  s->term_grace_ms = o->term_grace_ms ? o->term_grace_ms : EA__SUP_TERM_GRACE_MS;
+  if (!s->slot || !s->exe || (o->worker_command && *o->worker_command && !s->command) ||
+      (o->config_path && *o->config_path && !s->config) ||
+      (o->comm_bind && *o->comm_bind && !s->bind)) {
+    free(s->slot);
+    free(s->command);
+    free(s->exe);
+    free(s->config);
+    free(s->bind);
+    free(s);
+    return -ENOMEM;
+  }
+  uv_timer_init(loop, &s->guard);
+  s->guard.data = s;
+  s->live = 1;
+  *out = s;
+  return 0;
+}
+
+/* Names the supervisor sets; copies of them in the agent's own environment
+ * are dropped so a worker never sees two values. */
+static bool ours(const char *kv) {
+  static const char *const names[] = {
+      "EA_IPC_FD=", "EA_LOCAL_RANK=", "EA_CONFIG=", "EA_COMM_BIND="};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strncmp(kv, names[i], strlen(names[i])) == 0) return true;
+  return false;
+}
+
+int ea__sup_start(ea__sup *s, uint32_t idx) {
+  if (s->closing) return -ESHUTDOWN;
+  if (idx >= s->n) return -ERANGE;
+  if (s->slot[idx]) return -EBUSY;
+
+  /* argv and environment, on the heap only for the duration of the spawn */
+  char fdstr[16], lrenv[32], fdenv[32];
+  snprintf(fdstr, sizeof fdstr, "%d", EA_IPC_WORKER_FD);
+  snprintf(fdenv, sizeof fdenv, "EA_IPC_FD=%d", EA_IPC_WORKER_FD);
+  snprintf(lrenv, sizeof lrenv, "EA_LOCAL_RANK=%u", idx);
+  char *cfgenv = NULL, *bindenv = NULL;
+  if (s->config && asprintf(&cfgenv, "EA_CONFIG=%s", s->config) < 0) cfgenv = NULL;
+  if (s->bind && asprintf(&bindenv, "EA_COMM_BIND=%s", s->bind) < 0) bindenv = NULL;
+  size_t nenv = 0;
+  while (environ[nenv]) nenv++;
+  char **env = calloc(nenv + 5, sizeof *env);
+  if (!env || (s->config && !cfgenv) || (s->bind && !bindenv)) {
+    free(env);
+    free(cfgenv);
+    free(bindenv);
+    return -ENOMEM;
+  }
+  size_t e = 0;
+  for (size_t i = 0; i < nenv; i++)
+    if (!ours(environ[i])) env[e++] = environ[i];
+  env[e++] = fdenv;
+  env[e++] = lrenv;
+  if (cfgenv) env[e++] = cfgenv;
+  if (bindenv) env[e++] = bindenv;
+  env[e] = NULL;
+
+  char *argv[8];
+  int a = 0;
+  if (s->command) {
+    argv[a++] = "/bin/sh";
+    argv[a++] = "-c";
+    argv[a++] = s->command;
+  } else {
+    argv[a++] = s->exe;
+    argv[a++] = "worker";
+    argv[a++] = "--ipc-fd";
+    argv[a++] = fdstr;
+    if (s->config) {
+      argv[a++] = "--config";
+      argv[a++] = s->config;
+    }
+  }
+  argv[a] = NULL;
+
+  int rc = 0;
+  int sv[2] = {-1, -1};
+  wk *w = calloc(1, sizeof *w);
+  if (!w) rc = -ENOMEM;
+  if (rc == 0) rc = ea_ipc_socketpair(sv);
+  if (rc == 0 && fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) rc = -errno;
+  if (rc) {
+    if (sv[0] >= 0) close(sv[0]);
+    if (sv[1] >= 0) close(sv[1]);
+    free(w);
+    goto out;
+  }
+  w->s = s;
+  w->idx = idx;
+  w->fd = sv[0];
+  s->live++;
+  uv_timer_init(s->loop, &w->timer);
+  w->timer.data = w;
+  w->open = 1;
+
+  uv_stdio_container_t stdio[4];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = 1;
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = 2;
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = sv[1];
+  uv_process_options_t po;
+  memset(&po, 0, sizeof po);
+  po.exit_cb = on_proc_exit;
+  po.file = argv[0];
+  po.args = argv;
+  po.env = env;
+  po.flags = UV_PROCESS_DETACHED; /* own session and process group */
+  po.stdio_count = 4;
+  po.stdio = stdio;
+  w->proc.data = w;
+  rc = uv_spawn(s->loop, &w->proc, &po);
+  w->open++; /* initialised even when the spawn failed; closed either way */
+  close(sv[1]);
+  if (rc == 0) {
+    w->pid = w->proc.pid;
+    rc = uv_poll_init(s->loop, &w->poll, w->fd);
+    if (rc == 0) {
+      w->poll.data = w;
+      w->open++;
+      rc = uv_poll_start(&w->poll, UV_READABLE, on_readable);
+      w->poll_on = rc == 0;
+    }
+    if (rc) {
+      /* Spawned but unreadable: it cannot be supervised, so end it.  The
+       * caller gets the error now, so its exit is not reported; the record
+       * closes itself when the exit arrives, outside the slot. */
+      ea_log(EA_LOG_ERROR, "worker", "worker %u: watching its socket: %s", idx, uv_strerror(rc));
+      w->detached = true;
+      w->stopping = true;
+      signal_group(w, SIGKILL);
+      goto out;
+    }
+    s->slot[idx] = w;
+    ea_log(EA_LOG_INFO, "worker", "worker %u started pid=%d (%s)", idx, w->pid,
+           s->command ? s->command : "built-in");
+  } else {
+    ea_log(EA_LOG_ERROR, "worker", "worker %u: spawn %s: %s", idx, argv[0], uv_strerror(rc));
+    w->detached = true;
+    wk_close(w);
+  }
+out:
+  free(env);
+  free(cfgenv);
+  free(bindenv);
+  return rc;
+}
+
+int ea__sup_start_all(ea__sup *s) {
+  int first = 0;
+  for (uint32_t i = 0; i < s->n; i++) {
+    if (s->slot[i]) continue;
+    int rc = ea__sup_start(s, i);
+    if (rc && !first) first = rc;
+  }
+  return first;
+}
+
+int ea__sup_send(ea__sup *s, uint32_t idx, const ea_ipc_msg *m) {
+  if (idx >= s->n || !s->slot[idx] || s->slot[idx]->exited) return -ESRCH;
+  size_t len;
+  char err[160];
+  int rc = ea_ipc_encode(m, s->tx, sizeof s->tx, &len, err, sizeof err);
+  if (rc) {
+    ea_log(EA_LOG_ERROR, "worker", "worker %u: cannot encode %s: %s", idx,
+           ea_ipc_type_name(m->type), err);
+    return rc;
+  }
+  for (;;) {
+    ssize_t n = send(s->slot[idx]->fd, s->tx, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return 0;
+    if (errno != EINTR) return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+  }
+}
+
+bool ea__sup_running(const ea__sup *s, uint32_t idx) {
+  return idx < s->n && s->slot[idx] && !s->slot[idx]->exited;
+}
+
+int ea__sup_pid(const ea__sup *s, uint32_t idx) {
+  return ea__sup_running(s, idx) ? s->slot[idx]->pid : 0;
+}
+
+uint32_t ea__sup_count(const ea__sup *s) {
+  return s->n;
+}
+
+uint64_t ea__sup_bad_packets(const ea__sup *s) {
+  return s->bad_packets;
+}
+
+static void guard_closed(uv_handle_t *h) {
+  ea__sup *s = h->data;
+  s->live--;
+  maybe_free_sup(s);
+}
+
+void ea__sup_free(ea__sup *s, void (*closed)(void *ctx), void *ctx) {
+  if (!s || s->closing) return;
+  s->closing = true;
+  s->closed = closed;
+  s->closed_ctx = ctx;
+  for (uint32_t i = 0; i < s->n; i++) {
+    wk *w = s->slot[i];
+    if (!w) continue;
+    /* Still running: kill it and let its exit close the record (closing a
+     * live process handle would leave a zombie nobody reaps). */
+    w->stopping = true;
+    stop_polling(w);
+    uv_timer_stop(&w->timer);
+    signal_group(w, SIGKILL);
+  }
+  uv_close((uv_handle_t *)&s->guard, guard_closed);
+}

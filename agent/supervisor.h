@@ -1,0 +1,95 @@
+/* supervisor.h — internal to agent/: the agent's worker processes on its
+ * libuv loop (agent/supervisor.c).
+ *
+ * The supervisor starts compute.workers_per_node workers, each with one end
+ * of an ea_ipc_socketpair as fd 3, delivers their messages (ea_ipc.h) and
+ * their exits to the agent the moment the loop sees them, sends them
+ * messages, and stops them: STOP, then SIGTERM to the worker's process
+ * group after stop_grace_ms, then SIGKILL after term_grace_ms.  Nothing here
+ * blocks the loop: reads and writes are non-blocking and every wait is a
+ * timer.
+ *
+ * What a worker runs:
+ *   built-in (worker_command "")   exe worker --ipc-fd 3 [--config PATH]
+ *   a user's program               /bin/sh -c "worker_command"
+ * Either way its environment carries EA_IPC_FD=3, EA_LOCAL_RANK=<idx>,
+ * EA_CONFIG=<path> (when given) and EA_COMM_BIND (when given), and stdout
+ * and stderr are the agent's.  Each worker leads its own process group (so
+ * a signal reaches a user's shell pipeline whole, and a terminal's Ctrl-C
+ * reaches only the agent, which then stops the workers in order).
+ *
+ * Lifetime (libuv rules): the supervisor is heap memory owned by the caller
+ * from _new until the `closed` callback of ea__sup_free; callbacks run on
+ * the loop thread, never from inside the call that caused them; after
+ * ea__sup_free no callback but `closed` runs.  The message passed to
+ * on_message is valid for the duration of the callback only.  Callbacks may
+ * call any ea__sup_* function, ea__sup_free included.
+ */
+#ifndef EA_SUPERVISOR_H
+#define EA_SUPERVISOR_H
+
+#include "ea_ipc.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ea__sup ea__sup;
+
+typedef struct {
+  /* A decoded message from worker idx.  Packets that do not decode are
+   * logged and counted (ea__sup_bad_packets), not delivered. */
+  void (*on_message)(void *ctx, uint32_t idx, const ea_ipc_msg *m);
+  /* Worker idx exited: exit_status as waitpid reports it, or term_signal
+   * when a signal killed it.  Every message it sent before exiting has been
+   * delivered.  The slot is free again: ea__sup_start(idx) restarts it. */
+  void (*on_exit)(void *ctx, uint32_t idx, int64_t exit_status, int term_signal);
+} ea__sup_cbs;
+
+typedef struct {
+  uint32_t workers;           /* slots, ≥ 1 (compute.workers_per_node) */
+  const char *worker_command; /* NULL or "": the built-in worker */
+  const char *exe;            /* built-in: the binary; NULL = /proc/self/exe */
+  const char *config_path;    /* NULL or "": none */
+  const char *comm_bind;      /* EA_COMM_BIND; NULL or "": the worker's default */
+  uint32_t stop_grace_ms;     /* STOP → SIGTERM; 0 = EA__SUP_STOP_GRACE_MS */
+  uint32_t term_grace_ms;     /* SIGTERM → SIGKILL; 0 = EA__SUP_TERM_GRACE_MS */
+} ea__sup_opts;
+
+/* A worker answers STOP within one step: milliseconds for the built-in
+ * model, seconds for a large user model on one accelerator; 5 s covers
+ * that and, with the SIGTERM stage, keeps a full stop (10 s) far inside
+ * systemd's default 90 s stop timeout. */
+#define EA__SUP_STOP_GRACE_MS 5000u
+#define EA__SUP_TERM_GRACE_MS 5000u
+
+/* The strings in o are copied.  -EINVAL for workers == 0. */
+int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, void *ctx,
+                ea__sup **out);
+/* Spawn worker idx.  -EBUSY when it is running, -ERANGE for a bad idx, or
+ * the spawn's error (then no callback for this attempt). */
+int ea__sup_start(ea__sup *s, uint32_t idx);
+/* Spawn every slot that is not running; the first error is returned after
+ * trying them all. */
+int ea__sup_start_all(ea__sup *s);
+/* Send one message to worker idx without blocking: 0, -ESRCH when it is
+ * not running, -EAGAIN when its socket buffer is full (a worker that does
+ * not read), -EPIPE when it closed its end, or the encoder's error. */
+int ea__sup_send(ea__sup *s, uint32_t idx, const ea_ipc_msg *m);
+/* STOP, SIGTERM after stop_grace_ms, SIGKILL after term_grace_ms more;
+ * on_exit reports the end.  No-op when not running or already stopping. */
+void ea__sup_stop(ea__sup *s, uint32_t idx);
+void ea__sup_stop_all(ea__sup *s);
+/* SIGKILL worker idx's process group now (a node-level emergency). */
+void ea__sup_kill(ea__sup *s, uint32_t idx);
+bool ea__sup_running(const ea__sup *s, uint32_t idx);
+int ea__sup_pid(const ea__sup *s, uint32_t idx); /* 0 when not running */
+uint32_t ea__sup_count(const ea__sup *s);        /* slots */
+uint64_t ea__sup_bad_packets(const ea__sup *s);
+/* Kill (SIGKILL) whatever still runs, wait for those exits, close every
+ * handle, free the supervisor and then call closed(ctx) (may be NULL).
+ * Stop the workers gracefully first (ea__sup_stop_all, wait for on_exit)
+ * when that matters. */
+void ea__sup_free(ea__sup *s, void (*closed)(void *ctx), void *ctx);
+
+#endif

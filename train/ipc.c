@@ -1,0 +1,934 @@
+/* ipc.c — the agent ↔ worker message codec and its socket helpers.
+ *
+ * The messages are msgpack maps with string keys (drawn in ea_ipc.h) rather
+ * than positional arrays like the gossip wire, because the other end may be
+ * a user's program: a Python dict packs to exactly this, keys in any order,
+ * and a worker that adds a key of its own must not break the agent.  So the
+ * decoder makes two passes over the map: the first finds "type" wherever it
+ * is, the second reads the keys that type defines and skips every other
+ * value with a bounded skipper.  Which keys a type requires or allows is one
+ * table, `types[]`, walked by the encoder, the decoder and the validator
+ * alike, so the three cannot disagree.
+ *
+ * Encoding uses msgpack-c's packer over a fixed buffer that refuses to grow
+ * past its capacity.  Decoding pulls values with the bounded reader of
+ * membership/mpread.h (no allocation, every length checked against the
+ * bytes left); the few types that reader does not cover — maps, floats,
+ * signed ints, and skipping an arbitrary value — are read here under the
+ * same rules.  Every error names the field: "commit.peers[2]: truncated".
+ */
+#include "ea_ipc.h"
+
+#include "../membership/mpread.h"
+
+#include <errno.h>
+#include <math.h>
+#include <msgpack.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Nesting the skipper follows inside an unknown value.  Our own messages are
+ * at most two deep (map → peers array); 16 leaves room for a user's extras
+ * while bounding recursion on hostile input. */
+#define SKIP_DEPTH_MAX 16
+
+typedef enum {
+  K_GEN,
+  K_PID,
+  K_LOCAL_RANK,
+  K_COMM_ADDR,
+  K_NEXT_STEP,
+  K_DIGEST,
+  K_STEP,
+  K_LOSS,
+  K_SAMPLES,
+  K_SECONDS,
+  K_GRAD_NORM,
+  K_COMPUTE_SECONDS,
+  K_ERROR,
+  K_MESSAGE,
+  K_REASON,
+  K_CODE,
+  K_AT_BOUNDARY,
+  K_MAKE_NCCL_ID,
+  K_RANK,
+  K_WORLD,
+  K_PEERS,
+  K_SYNC_ROOT,
+  K_BACKEND,
+  K_TIMEOUT_MS,
+  K_NCCL_ID,
+  K__COUNT
+} key;
+
+static const char *const key_name[K__COUNT] = {
+    [K_GEN] = "gen",
+    [K_PID] = "pid",
+    [K_LOCAL_RANK] = "local_rank",
+    [K_COMM_ADDR] = "comm_addr",
+    [K_NEXT_STEP] = "next_step",
+    [K_DIGEST] = "digest",
+    [K_STEP] = "step",
+    [K_LOSS] = "loss",
+    [K_SAMPLES] = "samples",
+    [K_SECONDS] = "seconds",
+    [K_GRAD_NORM] = "grad_norm",
+    [K_COMPUTE_SECONDS] = "compute_seconds",
+    [K_ERROR] = "error",
+    [K_MESSAGE] = "message",
+    [K_REASON] = "reason",
+    [K_CODE] = "code",
+    [K_AT_BOUNDARY] = "at_boundary",
+    [K_MAKE_NCCL_ID] = "make_nccl_id",
+    [K_RANK] = "rank",
+    [K_WORLD] = "world",
+    [K_PEERS] = "peers",
+    [K_SYNC_ROOT] = "sync_root",
+    [K_BACKEND] = "backend",
+    [K_TIMEOUT_MS] = "timeout_ms",
+    [K_NCCL_ID] = "nccl_id",
+};
+
+#define B(k) (1u << (k))
+
+typedef struct {
+  ea_ipc_type type;
+  const char *name;
+  uint32_t req, opt; /* key bit masks */
+} type_def;
+
+static const type_def types[] = {
+    {EA_IPC_HELLO, "hello",
+     B(K_PID) | B(K_LOCAL_RANK) | B(K_COMM_ADDR) | B(K_NEXT_STEP) | B(K_DIGEST), 0},
+    {EA_IPC_READY, "ready", B(K_GEN) | B(K_COMM_ADDR) | B(K_NEXT_STEP) | B(K_DIGEST), B(K_NCCL_ID)},
+    {EA_IPC_STEP, "step",
+     B(K_GEN) | B(K_STEP) | B(K_LOSS) | B(K_DIGEST) | B(K_SAMPLES) | B(K_SECONDS),
+     B(K_GRAD_NORM) | B(K_COMPUTE_SECONDS)},
+    {EA_IPC_FAILED, "failed", B(K_GEN) | B(K_ERROR) | B(K_MESSAGE) | B(K_NEXT_STEP), 0},
+    {EA_IPC_ABORTED, "aborted", B(K_GEN) | B(K_NEXT_STEP), 0},
+    {EA_IPC_DONE, "done", B(K_GEN) | B(K_NEXT_STEP) | B(K_DIGEST), 0},
+    {EA_IPC_EXITING, "exiting", B(K_REASON) | B(K_CODE), 0},
+    {EA_IPC_PREPARE, "prepare", B(K_GEN) | B(K_AT_BOUNDARY), B(K_MAKE_NCCL_ID)},
+    {EA_IPC_COMMIT, "commit",
+     B(K_GEN) | B(K_RANK) | B(K_WORLD) | B(K_PEERS) | B(K_SYNC_ROOT) | B(K_BACKEND) |
+         B(K_TIMEOUT_MS),
+     B(K_NCCL_ID)},
+    {EA_IPC_PAUSE, "pause", B(K_REASON), 0},
+    {EA_IPC_STOP, "stop", 0, 0},
+};
+#define NTYPES (sizeof types / sizeof types[0])
+
+static const type_def *type_by_id(ea_ipc_type t) {
+  for (size_t i = 0; i < NTYPES; i++)
+    if (types[i].type == t) return &types[i];
+  return NULL;
+}
+
+void ea_ipc_msg_init(ea_ipc_msg *m, ea_ipc_type type) {
+  memset(m, 0, sizeof *m);
+  m->type = type;
+  m->backend = EA_COMM_TCP;
+}
+
+const char *ea_ipc_type_name(ea_ipc_type t) {
+  const type_def *d = type_by_id(t);
+  return d ? d->name : "?";
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Which optional keys m carries. */
+static uint32_t present_opt(const ea_ipc_msg *m, const type_def *d) {
+  uint32_t o = 0;
+  if ((d->opt & B(K_NCCL_ID)) && m->has_nccl_id) o |= B(K_NCCL_ID);
+  if ((d->opt & B(K_GRAD_NORM)) && m->has_grad_norm) o |= B(K_GRAD_NORM);
+  if ((d->opt & B(K_COMPUTE_SECONDS)) && m->has_compute_seconds) o |= B(K_COMPUTE_SECONDS);
+  if ((d->opt & B(K_MAKE_NCCL_ID)) && m->make_nccl_id) o |= B(K_MAKE_NCCL_ID);
+  return o;
+}
+
+/* A string field must end inside its array, hold no NUL before that (it
+ * could not round-trip) and, for addresses, not be empty. */
+static bool str_ok(const char *s, size_t cap, bool nonempty) {
+  size_t n = strnlen(s, cap);
+  return n < cap && (!nonempty || n > 0);
+}
+
+/* The rules the decoder enforces beyond types; the encoder runs them too. */
+static int validate(const ea_ipc_msg *m, const type_def *d, uint32_t keys, char *err,
+                    size_t errlen) {
+  const char *t = d->name;
+  if ((keys & B(K_COMM_ADDR)) && !str_ok(m->comm_addr, sizeof m->comm_addr, true)) {
+    seterr(err, errlen, "%s.comm_addr: expected a non-empty address < %zu bytes", t,
+           sizeof m->comm_addr);
+    return -EINVAL;
+  }
+  if ((keys & B(K_MESSAGE)) && !str_ok(m->message, sizeof m->message, false)) {
+    seterr(err, errlen, "%s.message: longer than %zu bytes", t, sizeof m->message - 1);
+    return -EINVAL;
+  }
+  if ((keys & B(K_REASON)) && !str_ok(m->reason, sizeof m->reason, false)) {
+    seterr(err, errlen, "%s.reason: longer than %zu bytes", t, sizeof m->reason - 1);
+    return -EINVAL;
+  }
+  if ((keys & B(K_ERROR)) && m->error >= 0) {
+    seterr(err, errlen, "%s.error: expected a negative errno, got %d", t, (int)m->error);
+    return -EINVAL;
+  }
+  if (m->type == EA_IPC_COMMIT) {
+    if (m->world < 1) {
+      seterr(err, errlen, "commit.world: must be >= 1");
+      return -EINVAL;
+    }
+    if (m->rank >= m->world) {
+      seterr(err, errlen, "commit.rank: %u not below world %u", m->rank, m->world);
+      return -EINVAL;
+    }
+    if (m->sync_root >= m->world) {
+      seterr(err, errlen, "commit.sync_root: %u not below world %u", m->sync_root, m->world);
+      return -EINVAL;
+    }
+    if (m->backend != EA_COMM_TCP && m->backend != EA_COMM_NCCL) {
+      seterr(err, errlen, "commit.backend: expected \"tcp\" or \"nccl\"");
+      return -EINVAL;
+    }
+    if (m->npeers > EA_IPC_MAX_PEERS) {
+      seterr(err, errlen, "commit.peers: more than %u", EA_IPC_MAX_PEERS);
+      return -EINVAL;
+    }
+    if (m->backend == EA_COMM_TCP ? m->npeers != m->world
+                                  : (m->npeers != 0 && m->npeers != m->world)) {
+      seterr(err, errlen, "commit.peers: %u addresses for world %u", m->npeers, m->world);
+      return -EINVAL;
+    }
+    for (uint32_t i = 0; i < m->npeers; i++)
+      if (!str_ok(m->peers[i], sizeof m->peers[i], true)) {
+        seterr(err, errlen, "commit.peers[%u]: expected a non-empty address < %zu bytes", i,
+               sizeof m->peers[i]);
+        return -EINVAL;
+      }
+    if (m->backend == EA_COMM_NCCL && !m->has_nccl_id) {
+      seterr(err, errlen, "commit.nccl_id: required by backend nccl");
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* ---- encoding --------------------------------------------------------- */
+
+typedef struct {
+  uint8_t *buf;
+  size_t cap, len;
+} fixbuf;
+
+/* Append, or refuse without writing when the bytes would pass cap; the
+ * packer returns the nonzero result to its caller. */
+static int fixbuf_write(void *data, const char *p, size_t n) {
+  fixbuf *f = data;
+  if (n > f->cap - f->len) return -1;
+  memcpy(f->buf + f->len, p, n);
+  f->len += n;
+  return 0;
+}
+
+static int pack_str(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  if (msgpack_pack_str(pk, n)) return -1;
+  return msgpack_pack_str_body(pk, s, n);
+}
+
+static int pack_value(msgpack_packer *pk, const ea_ipc_msg *m, key k) {
+  switch (k) {
+    case K_GEN:
+      return msgpack_pack_uint64(pk, m->gen);
+    case K_PID:
+      return msgpack_pack_uint64(pk, m->pid);
+    case K_LOCAL_RANK:
+      return msgpack_pack_uint32(pk, m->local_rank);
+    case K_COMM_ADDR:
+      return pack_str(pk, m->comm_addr);
+    case K_NEXT_STEP:
+      return msgpack_pack_uint64(pk, m->next_step);
+    case K_DIGEST:
+      return msgpack_pack_uint64(pk, m->digest);
+    case K_STEP:
+      return msgpack_pack_uint64(pk, m->step);
+    case K_LOSS:
+      return msgpack_pack_double(pk, m->loss);
+    case K_SAMPLES:
+      return msgpack_pack_uint64(pk, m->samples);
+    case K_SECONDS:
+      return msgpack_pack_double(pk, m->seconds);
+    case K_GRAD_NORM:
+      return msgpack_pack_double(pk, m->grad_norm);
+    case K_COMPUTE_SECONDS:
+      return msgpack_pack_double(pk, m->compute_seconds);
+    case K_ERROR:
+      return msgpack_pack_int32(pk, m->error);
+    case K_MESSAGE:
+      return pack_str(pk, m->message);
+    case K_REASON:
+      return pack_str(pk, m->reason);
+    case K_CODE:
+      return msgpack_pack_int32(pk, m->code);
+    case K_AT_BOUNDARY:
+      return m->at_boundary ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    case K_MAKE_NCCL_ID:
+      return m->make_nccl_id ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    case K_RANK:
+      return msgpack_pack_uint32(pk, m->rank);
+    case K_WORLD:
+      return msgpack_pack_uint32(pk, m->world);
+    case K_PEERS:
+      if (msgpack_pack_array(pk, m->npeers)) return -1;
+      for (uint32_t i = 0; i < m->npeers; i++)
+        if (pack_str(pk, m->peers[i])) return -1;
+      return 0;
+    case K_SYNC_ROOT:
+      return msgpack_pack_uint32(pk, m->sync_root);
+    case K_BACKEND:
+      return pack_str(pk, ea_comm_backend_name(m->backend));
+    case K_TIMEOUT_MS:
+      return msgpack_pack_uint32(pk, m->timeout_ms);
+    case K_NCCL_ID:
+      if (msgpack_pack_bin(pk, sizeof m->nccl_id)) return -1;
+      return msgpack_pack_bin_body(pk, m->nccl_id, sizeof m->nccl_id);
+    case K__COUNT:
+      break;
+  }
+  return -1;
+}
+
+int ea_ipc_encode(const ea_ipc_msg *m, void *buf, size_t cap, size_t *len, char *err,
+                  size_t errlen) {
+  const type_def *d = type_by_id(m->type);
+  if (!d) {
+    seterr(err, errlen, "type: unknown message type %d", (int)m->type);
+    return -EINVAL;
+  }
+  uint32_t keys = d->req | present_opt(m, d);
+  int rc = validate(m, d, keys, err, errlen);
+  if (rc) return rc;
+  fixbuf f = {.buf = buf, .cap = cap, .len = 0};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &f, fixbuf_write);
+  if (msgpack_pack_map(&pk, 1 + (size_t)__builtin_popcount(keys)) || pack_str(&pk, "type") ||
+      pack_str(&pk, d->name))
+    goto full;
+  for (int k = 0; k < K__COUNT; k++) {
+    if (!(keys & B(k))) continue;
+    if (pack_str(&pk, key_name[k]) || pack_value(&pk, m, (key)k)) goto full;
+  }
+  *len = f.len;
+  return 0;
+full:
+  seterr(err, errlen, "%s: does not fit in %zu bytes", d->name, cap);
+  return -EMSGSIZE;
+}
+
+/* ---- decoding --------------------------------------------------------- */
+
+static uint64_t be(const uint8_t *p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) v = (v << 8) | p[i];
+  return v;
+}
+
+/* A map header; the count is checked against the bytes left (each entry
+ * takes at least two). */
+static int read_map(ea__mpr *r, uint32_t *n) {
+  if (r->pos >= r->end) return EA__MPR_EOF;
+  uint8_t t = r->pos[0];
+  size_t w;
+  uint64_t x;
+  if ((t & 0xf0) == 0x80) {
+    w = 0;
+    x = t & 0x0f;
+  } else if (t == 0xde || t == 0xdf) {
+    w = t == 0xde ? 2 : 4;
+    if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
+    x = be(r->pos + 1, w);
+  } else {
+    return EA__MPR_TYPE;
+  }
+  if (x > (ea__mpr_left(r) - 1 - w) / 2) return EA__MPR_EOF;
+  *n = (uint32_t)x;
+  r->pos += 1 + w;
+  return 0;
+}
+
+/* Any msgpack integer within [lo, hi]. */
+static int read_int(ea__mpr *r, int64_t lo, int64_t hi, int64_t *v) {
+  if (r->pos >= r->end) return EA__MPR_EOF;
+  uint8_t t = r->pos[0];
+  if (t <= 0x7f || t >= 0xe0) {
+    int64_t x = (int8_t)t;
+    if (x < lo || x > hi) return EA__MPR_RANGE;
+    *v = x;
+    r->pos++;
+    return 0;
+  }
+  size_t w;
+  bool sgn;
+  switch (t) {
+    case 0xcc:
+      w = 1;
+      sgn = false;
+      break;
+    case 0xcd:
+      w = 2;
+      sgn = false;
+      break;
+    case 0xce:
+      w = 4;
+      sgn = false;
+      break;
+    case 0xcf:
+      w = 8;
+      sgn = false;
+      break;
+    case 0xd0:
+      w = 1;
+      sgn = true;
+      break;
+    case 0xd1:
+      w = 2;
+      sgn = true;
+      break;
+    case 0xd2:
+      w = 4;
+      sgn = true;
+      break;
+    case 0xd3:
+      w = 8;
+      sgn = true;
+      break;
+    default:
+      return EA__MPR_TYPE;
+  }
+  if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
+  uint64_t u = be(r->pos + 1, w);
+  int64_t x;
+  if (sgn) {
+    /* sign-extend the w-byte two's complement value */
+    if (w < 8 && (u >> (8 * w - 1)) & 1) u |= ~0ull << (8 * w);
+    x = (int64_t)u;
+  } else {
+    if (u > (uint64_t)INT64_MAX) return EA__MPR_RANGE;
+    x = (int64_t)u;
+  }
+  if (x < lo || x > hi) return EA__MPR_RANGE;
+  *v = x;
+  r->pos += 1 + w;
+  return 0;
+}
+
+/* float32/float64, or an integer (a writer may pack 0.0 as 0). */
+static int read_float(ea__mpr *r, double *v) {
+  if (r->pos >= r->end) return EA__MPR_EOF;
+  uint8_t t = r->pos[0];
+  if (t == 0xca || t == 0xcb) {
+    size_t w = t == 0xca ? 4 : 8;
+    if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
+    uint64_t u = be(r->pos + 1, w);
+    if (w == 4) {
+      uint32_t u32 = (uint32_t)u;
+      float f;
+      memcpy(&f, &u32, sizeof f);
+      *v = f;
+    } else {
+      memcpy(v, &u, sizeof *v);
+    }
+    r->pos += 1 + w;
+    return 0;
+  }
+  int64_t x;
+  int rc = read_int(r, INT64_MIN, INT64_MAX, &x);
+  if (rc == EA__MPR_RANGE) {
+    uint64_t u; /* a uint64 above INT64_MAX */
+    rc = ea__mpr_uint(r, UINT64_MAX, &u);
+    if (rc == 0) *v = (double)u;
+    return rc;
+  }
+  if (rc == 0) *v = (double)x;
+  return rc;
+}
+
+/* Skip one value of any type, nested at most SKIP_DEPTH_MAX deep. */
+static int skip(ea__mpr *r, int depth) {
+  if (r->pos >= r->end) return EA__MPR_EOF;
+  if (depth > SKIP_DEPTH_MAX) return EA__MPR_RANGE;
+  uint8_t t = r->pos[0];
+  size_t left = ea__mpr_left(r);
+  uint64_t n = 0; /* payload bytes, or elements */
+  size_t hw = 1;  /* header bytes */
+  int kind = 0;   /* 0: bytes, 1: array of n, 2: map of n */
+  if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+    n = 0;
+  } else if ((t & 0xe0) == 0xa0) {
+    n = t & 0x1f;
+  } else if ((t & 0xf0) == 0x90) {
+    n = t & 0x0f;
+    kind = 1;
+  } else if ((t & 0xf0) == 0x80) {
+    n = t & 0x0f;
+    kind = 2;
+  } else {
+    size_t lw = 0; /* width of a length field */
+    switch (t) {
+      case 0xcc:
+      case 0xd0:
+        n = 1;
+        break;
+      case 0xcd:
+      case 0xd1:
+        n = 2;
+        break;
+      case 0xca:
+      case 0xce:
+      case 0xd2:
+        n = 4;
+        break;
+      case 0xcb:
+      case 0xcf:
+      case 0xd3:
+        n = 8;
+        break;
+      case 0xd4:
+        n = 2;
+        break; /* fixext: type byte + 1..16 */
+      case 0xd5:
+        n = 3;
+        break;
+      case 0xd6:
+        n = 5;
+        break;
+      case 0xd7:
+        n = 9;
+        break;
+      case 0xd8:
+        n = 17;
+        break;
+      case 0xc4:
+      case 0xd9:
+        lw = 1;
+        break;
+      case 0xc5:
+      case 0xda:
+        lw = 2;
+        break;
+      case 0xc6:
+      case 0xdb:
+        lw = 4;
+        break;
+      case 0xc7:
+        lw = 1;
+        break; /* ext: length, type byte, data */
+      case 0xc8:
+        lw = 2;
+        break;
+      case 0xc9:
+        lw = 4;
+        break;
+      case 0xdc:
+        lw = 2;
+        kind = 1;
+        break;
+      case 0xdd:
+        lw = 4;
+        kind = 1;
+        break;
+      case 0xde:
+        lw = 2;
+        kind = 2;
+        break;
+      case 0xdf:
+        lw = 4;
+        kind = 2;
+        break;
+      default:
+        return EA__MPR_TYPE; /* 0xc1, never used */
+    }
+    if (lw) {
+      if (left - 1 < lw) return EA__MPR_EOF;
+      n = be(r->pos + 1, lw);
+      hw = 1 + lw;
+      if (t >= 0xc7 && t <= 0xc9) n += 1; /* the ext type byte */
+    }
+  }
+  if (kind == 0) {
+    if (left < hw || n > left - hw) return EA__MPR_EOF;
+    r->pos += hw + n;
+    return 0;
+  }
+  if (left < hw) return EA__MPR_EOF;
+  /* Each element takes at least one byte: a count above the bytes left is
+   * a lie, caught before looping on it. */
+  uint64_t elems = kind == 2 ? 2 * n : n;
+  if (elems > left - hw) return EA__MPR_EOF;
+  const uint8_t *save = r->pos;
+  r->pos += hw;
+  for (uint64_t i = 0; i < elems; i++) {
+    int rc = skip(r, depth + 1);
+    if (rc) {
+      r->pos = save;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static const char *mpr_why(int rc) {
+  switch (rc) {
+    case EA__MPR_EOF:
+      return "truncated";
+    case EA__MPR_TYPE:
+      return "wrong type";
+    case EA__MPR_RANGE:
+      return "out of range";
+    default:
+      return "invalid";
+  }
+}
+
+/* Copy a str of at most cap-1 bytes without NULs into dst. */
+static int read_cstr(ea__mpr *r, char *dst, size_t cap, const char **why) {
+  const uint8_t *p;
+  size_t n;
+  int rc = ea__mpr_str(r, cap - 1, &p, &n);
+  if (rc) {
+    *why = rc == EA__MPR_RANGE ? "too long" : rc == EA__MPR_TYPE ? "expected str" : mpr_why(rc);
+    return rc;
+  }
+  if (memchr(p, 0, n)) {
+    *why = "contains a NUL byte";
+    return EA__MPR_RANGE;
+  }
+  memcpy(dst, p, n);
+  dst[n] = 0;
+  return 0;
+}
+
+static int read_u(ea__mpr *r, uint64_t max, uint64_t *v, const char **why) {
+  int rc = ea__mpr_uint(r, max, v);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected uint" : mpr_why(rc);
+  return rc;
+}
+
+static int read_u32(ea__mpr *r, uint32_t *v, const char **why) {
+  uint64_t x;
+  int rc = read_u(r, UINT32_MAX, &x, why);
+  if (rc == 0) *v = (uint32_t)x;
+  return rc;
+}
+
+static int read_i32(ea__mpr *r, int32_t *v, const char **why) {
+  int64_t x;
+  int rc = read_int(r, INT32_MIN, INT32_MAX, &x);
+  if (rc)
+    *why = rc == EA__MPR_TYPE ? "expected int" : mpr_why(rc);
+  else
+    *v = (int32_t)x;
+  return rc;
+}
+
+static int read_f(ea__mpr *r, double *v, const char **why) {
+  int rc = read_float(r, v);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected float" : mpr_why(rc);
+  return rc;
+}
+
+static int read_b(ea__mpr *r, bool *v, const char **why) {
+  int rc = ea__mpr_bool(r, v);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected bool" : mpr_why(rc);
+  return rc;
+}
+
+/* One value of key k into m.  On failure *why says what was wrong and
+ * *index names the array element, if any. */
+static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *index) {
+  switch (k) {
+    case K_GEN:
+      return read_u(r, UINT64_MAX, &m->gen, why);
+    case K_PID:
+      return read_u(r, UINT64_MAX, &m->pid, why);
+    case K_LOCAL_RANK:
+      return read_u32(r, &m->local_rank, why);
+    case K_COMM_ADDR:
+      return read_cstr(r, m->comm_addr, sizeof m->comm_addr, why);
+    case K_NEXT_STEP:
+      return read_u(r, UINT64_MAX, &m->next_step, why);
+    case K_DIGEST:
+      return read_u(r, UINT64_MAX, &m->digest, why);
+    case K_STEP:
+      return read_u(r, UINT64_MAX, &m->step, why);
+    case K_LOSS:
+      return read_f(r, &m->loss, why);
+    case K_SAMPLES:
+      return read_u(r, UINT64_MAX, &m->samples, why);
+    case K_SECONDS:
+      return read_f(r, &m->seconds, why);
+    case K_GRAD_NORM:
+      m->has_grad_norm = true;
+      return read_f(r, &m->grad_norm, why);
+    case K_COMPUTE_SECONDS:
+      m->has_compute_seconds = true;
+      return read_f(r, &m->compute_seconds, why);
+    case K_ERROR:
+      return read_i32(r, &m->error, why);
+    case K_MESSAGE:
+      return read_cstr(r, m->message, sizeof m->message, why);
+    case K_REASON:
+      return read_cstr(r, m->reason, sizeof m->reason, why);
+    case K_CODE:
+      return read_i32(r, &m->code, why);
+    case K_AT_BOUNDARY:
+      return read_b(r, &m->at_boundary, why);
+    case K_MAKE_NCCL_ID:
+      return read_b(r, &m->make_nccl_id, why);
+    case K_RANK:
+      return read_u32(r, &m->rank, why);
+    case K_WORLD:
+      return read_u32(r, &m->world, why);
+    case K_SYNC_ROOT:
+      return read_u32(r, &m->sync_root, why);
+    case K_TIMEOUT_MS:
+      return read_u32(r, &m->timeout_ms, why);
+    case K_PEERS: {
+      uint32_t n;
+      int rc = ea__mpr_array(r, &n);
+      if (rc) {
+        *why = rc == EA__MPR_TYPE ? "expected array" : mpr_why(rc);
+        return rc;
+      }
+      if (n > EA_IPC_MAX_PEERS) {
+        *why = "too many addresses";
+        return EA__MPR_RANGE;
+      }
+      if (n > ea__mpr_left(r)) {
+        *why = "truncated";
+        return EA__MPR_EOF;
+      }
+      for (uint32_t i = 0; i < n; i++) {
+        rc = read_cstr(r, m->peers[i], sizeof m->peers[i], why);
+        if (rc) {
+          *index = i;
+          return rc;
+        }
+      }
+      m->npeers = n;
+      return 0;
+    }
+    case K_BACKEND: {
+      char s[16];
+      int rc = read_cstr(r, s, sizeof s, why);
+      if (rc) return rc;
+      if (strcmp(s, "tcp") == 0)
+        m->backend = EA_COMM_TCP;
+      else if (strcmp(s, "nccl") == 0)
+        m->backend = EA_COMM_NCCL;
+      else {
+        *why = "expected \"tcp\" or \"nccl\"";
+        return EA__MPR_RANGE;
+      }
+      return 0;
+    }
+    case K_NCCL_ID: {
+      const uint8_t *p;
+      size_t n;
+      int rc = ea__mpr_bin(r, sizeof m->nccl_id, &p, &n);
+      if (rc == 0 && n != sizeof m->nccl_id) rc = EA__MPR_RANGE;
+      if (rc) {
+        *why = rc == EA__MPR_TYPE    ? "expected bin"
+               : rc == EA__MPR_RANGE ? "expected 128 bytes"
+                                     : mpr_why(rc);
+        return rc;
+      }
+      memcpy(m->nccl_id, p, n);
+      m->has_nccl_id = true;
+      return 0;
+    }
+    case K__COUNT:
+      break;
+  }
+  *why = "unknown key";
+  return EA__MPR_TYPE;
+}
+
+static int find_key(const uint8_t *p, size_t n) {
+  for (int k = 0; k < K__COUNT; k++)
+    if (strlen(key_name[k]) == n && memcmp(key_name[k], p, n) == 0) return k;
+  return -1;
+}
+
+static bool is_type_key(const uint8_t *p, size_t n) {
+  return n == 4 && memcmp(p, "type", 4) == 0;
+}
+
+int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t errlen) {
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  uint32_t n;
+  int rc = read_map(&r, &n);
+  if (rc) {
+    seterr(err, errlen, "message: expected a map (%s)", mpr_why(rc));
+    return -EBADMSG;
+  }
+  const uint8_t *body = r.pos;
+
+  /* Pass 1: find "type" and the end of the map. */
+  const type_def *d = NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint8_t *kp;
+    size_t kn;
+    rc = ea__mpr_str(&r, EA_IPC_MAX_MSG, &kp, &kn);
+    if (rc) {
+      seterr(err, errlen, "message: key %u: %s", i,
+             rc == EA__MPR_TYPE ? "expected str" : mpr_why(rc));
+      return -EBADMSG;
+    }
+    if (is_type_key(kp, kn)) {
+      if (d) {
+        seterr(err, errlen, "type: duplicate key");
+        return -EBADMSG;
+      }
+      char tn[16];
+      const char *why;
+      if (read_cstr(&r, tn, sizeof tn, &why)) {
+        seterr(err, errlen, "type: %s", why);
+        return -EBADMSG;
+      }
+      for (size_t j = 0; j < NTYPES; j++)
+        if (strcmp(types[j].name, tn) == 0) d = &types[j];
+      if (!d) {
+        seterr(err, errlen, "type: unknown message type \"%s\"", tn);
+        return -EBADMSG;
+      }
+    } else if ((rc = skip(&r, 0)) != 0) {
+      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp, mpr_why(rc));
+      return -EBADMSG;
+    }
+  }
+  if (!d) {
+    seterr(err, errlen, "type: missing");
+    return -EBADMSG;
+  }
+  if (r.pos != r.end) {
+    seterr(err, errlen, "%s: %zu trailing bytes after the map", d->name, ea__mpr_left(&r));
+    return -EBADMSG;
+  }
+
+  /* Pass 2: the type's keys; everything else is skipped (pass 1 already
+   * proved every value well-formed). */
+  ea_ipc_msg_init(m, d->type);
+  r.pos = body;
+  uint32_t seen = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint8_t *kp;
+    size_t kn;
+    (void)ea__mpr_str(&r, EA_IPC_MAX_MSG, &kp, &kn);
+    int k = is_type_key(kp, kn) ? -1 : find_key(kp, kn);
+    if (k < 0 || !((d->req | d->opt) & B(k))) {
+      (void)skip(&r, 0);
+      continue;
+    }
+    if (seen & B(k)) {
+      seterr(err, errlen, "%s.%s: duplicate key", d->name, key_name[k]);
+      return -EBADMSG;
+    }
+    const char *why = "invalid";
+    long index = -1;
+    if (read_value(&r, m, (key)k, &why, &index)) {
+      if (index >= 0)
+        seterr(err, errlen, "%s.%s[%ld]: %s", d->name, key_name[k], index, why);
+      else
+        seterr(err, errlen, "%s.%s: %s", d->name, key_name[k], why);
+      return -EBADMSG;
+    }
+    seen |= B(k);
+  }
+  uint32_t missing = d->req & ~seen;
+  if (missing) {
+    seterr(err, errlen, "%s.%s: missing", d->name, key_name[__builtin_ctz(missing)]);
+    return -EBADMSG;
+  }
+  if (validate(m, d, seen, err, errlen)) return -EBADMSG;
+  return 0;
+}
+
+/* ---- sockets ------------------------------------------------------------ */
+
+int ea_ipc_socketpair(int sv[2]) {
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -errno;
+  return 0;
+}
+
+int ea_ipc_send(int fd, const ea_ipc_msg *m) {
+  uint8_t buf[EA_IPC_MAX_MSG];
+  size_t len;
+  int rc = ea_ipc_encode(m, buf, sizeof buf, &len, NULL, 0);
+  if (rc) return rc;
+  for (;;) {
+    ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+    if (w >= 0) return 0; /* SEQPACKET: all or nothing */
+    if (errno != EINTR) return -errno;
+  }
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ea_ipc_recv(int fd, ea_ipc_msg *m, int timeout_ms, char *err, size_t errlen) {
+  uint8_t buf[EA_IPC_MAX_MSG];
+  const int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (;;) {
+    int wait = -1;
+    if (deadline >= 0) {
+      int64_t left = deadline - now_ms();
+      wait = left > 0 ? (int)left : 0;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int pr = poll(&p, 1, wait);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (pr == 0) {
+      seterr(err, errlen, "no message within %d ms", timeout_ms);
+      return -ETIMEDOUT;
+    }
+    /* MSG_TRUNC: the return value is the packet's real length, so an
+     * oversized packet is detected (and dropped) rather than half-read. */
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -errno;
+    }
+    if (n == 0) {
+      seterr(err, errlen, "the other end closed the connection");
+      return -ECONNRESET;
+    }
+    if ((size_t)n > sizeof buf) {
+      seterr(err, errlen, "message: %zd bytes, more than %u", n, EA_IPC_MAX_MSG);
+      return -EMSGSIZE;
+    }
+    return ea_ipc_decode(buf, (size_t)n, m, err, errlen);
+  }
+}

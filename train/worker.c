@@ -1,0 +1,568 @@
+/* worker.c — the built-in worker: the trainer, a communicator re-formed in
+ * place each generation, and the agent's commands over the IPC socket.
+ *
+ * Two threads.  The training thread owns the trainer and the communicator
+ * and does everything that blocks for long: computing, allreduce, state
+ * sync, connecting.  The reader thread only reads the agent's packets and
+ * turns them into flags under one mutex — with one exception that is the
+ * reason it exists: a PREPARE that says "now" (a rank died), a PAUSE or a
+ * STOP calls ea_comm_abort() on the live communicator at once, so an
+ * allreduce stuck on a dead or partitioned peer returns within milliseconds
+ * instead of waiting out the op timeout.  The communicator pointer is
+ * published and withdrawn under the mutex and aborts happen under it, which
+ * is exactly ea_comm's rule (abort must have returned before free).  Only
+ * the training thread sends, so replies leave in the order things happened.
+ *
+ * Why no process restarts.  An allreduce that fails leaves the trainer
+ * untouched — ea_trainer_apply() is only called after a successful
+ * allreduce — so a survivor still holds the last step it completed, and its
+ * next generation continues from there.  Ranks can disagree by one step
+ * (a ring allreduce can finish on some ranks while failing on others), so
+ * every generation starts with a state sync: one small MAX-allreduce tells
+ * every rank the highest and lowest step, whether all params digests and
+ * state sizes agree, and which step the designated sync root holds; every
+ * rank takes the same decision from the same numbers (skip, or broadcast
+ * from the root, or fail), so no rank waits on a broadcast nobody sends.
+ * After a broadcast a second MAX-allreduce proves the digests are equal.
+ */
+#include "ea_worker.h"
+
+#include "ea_comm.h"
+#include "ea_ipc.h"
+#include "ea_log.h"
+#include "ea_train.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_COMM_BIND "127.0.0.1:0"
+
+typedef struct {
+  int ipc_fd;
+  const ea_config *cfg;
+  uint32_t local_rank;
+  char bind[EA_COMM_ADDR_MAX];
+  ea_data *data;
+  ea_trainer *t;
+  uint64_t steps; /* train.steps: stop here */
+  uint8_t *state; /* serialized-state scratch for sync */
+  size_t state_len;
+  int lfd;
+  char addr[EA_COMM_ADDR_MAX];
+  int wake_fd; /* eventfd: the reader thread must quit */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* ---- under mu ---- */
+  ea_comm *comm; /* published for the reader's abort */
+  bool stop;
+  bool agent_gone;
+  bool pause;
+  bool prepare;
+  uint64_t prepare_gen;
+  bool prepare_nccl;
+  bool commit_pending;
+  ea_ipc_msg *commit; /* the pending COMMIT */
+  uint64_t max_gen;   /* newest generation the agent announced */
+
+  /* ---- training thread only ---- */
+  ea_ipc_msg *plan; /* the COMMIT being formed */
+  ea_ipc_msg *out;  /* outgoing scratch */
+  bool training;
+  uint64_t gen; /* generation of the communicator in use / last one */
+  uint32_t rank, world;
+
+  /* ---- reader thread only ---- */
+  ea_ipc_msg *in;
+} worker;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void send_out(worker *w) {
+  int rc = ea_ipc_send(w->ipc_fd, w->out);
+  /* The agent being gone is noticed by the reader (end of stream); log the
+   * rest, which would be a bug in what we send. */
+  if (rc && rc != -EPIPE && rc != -ECONNRESET)
+    ea_log(EA_LOG_WARN, "worker", "send %s: %s", ea_ipc_type_name(w->out->type), strerror(-rc));
+}
+
+/* ---- the reader thread ----------------------------------------------- */
+
+/* Abort the live communicator, if any.  Caller holds mu. */
+static void abort_locked(worker *w) {
+  if (w->comm) ea_comm_abort(w->comm);
+}
+
+static void on_packet(worker *w, const ea_ipc_msg *m) {
+  pthread_mutex_lock(&w->mu);
+  switch (m->type) {
+    case EA_IPC_PREPARE:
+      if (m->gen < w->max_gen) {
+        ea_log(EA_LOG_INFO, "worker",
+               "ignoring prepare gen=%" PRIu64 ": gen %" PRIu64 " already announced", m->gen,
+               w->max_gen);
+        break;
+      }
+      w->max_gen = m->gen;
+      w->prepare = true;
+      w->prepare_gen = m->gen;
+      w->prepare_nccl = m->make_nccl_id;
+      if (w->commit_pending && w->commit->gen < m->gen) w->commit_pending = false;
+      if (!m->at_boundary) abort_locked(w);
+      break;
+    case EA_IPC_COMMIT:
+      if (m->gen < w->max_gen) {
+        ea_log(EA_LOG_INFO, "worker",
+               "ignoring commit gen=%" PRIu64 ": gen %" PRIu64 " already announced", m->gen,
+               w->max_gen);
+        break;
+      }
+      w->max_gen = m->gen;
+      memcpy(w->commit, m, sizeof *m);
+      w->commit_pending = true;
+      /* A running communicator of an older generation is superseded. */
+      if (w->comm && ea_comm_generation(w->comm) < m->gen) abort_locked(w);
+      break;
+    case EA_IPC_PAUSE:
+      ea_log(EA_LOG_INFO, "worker", "pause: %s", m->reason);
+      w->pause = true;
+      abort_locked(w);
+      break;
+    case EA_IPC_STOP:
+      w->stop = true;
+      abort_locked(w);
+      break;
+    default:
+      ea_log(EA_LOG_WARN, "worker", "unexpected %s from the agent, ignored",
+             ea_ipc_type_name(m->type));
+      break;
+  }
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void *reader_main(void *arg) {
+  worker *w = arg;
+  char err[160];
+  for (;;) {
+    struct pollfd p[2] = {{.fd = w->ipc_fd, .events = POLLIN},
+                          {.fd = w->wake_fd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    int rc = ea_ipc_recv(w->ipc_fd, w->in, 0, err, sizeof err);
+    if (rc == 0) {
+      on_packet(w, w->in);
+      continue;
+    }
+    if (rc == -ETIMEDOUT) continue;
+    if (rc == -EBADMSG || rc == -EMSGSIZE) {
+      ea_log(EA_LOG_WARN, "worker", "bad packet from the agent dropped: %s", err);
+      continue;
+    }
+    /* End of stream or a socket error: nobody is left to obey. */
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    w->agent_gone = true;
+    abort_locked(w);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    break;
+  }
+  return NULL;
+}
+
+/* ---- the training thread ----------------------------------------------- */
+
+/* Withdraw and free the communicator.  Once it is withdrawn under mu the
+ * reader cannot be inside ea_comm_abort() on it, so freeing is safe. */
+static void drop_comm(worker *w) {
+  pthread_mutex_lock(&w->mu);
+  ea_comm *c = w->comm;
+  w->comm = NULL;
+  pthread_mutex_unlock(&w->mu);
+  ea_comm_free(c);
+  w->training = false;
+}
+
+/* Something the agent sent since supersedes what the training thread is
+ * doing: an error it causes is expected, not a failure to report. */
+static bool interrupted(worker *w) {
+  pthread_mutex_lock(&w->mu);
+  bool i = w->stop || w->pause || w->prepare || w->commit_pending;
+  pthread_mutex_unlock(&w->mu);
+  return i;
+}
+
+static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
+  drop_comm(w);
+  char what[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (interrupted(w)) {
+    ea_log(EA_LOG_INFO, "worker", "gen=%" PRIu64 " %s: %s (superseded by the agent)", gen, what,
+           strerror(-rc));
+    return;
+  }
+  ea_log(EA_LOG_WARN, "worker", "gen=%" PRIu64 " %s: %s", gen, what, strerror(-rc));
+  ea_ipc_msg_init(w->out, EA_IPC_FAILED);
+  w->out->gen = gen;
+  w->out->error = rc < 0 ? rc : -EIO;
+  snprintf(w->out->message, sizeof w->out->message, "%s: %s", what, strerror(-rc));
+  w->out->next_step = ea_trainer_step(w->t);
+  send_out(w);
+}
+
+/* The generation's first collective ops: agree on one state.  Slots of the
+ * MAX-allreduce (as int64; ~x turns a MAX into a MIN without overflow):
+ *   0 next_step   1 ~next_step   2 digest   3 ~digest
+ *   4 the root's next_step (others −1)   5 state size   6 ~state size */
+static int sync_state(worker *w, ea_comm *c, uint32_t root, bool *broadcast) {
+  *broadcast = false;
+  const int64_t step = (int64_t)ea_trainer_step(w->t);
+  const int64_t dig = (int64_t)ea_trainer_params_digest(w->t);
+  const int64_t size = (int64_t)w->state_len;
+  int64_t v[7] = {step, ~step, dig, ~dig, w->rank == root ? step : -1, size, ~size};
+  int rc = ea_comm_allreduce(c, v, 7, EA_COMM_I64, EA_COMM_MAX);
+  if (rc) return rc;
+  if (v[5] != ~v[6]) {
+    ea_log(EA_LOG_ERROR, "worker",
+           "state sync: ranks have different state sizes (model or data differ)");
+    return -EPROTO;
+  }
+  if (v[4] != v[0]) {
+    ea_log(EA_LOG_ERROR, "worker",
+           "state sync: sync_root %u holds step %" PRId64 ", the highest is %" PRId64, root, v[4],
+           v[0]);
+    return -EPROTO;
+  }
+  if (v[0] == ~v[1] && v[2] == ~v[3]) return 0; /* every rank holds the same state */
+
+  *broadcast = true;
+  if (w->rank == root) {
+    rc = ea_trainer_state_serialize(w->t, w->state, w->state_len);
+    if (rc) return rc;
+  }
+  rc = ea_comm_broadcast(c, w->state, w->state_len, root);
+  if (rc) return rc;
+  if (w->rank != root) {
+    char err[160];
+    rc = ea_trainer_state_load(w->t, w->state, w->state_len, err, sizeof err);
+    if (rc) {
+      ea_log(EA_LOG_ERROR, "worker", "state sync: the broadcast state does not load: %s", err);
+      return -EPROTO;
+    }
+  }
+  const int64_t d2 = (int64_t)ea_trainer_params_digest(w->t);
+  int64_t check[2] = {d2, ~d2};
+  rc = ea_comm_allreduce(c, check, 2, EA_COMM_I64, EA_COMM_MAX);
+  if (rc) return rc;
+  if (check[0] != ~check[1]) {
+    ea_log(EA_LOG_ERROR, "worker", "state sync: params digests differ after the broadcast");
+    return -EPROTO;
+  }
+  return 0;
+}
+
+static void do_prepare(worker *w, uint64_t gen, bool nccl) {
+  drop_comm(w);
+  ea_ipc_msg_init(w->out, EA_IPC_READY);
+  w->out->gen = gen;
+  snprintf(w->out->comm_addr, sizeof w->out->comm_addr, "%s", w->addr);
+  w->out->next_step = ea_trainer_step(w->t);
+  w->out->digest = ea_trainer_params_digest(w->t);
+  if (nccl) {
+    int rc = ea_comm_nccl_unique_id(w->out->nccl_id);
+    if (rc) {
+      fail(w, gen, rc, "making the nccl unique id");
+      return;
+    }
+    w->out->has_nccl_id = true;
+  }
+  send_out(w);
+}
+
+static void do_commit(worker *w) {
+  const ea_ipc_msg *m = w->plan;
+  drop_comm(w);
+  w->gen = m->gen;
+  w->rank = m->rank;
+  w->world = m->world;
+  const char *peers[EA_IPC_MAX_PEERS];
+  for (uint32_t i = 0; i < m->npeers; i++) peers[i] = m->peers[i];
+  ea_comm_plan p;
+  ea_comm_plan_init(&p);
+  p.backend = m->backend;
+  p.rank = m->rank;
+  p.world = m->world;
+  p.generation = m->gen;
+  p.timeout_ms = m->timeout_ms;
+  p.peers = m->npeers ? peers : NULL;
+  p.listen_fd = w->lfd;
+  if (m->has_nccl_id) memcpy(p.nccl_id, m->nccl_id, sizeof p.nccl_id);
+  p.cuda_device = (int)w->local_rank;
+
+  const double t0 = now_s();
+  ea_comm *c;
+  int rc = ea_comm_new(&p, &c);
+  if (rc) {
+    fail(w, m->gen, rc, "communicator of rank %u/%u", m->rank, m->world);
+    return;
+  }
+  pthread_mutex_lock(&w->mu);
+  w->comm = c;
+  /* Anything that arrived since this COMMIT was taken supersedes it; the
+   * reader could not abort a communicator it did not see yet. */
+  if (w->stop || w->pause || w->prepare || w->commit_pending) ea_comm_abort(c);
+  pthread_mutex_unlock(&w->mu);
+
+  rc = ea_comm_connect(c);
+  if (rc) {
+    fail(w, m->gen, rc, "connecting rank %u/%u", m->rank, m->world);
+    return;
+  }
+  const double t1 = now_s();
+  bool bcast;
+  rc = sync_state(w, c, m->sync_root, &bcast);
+  if (rc) {
+    fail(w, m->gen, rc, "state sync from rank %u", m->sync_root);
+    return;
+  }
+  ea_log(EA_LOG_INFO, "worker",
+         "gen=%" PRIu64 " rank=%u world=%u step=%" PRIu64 " connect_ms=%.1f sync_ms=%.1f sync=%s",
+         m->gen, m->rank, m->world, ea_trainer_step(w->t), (t1 - t0) * 1e3, (now_s() - t1) * 1e3,
+         bcast ? (m->rank == m->sync_root ? "sent" : "received") : "in-sync");
+  w->training = true;
+}
+
+static void train_one(worker *w) {
+  ea_comm *c = w->comm; /* only this thread changes it */
+  const uint64_t step = ea_trainer_step(w->t);
+  if (step >= w->steps) {
+    drop_comm(w);
+    ea_ipc_msg_init(w->out, EA_IPC_DONE);
+    w->out->gen = w->gen;
+    w->out->next_step = step;
+    w->out->digest = ea_trainer_params_digest(w->t);
+    send_out(w);
+    return;
+  }
+  const double t0 = now_s();
+  int rc = ea_trainer_compute(w->t, w->rank, w->world);
+  if (rc) {
+    fail(w, w->gen, rc, "computing step %" PRIu64, step);
+    return;
+  }
+  const double t1 = now_s();
+  size_t n;
+  float *g = ea_trainer_grad_buffer(w->t, &n);
+  rc = ea_comm_allreduce(c, g, n, EA_COMM_F32, EA_COMM_SUM);
+  if (rc) {
+    fail(w, w->gen, rc, "allreduce of step %" PRIu64, step);
+    return;
+  }
+  ea_train_stats st;
+  rc = ea_trainer_apply(w->t, &st);
+  if (rc) {
+    /* Every rank applied the same sum and fails the same way: the state
+     * stays at this step everywhere, for the controller to decide. */
+    fail(w, w->gen, rc, "step %" PRIu64 ": loss or gradient is not finite", step);
+    return;
+  }
+  uint64_t b, e;
+  ea_train_rank_range(step, ea_trainer_config(w->t)->global_batch, w->rank, w->world, &b, &e);
+  ea_ipc_msg_init(w->out, EA_IPC_STEP);
+  w->out->gen = w->gen;
+  w->out->step = st.step;
+  w->out->loss = st.loss;
+  w->out->digest = ea_trainer_params_digest(w->t);
+  w->out->samples = e - b;
+  w->out->seconds = now_s() - t0;
+  w->out->has_grad_norm = true;
+  w->out->grad_norm = st.grad_norm;
+  w->out->has_compute_seconds = true;
+  w->out->compute_seconds = t1 - t0;
+  send_out(w);
+}
+
+static void run(worker *w) {
+  for (;;) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && !w->pause && !w->prepare && !w->commit_pending && !w->training)
+      pthread_cond_wait(&w->cv, &w->mu);
+    if (w->stop) {
+      pthread_mutex_unlock(&w->mu);
+      return;
+    }
+    if (w->pause) {
+      w->pause = false;
+      pthread_mutex_unlock(&w->mu);
+      drop_comm(w);
+      ea_ipc_msg_init(w->out, EA_IPC_ABORTED);
+      w->out->gen = w->gen;
+      w->out->next_step = ea_trainer_step(w->t);
+      send_out(w);
+      continue;
+    }
+    if (w->prepare) {
+      w->prepare = false;
+      uint64_t gen = w->prepare_gen;
+      bool nccl = w->prepare_nccl;
+      pthread_mutex_unlock(&w->mu);
+      do_prepare(w, gen, nccl);
+      continue;
+    }
+    if (w->commit_pending) {
+      w->commit_pending = false;
+      ea_ipc_msg *tmp = w->plan;
+      w->plan = w->commit;
+      w->commit = tmp;
+      pthread_mutex_unlock(&w->mu);
+      do_commit(w);
+      continue;
+    }
+    pthread_mutex_unlock(&w->mu);
+    train_one(w);
+  }
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static void exiting(worker *w, const char *reason, int code) {
+  ea_ipc_msg_init(w->out, EA_IPC_EXITING);
+  snprintf(w->out->reason, sizeof w->out->reason, "%s", reason);
+  w->out->code = code;
+  send_out(w);
+}
+
+static void set_blas_threads(const ea_config *cfg) {
+  if (getenv("OPENBLAS_NUM_THREADS")) return;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t per = cfg->compute.workers_per_node ? cfg->compute.workers_per_node : 1;
+  long n = cpus > 0 ? cpus / (long)per : 1;
+  ea_train_blas_threads(n < 1 ? 1 : (int)n);
+}
+
+static int setup(worker *w, char *err, size_t errlen) {
+  w->out = malloc(sizeof *w->out);
+  w->in = malloc(sizeof *w->in);
+  w->commit = malloc(sizeof *w->commit);
+  w->plan = malloc(sizeof *w->plan);
+  if (!w->out || !w->in || !w->commit || !w->plan) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  ea_train_config tc;
+  int rc = ea_train_config_from(&tc, w->cfg, err, errlen);
+  if (rc) return rc;
+  w->steps = tc.steps;
+  rc = ea_data_open(w->cfg->train.data, &w->data, err, errlen);
+  if (rc) return rc;
+  rc = ea_trainer_new(&tc, w->data, &w->t, err, errlen);
+  if (rc) return rc;
+  w->state_len = ea_trainer_state_size(w->t);
+  w->state = malloc(w->state_len);
+  if (!w->state) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  rc = ea_comm_listen(w->bind, &w->lfd, w->addr, sizeof w->addr);
+  if (rc) {
+    snprintf(err, errlen, "EA_COMM_BIND %s: %s", w->bind, strerror(-rc));
+    return rc;
+  }
+  w->wake_fd = eventfd(0, EFD_CLOEXEC);
+  if (w->wake_fd < 0) {
+    rc = -errno;
+    snprintf(err, errlen, "eventfd: %s", strerror(errno));
+    return rc;
+  }
+  return 0;
+}
+
+int ea_worker_main(int ipc_fd, const ea_config *cfg) {
+  signal(SIGPIPE, SIG_IGN); /* a vanished peer is an error return, not a death */
+  worker *w = calloc(1, sizeof *w);
+  if (!w) return -ENOMEM;
+  w->ipc_fd = ipc_fd;
+  w->cfg = cfg;
+  w->lfd = -1;
+  w->wake_fd = -1;
+  const char *lr = getenv("EA_LOCAL_RANK");
+  w->local_rank = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
+  const char *bind = getenv("EA_COMM_BIND");
+  snprintf(w->bind, sizeof w->bind, "%s", bind && *bind ? bind : DEFAULT_COMM_BIND);
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  set_blas_threads(cfg);
+
+  char err[256] = "";
+  int rc = setup(w, err, sizeof err);
+  bool reader = false;
+  pthread_t th;
+  if (rc == 0) {
+    rc = -pthread_create(&th, NULL, reader_main, w);
+    if (rc) snprintf(err, sizeof err, "pthread_create: %s", strerror(-rc));
+    reader = rc == 0;
+  }
+  if (rc) {
+    ea_log(EA_LOG_ERROR, "worker", "cannot start: %s", err);
+    if (w->out) exiting(w, err, 1);
+  } else {
+    ea_log(EA_LOG_INFO, "worker", "pid=%d local_rank=%u comm=%s step=%" PRIu64, (int)getpid(),
+           w->local_rank, w->addr, ea_trainer_step(w->t));
+    ea_ipc_msg_init(w->out, EA_IPC_HELLO);
+    w->out->pid = (uint64_t)getpid();
+    w->out->local_rank = w->local_rank;
+    snprintf(w->out->comm_addr, sizeof w->out->comm_addr, "%s", w->addr);
+    w->out->next_step = ea_trainer_step(w->t);
+    w->out->digest = ea_trainer_params_digest(w->t);
+    send_out(w);
+    run(w);
+    drop_comm(w);
+    pthread_mutex_lock(&w->mu);
+    bool gone = w->agent_gone;
+    pthread_mutex_unlock(&w->mu);
+    if (!gone) exiting(w, "stop", 0);
+    rc = gone ? -ECONNRESET : 0;
+  }
+  if (reader) {
+    uint64_t one = 1;
+    ssize_t wr = write(w->wake_fd, &one, sizeof one);
+    (void)wr; /* an eventfd write of 1 cannot fail short of a bug */
+    pthread_join(th, NULL);
+  }
+  if (w->wake_fd >= 0) close(w->wake_fd);
+  if (w->lfd >= 0) close(w->lfd);
+  ea_trainer_free(w->t);
+  ea_data_close(w->data);
+  free(w->state);
+  free(w->out);
+  free(w->in);
+  free(w->commit);
+  free(w->plan);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+  return rc;
+}
