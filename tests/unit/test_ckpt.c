@@ -1,0 +1,1097 @@
+/* Check suite for ckpt/: the shard writer and reader, the manifest, commit,
+ * fencing, retention, verification, resume and the ckpt CLI.
+ *
+ * The promises asserted here:
+ *   - a shard of any length from 1 byte to 64 MiB (odd lengths, lengths
+ *     around the alignment and the chunk size, several chunk/queue shapes)
+ *     reads back bit-identical, the recorded XXH3 equals XXH3 of the data,
+ *     and the file has exactly the true length (O_DIRECT padding removed);
+ *   - O_DIRECT is used where the file system supports it (asserted on this
+ *     machine's /tmp), and the buffered, unregistered and pread/pwrite paths
+ *     (forced by flags, or by open(O_DIRECT) failing with EINVAL) produce
+ *     the same file and hash;
+ *   - progress reaches the length; a raised cancel flag gives -ECANCELED and
+ *     no file;
+ *   - the manifest round-trips; every single-byte change and every
+ *     truncation of it is rejected; field errors name the line and field;
+ *     an absurd count is rejected without allocating it;
+ *   - a checkpoint written at W = 4 is read back at any world size (ranges
+ *     cut for W' = 1, 3, 7, ranges spanning shards, a 1-byte read at every
+ *     shard boundary), with O_DIRECT;
+ *   - a flipped byte is found by full verify, which names the shard file and
+ *     a byte range containing the flip no larger than one hash block; a
+ *     truncated shard is found by size verify, with the missing range;
+ *     resume then falls back to the previous checkpoint and says why;
+ *   - generation fencing: an older generation's commit is refused (-ESTALE)
+ *     and writes no MANIFEST; LATEST only moves forward; a second commit of
+ *     the same checkpoint is -EEXIST; a newer generation at a lower step
+ *     supersedes the abandoned higher step; two processes committing at once
+ *     always leave LATEST on the newer generation;
+ *   - retention keeps keep_last, never the newest complete nor LATEST's
+ *     target, removes older leftovers but not newer ones nor in-progress ones;
+ *   - a full file system (8 MiB tmpfs in a private mount namespace) gives
+ *     -ENOSPC naming the file, removes the partial shard, and leaves the
+ *     previous checkpoint intact and chosen by resume;
+ *   - EA_CKPT_FAULT arms a fault from the environment;
+ *   - `ckpt ls|show|verify` print what they should and return 0/1/2.
+ * Random data comes from a seed that is printed; EA_SEED=… replays it.
+ */
+#include "ea_ckpt.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxh_x86dispatch.h>
+
+static uint64_t g_seed;
+static char g_dir[256]; /* this test's scratch directory */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint8_t *random_bytes(size_t n, uint64_t salt) {
+  uint8_t *p = malloc(n ? n : 1);
+  ck_assert_ptr_nonnull(p);
+  uint64_t s = g_seed ^ (salt * 0x9e3779b97f4a7c15ull);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = splitmix(&s);
+    memcpy(p + i, &v, 8);
+  }
+  for (; i < n; i++) p[i] = (uint8_t)splitmix(&s);
+  return p;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(p);
+}
+
+static void rm_rf(const char *p) {
+  nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void setup(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/ea-test-ckpt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  ea_ckpt_fault_reset();
+}
+
+static void teardown(void) {
+  ea_ckpt_fault_reset();
+  char mnt[512];
+  snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+  umount2(mnt, MNT_DETACH); /* test_enospc's tmpfs, if still there */
+  rm_rf(g_dir);
+}
+
+static void path_in(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", g_dir, name);
+}
+
+/* Whether the file system under dir takes O_DIRECT at all. */
+static bool fs_direct(const char *dir) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/.odirect-probe", dir);
+  int fd = open(p, O_WRONLY | O_CREAT | O_DIRECT, 0644);
+  if (fd >= 0) close(fd);
+  unlink(p);
+  return fd >= 0;
+}
+
+/* Whether io_uring can be set up here (containers may block it; the
+ * writer then falls back to pwrite, which the tests still check). */
+static bool uring_ok(void) {
+  struct io_uring r;
+  if (io_uring_queue_init(2, &r, 0) != 0) return false;
+  io_uring_queue_exit(&r);
+  return true;
+}
+
+static uint8_t *read_file(const char *p, size_t *n) {
+  int fd = open(p, O_RDONLY);
+  ck_assert_msg(fd >= 0, "open %s: %s", p, strerror(errno));
+  struct stat st;
+  ck_assert_int_eq(fstat(fd, &st), 0);
+  uint8_t *b = malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+    ck_assert_int_gt(r, 0);
+    got += (size_t)r;
+  }
+  close(fd);
+  *n = got;
+  return b;
+}
+
+static int write_one(const char *path, const void *data, uint64_t len, unsigned flags,
+                     uint32_t chunk, uint32_t qd, ea_ckpt_write_result *res) {
+  ea_ckpt_write_req q = {.path = path,
+                         .data = data,
+                         .length = len,
+                         .flags = flags,
+                         .chunk_bytes = chunk,
+                         .queue_depth = qd};
+  return ea_ckpt_write_shard(&q, res);
+}
+
+static void add_tensors(ea_ckpt_manifest *m) {
+  /* a toy tensor table: two matrices, a vector, a scalar, covering the state */
+  uint64_t T = m->total_bytes, a = T / 3, b = T / 3, c = T - a - b - (T >= 8 ? 8 : 0);
+  uint64_t s1[2] = {a / 4 ? a / 4 : 1, 1}, s2[2] = {1, b}, s3[1] = {c};
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(m, "layers.0.weight", "f32", 2, s1, 0, a), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(m, "layers.0.bias", "u8", 2, s2, a, b), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(m, "opt.m", "u8", 1, s3, a + b, c), 0);
+  if (T >= 8) ck_assert_int_eq(ea_ckpt_manifest_add_tensor(m, "step", "i64", 0, NULL, T - 8, 8), 0);
+}
+
+/* prepare + write every shard + commit: returns commit's result. */
+static int save(const char *dir, uint64_t step, uint64_t gen, uint32_t W, const uint8_t *state,
+                uint64_t total, unsigned flags) {
+  char err[1024];
+  int rc = ea_ckpt_prepare(dir, step, gen, NULL, 0, err, sizeof err);
+  ck_assert_msg(rc == 0, "prepare: %s", err);
+  ea_ckpt_manifest m;
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, step, gen, W, total), 0);
+  m.config_hash = 0xfeedfacecafebeefull;
+  add_tensors(&m);
+  for (uint32_t r = 0; r < W; r++) {
+    char p[1024];
+    ck_assert_int_eq(ea_ckpt_shard_path(p, sizeof p, dir, step, gen, r, W), 0);
+    ea_ckpt_write_result res;
+    rc = write_one(p, state + m.shards[r].offset, m.shards[r].length, flags, 0, 0, &res);
+    ck_assert_msg(rc == 0, "write: %s", res.err);
+    ck_assert_int_eq(ea_ckpt_manifest_set_shard(&m, r, &res), 0);
+  }
+  rc = ea_ckpt_commit(dir, &m, NULL, err, sizeof err);
+  ea_ckpt_manifest_close(&m);
+  return rc;
+}
+
+/* Runs the CLI with stdout captured into out. */
+static int cli(char *out, size_t cap, int argc, char **argv) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/.cli-out", g_dir);
+  fflush(stdout);
+  int saved = dup(1);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  dup2(fd, 1);
+  close(fd);
+  int rc = ea_ckpt_cli(argc, argv);
+  fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  fd = open(p, O_RDONLY);
+  ssize_t n = read(fd, out, cap - 1);
+  close(fd);
+  out[n > 0 ? n : 0] = 0;
+  unlink(p);
+  return rc;
+}
+
+/* ---- names and ranges --------------------------------------------------- */
+
+START_TEST(test_names) {
+  char b[64];
+  uint64_t s, g;
+  ck_assert_int_eq(ea_ckpt_dir_name(b, sizeof b, 1200, 7), 0);
+  ck_assert_str_eq(b, "step-1200.gen-7");
+  ck_assert_int_eq(ea_ckpt_parse_dir_name(b, &s, &g), 0);
+  ck_assert_uint_eq(s, 1200);
+  ck_assert_uint_eq(g, 7);
+  ck_assert_int_eq(ea_ckpt_parse_dir_name("step-18446744073709551615.gen-0", &s, &g), 0);
+  ck_assert_uint_eq(s, UINT64_MAX);
+  const char *bad[] = {"step-01.gen-1",
+                       "step-1.gen-1x",
+                       "step-.gen-1",
+                       "step-1.gen-",
+                       "step-18446744073709551616.gen-1",
+                       "Step-1.gen-1",
+                       "step-1.gen-1/",
+                       ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(ea_ckpt_parse_dir_name(bad[i], &s, &g) == -EINVAL, "accepted \"%s\"", bad[i]);
+  ck_assert_int_eq(ea_ckpt_shard_name(b, sizeof b, 3, 4), 0);
+  ck_assert_str_eq(b, "shard-3-of-4.bin");
+  ck_assert_int_eq(ea_ckpt_dir_name(b, 8, 1200, 7), -ENAMETOOLONG);
+
+  /* shard ranges tile the state, in order, sizes within one byte */
+  const uint64_t totals[] = {0, 1, 7, 4096, 1000003, UINT64_MAX / 3};
+  const uint32_t worlds[] = {1, 2, 3, 4, 7, 64, 65536};
+  for (size_t i = 0; i < 6; i++)
+    for (size_t j = 0; j < 7; j++) {
+      uint64_t at = 0, mn = UINT64_MAX, mx = 0;
+      for (uint32_t r = 0; r < worlds[j]; r++) {
+        uint64_t o, l;
+        ea_ckpt_shard_range(totals[i], worlds[j], r, &o, &l);
+        ck_assert_uint_eq(o, at);
+        at += l;
+        if (l < mn) mn = l;
+        if (l > mx) mx = l;
+      }
+      ck_assert_uint_eq(at, totals[i]);
+      ck_assert_uint_le(mx - mn, 1);
+    }
+  /* block sizes: at least 1 MiB, a power of two, at most 64 blocks */
+  const uint64_t lens[] = {0,         1, 1u << 20, (1u << 20) + 1, 64ull << 20, (64ull << 20) + 1,
+                           1ull << 40};
+  for (size_t i = 0; i < 7; i++) {
+    uint64_t bs = ea_ckpt_block_size(lens[i]);
+    ck_assert_uint_ge(bs, EA_CKPT_MIN_BLOCK);
+    ck_assert_uint_eq(bs & (bs - 1), 0);
+    ck_assert_uint_le((lens[i] + bs - 1) / bs, EA_CKPT_MAX_BLOCKS);
+  }
+}
+END_TEST
+
+/* ---- writer ------------------------------------------------------------- */
+
+static void roundtrip(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
+                      bool expect_direct) {
+  uint8_t *d = random_bytes(len, len ^ flags ^ chunk);
+  char p[512];
+  path_in(p, sizeof p, "shard.bin");
+  ea_ckpt_progress prog = {0};
+  ea_ckpt_write_req q = {.path = p,
+                         .data = d,
+                         .length = len,
+                         .flags = flags,
+                         .chunk_bytes = chunk,
+                         .queue_depth = qd,
+                         .progress = &prog};
+  ea_ckpt_write_result res;
+  int rc = ea_ckpt_write_shard(&q, &res);
+  ck_assert_msg(rc == 0, "len %" PRIu64 " flags %u: %s", len, flags, res.err);
+  ck_assert_uint_eq(res.bytes, len);
+  ck_assert_uint_eq(atomic_load(&prog.bytes_written), len);
+  ck_assert_uint_eq(res.hash, XXH3_64bits_dispatch(d, len));
+  if (expect_direct) ck_assert_msg(res.direct, "O_DIRECT not used for len %" PRIu64, len);
+  if (flags & EA_CKPT_IO_BUFFERED) ck_assert(!res.direct);
+  if (flags & EA_CKPT_IO_SYNC) ck_assert(!res.uring);
+  if (res.direct) ck_assert_uint_gt(res.align, 0);
+  /* block hashes are XXH3 of each block */
+  ck_assert_uint_eq(res.block_size, ea_ckpt_block_size(len));
+  ck_assert_uint_eq(res.n_blocks, (len + res.block_size - 1) / res.block_size);
+  for (uint32_t k = 0; k < res.n_blocks; k++) {
+    uint64_t lo = k * res.block_size, n = len - lo < res.block_size ? len - lo : res.block_size;
+    ck_assert_uint_eq(res.block_hash[k], XXH3_64bits_dispatch(d + lo, n));
+  }
+  size_t n;
+  uint8_t *back = read_file(p, &n);
+  ck_assert_uint_eq(n, len);
+  ck_assert_msg(memcmp(back, d, len) == 0, "content differs for len %" PRIu64, len);
+  free(back);
+  free(d);
+  unlink(p);
+}
+
+START_TEST(test_write_sizes) {
+  bool direct = fs_direct(g_dir);
+  if (!direct) printf("SKIP(part): %s has no O_DIRECT; only the buffered path is checked\n", g_dir);
+  const uint64_t lens[] = {1,
+                           2,
+                           511,
+                           512,
+                           513,
+                           4095,
+                           4096,
+                           4097,
+                           65537,
+                           1u << 20,
+                           (2u << 20) - 1,
+                           2u << 20,
+                           (2u << 20) + 1,
+                           (9u << 20) + 7,
+                           (64u << 20) - 1,
+                           64u << 20};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) roundtrip(lens[i], 0, 0, 0, direct);
+  /* many small chunks through a short queue: wrap-around, odd tail */
+  roundtrip((3u << 20) + 4097, 0, 12288, 3, direct);
+  roundtrip((3u << 20) + 4097, 0, 4096, EA_CKPT_QUEUE_MAX, direct);
+  /* an unaligned chunk request is rounded up to the alignment */
+  roundtrip(1000003, 0, 5000, 2, direct);
+}
+END_TEST
+
+START_TEST(test_write_paths_agree) {
+  bool direct = fs_direct(g_dir);
+  uint64_t len = (5u << 20) + 333;
+  const unsigned flags[] = {0, EA_CKPT_IO_BUFFERED, EA_CKPT_IO_NO_REGISTER, EA_CKPT_IO_SYNC,
+                            EA_CKPT_IO_SYNC | EA_CKPT_IO_BUFFERED};
+  for (size_t i = 0; i < 5; i++)
+    roundtrip(len, flags[i], 1u << 20, 4, direct && !(flags[i] & EA_CKPT_IO_BUFFERED));
+  if (direct) {
+    /* io_uring and registered buffers are used on the default path */
+    uint8_t *d = random_bytes(len, 5);
+    char p[512];
+    path_in(p, sizeof p, "reg.bin");
+    ea_ckpt_write_result res;
+    ck_assert_int_eq(write_one(p, d, len, 0, 0, 0, &res), 0);
+    if (!uring_ok()) {
+      printf("SKIP(part): io_uring unavailable here; the pwrite fallback was used\n");
+      ck_assert(!res.uring);
+    } else {
+      ck_assert(res.uring);
+      if (geteuid() == 0) ck_assert(res.registered); /* root: no memlock limit */
+    }
+    ck_assert_int_eq(write_one(p, d, len, EA_CKPT_IO_NO_REGISTER, 0, 0, &res), 0);
+    ck_assert(!res.registered);
+    /* open(O_DIRECT) refused with EINVAL: falls back to buffered */
+    ck_assert_int_eq(ea_ckpt_fault_arm("open", 1, EINVAL), 0);
+    ck_assert_int_eq(write_one(p, d, len, 0, 0, 0, &res), 0);
+    ck_assert(ea_ckpt_fault_fired());
+    ck_assert(!res.direct);
+    ck_assert_uint_eq(res.hash, XXH3_64bits_dispatch(d, len));
+    free(d);
+  }
+  /* empty shard */
+  roundtrip(0, 0, 0, 0, false);
+}
+END_TEST
+
+START_TEST(test_write_cancel_and_errors) {
+  uint64_t len = 8u << 20;
+  uint8_t *d = random_bytes(len, 9);
+  char p[512];
+  path_in(p, sizeof p, "c.bin");
+  ea_ckpt_progress prog = {0};
+  atomic_store(&prog.cancel, true);
+  ea_ckpt_write_req q = {.path = p, .data = d, .length = len, .progress = &prog};
+  ea_ckpt_write_result res;
+  ck_assert_int_eq(ea_ckpt_write_shard(&q, &res), -ECANCELED);
+  ck_assert_int_ne(access(p, F_OK), 0); /* partial file removed */
+
+  /* a failing write names the file, the operation and the offset */
+  ck_assert_int_eq(ea_ckpt_fault_arm("write", 2, EIO), 0);
+  ck_assert_int_eq(write_one(p, d, len, 0, 1u << 20, 2, &res), -EIO);
+  ck_assert_msg(
+      strstr(res.err, "write ") && strstr(res.err, p) && strstr(res.err, "offset 1048576"),
+      "message: %s", res.err);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  ck_assert_int_eq(ea_ckpt_fault_arm("fsync", 1, ENOSPC), 0);
+  ck_assert_int_eq(write_one(p, d, len, 0, 0, 0, &res), -ENOSPC);
+  ck_assert_msg(strstr(res.err, "fsync ") && strstr(res.err, "No space left"), "message: %s",
+                res.err);
+  /* missing directory */
+  ck_assert_int_eq(write_one("/nonexistent-ea-dir/x.bin", d, 10, 0, 0, 0, &res), -ENOENT);
+  ck_assert_msg(strstr(res.err, "open /nonexistent-ea-dir/x.bin"), "message: %s", res.err);
+  free(d);
+}
+END_TEST
+
+typedef struct {
+  const char *path;
+  const uint8_t *data;
+  uint64_t len;
+  int rc;
+  ea_ckpt_write_result res;
+} thr_arg;
+
+static void *thr_write(void *a) {
+  thr_arg *t = a;
+  t->rc = write_one(t->path, t->data, t->len, 0, 0, 0, &t->res);
+  return NULL;
+}
+
+START_TEST(test_parallel_writers) {
+  /* the agent runs one writer per local worker, concurrently */
+  enum { N = 4 };
+  uint64_t total = (24u << 20) + 5;
+  uint8_t *state = random_bytes(total, 77);
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_prepare(g_dir, 3, 1, NULL, 0, err, sizeof err), 0);
+  ea_ckpt_manifest m;
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 3, 1, N, total), 0);
+  pthread_t th[N];
+  thr_arg a[N];
+  char paths[N][512];
+  for (int r = 0; r < N; r++) {
+    ea_ckpt_shard_path(paths[r], sizeof paths[r], g_dir, 3, 1, (uint32_t)r, N);
+    a[r] = (thr_arg){paths[r], state + m.shards[r].offset, m.shards[r].length, -1};
+    ck_assert_int_eq(pthread_create(&th[r], NULL, thr_write, &a[r]), 0);
+  }
+  for (int r = 0; r < N; r++) {
+    pthread_join(th[r], NULL);
+    ck_assert_msg(a[r].rc == 0, "%s", a[r].res.err);
+    ck_assert_int_eq(ea_ckpt_manifest_set_shard(&m, (uint32_t)r, &a[r].res), 0);
+  }
+  ck_assert_int_eq(ea_ckpt_commit(g_dir, &m, NULL, err, sizeof err), 0);
+  ea_ckpt_manifest_close(&m);
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-3.gen-1");
+  ea_ckpt_resume_close(&rs);
+  free(state);
+}
+END_TEST
+
+/* ---- manifest ----------------------------------------------------------- */
+
+static void sample_manifest(ea_ckpt_manifest *m, uint64_t total, uint32_t W) {
+  ck_assert_int_eq(ea_ckpt_manifest_init(m, 1200, 7, W, total), 0);
+  m->config_hash = 0x0123456789abcdefull;
+  add_tensors(m);
+  uint64_t s = g_seed;
+  for (uint32_t r = 0; r < W; r++) {
+    ea_ckpt_write_result w;
+    memset(&w, 0, sizeof w);
+    w.bytes = m->shards[r].length;
+    w.hash = splitmix(&s);
+    w.block_size = ea_ckpt_block_size(w.bytes);
+    w.n_blocks = (uint32_t)((w.bytes + w.block_size - 1) / w.block_size);
+    for (uint32_t k = 0; k < w.n_blocks; k++) w.block_hash[k] = splitmix(&s);
+    ck_assert_int_eq(ea_ckpt_manifest_set_shard(m, r, &w), 0);
+  }
+}
+
+START_TEST(test_manifest_roundtrip) {
+  ea_ckpt_manifest m, back;
+  sample_manifest(&m, (300ull << 20) + 17, 3);
+  char *text, err[512];
+  size_t len;
+  ck_assert_int_eq(ea_ckpt_manifest_format(&m, &text, &len, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_parse(text, text + len, &back, err, sizeof err), 0);
+  ck_assert_uint_eq(back.step, 1200);
+  ck_assert_uint_eq(back.generation, 7);
+  ck_assert_uint_eq(back.world_size, 3);
+  ck_assert_uint_eq(back.total_bytes, m.total_bytes);
+  ck_assert_uint_eq(back.config_hash, m.config_hash);
+  ck_assert_str_eq(back.agent_version, m.agent_version);
+  ck_assert_int_eq(back.created, m.created);
+  ck_assert_uint_eq(back.n_tensors, m.n_tensors);
+  for (uint32_t i = 0; i < m.n_tensors; i++) {
+    ck_assert_str_eq(back.tensors[i].name, m.tensors[i].name);
+    ck_assert_str_eq(back.tensors[i].dtype, m.tensors[i].dtype);
+    ck_assert_uint_eq(back.tensors[i].ndim, m.tensors[i].ndim);
+    ck_assert_mem_eq(back.tensors[i].shape, m.tensors[i].shape, sizeof m.tensors[i].shape);
+    ck_assert_uint_eq(back.tensors[i].offset, m.tensors[i].offset);
+    ck_assert_uint_eq(back.tensors[i].length, m.tensors[i].length);
+  }
+  for (uint32_t r = 0; r < 3; r++) {
+    ck_assert_str_eq(back.shards[r].file, m.shards[r].file);
+    ck_assert_uint_eq(back.shards[r].offset, m.shards[r].offset);
+    ck_assert_uint_eq(back.shards[r].length, m.shards[r].length);
+    ck_assert_uint_eq(back.shards[r].hash, m.shards[r].hash);
+    ck_assert_uint_eq(back.shards[r].n_blocks, m.shards[r].n_blocks);
+    ck_assert_mem_eq(back.shards[r].block_hash, m.shards[r].block_hash,
+                     m.shards[r].n_blocks * sizeof(uint64_t));
+  }
+  ea_ckpt_manifest_close(&back);
+
+  /* every single-byte change is rejected (a field error or the checksum) */
+  char *mut = malloc(len);
+  for (size_t i = 0; i < len; i++) {
+    memcpy(mut, text, len);
+    mut[i] ^= (char)(1 + (i % 7));
+    int rc = ea_ckpt_manifest_parse(mut, mut + len, &back, err, sizeof err);
+    ck_assert_msg(rc == -EBADMSG, "byte %zu changed, parse gave %d", i, rc);
+  }
+  /* every truncation is rejected */
+  for (size_t i = 0; i < len; i++)
+    ck_assert_msg(ea_ckpt_manifest_parse(text, text + i, &back, err, sizeof err) == -EBADMSG,
+                  "truncated to %zu accepted", i);
+  free(mut);
+
+  /* field errors name the line and the field */
+  char *bad = strdup(text);
+  char *w = strstr(bad, "world_size 3");
+  w[11] = 'x';
+  ck_assert_int_eq(ea_ckpt_manifest_parse(bad, bad + len, &back, err, sizeof err), -EBADMSG);
+  ck_assert_msg(strstr(err, "line 5: world_size"), "err: %s", err);
+  free(bad);
+  /* an absurd count is refused before any allocation */
+  const char *huge =
+      "format 1\nstep 1\ngeneration 1\nworld_size 1\ntotal_bytes 1\n"
+      "config_hash 0000000000000000\nagent_version x\ncreated 2026-01-01T00:00:00Z\n"
+      "hash xxh3-64\ntensors 1000000\n";
+  ck_assert_int_eq(ea_ckpt_manifest_parse(huge, huge + strlen(huge), &back, err, sizeof err),
+                   -EBADMSG);
+  ck_assert_msg(strstr(err, "tensors"), "err: %s", err);
+  /* bad names are refused when building */
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(&m, "has space", "f32", 0, NULL, 0, 1), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(&m, "x", "F32", 0, NULL, 0, 1), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(&m, "x", "f32", 0, NULL, m.total_bytes, 1), -EINVAL);
+  free(text);
+  /* an incomplete manifest (a shard never reported) cannot be formatted */
+  m.shards[1].set = false;
+  ck_assert_int_eq(ea_ckpt_manifest_format(&m, &text, &len, err, sizeof err), -EINVAL);
+  ck_assert_msg(strstr(err, "shard 1"), "err: %s", err);
+  ea_ckpt_manifest_close(&m);
+}
+END_TEST
+
+/* ---- commit, read at any world size, verify ----------------------------- */
+
+START_TEST(test_read_any_world) {
+  uint64_t total = (10u << 20) + 13;
+  uint8_t *state = random_bytes(total, 1);
+  ck_assert_int_eq(save(g_dir, 100, 1, 4, state, total, 0), 0);
+  char latest[64];
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-100.gen-1");
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_uint_eq(rs.manifest.step, 100);
+  ck_assert_uint_eq(rs.n_skipped, 0);
+  ck_assert_uint_eq(rs.manifest.n_tensors, 4);
+  ea_ckpt_reader *rd;
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_reader_open(&rd, rs.path, 0, err, sizeof err), 0);
+  ea_ckpt_resume_close(&rs);
+  uint8_t *buf = malloc(total);
+  const uint32_t worlds[] = {1, 3, 7};
+  for (int i = 0; i < 3; i++) {
+    memset(buf, 0, total);
+    for (uint32_t r = 0; r < worlds[i]; r++) {
+      uint64_t o, l;
+      ea_ckpt_shard_range(total, worlds[i], r, &o, &l);
+      int rc = ea_ckpt_reader_read(rd, o, buf + o, l, err, sizeof err);
+      ck_assert_msg(rc == 0, "%s", err);
+    }
+    ck_assert_msg(memcmp(buf, state, total) == 0, "state differs when read at W=%u", worlds[i]);
+    if (fs_direct(g_dir)) ck_assert(ea_ckpt_reader_direct(rd));
+  }
+  /* a byte on each side of every shard boundary, and odd ranges */
+  const ea_ckpt_manifest *m = ea_ckpt_reader_manifest(rd);
+  for (uint32_t r = 1; r < m->world_size; r++) {
+    uint64_t b = m->shards[r].offset;
+    uint8_t two[2];
+    ck_assert_int_eq(ea_ckpt_reader_read(rd, b - 1, two, 2, err, sizeof err), 0);
+    ck_assert_mem_eq(two, state + b - 1, 2);
+  }
+  uint64_t s = g_seed;
+  for (int k = 0; k < 50; k++) {
+    uint64_t o = splitmix(&s) % total, l = splitmix(&s) % (total - o + 1);
+    if (k % 2) l %= 9000;
+    ck_assert_int_eq(ea_ckpt_reader_read(rd, o, buf, l, err, sizeof err), 0);
+    ck_assert_msg(memcmp(buf, state + o, l) == 0, "range [%" PRIu64 ", +%" PRIu64 ")", o, l);
+  }
+  ck_assert_int_eq(ea_ckpt_reader_read(rd, total - 1, buf, 2, err, sizeof err), -EINVAL);
+  ea_ckpt_reader_free(rd);
+  /* the buffered reader agrees */
+  ck_assert_int_eq(ea_ckpt_reader_open(&rd, g_dir, 0, err, sizeof err), -ENOENT); /* no MANIFEST */
+  char ck[512];
+  path_in(ck, sizeof ck, "step-100.gen-1");
+  ck_assert_int_eq(
+      ea_ckpt_reader_open(&rd, ck, EA_CKPT_IO_BUFFERED | EA_CKPT_IO_SYNC, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_reader_read(rd, 0, buf, total, err, sizeof err), 0);
+  ck_assert(memcmp(buf, state, total) == 0);
+  ck_assert(!ea_ckpt_reader_direct(rd));
+  ea_ckpt_reader_free(rd);
+  /* the same state written at W = 1: one shard of more chunks than reads in
+   * flight, read back whole, and verified */
+  ck_assert_int_eq(save(g_dir, 200, 1, 1, state, total, 0), 0);
+  path_in(ck, sizeof ck, "step-200.gen-1");
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, 0, NULL), 0);
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, EA_CKPT_IO_SYNC, NULL), 0);
+  const unsigned rf[] = {0, EA_CKPT_IO_SYNC, EA_CKPT_IO_BUFFERED, EA_CKPT_IO_NO_REGISTER};
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(ea_ckpt_reader_open(&rd, ck, rf[i], err, sizeof err), 0);
+    memset(buf, 0, total);
+    ck_assert_int_eq(ea_ckpt_reader_read(rd, 0, buf, total, err, sizeof err), 0);
+    ck_assert_msg(memcmp(buf, state, total) == 0, "io flags %u: state differs", rf[i]);
+    ea_ckpt_reader_free(rd);
+  }
+  free(buf);
+  free(state);
+}
+END_TEST
+
+static void flip_byte(const char *p, uint64_t off) {
+  int fd = open(p, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  uint8_t b;
+  ck_assert_int_eq(pread(fd, &b, 1, (off_t)off), 1);
+  b ^= 0x20;
+  ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)off), 1);
+  close(fd);
+}
+
+START_TEST(test_verify_detects_damage) {
+  uint64_t total = (7u << 20) + 3;
+  uint8_t *state = random_bytes(total, 2);
+  ck_assert_int_eq(save(g_dir, 10, 1, 3, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 20, 1, 3, state, total, 0), 0);
+  char ck[512], sh[600];
+  path_in(ck, sizeof ck, "step-20.gen-1");
+  ea_ckpt_verify_report rep;
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, 0, &rep), 0);
+
+  /* a flipped byte in shard 1 */
+  ea_ckpt_manifest m;
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_manifest_load(ck, &m, err, sizeof err), 0);
+  uint64_t at = 1234567;
+  snprintf(sh, sizeof sh, "%s/shard-1-of-3.bin", ck);
+  flip_byte(sh, at);
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_SIZE, 0, &rep), 0); /* sizes are fine */
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, 0, &rep), -EBADMSG);
+  ck_assert_int_eq(rep.shard, 1);
+  ck_assert_str_eq(rep.file, "shard-1-of-3.bin");
+  ck_assert_uint_le(rep.file_lo, at);
+  ck_assert_uint_gt(rep.file_hi, at);
+  ck_assert_uint_le(rep.file_hi - rep.file_lo, m.shards[1].block_size);
+  ck_assert_uint_eq(rep.state_lo, m.shards[1].offset + rep.file_lo);
+  ck_assert_msg(strstr(rep.msg, "shard-1-of-3.bin") && strstr(rep.msg, "bytes ["), "msg: %s",
+                rep.msg);
+
+  /* resume falls back to step 10 and says why */
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-10.gen-1");
+  ck_assert_uint_eq(rs.n_skipped, 1);
+  ck_assert_str_eq(rs.skipped[0].name, "step-20.gen-1");
+  ck_assert_msg(strstr(rs.skipped[0].reason, "shard-1-of-3.bin"), "reason: %s",
+                rs.skipped[0].reason);
+  ea_ckpt_resume_close(&rs);
+  /* an explicit --resume-from of the damaged one is an error, no fallback */
+  ck_assert_int_eq(ea_ckpt_resolve(g_dir, "20", EA_CKPT_VERIFY_FULL, &rs), -EBADMSG);
+  ck_assert_msg(strstr(rs.skipped[0].reason, "shard-1-of-3.bin"), "reason: %s",
+                rs.skipped[0].reason);
+  ea_ckpt_resume_close(&rs);
+  ck_assert_int_eq(ea_ckpt_resolve(g_dir, "step-10.gen-1", EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_uint_eq(rs.manifest.step, 10);
+  ea_ckpt_resume_close(&rs);
+  ck_assert_int_eq(ea_ckpt_resolve(g_dir, ck, EA_CKPT_VERIFY_SIZE, &rs),
+                   0); /* by path, sizes only */
+  ea_ckpt_resume_close(&rs);
+  ck_assert_int_eq(ea_ckpt_resolve(g_dir, "30", EA_CKPT_VERIFY_FULL, &rs), -ENOENT);
+  ea_ckpt_resume_close(&rs);
+
+  /* a truncated shard 2: size verification names the missing range */
+  flip_byte(sh, at); /* repair shard 1 */
+  snprintf(sh, sizeof sh, "%s/shard-2-of-3.bin", ck);
+  uint64_t cut = m.shards[2].length - 1000;
+  ck_assert_int_eq(truncate(sh, (off_t)cut), 0);
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_SIZE, 0, &rep), -EBADMSG);
+  ck_assert_int_eq(rep.shard, 2);
+  ck_assert_uint_eq(rep.file_lo, cut);
+  ck_assert_uint_eq(rep.file_hi, m.shards[2].length);
+  ck_assert_uint_eq(rep.state_hi, total);
+  ck_assert_msg(strstr(rep.msg, "truncated"), "msg: %s", rep.msg);
+  /* the reader refuses the missing bytes too */
+  ea_ckpt_reader *rd;
+  ck_assert_int_eq(ea_ckpt_reader_open(&rd, ck, 0, err, sizeof err), 0);
+  uint8_t *buf = malloc(total);
+  ck_assert_int_eq(ea_ckpt_reader_read(rd, 0, buf, total, err, sizeof err), -EBADMSG);
+  ck_assert_msg(strstr(err, "shard-2-of-3.bin"), "err: %s", err);
+  ea_ckpt_reader_free(rd);
+  free(buf);
+
+  /* the CLI says the same and exits 1 */
+  char out[8192];
+  char *av[] = {"ckpt", "verify", g_dir, "20", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 4, av), 1);
+  ck_assert_msg(strstr(out, "CORRUPT") && strstr(out, "shard-2-of-3.bin"), "out: %s", out);
+  char range[64];
+  snprintf(range, sizeof range, "[%" PRIu64 ", %" PRIu64 ")", cut, m.shards[2].length);
+  ck_assert_msg(strstr(out, range), "out: %s", out);
+  char *av2[] = {"ckpt", "verify", g_dir, "10", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 4, av2), 0);
+  /* a missing shard */
+  unlink(sh);
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_SIZE, 0, &rep), -ENOENT);
+  ck_assert_int_eq(rep.shard, 2);
+  ea_ckpt_manifest_close(&m);
+  free(state);
+}
+END_TEST
+
+/* ---- fencing ------------------------------------------------------------ */
+
+static bool exists(const char *name) {
+  char p[512];
+  path_in(p, sizeof p, name);
+  return access(p, F_OK) == 0;
+}
+
+START_TEST(test_generation_fencing) {
+  uint64_t total = 100003;
+  uint8_t *state = random_bytes(total, 3);
+  char latest[64], err[1024];
+  ck_assert_int_eq(save(g_dir, 10, 2, 2, state, total, 0), 0);
+  /* an older generation (a stale controller) cannot commit, even a newer step */
+  ck_assert_int_eq(save(g_dir, 20, 1, 2, state, total, 0), -ESTALE);
+  ck_assert(!exists("step-20.gen-1/MANIFEST"));
+  ck_assert(!exists("step-20.gen-1/MANIFEST.tmp"));
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-10.gen-2");
+  /* the same generation at a lower step commits but LATEST stays */
+  ck_assert_int_eq(save(g_dir, 5, 2, 2, state, total, 0), 0);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-10.gen-2");
+  /* committing the same checkpoint twice: -EEXIST, the first stays */
+  ea_ckpt_manifest m;
+  char ck[512];
+  path_in(ck, sizeof ck, "step-10.gen-2");
+  ck_assert_int_eq(ea_ckpt_manifest_load(ck, &m, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_commit(g_dir, &m, NULL, err, sizeof err), -EEXIST);
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, 0, NULL), 0);
+  ea_ckpt_manifest_close(&m);
+  /* a newer generation that restarted from an earlier step supersedes 10 */
+  bool moved = false;
+  ck_assert_int_eq(ea_ckpt_prepare(g_dir, 8, 3, NULL, 0, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 8, 3, 1, total), 0);
+  char p[512];
+  ea_ckpt_shard_path(p, sizeof p, g_dir, 8, 3, 0, 1);
+  ea_ckpt_write_result res;
+  ck_assert_int_eq(write_one(p, state, total, 0, 0, 0, &res), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_set_shard(&m, 0, &res), 0);
+  ck_assert_int_eq(ea_ckpt_commit(g_dir, &m, &moved, err, sizeof err), 0);
+  ck_assert(moved);
+  ea_ckpt_manifest_close(&m);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-8.gen-3");
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-8.gen-3");
+  ck_assert_uint_eq(rs.n_skipped, 1);
+  ck_assert_str_eq(rs.skipped[0].name, "step-10.gen-2");
+  ea_ckpt_resume_close(&rs);
+  ea_ckpt_entry *e;
+  size_t n;
+  ck_assert_int_eq(ea_ckpt_list(g_dir, &e, &n), 0);
+  ck_assert_uint_eq(n, 4);
+  ck_assert_str_eq(e[0].name, "step-20.gen-1");
+  ck_assert(!e[0].complete);
+  ck_assert_str_eq(e[1].name, "step-10.gen-2");
+  ck_assert(e[1].complete && e[1].superseded);
+  ck_assert_str_eq(e[2].name, "step-8.gen-3");
+  ck_assert(e[2].latest && !e[2].superseded);
+  free(e);
+  free(state);
+}
+END_TEST
+
+START_TEST(test_fencing_race) {
+  /* two controllers commit at once (processes, so flock really arbitrates):
+   * generation 5 at a high step and generation 6 at a lower one.  Whatever
+   * the interleaving, LATEST ends on generation 6 and generation 5's
+   * MANIFEST exists only if it committed before 6 did. */
+  uint64_t total = 50001;
+  uint8_t *state = random_bytes(total, 4);
+  for (int round = 0; round < 6; round++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/r%d", g_dir, round);
+    mkdir(dir, 0755);
+    ck_assert_int_eq(save(dir, 1, 4, 1, state, total, 0), 0);
+    pid_t pid[2];
+    for (int c = 0; c < 2; c++) {
+      pid[c] = fork();
+      ck_assert_int_ge(pid[c], 0);
+      if (pid[c] == 0) {
+        int rc = c == 0 ? save(dir, 100 + (uint64_t)round, 5, 1, state, total, 0)
+                        : save(dir, 50, 6, 1, state, total, 0);
+        _exit(rc == 0 ? 0 : rc == -ESTALE ? 3 : 1);
+      }
+    }
+    int st[2];
+    for (int c = 0; c < 2; c++) {
+      ck_assert_int_eq(waitpid(pid[c], &st[c], 0), pid[c]);
+      ck_assert(WIFEXITED(st[c]));
+    }
+    ck_assert_int_eq(WEXITSTATUS(st[1]), 0);
+    ck_assert_int_ne(WEXITSTATUS(st[0]), 1);
+    char latest[64];
+    ck_assert_int_eq(ea_ckpt_read_latest(dir, latest, sizeof latest), 0);
+    ck_assert_str_eq(latest, "step-50.gen-6");
+    ea_ckpt_resume rs;
+    ck_assert_int_eq(ea_ckpt_find_resume(dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+    ck_assert_str_eq(rs.name, "step-50.gen-6");
+    ea_ckpt_resume_close(&rs);
+  }
+  free(state);
+}
+END_TEST
+
+/* ---- retention ---------------------------------------------------------- */
+
+static void make_partial(const char *name, size_t bytes) {
+  char p[512];
+  path_in(p, sizeof p, name);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  strcat(p, "/shard-0-of-2.bin");
+  FILE *f = fopen(p, "w");
+  for (size_t i = 0; i < bytes; i++) fputc('x', f);
+  fclose(f);
+}
+
+START_TEST(test_retention) {
+  uint64_t total = 30011;
+  uint8_t *state = random_bytes(total, 5);
+  for (uint64_t s = 1; s <= 6; s++) ck_assert_int_eq(save(g_dir, s * 10, 2, 2, state, total, 0), 0);
+  make_partial("step-25.gen-2", 10); /* older leftover: goes */
+  make_partial("step-70.gen-1", 10); /* older generation, higher step: goes */
+  make_partial("step-5.gen-2", 10);  /* older, but being written: stays */
+  make_partial("step-70.gen-2", 10); /* newer than the newest complete: stays */
+  char lt[512];
+  path_in(lt, sizeof lt, "LATEST.tmp");
+  FILE *f = fopen(lt, "w");
+  fputs("junk", f);
+  fclose(f);
+  const char *inprog[] = {"step-5.gen-2"};
+  ea_ckpt_retain_stats st;
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 2, inprog, 1, &st, err, sizeof err), 0);
+  ck_assert_uint_eq(st.kept, 2);
+  ck_assert_uint_eq(st.removed_complete, 4);
+  ck_assert_uint_eq(st.removed_partial, 3);
+  ck_assert(exists("step-60.gen-2") && exists("step-50.gen-2"));
+  ck_assert(!exists("step-40.gen-2") && !exists("step-10.gen-2"));
+  ck_assert(!exists("step-25.gen-2") && !exists("step-70.gen-1") && !exists("LATEST.tmp"));
+  ck_assert(exists("step-5.gen-2") && exists("step-70.gen-2"));
+  /* keep_last 0 means 1: the newest complete is never deleted */
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 0, inprog, 1, &st, err, sizeof err), 0);
+  ck_assert(exists("step-60.gen-2") && !exists("step-50.gen-2"));
+  ck_assert(exists("step-5.gen-2")); /* still being written */
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 1, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(!exists("step-5.gen-2")); /* no longer: an older leftover */
+  ck_assert(exists("step-60.gen-2") && exists("step-70.gen-2"));
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-60.gen-2");
+  ea_ckpt_resume_close(&rs);
+
+  /* LATEST's target is kept even when it is not among the newest */
+  ck_assert_int_eq(save(g_dir, 80, 2, 2, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 90, 2, 2, state, total, 0), 0);
+  char lp[512];
+  path_in(lp, sizeof lp, "LATEST");
+  f = fopen(lp, "w");
+  fputs("step-60.gen-2\n", f);
+  fclose(f);
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 1, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(exists("step-60.gen-2") && exists("step-90.gen-2") && !exists("step-80.gen-2"));
+  free(state);
+}
+END_TEST
+
+/* ---- full file system ----------------------------------------------------- */
+
+START_TEST(test_enospc) {
+  if (geteuid() != 0) {
+    printf("SKIP: test_enospc needs root to mount an 8 MiB tmpfs\n");
+    return;
+  }
+  /* a private mount namespace where possible: the tmpfs then disappears
+   * with this test's process, whatever happens to it */
+  if (unshare(CLONE_NEWNS) == 0) mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  char mnt[512];
+  path_in(mnt, sizeof mnt, "mnt");
+  ck_assert_int_eq(mkdir(mnt, 0755), 0);
+  if (mount("tmpfs", mnt, "tmpfs", 0, "size=8m") != 0) {
+    printf("SKIP: test_enospc: mount tmpfs: %s\n", strerror(errno));
+    return;
+  }
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/ck", mnt);
+  uint64_t total = 2u << 20;
+  uint8_t *state = random_bytes(7u << 20, 6);
+  ck_assert_int_eq(save(dir, 1, 1, 2, state, total, 0), 0);
+  /* 7 MiB more does not fit next to 2 MiB in 8 MiB */
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_prepare(dir, 2, 1, NULL, 0, err, sizeof err), 0);
+  char p[1024];
+  ea_ckpt_shard_path(p, sizeof p, dir, 2, 1, 0, 1);
+  ea_ckpt_write_result res;
+  int rc = write_one(p, state, 7u << 20, 0, 0, 0, &res);
+  ck_assert_int_eq(rc, -ENOSPC);
+  ck_assert_msg(strstr(res.err, p) && strstr(res.err, "No space left on device"), "err: %s",
+                res.err);
+  ck_assert_int_ne(access(p, F_OK), 0); /* the partial shard is gone, space is back */
+  /* the previous checkpoint is intact and chosen */
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-1.gen-1");
+  ea_ckpt_resume_close(&rs);
+  /* a commit on a full disk fails cleanly too: fill the disk, then commit */
+  ck_assert_int_eq(ea_ckpt_prepare(dir, 3, 1, NULL, 0, err, sizeof err), 0);
+  ea_ckpt_manifest m;
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 3, 1, 1, 100), 0);
+  ea_ckpt_shard_path(p, sizeof p, dir, 3, 1, 0, 1);
+  ck_assert_int_eq(write_one(p, state, 100, 0, 0, 0, &res), 0);
+  ck_assert_int_eq(ea_ckpt_manifest_set_shard(&m, 0, &res), 0);
+  char fill[700];
+  snprintf(fill, sizeof fill, "%s/fill", mnt);
+  int fd = open(fill, O_WRONLY | O_CREAT, 0644);
+  while (write(fd, state, 1u << 16) > 0) {
+  }
+  while (write(fd, state, 1) > 0) {
+  }
+  close(fd);
+  rc = ea_ckpt_commit(dir, &m, NULL, err, sizeof err);
+  ck_assert_int_eq(rc, -ENOSPC);
+  ck_assert_msg(strstr(err, "MANIFEST.tmp"), "err: %s", err);
+  ea_ckpt_manifest_close(&m);
+  ck_assert_int_eq(ea_ckpt_find_resume(dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-1.gen-1");
+  ea_ckpt_resume_close(&rs);
+  free(state); /* teardown unmounts (and a private namespace drops it on exit anyway) */
+}
+END_TEST
+
+/* ---- fault injection from the environment ------------------------------- */
+
+/* The child side: `test_ckpt --env-child PATH LEN CHUNK` writes LEN zero
+ * bytes (buffered) and exits with the errno it got. */
+static int env_child(char **argv) {
+  size_t len = strtoul(argv[3], NULL, 10);
+  uint8_t *d = calloc(1, len);
+  ea_ckpt_write_result res;
+  int rc = write_one(argv[2], d, len, EA_CKPT_IO_BUFFERED, (uint32_t)strtoul(argv[4], NULL, 10), 1,
+                     &res);
+  free(d);
+  return -rc;
+}
+
+static int run_env_child(const char *spec, const char *path, size_t len, uint32_t chunk) {
+  char l[32], c[32];
+  snprintf(l, sizeof l, "%zu", len);
+  snprintf(c, sizeof c, "%u", chunk);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setenv("EA_CKPT_FAULT", spec, 1);
+    execl("/proc/self/exe", "test_ckpt", "--env-child", path, l, c, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return st;
+}
+
+START_TEST(test_fault_env) {
+  ck_assert_int_eq(ea_ckpt_fault_parse("fsync:2:ENOSPC"), 0);
+  ck_assert_int_eq(ea_ckpt_fault_parse("torn:1:kill"), 0);
+  ck_assert_int_eq(ea_ckpt_fault_parse("write:3:28"), 0);
+  const char *bad[] = {"fsync", "fsync:0", "bogus:1", "write:1:EWHAT", "write:x", "write:1:0", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(ea_ckpt_fault_parse(bad[i]) == -EINVAL, "accepted \"%s\"", bad[i]);
+  ea_ckpt_fault_reset();
+  /* the variable is read once per process, at its first checkpoint file
+   * operation: run that in a fresh process (this binary, re-executed) */
+  char p[512];
+  path_in(p, sizeof p, "env.bin");
+  int st = run_env_child("write:2:EROFS", p, 5000, 4096);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EROFS, "status %d", st);
+  /* "kill" really kills, after writing the torn prefix */
+  path_in(p, sizeof p, "kill.bin");
+  st = run_env_child("torn:1:kill", p, 10000, 0);
+  ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  struct stat sb;
+  ck_assert_int_eq(stat(p, &sb), 0);
+  ck_assert_int_eq(sb.st_size, 5000); /* half of it: the prefix */
+}
+END_TEST
+
+/* ---- CLI ---------------------------------------------------------------- */
+
+START_TEST(test_cli) {
+  uint64_t total = 77777;
+  uint8_t *state = random_bytes(total, 8);
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 20, 1, 3, state, total, 0), 0);
+  make_partial("step-30.gen-1", 1000);
+  char out[16384];
+  char *ls[] = {"ckpt", "ls", g_dir, NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 3, ls), 0);
+  ck_assert_msg(strstr(out, "STEP") && strstr(out, "partial") && strstr(out, "complete"), "%s",
+                out);
+  /* newest first, LATEST marked */
+  char *l30 = strstr(out, "step-30.gen-1"), *l20 = strstr(out, "step-20.gen-1"),
+       *l10 = strstr(out, "step-10.gen-1");
+  ck_assert(l30 && l20 && l10 && l30 < l20 && l20 < l10);
+  char *line20 = l20;
+  while (line20 > out && line20[-1] != '\n') line20--;
+  ck_assert_msg(line20[0] == '*', "LATEST marker missing: %s", out);
+  char *show[] = {"ckpt", "show", g_dir, NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 3, show), 0);
+  ck_assert_msg(strstr(out, "step           20") && strstr(out, "shard-2-of-3.bin") &&
+                    strstr(out, "layers.0.weight") && strstr(out, "feedfacecafebeef"),
+                "%s", out);
+  char *show10[] = {"ckpt", "show", g_dir, "10", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 4, show10), 0);
+  ck_assert_msg(strstr(out, "shard-1-of-2.bin") && !strstr(out, "of-3"), "%s", out);
+  char *ver[] = {"ckpt", "verify", g_dir, NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 3, ver), 0);
+  ck_assert_msg(strstr(out, "ok ") && strstr(out, "step-10.gen-1") && strstr(out, "step-20.gen-1"),
+                "%s", out);
+  char p[600];
+  snprintf(p, sizeof p, "%s/step-10.gen-1/shard-0-of-2.bin", g_dir);
+  flip_byte(p, 5);
+  ck_assert_int_eq(cli(out, sizeof out, 3, ver), 1);
+  ck_assert_msg(
+      strstr(out, "CORRUPT") && strstr(out, "shard-0-of-2.bin") && strstr(out, "bytes [0, "), "%s",
+      out);
+  char *sizeonly[] = {"ckpt", "verify", g_dir, "10", "--size", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 5, sizeonly), 0);
+  char *bad1[] = {"ckpt", "frob", g_dir, NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 3, bad1), 2);
+  char *bad2[] = {"ckpt", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 1, bad2), 2);
+  char *nodir[] = {"ckpt", "ls", "/nonexistent-ea-dir", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 3, nodir), 2);
+  char *nostep[] = {"ckpt", "show", g_dir, "999", NULL};
+  ck_assert_int_eq(cli(out, sizeof out, 4, nostep), 1);
+  free(state);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ckpt");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_names);
+  tcase_add_test(tc, test_write_sizes);
+  tcase_add_test(tc, test_write_paths_agree);
+  tcase_add_test(tc, test_write_cancel_and_errors);
+  tcase_add_test(tc, test_parallel_writers);
+  tcase_add_test(tc, test_manifest_roundtrip);
+  tcase_add_test(tc, test_read_any_world);
+  tcase_add_test(tc, test_verify_detects_damage);
+  tcase_add_test(tc, test_generation_fencing);
+  tcase_add_test(tc, test_fencing_race);
+  tcase_add_test(tc, test_retention);
+  tcase_add_test(tc, test_enospc);
+  tcase_add_test(tc, test_fault_env);
+  tcase_add_test(tc, test_cli);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "--env-child") == 0) return env_child(argv);
+  const char *e = getenv("EA_SEED");
+  g_seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+  printf("test_ckpt: seed %" PRIu64 " (EA_SEED=%" PRIu64 " replays)\n", g_seed, g_seed);
+  fflush(stdout);
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
