@@ -1,0 +1,1656 @@
+/* The rendezvous state machine: how a cluster of identical agents agrees,
+ * again and again, on which nodes train together and as which ranks.
+ *
+ * Every agent runs both halves of the protocol.  The *agent* half obeys:
+ * it accepts a PREPARE only if its generation is newer than anything it has
+ * accepted or heard of, aborts the old communicator before it readies the
+ * new one (so it never runs two generations), persists the number before it
+ * answers READY, and starts training only on the COMMIT of the generation it
+ * prepared.  The *controller* half runs on whichever agent ea_elect() names,
+ * and only while that agent sees a quorum of the last formed generation: it
+ * watches for triggers (a member dead, left or draining; a failure report;
+ * joiners batched for scale_up_delay; no generation yet), picks members in
+ * a stable rank order, numbers the generation (term, self) above every term
+ * it has seen, persists it, and drives PREPARE → READY → COMMIT.  Any
+ * failure during a formation starts over with a higher number without the
+ * member that failed.
+ *
+ * Safety does not depend on there being one controller.  Two agents that
+ * both believe they control (their views differ for a moment) both issue
+ * plans, but every member obeys only the newer number and refuses the older
+ * with a NACK that teaches the stale controller the newer term; a formation
+ * commits only when *every* chosen member answered READY to *that* number,
+ * so two formations that share a member cannot both end up running.  Under
+ * `quorum: majority` a controller acts only while it sees a majority of the
+ * last formed generation, so the two sides of a partition never both form.
+ *
+ * Why the core looks the way it does: it is pure (no clock, socket or log),
+ * every output goes through ea_rdzv_io, and every entry point ends in
+ * settle(), which drains messages the agent addressed to itself, then
+ * re-evaluates the agent half and the controller half until nothing
+ * changes.  Messages to ourselves are queued rather than handled inline so
+ * that the controller never re-enters itself while iterating over a draft
+ * (the Redis cluster bus's "do it once per loop turn" habit).  Timers are
+ * plain deadlines compared with now; ea_rdzv_next_deadline() tells the
+ * driver when to call ea_rdzv_tick() next.
+ */
+#include "ea_rdzv.h"
+
+#include "ea_comm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id size");
+
+/* A REPORT (failure, drain, idle member) or QUERY is re-sent this often
+ * until it has an effect.  One second is five default SWIM probe intervals:
+ * a controller change is noticed by gossip within that order of time, and a
+ * lost control message then costs at most this much extra recovery time. */
+#define REPORT_MS 1000
+/* First pause after a failed or superseded formation; doubled per further
+ * failure up to the rendezvous timeout, with jitter in [½, 1) so that two
+ * controllers that collided do not collide again in lockstep.  100 ms is a
+ * few control round trips plus an fsync of the generation file. */
+#define RETRY_BASE_MS 100
+/* Messages to ourselves waiting for settle(): a controller addresses at most
+ * one PREPARE or COMMIT, one ABORT or RELEASE, and a REPORT/READY to itself
+ * per settle round; 16 is ample. */
+#define SELFQ_MAX 16
+
+enum { F_NONE = 0, F_PERSIST = 1, F_PREPARE = 2 };
+
+typedef struct {
+  ea_node_id id;
+  uint64_t until;
+} exclusion;
+
+/* A node known to drain, as of the incarnation it had then: a restarted node
+ * comes back with another incarnation and no longer drains.  (An
+ * incarnation that moved for another reason, a refuted suspicion, only
+ * forgets the drain until the drainer's next REPORT, at most REPORT_MS.) */
+typedef struct {
+  ea_node_id id;
+  uint32_t incarnation;
+} drainer;
+
+struct ea_rdzv {
+  ea_rdzv_config cfg;
+  ea_node_id self;
+  ea_rdzv_io io;
+  uint64_t rng;
+  uint64_t now;
+
+  /* the membership view, sorted by id */
+  ea_member *view;
+  size_t nview, capview;
+  bool el_dirty;
+  ea_election el;
+  char self_name[EA_NAME_MAX];
+
+  /* generation numbers */
+  ea_rdzv_gen seen;     /* newest heard of (issued, accepted, NACKed, learned) */
+  ea_rdzv_gen accepted; /* newest accepted as a member */
+  ea_rdzv_gen durable;  /* newest persisted */
+  ea_rdzv_gen want;     /* newest we need persisted */
+  ea_rdzv_gen persisting;
+  bool persist_busy;
+  uint64_t persist_retry_at;
+
+  /* the last formed generation this agent knows of: its members in rank
+   * order.  It is the quorum reference and the rank order to keep. */
+  ea_rdzv_gen formed;
+  ea_node_id *formed_ids;
+  uint32_t nformed;
+  ea_rdzv_gen ran; /* last generation committed here as a member */
+
+  /* ---- agent half ---- */
+  bool prep; /* accepted a PREPARE */
+  ea_rdzv_gen prep_gen;
+  uint32_t prep_base, prep_world;
+  bool prep_ordered;  /* workers told to prepare */
+  bool prep_boundary; /* ... once the step in flight is done (a join) */
+  bool ready_sent;
+  uint64_t prep_since;
+  bool wready[EA_RDZV_MAX_WPN];
+  bool wstepped[EA_RDZV_MAX_WPN];
+  ea_rdzv_worker winfo[EA_RDZV_MAX_WPN];
+  bool whas_nccl;
+  uint8_t wnccl[EA_RDZV_NCCL_ID_BYTES];
+  bool running;
+  ea_rdzv_plan run;     /* owned arrays */
+  ea_rdzv_gen fail_gen; /* a local worker failed in this one */
+  bool paused;
+  char pause_why[EA_RDZV_REASON_MAX];
+  bool draining, drained;
+  /* Introduce ourselves to the controller: after a start (a restarted
+   * member lost its state and must say so) and after every controller
+   * change.  Re-sent until the controller answers anything. */
+  bool announce;
+  bool report_to_set;
+  ea_node_id report_to;
+  uint64_t report_at;
+  uint64_t last_step;
+
+  /* ---- controller half ---- */
+  struct {
+    int phase;
+    ea_rdzv_gen gen;
+    bool boundary;
+    uint32_t n;
+    ea_node_id *ids;
+    bool *ready;
+    ea_rdzv_worker *w; /* n · wpn */
+    bool has_nccl;
+    uint8_t nccl[EA_RDZV_NCCL_ID_BYTES];
+    uint64_t deadline;
+  } f;
+  drainer *drain_set;
+  size_t ndrain, capdrain;
+  exclusion *excl;
+  size_t nexcl, capexcl;
+  bool formed_broken;
+  char broken_why[96];
+  uint64_t join_since, cold_since, retry_at, query_at, stray_at;
+  bool strays;
+  uint32_t nfail;
+  bool learning;
+  uint32_t nqueries;
+  ea_rdzv_gen hint; /* a newer formed generation a READY or REPORT told us of */
+  ea_node_id hint_from;
+  uint32_t hint_tries;
+  char ctrl_reason[EA_RDZV_REASON_MAX];
+
+  ea_rdzv_msg *selfq[SELFQ_MAX];
+  size_t nselfq;
+
+  char reason[EA_RDZV_REASON_MAX];
+  ea_rdzv_status st; /* counters only */
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+int ea_rdzv_gen_cmp(const ea_rdzv_gen *a, const ea_rdzv_gen *b) {
+  if (a->term != b->term) return a->term < b->term ? -1 : 1;
+  if (a->term == 0) return 0; /* "none" is one value whatever the id says */
+  return ea_node_id_cmp(&a->ctrl, &b->ctrl);
+}
+
+uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g) {
+  if (g->term == 0) return 0;
+  uint16_t fold = 0;
+  for (int i = 0; i < 16; i += 2) fold ^= (uint16_t)(g->ctrl.b[i] << 8 | g->ctrl.b[i + 1]);
+  return g->term << 16 | fold;
+}
+
+void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap) {
+  if (g->term == 0) {
+    snprintf(out, cap, "none");
+    return;
+  }
+  char hex[33];
+  ea_node_id_hex(&g->ctrl, hex);
+  snprintf(out, cap, "%" PRIu64 "/%.8s", g->term, hex);
+}
+
+static bool gen_eq(const ea_rdzv_gen *a, const ea_rdzv_gen *b) {
+  return ea_rdzv_gen_cmp(a, b) == 0;
+}
+
+static void gen_raise(ea_rdzv_gen *to, const ea_rdzv_gen *g) {
+  if (ea_rdzv_gen_cmp(g, to) > 0) *to = *g;
+}
+
+static bool id_eq(const ea_node_id *a, const ea_node_id *b) {
+  return memcmp(a->b, b->b, 16) == 0;
+}
+
+static int find_id(const ea_node_id *ids, uint32_t n, const ea_node_id *id) {
+  for (uint32_t i = 0; i < n; i++)
+    if (id_eq(&ids[i], id)) return (int)i;
+  return -1;
+}
+
+static uint64_t rng_next(ea_rdzv *r) { /* xorshift64* */
+  uint64_t x = r->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  r->rng = x;
+  return x * 2685821657736338717ull;
+}
+
+static int cmp_member(const void *a, const void *b) {
+  return ea_node_id_cmp(&((const ea_member *)a)->id, &((const ea_member *)b)->id);
+}
+
+static const ea_member *view_find(const ea_rdzv *r, const ea_node_id *id) {
+  ea_member key;
+  key.id = *id;
+  return r->nview ? bsearch(&key, r->view, r->nview, sizeof *r->view, cmp_member) : NULL;
+}
+
+static bool is_up(const ea_member *m) {
+  return m && (m->state == EA_STATE_ALIVE || m->state == EA_STATE_SUSPECT);
+}
+
+static bool observer(const ea_member *m) {
+  return strcmp(m->meta.role, "observer") == 0;
+}
+
+/* A name for reason strings: the member's name, or its id's first 8 hex. */
+static void name_of(const ea_rdzv *r, const ea_node_id *id, char out[EA_NAME_MAX]) {
+  const ea_member *m = view_find(r, id);
+  if (m && m->meta.name[0]) {
+    snprintf(out, EA_NAME_MAX, "%s", m->meta.name);
+    return;
+  }
+  char hex[33];
+  ea_node_id_hex(id, hex);
+  snprintf(out, EA_NAME_MAX, "%.8s", hex);
+}
+
+static int find_drainer(const ea_rdzv *r, const ea_node_id *id) {
+  for (size_t i = 0; i < r->ndrain; i++)
+    if (id_eq(&r->drain_set[i].id, id)) return (int)i;
+  return -1;
+}
+
+static bool in_drain_set(const ea_rdzv *r, const ea_node_id *id) {
+  if (id_eq(id, &r->self) && r->draining) return true;
+  return find_drainer(r, id) >= 0;
+}
+
+static void drain_set_add(ea_rdzv *r, const ea_node_id *id) {
+  const ea_member *v = view_find(r, id);
+  uint32_t inc = v ? v->incarnation : 0;
+  int k = find_drainer(r, id);
+  if (k >= 0) {
+    r->drain_set[k].incarnation = inc;
+    return;
+  }
+  if (r->ndrain == r->capdrain) {
+    size_t cap = r->capdrain ? 2 * r->capdrain : 8;
+    drainer *p = realloc(r->drain_set, cap * sizeof *p);
+    if (!p) return; /* the drainer keeps reporting; we catch it next time */
+    r->drain_set = p;
+    r->capdrain = cap;
+  }
+  r->drain_set[r->ndrain++] = (drainer){*id, inc};
+}
+
+static bool excluded(const ea_rdzv *r, const ea_node_id *id) {
+  for (size_t i = 0; i < r->nexcl; i++)
+    if (id_eq(&r->excl[i].id, id) && r->excl[i].until > r->now) return true;
+  return false;
+}
+
+/* A member that failed a formation sits the next one out: one rendezvous
+ * timeout, long enough for SWIM to declare a dead node dead (seconds with
+ * the default probe settings) so that it is not retried in a tight loop,
+ * short enough that a healthy node rejoins as an ordinary joiner. */
+static void exclude(ea_rdzv *r, const ea_node_id *id) {
+  if (id_eq(id, &r->self)) return; /* the controller never excludes itself */
+  uint64_t until = r->now + r->cfg.rendezvous_timeout_ms;
+  for (size_t i = 0; i < r->nexcl; i++)
+    if (id_eq(&r->excl[i].id, id)) {
+      r->excl[i].until = until;
+      return;
+    }
+  if (r->nexcl == r->capexcl) {
+    size_t cap = r->capexcl ? 2 * r->capexcl : 8;
+    exclusion *p = realloc(r->excl, cap * sizeof *p);
+    if (!p) return;
+    r->excl = p;
+    r->capexcl = cap;
+  }
+  r->excl[r->nexcl++] = (exclusion){*id, until};
+}
+
+static void prune(ea_rdzv *r) {
+  size_t k = 0;
+  for (size_t i = 0; i < r->nexcl; i++)
+    if (r->excl[i].until > r->now) r->excl[k++] = r->excl[i];
+  r->nexcl = k;
+  /* A drained node leaves; if it comes back it is a new incarnation that
+   * no longer drains, so forget it once it is gone or reincarnated. */
+  k = 0;
+  for (size_t i = 0; i < r->ndrain; i++) {
+    const ea_member *v = view_find(r, &r->drain_set[i].id);
+    if (is_up(v) && v->incarnation == r->drain_set[i].incarnation)
+      r->drain_set[k++] = r->drain_set[i];
+  }
+  r->ndrain = k;
+}
+
+static void set_formed(ea_rdzv *r, const ea_rdzv_gen *g, const ea_node_id *ids, uint32_t n) {
+  ea_node_id *p = NULL;
+  if (n) {
+    p = malloc(n * sizeof *p);
+    if (!p) return; /* keep the older reference; quorum stays conservative */
+    memcpy(p, ids, n * sizeof *p);
+  }
+  free(r->formed_ids);
+  r->formed_ids = p;
+  r->nformed = n;
+  r->formed = *g;
+  gen_raise(&r->seen, g);
+  r->formed_broken = false;
+  r->el_dirty = true;
+}
+
+static void clear_formed(ea_rdzv *r) {
+  free(r->formed_ids);
+  r->formed_ids = NULL;
+  r->nformed = 0;
+  r->formed = (ea_rdzv_gen){0};
+  r->formed_broken = false;
+  r->el_dirty = true;
+}
+
+static void plan_free(ea_rdzv_plan *p) {
+  free(p->nodes);
+  free(p->ranks);
+  memset(p, 0, sizeof *p);
+}
+
+static int plan_copy(ea_rdzv_plan *dst, const ea_rdzv_plan *src) {
+  *dst = *src;
+  dst->nodes = NULL;
+  dst->ranks = NULL;
+  if (src->nnodes) {
+    dst->nodes = malloc(src->nnodes * sizeof *dst->nodes);
+    if (!dst->nodes) goto fail;
+    memcpy(dst->nodes, src->nodes, src->nnodes * sizeof *dst->nodes);
+  }
+  if (src->world && src->ranks) {
+    dst->ranks = malloc(src->world * sizeof *dst->ranks);
+    if (!dst->ranks) goto fail;
+    memcpy(dst->ranks, src->ranks, src->world * sizeof *dst->ranks);
+  }
+  return 0;
+fail:
+  plan_free(dst);
+  return -ENOMEM;
+}
+
+/* ---- outputs ------------------------------------------------------------ */
+
+/* Send m to `to`, or queue it for ourselves.  Returns false when `to` is not
+ * in the view (we do not know its control address) or memory ran out. */
+static bool post(ea_rdzv *r, const ea_node_id *to, ea_rdzv_msg *m) {
+  m->src = r->self;
+  if (id_eq(to, &r->self)) {
+    if (r->nselfq == SELFQ_MAX) return false;
+    ea_rdzv_msg *c = malloc(sizeof *c);
+    if (!c) return false;
+    *c = *m;
+    if (plan_copy(&c->plan, &m->plan) != 0) {
+      free(c);
+      return false;
+    }
+    r->selfq[r->nselfq++] = c;
+    return true;
+  }
+  const ea_member *mm = view_find(r, to);
+  if (!mm) return false;
+  r->io.send(r->io.ctx, to, &mm->meta.control, m);
+  return true;
+}
+
+static void order(ea_rdzv *r, uint8_t kind, const char *why) {
+  ea_rdzv_order o = {.kind = kind, .why = why};
+  if (kind == EA_RDZV_DO_PREPARE) {
+    o.gen = r->prep_gen;
+    o.rank_base = r->prep_base;
+    o.world = r->prep_world;
+    o.wpn = r->cfg.workers_per_node;
+  } else if (kind == EA_RDZV_DO_COMMIT) {
+    o.gen = r->run.gen;
+    o.plan = &r->run;
+  }
+  r->io.order(r->io.ctx, &o);
+}
+
+/* Ask for g to be made durable; at most one persist is outstanding, and a
+ * newer request while one runs is issued when it completes. */
+static void want_durable(ea_rdzv *r, const ea_rdzv_gen *g) {
+  gen_raise(&r->want, g);
+}
+
+static void pump_persist(ea_rdzv *r) {
+  if (r->persist_busy || ea_rdzv_gen_cmp(&r->want, &r->durable) <= 0) return;
+  if (r->now < r->persist_retry_at) return;
+  r->persist_busy = true;
+  r->persisting = r->want;
+  r->io.persist(r->io.ctx, &r->persisting);
+}
+
+static bool durable_at_least(const ea_rdzv *r, const ea_rdzv_gen *g) {
+  return ea_rdzv_gen_cmp(&r->durable, g) >= 0;
+}
+
+static void fmt(char *out, size_t cap, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *out, size_t cap, const char *f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(out, cap, f, ap);
+  va_end(ap);
+}
+
+/* ---- agent half --------------------------------------------------------- */
+
+static bool quorum_lost(const ea_rdzv *r) {
+  return !r->cfg.quorum_none && r->nview > 0 && !r->el.has_quorum;
+}
+
+/* "no quorum: 2 of 5 members of generation 7 reachable" */
+static void quorum_text(const ea_rdzv *r, char *out, size_t cap) {
+  uint32_t up = 0, total = 0;
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_member *m = view_find(r, &r->formed_ids[i]);
+    if (m && m->state == EA_STATE_LEFT) continue; /* graceful leavers do not count */
+    total++;
+    if (is_up(m)) up++;
+  }
+  fmt(out, cap, "no quorum: %u of %u members of generation %" PRIu64 " reachable", up, total,
+      r->formed.term);
+}
+
+static void send_nack(ea_rdzv *r, const ea_rdzv_msg *m, uint8_t why) {
+  ea_rdzv_msg n = {.type = EA_RDZV_NACK, .gen = m->gen, .nack = why};
+  n.seen = r->seen;
+  gen_raise(&n.seen, &r->accepted);
+  r->st.nacks_sent++;
+  post(r, &m->src, &n);
+}
+
+static void pause_workers(ea_rdzv *r, const char *why) {
+  r->paused = true;
+  snprintf(r->pause_why, sizeof r->pause_why, "%s", why);
+  order(r, EA_RDZV_DO_PAUSE, why);
+}
+
+/* Tell the workers to abort the old communicator and get ready: from here
+ * on the old generation is no longer running on this node. */
+static void order_prepare(ea_rdzv *r) {
+  r->prep_ordered = true;
+  r->running = false;
+  r->paused = false;
+  order(r, EA_RDZV_DO_PREPARE, NULL);
+}
+
+static void agent_prepare(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (r->drained) return;
+  if (r->draining) {
+    send_nack(r, m, EA_RDZV_NACK_DRAINING);
+    return;
+  }
+  if (m->wpn != r->cfg.workers_per_node) {
+    send_nack(r, m, EA_RDZV_NACK_CONFIG);
+    return;
+  }
+  if (r->prep && gen_eq(&m->gen, &r->prep_gen)) { /* a duplicate */
+    if (r->ready_sent) r->ready_sent = false;     /* answer again */
+    return;
+  }
+  if (ea_rdzv_gen_cmp(&m->gen, &r->accepted) <= 0 || ea_rdzv_gen_cmp(&m->gen, &r->seen) < 0) {
+    send_nack(r, m, EA_RDZV_NACK_STALE);
+    return;
+  }
+  gen_raise(&r->seen, &m->gen);
+  r->accepted = m->gen;
+  want_durable(r, &m->gen);
+  r->prep = true;
+  r->prep_gen = m->gen;
+  r->prep_base = m->rank_base;
+  r->prep_world = m->world;
+  r->prep_since = r->now;
+  r->ready_sent = false;
+  r->whas_nccl = false;
+  memset(r->wready, 0, sizeof r->wready);
+  memset(r->wstepped, 0, sizeof r->wstepped);
+  r->fail_gen = (ea_rdzv_gen){0};
+  /* The workers are told once the number is durable (agent_eval): an agent
+   * acts on no generation it could forget in a crash.  A join does not
+   * break anything, so then the old generation also finishes the step in
+   * flight (every local worker reports a boundary, or one fails) before its
+   * communicator is torn down.  Anything else broke it already. */
+  r->prep_ordered = false;
+  r->prep_boundary = m->boundary && r->running;
+}
+
+static void agent_commit(ea_rdzv *r, const ea_rdzv_msg *m) {
+  const ea_rdzv_plan *p = &m->plan;
+  if (!r->prep || !gen_eq(&r->prep_gen, &m->gen) || !r->ready_sent) {
+    if (!(r->running && gen_eq(&r->run.gen, &m->gen))) r->st.stale_ignored++;
+    return;
+  }
+  if (gen_eq(&r->fail_gen, &m->gen)) {
+    /* A worker died after our READY: its address in the plan is dead.  Our
+     * REPORT makes the controller re-form; running this would only stall. */
+    r->st.stale_ignored++;
+    return;
+  }
+  int me = -1;
+  for (uint32_t i = 0; i < p->nnodes; i++)
+    if (id_eq(&p->nodes[i].id, &r->self)) me = (int)i;
+  if (me < 0 || p->wpn != r->cfg.workers_per_node || (uint32_t)me * p->wpn != r->prep_base ||
+      p->world != r->prep_world || p->world != p->nnodes * p->wpn || !p->ranks) {
+    r->st.stale_ignored++; /* not the plan we prepared for: wait for another */
+    return;
+  }
+  ea_rdzv_plan copy;
+  if (plan_copy(&copy, p) != 0) return; /* no memory: we time out and re-form */
+  plan_free(&r->run);
+  r->run = copy;
+  r->run.gen = m->gen;
+  r->running = true;
+  r->prep = false;
+  r->paused = false;
+  r->ran = m->gen;
+  ea_node_id *ids = malloc(p->nnodes * sizeof *ids);
+  if (ids) {
+    for (uint32_t i = 0; i < p->nnodes; i++) ids[i] = p->nodes[i].id;
+    set_formed(r, &m->gen, ids, p->nnodes);
+    free(ids);
+  }
+  order(r, EA_RDZV_DO_COMMIT, NULL);
+}
+
+static void agent_abort(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (!r->prep || !gen_eq(&r->prep_gen, &m->gen)) {
+    r->st.stale_ignored++;
+    return;
+  }
+  r->prep = false;
+  if (!r->prep_ordered) return; /* still training the old one: carry on */
+  char why[EA_RDZV_REASON_MAX];
+  fmt(why, sizeof why, "generation %" PRIu64 " abandoned by its controller", m->gen.term);
+  pause_workers(r, why);
+}
+
+static void agent_release(ea_rdzv *r, const ea_rdzv_msg *m) {
+  gen_raise(&r->seen, &m->gen);
+  bool dropped = false;
+  if (r->running && ea_rdzv_gen_cmp(&r->run.gen, &m->gen) < 0) {
+    r->running = false;
+    dropped = true;
+  }
+  if (r->prep && ea_rdzv_gen_cmp(&r->prep_gen, &m->gen) < 0) {
+    r->prep = false;
+    dropped = dropped || r->prep_ordered;
+  }
+  /* We are not in the newest formed generation: forget the older one, so
+   * that if we become controller we learn the newest before acting. */
+  if (ea_rdzv_gen_cmp(&r->formed, &m->gen) < 0) clear_formed(r);
+  if (dropped && !r->draining) {
+    char why[EA_RDZV_REASON_MAX];
+    fmt(why, sizeof why, "generation %" PRIu64 " formed without this node", m->gen.term);
+    pause_workers(r, why);
+  }
+}
+
+static void start_draining(ea_rdzv *r) {
+  if (r->draining) return;
+  r->draining = true;
+  r->report_at = r->now; /* tell the controller at once */
+}
+
+/* Tell `to` which generation formed last, and its members in rank order
+ * (term 0 and none when we know of none). */
+static void send_state(ea_rdzv *r, const ea_node_id *to) {
+  ea_rdzv_msg s = {.type = EA_RDZV_STATE, .gen = r->formed};
+  ea_rdzv_node *nodes = calloc(r->nformed ? r->nformed : 1, sizeof *nodes);
+  if (!nodes) return;
+  for (uint32_t i = 0; i < r->nformed; i++) nodes[i].id = r->formed_ids[i];
+  s.plan.nodes = nodes;
+  s.plan.nnodes = r->nformed;
+  s.plan.gen = r->formed;
+  post(r, to, &s);
+  free(nodes);
+}
+
+/* Answered even when we know of nothing (term 0): a controller that asked
+ * because of a stale hint must hear that there is nothing to learn here. */
+static void agent_query(ea_rdzv *r, const ea_rdzv_msg *m) {
+  send_state(r, &m->src);
+}
+
+static bool self_in_formed(const ea_rdzv *r) {
+  return find_id(r->formed_ids, r->nformed, &r->self) >= 0;
+}
+
+/* Something the controller must hear from us, re-sent until it has an
+ * effect: a failure, our drain, or that we belong to the formed generation
+ * but are not running it (restarted, paused, timed out). */
+static bool need_report(const ea_rdzv *r) {
+  if (r->drained) return false;
+  if (r->draining || r->announce) return true;
+  if (r->fail_gen.term) {
+    if (r->running && gen_eq(&r->fail_gen, &r->run.gen)) return true;
+    if (r->prep && gen_eq(&r->fail_gen, &r->prep_gen)) return true;
+  }
+  if (r->formed.term && self_in_formed(r) && !r->prep &&
+      !(r->running && gen_eq(&r->run.gen, &r->formed)))
+    return true;
+  return false;
+}
+
+static void send_report(ea_rdzv *r) {
+  ea_rdzv_msg m = {.type = EA_RDZV_REPORT, .accepted = r->accepted};
+  if (r->running) {
+    m.gen = r->run.gen;
+    m.flags |= EA_RDZV_F_RUNNING;
+  } else if (r->prep) {
+    m.gen = r->prep_gen;
+    m.flags |= EA_RDZV_F_PREPARING;
+  }
+  if (r->fail_gen.term && gen_eq(&r->fail_gen, &m.gen)) {
+    m.flags |= EA_RDZV_F_FAILED;
+    m.flags &= (uint8_t)~EA_RDZV_F_RUNNING;
+  }
+  if (r->draining) m.flags |= EA_RDZV_F_DRAINING;
+  post(r, &r->el.controller, &m);
+}
+
+static bool all_ready(const ea_rdzv *r) {
+  for (uint32_t i = 0; i < r->cfg.workers_per_node; i++)
+    if (!r->wready[i]) return false;
+  return true;
+}
+
+static bool all_stepped(const ea_rdzv *r) {
+  for (uint32_t i = 0; i < r->cfg.workers_per_node; i++)
+    if (!r->wstepped[i]) return false;
+  return true;
+}
+
+/* Step boundaries are waited for at most a third of the rendezvous timeout,
+ * leaving two thirds for abort, ready and commit; a step that long is
+ * aborted mid-way (state sync makes that safe, it only wastes the step). */
+static uint64_t boundary_deadline(const ea_rdzv *r) {
+  return r->prep_since + r->cfg.rendezvous_timeout_ms / 3;
+}
+
+/* An agent that prepared and heard nothing gives up after twice the
+ * controller's own timeout (the controller's clock starts later, when it
+ * sends, and a COMMIT may still be on its way). */
+static uint64_t prep_deadline(const ea_rdzv *r) {
+  return r->prep_since + 2 * (uint64_t)r->cfg.rendezvous_timeout_ms;
+}
+
+static void agent_eval(ea_rdzv *r) {
+  if (r->drained) return;
+  if (quorum_lost(r) && r->running) {
+    char why[EA_RDZV_REASON_MAX];
+    quorum_text(r, why, sizeof why);
+    r->running = false;
+    pause_workers(r, why);
+  }
+  if (r->prep && !r->prep_ordered && durable_at_least(r, &r->prep_gen) &&
+      (!r->prep_boundary || all_stepped(r) || r->now >= boundary_deadline(r)))
+    order_prepare(r);
+  if (r->prep && r->now >= prep_deadline(r)) {
+    r->prep = false;
+    if (r->prep_ordered) {
+      char why[EA_RDZV_REASON_MAX];
+      fmt(why, sizeof why, "no COMMIT for generation %" PRIu64 " within %u ms", r->prep_gen.term,
+          2 * r->cfg.rendezvous_timeout_ms);
+      pause_workers(r, why);
+    }
+  }
+  if (r->prep && r->prep_ordered && !r->ready_sent && all_ready(r)) {
+    ea_rdzv_msg m = {.type = EA_RDZV_READY, .gen = r->prep_gen};
+    m.nworkers = r->cfg.workers_per_node;
+    memcpy(m.workers, r->winfo, m.nworkers * sizeof m.workers[0]);
+    m.formed = r->formed;
+    if (r->prep_base == 0 && r->whas_nccl) {
+      m.has_nccl_id = true;
+      memcpy(m.nccl_id, r->wnccl, sizeof m.nccl_id);
+    }
+    if (post(r, &r->prep_gen.ctrl, &m)) r->ready_sent = true;
+  }
+  /* A newer generation formed without us: ours is dead, whatever it was. */
+  if (r->running && r->formed.term && ea_rdzv_gen_cmp(&r->run.gen, &r->formed) < 0 &&
+      !self_in_formed(r)) {
+    char why[EA_RDZV_REASON_MAX];
+    fmt(why, sizeof why, "generation %" PRIu64 " formed without this node", r->formed.term);
+    r->running = false;
+    if (!r->draining) pause_workers(r, why);
+  }
+  if (r->draining && !r->running && !r->prep) {
+    r->drained = true;
+    order(r, EA_RDZV_DO_DRAINED, "the group re-formed without this node");
+    return;
+  }
+  if (r->el.have && (!r->report_to_set || !id_eq(&r->report_to, &r->el.controller)))
+    r->announce = true;
+  if (r->el.have && need_report(r)) {
+    bool changed = !r->report_to_set || !id_eq(&r->report_to, &r->el.controller);
+    if (changed || r->now >= r->report_at) {
+      send_report(r);
+      r->report_to = r->el.controller;
+      r->report_to_set = true;
+      r->report_at = r->now + REPORT_MS;
+    }
+  }
+}
+
+/* ---- controller half ---------------------------------------------------- */
+
+static void f_free(ea_rdzv *r) {
+  free(r->f.ids);
+  free(r->f.ready);
+  free(r->f.w);
+  memset(&r->f, 0, sizeof r->f);
+}
+
+/* Give up the formation in progress; members that prepared it are told. */
+static void abandon(ea_rdzv *r) {
+  if (r->f.phase == F_PREPARE) {
+    for (uint32_t i = 0; i < r->f.n; i++) {
+      ea_rdzv_msg m = {.type = EA_RDZV_ABORT, .gen = r->f.gen};
+      post(r, &r->f.ids[i], &m);
+    }
+  }
+  f_free(r);
+}
+
+static uint64_t backoff(ea_rdzv *r) {
+  uint64_t d = RETRY_BASE_MS;
+  for (uint32_t i = 1; i < r->nfail && d < r->cfg.rendezvous_timeout_ms; i++) d *= 2;
+  if (d > r->cfg.rendezvous_timeout_ms) d = r->cfg.rendezvous_timeout_ms;
+  return d / 2 + rng_next(r) % (d / 2 + 1);
+}
+
+/* The formation failed because of the given members: leave them out and
+ * start over with a higher generation.  The first retry is immediate (a
+ * dead member is the common case and recovery time matters); further ones
+ * back off. */
+static void formation_failed(ea_rdzv *r, const ea_node_id *bad, uint32_t nbad, bool penalize) {
+  if (penalize)
+    for (uint32_t i = 0; i < nbad; i++) exclude(r, &bad[i]);
+  r->st.formations_failed++;
+  r->nfail++;
+  r->retry_at = r->nfail > 1 ? r->now + backoff(r) : r->now;
+  abandon(r);
+}
+
+/* The newest generation term any member advertises.  Members that left
+ * gracefully do not count: they hold no vote in it any more, and if they
+ * were its only members it binds nobody. */
+static uint64_t max_advertised_term(const ea_rdzv *r) {
+  uint64_t t = 0;
+  for (size_t i = 0; i < r->nview; i++) {
+    if (r->view[i].state == EA_STATE_LEFT) continue;
+    uint64_t x = r->view[i].meta.last_gen >> 16;
+    if (x > t) t = x;
+  }
+  return t;
+}
+
+static void start_formation(ea_rdzv *r, const ea_node_id *ids, uint32_t n, bool boundary) {
+  uint64_t term = r->seen.term;
+  if (r->accepted.term > term) term = r->accepted.term;
+  if (r->durable.term > term) term = r->durable.term;
+  if (r->want.term > term) term = r->want.term;
+  if (r->formed.term > term) term = r->formed.term;
+  uint64_t adv = max_advertised_term(r);
+  if (adv > term) term = adv;
+  uint32_t wpn = r->cfg.workers_per_node;
+  f_free(r);
+  r->f.ids = malloc(n * sizeof *r->f.ids);
+  r->f.ready = calloc(n, sizeof *r->f.ready);
+  r->f.w = calloc((size_t)n * wpn, sizeof *r->f.w);
+  if (!r->f.ids || !r->f.ready || !r->f.w) {
+    f_free(r);
+    return;
+  }
+  memcpy(r->f.ids, ids, n * sizeof *ids);
+  r->f.n = n;
+  r->f.boundary = boundary;
+  r->f.gen = (ea_rdzv_gen){.term = term + 1, .ctrl = r->self};
+  r->f.phase = F_PERSIST;
+  gen_raise(&r->seen, &r->f.gen);
+  want_durable(r, &r->f.gen); /* persisted before it is advertised */
+  r->st.formations_started++;
+}
+
+static void send_prepares(ea_rdzv *r) {
+  uint32_t wpn = r->cfg.workers_per_node;
+  r->f.phase = F_PREPARE;
+  r->f.deadline = r->now + r->cfg.rendezvous_timeout_ms;
+  for (uint32_t i = 0; i < r->f.n; i++) {
+    ea_rdzv_msg m = {.type = EA_RDZV_PREPARE,
+                     .gen = r->f.gen,
+                     .world = r->f.n * wpn,
+                     .wpn = wpn,
+                     .rank_base = i * wpn,
+                     .boundary = r->f.boundary};
+    if (!post(r, &r->f.ids[i], &m)) {
+      ea_node_id bad = r->f.ids[i];
+      formation_failed(r, &bad, 1, true);
+      return;
+    }
+  }
+}
+
+static void commit(ea_rdzv *r) {
+  uint32_t n = r->f.n, wpn = r->cfg.workers_per_node;
+  ea_rdzv_msg m = {.type = EA_RDZV_COMMIT, .gen = r->f.gen};
+  ea_rdzv_plan *p = &m.plan;
+  p->gen = r->f.gen;
+  p->nnodes = n;
+  p->wpn = wpn;
+  p->world = n * wpn;
+  p->nodes = calloc(n, sizeof *p->nodes);
+  if (!p->nodes) {
+    formation_failed(r, NULL, 0, false);
+    return;
+  }
+  p->ranks = r->f.w;
+  for (uint32_t i = 0; i < n; i++) {
+    const ea_member *v = view_find(r, &r->f.ids[i]);
+    p->nodes[i].id = r->f.ids[i];
+    if (v) {
+      snprintf(p->nodes[i].name, sizeof p->nodes[i].name, "%s", v->meta.name);
+      p->nodes[i].control = v->meta.control;
+    }
+  }
+  /* State sync source: the most completed steps, lowest rank on a tie.
+   * Every rank either finished a step's allreduce or did not, so ranks with
+   * equal counts hold identical state. */
+  for (uint32_t k = 0; k < p->world; k++)
+    if (p->ranks[k].step > 0 && (!p->has_sync || p->ranks[k].step > p->sync_step)) {
+      p->has_sync = true;
+      p->sync_rank = k;
+      p->sync_step = p->ranks[k].step;
+    }
+  p->has_nccl_id = r->f.has_nccl;
+  memcpy(p->nccl_id, r->f.nccl, sizeof p->nccl_id);
+  for (uint32_t i = 0; i < n; i++) post(r, &r->f.ids[i], &m);
+  /* Members of the previous generation (and drainers) left out of this one
+   * are told, so that they stop waiting and a drainer can go. */
+  ea_rdzv_msg rel = {.type = EA_RDZV_RELEASE, .gen = r->f.gen};
+  for (uint32_t i = 0; i < r->nformed; i++)
+    if (find_id(r->f.ids, n, &r->formed_ids[i]) < 0 && is_up(view_find(r, &r->formed_ids[i])))
+      post(r, &r->formed_ids[i], &rel);
+  for (size_t i = 0; i < r->ndrain; i++)
+    if (find_id(r->f.ids, n, &r->drain_set[i].id) < 0 &&
+        find_id(r->formed_ids, r->nformed, &r->drain_set[i].id) < 0)
+      post(r, &r->drain_set[i].id, &rel);
+  set_formed(r, &r->f.gen, r->f.ids, n);
+  free(p->nodes);
+  r->st.formations_committed++;
+  r->nfail = 0;
+  r->join_since = r->cold_since = 0;
+  f_free(r); /* frees f.w, which p->ranks pointed at */
+}
+
+static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (r->f.phase != F_PREPARE || !gen_eq(&m->gen, &r->f.gen)) {
+    r->st.stale_ignored++;
+    return;
+  }
+  int i = find_id(r->f.ids, r->f.n, &m->src);
+  if (i < 0 || r->f.ready[i]) return;
+  if (ea_rdzv_gen_cmp(&m->formed, &r->formed) > 0) {
+    /* A generation formed that we never heard of: our quorum and rank
+     * order may be stale.  Stop, learn it from this member, then decide. */
+    r->hint = m->formed;
+    r->hint_from = m->src;
+    r->hint_tries = 0;
+    r->st.formations_failed++;
+    abandon(r);
+    return;
+  }
+  uint32_t wpn = r->cfg.workers_per_node;
+  if (m->nworkers != wpn) {
+    formation_failed(r, &m->src, 1, true);
+    return;
+  }
+  memcpy(&r->f.w[(size_t)i * wpn], m->workers, wpn * sizeof m->workers[0]);
+  if (i == 0 && m->has_nccl_id) {
+    r->f.has_nccl = true;
+    memcpy(r->f.nccl, m->nccl_id, sizeof r->f.nccl);
+  }
+  r->f.ready[i] = true;
+  for (uint32_t k = 0; k < r->f.n; k++)
+    if (!r->f.ready[k]) return;
+  commit(r);
+}
+
+static void ctrl_nack(ea_rdzv *r, const ea_rdzv_msg *m) {
+  r->st.nacks_received++;
+  gen_raise(&r->seen, &m->seen);
+  if (r->f.phase != F_PREPARE || !gen_eq(&m->gen, &r->f.gen)) return;
+  switch (m->nack) {
+    case EA_RDZV_NACK_DRAINING:
+      drain_set_add(r, &m->src);
+      formation_failed(r, NULL, 0, false);
+      break;
+    case EA_RDZV_NACK_STALE:
+      if (ea_rdzv_gen_cmp(&m->seen, &r->f.gen) > 0) {
+        /* Someone issued a newer generation: another controller, or one we
+         * do not know yet.  Back off and, if still in charge, outbid it. */
+        r->nfail++;
+        r->st.formations_failed++;
+        r->retry_at = r->now + backoff(r);
+        abandon(r);
+        break;
+      }
+      /* It has accepted this very number before and lost it (restarted). */
+      formation_failed(r, &m->src, 1, true);
+      break;
+    default:
+      formation_failed(r, &m->src, 1, true);
+      break;
+  }
+}
+
+static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m);
+
+/* Every REPORT is answered with what we know formed last: it stops the
+ * sender's introductions, and a member that lost its state (restarted)
+ * learns it belongs to a generation it does not run, and keeps saying so
+ * until we re-form. */
+static void ctrl_report(ea_rdzv *r, const ea_rdzv_msg *m) {
+  ctrl_report_do(r, m);
+  if (r->el.have && id_eq(&r->el.controller, &r->self)) send_state(r, &m->src);
+}
+
+static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (m->flags & EA_RDZV_F_DRAINING) drain_set_add(r, &m->src);
+  /* It runs (or ran, until a worker failed) a committed generation newer
+   * than the last we know: one we never heard of (formed by a controller
+   * on the other side of a healed partition, possibly with our very term).
+   * Learn it before deciding anything. */
+  if ((m->flags & (EA_RDZV_F_RUNNING | EA_RDZV_F_FAILED)) && !(m->flags & EA_RDZV_F_PREPARING) &&
+      ea_rdzv_gen_cmp(&m->gen, &r->formed) > 0 && ea_rdzv_gen_cmp(&m->gen, &r->hint) > 0) {
+    r->hint = m->gen;
+    r->hint_from = m->src;
+    r->hint_tries = 0;
+  }
+  if (r->f.phase) {
+    if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->f.gen) &&
+        find_id(r->f.ids, r->f.n, &m->src) >= 0)
+      formation_failed(r, &m->src, 1, true);
+    return; /* draining draft members are caught by ctrl_eval */
+  }
+  if (r->formed.term == 0) return;
+  char who[EA_NAME_MAX];
+  name_of(r, &m->src, who);
+  if (find_id(r->formed_ids, r->nformed, &m->src) >= 0) {
+    if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->formed)) {
+      r->formed_broken = true;
+      fmt(r->broken_why, sizeof r->broken_why, "%s reported a failure", who);
+    } else if (!((m->flags & EA_RDZV_F_RUNNING) && gen_eq(&m->gen, &r->formed)) &&
+               !(m->flags & EA_RDZV_F_PREPARING) &&
+               ea_rdzv_gen_cmp(&m->accepted, &r->formed) >= 0) {
+      /* It accepted this generation (or later) but runs nothing: it
+       * restarted, paused or timed out. */
+      r->formed_broken = true;
+      fmt(r->broken_why, sizeof r->broken_why, "%s is not running it", who);
+    }
+  } else if (ea_rdzv_gen_cmp(&m->gen, &r->formed) < 0) {
+    ea_rdzv_msg rel = {.type = EA_RDZV_RELEASE, .gen = r->formed};
+    post(r, &m->src, &rel);
+  }
+}
+
+static void ctrl_state(ea_rdzv *r, const ea_rdzv_msg *m) {
+  /* Whatever the hint's holder says now is all it can teach us. */
+  if (r->hint.term && id_eq(&m->src, &r->hint_from)) r->hint = (ea_rdzv_gen){0};
+  if (m->gen.term == 0 || ea_rdzv_gen_cmp(&m->gen, &r->formed) <= 0) return;
+  ea_node_id *ids = malloc((m->plan.nnodes ? m->plan.nnodes : 1) * sizeof *ids);
+  if (!ids) return;
+  for (uint32_t i = 0; i < m->plan.nnodes; i++) ids[i] = m->plan.nodes[i].id;
+  set_formed(r, &m->gen, ids, m->plan.nnodes);
+  free(ids);
+}
+
+/* Know the last formed generation before judging quorum or rank order: a
+ * newcomer, or an agent that restarted, learns it from a member that
+ * advertises a newer one in its gossip metadata (meta.last_gen).  Returns
+ * true while learning (the controller must not act yet). */
+static bool learn(ea_rdzv *r) {
+  char *why = r->ctrl_reason;
+  const size_t cap = sizeof r->ctrl_reason;
+  uint64_t adv = max_advertised_term(r);
+  r->learning = false;
+  /* A hint is asked about three times (the first QUERY and two retries,
+   * one REPORT_MS apart); a holder that never answers is not waited for. */
+  if (ea_rdzv_gen_cmp(&r->hint, &r->formed) > 0 && is_up(view_find(r, &r->hint_from)) &&
+      (r->hint_tries < 3 || r->now < r->query_at)) {
+    r->learning = true;
+    if (r->now >= r->query_at) {
+      ea_rdzv_msg q = {.type = EA_RDZV_QUERY};
+      post(r, &r->hint_from, &q);
+      r->hint_tries++;
+      r->query_at = r->now + REPORT_MS;
+    }
+    char nm[EA_NAME_MAX];
+    name_of(r, &r->hint_from, nm);
+    fmt(why, cap, "learning generation %" PRIu64 " from %s", r->hint.term, nm);
+    return true;
+  }
+  if (adv <= r->formed.term) return false;
+  /* Ask the holders in turn, so one that cannot answer does not stall us. */
+  uint32_t nt = 0;
+  for (size_t i = 0; i < r->nview; i++) {
+    const ea_member *v = &r->view[i];
+    if (v->state == EA_STATE_ALIVE && !id_eq(&v->id, &r->self) && v->meta.last_gen >> 16 == adv)
+      nt++;
+  }
+  if (nt == 0) {
+    if (r->cfg.quorum_none) return false; /* availability first: form without it */
+    fmt(why, cap, "no quorum: no member of generation %" PRIu64 " is reachable", adv);
+    return true;
+  }
+  const ea_member *t = NULL;
+  uint32_t k = r->nqueries % nt;
+  for (size_t i = 0; i < r->nview && !t; i++) {
+    const ea_member *v = &r->view[i];
+    if (v->state == EA_STATE_ALIVE && !id_eq(&v->id, &r->self) && v->meta.last_gen >> 16 == adv &&
+        k-- == 0)
+      t = v;
+  }
+  r->learning = true;
+  if (r->now >= r->query_at) {
+    ea_rdzv_msg q = {.type = EA_RDZV_QUERY};
+    post(r, &t->id, &q);
+    r->nqueries++;
+    r->query_at = r->now + REPORT_MS;
+  }
+  fmt(why, cap, "learning generation %" PRIu64 " from %s", adv, t->meta.name);
+  return true;
+}
+
+/* Alive non-members that gossip an older generation than the last formed
+ * one still run it (or think they do): a partition side that formed on its
+ * own under quorum: none, or a member that missed its RELEASE.  Tell them,
+ * at most once per REPORT_MS; a RELEASE to one that already stopped is
+ * harmless. */
+static void release_strays(ea_rdzv *r) {
+  if (r->formed.term == 0 || r->now < r->stray_at) return;
+  uint64_t ours = ea_rdzv_gen_u64(&r->formed);
+  bool sent = false;
+  for (size_t i = 0; i < r->nview; i++) {
+    const ea_member *v = &r->view[i];
+    uint64_t lg = v->meta.last_gen;
+    if (v->state != EA_STATE_ALIVE || id_eq(&v->id, &r->self) || lg == 0 || lg == ours ||
+        lg >> 16 > r->formed.term || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+      continue;
+    ea_rdzv_msg rel = {.type = EA_RDZV_RELEASE, .gen = r->formed};
+    post(r, &v->id, &rel);
+    sent = true;
+  }
+  r->strays = sent; /* check again after REPORT_MS while there are any */
+  if (sent) r->stray_at = r->now + REPORT_MS;
+}
+
+/* Names of the draft members that have not answered, for `status`. */
+static void waiting_text(const ea_rdzv *r, char *out, size_t cap) {
+  size_t off = 0;
+  uint32_t shown = 0, missing = 0;
+  for (uint32_t i = 0; i < r->f.n; i++) {
+    if (r->f.ready[i]) continue;
+    missing++;
+    if (shown < 3) {
+      char nm[EA_NAME_MAX];
+      name_of(r, &r->f.ids[i], nm);
+      int w = snprintf(out + off, cap - off, "%s%s", shown ? ", " : "", nm);
+      if (w > 0 && (size_t)w < cap - off) off += (size_t)w;
+      shown++;
+    }
+  }
+  if (missing > shown) snprintf(out + off, cap - off, " +%u", missing - shown);
+}
+
+/* One pass of the controller.  Returns true when it changed something that
+ * warrants another pass (a formation ended, so a new one may start). */
+static bool ctrl_step(ea_rdzv *r) {
+  char *why = r->ctrl_reason;
+  const size_t cap = sizeof r->ctrl_reason;
+  bool me = r->el.have && id_eq(&r->el.controller, &r->self);
+  if (!me) {
+    if (r->f.phase) abandon(r);
+    r->join_since = r->cold_since = 0;
+    why[0] = 0;
+    return false;
+  }
+  if (!r->f.phase && r->now >= r->retry_at && learn(r)) return false;
+  if (quorum_lost(r)) {
+    if (r->f.phase) abandon(r);
+    quorum_text(r, why, cap);
+    return false;
+  }
+  if (r->f.phase) {
+    /* A chosen member died, left or started draining: start over. */
+    for (uint32_t i = 0; i < r->f.n; i++) {
+      const ea_member *v = view_find(r, &r->f.ids[i]);
+      if (!is_up(v) || in_drain_set(r, &r->f.ids[i])) {
+        ea_node_id bad = r->f.ids[i];
+        formation_failed(r, &bad, 1, !in_drain_set(r, &bad));
+        return true;
+      }
+    }
+  }
+  if (r->f.phase == F_PERSIST) {
+    if (!durable_at_least(r, &r->f.gen)) {
+      fmt(why, cap, "persisting generation %" PRIu64, r->f.gen.term);
+      return false;
+    }
+    send_prepares(r);
+    return r->f.phase != F_PREPARE;
+  }
+  if (r->f.phase == F_PREPARE) {
+    if (r->now >= r->f.deadline) {
+      ea_node_id *bad = malloc(r->f.n * sizeof *bad);
+      uint32_t nbad = 0;
+      for (uint32_t i = 0; bad && i < r->f.n; i++)
+        if (!r->f.ready[i]) bad[nbad++] = r->f.ids[i];
+      formation_failed(r, bad, nbad, true);
+      free(bad);
+      return true;
+    }
+    char w[96];
+    waiting_text(r, w, sizeof w);
+    fmt(why, cap, "waiting for READY from %s (gen %" PRIu64 ")", w, r->f.gen.term);
+    return false;
+  }
+  if (r->now < r->retry_at) {
+    fmt(why, cap, "backing off %" PRIu64 " ms after a failed formation (%u in a row)",
+        r->retry_at - r->now, r->nfail);
+    return false;
+  }
+
+  release_strays(r);
+  uint32_t maxn = r->cfg.max_nodes, minn = r->cfg.min_nodes;
+  ea_node_id *draft = malloc((r->nformed + r->nview + 1) * sizeof *draft);
+  if (!draft) return false;
+  uint32_t nd = 0, nsurv = 0, njoin = 0;
+  bool broken = r->formed_broken;
+  char bwhy[96];
+  snprintf(bwhy, sizeof bwhy, "%s", r->broken_why);
+  /* Survivors keep their relative order: ranks move as little as possible. */
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_node_id *id = &r->formed_ids[i];
+    const ea_member *v = view_find(r, id);
+    char nm[EA_NAME_MAX];
+    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id)) {
+      if (!broken) {
+        name_of(r, id, nm);
+        snprintf(bwhy, sizeof bwhy, "%s is %s", nm,
+                 !v                    ? "gone"
+                 : !is_up(v)           ? (v->state == EA_STATE_LEFT ? "left" : "dead")
+                 : in_drain_set(r, id) ? "draining"
+                                       : "excluded");
+      }
+      broken = true;
+      continue;
+    }
+    draft[nd++] = *id;
+    nsurv++;
+  }
+  if (r->formed.term && !broken && self_in_formed(r) && !r->prep &&
+      !(r->running && gen_eq(&r->run.gen, &r->formed))) {
+    broken = true;
+    snprintf(bwhy, sizeof bwhy, "this node is not running it");
+  }
+  /* Joiners, in id order (the view is sorted): alive, eligible, not
+   * draining, not sitting out a failure. */
+  for (size_t i = 0; i < r->nview; i++) {
+    const ea_member *v = &r->view[i];
+    if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
+        excluded(r, &v->id) || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+      continue;
+    draft[nd++] = v->id;
+    njoin++;
+  }
+  uint32_t nall = nd;
+  if (nd > maxn) nd = maxn;
+  bool changed = false;
+  if (r->formed.term == 0) {
+    if (nall < minn) {
+      fmt(why, cap, "waiting for min_nodes: %u of %u alive", nall, minn);
+      r->cold_since = 0;
+    } else {
+      if (r->cold_since == 0) r->cold_since = r->now;
+      uint64_t due = r->cold_since + r->cfg.scale_up_delay_ms;
+      if (nall < maxn && r->now < due) {
+        fmt(why, cap, "waiting %" PRIu64 " ms for more nodes (%u alive, max_nodes %u)",
+            due - r->now, nall, maxn);
+      } else {
+        start_formation(r, draft, nd, false);
+        changed = true;
+      }
+    }
+  } else if (broken) {
+    /* The new generation must itself hold a majority of the old one's
+     * voters (members that did not leave and are not draining): then any
+     * two generations formed from it share a member, who can run only one
+     * of them.  Seeing a majority alive is not enough when some of them sit
+     * out a failure (excluded) and so are not in the draft. */
+    uint32_t voters = 0;
+    for (uint32_t i = 0; i < r->nformed; i++) {
+      const ea_member *v = view_find(r, &r->formed_ids[i]);
+      if ((v && v->state == EA_STATE_LEFT) || in_drain_set(r, &r->formed_ids[i])) continue;
+      voters++;
+    }
+    if (!r->cfg.quorum_none && voters > 0 && 2 * nsurv <= voters) {
+      fmt(why, cap,
+          "no quorum: a new generation would hold %u of %u members of generation %" PRIu64 " (%s)",
+          nsurv, voters, r->formed.term, bwhy);
+    } else if (nd < minn) {
+      fmt(why, cap, "waiting for min_nodes: %u of %u alive (generation %" PRIu64 ": %s)", nd, minn,
+          r->formed.term, bwhy);
+    } else {
+      start_formation(r, draft, nd, false);
+      changed = true;
+    }
+  } else if (njoin > 0 && nsurv < maxn) {
+    if (r->join_since == 0) r->join_since = r->now;
+    uint64_t due = r->join_since + r->cfg.scale_up_delay_ms;
+    if (r->now < due) {
+      fmt(why, cap, "batching %u joiner%s (%" PRIu64 " ms left)", njoin, njoin == 1 ? "" : "s",
+          due - r->now);
+    } else {
+      start_formation(r, draft, nd, true);
+      changed = true;
+    }
+  } else {
+    r->join_since = 0;
+    if (njoin)
+      fmt(why, cap, "generation %" PRIu64 " running with %u nodes; %u spare at max_nodes",
+          r->formed.term, nsurv, njoin);
+    else
+      fmt(why, cap, "generation %" PRIu64 " running with %u nodes", r->formed.term, nsurv);
+  }
+  free(draft);
+  return changed;
+}
+
+/* ---- dispatch and settle ----------------------------------------------- */
+
+static void dispatch(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (r->el.have && id_eq(&m->src, &r->el.controller)) r->announce = false; /* it heard us */
+  switch (m->type) {
+    case EA_RDZV_PREPARE:
+      agent_prepare(r, m);
+      break;
+    case EA_RDZV_COMMIT:
+      agent_commit(r, m);
+      break;
+    case EA_RDZV_ABORT:
+      agent_abort(r, m);
+      break;
+    case EA_RDZV_RELEASE:
+      agent_release(r, m);
+      break;
+    case EA_RDZV_DRAIN:
+      if (!m->name[0] || strcmp(m->name, r->self_name) == 0) start_draining(r);
+      break;
+    case EA_RDZV_QUERY:
+      agent_query(r, m);
+      break;
+    case EA_RDZV_READY:
+      ctrl_ready(r, m);
+      break;
+    case EA_RDZV_NACK:
+      ctrl_nack(r, m);
+      break;
+    case EA_RDZV_REPORT:
+      ctrl_report(r, m);
+      break;
+    case EA_RDZV_STATE:
+      ctrl_state(r, m);
+      break;
+    default:
+      break;
+  }
+}
+
+static void elect(ea_rdzv *r) {
+  if (!r->el_dirty) return;
+  r->el_dirty = false;
+  ea_election_gen g = {
+      .members = r->formed_ids, .nmembers = r->nformed, .quorum_none = r->cfg.quorum_none};
+  ea_elect(r->view, r->nview, &g, &r->el);
+}
+
+static void agent_reason(const ea_rdzv *r, char *out, size_t cap) {
+  char c[EA_NAME_MAX];
+  if (r->drained) {
+    fmt(out, cap, "drained: the group re-formed without this node");
+  } else if (r->prep) {
+    name_of(r, &r->prep_gen.ctrl, c);
+    uint32_t got = 0;
+    for (uint32_t i = 0; i < r->cfg.workers_per_node; i++) got += r->wready[i];
+    if (!r->prep_ordered && !durable_at_least(r, &r->prep_gen))
+      fmt(out, cap, "generation %" PRIu64 " prepared: persisting", r->prep_gen.term);
+    else if (!r->prep_ordered)
+      fmt(out, cap, "generation %" PRIu64 " prepared: waiting for a step boundary",
+          r->prep_gen.term);
+    else if (!all_ready(r))
+      fmt(out, cap, "generation %" PRIu64 " prepared: %u of %u workers ready", r->prep_gen.term,
+          got, r->cfg.workers_per_node);
+    else if (!r->ready_sent)
+      fmt(out, cap, "generation %" PRIu64 " prepared: sending READY", r->prep_gen.term);
+    else
+      fmt(out, cap, "generation %" PRIu64 " prepared: waiting for COMMIT from %s", r->prep_gen.term,
+          c);
+  } else if (r->running) {
+    if (r->fail_gen.term && gen_eq(&r->fail_gen, &r->run.gen))
+      fmt(out, cap, "generation %" PRIu64 " failed: a worker's communicator broke",
+          r->run.gen.term);
+    else if (r->draining)
+      fmt(out, cap, "draining: waiting for the group to re-form without this node");
+    else
+      fmt(out, cap, "running generation %" PRIu64 " as ranks %u-%u of %u", r->run.gen.term,
+          r->prep_base, r->prep_base + r->cfg.workers_per_node - 1, r->run.world);
+  } else if (quorum_lost(r)) {
+    char q[EA_RDZV_REASON_MAX];
+    quorum_text(r, q, sizeof q);
+    fmt(out, cap, "paused: %s", q);
+  } else if (r->paused) {
+    fmt(out, cap, "paused: %s", r->pause_why);
+  } else {
+    fmt(out, cap, "idle: in no generation");
+  }
+}
+
+static void settle(ea_rdzv *r) {
+  for (int round = 0; round < 64; round++) {
+    while (r->nselfq) {
+      ea_rdzv_msg *m = r->selfq[0];
+      memmove(r->selfq, r->selfq + 1, (r->nselfq - 1) * sizeof r->selfq[0]);
+      r->nselfq--;
+      dispatch(r, m);
+      ea_rdzv_msg_release(m);
+      free(m);
+    }
+    elect(r);
+    prune(r);
+    agent_eval(r);
+    elect(r);
+    for (int i = 0; i < 8 && ctrl_step(r); i++) elect(r);
+    pump_persist(r);
+    if (!r->nselfq) break;
+  }
+  char now[EA_RDZV_REASON_MAX];
+  bool me = r->el.have && id_eq(&r->el.controller, &r->self);
+  if (me && r->ctrl_reason[0])
+    snprintf(now, sizeof now, "%s", r->ctrl_reason);
+  else
+    agent_reason(r, now, sizeof now);
+  if (strcmp(now, r->reason) != 0) {
+    memcpy(r->reason, now, sizeof now);
+    if (r->io.reason) r->io.reason(r->io.ctx, r->reason);
+  }
+}
+
+/* ---- public entry points ----------------------------------------------- */
+
+void ea_rdzv_config_default(ea_rdzv_config *c) {
+  c->min_nodes = 1;
+  c->max_nodes = 64;
+  c->workers_per_node = 1;
+  c->scale_up_delay_ms = 2000;
+  c->rendezvous_timeout_ms = 30000;
+  c->quorum_none = false;
+}
+
+void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
+  c->min_nodes = job->compute.min_nodes;
+  c->max_nodes = job->compute.max_nodes;
+  c->workers_per_node = job->compute.workers_per_node;
+  c->scale_up_delay_ms = job->distributed.scale_up_delay_ms;
+  c->rendezvous_timeout_ms = job->runtime.rendezvous_timeout_seconds * 1000u;
+  c->quorum_none = strcmp(job->distributed.quorum, "none") == 0;
+}
+
+ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
+                     const ea_rdzv_gen *persisted, const ea_rdzv_io *io, uint64_t seed,
+                     uint64_t now_ms) {
+  if (!cfg || !self || !io || !io->send || !io->order || !io->persist) return NULL;
+  if (cfg->workers_per_node == 0 || cfg->workers_per_node > EA_RDZV_MAX_WPN ||
+      cfg->min_nodes == 0 || cfg->max_nodes < cfg->min_nodes ||
+      cfg->max_nodes > EA_RDZV_MAX_NODES ||
+      (uint64_t)cfg->max_nodes * cfg->workers_per_node > EA_RDZV_MAX_WORLD ||
+      cfg->rendezvous_timeout_ms == 0)
+    return NULL;
+  ea_rdzv *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->cfg = *cfg;
+  r->self = *self;
+  r->io = *io;
+  r->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  r->now = now_ms;
+  if (persisted && persisted->term) {
+    r->durable = r->accepted = r->seen = r->want = *persisted;
+  }
+  r->el_dirty = true;
+  r->announce = true;
+  return r;
+}
+
+void ea_rdzv_free(ea_rdzv *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->nselfq; i++) {
+    ea_rdzv_msg_release(r->selfq[i]);
+    free(r->selfq[i]);
+  }
+  f_free(r);
+  plan_free(&r->run);
+  free(r->formed_ids);
+  free(r->view);
+  free(r->drain_set);
+  free(r->excl);
+  free(r);
+}
+
+/* Every entry point moves the clock with at() and ends in settle(), on
+ * every path: timers are compared with r->now, so a clock that moved
+ * without a settle would let a due timer slip past unseen. */
+static void at(ea_rdzv *r, uint64_t now) {
+  if (now > r->now) r->now = now;
+}
+
+void ea_rdzv_view(ea_rdzv *r, uint64_t now_ms, const ea_member *members, size_t n) {
+  at(r, now_ms);
+  if (n > r->capview) {
+    ea_member *p = realloc(r->view, n * sizeof *p);
+    if (!p) { /* keep the old view; the next change retries */
+      settle(r);
+      return;
+    }
+    r->view = p;
+    r->capview = n;
+  }
+  if (n) memcpy(r->view, members, n * sizeof *members);
+  r->nview = n;
+  qsort(r->view, n, sizeof *r->view, cmp_member);
+  const ea_member *me = view_find(r, &r->self);
+  if (me) snprintf(r->self_name, sizeof r->self_name, "%s", me->meta.name);
+  r->el_dirty = true;
+  settle(r);
+}
+
+void ea_rdzv_recv(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_msg *m) {
+  at(r, now_ms);
+  if (!id_eq(&m->src, &r->self)) /* ours never come back by the network */
+    dispatch(r, m);
+  settle(r);
+}
+
+void ea_rdzv_persisted(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_gen *g, int rc) {
+  at(r, now_ms);
+  if (r->persist_busy && gen_eq(g, &r->persisting)) { /* else: not ours */
+    r->persist_busy = false;
+    if (rc == 0) {
+      gen_raise(&r->durable, g);
+    } else {
+      r->st.persist_errors++;
+      r->persist_retry_at = r->now + RETRY_BASE_MS;
+    }
+  }
+  settle(r);
+}
+
+int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_rdzv_gen *gen,
+                         const ea_addr *listen, uint64_t step, const uint8_t *nccl_id) {
+  if (local >= r->cfg.workers_per_node) return -EINVAL;
+  if (!r->prep || !r->prep_ordered || !gen_eq(gen, &r->prep_gen)) return -ESTALE;
+  at(r, now_ms);
+  r->winfo[local].listen = *listen;
+  r->winfo[local].step = step;
+  r->wready[local] = true;
+  if (step > r->last_step) r->last_step = step;
+  if (nccl_id && local == 0) {
+    r->whas_nccl = true;
+    memcpy(r->wnccl, nccl_id, sizeof r->wnccl);
+  }
+  settle(r);
+  return 0;
+}
+
+void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step) {
+  if (local >= r->cfg.workers_per_node) return;
+  at(r, now_ms);
+  if (step > r->last_step) r->last_step = step;
+  if (r->prep && !r->prep_ordered) r->wstepped[local] = true;
+  settle(r);
+}
+
+void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local) {
+  if (local >= r->cfg.workers_per_node) return;
+  at(r, now_ms);
+  if (r->prep && !r->prep_ordered) {
+    /* Waiting for a boundary: a failed step is one too. */
+    r->prep_boundary = false;
+  } else if (r->prep) {
+    r->wready[local] = false;
+    r->fail_gen = r->prep_gen;
+    r->report_to_set = false; /* report now */
+  } else if (r->running) {
+    r->fail_gen = r->run.gen;
+    r->report_to_set = false;
+  }
+  settle(r);
+}
+
+int ea_rdzv_drain(ea_rdzv *r, uint64_t now_ms, const char *name) {
+  at(r, now_ms);
+  int rc = 0;
+  if (!name || !name[0] || strcmp(name, r->self_name) == 0) {
+    start_draining(r);
+  } else {
+    rc = -ENOENT;
+    for (size_t i = 0; i < r->nview; i++) {
+      const ea_member *v = &r->view[i];
+      if (is_up(v) && strcmp(v->meta.name, name) == 0) {
+        ea_rdzv_msg m = {.type = EA_RDZV_DRAIN};
+        snprintf(m.name, sizeof m.name, "%s", name);
+        rc = post(r, &v->id, &m) ? 0 : -ENOENT;
+        break;
+      }
+    }
+  }
+  settle(r);
+  return rc;
+}
+
+static void soonest(uint64_t *d, uint64_t now, uint64_t t) {
+  if (t > now && t < *d) *d = t;
+}
+
+uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
+  uint64_t d = UINT64_MAX, now = r->now;
+  if (r->f.phase == F_PREPARE) soonest(&d, now, r->f.deadline);
+  if (!r->persist_busy && ea_rdzv_gen_cmp(&r->want, &r->durable) > 0)
+    soonest(&d, now, r->persist_retry_at);
+  if (r->prep) {
+    soonest(&d, now, prep_deadline(r));
+    if (!r->prep_ordered && r->prep_boundary) soonest(&d, now, boundary_deadline(r));
+  }
+  if (r->el.have && need_report(r)) soonest(&d, now, r->report_at);
+  if (r->learning) soonest(&d, now, r->query_at);
+  if (r->strays) soonest(&d, now, r->stray_at);
+  soonest(&d, now, r->retry_at);
+  if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
+  if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
+  for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
+  return d;
+}
+
+uint64_t ea_rdzv_tick(ea_rdzv *r, uint64_t now_ms) {
+  at(r, now_ms);
+  settle(r);
+  return ea_rdzv_next_deadline(r);
+}
+
+/* Advertise the generation we ran only while it is still the newest formed
+ * one we know: after a RELEASE (formed without us) we no longer hold its
+ * successor's member list, and a controller that learns from us must not
+ * be sent to us for it. */
+uint64_t ea_rdzv_last_gen(const ea_rdzv *r) {
+  return gen_eq(&r->ran, &r->formed) ? ea_rdzv_gen_u64(&r->ran) : 0;
+}
+
+const ea_rdzv_plan *ea_rdzv_running(const ea_rdzv *r) {
+  return r->running ? &r->run : NULL;
+}
+
+const char *ea_rdzv_phase_str(uint8_t phase) {
+  switch (phase) {
+    case EA_RDZV_IDLE:
+      return "idle";
+    case EA_RDZV_PREPARED:
+      return "prepared";
+    case EA_RDZV_RUNNING:
+      return "running";
+    case EA_RDZV_FAILED:
+      return "failed";
+    case EA_RDZV_PAUSED:
+      return "paused";
+    case EA_RDZV_DRAINED:
+      return "drained";
+    default:
+      return "?";
+  }
+}
+
+void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
+  *out = r->st;
+  if (r->drained)
+    out->phase = EA_RDZV_DRAINED;
+  else if (r->prep)
+    out->phase = EA_RDZV_PREPARED;
+  else if (r->running)
+    out->phase =
+        r->fail_gen.term && gen_eq(&r->fail_gen, &r->run.gen) ? EA_RDZV_FAILED : EA_RDZV_RUNNING;
+  else if (r->paused)
+    out->phase = EA_RDZV_PAUSED;
+  else
+    out->phase = EA_RDZV_IDLE;
+  out->draining = r->draining;
+  out->have_controller = r->el.have;
+  out->controller_id = r->el.controller;
+  out->controller = r->el.have && id_eq(&r->el.controller, &r->self);
+  out->has_quorum = r->cfg.quorum_none || r->el.has_quorum;
+  out->forming = r->f.phase != F_NONE;
+  out->seen = r->seen;
+  out->accepted = r->accepted;
+  out->durable = r->durable;
+  out->running = r->running ? r->run.gen : (ea_rdzv_gen){0};
+  out->formed = r->formed;
+  out->formed_nodes = r->nformed;
+  out->last_step = r->last_step;
+  snprintf(out->reason, sizeof out->reason, "%s", r->reason);
+}

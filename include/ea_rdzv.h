@@ -1,0 +1,346 @@
+/* ea_rdzv.h — the rendezvous ("generations") state machine and the codec of
+ * its control messages.
+ *
+ * Every agent runs one ea_rdzv.  Whoever ea_elect() names controller (and
+ * only while it sees a quorum of the last formed generation) forms
+ * generations: it picks the members, numbers the generation, persists the
+ * number, sends PREPARE to every member, collects READY, and sends COMMIT
+ * with the full plan.  Every agent, the controller's own included, obeys
+ * only plans newer than anything it has seen, runs at most one generation at
+ * a time, and tells its workers what to do.  The protocol, its invariants and
+ * the reason strings shown by `status` are described in docs/rendezvous.md.
+ *
+ * The core is pure: no clock, socket, libuv or logging.  Time comes in as
+ * now_ms (any monotonic milliseconds); everything it wants done goes out
+ * through ea_rdzv_io, synchronously from inside the call that caused it.
+ * The io callbacks must not call back into the core: record, act later.
+ *
+ * Driving contract (the agent wires these to its loop; tests to a fake one):
+ *   - ea_rdzv_view() on every membership change, with the whole view
+ *     (ourselves included, as ea_swim_members() returns it);
+ *   - ea_rdzv_recv() for every decoded control message;
+ *   - ea_rdzv_worker_*() for what the local workers report;
+ *   - ea_rdzv_persisted() when a persist the core asked for is durable;
+ *   - ea_rdzv_tick() when now >= ea_rdzv_next_deadline() (early is harmless);
+ *   - after any call, re-read ea_rdzv_next_deadline() and ea_rdzv_last_gen()
+ *     (the latter goes into our gossip metadata as meta.last_gen).
+ *
+ * Generations are numbered (term, controller id), ordered by term then id.
+ * The controller picks term = 1 + the largest term it has seen anywhere, and
+ * calls io.persist() before any message carrying the number leaves; an agent
+ * persists a generation it accepts before it tells its workers anything or
+ * answers READY.  So after a crash, the persisted number handed back to
+ * ea_rdzv_new() is at least every number this agent ever acted on or
+ * advertised, and it can never obey an older plan.
+ */
+#ifndef EA_RDZV_H
+#define EA_RDZV_H
+
+#include "ea_config.h"
+#include "ea_membership.h"
+#include "ea_wire.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* compute.max_nodes and compute.workers_per_node bounds in agent/config.c. */
+#define EA_RDZV_MAX_NODES 65536
+#define EA_RDZV_MAX_WPN 64
+/* Ranks in one plan.  A COMMIT takes at most 31 bytes per rank and 105 per
+ * node, so 2^18 ranks and EA_RDZV_MAX_NODES nodes (≈ 15 MB) stay inside one
+ * EA_WIRE_MAX_FRAME (16 MiB) TCP frame. */
+#define EA_RDZV_MAX_WORLD (1u << 18)
+/* NCCL_UNIQUE_ID_BYTES (= EA_COMM_NCCL_ID_BYTES; checked in agent/rdzv.c). */
+#define EA_RDZV_NCCL_ID_BYTES 128
+/* Room for a reason string shown by `status`. */
+#define EA_RDZV_REASON_MAX 160
+
+/* ---- generation numbers ------------------------------------------------ */
+
+typedef struct {
+  uint64_t term;   /* 0: no generation */
+  ea_node_id ctrl; /* the controller that issued it */
+} ea_rdzv_gen;
+
+/* <0, 0, >0 like memcmp: term first, then controller id. */
+int ea_rdzv_gen_cmp(const ea_rdzv_gen *a, const ea_rdzv_gen *b);
+/* 64-bit form for ea_meta.last_gen and ea_comm_plan.generation: the term in
+ * the high 48 bits, a 16-bit fold of the controller id in the low 16, so it
+ * orders like the term and two generations of one term differ (almost
+ * surely). */
+uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g);
+/* "7" or "7/1f2e3d4c" (term / first 8 hex digits of the controller id). */
+void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap);
+
+/* ---- plans ------------------------------------------------------------- */
+
+typedef struct {
+  ea_addr listen; /* tcp backend: where this rank's worker accepts its peers */
+  uint64_t step;  /* steps this rank has completed (0: no live state) */
+} ea_rdzv_worker;
+
+typedef struct {
+  ea_node_id id;
+  char name[EA_NAME_MAX];
+  ea_addr control;
+} ea_rdzv_node;
+
+/* A committed generation.  Node i holds ranks [i·wpn, (i+1)·wpn); its local
+ * worker k is rank i·wpn + k.  The rank with the most completed steps (the
+ * lowest such rank on a tie) broadcasts its state: sync_rank.  has_sync is
+ * false when no rank has live state (cold start, or every trained node
+ * lost): the generation loads the newest checkpoint instead. */
+typedef struct {
+  ea_rdzv_gen gen;
+  uint32_t nnodes, wpn, world; /* world = nnodes · wpn */
+  ea_rdzv_node *nodes;         /* nnodes, in rank order */
+  ea_rdzv_worker *ranks;       /* world */
+  bool has_sync;
+  uint32_t sync_rank;
+  uint64_t sync_step;
+  bool has_nccl_id; /* made by rank 0's worker, handed to every rank */
+  uint8_t nccl_id[EA_RDZV_NCCL_ID_BYTES];
+} ea_rdzv_plan;
+
+/* ---- control messages ---------------------------------------------------
+ *
+ * One message per TCP frame on the control connection (meta.control):
+ *
+ *   frame = [u32 BE length][0xEA | msgpack msg]      (plaintext)
+ *         = [u32 BE length][0xEB | nonce | AEAD ]    (sealed, ea_wire_seal)
+ *
+ * The plaintext starts with 0xEA so ea_wire_seal/ea_wire_open apply as
+ * they are; the types start at 0x10, so a control message that reaches the
+ * gossip decoder (whose types are 1..5) or the reverse fails at `type`.
+ *
+ *   msg     = [ version=1, type, src:bin16, gen, body ]
+ *   gen     = [ term:uint, ctrl:bin16 ]          (term 0: none)
+ *   addr    = bin19: family(1) port(2, big endian) ip(16)   (as ea_wire.h)
+ *   nccl    = bin128 | nil
+ *
+ *   type  name     gen is            body
+ *   0x10  PREPARE  the new one       [ world, wpn, rank_base, boundary:bool ]
+ *   0x11  READY    the prepared one  [ [worker, …] (wpn of them), nccl,
+ *                                      formed:gen ]
+ *   0x12  COMMIT   the plan's        [ wpn, sync_rank|nil, sync_step, nccl,
+ *                                      [node, …], [worker, …] (world) ]
+ *   0x13  NACK     the refused one   [ seen:gen, why:uint (ea_rdzv_nack) ]
+ *   0x14  ABORT    the abandoned one nil
+ *   0x15  DRAIN    none              [ name:str ]
+ *   0x16  REPORT   running/prepared  [ accepted:gen, flags:uint ]
+ *   0x17  QUERY    none              nil
+ *   0x18  STATE    last formed       [ id:bin16, … ]  (rank order)
+ *   0x19  RELEASE  the new one       nil
+ *
+ *   worker  = [ listen:addr, step:uint ]
+ *   node    = [ id:bin16, name:str, control:addr ]
+ *
+ * Arrays have exactly the lengths shown (version 1 has no optional
+ * fields); world = len(nodes) · wpn is checked, as are every bound below.
+ */
+
+#define EA_RDZV_WIRE_VERSION 1
+
+typedef enum {
+  EA_RDZV_PREPARE = 0x10, /* controller → member: abort the old, get ready */
+  EA_RDZV_READY = 0x11,   /* member → controller: my workers are ready */
+  EA_RDZV_COMMIT = 0x12,  /* controller → member: the full plan, go */
+  EA_RDZV_NACK = 0x13,    /* member → controller: refused, and why */
+  EA_RDZV_ABORT = 0x14,   /* controller → member: forget that PREPARE */
+  EA_RDZV_DRAIN = 0x15,   /* anyone → the named node: drain yourself */
+  EA_RDZV_REPORT = 0x16,  /* member → controller: failed / draining / idle */
+  EA_RDZV_QUERY = 0x17,   /* controller → member: which generation formed last? */
+  EA_RDZV_STATE = 0x18,   /* answer to QUERY and REPORT: the last formed
+                             generation and its members */
+  EA_RDZV_RELEASE = 0x19, /* controller → non-member: the group re-formed without you */
+} ea_rdzv_msg_type;
+
+typedef enum {
+  EA_RDZV_NACK_STALE = 1,    /* I have seen `seen`, which is not older than yours */
+  EA_RDZV_NACK_DRAINING = 2, /* I am draining: leave me out */
+  EA_RDZV_NACK_CONFIG = 3,   /* your workers_per_node is not mine */
+} ea_rdzv_nack;
+
+/* REPORT flags. */
+#define EA_RDZV_F_RUNNING 0x01   /* gen is running here */
+#define EA_RDZV_F_PREPARING 0x02 /* gen is prepared here, waiting for COMMIT */
+#define EA_RDZV_F_FAILED 0x04    /* a local worker failed in gen */
+#define EA_RDZV_F_DRAINING 0x08  /* this node is draining */
+#define EA_RDZV_F_ALL 0x0f
+
+typedef struct {
+  uint8_t type; /* ea_rdzv_msg_type */
+  ea_node_id src;
+  ea_rdzv_gen gen;
+  /* PREPARE: this node's workers become ranks rank_base .. rank_base+wpn-1
+   * of world; boundary: the reason is a join, finish the step in flight. */
+  uint32_t world, wpn, rank_base;
+  bool boundary;
+  /* READY: wpn entries, local worker order. */
+  uint32_t nworkers;
+  ea_rdzv_worker workers[EA_RDZV_MAX_WPN];
+  bool has_nccl_id; /* READY: from the node holding rank 0 */
+  uint8_t nccl_id[EA_RDZV_NCCL_ID_BYTES];
+  /* READY: the last formed generation the member knows, so a controller
+   * whose own reference is older learns of the newer one before it
+   * commits anything on a stale quorum. */
+  ea_rdzv_gen formed;
+  /* NACK */
+  ea_rdzv_gen seen;
+  uint8_t nack; /* ea_rdzv_nack */
+  /* REPORT: gen is the running (or prepared) one, term 0 when idle. */
+  ea_rdzv_gen accepted;
+  uint8_t flags;
+  /* DRAIN */
+  char name[EA_NAME_MAX];
+  /* COMMIT: the whole plan (plan.gen == gen).  STATE: plan.nodes[i].id
+   * only, world 0.  Arrays owned as documented at ea_rdzv_decode. */
+  ea_rdzv_plan plan;
+} ea_rdzv_msg;
+
+const char *ea_rdzv_msg_type_str(uint8_t type);
+
+/* Encode m into a malloc'd buffer (*out; the caller free()s it) that starts
+ * with 0xEA.  Returns 0, -EINVAL for a message that breaks a bound (type,
+ * counts, world), or -ENOMEM. */
+int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len);
+/* Decode a plaintext frame (0xEA first).  m is overwritten.  COMMIT and
+ * STATE arrays are malloc'd, their counts bounded by the bytes that can hold
+ * them before anything is allocated; release them with ea_rdzv_msg_release.
+ * On error returns -EA_EWIRE (or -ENOMEM), allocates nothing, and points
+ * *err (if not NULL) at a static string naming the bad field. */
+int ea_rdzv_decode(const uint8_t *buf, size_t len, ea_rdzv_msg *m, const char **err);
+/* Free what ea_rdzv_decode allocated in m; safe on any decoded or zeroed m. */
+void ea_rdzv_msg_release(ea_rdzv_msg *m);
+
+/* ---- the state machine -------------------------------------------------- */
+
+typedef struct ea_rdzv ea_rdzv;
+
+typedef struct {
+  uint32_t min_nodes;             /* compute.min_nodes */
+  uint32_t max_nodes;             /* compute.max_nodes */
+  uint32_t workers_per_node;      /* compute.workers_per_node */
+  uint32_t scale_up_delay_ms;     /* distributed.scale_up_delay_ms */
+  uint32_t rendezvous_timeout_ms; /* runtime.rendezvous_timeout_seconds · 1000 */
+  bool quorum_none;               /* distributed.quorum == "none" */
+} ea_rdzv_config;
+
+/* The defaults of agent/config.c. */
+void ea_rdzv_config_default(ea_rdzv_config *c);
+/* Take the rendezvous keys out of a loaded job configuration. */
+void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job);
+
+typedef enum {
+  EA_RDZV_DO_PREPARE = 1, /* abort the old communicator; get ready for gen as
+                             ranks rank_base + local of world; report with
+                             ea_rdzv_worker_ready() */
+  EA_RDZV_DO_COMMIT = 2,  /* init the communicator of plan; sync state */
+  EA_RDZV_DO_PAUSE = 3,   /* stop training, drop the communicator, wait */
+  EA_RDZV_DO_DRAINED = 4, /* the group re-formed without us: stop workers;
+                             the agent may now leave and exit */
+} ea_rdzv_order_kind;
+
+typedef struct {
+  uint8_t kind; /* ea_rdzv_order_kind */
+  ea_rdzv_gen gen;
+  uint32_t rank_base, world, wpn; /* PREPARE */
+  const ea_rdzv_plan *plan;       /* COMMIT; valid during the call only */
+  const char *why;                /* PAUSE, DRAINED: a reason for the log */
+} ea_rdzv_order;
+
+typedef struct {
+  void *ctx; /* passed back unchanged */
+  /* Send m to the agent `to` at its control address.  m and its arrays are
+   * valid for the duration of the call only.  Delivery may fail silently:
+   * the protocol retries or times out. */
+  void (*send)(void *ctx, const ea_node_id *to, const ea_addr *control, const ea_rdzv_msg *m);
+  /* Tell the local workers (through the supervisor) what to do. */
+  void (*order)(void *ctx, const ea_rdzv_order *o);
+  /* Make g durable (data_dir/generation: write, fsync, rename), then call
+   * ea_rdzv_persisted(g, rc) — later, never from inside this callback.  The
+   * core has at most one persist outstanding. */
+  void (*persist)(void *ctx, const ea_rdzv_gen *g);
+  /* Optional: the status reason changed (for the log). */
+  void (*reason)(void *ctx, const char *text);
+} ea_rdzv_io;
+
+/* Create the rendezvous of agent `self`.  persisted is what the last
+ * persist left durable (NULL or term 0: none).  The config and io are
+ * copied.  Returns NULL on allocation failure or a config out of bounds
+ * (0 workers, max_nodes · workers_per_node > EA_RDZV_MAX_WORLD, …). */
+ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
+                     const ea_rdzv_gen *persisted, const ea_rdzv_io *io, uint64_t seed,
+                     uint64_t now_ms);
+void ea_rdzv_free(ea_rdzv *r);
+
+/* The membership view changed.  members is copied. */
+void ea_rdzv_view(ea_rdzv *r, uint64_t now_ms, const ea_member *members, size_t n);
+/* A decoded control message arrived. */
+void ea_rdzv_recv(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_msg *m);
+/* The persist of g finished: rc 0 (durable) or a negative errno. */
+void ea_rdzv_persisted(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_gen *g, int rc);
+
+/* Local worker `local` (0 .. wpn-1) is ready for gen: listening at listen,
+ * having completed `step` steps; nccl_id (NULL unless it holds rank 0 and
+ * the backend is nccl) is its unique id.  Returns 0, -EINVAL for a bad
+ * index, or -ESTALE when gen is not the one being prepared (ignored). */
+int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_rdzv_gen *gen,
+                         const ea_addr *listen, uint64_t step, const uint8_t *nccl_id);
+/* Local worker `local` has completed `step` steps (a step boundary). */
+void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step);
+/* Local worker `local` failed: its communicator broke or it died. */
+void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local);
+
+/* Drain `name` (NULL or "" or our own name: ourselves).  Another node's name
+ * is forwarded to it as DRAIN.  Returns 0, or -ENOENT when no alive member
+ * has that name. */
+int ea_rdzv_drain(ea_rdzv *r, uint64_t now_ms, const char *name);
+
+/* Run timers.  Returns the next deadline (UINT64_MAX: none). */
+uint64_t ea_rdzv_tick(ea_rdzv *r, uint64_t now_ms);
+uint64_t ea_rdzv_next_deadline(const ea_rdzv *r);
+
+/* For meta.last_gen: ea_rdzv_gen_u64 of the last generation this agent ran
+ * as a member (0: none since start). */
+uint64_t ea_rdzv_last_gen(const ea_rdzv *r);
+/* The plan being run, or NULL.  Valid until the next call into the core. */
+const ea_rdzv_plan *ea_rdzv_running(const ea_rdzv *r);
+
+typedef enum {
+  EA_RDZV_IDLE = 0,     /* in no generation (spare, or waiting for one) */
+  EA_RDZV_PREPARED = 1, /* accepted a PREPARE, workers getting ready */
+  EA_RDZV_RUNNING = 2,  /* running a committed generation */
+  EA_RDZV_FAILED = 3,   /* running one whose communicator broke */
+  EA_RDZV_PAUSED = 4,   /* stopped: no quorum, or the formation was aborted */
+  EA_RDZV_DRAINED = 5,  /* drained: nothing more to do */
+} ea_rdzv_phase;
+
+typedef struct {
+  uint8_t phase; /* ea_rdzv_phase */
+  bool draining;
+  bool controller; /* ea_elect names us */
+  bool has_quorum;
+  bool have_controller;
+  ea_node_id controller_id;
+  bool forming;         /* a formation of ours is in progress */
+  ea_rdzv_gen seen;     /* newest generation heard of */
+  ea_rdzv_gen accepted; /* newest one accepted as a member */
+  ea_rdzv_gen durable;  /* newest one persisted */
+  ea_rdzv_gen running;  /* term 0 when none */
+  ea_rdzv_gen formed;   /* last formed generation known */
+  uint32_t formed_nodes;
+  uint64_t last_step;              /* most steps any local worker reported */
+  char reason[EA_RDZV_REASON_MAX]; /* why things are as they are */
+  /* counters */
+  uint64_t formations_started, formations_committed, formations_failed;
+  uint64_t nacks_sent, nacks_received;
+  uint64_t stale_ignored; /* COMMIT/ABORT/READY for a generation not current */
+  uint64_t persist_errors;
+} ea_rdzv_status;
+
+void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out);
+const char *ea_rdzv_phase_str(uint8_t phase);
+
+#endif

@@ -1,0 +1,1058 @@
+/* Check suite for the rendezvous: the control-message codec, then the
+ * protocol's promises in virtual time on the fake cluster of
+ * rdzv_harness.h — cold start, a death, joiners batched to a step boundary,
+ * failures during PREPARE, controller failover, two controllers at once,
+ * partitions with and without quorum, drains, persist-before-advertise —
+ * and 200 seeded runs of random faults that must keep every invariant and
+ * settle into one generation once the faults stop.
+ *
+ * Every scenario prints its seed; EA_SEED=<n> replays it (the random test
+ * runs seeds n .. n+EA_RDZV_RUNS-1, 200 by default).  One case alone:
+ * CK_RUN_CASE=<name> (e.g. random_faults); EA_RDZV_TRACE=1 prints every
+ * control message, reason change and injected fault to stderr.
+ */
+#include "rdzv_harness.h"
+
+#include <check.h>
+#include <errno.h>
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static ea_rdzv_config cfg_std(void) {
+  ea_rdzv_config c;
+  ea_rdzv_config_default(&c);
+  c.min_nodes = 2;
+  c.max_nodes = 8;
+  c.workers_per_node = 2;
+  c.scale_up_delay_ms = 1000;
+  c.rendezvous_timeout_ms = 3000;
+  return c;
+}
+
+#define NO_VIOLATION(h) ck_assert_msg(!(h)->violation[0], "invariant: %s", (h)->violation)
+
+/* Start agents [0, n) and wait until they settle into one generation. */
+static ea_rdzv_gen settle_all(h_sim *h, int n) {
+  for (int i = 0; i < n; i++) h_start(h, i);
+  ea_rdzv_gen g = {0};
+  bool ok = h_run_cond(h, h->now + 20000, h_cond_settled, &g);
+  NO_VIOLATION(h);
+  ck_assert_msg(ok, "cluster of %d did not settle", n);
+  return g;
+}
+
+typedef struct {
+  ea_rdzv_gen after, got;
+} newer;
+
+static bool settled_newer(h_sim *h, void *arg) {
+  newer *n = arg;
+  return h_settled(h, &n->got) && ea_rdzv_gen_cmp(&n->got, &n->after) > 0;
+}
+
+/* Run until the cluster settles in a generation newer than `after`. */
+static ea_rdzv_gen settle_after(h_sim *h, ea_rdzv_gen after, uint64_t within) {
+  newer n = {.after = after};
+  bool ok = h_run_cond(h, h->now + within, settled_newer, &n);
+  NO_VIOLATION(h);
+  ck_assert_msg(ok, "no newer generation settled within %" PRIu64 " ms", within);
+  return n.got;
+}
+
+static bool gen_is(const h_sim *h, int i, const ea_rdzv_gen *g) {
+  ea_rdzv_gen r = h_running(h, i);
+  return ea_rdzv_gen_cmp(&r, g) == 0;
+}
+
+/* The running plan of agent i as a list of agent indexes, e.g. "2,0,1". */
+static void order_str(const h_sim *h, int i, char *out, size_t cap) {
+  int m[H_MAX];
+  int k = h_members(h, i, m);
+  size_t off = 0;
+  out[0] = 0;
+  for (int x = 0; x < k && off < cap; x++)
+    off += (size_t)snprintf(out + off, cap - off, "%s%d", x ? "," : "", m[x]);
+}
+
+static ea_rdzv_status status_of(const h_sim *h, int i) {
+  ea_rdzv_status st;
+  ea_rdzv_status_get(h->a[i].r, &st);
+  return st;
+}
+
+static bool plan_committed(const h_sim *h, const ea_rdzv_gen *g) {
+  for (size_t k = 0; k < h->nplans; k++)
+    if (ea_rdzv_gen_cmp(&h->plans[k].gen, g) == 0) return true;
+  return false;
+}
+
+/* ---- generation numbers --------------------------------------------------- */
+
+START_TEST(test_gen_order) {
+  ea_rdzv_gen a = {.term = 7}, b = {.term = 7}, c = {.term = 8}, none = {0};
+  a.ctrl.b[0] = 1;
+  b.ctrl.b[0] = 2;
+  ck_assert_int_lt(ea_rdzv_gen_cmp(&a, &b), 0);
+  ck_assert_int_lt(ea_rdzv_gen_cmp(&b, &c), 0); /* term first */
+  ck_assert_int_lt(ea_rdzv_gen_cmp(&none, &a), 0);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&a, &a), 0);
+  /* the 64-bit form orders by term and tells a from b */
+  ck_assert_uint_lt(ea_rdzv_gen_u64(&a), ea_rdzv_gen_u64(&c));
+  ck_assert_uint_lt(ea_rdzv_gen_u64(&b), ea_rdzv_gen_u64(&c));
+  ck_assert_uint_ne(ea_rdzv_gen_u64(&a), ea_rdzv_gen_u64(&b));
+  ck_assert_uint_eq(ea_rdzv_gen_u64(&a) >> 16, 7);
+  ck_assert_uint_eq(ea_rdzv_gen_u64(&none), 0);
+  char s[40];
+  ea_rdzv_gen_str(&a, s, sizeof s);
+  ck_assert_str_eq(s, "7/01000000");
+}
+END_TEST
+
+/* ---- codec ---------------------------------------------------------------- */
+
+static ea_addr mkaddr(uint8_t last, uint16_t port) {
+  ea_addr a = {.family = 4, .port = port};
+  a.ip[0] = 10;
+  a.ip[3] = last;
+  return a;
+}
+
+static ea_rdzv_msg roundtrip(const ea_rdzv_msg *m) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(ea_rdzv_encode(m, &buf, &len), 0);
+  ck_assert_uint_eq(buf[0], EA_WIRE_MAGIC_PLAIN);
+  ea_rdzv_msg out;
+  const char *err = NULL;
+  int rc = ea_rdzv_decode(buf, len, &out, &err);
+  ck_assert_msg(rc == 0, "%s did not decode: %s", ea_rdzv_msg_type_str(m->type), err);
+  free(buf);
+  return out;
+}
+
+static void fill_gen(ea_rdzv_gen *g, uint64_t term, uint8_t id) {
+  memset(g, 0, sizeof *g);
+  g->term = term;
+  memset(g->ctrl.b, id, 16);
+}
+
+START_TEST(test_codec_roundtrip) {
+  ea_rdzv_msg m, d;
+  /* PREPARE */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_PREPARE;
+  memset(m.src.b, 3, 16);
+  fill_gen(&m.gen, 1ull << 40, 9);
+  m.world = 12;
+  m.wpn = 4;
+  m.rank_base = 8;
+  m.boundary = true;
+  d = roundtrip(&m);
+  ck_assert_int_eq(d.type, EA_RDZV_PREPARE);
+  ck_assert_int_eq(memcmp(d.src.b, m.src.b, 16), 0);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&d.gen, &m.gen), 0);
+  ck_assert_uint_eq(d.world, 12);
+  ck_assert_uint_eq(d.wpn, 4);
+  ck_assert_uint_eq(d.rank_base, 8);
+  ck_assert(d.boundary);
+  /* READY with an NCCL id and a formed generation */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_READY;
+  fill_gen(&m.gen, 5, 1);
+  fill_gen(&m.formed, 4, 1);
+  m.nworkers = 3;
+  for (int i = 0; i < 3; i++) {
+    m.workers[i].listen = mkaddr((uint8_t)i, (uint16_t)(9000 + i));
+    m.workers[i].step = 1000ull * (uint64_t)i + (1ull << 35);
+  }
+  m.has_nccl_id = true;
+  for (int i = 0; i < EA_RDZV_NCCL_ID_BYTES; i++) m.nccl_id[i] = (uint8_t)i;
+  d = roundtrip(&m);
+  ck_assert_uint_eq(d.nworkers, 3);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&d.formed, &m.formed), 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert(ea_addr_eq(&d.workers[i].listen, &m.workers[i].listen));
+    ck_assert_uint_eq(d.workers[i].step, m.workers[i].step);
+  }
+  ck_assert(d.has_nccl_id);
+  ck_assert_int_eq(memcmp(d.nccl_id, m.nccl_id, sizeof m.nccl_id), 0);
+  /* COMMIT: 3 nodes × 2 workers, sync from rank 4 */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_COMMIT;
+  fill_gen(&m.gen, 6, 2);
+  ea_rdzv_node nodes[3];
+  ea_rdzv_worker ranks[6];
+  memset(nodes, 0, sizeof nodes);
+  for (int i = 0; i < 3; i++) {
+    memset(nodes[i].id.b, 0x10 + i, 16);
+    snprintf(nodes[i].name, sizeof nodes[i].name, "node-%d", i);
+    nodes[i].control = mkaddr((uint8_t)(i + 1), 7001);
+  }
+  for (int i = 0; i < 6; i++) ranks[i] = (ea_rdzv_worker){mkaddr((uint8_t)i, 20000), (uint64_t)i};
+  m.plan = (ea_rdzv_plan){.gen = m.gen,
+                          .nnodes = 3,
+                          .wpn = 2,
+                          .world = 6,
+                          .nodes = nodes,
+                          .ranks = ranks,
+                          .has_sync = true,
+                          .sync_rank = 4,
+                          .sync_step = 4};
+  d = roundtrip(&m);
+  ck_assert_uint_eq(d.plan.nnodes, 3);
+  ck_assert_uint_eq(d.plan.world, 6);
+  ck_assert_uint_eq(d.plan.wpn, 2);
+  ck_assert(d.plan.has_sync);
+  ck_assert_uint_eq(d.plan.sync_rank, 4);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&d.plan.gen, &m.gen), 0);
+  ck_assert(!d.plan.has_nccl_id);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(memcmp(d.plan.nodes[i].id.b, nodes[i].id.b, 16), 0);
+    ck_assert_str_eq(d.plan.nodes[i].name, nodes[i].name);
+    ck_assert(ea_addr_eq(&d.plan.nodes[i].control, &nodes[i].control));
+  }
+  for (int i = 0; i < 6; i++) ck_assert_uint_eq(d.plan.ranks[i].step, (uint64_t)i);
+  ea_rdzv_msg_release(&d);
+  ck_assert_ptr_null(d.plan.nodes);
+  /* NACK, REPORT, DRAIN, STATE, and the body-less ones */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_NACK;
+  fill_gen(&m.gen, 3, 1);
+  fill_gen(&m.seen, 9, 4);
+  m.nack = EA_RDZV_NACK_DRAINING;
+  d = roundtrip(&m);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&d.seen, &m.seen), 0);
+  ck_assert_int_eq(d.nack, EA_RDZV_NACK_DRAINING);
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_REPORT;
+  fill_gen(&m.accepted, 9, 4);
+  m.flags = EA_RDZV_F_FAILED | EA_RDZV_F_DRAINING;
+  d = roundtrip(&m);
+  ck_assert_int_eq(d.flags, m.flags);
+  ck_assert_uint_eq(d.gen.term, 0);
+  ck_assert_uint_eq(d.accepted.term, 9);
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_DRAIN;
+  snprintf(m.name, sizeof m.name, "gpu-node-17");
+  d = roundtrip(&m);
+  ck_assert_str_eq(d.name, "gpu-node-17");
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_STATE;
+  fill_gen(&m.gen, 4, 4);
+  m.plan.nnodes = 2;
+  m.plan.nodes = nodes;
+  d = roundtrip(&m);
+  ck_assert_uint_eq(d.plan.nnodes, 2);
+  ck_assert_int_eq(memcmp(d.plan.nodes[1].id.b, nodes[1].id.b, 16), 0);
+  ea_rdzv_msg_release(&d);
+  uint8_t types[] = {EA_RDZV_ABORT, EA_RDZV_QUERY, EA_RDZV_RELEASE};
+  for (size_t i = 0; i < sizeof types; i++) {
+    memset(&m, 0, sizeof m);
+    m.type = types[i];
+    fill_gen(&m.gen, 2, 2);
+    d = roundtrip(&m);
+    ck_assert_int_eq(d.type, types[i]);
+  }
+}
+END_TEST
+
+static const char *decode_err(const uint8_t *b, size_t n) {
+  ea_rdzv_msg m;
+  const char *err = NULL;
+  int rc = ea_rdzv_decode(b, n, &m, &err);
+  ck_assert_int_eq(rc, -EA_EWIRE);
+  ck_assert_ptr_null(m.plan.nodes); /* nothing left allocated on failure */
+  ck_assert_ptr_null(m.plan.ranks);
+  ck_assert_ptr_nonnull(err);
+  return err;
+}
+
+START_TEST(test_codec_rejects) {
+  /* every strict prefix of a valid COMMIT fails, naming some field */
+  ea_rdzv_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_COMMIT;
+  fill_gen(&m.gen, 6, 2);
+  ea_rdzv_node nodes[2];
+  ea_rdzv_worker ranks[2];
+  memset(nodes, 0, sizeof nodes);
+  memset(ranks, 0, sizeof ranks);
+  snprintf(nodes[0].name, sizeof nodes[0].name, "a");
+  m.plan = (ea_rdzv_plan){.nnodes = 2, .wpn = 1, .world = 2, .nodes = nodes, .ranks = ranks};
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &buf, &len), 0);
+  for (size_t n = 0; n < len; n++) decode_err(buf, n);
+  /* trailing garbage */
+  uint8_t *longer = malloc(len + 1);
+  memcpy(longer, buf, len);
+  longer[len] = 0xc0;
+  ck_assert_str_eq(decode_err(longer, len + 1), "trailing bytes");
+  free(longer);
+  /* wrong magic, version, type */
+  buf[0] = 0xEB;
+  ck_assert_str_eq(decode_err(buf, len), "magic");
+  buf[0] = 0xEA;
+  buf[2] = 2; /* [0xEA, fixarray5, version, type, ...] */
+  ck_assert_str_eq(decode_err(buf, len), "version");
+  buf[2] = 1;
+  buf[3] = 0x05; /* a gossip type */
+  ck_assert_str_eq(decode_err(buf, len), "type");
+  free(buf);
+  /* sizes the bytes cannot hold are refused before any allocation */
+  static const uint8_t huge[] = {
+      0xEA, 0x95, 0x01, 0x12,                                              /* msg, v1, COMMIT */
+      0xc4, 0x10, 0,    0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* src */
+      0x92, 0x01, 0xc4, 0x10, 0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* gen */
+      0x96, 0x01, 0xc0, 0x00, 0xc0,  /* wpn, no sync, step, nccl */
+      0xdd, 0x00, 0x00, 0xff, 0xff}; /* nodes: array32 65535 */
+  ck_assert_str_eq(decode_err(huge, sizeof huge), "nodes");
+  /* a PREPARE whose rank_base + wpn runs past world */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_PREPARE;
+  fill_gen(&m.gen, 1, 1);
+  m.world = 4;
+  m.wpn = 2;
+  m.rank_base = 3;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &buf, &len), -EINVAL); /* the encoder refuses it too */
+  m.rank_base = 2;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &buf, &len), 0);
+  /* patch rank_base (positive fixint right before the bool) to 3 */
+  ck_assert_uint_eq(buf[len - 2], 2);
+  buf[len - 2] = 3;
+  ck_assert_str_eq(decode_err(buf, len), "rank_base");
+  free(buf);
+  /* a generation numbered 0 where one is required */
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_ABORT;
+  m.gen.term = 1;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &buf, &len), 0);
+  ck_assert_uint_eq(buf[22], 0x92); /* gen array right after src */
+  buf[23] = 0;
+  ck_assert_str_eq(decode_err(buf, len), "gen");
+  free(buf);
+}
+END_TEST
+
+/* ---- cold start ----------------------------------------------------------- */
+
+START_TEST(test_cold_start) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("cold_start"), 3, &c, true);
+  h_start(h, 0);
+  h_run_until(h, 5000);
+  ck_assert_uint_eq(h_running(h, 0).term, 0);
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert(st.controller);
+  ck_assert_str_eq(st.reason, "waiting for min_nodes: 1 of 2 alive");
+  ck_assert_uint_eq(st.formations_started, 0);
+
+  h_start(h, 1);
+  /* n0 sees n1 after its detection lag, then batches for scale_up_delay */
+  uint64_t seen_at = 5000 + ((h->a[0].lag_ms + H_BEAT_MS - 1) / H_BEAT_MS) * H_BEAT_MS;
+  uint64_t due = seen_at + c.scale_up_delay_ms;
+  h_run_until(h, due - H_BEAT_MS);
+  ck_assert_uint_eq(h_running(h, 0).term, 0);
+  st = status_of(h, 0);
+  ck_assert_msg(strstr(st.reason, "waiting") && strstr(st.reason, "more nodes"), "%s", st.reason);
+  ck_assert_uint_eq(st.formations_started, 0);
+  h_run_until(h, due + 200);
+  NO_VIOLATION(h);
+  ea_rdzv_gen g = h_running(h, 0);
+  ck_assert_uint_eq(g.term, 1); /* the first generation ever */
+  ck_assert(gen_is(h, 1, &g));
+  ck_assert(h_training(h, 0) && h_training(h, 1));
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[1].r);
+  ck_assert_uint_eq(p->nnodes, 2);
+  ck_assert_uint_eq(p->world, 4);
+  ck_assert(!p->has_sync); /* no live state: load the checkpoint */
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1");
+  ck_assert(p->has_nccl_id); /* rank 0's worker made it, every rank has it */
+  ck_assert_uint_eq(p->nccl_id[0], 0xA0);
+  /* steps advance and reach the agents */
+  h_run_until(h, h->now + 1000);
+  ck_assert_uint_ge(status_of(h, 1).last_step, 8);
+  h_free(h);
+}
+END_TEST
+
+/* ---- a member dies --------------------------------------------------------- */
+
+START_TEST(test_member_dies) {
+  /* n2, n3 form first; n0, n1 (lower ids) join and are appended, so rank
+   * order is no longer id order: the survivors' order must be kept anyway. */
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("member_dies"), 4, &c, true);
+  h_start(h, 2);
+  h_start(h, 3);
+  ea_rdzv_gen g0 = {0};
+  ck_assert(h_run_cond(h, 20000, h_cond_settled, &g0));
+  h_start(h, 0);
+  h_start(h, 1);
+  ea_rdzv_gen g1 = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g1));
+  NO_VIOLATION(h);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "2,3,0,1");
+  ck_assert_int_gt(ea_rdzv_gen_cmp(&g1, &g0), 0);
+
+  uint64_t steps_before = h->a[0].w[0].step;
+  h_crash(h, 3);
+  ea_rdzv_gen g2 = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g2));
+  NO_VIOLATION(h);
+  ck_assert_int_gt(ea_rdzv_gen_cmp(&g2, &g1), 0);
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "2,0,1");
+  /* the survivors carried their state over: training did not restart */
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[0].r);
+  ck_assert(p->has_sync);
+  ck_assert_uint_ge(p->sync_step, steps_before);
+  h_free(h);
+}
+END_TEST
+
+/* ---- joiners -------------------------------------------------------------- */
+
+typedef struct {
+  ea_rdzv_gen after;
+  int prepares, boundary_prepares;
+  uint64_t first_prepare_at;
+} join_watch;
+
+static h_verdict watch_prepares(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  (void)from;
+  (void)to;
+  join_watch *w = ctx;
+  if (m->type == EA_RDZV_PREPARE && ea_rdzv_gen_cmp(&m->gen, &w->after) > 0) {
+    if (!w->prepares++) w->first_prepare_at = h->now;
+    w->boundary_prepares += m->boundary;
+  }
+  return H_DELIVER;
+}
+
+START_TEST(test_joiners_batched) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("joiners_batched"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  join_watch w = {.after = g0};
+  h->filter = watch_prepares;
+  h->filter_ctx = &w;
+  uint64_t fails = h->worker_failures;
+  uint64_t t0 = h->now, step0 = h->a[0].w[0].step;
+  h_start(h, 3);
+  h_run_until(h, t0 + 300);
+  h_start(h, 4);
+  /* nothing is prepared before the first joiner was seen plus the delay */
+  h_run_until(h, t0 + h->lag_min_ms + c.scale_up_delay_ms - H_BEAT_MS);
+  ck_assert_int_eq(w.prepares, 0);
+  ck_assert(gen_is(h, 0, &g0) && h_training(h, 0));
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_msg(strncmp(st.reason, "batching", 8) == 0, "%s", st.reason);
+  ea_rdzv_gen g1 = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g1));
+  NO_VIOLATION(h);
+  /* one formation added both, at a step boundary: the old generation kept
+   * training through the batch and no communicator broke */
+  ck_assert_uint_eq(h->nplans, 2);
+  char o[64];
+  order_str(h, 4, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3,4");
+  ck_assert_int_eq(w.prepares, 4); /* the controller's own does not cross the network */
+  ck_assert_int_eq(w.boundary_prepares, 4);
+  ck_assert_uint_eq(h->worker_failures, fails);
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[3].r);
+  ck_assert_uint_ge(p->sync_step, step0 + (w.first_prepare_at - t0) / h->step_ms - 2);
+  /* the newcomers received the survivors' state: every rank at one step */
+  for (uint32_t k = 0; k < p->world; k++)
+    if (k < 6)
+      ck_assert_uint_eq(p->ranks[k].step, p->sync_step);
+    else
+      ck_assert_uint_eq(p->ranks[k].step, 0);
+  h_free(h);
+}
+END_TEST
+
+/* ---- failures during PREPARE ---------------------------------------------- */
+
+typedef struct {
+  ea_rdzv_gen after;
+  int victim;
+  bool fired;
+  ea_rdzv_gen first;
+} prep_kill;
+
+static h_verdict kill_on_prepare(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  (void)from;
+  prep_kill *k = ctx;
+  if (m->type == EA_RDZV_PREPARE && to == k->victim && !k->fired &&
+      ea_rdzv_gen_cmp(&m->gen, &k->after) > 0) {
+    k->fired = true;
+    k->first = m->gen;
+    h_crash_later(h, to, 2); /* dies before its workers are ready */
+  }
+  return H_DELIVER;
+}
+
+START_TEST(test_fail_during_prepare) {
+  ea_rdzv_config c = cfg_std();
+  /* five, so that losing two still leaves a majority of the generation */
+  h_sim *h = h_new(h_seed("fail_during_prepare"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  prep_kill k = {.after = g0, .victim = 3};
+  h->filter = kill_on_prepare;
+  h->filter_ctx = &k;
+  h_crash(h, 2);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  ck_assert(k.fired);
+  ck_assert_int_gt(ea_rdzv_gen_cmp(&g, &k.first), 0); /* started over, higher */
+  ck_assert(!plan_committed(h, &k.first));            /* the failed one never ran */
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,4");
+  ck_assert_uint_ge(status_of(h, 0).formations_failed, 1);
+  h_free(h);
+}
+END_TEST
+
+typedef struct {
+  ea_rdzv_gen after;
+  int mute;
+  bool armed;
+  uint64_t prepared_at; /* the latest PREPARE to the mute node */
+  ea_rdzv_gen gen;
+} black_hole;
+
+static h_verdict mute_node(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  black_hole *b = ctx;
+  if (m->type == EA_RDZV_PREPARE && to == b->mute && ea_rdzv_gen_cmp(&m->gen, &b->gen) > 0 &&
+      ea_rdzv_gen_cmp(&m->gen, &b->after) > 0) {
+    b->prepared_at = h->now;
+    b->gen = m->gen;
+  }
+  return b->armed && from == b->mute ? H_DROP : H_DELIVER;
+}
+
+/* The controller waits for nobody but the mute node. */
+static bool only_mute_missing(h_sim *h, void *arg) {
+  black_hole *b = arg;
+  char want[96];
+  snprintf(want, sizeof want, "waiting for READY from n%d (gen %" PRIu64 ")", b->mute, b->gen.term);
+  return b->gen.term && strcmp(status_of(h, 0).reason, want) == 0;
+}
+
+START_TEST(test_ready_timeout) {
+  /* n4 is alive for SWIM but its control messages are lost: the formation
+   * waits exactly rendezvous_timeout for its READY, then goes on without
+   * it.  Five nodes, so that {n0, n1, n3} still hold a majority. */
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("ready_timeout"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  black_hole b = {.after = g0, .mute = 4, .armed = true};
+  h->filter = mute_node;
+  h->filter_ctx = &b;
+  h_crash(h, 2);
+  ck_assert(h_run_cond(h, h->now + 10000, only_mute_missing, &b));
+  ea_rdzv_gen waiting = b.gen;
+  uint64_t sent = b.prepared_at;
+  h_run_until(h, sent + c.rendezvous_timeout_ms - 2 * H_BEAT_MS);
+  NO_VIOLATION(h);
+  ck_assert(!plan_committed(h, &waiting));
+  ck_assert(only_mute_missing(h, &b));
+  h_run_until(h, sent + c.rendezvous_timeout_ms + 500);
+  NO_VIOLATION(h);
+  ck_assert(!plan_committed(h, &waiting));
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,3");
+  ck_assert(h_training(h, 0) && h_training(h, 1) && h_training(h, 3));
+  /* once n4 can talk again it rejoins, after sitting one timeout out */
+  b.armed = false;
+  ea_rdzv_gen g = settle_after(h, h_running(h, 0), 20000);
+  (void)g;
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,3,4");
+  h_free(h);
+}
+END_TEST
+
+/* ---- controller failover mid-formation ------------------------------------ */
+
+typedef struct {
+  ea_rdzv_gen after;
+  int ctrl, deliver_to;
+  ea_rdzv_gen orphan;
+} half_prepare;
+
+static h_verdict crash_mid_prepare(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  half_prepare *x = ctx;
+  if (from != x->ctrl || m->type != EA_RDZV_PREPARE || ea_rdzv_gen_cmp(&m->gen, &x->after) <= 0)
+    return H_DELIVER;
+  if (!x->orphan.term) {
+    x->orphan = m->gen;
+    h_crash_later(h, from, 1);
+  }
+  return to == x->deliver_to ? H_DELIVER : H_DROP;
+}
+
+START_TEST(test_controller_failover) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("controller_failover"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  half_prepare x = {.after = g0, .ctrl = 0, .deliver_to = 1};
+  h->filter = crash_mid_prepare;
+  h->filter_ctx = &x;
+  h_crash(h, 4); /* n0 starts re-forming {n0..n3}, reaches n1 only, dies */
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, h->now + 30000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  ck_assert_uint_gt(x.orphan.term, 0);
+  ck_assert(!h->a[0].up);
+  ck_assert(!plan_committed(h, &x.orphan));
+  ck_assert_int_gt(ea_rdzv_gen_cmp(&g, &x.orphan), 0); /* above what n1 had accepted */
+  ck_assert(gen_is(h, 1, &g) && gen_is(h, 2, &g) && gen_is(h, 3, &g));
+  char o[64];
+  order_str(h, 1, o, sizeof o);
+  ck_assert_str_eq(o, "1,2,3");
+  /* n0 comes back with its persisted number; as lowest id it controls again,
+   * learns the generation formed without it, and joins at the end */
+  ck_assert_int_ge(ea_rdzv_gen_cmp(&h->a[0].disk, &x.orphan), 0);
+  h->filter = NULL;
+  h_start(h, 0);
+  ck_assert(h_run_cond(h, h->now + 30000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  order_str(h, 1, o, sizeof o);
+  ck_assert_str_eq(o, "1,2,3,0");
+  h_free(h);
+}
+END_TEST
+
+/* ---- two controllers at once ---------------------------------------------- */
+
+typedef struct {
+  bool both;
+} two_ctrl;
+
+static bool both_controllers(h_sim *h, void *arg) {
+  two_ctrl *t = arg;
+  if (h->a[0].up && h->a[1].up && status_of(h, 0).controller && status_of(h, 1).controller)
+    t->both = true;
+  return false;
+}
+
+START_TEST(test_two_controllers) {
+  ea_rdzv_config c = cfg_std();
+  uint64_t seed = h_seed("two_controllers");
+  for (int run = 0; run < 5; run++) {
+    h_sim *h = h_new(seed + (uint64_t)run, 4, &c, true);
+    settle_all(h, 4);
+    uint64_t started0 = status_of(h, 0).formations_started;
+    uint64_t started1 = status_of(h, 1).formations_started;
+    /* n0 and n1 lose sight of each other only: each believes the other dead,
+     * so each is the lowest alive id in its own view; n2 and n3 see both. */
+    h_cut(h, 0, 1, true);
+    two_ctrl t = {false};
+    h_run_cond(h, h->now + 4000, both_controllers, &t);
+    NO_VIOLATION(h);
+    ck_assert(t.both);
+    ck_assert_uint_gt(status_of(h, 0).formations_started, started0);
+    ck_assert_uint_gt(status_of(h, 1).formations_started, started1);
+    h_heal(h);
+    ea_rdzv_gen g = {0};
+    ck_assert_msg(h_run_cond(h, h->now + 30000, h_cond_settled, &g), "seed %" PRIu64,
+                  seed + (uint64_t)run);
+    NO_VIOLATION(h);
+    for (int i = 0; i < 4; i++) ck_assert(gen_is(h, i, &g));
+    h_free(h);
+  }
+}
+END_TEST
+
+/* ---- partitions ----------------------------------------------------------- */
+
+START_TEST(test_partition_minority_pauses) {
+  /* The controller n0 ends up in the minority {n0, n1}. */
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("partition_3_2"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  uint64_t t = h->now, commits0 = h->a[0].commits, commits1 = h->a[1].commits;
+  int groups[5] = {1, 1, 0, 0, 0};
+  h_partition(h, groups);
+  ea_rdzv_gen g = {0};
+  bool majority = false;
+  while (h->now < t + 10000) {
+    h_run_until(h, h->now + H_BEAT_MS);
+    NO_VIOLATION(h);
+    /* the minority never commits nor trains again */
+    ck_assert_uint_eq(h->a[0].commits, commits0);
+    ck_assert_uint_eq(h->a[1].commits, commits1);
+    ck_assert_uint_le(h->a[0].last_step_at, t + h->step_ms);
+    ck_assert_uint_le(h->a[1].last_step_at, t + h->step_ms);
+    g = h_running(h, 2);
+    majority = g.term && ea_rdzv_gen_cmp(&g, &g0) > 0 && gen_is(h, 3, &g) && gen_is(h, 4, &g) &&
+               h_training(h, 2) && h->now - h->a[2].last_step_at <= 2 * h->step_ms;
+  }
+  ck_assert(majority);
+  char o[64];
+  order_str(h, 2, o, sizeof o);
+  ck_assert_str_eq(o, "2,3,4");
+  for (int i = 0; i < 2; i++) {
+    ea_rdzv_status st = status_of(h, i);
+    ck_assert_int_eq(st.phase, EA_RDZV_PAUSED);
+    ck_assert(!st.has_quorum);
+    ck_assert_msg(strstr(st.reason, "no quorum: 2 of 5"), "%s", st.reason);
+  }
+  /* heal: one generation of all five; the majority's order is kept */
+  h_heal(h);
+  ck_assert(h_run_cond(h, h->now + 30000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "2,3,4,0,1");
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_partition_quorum_none) {
+  ea_rdzv_config c = cfg_std();
+  c.quorum_none = true;
+  h_sim *h = h_new(h_seed("partition_quorum_none"), 5, &c, true);
+  settle_all(h, 5);
+  int groups[5] = {1, 1, 0, 0, 0};
+  h_partition(h, groups);
+  h_run_until(h, h->now + 10000);
+  NO_VIOLATION(h);
+  /* both sides formed their own generation and train */
+  ea_rdzv_gen a = h_running(h, 0), b = h_running(h, 2);
+  ck_assert(a.term && b.term && ea_rdzv_gen_cmp(&a, &b) != 0);
+  ck_assert(gen_is(h, 1, &a) && gen_is(h, 3, &b) && gen_is(h, 4, &b));
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(h->now - h->a[i].last_step_at <= 2 * h->step_ms, "n%d", i);
+  ck_assert_uint_eq(h->max_progress_gens, 2);
+  h_heal(h);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, h->now + 30000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  for (int i = 0; i < 5; i++) ck_assert(gen_is(h, i, &g));
+  h_free(h);
+}
+END_TEST
+
+/* ---- drain ---------------------------------------------------------------- */
+
+START_TEST(test_drain) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("drain"), 4, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 4);
+  ck_assert_int_eq(h_drain(h, 0, "n2"), 0); /* asked on n0, forwarded */
+  ck_assert_int_eq(h_drain(h, 0, "nobody"), -ENOENT);
+  ea_rdzv_gen g = settle_after(h, g0, 20000);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,3");
+  h_run_until(h, h->now + 1000);
+  ck_assert(h->a[2].drained);
+  ck_assert(h->a[2].left);
+  /* it left after the group re-formed without it, and nothing broke */
+  ck_assert(gen_is(h, 0, &g) && h_training(h, 0));
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_drain_controller) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("drain_controller"), 4, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 4);
+  ck_assert_int_eq(h_drain(h, 0, NULL), 0); /* the controller drains itself */
+  ck_assert(status_of(h, 0).draining);
+  ea_rdzv_gen g = settle_after(h, g0, 20000);
+  h_run_until(h, h->now + 2000);
+  NO_VIOLATION(h);
+  ck_assert(h->a[0].drained && h->a[0].left);
+  char o[64];
+  order_str(h, 1, o, sizeof o);
+  ck_assert_str_eq(o, "1,2,3");
+  /* n1 took over; the graceful leaver does not count against the quorum */
+  ea_rdzv_status st = status_of(h, 1);
+  ck_assert(st.controller && st.has_quorum);
+  ck_assert(gen_is(h, 1, &g) && h_training(h, 1));
+  h_free(h);
+}
+END_TEST
+
+/* ---- persist before advertise --------------------------------------------- */
+
+START_TEST(test_persist_before_send) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("persist_before_send"), 3, &c, true);
+  h->persist_fail = 1.0; /* the disk refuses every write */
+  for (int i = 0; i < 3; i++) h_start(h, i);
+  h_run_until(h, 6000);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, 0);
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_uint_gt(st.persist_errors, 0);
+  ck_assert_str_eq(st.reason, "persisting generation 1");
+  ck_assert_uint_eq(st.durable.term, 0);
+  /* a slow disk: PREPARE leaves only once the number is durable, and every
+   * member persists before its READY (checked on every send) */
+  h->persist_fail = 0;
+  h->persist_ms = 300;
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  for (int i = 0; i < 3; i++) ck_assert_int_ge(ea_rdzv_gen_cmp(&h->a[i].disk, &g), 0);
+  /* a controller that crashes with its persist in flight comes back with the
+   * older number and never reuses a term it might have advertised */
+  h_crash(h, 2);
+  h_run_until(h, h->now + 1000);
+  h_crash(h, 0);
+  h_start(h, 2);
+  h_run_until(h, h->now + 500);
+  h_start(h, 0);
+  ck_assert(h_run_cond(h, h->now + 30000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+/* ---- random faults -------------------------------------------------------- */
+
+typedef struct {
+  uint64_t restart_at[H_MAX];
+  uint64_t heal_at, loss_until, cut_until, persist_until;
+  int drained;
+} faults;
+
+static void apply_due(h_sim *h, faults *f) {
+  for (int i = 0; i < h->n; i++)
+    if (f->restart_at[i] && h->now >= f->restart_at[i]) {
+      f->restart_at[i] = 0;
+      h_start(h, i);
+    }
+  if (f->heal_at && h->now >= f->heal_at) {
+    f->heal_at = 0;
+    memset(h->group, 0, sizeof h->group);
+  }
+  if (f->cut_until && h->now >= f->cut_until) {
+    f->cut_until = 0;
+    memset(h->cut, 0, sizeof h->cut);
+  }
+  if (f->loss_until && h->now >= f->loss_until) {
+    f->loss_until = 0;
+    h->loss = 0;
+  }
+  if (f->persist_until && h->now >= f->persist_until) {
+    f->persist_until = 0;
+    h->persist_fail = 0;
+  }
+}
+
+static int random_up(h_sim *h) {
+  int up[H_MAX], n = 0;
+  for (int i = 0; i < h->n; i++)
+    if (h->a[i].up && !h->a[i].drained) up[n++] = i;
+  return n ? up[h_rand(h) % (uint64_t)n] : -1;
+}
+
+/* One seeded run: faults for 15 s, then everything heals and restarts and
+ * the cluster must settle into one generation within 60 s.  Returns NULL or
+ * what went wrong (static storage). */
+static const char *random_run(uint64_t seed, bool trace) {
+  static char why[1024];           /* holds a whole violation (512) and the detail (300) */
+  h_sim *h = calloc(1, sizeof *h); /* only to draw the scenario from the seed */
+  h->rng = seed;
+  int n = 3 + (int)(h_rand(h) % 4);
+  ea_rdzv_config c = cfg_std();
+  c.workers_per_node = 1 + (uint32_t)(h_rand(h) % 2);
+  c.quorum_none = h_rand(h) % 8 == 0;
+  /* Under quorum: majority, a cold start is safe against partitions only
+   * when min_nodes is a majority of the cluster (Consul's bootstrap_expect
+   * rule: there is no earlier generation to hold a quorum of). */
+  c.min_nodes = c.quorum_none ? 1 + (uint32_t)(h_rand(h) % 2) : (uint32_t)n / 2 + 1;
+  c.max_nodes = h_rand(h) % 4 == 0 ? (uint32_t)n - 1 : 8;
+  c.scale_up_delay_ms = h_between(h, 300, 1500);
+  c.rendezvous_timeout_ms = h_between(h, 1500, 4000);
+  bool ordered = h_rand(h) % 2;
+  free(h);
+  h = h_new(seed, n, &c, ordered);
+  h->trace = trace;
+  faults f = {{0}};
+  for (int i = 0; i < n; i++) f.restart_at[i] = 1 + h_between(h, 0, 2000);
+  const uint64_t fault_end = 15000;
+  uint64_t next = h_between(h, 2000, 4000);
+  while (h->now < fault_end && !h->violation[0]) {
+    uint64_t t = next;
+    for (int i = 0; i < n; i++)
+      if (f.restart_at[i] && f.restart_at[i] < t) t = f.restart_at[i];
+    if (f.heal_at && f.heal_at < t) t = f.heal_at;
+    if (f.loss_until && f.loss_until < t) t = f.loss_until;
+    if (f.cut_until && f.cut_until < t) t = f.cut_until;
+    if (f.persist_until && f.persist_until < t) t = f.persist_until;
+    h_run_until(h, t);
+    apply_due(h, &f);
+    if (h->now < next) continue;
+    next = h->now + h_between(h, 250, 1500);
+    int i = random_up(h);
+    int what = (int)(h_rand(h) % 8);
+    if (trace) fprintf(stderr, "%8" PRIu64 " FAULT %d on n%d\n", h->now, what, i);
+    switch (what) {
+      case 0: /* crash, restart later */
+        if (i >= 0) {
+          h_crash(h, i);
+          f.restart_at[i] = h->now + h_between(h, 300, 4000);
+        }
+        break;
+      case 1: /* partition into two random sides */
+        if (!f.heal_at) {
+          int g[H_MAX];
+          for (int k = 0; k < n; k++) g[k] = (int)(h_rand(h) % 2);
+          h_partition(h, g);
+          if (trace)
+            for (int k = 0; k < n; k++) fprintf(stderr, "         n%d in side %d\n", k, g[k]);
+          f.heal_at = h->now + h_between(h, 500, 4000);
+        }
+        break;
+      case 2: /* lossy control network */
+        h->loss = 0.05 + 0.25 * h_unit(h);
+        f.loss_until = h->now + h_between(h, 500, 3000);
+        break;
+      case 3: /* a worker dies */
+        if (i >= 0) h_fail_worker(h, i, (uint32_t)(h_rand(h) % c.workers_per_node));
+        break;
+      case 4: /* one drain per run, while enough nodes remain */
+        if (i >= 0 && !f.drained && n - 1 >= (int)c.min_nodes + 1) {
+          f.drained = 1;
+          h_drain(h, i, NULL);
+        }
+        break;
+      case 5: /* one link cut: two views disagree */
+        if (!f.cut_until) {
+          int a = (int)(h_rand(h) % (uint64_t)n), b = (int)(h_rand(h) % (uint64_t)n);
+          if (a != b) {
+            h_cut(h, a, b, true);
+            f.cut_until = h->now + h_between(h, 500, 3000);
+          }
+        }
+        break;
+      case 6: /* the disk fails half the writes for a while */
+        h->persist_fail = 0.5;
+        f.persist_until = h->now + h_between(h, 500, 2000);
+        break;
+      default:
+        break;
+    }
+  }
+  /* faults stop: heal, restart everyone who is not drained */
+  h_heal(h);
+  h->loss = 0;
+  h->persist_fail = 0;
+  for (int i = 0; i < n; i++)
+    if (!h->a[i].up && !h->a[i].left) h_start(h, i);
+  /* Settled means: one generation, the same for 6 s — longer than a member
+   * sitting out a failed formation (≤ 4 s) plus a join batch (≤ 1.5 s), so
+   * a momentary calm before such a rejoin does not count. */
+  ea_rdzv_gen g = {0}, cur;
+  uint64_t since = 0, deadline = h->now + 60000;
+  bool ok = false;
+  while (!h->violation[0] && h->now < deadline && !ok) {
+    h_run_until(h, h->now + H_BEAT_MS);
+    if (!h_settled(h, &cur)) {
+      since = 0;
+    } else if (!since || ea_rdzv_gen_cmp(&cur, &g) != 0) {
+      g = cur;
+      since = h->now;
+    } else {
+      ok = h->now - since >= 6000;
+    }
+  }
+  const char *ret = NULL;
+  if (h->violation[0] || !ok) {
+    char detail[300] = "";
+    size_t off = 0;
+    for (int i = 0; i < n && off < sizeof detail; i++) {
+      ea_rdzv_status st;
+      if (h->a[i].up) ea_rdzv_status_get(h->a[i].r, &st);
+      if (trace && h->a[i].up)
+        fprintf(stderr, "n%d now=%" PRIu64 " deadline=%" PRIu64 "\n", i, h->now,
+                ea_rdzv_next_deadline(h->a[i].r));
+      off += (size_t)snprintf(detail + off, sizeof detail - off, " | n%d %s %s", i,
+                              !h->a[i].up ? "down" : ea_rdzv_phase_str(st.phase),
+                              h->a[i].up ? st.reason : "");
+    }
+    snprintf(why, sizeof why, "n=%d wpn=%u min=%u max=%u none=%d: %s%s", n, c.workers_per_node,
+             c.min_nodes, c.max_nodes, c.quorum_none,
+             h->violation[0] ? h->violation : "did not settle", detail);
+    ret = why;
+  }
+  h_free(h);
+  return ret;
+}
+
+START_TEST(test_random_faults) {
+  uint64_t base = h_seed("random_faults");
+  const char *runs_env = getenv("EA_RDZV_RUNS");
+  int runs = runs_env && *runs_env ? atoi(runs_env) : 200;
+  bool trace = getenv("EA_RDZV_TRACE") != NULL;
+  int failed = 0;
+  char first[1200] = "";
+  for (int k = 0; k < runs; k++) {
+    const char *why = random_run(base + (uint64_t)k, trace);
+    if (why) {
+      if (!failed)
+        snprintf(first, sizeof first, "seed %" PRIu64 " (EA_SEED=%" PRIu64 " EA_RDZV_RUNS=1): %s",
+                 base + (uint64_t)k, base + (uint64_t)k, why);
+      fprintf(stderr, "random_faults: seed %" PRIu64 " failed: %s\n", base + (uint64_t)k, why);
+      failed++;
+    }
+  }
+  ck_assert_msg(failed == 0, "%d of %d runs failed; first: %s", failed, runs, first);
+}
+END_TEST
+
+/* ---- suite ---------------------------------------------------------------- */
+
+static Suite *rdzv_suite(void) {
+  /* one case per test, so CK_RUN_CASE=<name> runs just one */
+  const struct {
+    const char *name;
+    const TTest *test;
+  } cases[] = {
+      {"gen_order", test_gen_order},
+      {"codec_roundtrip", test_codec_roundtrip},
+      {"codec_rejects", test_codec_rejects},
+      {"cold_start", test_cold_start},
+      {"member_dies", test_member_dies},
+      {"joiners_batched", test_joiners_batched},
+      {"fail_during_prepare", test_fail_during_prepare},
+      {"ready_timeout", test_ready_timeout},
+      {"controller_failover", test_controller_failover},
+      {"two_controllers", test_two_controllers},
+      {"partition_minority_pauses", test_partition_minority_pauses},
+      {"partition_quorum_none", test_partition_quorum_none},
+      {"drain", test_drain},
+      {"drain_controller", test_drain_controller},
+      {"persist_before_send", test_persist_before_send},
+      {"random_faults", test_random_faults},
+  };
+  Suite *s = suite_create("rdzv");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, cases[i].test);
+    suite_add_tcase(s, tc);
+  }
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(rdzv_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
