@@ -1,6 +1,6 @@
 /* The admin socket: a Unix stream socket in the data directory through
- * which `elastic-agent status` (and later drain, generation control, …)
- * talks to a running agent.  One line in, one JSON document out, then the
+ * which `elastic-agent status` and `elastic-agent drain NAME` talk to a
+ * running agent (the command table is in agent.c).  One line in, one JSON document out, then the
  * server closes: the simplest protocol that a shell (`socat`, `nc -U`), a
  * monitoring script and our own CLI can all speak, and that grows by adding
  * a row to a command table.

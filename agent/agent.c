@@ -1,26 +1,50 @@
 /* The running agent: one libuv loop that owns the gossip transport (and
- * through it the SWIM core), the admin socket, the signal handlers and the
- * small bookkeeping that turns membership events into what operators see —
- * log lines for every member and controller change, the remembered-peers
- * file, and the `status` document.
+ * through it the SWIM core), the control channel and the rendezvous core
+ * (generations), the worker supervisor, the admin socket and the signal
+ * handlers — and the bookkeeping that turns their events into what
+ * operators see: log lines for every member, controller and generation
+ * change, every worker failure and recovery, the remembered-peers file, the
+ * persisted generation, and the `status` document.
  *
- * Membership changes arrive from inside the core (on_change) where nothing
- * may call back into it, so they are only logged and flagged there; an
- * idle handle started by the first change of a loop turn then re-runs the
- * election and schedules the peers file, once, before the loop sleeps.  This is the Redis cluster
- * bus's "do side effects once per loop turn" habit: a burst of fifty updates in one push-pull costs
- * one election and at most one file write per second.
+ * How the pieces are wired.  The rendezvous core (agent/rdzv.c) is pure: it
+ * is told about membership (ea_rdzv_view, from the settle handler below),
+ * control messages (ea_rdzv_recv, from control.c), the local workers'
+ * reports (ea_rdzv_worker_*, from the supervisor's callbacks) and time
+ * (ea_rdzv_tick, from one timer re-armed to ea_rdzv_next_deadline after
+ * every call).  What it wants done comes back through ea_rdzv_io while it
+ * runs: messages go straight to the control channel, persists to the libuv
+ * thread pool, and orders to the workers as IPC messages (PREPARE, COMMIT,
+ * PAUSE).  Its rule is that io callbacks never call back into it, so
+ * anything that must be reported back (a worker that cannot be told, the
+ * DRAINED order, a drain that began remotely) is flagged and handled by
+ * core_done(), which every caller runs right after its call into the core.
  *
- * Shutdown is a graceful leave: on SIGTERM/SIGINT the transport broadcasts
- * LEFT and reports back once it has gone out (bounded at 1 s), then every
- * handle is closed and uv_run returns because nothing is left — the loop is
- * then closed and must report no leaked handle.  A second signal skips the
- * wait.
+ * Membership changes arrive from inside the SWIM core (on_change) where
+ * nothing may call back into it, so they are only logged and flagged there;
+ * an idle handle started by the first change of a loop turn then re-runs
+ * the election, feeds the view to the rendezvous and schedules the peers
+ * file, once, before the loop sleeps (the Redis cluster bus's "do side
+ * effects once per loop turn" habit: a burst of fifty updates in one
+ * push-pull costs one election and at most one file write per second).
+ *
+ * Shutdown is a drain, then a graceful leave.  SIGTERM/SIGINT (a spot
+ * reclaim, a scale-in) or `elastic-agent drain` asks the controller to
+ * re-form the group without this node; when it has (the DRAINED order) or
+ * after the rendezvous timeout, the workers are stopped, the transport
+ * broadcasts LEFT (bounded at 1 s), every handle is closed and uv_run
+ * returns because nothing is left — the loop is then closed and must report
+ * no leaked handle.  A second signal skips the drain (workers are killed),
+ * a third skips the leave.
  */
 #include "agent.h"
+#include "supervisor.h"
 
+#include "ea_comm.h"
+#include "ea_ipc.h"
 #include "ea_log.h"
+#include "ea_train.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -36,19 +60,64 @@
 /* Remembered peers: enough to find a live one after losing many, few
  * enough that a rejoin does not open hundreds of connections at once. */
 #define PEERS_MAX 64
+/* One `progress` line per this long while training: a person following
+ * the log sees the job move without a line per step (steps of the built-in
+ * model take milliseconds; per-step lines are at debug level). */
+#define PROGRESS_INTERVAL_MS 10000
+/* Core calls that flagged work for core_done() are re-run at most this many
+ * rounds per call: each round reports failures of workers that could not
+ * be told something, and a report cannot make another worker untellable
+ * more than once per worker (EA_RDZV_MAX_WPN). */
+#define CORE_ROUNDS (EA_RDZV_MAX_WPN + 2)
 
-typedef enum { PHASE_RUNNING, PHASE_LEAVING, PHASE_CLOSING } phase;
+typedef enum { PHASE_RUNNING, PHASE_DRAINING, PHASE_STOPPING, PHASE_LEAVING, PHASE_CLOSING } phase;
+
+typedef enum {
+  W_STARTING, /* spawned, no HELLO yet */
+  W_IDLE,     /* said HELLO, in no generation */
+  W_PREPARING,
+  W_READY,
+  W_TRAINING, /* committed; steps flowing */
+  W_FAILED,   /* its communicator broke; keeps its state */
+  W_PAUSED,
+  W_DONE, /* reached train.steps */
+  W_EXITED,
+} wstate;
+
+static const char *wstate_str(wstate s) {
+  static const char *const n[] = {"starting", "idle",   "preparing", "ready", "training",
+                                  "failed",   "paused", "done",      "exited"};
+  return s <= W_EXITED ? n[s] : "?";
+}
+
+typedef struct {
+  int pid;
+  wstate state;
+  uint64_t gen;       /* newest generation told (PREPARE/COMMIT), u64 form */
+  uint64_t next_step; /* steps it has completed */
+  double loss;
+  bool has_loss;
+  uint64_t digest;
+  double step_s;
+  uint32_t restarts;
+  bool fail_pending; /* could not be told something: report it failed */
+  char comm[EA_COMM_ADDR_MAX];
+} wk_info;
 
 typedef struct {
   uv_loop_t loop;
   const ea__agent_opts *o;
   ea_transport *tr;
   ea__admin *admin;
+  ea__ctl *ctl;
+  ea_rdzv *rdzv;
+  ea__sup *sup;
   uv_signal_t sigterm, sigint;
   uv_idle_t settle; /* runs the post-change work once, right after the change */
-  uv_timer_t peers_timer;
+  uv_timer_t peers_timer, rdzv_timer, drain_timer;
   bool handles_open;
   phase phase;
+  int signals;
   bool members_dirty, peers_dirty, peers_busy;
   uint64_t peers_last_ms;
   ea_election elect;
@@ -57,9 +126,46 @@ typedef struct {
   char idhex[33];
   char sock_path[EA_PATH_MAX + 32];
   char peers_path[EA_PATH_MAX + 32];
+  char gen_path[EA_PATH_MAX + 32];
+  char job_path[EA_PATH_MAX + 32];
   uint64_t start_ms;
   bool joined;
   int join_failures;
+  ea_meta meta; /* ours, as last given to the transport */
+
+  /* ---- generations ---- */
+  ea_comm_backend backend;
+  uint32_t wpn;
+  wk_info *w;      /* wpn entries (none for an observer) */
+  ea_ipc_msg *ipc; /* scratch: ~50 KiB, off the stack */
+  bool draining_seen, drained_order;
+  bool persist_failed; /* io.persist could not even start: tell the core */
+  ea_rdzv_gen persist_failed_gen;
+  int persist_failed_rc;
+  char drained_why[EA_RDZV_REASON_MAX];
+  char reason_shape[EA_RDZV_REASON_MAX];
+  struct {
+    bool active;
+    ea_rdzv_gen gen;
+    uint64_t g64;
+    uint32_t rank_base, world;
+    uint64_t at_ms; /* when the workers were told */
+  } prep;
+  struct {
+    bool active;
+    ea_rdzv_gen gen;
+    uint64_t g64;
+    uint32_t rank_base, world, nnodes;
+    bool first_step_seen;
+    uint64_t commit_ms;
+  } run;
+  uint64_t stall_ms; /* training stopped here at this time (0: it did not) */
+  char stall_why[96];
+  uint64_t progress_ms, progress_step;
+  double last_loss;
+  bool has_loss;
+  uint64_t last_formation_ms, last_stall_ms;
+  uint64_t gens_committed, recoveries, worker_failures, worker_restarts;
 } agent;
 
 typedef struct {
@@ -69,6 +175,15 @@ typedef struct {
   size_t len;
   int rc;
 } peers_job;
+
+typedef struct {
+  uv_work_t w;
+  agent *a;
+  ea_rdzv_gen g;
+  char buf[256];
+  size_t len;
+  int rc;
+} gen_job;
 
 /* ---- detection bound ------------------------------------------------------ */
 
@@ -114,13 +229,522 @@ static const ea_member *find_member(agent *a, const ea_node_id *id) {
   return ea_swim_find(ea_transport_swim(a->tr), id);
 }
 
-/* ---- shutdown ------------------------------------------------------------------ */
+static uint64_t now_ms(agent *a) {
+  return uv_now(&a->loop);
+}
+
+/* Precise milliseconds for durations that are logged (the loop's cached
+ * time can be a whole callback behind). */
+static uint64_t mono_ms(void) {
+  return uv_hrtime() / 1000000u;
+}
+
+static void gen_str(const ea_rdzv_gen *g, char *out, size_t cap) {
+  ea_rdzv_gen_str(g, out, cap);
+}
+
+static void stall(agent *a, const char *why) {
+  if (a->stall_ms) return;
+  a->stall_ms = mono_ms();
+  snprintf(a->stall_why, sizeof a->stall_why, "%s", why);
+}
+
+static bool workers_running(const agent *a) {
+  for (uint32_t k = 0; a->sup && k < a->wpn; k++)
+    if (ea__sup_running(a->sup, k)) return true;
+  return false;
+}
+
+/* ---- driving the rendezvous core ---------------------------------------------- */
+
+static void on_rdzv_timer(uv_timer_t *h);
+static void begin_drain(agent *a, const char *why, bool core_knows);
+static void stop_and_leave(agent *a, bool kill, const char *why);
+static void leave_now(agent *a);
+
+static void rdzv_rearm(agent *a) {
+  if (!a->handles_open) return;
+  uint64_t d = ea_rdzv_next_deadline(a->rdzv), now = now_ms(a);
+  if (d == UINT64_MAX) {
+    uv_timer_stop(&a->rdzv_timer);
+    return;
+  }
+  uv_timer_start(&a->rdzv_timer, on_rdzv_timer, d > now ? d - now : 0, 0);
+}
+
+/* Run after every call into the core: report what its io callbacks could
+ * not (workers that could not be told something), act on orders that must
+ * not run inside it, advertise the generation we run, re-arm the timer. */
+static void core_done(agent *a) {
+  if (a->phase == PHASE_CLOSING) return;
+  for (int round = 0; round < CORE_ROUNDS; round++) {
+    bool any = false;
+    if (a->persist_failed) {
+      a->persist_failed = false;
+      any = true;
+      ea_rdzv_persisted(a->rdzv, now_ms(a), &a->persist_failed_gen, a->persist_failed_rc);
+    }
+    for (uint32_t k = 0; k < a->wpn; k++) {
+      if (!a->w[k].fail_pending) continue;
+      a->w[k].fail_pending = false;
+      any = true;
+      ea_rdzv_worker_failed(a->rdzv, now_ms(a), k);
+    }
+    if (!any) break;
+  }
+  /* Advertise the generation we run (never after LEFT went out: a new
+   * incarnation would announce us alive again). */
+  uint64_t lg = ea_rdzv_last_gen(a->rdzv);
+  if (lg != a->meta.last_gen && a->tr && a->phase < PHASE_LEAVING) {
+    a->meta.last_gen = lg;
+    ea_transport_set_meta(a->tr, &a->meta);
+  }
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  if (st.draining && !a->draining_seen) {
+    a->draining_seen = true;
+    if (a->phase == PHASE_RUNNING) begin_drain(a, "asked to drain by another agent", true);
+  }
+  if (a->drained_order) {
+    a->drained_order = false;
+    if (a->phase == PHASE_RUNNING || a->phase == PHASE_DRAINING) {
+      ea_log(EA_LOG_INFO, "drain", "drained: %s; stopping the workers and leaving", a->drained_why);
+      stop_and_leave(a, false, "drained");
+    }
+  }
+  rdzv_rearm(a);
+}
+
+static void on_rdzv_timer(uv_timer_t *h) {
+  agent *a = h->data;
+  if (a->phase == PHASE_CLOSING) return;
+  ea_rdzv_tick(a->rdzv, now_ms(a));
+  core_done(a);
+}
+
+/* io.send */
+static void io_send(void *ctx, const ea_node_id *to, const ea_addr *control, const ea_rdzv_msg *m) {
+  agent *a = ctx;
+  if (a->ctl) ea__ctl_send(a->ctl, to, control, m);
+}
+
+static void gen_work(uv_work_t *w) {
+  gen_job *j = (gen_job *)w;
+  j->rc = ea__write_file_atomic(j->a->gen_path, j->buf, j->len, 0600);
+}
+
+static void gen_after(uv_work_t *w, int status) {
+  gen_job *j = (gen_job *)w;
+  agent *a = j->a;
+  int rc = status < 0 ? status : j->rc;
+  ea_rdzv_gen g = j->g;
+  free(j);
+  if (a->phase == PHASE_CLOSING) return;
+  if (rc < 0)
+    ea_log(EA_LOG_ERROR, "generation", "cannot persist generation %" PRIu64 " to %s: %s", g.term,
+           a->gen_path, strerror(-rc));
+  ea_rdzv_persisted(a->rdzv, now_ms(a), &g, rc);
+  core_done(a);
+}
+
+/* io.persist: data_dir/generation on the thread pool; the core is told
+ * when it is durable (never from inside this callback). */
+static void io_persist(void *ctx, const ea_rdzv_gen *g) {
+  agent *a = ctx;
+  gen_job *j = calloc(1, sizeof *j);
+  int rc = j ? ea__gen_format(g, j->buf, sizeof j->buf) : -ENOMEM;
+  if (rc >= 0) {
+    j->a = a;
+    j->g = *g;
+    j->len = (size_t)rc;
+    rc = uv_queue_work(&a->loop, &j->w, gen_work, gen_after);
+  }
+  if (rc < 0) {
+    /* Cannot even queue it: core_done() reports the failure (the core
+     * retries after its back-off). */
+    ea_log(EA_LOG_ERROR, "generation", "cannot schedule the write of %s: %s", a->gen_path,
+           strerror(-rc));
+    free(j);
+    a->persist_failed = true;
+    a->persist_failed_gen = *g;
+    a->persist_failed_rc = rc;
+  }
+}
+
+/* Log the core's "why things are as they are" at info when its wording
+ * changes, at debug when only a number in it moved (countdowns). */
+static void io_reason(void *ctx, const char *text) {
+  agent *a = ctx;
+  char shape[EA_RDZV_REASON_MAX];
+  size_t k = 0;
+  for (const char *p = text; *p && k + 1 < sizeof shape; p++)
+    if (!isdigit((unsigned char)*p)) shape[k++] = *p;
+  shape[k] = 0;
+  bool same = strcmp(shape, a->reason_shape) == 0;
+  memcpy(a->reason_shape, shape, k + 1);
+  ea_log(same ? EA_LOG_DEBUG : EA_LOG_INFO, "rdzv", "%s", text);
+}
+
+/* ---- orders to the workers ------------------------------------------------------- */
+
+/* Send one message to worker k.  A worker that is not running will get the
+ * current order when it says HELLO; one that cannot be told (its socket
+ * is full or closed) is reported failed after the core call returns. */
+static void wsend(agent *a, uint32_t k, const ea_ipc_msg *m) {
+  int rc = ea__sup_send(a->sup, k, m);
+  if (rc == 0 || rc == -ESRCH) return;
+  ea_log(EA_LOG_WARN, "worker", "worker %u: cannot send %s: %s", k, ea_ipc_type_name(m->type),
+         strerror(-rc));
+  a->w[k].fail_pending = true;
+}
+
+static void send_prepare(agent *a, uint32_t k) {
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_PREPARE);
+  m->gen = a->prep.g64;
+  /* Now, not at a boundary: the order does not say whether the old
+   * communicator is still healthy (a join) or stuck on a partitioned peer
+   * (a failure), and waiting out a stuck allreduce costs the op timeout.
+   * For a join the core has already waited for a step boundary before
+   * ordering this, so at most the step in flight is recomputed. */
+  m->at_boundary = false;
+  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->prep.rank_base == 0 && k == 0;
+  a->w[k].gen = a->prep.g64;
+  if (a->w[k].state != W_STARTING && a->w[k].state != W_EXITED) a->w[k].state = W_PREPARING;
+  wsend(a, k, m);
+}
+
+static void order_prepare(agent *a, const ea_rdzv_order *o) {
+  char g[48];
+  gen_str(&o->gen, g, sizeof g);
+  a->prep.active = true;
+  a->prep.gen = o->gen;
+  a->prep.g64 = ea_rdzv_gen_u64(&o->gen);
+  a->prep.rank_base = o->rank_base;
+  a->prep.world = o->world;
+  a->prep.at_ms = mono_ms();
+  a->run.active = false;
+  stall(a, "a new generation");
+  ea_log(EA_LOG_INFO, "generation", "prepare gen=%s world=%u ranks=%u-%u", g, o->world,
+         o->rank_base, o->rank_base + o->wpn - 1);
+  for (uint32_t k = 0; k < a->wpn; k++) send_prepare(a, k);
+}
+
+static void order_commit(agent *a, const ea_rdzv_order *o) {
+  const ea_rdzv_plan *p = o->plan;
+  char g[48];
+  gen_str(&p->gen, g, sizeof g);
+  int me = -1;
+  for (uint32_t i = 0; i < p->nnodes; i++)
+    if (ea_node_id_cmp(&p->nodes[i].id, &a->id) == 0) me = (int)i;
+  if (me < 0 || p->wpn != a->wpn) { /* the core checked this; be loud if not */
+    ea_log(EA_LOG_ERROR, "generation", "commit gen=%s does not include this node", g);
+    return;
+  }
+  uint64_t t = mono_ms();
+  a->run.active = true;
+  a->run.gen = p->gen;
+  a->run.g64 = ea_rdzv_gen_u64(&p->gen);
+  a->run.rank_base = (uint32_t)me * p->wpn;
+  a->run.world = p->world;
+  a->run.nnodes = p->nnodes;
+  a->run.first_step_seen = false;
+  a->run.commit_ms = t;
+  a->prep.active = false;
+  a->gens_committed++;
+  a->last_formation_ms = a->prep.at_ms ? t - a->prep.at_ms : 0;
+  a->last_stall_ms = a->stall_ms ? t - a->stall_ms : 0;
+
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_COMMIT);
+  m->gen = a->run.g64;
+  m->world = p->world;
+  m->sync_root = p->has_sync ? p->sync_rank : 0;
+  m->backend = a->backend;
+  m->timeout_ms = a->o->cfg.distributed.communication_timeout_seconds * 1000u;
+  bool ok = true;
+  if (a->backend == EA_COMM_TCP) {
+    if (p->world > EA_IPC_MAX_PEERS) {
+      ea_log(EA_LOG_ERROR, "generation",
+             "gen=%s: world %u is larger than the tcp backend's %u ranks; use nccl", g, p->world,
+             EA_IPC_MAX_PEERS);
+      ok = false;
+    }
+    for (uint32_t r = 0; ok && r < p->world; r++)
+      ea_addr_str(&p->ranks[r].listen, m->peers[r], sizeof m->peers[r]);
+    m->npeers = ok ? p->world : 0;
+  } else {
+    if (!p->has_nccl_id) {
+      ea_log(EA_LOG_ERROR, "generation", "gen=%s: nccl plan without a unique id", g);
+      ok = false;
+    }
+    m->has_nccl_id = p->has_nccl_id;
+    memcpy(m->nccl_id, p->nccl_id, sizeof m->nccl_id);
+  }
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    a->w[k].gen = a->run.g64;
+    if (!ok) {
+      a->w[k].fail_pending = true;
+      continue;
+    }
+    m->rank = a->run.rank_base + k;
+    a->w[k].state = W_TRAINING;
+    wsend(a, k, m);
+  }
+
+  /* One line per generation: who, as which ranks, from which state, and
+   * how long training stood still on this node. */
+  char names[512];
+  size_t off = 0;
+  names[0] = 0;
+  for (uint32_t i = 0; i < p->nnodes && off + 2 < sizeof names; i++) {
+    int w = snprintf(names + off, sizeof names - off, "%s%s", i ? "," : "",
+                     p->nodes[i].name[0] ? p->nodes[i].name : "?");
+    if (w < 0) break;
+    off += (size_t)w < sizeof names - off ? (size_t)w : sizeof names - off - 1;
+  }
+  char sync[64];
+  if (p->has_sync)
+    snprintf(sync, sizeof sync, "rank %u at step %" PRIu64, p->sync_rank, p->sync_step);
+  else
+    snprintf(sync, sizeof sync, "none (no live state)");
+  ea_log(EA_LOG_INFO, "generation",
+         "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
+         " stalled_ms=%" PRIu64 "%s%s",
+         g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
+         a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
+         a->stall_ms ? a->stall_why : "");
+}
+
+static void order_pause(agent *a, const char *why) {
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_PAUSE);
+  snprintf(m->reason, sizeof m->reason, "%s", why ? why : "paused");
+  a->run.active = false;
+  a->prep.active = false;
+  stall(a, "paused");
+  /* A lost quorum is worth a warning; a formation abandoned for a newer
+   * one (every recovery from a crash has one) is not. */
+  ea_log(why && strncmp(why, "no quorum", 9) == 0 ? EA_LOG_WARN : EA_LOG_INFO, "generation",
+         "paused: %s", why ? why : "?");
+  for (uint32_t k = 0; k < a->wpn; k++) wsend(a, k, m);
+}
+
+/* io.order: runs inside the core; talks to the workers only. */
+static void io_order(void *ctx, const ea_rdzv_order *o) {
+  agent *a = ctx;
+  if (a->phase == PHASE_CLOSING) return;
+  switch (o->kind) {
+    case EA_RDZV_DO_PREPARE:
+      if (a->sup) order_prepare(a, o);
+      break;
+    case EA_RDZV_DO_COMMIT:
+      if (a->sup) order_commit(a, o);
+      break;
+    case EA_RDZV_DO_PAUSE:
+      if (a->sup) order_pause(a, o->why);
+      break;
+    case EA_RDZV_DO_DRAINED:
+      a->run.active = a->prep.active = false;
+      a->drained_order = true;
+      snprintf(a->drained_why, sizeof a->drained_why, "%s", o->why ? o->why : "drained");
+      break;
+    default:
+      break;
+  }
+}
+
+/* ---- what the workers say ---------------------------------------------------------- */
+
+static void log_step(agent *a, uint32_t k, const ea_ipc_msg *m) {
+  if (ea_log_enabled(EA_LOG_DEBUG))
+    ea_log(EA_LOG_DEBUG, "step",
+           "worker=%u gen=%" PRIu64 " rank=%u world=%u step=%" PRIu64
+           " loss=%.6f digest=%016" PRIx64 " ms=%.2f",
+           k, m->gen, a->run.rank_base + k, a->run.world, m->step, m->loss, m->digest,
+           m->seconds * 1e3);
+  if (!a->run.first_step_seen && a->run.active && m->gen == a->run.g64) {
+    a->run.first_step_seen = true;
+    uint64_t t = mono_ms();
+    char g[48];
+    gen_str(&a->run.gen, g, sizeof g);
+    if (a->gens_committed == 1) {
+      ea_log(EA_LOG_INFO, "recovery", "training started gen=%s world=%u step=%" PRIu64, g,
+             a->run.world, m->step);
+    } else if (a->stall_ms) {
+      a->recoveries++;
+      ea_log(EA_LOG_INFO, "recovery",
+             "training again gen=%s world=%u step=%" PRIu64 " after=%s stalled_ms=%" PRIu64
+             " commit_to_step_ms=%" PRIu64,
+             g, a->run.world, m->step, a->stall_why, t - a->stall_ms, t - a->run.commit_ms);
+    } else {
+      ea_log(EA_LOG_INFO, "recovery", "training gen=%s world=%u step=%" PRIu64, g, a->run.world,
+             m->step);
+    }
+    a->stall_ms = 0;
+  }
+  uint64_t now = now_ms(a);
+  if (k == 0 && now - a->progress_ms >= PROGRESS_INTERVAL_MS) {
+    double rate =
+        a->progress_ms && m->step > a->progress_step
+            ? (double)(m->step - a->progress_step) * 1000.0 / (double)(now - a->progress_ms)
+            : 0.0;
+    ea_log(EA_LOG_INFO, "progress",
+           "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f", m->gen >> 16,
+           a->run.world, m->step, m->loss, rate);
+    a->progress_ms = now;
+    a->progress_step = m->step;
+  }
+}
+
+static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
+  agent *a = ctx;
+  if (a->phase == PHASE_CLOSING || k >= a->wpn) return;
+  wk_info *w = &a->w[k];
+  uint64_t now = now_ms(a);
+  switch (m->type) {
+    case EA_IPC_HELLO:
+      w->pid = (int)m->pid;
+      w->state = W_IDLE;
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      snprintf(w->comm, sizeof w->comm, "%s", m->comm_addr);
+      ea_log(EA_LOG_INFO, "worker", "worker %u hello pid=%" PRIu64 " comm=%s step=%" PRIu64, k,
+             m->pid, m->comm_addr, m->next_step);
+      /* Spawned while a generation forms: the order may have gone out
+       * before it could read (then it is queued in its socket already). */
+      if (a->prep.active && w->gen != a->prep.g64 && a->phase <= PHASE_DRAINING) send_prepare(a, k);
+      break;
+    case EA_IPC_READY: {
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      if (!a->prep.active || m->gen != a->prep.g64) {
+        ea_log(EA_LOG_DEBUG, "worker", "worker %u ready for gen %" PRIu64 ": not the one prepared",
+               k, m->gen);
+        break;
+      }
+      ea_addr la;
+      if (ea_addr_parse(m->comm_addr, 0, &la) < 0 || la.port == 0) {
+        ea_log(EA_LOG_ERROR, "worker",
+               "worker %u: comm address '%s' is not a numeric ip:port (set EA_COMM_BIND)", k,
+               m->comm_addr);
+        w->state = W_FAILED;
+        ea_rdzv_worker_failed(a->rdzv, now, k);
+        core_done(a);
+        break;
+      }
+      w->state = W_READY;
+      ea_log(EA_LOG_DEBUG, "worker",
+             "worker %u ready gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64, k, m->gen,
+             m->next_step, m->digest);
+      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, m->next_step,
+                           m->has_nccl_id ? m->nccl_id : NULL);
+      core_done(a);
+      break;
+    }
+    case EA_IPC_STEP:
+      w->next_step = m->step + 1;
+      w->loss = m->loss;
+      w->has_loss = true;
+      w->digest = m->digest;
+      w->step_s = m->seconds;
+      if (w->state != W_PREPARING && w->state != W_READY) w->state = W_TRAINING;
+      a->last_loss = m->loss;
+      a->has_loss = true;
+      log_step(a, k, m);
+      ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
+      core_done(a);
+      break;
+    case EA_IPC_FAILED:
+      w->next_step = m->next_step;
+      if (m->gen != w->gen) {
+        /* About a communicator we already told it to abandon. */
+        ea_log(EA_LOG_INFO, "worker", "worker %u: gen %" PRIu64 " ended: %s (superseded)", k,
+               m->gen, m->message);
+        break;
+      }
+      w->state = W_FAILED;
+      a->worker_failures++;
+      stall(a, "a worker's communicator failed");
+      ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s", k,
+             m->gen, m->next_step, m->message);
+      ea_rdzv_worker_failed(a->rdzv, now, k);
+      core_done(a);
+      break;
+    case EA_IPC_ABORTED:
+      w->state = W_PAUSED;
+      w->next_step = m->next_step;
+      break;
+    case EA_IPC_DONE:
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      if (w->state != W_DONE)
+        ea_log(EA_LOG_INFO, "train", "worker %u finished: step=%" PRIu64 " digest=%016" PRIx64, k,
+               m->next_step, m->digest);
+      w->state = W_DONE;
+      break;
+    case EA_IPC_EXITING:
+      ea_log(m->code ? EA_LOG_WARN : EA_LOG_INFO, "worker", "worker %u exiting code=%d: %s", k,
+             m->code, m->reason);
+      break;
+    default:
+      break;
+  }
+}
+
+static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
+  agent *a = ctx;
+  if (k >= a->wpn) return;
+  wk_info *w = &a->w[k];
+  w->state = W_EXITED;
+  w->pid = 0;
+  w->gen = 0; /* its successor has been told nothing */
+  if (a->phase >= PHASE_STOPPING) {
+    if (a->phase == PHASE_STOPPING && !workers_running(a)) {
+      ea_log(EA_LOG_INFO, "leave", "workers stopped; leaving the cluster");
+      leave_now(a);
+    }
+    return;
+  }
+  a->worker_failures++;
+  stall(a, "a worker exited");
+  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d", k, status,
+         sig);
+  ea_rdzv_worker_failed(a->rdzv, now_ms(a), k);
+  core_done(a);
+  if (a->phase >= PHASE_STOPPING) return; /* the report drained us */
+  uint32_t max = a->o->cfg.runtime.failure_retry_times;
+  if (w->restarts >= max) {
+    ea_log(EA_LOG_ERROR, "worker",
+           "worker %u failed %u time%s after %u restart%s (runtime.failure_retry_times): draining "
+           "this node",
+           k, w->restarts + 1, w->restarts ? "s" : "", w->restarts, w->restarts == 1 ? "" : "s");
+    begin_drain(a, "a worker kept failing", false);
+    return;
+  }
+  w->restarts++;
+  a->worker_restarts++;
+  w->state = W_STARTING;
+  int rc = ea__sup_start(a->sup, k);
+  ea_log(rc ? EA_LOG_ERROR : EA_LOG_INFO, "worker", "worker %u restart %u of %u%s%s", k,
+         w->restarts, max, rc ? ": " : "", rc ? strerror(-rc) : "");
+  if (rc) {
+    w->state = W_EXITED;
+    begin_drain(a, "a worker cannot be restarted", false);
+  }
+}
+
+/* ---- drain, stop, leave, close ------------------------------------------------------ */
 
 static void shutdown_all(agent *a) {
   if (a->phase == PHASE_CLOSING) return;
   a->phase = PHASE_CLOSING;
   if (a->admin) ea__admin_close(a->admin, NULL, NULL);
   a->admin = NULL;
+  if (a->ctl) ea__ctl_close(a->ctl, NULL, NULL);
+  a->ctl = NULL;
+  if (a->sup) ea__sup_free(a->sup, NULL, NULL); /* kills what still runs */
+  a->sup = NULL;
   if (a->tr) ea_transport_close(a->tr, NULL, NULL);
   a->tr = NULL;
   if (a->handles_open) {
@@ -129,6 +753,8 @@ static void shutdown_all(agent *a) {
     uv_close((uv_handle_t *)&a->sigint, NULL);
     uv_close((uv_handle_t *)&a->settle, NULL);
     uv_close((uv_handle_t *)&a->peers_timer, NULL);
+    uv_close((uv_handle_t *)&a->rdzv_timer, NULL);
+    uv_close((uv_handle_t *)&a->drain_timer, NULL);
   }
 }
 
@@ -138,16 +764,111 @@ static void left_done(void *ctx) {
   shutdown_all(a);
 }
 
+static void leave_now(agent *a) {
+  if (a->phase >= PHASE_LEAVING) return;
+  a->phase = PHASE_LEAVING;
+  if (a->handles_open) uv_timer_stop(&a->drain_timer);
+  if (a->tr)
+    ea_transport_leave(a->tr, left_done, a);
+  else
+    shutdown_all(a);
+}
+
+/* Stop the workers (STOP, or SIGKILL when kill), then leave once they have
+ * all exited (on_worker_exit). */
+static void stop_and_leave(agent *a, bool kill, const char *why) {
+  if (a->phase >= PHASE_STOPPING) return;
+  a->phase = PHASE_STOPPING;
+  if (a->handles_open) uv_timer_stop(&a->drain_timer);
+  if (!workers_running(a)) {
+    leave_now(a);
+    return;
+  }
+  ea_log(EA_LOG_INFO, "leave", "%s the workers (%s)", kill ? "killing" : "stopping", why);
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    if (kill)
+      ea__sup_kill(a->sup, k);
+    else
+      ea__sup_stop(a->sup, k);
+  }
+}
+
+static void on_drain_timeout(uv_timer_t *h) {
+  agent *a = h->data;
+  if (a->phase != PHASE_DRAINING) return;
+  ea_log(EA_LOG_WARN, "drain",
+         "the group did not re-form without this node within %u s "
+         "(runtime.rendezvous_timeout_seconds); leaving anyway",
+         a->o->cfg.runtime.rendezvous_timeout_seconds);
+  stop_and_leave(a, false, "drain deadline");
+}
+
+/* Alive members other than us that could train (not observers). */
+static uint32_t others_alive(agent *a) {
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ms[i].state == EA_STATE_ALIVE && ea_node_id_cmp(&ms[i].id, &a->id) != 0 &&
+        strcmp(ms[i].meta.role, "observer") != 0)
+      k++;
+  return k;
+}
+
+/* Drain this node: the controller re-forms the group without it (the step
+ * in flight is the only work lost), then DRAINED stops the workers and we
+ * leave.  core_knows: the core already drains (a DRAIN message, or it was
+ * told by the caller). */
+static void begin_drain(agent *a, const char *why, bool core_knows) {
+  if (a->phase != PHASE_RUNNING) return;
+  a->phase = PHASE_DRAINING;
+  a->draining_seen = true;
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  bool in_gen =
+      st.phase == EA_RDZV_RUNNING || st.phase == EA_RDZV_FAILED || st.phase == EA_RDZV_PREPARED;
+  uint32_t others = a->tr ? others_alive(a) : 0, minn = a->o->cfg.compute.min_nodes;
+  if (!a->sup || (in_gen && others < minn)) {
+    if (a->sup)
+      ea_log(EA_LOG_INFO, "drain",
+             "%s: no generation can form without this node (%u other node%s alive, min_nodes "
+             "%u): stopping now",
+             why, others, others == 1 ? "" : "s", minn);
+    stop_and_leave(a, false, why);
+    return;
+  }
+  ea_log(EA_LOG_INFO, "drain",
+         "%s: asking the controller to re-form the group without this node (deadline %u s)", why,
+         a->o->cfg.runtime.rendezvous_timeout_seconds);
+  uv_timer_start(&a->drain_timer, on_drain_timeout,
+                 (uint64_t)a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u, 0);
+  if (!core_knows) {
+    ea_rdzv_drain(a->rdzv, now_ms(a), NULL);
+    core_done(a);
+  }
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   agent *a = h->data;
-  if (a->phase == PHASE_RUNNING) {
-    ea_log(EA_LOG_INFO, "leave", "received %s: leaving the cluster gracefully",
-           signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    a->phase = PHASE_LEAVING;
-    ea_transport_leave(a->tr, left_done, a);
-  } else {
-    ea_log(EA_LOG_WARN, "leave", "second signal: exiting without waiting for the leave");
-    shutdown_all(a);
+  const char *sig = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+  switch (a->phase) {
+    case PHASE_RUNNING:
+      ea_log(EA_LOG_INFO, "leave", "received %s: draining this node, then leaving the cluster",
+             sig);
+      begin_drain(a, sig, false);
+      break;
+    case PHASE_DRAINING:
+      ea_log(EA_LOG_WARN, "leave", "second signal: not waiting for the drain");
+      stop_and_leave(a, true, "second signal");
+      break;
+    case PHASE_STOPPING:
+      ea_log(EA_LOG_WARN, "leave", "second signal: killing the workers");
+      for (uint32_t k = 0; k < a->wpn; k++) ea__sup_kill(a->sup, k);
+      break;
+    default:
+      ea_log(EA_LOG_WARN, "leave", "another signal: exiting without waiting for the leave");
+      shutdown_all(a);
+      break;
   }
 }
 
@@ -162,9 +883,14 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
   ea_node_id_hex(&m->id, hex);
   ea_addr_str(&m->meta.gossip, addr, sizeof addr);
   bool self = ea_node_id_cmp(&m->id, &a->id) == 0;
-  ea_log(m->state == EA_STATE_DEAD ? EA_LOG_WARN : EA_LOG_INFO, "member",
-         "name=%s id=%.8s addr=%s state=%s->%s incarnation=%" PRIu32 "%s", member_name(m), hex,
-         addr, old_state == 0xff ? "new" : ea_member_state_str(old_state),
+  /* A member re-announced alive with new metadata (every agent does when
+   * it runs a new generation): not news for the log. */
+  bool quiet = old_state == m->state && m->state == EA_STATE_ALIVE;
+  ea_log(quiet                       ? EA_LOG_DEBUG
+         : m->state == EA_STATE_DEAD ? EA_LOG_WARN
+                                     : EA_LOG_INFO,
+         "member", "name=%s id=%.8s addr=%s state=%s->%s incarnation=%" PRIu32 "%s", member_name(m),
+         hex, addr, old_state == 0xff ? "new" : ea_member_state_str(old_state),
          ea_member_state_str(m->state), m->incarnation, self ? " (self)" : "");
   a->members_dirty = true;
   /* An active idle handle makes the next poll non-blocking, so the
@@ -202,6 +928,14 @@ static void elect_update(agent *a) {
   }
 }
 
+/* A control message from another agent. */
+static void on_control(void *ctx, const ea_rdzv_msg *m) {
+  agent *a = ctx;
+  if (a->phase >= PHASE_LEAVING || !a->rdzv) return;
+  ea_rdzv_recv(a->rdzv, now_ms(a), m);
+  core_done(a);
+}
+
 /* ---- remembered peers ------------------------------------------------------------- */
 
 static void peers_schedule(agent *a);
@@ -220,7 +954,7 @@ static void peers_after(uv_work_t *w, int status) {
   free(j);
   a->peers_busy = false;
   a->peers_last_ms = uv_now(&a->loop);
-  if (a->peers_dirty && a->phase == PHASE_RUNNING) peers_schedule(a);
+  if (a->peers_dirty && a->phase <= PHASE_DRAINING) peers_schedule(a);
 }
 
 static void peers_write_now(agent *a) {
@@ -264,7 +998,7 @@ static void peers_write_now(agent *a) {
 
 static void peers_timer_cb(uv_timer_t *h) {
   agent *a = h->data;
-  if (a->phase == PHASE_RUNNING && a->peers_dirty && !a->peers_busy) peers_write_now(a);
+  if (a->phase <= PHASE_DRAINING && a->peers_dirty && !a->peers_busy) peers_write_now(a);
 }
 
 static void peers_schedule(agent *a) {
@@ -282,10 +1016,14 @@ static void peers_schedule(agent *a) {
 static void on_settle(uv_idle_t *h) {
   agent *a = h->data;
   uv_idle_stop(h);
-  if (!a->members_dirty || !a->tr || a->phase == PHASE_CLOSING) return;
+  if (!a->members_dirty || !a->tr || a->phase >= PHASE_LEAVING) return;
   a->members_dirty = false;
   elect_update(a);
-  if (a->phase == PHASE_RUNNING) peers_schedule(a);
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
+  ea_rdzv_view(a->rdzv, now_ms(a), ms, n);
+  core_done(a);
+  if (a->phase <= PHASE_DRAINING) peers_schedule(a);
 }
 
 /* ---- status ------------------------------------------------------------------------- */
@@ -301,6 +1039,104 @@ static void json_addr(ea__sb *o, const char *key, const ea_addr *addr) {
   ea_addr_str(addr, s, sizeof s);
   ea__sb_printf(o, "\"%s\":", key);
   ea__sb_json_str(o, s);
+}
+
+static void json_gen(ea__sb *o, const char *key, const ea_rdzv_gen *g) {
+  char s[48];
+  ea_rdzv_gen_str(g, s, sizeof s);
+  ea__sb_printf(o, "\"%s\":", key);
+  ea__sb_json_str(o, s);
+}
+
+/* "generation" and "workers": what this node trains, and why (not). */
+static void status_generation(agent *a, ea__sb *o) {
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  ea__sb_printf(o, ",\"generation\":{\"phase\":\"%s\",", ea_rdzv_phase_str(st.phase));
+  json_gen(o, "running", &st.running);
+  ea__sb_printf(o, ",\"gen\":%" PRIu64 ",\"world\":%" PRIu32 ",\"nodes\":[",
+                ea_rdzv_gen_u64(&st.running), p ? p->world : 0);
+  for (uint32_t i = 0; p && i < p->nnodes; i++) {
+    if (i) ea__sb_puts(o, ",");
+    ea__sb_json_str(o, p->nodes[i].name);
+  }
+  ea__sb_puts(o, "],\"ranks\":[");
+  for (uint32_t k = 0; p && k < a->wpn; k++)
+    ea__sb_printf(o, "%s%" PRIu32, k ? "," : "", a->run.rank_base + k);
+  ea__sb_printf(o, "],\"last_step\":%" PRIu64 ",\"last_loss\":", st.last_step);
+  if (a->has_loss && isfinite(a->last_loss))
+    ea__sb_printf(o, "%.6f", a->last_loss);
+  else
+    ea__sb_puts(o, "null");
+  ea__sb_puts(o, ",\"reason\":");
+  ea__sb_json_str(o, st.reason);
+  ea__sb_printf(o,
+                ",\"controller\":%s,\"has_quorum\":%s,\"forming\":%s,\"draining\":%s,"
+                "\"agent_phase\":\"%s\",",
+                st.controller ? "true" : "false", st.has_quorum ? "true" : "false",
+                st.forming ? "true" : "false", st.draining ? "true" : "false",
+                a->phase == PHASE_RUNNING    ? "running"
+                : a->phase == PHASE_DRAINING ? "draining"
+                : a->phase == PHASE_STOPPING ? "stopping"
+                                             : "leaving");
+  json_gen(o, "seen", &st.seen);
+  ea__sb_puts(o, ",");
+  json_gen(o, "accepted", &st.accepted);
+  ea__sb_puts(o, ",");
+  json_gen(o, "durable", &st.durable);
+  ea__sb_puts(o, ",");
+  json_gen(o, "formed", &st.formed);
+  ea__sb_printf(
+      o,
+      ",\"formed_nodes\":%" PRIu32 ",\"committed_here\":%" PRIu64 ",\"recoveries\":%" PRIu64
+      ",\"last_formation_ms\":%" PRIu64 ",\"last_stall_ms\":%" PRIu64 "},\"workers\":[",
+      st.formed_nodes, a->gens_committed, a->recoveries, a->last_formation_ms, a->last_stall_ms);
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    const wk_info *w = &a->w[k];
+    ea__sb_printf(o,
+                  "%s{\"idx\":%" PRIu32 ",\"pid\":%d,\"state\":\"%s\",\"gen\":%" PRIu64
+                  ",\"step\":%" PRIu64 ",\"loss\":",
+                  k ? "," : "", k, a->sup ? ea__sup_pid(a->sup, k) : 0, wstate_str(w->state),
+                  w->gen, w->next_step);
+    if (w->has_loss && isfinite(w->loss))
+      ea__sb_printf(o, "%.6f", w->loss);
+    else
+      ea__sb_puts(o, "null");
+    ea__sb_printf(
+        o, ",\"digest\":\"%016" PRIx64 "\",\"step_ms\":%.2f,\"restarts\":%" PRIu32 ",\"comm\":",
+        w->digest, w->step_s * 1e3, w->restarts);
+    ea__sb_json_str(o, w->comm);
+    ea__sb_puts(o, "}");
+  }
+  ea__sb_puts(o, "]");
+}
+
+static void status_counters(agent *a, ea__sb *o) {
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  ea__sb_printf(o,
+                ",\"rdzv\":{\"formations_started\":%" PRIu64 ",\"formations_committed\":%" PRIu64
+                ",\"formations_failed\":%" PRIu64 ",\"nacks_sent\":%" PRIu64
+                ",\"nacks_received\":%" PRIu64 ",\"stale_ignored\":%" PRIu64
+                ",\"persist_errors\":%" PRIu64 "}",
+                st.formations_started, st.formations_committed, st.formations_failed, st.nacks_sent,
+                st.nacks_received, st.stale_ignored, st.persist_errors);
+  ea__ctl_stats c = {0};
+  if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
+  ea__sb_printf(o,
+                ",\"control\":{\"frames_in\":%" PRIu64 ",\"frames_out\":%" PRIu64
+                ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"dropped_malformed\":%" PRIu64
+                ",\"dropped_unauthenticated\":%" PRIu64 ",\"dropped_oversize\":%" PRIu64
+                ",\"send_errors\":%" PRIu64 ",\"encode_errors\":%" PRIu64 ",\"connects\":%" PRIu64
+                ",\"accepted\":%" PRIu64 ",\"conns_out\":%" PRIu64 ",\"conns_in\":%" PRIu64 "}",
+                c.frames_in, c.frames_out, c.bytes_in, c.bytes_out, c.dropped_malformed,
+                c.dropped_unauthenticated, c.dropped_oversize, c.send_errors, c.encode_errors,
+                c.connects, c.accepted, c.conns_out, c.conns_in);
+  ea__sb_printf(o,
+                ",\"workers\":{\"failures\":%" PRIu64 ",\"restarts\":%" PRIu64
+                ",\"bad_packets\":%" PRIu64 "}},",
+                a->worker_failures, a->worker_restarts, a->sup ? ea__sup_bad_packets(a->sup) : 0);
 }
 
 static int cmd_status(void *ctx, const char *args, ea__sb *o) {
@@ -332,7 +1168,7 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
   ea__sb_printf(o, ",\"id\":\"%s\",", a->idhex);
   json_addr(o, "gossip", ea_transport_addr(a->tr));
   ea__sb_puts(o, ",");
-  json_addr(o, "control", ea_transport_addr(a->tr));
+  json_addr(o, "control", ea_transport_control(a->tr));
   ea__sb_puts(o, ",");
   json_addr(o, "bound", ea_transport_bound(a->tr));
   ea__sb_puts(o, ",\"admin\":");
@@ -345,7 +1181,7 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
                 "\"joined\":%s,\"leaving\":%s},",
                 ea_member_state_str(self->state), self->incarnation, (long)getpid(),
                 (double)(now - a->start_ms) / 1000.0, a->joined ? "true" : "false",
-                a->phase != PHASE_RUNNING ? "true" : "false");
+                a->phase >= PHASE_STOPPING ? "true" : "false");
 
   ea__sb_printf(o,
                 "\"summary\":{\"members\":%zu,\"alive\":%zu,\"suspect\":%zu,\"dead\":%zu,"
@@ -390,6 +1226,8 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
     ea__sb_puts(o, "}");
   }
 
+  status_generation(a, o);
+
   ea_transport_stats t;
   ea_transport_stats_get(a->tr, &t);
   ea__sb_printf(o,
@@ -412,10 +1250,11 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
                 ",\"suspicions\":%" PRIu64 ",\"refutations\":%" PRIu64 ",\"declared_dead\":%" PRIu64
                 ",\"updates_sent\":%" PRIu64 ",\"syncs_started\":%" PRIu64
                 ",\"syncs_merged\":%" PRIu64 ",\"stale_dropped\":%" PRIu64 ",\"health\":%" PRIu32
-                "}},",
+                "}",
                 w.msgs_in, w.msgs_out, w.pings_sent, w.acks_recv, w.ping_reqs_sent, w.nacks_recv,
                 w.suspicions, w.refutations, w.declared_dead, w.updates_sent, w.syncs_started,
                 w.syncs_merged, w.stale_dropped, w.health);
+  status_counters(a, o);
 
   const ea_swim_config *c = &a->o->cfg.membership;
   uint64_t smin = 0, smax = 0;
@@ -437,12 +1276,62 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
                 c->push_pull_interval_ms, smin, smax,
                 ea__detection_bound_ms(c, counts[EA_STATE_ALIVE] + counts[EA_STATE_SUSPECT]));
   ea__sb_json_str(o, a->o->cfg.logging.level);
+  ea__sb_printf(o,
+                ",\"backend\":\"%s\",\"workers_per_node\":%" PRIu32 ",\"min_nodes\":%" PRIu32
+                ",\"max_nodes\":%" PRIu32 ",\"train_steps\":%" PRIu64 ",\"worker_config\":",
+                ea_comm_backend_name(a->backend), a->o->cfg.compute.workers_per_node,
+                a->o->cfg.compute.min_nodes, a->o->cfg.compute.max_nodes, a->o->cfg.train.steps);
+  ea__sb_json_str(o, a->job_path);
   ea__sb_puts(o, "}}");
   return o->oom ? -ENOMEM : 0;
 }
 
+/* "drain NAME": drain a member (this node's own name: ourselves). */
+static int cmd_drain(void *ctx, const char *args, ea__sb *o) {
+  agent *a = ctx;
+  char name[EA_NAME_MAX];
+  while (*args == ' ') args++;
+  size_t n = strcspn(args, " \t\r\n");
+  if (n == 0 || n >= sizeof name || args[n + strspn(args + n, " \t\r\n")]) {
+    ea__sb_puts(o, "{\"error\":\"usage: drain NAME (one member name)\"}");
+    return -EINVAL;
+  }
+  memcpy(name, args, n);
+  name[n] = 0;
+  if (!a->rdzv || a->phase >= PHASE_LEAVING) {
+    ea__sb_puts(o, "{\"error\":\"shutting down\"}");
+    return -ESHUTDOWN;
+  }
+  if (strcmp(name, a->o->name) == 0) {
+    bool already = a->phase != PHASE_RUNNING;
+    begin_drain(a, "drain command", false);
+    ea__sb_puts(o, "{\"draining\":");
+    ea__sb_json_str(o, name);
+    ea__sb_printf(o, ",\"self\":true,\"already\":%s}", already ? "true" : "false");
+    return 0;
+  }
+  int rc = ea_rdzv_drain(a->rdzv, now_ms(a), name);
+  core_done(a);
+  if (rc < 0) {
+    ea__sb_puts(o, "{\"error\":");
+    char msg[EA_NAME_MAX + 64];
+    snprintf(msg, sizeof msg, "no alive member named '%s'", name);
+    ea__sb_json_str(o, msg);
+    ea__sb_puts(o, "}");
+    return rc;
+  }
+  ea_log(EA_LOG_INFO, "drain", "asked %s to drain (drain command)", name);
+  ea__sb_puts(o, "{\"draining\":");
+  ea__sb_json_str(o, name);
+  ea__sb_puts(o, ",\"self\":false}");
+  return 0;
+}
+
 static const ea__admin_cmd admin_cmds[] = {
-    {"status", "members, controller, counters and configuration summary as JSON", cmd_status},
+    {"status", "members, controller, generation, workers, counters and configuration as JSON",
+     cmd_status},
+    {"drain", "drain NAME: re-form the group without that member, which then leaves and exits",
+     cmd_drain},
 };
 
 /* ---- run ------------------------------------------------------------------------------ */
@@ -459,8 +1348,135 @@ void ea__agent_opts_default(ea__agent_opts *o) {
   snprintf(o->name, sizeof o->name, "%.*s", EA_NAME_MAX - 1, host);
 }
 
+/* The control listener's address: --control-bind, or the gossip bind
+ * address with the next port (an ephemeral gossip port gets an ephemeral
+ * control port). */
+static int control_bind_addr(const ea__agent_opts *o, ea_addr *out, char *err, size_t errlen) {
+  if (o->control_bind[0]) {
+    if (ea_addr_parse(o->control_bind, 0, out) < 0) {
+      snprintf(err, errlen, "--control-bind: cannot parse '%s'", o->control_bind);
+      return -EINVAL;
+    }
+    return 0;
+  }
+  if (ea_addr_parse(o->bind, 7000, out) < 0) {
+    snprintf(err, errlen, "--bind: cannot parse '%s'", o->bind);
+    return -EINVAL;
+  }
+  out->port = out->port && out->port < 65535 ? (uint16_t)(out->port + 1) : 0;
+  return 0;
+}
+
+/* The communicator backend the workers use.  auto: the built-in trainer
+ * computes on the CPU, so its buffers are host memory and the tcp ring is
+ * the right fit; a user's program (worker_command) gets nccl when it is
+ * built in and this node has an NVIDIA device. */
+static int pick_backend(const ea__agent_opts *o, ea_comm_backend *b, char *err, size_t errlen) {
+  const char *s = o->cfg.distributed.backend;
+  if (strcmp(s, "auto") == 0) {
+    bool gpu = access("/dev/nvidiactl", F_OK) == 0;
+    *b = o->cfg.compute.worker_command[0] && gpu && ea_comm_nccl_available() ? EA_COMM_NCCL
+                                                                             : EA_COMM_TCP;
+    return 0;
+  }
+  if (ea_comm_backend_parse(s, b) < 0) {
+    snprintf(err, errlen, "distributed.backend: unknown backend '%s'", s);
+    return -EINVAL;
+  }
+  if (*b == EA_COMM_NCCL && !ea_comm_nccl_available()) {
+    snprintf(err, errlen, "distributed.backend: nccl is not built into this binary");
+    return -EOPNOTSUPP;
+  }
+  return 0;
+}
+
+/* What every worker inherits: its node's name for its log lines, one BLAS
+ * thread unless the operator chose (several workers share a node's cores,
+ * and the built-in model's matrices are small), and the OpenBLAS kernel
+ * choice when Debian's 0.3.21 misdetects this CPU (~6× slower otherwise). */
+static void worker_environment(const ea__agent_opts *o) {
+  setenv("EA_NODE_NAME", o->name, 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  const char *core = ea_train_blas_coretype_hint();
+  if (core && !getenv("OPENBLAS_CORETYPE")) {
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    ea_log(EA_LOG_INFO, "start",
+           "OpenBLAS fell back to generic kernels on this CPU: workers get OPENBLAS_CORETYPE=%s",
+           core);
+  }
+}
+
+/* The effective job configuration (defaults < --config < --set), written
+ * for the workers, which load it with --config: they then run exactly the
+ * job the agent was given, flags included. */
+static int write_job_file(agent *a, char *err, size_t errlen) {
+  int n = ea_config_dump(&a->o->cfg, NULL, 0);
+  char *buf = n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (!buf || ea_config_dump(&a->o->cfg, buf, (size_t)n + 1) != n) {
+    free(buf);
+    snprintf(err, errlen, "cannot render the job configuration");
+    return -ENOMEM;
+  }
+  int rc = ea__write_file_atomic(a->job_path, buf, (size_t)n, 0600);
+  free(buf);
+  if (rc < 0) snprintf(err, errlen, "cannot write %s: %s", a->job_path, strerror(-rc));
+  return rc;
+}
+
+static int start_rdzv(agent *a, const ea_rdzv_gen *persisted, uint64_t seed, char *err,
+                      size_t errlen) {
+  ea_rdzv_config rc;
+  ea_rdzv_config_default(&rc);
+  ea_rdzv_config_from(&rc, &a->o->cfg);
+  ea_rdzv_io io = {
+      .ctx = a, .send = io_send, .order = io_order, .persist = io_persist, .reason = io_reason};
+  a->rdzv = ea_rdzv_new(&rc, &a->id, persisted, &io, seed, now_ms(a));
+  if (!a->rdzv) {
+    snprintf(err, errlen,
+             "cannot create the rendezvous (compute.max_nodes x workers_per_node over %u, or out "
+             "of memory)",
+             EA_RDZV_MAX_WORLD);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static int start_workers(agent *a, char *err, size_t errlen) {
+  if (strcmp(a->o->role, "observer") == 0) {
+    a->wpn = 0; /* observers never train (ea_rdzv never picks them) */
+    return 0;
+  }
+  a->ipc = malloc(sizeof *a->ipc);
+  a->w = calloc(a->wpn, sizeof *a->w);
+  if (!a->ipc || !a->w) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  /* Workers listen on the address the cluster knows this node by. */
+  ea_addr cb = *ea_transport_addr(a->tr);
+  cb.port = 0;
+  char bind[80];
+  ea_addr_str(&cb, bind, sizeof bind);
+  ea__sup_opts so = {.workers = a->wpn,
+                     .worker_command = a->o->cfg.compute.worker_command,
+                     .config_path = a->job_path,
+                     .comm_bind = bind};
+  ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
+  int rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
+  if (rc < 0) {
+    snprintf(err, errlen, "worker supervisor: %s", strerror(-rc));
+    return rc;
+  }
+  rc = ea__sup_start_all(a->sup);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot start the workers: %s", uv_strerror(rc));
+    return rc;
+  }
+  return 0;
+}
+
 int ea__agent_run(const ea__agent_opts *o) {
-  char err[512];
+  char err[EA_PATH_MAX + 256];
   int rc = ea__data_dir_prepare(o->data_dir, err, sizeof err);
   int lock_fd = -1;
   if (rc == 0) rc = ea__data_dir_lock(o->data_dir, &lock_fd, err, sizeof err);
@@ -468,6 +1484,8 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0 && !a) rc = -ENOMEM, snprintf(err, sizeof err, "out of memory");
   bool created = false;
   if (rc == 0) rc = ea__node_id_load(o->data_dir, &a->id, &created, err, sizeof err);
+  ea_rdzv_gen persisted = {0};
+  if (rc == 0) rc = ea__gen_load(o->data_dir, &persisted, err, sizeof err);
   uint8_t key[EA_KEY_BYTES];
   bool have_key = false;
   if (rc == 0 && o->key_file[0]) {
@@ -478,25 +1496,44 @@ int ea__agent_run(const ea__agent_opts *o) {
     else
       have_key = true;
   }
+  ea_addr cbind;
+  if (rc == 0) rc = control_bind_addr(o, &cbind, err, sizeof err);
+  if (rc == 0 && a) {
+    a->o = o;
+    a->wpn = o->cfg.compute.workers_per_node;
+    rc = pick_backend(o, &a->backend, err, sizeof err);
+  }
+  if (rc == 0) {
+    snprintf(a->job_path, sizeof a->job_path, "%s/job.yaml", o->data_dir);
+    rc = write_job_file(a, err, sizeof err);
+  }
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err);
     if (lock_fd >= 0) close(lock_fd);
     free(a);
     return rc;
   }
-  a->o = o;
   ea_node_id_hex(&a->id, a->idhex);
   snprintf(a->sock_path, sizeof a->sock_path, "%s/%s", o->data_dir, EA__ADMIN_SOCK);
   snprintf(a->peers_path, sizeof a->peers_path, "%s/%s", o->data_dir, EA__PEERS_FILE);
+  snprintf(a->gen_path, sizeof a->gen_path, "%s/%s", o->data_dir, EA__GEN_FILE);
   if (created)
     ea_log(EA_LOG_INFO, "start", "new node id %s written to %s/%s", a->idhex, o->data_dir,
            EA__NODE_ID_FILE);
+  if (persisted.term) {
+    char g[48];
+    ea_rdzv_gen_str(&persisted, g, sizeof g);
+    ea_log(EA_LOG_INFO, "start", "last generation accepted here: %s (%s)", g, a->gen_path);
+  }
+  worker_environment(o);
 
   uv_loop_init(&a->loop);
   a->start_ms = uv_now(&a->loop);
   uint64_t seed = 0;
   if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = a->start_ms ^ (uint64_t)getpid();
 
+  rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
+                     sizeof err);
   ea_transport_opts to = {
       .bind = o->bind,
       .advertise = o->advertise[0] ? o->advertise : NULL,
@@ -505,6 +1542,7 @@ int ea__agent_run(const ea__agent_opts *o) {
       .self = a->id,
       .seed = seed,
       .join_retry_max_ms = o->cfg.runtime.join_retry_max_ms,
+      .control_port = a->ctl ? ea__ctl_bound(a->ctl)->port : 0,
       .ctx = a,
       .on_change = on_change,
       .on_join = on_join,
@@ -513,28 +1551,46 @@ int ea__agent_run(const ea__agent_opts *o) {
   snprintf(to.meta.role, sizeof to.meta.role, "%s", o->role);
   snprintf(to.meta.tags, sizeof to.meta.tags, "%s", o->tags);
   snprintf(to.meta.version, sizeof to.meta.version, "%s", EA_VERSION);
-  rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
+  a->meta = to.meta;
+  if (rc == 0) rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
   memset(key, 0, sizeof key);
   if (rc == 0)
     rc = ea__admin_start(&a->loop, a->sock_path, admin_cmds,
                          sizeof admin_cmds / sizeof admin_cmds[0], a, &a->admin, err, sizeof err);
-  if (rc < 0) {
-    ea_log(EA_LOG_ERROR, "start", "%s", err); /* shutdown_all closes what started */
-  } else {
+  if (rc == 0) rc = start_rdzv(a, &persisted, seed, err, sizeof err);
+  if (rc == 0) {
     uv_signal_init(&a->loop, &a->sigterm);
     uv_signal_init(&a->loop, &a->sigint);
     uv_idle_init(&a->loop, &a->settle);
     uv_timer_init(&a->loop, &a->peers_timer);
+    uv_timer_init(&a->loop, &a->rdzv_timer);
+    uv_timer_init(&a->loop, &a->drain_timer);
     a->sigterm.data = a->sigint.data = a->settle.data = a->peers_timer.data = a;
+    a->rdzv_timer.data = a->drain_timer.data = a;
     a->handles_open = true;
+    rc = start_workers(a, err, sizeof err);
+  }
+  if (rc < 0) {
+    ea_log(EA_LOG_ERROR, "start", "%s", err); /* shutdown_all closes what started */
+  } else {
     uv_signal_start(&a->sigterm, on_signal, SIGTERM);
     uv_signal_start(&a->sigint, on_signal, SIGINT);
+    a->meta = ea_swim_self(ea_transport_swim(a->tr))->meta;
 
-    char gaddr[64];
+    char gaddr[64], caddr[64];
     ea_addr_str(ea_transport_addr(a->tr), gaddr, sizeof gaddr);
+    ea_addr_str(ea_transport_control(a->tr), caddr, sizeof caddr);
     ea_log(EA_LOG_INFO, "listen",
-           "name=%s id=%s gossip=%s (udp) push-pull=%s (tcp) admin=%s version=%s role=%s", o->name,
-           a->idhex, gaddr, gaddr, a->sock_path, EA_VERSION, o->role);
+           "name=%s id=%s gossip=%s (udp) push-pull=%s (tcp) control=%s (tcp) admin=%s "
+           "version=%s role=%s",
+           o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role);
+    ea_log(EA_LOG_INFO, "start",
+           "job: %u worker%s per node (%s), min_nodes %u, max_nodes %u, backend %s, %" PRIu64
+           " steps, global batch %u; workers load %s",
+           a->wpn, a->wpn == 1 ? "" : "s",
+           o->cfg.compute.worker_command[0] ? o->cfg.compute.worker_command : "built-in trainer",
+           o->cfg.compute.min_nodes, o->cfg.compute.max_nodes, ea_comm_backend_name(a->backend),
+           o->cfg.train.steps, o->cfg.distributed.global_batch, a->job_path);
     if (!have_key)
       ea_log(EA_LOG_WARN, "security",
              "gossip is not authenticated: anyone who can reach UDP/TCP port %u can join this "
@@ -546,7 +1602,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     if (ea__peers_load(o->data_dir, &peers, &npeers) == 0 && npeers > 0)
       ea_log(EA_LOG_INFO, "join", "%zu remembered peer%s in %s will be tried too", npeers,
              npeers == 1 ? "" : "s", a->peers_path);
-    a->members_dirty = true; /* first election: ourselves */
+    a->members_dirty = true; /* first election and view: ourselves */
     uv_idle_start(&a->settle, on_settle);
     rc = ea_transport_join(a->tr, o->join, peers, npeers, err, sizeof err);
     free(peers);
@@ -562,6 +1618,9 @@ int ea__agent_run(const ea__agent_opts *o) {
   } else if (rc == 0) {
     ea_log(EA_LOG_INFO, "exit", "stopped cleanly");
   }
+  ea_rdzv_free(a->rdzv);
+  free(a->w);
+  free(a->ipc);
   close(lock_fd);
   free(a);
   return rc;

@@ -7,6 +7,7 @@
 #define EA_AGENT_H
 
 #include "ea_config.h"
+#include "ea_rdzv.h"
 #include "ea_transport.h"
 
 #include <stdarg.h>
@@ -30,6 +31,7 @@ typedef struct {
   char config_path[EA_PATH_MAX]; /* "" = built-in defaults only */
   char bind[256];
   char advertise[256]; /* "" = derived from bind */
+  char control_bind[256]; /* "" = the bind address, port + 1 (0 stays 0) */
   char join[4096];     /* "host:port,…"; "" = none */
   char name[EA_NAME_MAX];
   char data_dir[EA_PATH_MAX];
@@ -42,7 +44,8 @@ typedef struct {
  * ./elastic-agent-data, role worker, config defaults. */
 void ea__agent_opts_default(ea__agent_opts *o);
 
-/* Run the agent until SIGTERM/SIGINT (graceful leave) and return 0, or
+/* Run the agent (gossip, control channel, generations, workers) until it
+ * has drained and left — after SIGTERM/SIGINT or a drain — and return 0, or
  * return a negative errno after logging why it could not start. */
 int ea__agent_run(const ea__agent_opts *o);
 
@@ -67,6 +70,66 @@ int ea__write_file_atomic(const char *path, const void *data, size_t len, int mo
 /* Read the remembered peers file ("ADDR NAME" per line) into a malloc'd
  * array; a missing file is 0 peers.  Malformed lines are skipped. */
 int ea__peers_load(const char *dir, ea_addr **out, size_t *n);
+
+/* ---- control channel (control.c) -----------------------------------------
+ * Rendezvous messages between agents: a TCP listener of its own (default:
+ * the gossip port + 1, advertised in meta.control), one cached outgoing
+ * connection per peer, frames [u32 BE length][0xEA msg | 0xEB sealed msg]
+ * as drawn in ea_rdzv.h.  Best effort: a frame that cannot be delivered is
+ * dropped and counted.  Callbacks run on the loop; the message passed to
+ * on_msg is valid for the duration of the call only. */
+
+typedef struct ea__ctl ea__ctl;
+typedef void (*ea__ctl_recv_fn)(void *ctx, const ea_rdzv_msg *m);
+
+typedef struct {
+  uint64_t frames_in, frames_out, bytes_in, bytes_out;
+  uint64_t dropped_malformed;       /* did not decode, or a zero length */
+  uint64_t dropped_unauthenticated; /* failed to open, or sealed/unsealed mismatch */
+  uint64_t dropped_oversize;        /* a length over the frame limit */
+  uint64_t send_errors;             /* connect/write failed, queue full, no address */
+  uint64_t encode_errors;           /* a message the codec refused */
+  uint64_t connects, accepted;      /* outgoing connections made, incoming accepted */
+  uint64_t conns_out, conns_in;     /* open now */
+} ea__ctl_stats;
+
+/* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
+ * every frame; NULL: none.  On failure returns a negative errno with a
+ * one-line reason in err, and nothing is left open once the loop runs. */
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key,
+                  ea__ctl_recv_fn on_msg, void *ctx, ea__ctl **out, char *err, size_t errlen);
+const ea_addr *ea__ctl_bound(const ea__ctl *c);
+/* Send m to node `to` at addr (encoded and sealed now; m may go away after
+ * the call).  Never fails loudly: undeliverable frames are counted. */
+void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const ea_rdzv_msg *m);
+/* The same for a message of another codec that shares the channel (its
+ * plaintext starts with 0xEA and its types are not the rendezvous's, like
+ * ckpt_wire.c's): framed, sealed and sent as is. */
+void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr,
+                        const uint8_t *plain, size_t len);
+/* Offer every opened frame (plaintext, 0xEA first; valid during the call)
+ * to fn first; a frame fn returns true for is consumed, the rest are
+ * decoded as rendezvous messages.  Called with the ctx of ea__ctl_start. */
+typedef bool (*ea__ctl_frame_fn)(void *ctx, const uint8_t *plain, size_t len);
+void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn);
+void ea__ctl_stats_get(const ea__ctl *c, ea__ctl_stats *out);
+/* Close the listener and every connection; closed(ctx) runs once all are
+ * closed and the channel is freed.  Sends after this are ignored. */
+void ea__ctl_close(ea__ctl *c, void (*closed)(void *ctx), void *ctx);
+
+/* ---- the persisted generation (gen_store.c) -------------------------------
+ * <data-dir>/generation holds the newest generation number this node
+ * accepted or issued, as "TERM CONTROLLER-ID-HEX", written atomically
+ * (ea__write_file_atomic) before the number is acted on or advertised. */
+
+#define EA__GEN_FILE "generation"
+
+/* Read it: a missing file is term 0 (none) and returns 0; a malformed one
+ * returns -EINVAL with a sentence naming the file and line in err. */
+int ea__gen_load(const char *dir, ea_rdzv_gen *g, char *err, size_t errlen);
+/* The file's contents for g, NUL-terminated; returns its length, or
+ * -ENOSPC when cap is too small. */
+int ea__gen_format(const ea_rdzv_gen *g, char *buf, size_t cap);
 
 /* ---- string builder and JSON (admin.c) ----------------------------------- */
 
@@ -107,8 +170,8 @@ double ea__json_num(const ea__json *j, const char *path, double dflt);
 /* ---- admin socket (admin.c) ----------------------------------------------
  * Protocol: the client connects to <data-dir>/admin.sock, writes one line
  * "COMMAND [ARGS]\n" and reads one JSON document until the server closes.
- * Errors are {"error": "..."}.  New commands are new table entries: e.g.
- * "drain NAME" later.  A connection that sends no full line within 5 s, or
+ * Errors are {"error": "..."}.  New commands are new table entries (agent.c
+ * has "status" and "drain NAME").  A connection that sends no full line within 5 s, or
  * a line over 1 KiB, is answered with an error and closed. */
 
 /* Write the JSON answer for args into out; return 0, or a negative errno

@@ -1,6 +1,8 @@
 /* elastic-agent's command line: parse flags into an agent configuration and
- * hand over to agent.c (`run`), or act as a small client of a running agent
- * (`status`), or do one-shot chores (`keygen`, `config`, `version`).
+ * hand over to agent.c (`run`), run one training worker (`worker`, started
+ * by the agent itself), act as a small client of a running agent (`status`,
+ * `drain`), inspect checkpoints (`ckpt`), or do one-shot chores (`keygen`,
+ * `config`, `version`).
  *
  * Precedence is the usual one: built-in defaults < the job file (--config) <
  * --set section.key=value (in order) < dedicated flags (--log-level, …).  A
@@ -11,7 +13,9 @@
  */
 #include "agent.h"
 
+#include "ea_ckpt.h"
 #include "ea_log.h"
+#include "ea_worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +41,13 @@ static void usage(FILE *f) {
 "Usage:\n"
 "  %1$s [run] [FLAGS]              run the agent on this node\n"
 "  %1$s status [--data-dir D | --socket PATH] [--json]\n"
-"                                             show the members seen by a running agent\n"
+"                                             members, generation, workers of a running agent\n"
+"  %1$s drain NAME [--data-dir D | --socket PATH]\n"
+"                                             re-form the job without member NAME, which\n"
+"                                             then stops its workers, leaves and exits 0\n"
+"  %1$s worker --ipc-fd N [--config F]  one training worker (the agent starts these)\n"
+"  %1$s ckpt ls DIR | show DIR [STEP] | verify DIR [STEP] [--size]\n"
+"                                             list, show or verify checkpoints\n"
 "  %1$s keygen [FILE]              make a cluster key (64 hex chars; FILE is mode 0600)\n"
 "  %1$s config [--config F] [--set K=V]...   print the effective configuration\n"
 "  %1$s version                    print the version\n"
@@ -45,6 +55,8 @@ static void usage(FILE *f) {
 "Flags of `run`:\n"
 "  --bind ADDR         UDP gossip + TCP push-pull address (default %2$s);\n"
 "                      ip:port, [ip6]:port or :port; port 0 picks a free one\n"
+"  --control-bind ADDR TCP address of the control channel (generations) (default: the\n"
+"                      --bind address with the next port, 7001; port 0 when --bind's is 0)\n"
 "  --advertise ADDR    address other agents should use for us (default: the bind\n"
 "                      address, or the first non-loopback interface when bound to 0.0.0.0)\n"
 "  --join SEEDS        host:port[,host:port...] of agents already running; a host may\n"
@@ -53,7 +65,7 @@ static void usage(FILE *f) {
 "  --name NAME         member name shown in status and logs (default: the hostname)\n"
 "  --role ROLE         worker (default) or observer (never becomes controller)\n"
 "  --tags K=V,...      free-form tags gossiped with this member (default none)\n"
-"  --data-dir DIR      node id, remembered peers, admin socket (default %3$s)\n"
+"  --data-dir DIR      node id, generation, peers, job.yaml, admin socket (default %3$s)\n"
 "  --config FILE       YAML job file; see `%1$s config` for every key and default\n"
 "  --set SECTION.KEY=VALUE\n"
 "                      override one job-file key; repeatable; applied after --config\n"
@@ -62,21 +74,32 @@ static void usage(FILE *f) {
 "  --log-format FMT    text | json (default text; logging.format)\n"
 "  -h, --help          this help\n"
 "\n"
-"Flags of `status`:\n"
+"Flags of `status` and `drain`:\n"
 "  --data-dir DIR      the running agent's data dir (default %3$s)\n"
 "  --socket PATH       its admin socket instead (default DIR/admin.sock)\n"
-"  --json              print the raw JSON document\n"
+"  --json              (status) print the raw JSON document\n"
+"\n"
+"Flags of `worker`:\n"
+"  --ipc-fd N          the agent's end of the IPC socketpair (the agent passes 3)\n"
+"  --config FILE       the job file (the agent passes DATA-DIR/job.yaml, its effective\n"
+"                      configuration with every --set applied)\n"
 "\n"
 "Examples:\n"
 "  %1$s keygen /etc/elastic-agent/cluster.key        # once; copy to every node\n"
 "  %1$s run --key-file /etc/elastic-agent/cluster.key                       # first node\n"
 "  %1$s run --key-file /etc/elastic-agent/cluster.key --join node1:7000     # the others\n"
 "  %1$s status\n"
+"  %1$s drain node7                                # scale in: node7 leaves the job\n"
 "  %1$s run --bind 127.0.0.1:0 --name n2 --data-dir /tmp/n2 --join 127.0.0.1:17001 \\\n"
-"      --set membership.probe_interval_ms=100 --log-level debug\n"
+"      --config examples/job.yaml --set train.steps=500 --log-level debug\n"
 "\n"
-"SIGTERM or SIGINT makes the agent leave the cluster gracefully (shown as `left`,\n"
-"not `dead`) and exit 0. Exit status 2 means a bad flag or value.\n",
+"Each agent starts compute.workers_per_node workers and trains the job with whichever\n"
+"nodes are alive: when one dies, drains or joins, the controller forms a new\n"
+"generation and the surviving workers continue from the step they hold.\n"
+"SIGTERM or SIGINT drains the node (the group re-forms without it, bounded by\n"
+"runtime.rendezvous_timeout_seconds), stops its workers, leaves the cluster (shown\n"
+"as `left`, not `dead`) and exits 0; a second signal skips the drain.\n"
+"Exit status 2 means a bad flag or value.\n",
           prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);
 }
 // clang-format on
@@ -168,11 +191,14 @@ enum {
   OPT_LOG_FORMAT,
   OPT_SOCKET,
   OPT_JSON,
+  OPT_CONTROL_BIND,
+  OPT_IPC_FD,
 };
 
 static const struct option run_opts[] = {
     {"bind", required_argument, 0, OPT_BIND},
     {"advertise", required_argument, 0, OPT_ADVERTISE},
+    {"control-bind", required_argument, 0, OPT_CONTROL_BIND},
     {"join", required_argument, 0, OPT_JOIN},
     {"name", required_argument, 0, OPT_NAME},
     {"role", required_argument, 0, OPT_ROLE},
@@ -236,6 +262,9 @@ static int cmd_run(int argc, char **argv) {
       case OPT_ADVERTISE:
         rc = set_str(o.advertise, sizeof o.advertise, "--advertise", optarg);
         break;
+      case OPT_CONTROL_BIND:
+        rc = set_str(o.control_bind, sizeof o.control_bind, "--control-bind", optarg);
+        break;
       case OPT_JOIN:
         rc = set_str(o.join, sizeof o.join, "--join", optarg);
         break;
@@ -279,6 +308,9 @@ static int cmd_run(int argc, char **argv) {
   ea_addr probe;
   if (rc == 0 && ea_addr_parse(o.bind, 7000, &probe) < 0)
     rc = usage_error("--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)", o.bind);
+  if (rc == 0 && o.control_bind[0] && ea_addr_parse(o.control_bind, 0, &probe) < 0)
+    rc = usage_error("--control-bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)",
+                     o.control_bind);
   if (rc == 0 && o.advertise[0] && ea_addr_parse(o.advertise, 0, &probe) < 0)
     rc = usage_error("--advertise: cannot parse '%s' (want a numeric ip:port)", o.advertise);
   if (rc == 0 && o.join[0]) rc = check_seeds(o.join);
@@ -313,6 +345,51 @@ static void scrub(ea__json *j) {
       if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     scrub(j->child);
   }
+}
+
+/* A value that may be JSON null (a loss before the first step): "-". */
+static const char *or_dash(const ea__json *j, const char *path) {
+  const ea__json *v = ea__json_get(j, path);
+  return !v || v->type == EA__J_NULL ? "-" : ea__json_str(j, path, "-");
+}
+
+/* The generation this node trains in, why, and its workers. */
+static void print_generation(const ea__json *j) {
+  const char *phase = ea__json_str(j, "generation.phase", "?");
+  printf("\ngeneration: %s %s", phase, ea__json_str(j, "generation.running", "none"));
+  const ea__json *nodes = ea__json_get(j, "generation.nodes");
+  if (nodes && nodes->n > 0) {
+    printf(", world %s (", ea__json_str(j, "generation.world", "?"));
+    for (const ea__json *n = nodes->child; n; n = n->next)
+      printf("%s%s", n == nodes->child ? "" : " ", n->text ? n->text : "?");
+    printf("), this node: rank");
+    const ea__json *ranks = ea__json_get(j, "generation.ranks");
+    if (ranks && ranks->n > 1) printf("s");
+    for (const ea__json *r = ranks ? ranks->child : NULL; r; r = r->next)
+      printf("%s%s", r == ranks->child ? " " : ",", r->text ? r->text : "?");
+  }
+  printf("; step %s, loss %s\n", ea__json_str(j, "generation.last_step", "?"),
+         or_dash(j, "generation.last_loss"));
+  printf("            %s%s\n", ea__json_str(j, "generation.reason", ""),
+         ea__json_num(j, "generation.draining", 0) ? " [draining]" : "");
+  printf(
+      "            generations committed here %s, recoveries %s, last formation %s ms, "
+      "last stall %s ms\n",
+      ea__json_str(j, "generation.committed_here", "?"),
+      ea__json_str(j, "generation.recoveries", "?"),
+      ea__json_str(j, "generation.last_formation_ms", "?"),
+      ea__json_str(j, "generation.last_stall_ms", "?"));
+  const ea__json *ws = ea__json_get(j, "workers");
+  if (!ws || ws->type != EA__J_ARR || ws->n == 0) {
+    printf("workers:    none (observer)\n\n");
+    return;
+  }
+  for (const ea__json *w = ws->child; w; w = w->next)
+    printf("%s%-2s pid %-7s %-9s step %-7s loss %-9s digest %s restarts %s\n",
+           w == ws->child ? "workers:    " : "            ", ea__json_str(w, "idx", "?"),
+           ea__json_str(w, "pid", "?"), ea__json_str(w, "state", "?"), ea__json_str(w, "step", "?"),
+           or_dash(w, "loss"), ea__json_str(w, "digest", "?"), ea__json_str(w, "restarts", "?"));
+  printf("\n");
 }
 
 static void print_status(const ea__json *j) {
@@ -351,6 +428,7 @@ static void print_status(const ea__json *j) {
            ea__json_str(j, "controller.reason", ""));
   else
     printf("\ncontroller: none — %s\n", ea__json_str(j, "controller.reason", ""));
+  print_generation(j);
   const char *t = "counters.transport.";
   char k[128];
 #define T(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
@@ -371,6 +449,23 @@ static void print_status(const ea__json *j) {
   printf("            declared dead %s, updates sent %s, stale dropped %s, health %s\n",
          S("declared_dead"), S("updates_sent"), S("stale_dropped"), S("health"));
 #undef S
+  t = "counters.rdzv.";
+#define R(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
+  printf(
+      "rdzv:       formations started %s, committed %s, failed %s; nacks sent %s, received "
+      "%s;\n            stale ignored %s, persist errors %s\n",
+      R("formations_started"), R("formations_committed"), R("formations_failed"), R("nacks_sent"),
+      R("nacks_received"), R("stale_ignored"), R("persist_errors"));
+#undef R
+  t = "counters.control.";
+#define C(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
+  printf("control:    frames in %s out %s, bytes in %s out %s; connections out %s in %s\n",
+         C("frames_in"), C("frames_out"), C("bytes_in"), C("bytes_out"), C("conns_out"),
+         C("conns_in"));
+  printf("            dropped: malformed %s, unauthenticated %s, oversize %s; send errors %s\n",
+         C("dropped_malformed"), C("dropped_unauthenticated"), C("dropped_oversize"),
+         C("send_errors"));
+#undef C
   printf("detection:  probe every %s ms, suspicion %s..%s ms, dead everywhere within %s ms\n",
          ea__json_str(j, "config.probe_interval_ms", "?"),
          ea__json_str(j, "config.suspicion_min_ms", "?"),
@@ -378,7 +473,9 @@ static void print_status(const ea__json *j) {
          ea__json_str(j, "config.detection_bound_ms", "?"));
 }
 
-static int cmd_status(int argc, char **argv) {
+/* `status` and `drain NAME`: one line to the agent's admin socket, one JSON
+ * document back. */
+static int cmd_client(int argc, char **argv, bool drain) {
   static const struct option opts[] = {
       {"data-dir", required_argument, 0, OPT_DATA_DIR},
       {"socket", required_argument, 0, OPT_SOCKET},
@@ -386,12 +483,14 @@ static int cmd_status(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
+  const char *cmd = drain ? "drain" : "status";
   char data_dir[EA_PATH_MAX] = EA__DEFAULT_DATA_DIR, sock[EA_PATH_MAX + 32] = "";
   bool json = false;
   int c, rc = 0;
   optind = 1;
   opterr = 0;
-  while (rc == 0 && (c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  /* drain takes its NAME anywhere among the flags: permute. */
+  while (rc == 0 && (c = getopt_long(argc, argv, drain ? "h" : "+h", opts, NULL)) != -1) {
     switch (c) {
       case OPT_DATA_DIR:
         rc = set_str(data_dir, sizeof data_dir, "--data-dir", optarg);
@@ -410,12 +509,22 @@ static int cmd_status(int argc, char **argv) {
         break;
     }
   }
-  if (rc == 0 && optind < argc) rc = usage_error("status: unexpected argument '%s'", argv[optind]);
+  char line[EA_NAME_MAX + 16] = "status";
+  if (rc == 0 && drain) {
+    if (optind >= argc)
+      rc = usage_error("drain: which member? (drain NAME; see `%s status`)", prog);
+    else if (!argv[optind][0] || strlen(argv[optind]) >= EA_NAME_MAX ||
+             strpbrk(argv[optind], " \t\r\n"))
+      rc = usage_error("drain: '%s' is not a member name", argv[optind]);
+    else
+      snprintf(line, sizeof line, "drain %s", argv[optind++]);
+  }
+  if (rc == 0 && optind < argc) rc = usage_error("%s: unexpected argument '%s'", cmd, argv[optind]);
   if (rc) return rc;
   if (!sock[0]) snprintf(sock, sizeof sock, "%s/%s", data_dir, EA__ADMIN_SOCK);
   char *resp = NULL, err[EA_PATH_MAX + 256];
   size_t len = 0;
-  if (ea__admin_request(sock, "status", STATUS_TIMEOUT_MS, &resp, &len, err, sizeof err) < 0) {
+  if (ea__admin_request(sock, line, STATUS_TIMEOUT_MS, &resp, &len, err, sizeof err) < 0) {
     fprintf(stderr, "%s: %s\n", prog, err);
     if (strstr(err, "no agent is running"))
       fprintf(stderr, "%s: start one with `%s run`, or point --data-dir/--socket at its data dir\n",
@@ -435,6 +544,19 @@ static int cmd_status(int argc, char **argv) {
   } else if (json) {
     fputs(resp, stdout);
     if (len == 0 || resp[len - 1] != '\n') putchar('\n');
+  } else if (drain) {
+    scrub(j);
+    const char *name = ea__json_str(j, "draining", "?");
+    if (ea__json_num(j, "self", 0))
+      printf(
+          "draining %s (this agent)%s: the group re-forms without it, then it stops its "
+          "workers, leaves the cluster and exits\n",
+          name, ea__json_num(j, "already", 0) ? ", already on its way out" : "");
+    else
+      printf(
+          "asked %s to drain: the group re-forms without it, then it stops its workers, "
+          "leaves the cluster and exits\n",
+          name);
   } else {
     scrub(j);
     print_status(j);
@@ -442,6 +564,82 @@ static int cmd_status(int argc, char **argv) {
   ea__json_free(j);
   free(resp);
   return rc;
+}
+
+/* ---- worker, ckpt -------------------------------------------------------------- */
+
+/* `worker --ipc-fd N [--config F]`: the agent starts this with its end of
+ * the socketpair; it trains until STOP or until the agent goes away. */
+static int cmd_worker(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"ipc-fd", required_argument, 0, OPT_IPC_FD},
+      {"config", required_argument, 0, OPT_CONFIG},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  const char *path = NULL;
+  long fd = -1;
+  int c, rc = 0;
+  optind = 1;
+  opterr = 0;
+  while (rc == 0 && (c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_IPC_FD: {
+        char *end;
+        fd = strtol(optarg, &end, 10);
+        if (!*optarg || *end || fd < 0 || fd > 65535)
+          rc = usage_error("--ipc-fd: expected a file descriptor number, got '%s'", optarg);
+        break;
+      }
+      case OPT_CONFIG:
+        path = optarg;
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        rc = bad_option(argv, optopt, opts);
+        break;
+    }
+  }
+  if (rc == 0 && optind < argc) rc = usage_error("worker: unexpected argument '%s'", argv[optind]);
+  if (rc == 0 && fd < 0)
+    rc = usage_error("worker: --ipc-fd is required (the agent starts workers)");
+  if (rc) return rc;
+  static ea_config cfg;
+  rc = build_config(&cfg, path, NULL, 0, NULL, NULL);
+  if (rc) return rc;
+  if (ea_log_setup(cfg.logging.level, cfg.logging.format, cfg.logging.file) < 0) {
+    fprintf(stderr, "%s: cannot set up logging to '%s'\n", prog,
+            cfg.logging.file[0] ? cfg.logging.file : "stderr");
+    return 1;
+  }
+  /* "n2/w0": the node the agent runs as, and which of its workers. */
+  const char *node = getenv("EA_NODE_NAME"), *lr = getenv("EA_LOCAL_RANK");
+  char tag[EA_NAME_MAX + 16];
+  snprintf(tag, sizeof tag, "%s/w%s", node && *node ? node : "worker", lr && *lr ? lr : "0");
+  ea_log_set_node(tag);
+  rc = ea_worker_main((int)fd, &cfg);
+  return rc == 0 ? 0 : 1;
+}
+
+static void ckpt_usage(FILE *f) {
+  fprintf(f,
+          "Usage:\n"
+          "  %1$s ckpt ls DIR                 checkpoints in DIR, newest last\n"
+          "  %1$s ckpt show DIR [STEP]        one manifest: tensors, shards, hashes\n"
+          "  %1$s ckpt verify DIR [STEP] [--size]\n"
+          "                                   re-read and hash every shard (--size: lengths only)\n"
+          "Exit status: 0 ok, 1 verification failed or nothing found, 2 usage.\n",
+          prog);
+}
+
+static int cmd_ckpt(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    ckpt_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? EXIT_USAGE : 0;
+  }
+  return ea_ckpt_cli(argc, argv);
 }
 
 /* ---- keygen, config, version ------------------------------------------------- */
@@ -560,7 +758,10 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
-  if (strcmp(cmd, "status") == 0) return cmd_status(argc - 1, argv + 1);
+  if (strcmp(cmd, "status") == 0) return cmd_client(argc - 1, argv + 1, false);
+  if (strcmp(cmd, "drain") == 0) return cmd_client(argc - 1, argv + 1, true);
+  if (strcmp(cmd, "worker") == 0) return cmd_worker(argc - 1, argv + 1);
+  if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
   if (strcmp(cmd, "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
   if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0) {
@@ -571,5 +772,7 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  return usage_error("unknown command '%s' (commands: run, status, keygen, config, version)", cmd);
+  return usage_error(
+      "unknown command '%s' (commands: run, status, drain, worker, ckpt, keygen, config, version)",
+      cmd);
 }

@@ -73,6 +73,9 @@ typedef struct {
   uint64_t seed;              /* seeds the core's probe order and the join jitter */
   uint32_t join_retry_max_ms; /* backoff ceiling; 0 = 5000 */
   uint32_t sync_timeout_ms;   /* 0 = EA_TRANSPORT_SYNC_TIMEOUT_MS */
+  uint16_t control_port;      /* TCP port of the agent's control channel, advertised
+                                 in meta.control with the advertised gossip ip;
+                                 0 = the gossip port */
   void *ctx;
   /* A member changed state; called from inside the core (see above). */
   void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);
@@ -110,6 +113,8 @@ void ea_transport_set_meta(ea_transport *t, const ea_meta *meta);
 void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out);
 /* The advertised gossip address (also the TCP push-pull address). */
 const ea_addr *ea_transport_addr(const ea_transport *t);
+/* The advertised control address (meta.control). */
+const ea_addr *ea_transport_control(const ea_transport *t);
 /* The address the sockets are bound to (may be 0.0.0.0). */
 const ea_addr *ea_transport_bound(const ea_transport *t);
 bool ea_transport_has_key(const ea_transport *t);

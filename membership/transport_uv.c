@@ -70,6 +70,7 @@ struct ea_transport {
   uint8_t key[EA_KEY_BYTES];
   ea_node_id self;
   ea_addr bound, gossip;
+  ea_addr control; /* advertised in meta.control: gossip, or its ip with opts.control_port */
   ea_addr *local; /* our interface addresses, for skipping ourselves as a seed */
   size_t nlocal;
   void *ctx;
@@ -1216,6 +1217,8 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   } else {
     t->gossip = t->bound;
   }
+  t->control = t->gossip;
+  if (o->control_port) t->control.port = o->control_port;
 
   uv_udp_init(loop, &t->udp);
   uv_tcp_init(loop, &t->listener);
@@ -1233,7 +1236,7 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   if (rc == 0) {
     ea_meta meta = o->meta;
     meta.gossip = t->gossip;
-    meta.control = t->gossip;
+    meta.control = t->control;
     ea_swim_io io = {.ctx = t, .send = io_send, .sync = io_sync, .on_change = io_on_change};
     t->swim = ea_swim_new(&t->cfg, &t->self, &meta, &io, o->seed, uv_now(loop));
     if (!t->swim) step = "swim", rc = UV_ENOMEM;
@@ -1290,7 +1293,7 @@ void ea_transport_set_meta(ea_transport *t, const ea_meta *meta) {
   if (t->closing) return;
   ea_meta m = *meta;
   m.gossip = t->gossip;
-  m.control = t->gossip;
+  m.control = t->control;
   ea_swim_set_meta(t->swim, uv_now(t->loop), &m);
   rearm(t);
 }
@@ -1300,6 +1303,9 @@ void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out) {
 }
 const ea_addr *ea_transport_addr(const ea_transport *t) {
   return &t->gossip;
+}
+const ea_addr *ea_transport_control(const ea_transport *t) {
+  return &t->control;
 }
 const ea_addr *ea_transport_bound(const ea_transport *t) {
   return &t->bound;

@@ -138,8 +138,10 @@ PY
 }
 a=$(admin $'help\n') || fail "admin help"
 assert_contains "$a" '"name": "status"' "admin help lists status"
-a=$(admin $'drain everything\n') || fail "admin unknown command"
-assert_contains "$a" "unknown command 'drain'" "admin unknown command"
+a=$(admin $'frobnicate everything\n') || fail "admin unknown command"
+assert_contains "$a" "unknown command 'frobnicate'" "admin unknown command"
+a=$(admin $'drain nobody\n') || fail "admin drain of an unknown member"
+assert_contains "$a" "no alive member named 'nobody'" "admin drain of an unknown member"
 a=$(admin "$(head -c 3000 /dev/zero | tr '\0' x)") || fail "admin long line"
 assert_contains "$a" "too long" "admin long line"
 a=$(admin 'status') || fail "admin status without newline (EOF ends the line)"

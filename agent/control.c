@@ -1,0 +1,623 @@
+/* control.c — the agent's control channel: rendezvous messages (ea_rdzv.h)
+ * between agents over TCP, on the agent's libuv loop.
+ *
+ * Why a listener of its own rather than frames multiplexed on the gossip
+ * push-pull port: push-pull is one request, one answer, close, with a 5 s
+ * deadline; control traffic is a stream of small messages that must not wait
+ * for a handshake each time (a formation is PREPARE → READY → COMMIT to every
+ * member, and recovery time is what this project sells).  Sharing the port
+ * would mean sniffing the first frame to tell the two apart inside the
+ * transport.  A second port is one more line in the firewall and none in
+ * the membership code.  The agent listens on the gossip port + 1 by default
+ * and advertises the address in meta.control, so peers never guess it.
+ *
+ *   sender                                    receiver
+ *   connect (cached per peer) ─────────────▶  accept
+ *   [u32 BE len][0xEA | rdzv msg]  ───────▶   read, open, decode, deliver
+ *   [u32 BE len][0xEB | nonce | AEAD] ─────▶  (sealed with the cluster key)
+ *
+ * Connections are one-way: a sender keeps one outgoing connection per peer
+ * and reuses it; the receiver never writes.  The sender still reads, to see
+ * the peer close (EOF) and drop the connection at once instead of learning
+ * it from the next write.  Delivery is best effort, as ea_rdzv_io.send
+ * allows: a frame that cannot be written (connect refused or timed out,
+ * reset, queue full) is dropped and counted; the protocol re-sends what
+ * matters or times out.  Frames longer than CTL_MAX_FRAME are refused
+ * before any payload is buffered, and the receive buffer grows only with
+ * bytes that arrived.  Malformed and unauthenticated input is counted and
+ * dropped, never fatal; the connection it came on is closed, since a stream
+ * cannot be re-synchronised after a bad length.
+ *
+ * Lifetimes: every connection owns a TCP handle and a timer and is freed in
+ * the close callback of the last of them; libuv completes pending writes
+ * (with UV_ECANCELED) before it closes a stream, so a write request never
+ * outlives its connection.  ea__ctl_close() closes everything and calls
+ * `closed` once the last handle is gone.
+ */
+#include "agent.h"
+
+#include "ea_log.h"
+#include "ea_rdzv.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A COMMIT of EA_RDZV_MAX_WORLD ranks fits EA_WIRE_MAX_FRAME (ea_rdzv.h);
+ * sealing adds its overhead.  Anything longer is refused unread. */
+#define CTL_MAX_FRAME (EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD)
+/* A connect on a LAN completes in well under a millisecond; a lost SYN is
+ * retried by the kernel after 1 s.  3 s covers one retry, and a message
+ * that waited longer is stale for a protocol that re-sends every second. */
+#define CTL_CONNECT_TIMEOUT_MS 3000
+/* An idle outgoing connection is closed by its sender after a minute (the
+ * sender closes first, so it never writes into a connection the receiver
+ * is closing); the receiver drops one idle for twice that, so a peer that
+ * vanished without a FIN does not hold a descriptor for ever. */
+#define CTL_OUT_IDLE_MS 60000
+#define CTL_IN_IDLE_MS 120000
+/* Connections kept per direction.  A controller talks to every member, so
+ * the cap is about the largest cluster expected to share one controller;
+ * past it the connection idle the longest is closed (and reopened by its
+ * sender when next needed), so the cap costs latency, never correctness. */
+#define CTL_MAX_CONNS 512
+/* Bytes waiting for a connect to finish, per peer: a formation sends a
+ * handful of frames; 32 MiB holds two of the largest COMMITs. */
+#define CTL_QUEUE_MAX (32u << 20)
+/* Read granularity; frames are assembled from these. */
+#define CTL_READ_CHUNK 65536
+/* Warnings about bad input are rate-limited to one per second. */
+#define CTL_WARN_INTERVAL_MS 1000
+
+typedef struct cconn cconn;
+
+typedef struct wbuf {
+  uv_write_t req;
+  struct wbuf *next; /* pending queue, while connecting */
+  cconn *conn;
+  size_t len;
+  uint8_t data[];
+} wbuf;
+
+struct cconn {
+  ea__ctl *c;
+  cconn *prev, *next;
+  bool outgoing;
+  ea_node_id peer; /* outgoing: who it is to */
+  ea_addr addr;    /* outgoing: where */
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_connect_t creq;
+  int open; /* handles not yet closed */
+  bool connected, closing;
+  wbuf *qhead, *qtail; /* frames waiting for the connect */
+  size_t qbytes;
+  uint8_t *rbuf; /* incoming: bytes of the frame being assembled */
+  size_t rlen, rcap;
+  uint64_t last_ms;
+};
+
+struct ea__ctl {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  bool listening, closing;
+  int open; /* handles of the ctl itself (the listener) not yet closed */
+  ea_addr bound;
+  bool have_key;
+  uint8_t key[EA_KEY_BYTES];
+  ea__ctl_recv_fn on_msg;
+  ea__ctl_frame_fn on_frame;
+  void *ctx;
+  cconn *conns;
+  size_t nout, nin;
+  ea__ctl_stats st;
+  uint64_t warn_ms;
+  void (*closed)(void *ctx);
+  void *closed_ctx;
+  uint8_t chunk[CTL_READ_CHUNK];
+};
+
+static void maybe_free(ea__ctl *c) {
+  if (!c->closing || c->open > 0 || c->conns) return;
+  void (*closed)(void *) = c->closed;
+  void *ctx = c->closed_ctx;
+  memset(c->key, 0, sizeof c->key);
+  free(c);
+  if (closed) closed(ctx);
+}
+
+/* Unauthenticated input is a warning (a misconfigured key is worth
+ * seeing); malformed and oversize input is noise an attacker controls, so
+ * debug only, as in the gossip transport. */
+static void warn_bad(ea__ctl *c, const char *what, const char *detail) {
+  uint64_t now = uv_now(c->loop);
+  if (c->warn_ms && now - c->warn_ms < CTL_WARN_INTERVAL_MS) return;
+  c->warn_ms = now;
+  ea_log(strcmp(what, "unauthenticated") == 0 ? EA_LOG_WARN : EA_LOG_DEBUG, "control",
+         "dropped a frame (%s): %s", what, detail);
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+static void conn_handle_closed(uv_handle_t *h) {
+  cconn *k = h->data;
+  if (--k->open > 0) return;
+  ea__ctl *c = k->c;
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    c->conns = k->next;
+  if (k->next) k->next->prev = k->prev;
+  free(k->rbuf);
+  free(k);
+  maybe_free(c);
+}
+
+static void conn_close(cconn *k) {
+  if (k->closing) return;
+  k->closing = true;
+  ea__ctl *c = k->c;
+  if (k->outgoing)
+    c->nout--;
+  else
+    c->nin--;
+  /* Frames that never left: the connect failed or we are shutting down. */
+  for (wbuf *b = k->qhead; b;) {
+    wbuf *n = b->next;
+    if (!c->closing) c->st.send_errors++;
+    free(b);
+    b = n;
+  }
+  k->qhead = k->qtail = NULL;
+  k->qbytes = 0;
+  uv_close((uv_handle_t *)&k->timer, conn_handle_closed);
+  uv_close((uv_handle_t *)&k->tcp, conn_handle_closed);
+}
+
+static void conn_timer_cb(uv_timer_t *t) {
+  cconn *k = t->data;
+  uint64_t now = uv_now(k->c->loop);
+  uint64_t limit = !k->outgoing   ? CTL_IN_IDLE_MS
+                   : k->connected ? CTL_OUT_IDLE_MS
+                                  : CTL_CONNECT_TIMEOUT_MS;
+  if (now - k->last_ms >= limit) {
+    if (k->outgoing && !k->connected) {
+      char a[64];
+      ea_addr_str(&k->addr, a, sizeof a);
+      ea_log(EA_LOG_DEBUG, "control", "connect to %s timed out after %u ms", a,
+             CTL_CONNECT_TIMEOUT_MS);
+    }
+    conn_close(k);
+    return;
+  }
+  uv_timer_start(&k->timer, conn_timer_cb, limit - (now - k->last_ms), 0);
+}
+
+static cconn *conn_new(ea__ctl *c, bool outgoing) {
+  /* At the cap, make room by closing the connection idle the longest. */
+  size_t n = outgoing ? c->nout : c->nin;
+  if (n >= CTL_MAX_CONNS) {
+    cconn *oldest = NULL;
+    for (cconn *k = c->conns; k; k = k->next)
+      if (!k->closing && k->outgoing == outgoing && (!oldest || k->last_ms < oldest->last_ms))
+        oldest = k;
+    if (oldest) conn_close(oldest);
+  }
+  cconn *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  k->c = c;
+  k->outgoing = outgoing;
+  k->last_ms = uv_now(c->loop);
+  uv_tcp_init(c->loop, &k->tcp);
+  uv_timer_init(c->loop, &k->timer);
+  k->tcp.data = k->timer.data = k;
+  k->open = 2;
+  k->next = c->conns;
+  if (c->conns) c->conns->prev = k;
+  c->conns = k;
+  if (outgoing)
+    c->nout++;
+  else
+    c->nin++;
+  return k;
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* One whole frame (after the length): open, decode, deliver.  Returns false
+ * when the connection must be closed (bad input). */
+static bool frame_in(ea__ctl *c, const uint8_t *p, size_t n) {
+  c->st.frames_in++;
+  uint8_t *plain = NULL;
+  if (n == 0) {
+    c->st.dropped_malformed++;
+    warn_bad(c, "malformed", "empty frame");
+    return false;
+  }
+  if (c->have_key) {
+    if (p[0] != EA_WIRE_MAGIC_SEALED) {
+      c->st.dropped_unauthenticated++;
+      warn_bad(c, "unauthenticated", "not sealed, and this agent has a cluster key");
+      return false;
+    }
+    plain = malloc(n);
+    size_t pl = 0;
+    if (!plain) return false;
+    if (ea_wire_open(c->key, p, n, plain, n, &pl) != 0) {
+      free(plain);
+      c->st.dropped_unauthenticated++;
+      warn_bad(c, "unauthenticated", "does not open with this cluster key");
+      return false;
+    }
+    p = plain;
+    n = pl;
+  } else if (p[0] == EA_WIRE_MAGIC_SEALED) {
+    c->st.dropped_unauthenticated++;
+    warn_bad(c, "unauthenticated", "sealed, and this agent has no cluster key");
+    return false;
+  }
+  /* Another codec sharing the channel (its own message types) takes its
+   * frames first. */
+  if (c->on_frame && c->on_frame(c->ctx, p, n)) {
+    free(plain);
+    return true;
+  }
+  ea_rdzv_msg m;
+  const char *why = "?";
+  int rc = ea_rdzv_decode(p, n, &m, &why);
+  free(plain);
+  if (rc != 0) {
+    c->st.dropped_malformed++;
+    warn_bad(c, "malformed", why);
+    return false;
+  }
+  if (c->on_msg) c->on_msg(c->ctx, &m);
+  ea_rdzv_msg_release(&m);
+  return true;
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  cconn *k = h->data;
+  *buf = uv_buf_init((char *)k->c->chunk, sizeof k->c->chunk);
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  cconn *k = s->data;
+  ea__ctl *c = k->c;
+  if (nread == 0) return;
+  if (nread < 0 || k->closing) {
+    conn_close(k); /* EOF or error: the peer is gone or closed first */
+    return;
+  }
+  k->last_ms = uv_now(c->loop);
+  if (k->outgoing) return; /* the receiver never writes; ignore */
+  c->st.bytes_in += (uint64_t)nread;
+  const uint8_t *in = (const uint8_t *)buf->base;
+  size_t left = (size_t)nread;
+  while (left > 0 && !k->closing && !c->closing) {
+    /* How much this frame still needs: its 4-byte length first. */
+    size_t want = 4;
+    if (k->rlen >= 4) {
+      uint32_t flen = be32(k->rbuf);
+      want = 4 + (size_t)flen;
+    }
+    size_t take = want - k->rlen < left ? want - k->rlen : left;
+    if (k->rlen + take > k->rcap) {
+      size_t cap = k->rcap ? k->rcap : 4096;
+      while (cap < k->rlen + take) cap *= 2;
+      if (cap > 4 + (size_t)CTL_MAX_FRAME) cap = 4 + (size_t)CTL_MAX_FRAME;
+      uint8_t *nb = realloc(k->rbuf, cap);
+      if (!nb) {
+        conn_close(k);
+        return;
+      }
+      k->rbuf = nb;
+      k->rcap = cap;
+    }
+    memcpy(k->rbuf + k->rlen, in, take);
+    k->rlen += take;
+    in += take;
+    left -= take;
+    if (k->rlen == 4) {
+      uint32_t flen = be32(k->rbuf);
+      if (flen > CTL_MAX_FRAME) {
+        c->st.dropped_oversize++;
+        char d[96];
+        snprintf(d, sizeof d, "announces %u bytes, limit %u", flen, (unsigned)CTL_MAX_FRAME);
+        warn_bad(c, "oversize", d);
+        conn_close(k);
+        return;
+      }
+      if (flen == 0) {
+        c->st.dropped_malformed++;
+        warn_bad(c, "malformed", "zero length");
+        conn_close(k);
+        return;
+      }
+      continue;
+    }
+    if (k->rlen >= 4 && k->rlen == 4 + (size_t)be32(k->rbuf)) {
+      bool ok = frame_in(c, k->rbuf + 4, k->rlen - 4);
+      k->rlen = 0;
+      /* Frames are small in steady state: give back a buffer a large
+       * COMMIT grew, instead of pinning megabytes per idle connection. */
+      if (k->rcap > (1u << 20)) {
+        free(k->rbuf);
+        k->rbuf = NULL;
+        k->rcap = 0;
+      }
+      if (!ok) {
+        conn_close(k);
+        return;
+      }
+    }
+  }
+}
+
+static void on_accept(uv_stream_t *server, int status) {
+  ea__ctl *c = server->data;
+  if (status < 0 || c->closing) return;
+  cconn *k = conn_new(c, false);
+  if (!k) return;
+  if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
+    conn_close(k);
+    return;
+  }
+  c->st.accepted++;
+  uv_tcp_nodelay(&k->tcp, 1);
+  uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);
+  uv_timer_start(&k->timer, conn_timer_cb, CTL_IN_IDLE_MS, 0);
+}
+
+/* ---- sending ----------------------------------------------------------------- */
+
+static void write_done(uv_write_t *req, int status) {
+  wbuf *b = (wbuf *)req;
+  cconn *k = b->conn;
+  ea__ctl *c = k->c;
+  if (status == 0) {
+    c->st.frames_out++;
+    c->st.bytes_out += b->len;
+  } else if (status != UV_ECANCELED || !c->closing) {
+    c->st.send_errors++;
+    if (!k->closing) {
+      char a[64];
+      ea_addr_str(&k->addr, a, sizeof a);
+      ea_log(EA_LOG_DEBUG, "control", "write to %s: %s", a, uv_strerror(status));
+    }
+    conn_close(k);
+  }
+  free(b);
+}
+
+static void write_now(cconn *k, wbuf *b) {
+  b->conn = k;
+  uv_buf_t ub = uv_buf_init((char *)b->data, (unsigned)b->len);
+  k->last_ms = uv_now(k->c->loop);
+  if (uv_write(&b->req, (uv_stream_t *)&k->tcp, &ub, 1, write_done) != 0) {
+    k->c->st.send_errors++;
+    free(b);
+    conn_close(k);
+  }
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  cconn *k = req->data;
+  ea__ctl *c = k->c;
+  if (k->closing) return;
+  if (status < 0) {
+    char a[64];
+    ea_addr_str(&k->addr, a, sizeof a);
+    ea_log(EA_LOG_DEBUG, "control", "connect to %s: %s", a, uv_strerror(status));
+    conn_close(k); /* counts the queued frames as send errors */
+    return;
+  }
+  k->connected = true;
+  c->st.connects++;
+  uv_tcp_nodelay(&k->tcp, 1);
+  uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);
+  k->last_ms = uv_now(c->loop);
+  uv_timer_start(&k->timer, conn_timer_cb, CTL_OUT_IDLE_MS, 0);
+  wbuf *b = k->qhead;
+  k->qhead = k->qtail = NULL;
+  k->qbytes = 0;
+  while (b) {
+    wbuf *n = b->next;
+    if (k->closing) {
+      c->st.send_errors++;
+      free(b);
+    } else {
+      write_now(k, b);
+    }
+    b = n;
+  }
+}
+
+static cconn *find_out(ea__ctl *c, const ea_node_id *to) {
+  for (cconn *k = c->conns; k; k = k->next)
+    if (k->outgoing && !k->closing && ea_node_id_cmp(&k->peer, to) == 0) return k;
+  return NULL;
+}
+
+void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const ea_rdzv_msg *m) {
+  if (!c || c->closing) return;
+  uint8_t *plain = NULL;
+  size_t plen = 0;
+  int rc = ea_rdzv_encode(m, &plain, &plen);
+  if (rc != 0) {
+    c->st.encode_errors++;
+    ea_log(EA_LOG_ERROR, "control", "cannot encode %s: %s", ea_rdzv_msg_type_str(m->type),
+           strerror(-rc));
+    return;
+  }
+  ea__ctl_send_bytes(c, to, addr, plain, plen);
+  free(plain);
+}
+
+void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const uint8_t *plain,
+                        size_t plen) {
+  if (!c || c->closing) return;
+  if (!addr || (addr->family != 4 && addr->family != 6) || addr->port == 0) {
+    c->st.send_errors++;
+    return;
+  }
+  if (plen == 0 || plain[0] != EA_WIRE_MAGIC_PLAIN) {
+    c->st.encode_errors++;
+    return;
+  }
+  size_t body = c->have_key ? plen + EA_WIRE_SEAL_OVERHEAD : plen;
+  wbuf *b = malloc(sizeof *b + 4 + body);
+  if (!b) {
+    c->st.send_errors++;
+    return;
+  }
+  b->next = NULL;
+  size_t flen = plen;
+  int rc;
+  if (c->have_key) {
+    rc = ea_wire_seal(c->key, plain, plen, b->data + 4, body, &flen);
+    if (rc != 0) {
+      free(b);
+      c->st.encode_errors++;
+      return;
+    }
+  } else {
+    memcpy(b->data + 4, plain, plen);
+  }
+  if (flen > CTL_MAX_FRAME) {
+    free(b);
+    c->st.encode_errors++;
+    return;
+  }
+  b->data[0] = (uint8_t)(flen >> 24);
+  b->data[1] = (uint8_t)(flen >> 16);
+  b->data[2] = (uint8_t)(flen >> 8);
+  b->data[3] = (uint8_t)flen;
+  b->len = 4 + flen;
+
+  cconn *k = find_out(c, to);
+  if (k && !ea_addr_eq(&k->addr, addr)) { /* it moved (restarted elsewhere) */
+    conn_close(k);
+    k = NULL;
+  }
+  if (!k) {
+    struct sockaddr_storage ss;
+    if (ea_addr_to_sockaddr(addr, &ss) == 0 || !(k = conn_new(c, true))) {
+      free(b);
+      c->st.send_errors++;
+      return;
+    }
+    k->peer = *to;
+    k->addr = *addr;
+    k->creq.data = k;
+    rc = uv_tcp_connect(&k->creq, &k->tcp, (const struct sockaddr *)&ss, on_connect);
+    if (rc != 0) {
+      free(b);
+      c->st.send_errors++;
+      conn_close(k);
+      return;
+    }
+    uv_timer_start(&k->timer, conn_timer_cb, CTL_CONNECT_TIMEOUT_MS, 0);
+  }
+  if (k->connected) {
+    write_now(k, b);
+    return;
+  }
+  if (k->qbytes + b->len > CTL_QUEUE_MAX) {
+    free(b);
+    c->st.send_errors++;
+    return;
+  }
+  if (k->qtail)
+    k->qtail->next = b;
+  else
+    k->qhead = b;
+  k->qtail = b;
+  k->qbytes += b->len;
+}
+
+/* ---- start / close ---------------------------------------------------------- */
+
+static void listener_closed(uv_handle_t *h) {
+  ea__ctl *c = h->data;
+  c->open--;
+  maybe_free(c);
+}
+
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea__ctl_recv_fn on_msg,
+                  void *ctx, ea__ctl **out, char *err, size_t errlen) {
+  *out = NULL;
+  ea__ctl *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "control: out of memory");
+    return -ENOMEM;
+  }
+  c->loop = loop;
+  c->on_msg = on_msg;
+  c->ctx = ctx;
+  if (key) {
+    c->have_key = true;
+    memcpy(c->key, key, EA_KEY_BYTES);
+  }
+  struct sockaddr_storage ss;
+  if (ea_addr_to_sockaddr(bind, &ss) == 0) {
+    free(c);
+    snprintf(err, errlen, "control: no address to bind");
+    return -EINVAL;
+  }
+  uv_tcp_init(loop, &c->listener);
+  c->listener.data = c;
+  c->open = 1;
+  const char *step = "bind";
+  int rc = uv_tcp_bind(&c->listener, (const struct sockaddr *)&ss, 0);
+  if (rc == 0) step = "listen", rc = uv_listen((uv_stream_t *)&c->listener, 128, on_accept);
+  if (rc == 0) {
+    struct sockaddr_storage got;
+    int len = sizeof got;
+    step = "getsockname";
+    rc = uv_tcp_getsockname(&c->listener, (struct sockaddr *)&got, &len);
+    if (rc == 0) ea_addr_from_sockaddr((const struct sockaddr *)&got, &c->bound);
+  }
+  if (rc != 0) {
+    char a[64];
+    ea_addr_str(bind, a, sizeof a);
+    snprintf(err, errlen, "control channel: %s %s (tcp): %s%s", step, a, uv_strerror(rc),
+             rc == UV_EADDRINUSE ? " (choose another port with --control-bind)" : "");
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->listener, listener_closed); /* frees c */
+    return rc;
+  }
+  c->listening = true;
+  *out = c;
+  return 0;
+}
+
+void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn) {
+  c->on_frame = fn;
+}
+
+const ea_addr *ea__ctl_bound(const ea__ctl *c) {
+  return &c->bound;
+}
+
+void ea__ctl_stats_get(const ea__ctl *c, ea__ctl_stats *out) {
+  *out = c->st;
+  out->conns_out = c->nout;
+  out->conns_in = c->nin;
+}
+
+void ea__ctl_close(ea__ctl *c, void (*closed)(void *ctx), void *ctx) {
+  if (!c || c->closing) return;
+  c->closing = true;
+  c->closed = closed;
+  c->closed_ctx = ctx;
+  for (cconn *k = c->conns; k; k = k->next) conn_close(k);
+  uv_close((uv_handle_t *)&c->listener, listener_closed);
+}

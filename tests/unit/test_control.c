@@ -1,0 +1,443 @@
+/* Check suite for the agent's control channel (agent/control.c): real
+ * listeners on one libuv loop, 127.0.0.1, ephemeral ports.
+ *
+ * Promises asserted: messages arrive decoded, equal to what was sent, in
+ * order, over one reused connection (a COMMIT with its arrays too); with a
+ * cluster key they are sealed and still arrive, while a receiver with
+ * another key or none — or a keyed receiver given plaintext — delivers
+ * nothing and counts dropped_unauthenticated; a raw peer's zero length,
+ * oversize length and undecodable payload are counted and cut off, while a
+ * valid frame dribbled in one byte per write is assembled and delivered;
+ * a send to a port nobody listens on is dropped and counted, never fatal;
+ * a peer that restarts elsewhere is reached at its new address; frames of
+ * another codec sharing the channel go to the frame hook and the rest are
+ * still decoded as rendezvous messages; closing
+ * with connections open leaves no handle on the loop.  Every wait polls a
+ * condition with a deadline; nothing is random.
+ */
+#include "ea_rdzv.h"
+#include "ea_transport.h"
+
+#include "../../agent/agent.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Loopback delivery takes well under a millisecond; shared CI machines
+ * are slow, so the deadline is generous. */
+#define WAIT_MS 5000
+
+typedef struct {
+  ea__ctl *c;
+  int got;
+  ea_rdzv_msg last[8]; /* scalar fields of the last few messages */
+  uint32_t commit_world, commit_nodes;
+  char commit_name1[EA_NAME_MAX];
+  uint64_t commit_step2;
+  bool closed;
+} peer;
+
+static void on_msg(void *ctx, const ea_rdzv_msg *m) {
+  peer *p = ctx;
+  ea_rdzv_msg *slot = &p->last[p->got % 8];
+  *slot = *m;
+  slot->plan.nodes = NULL; /* arrays are valid during the call only */
+  slot->plan.ranks = NULL;
+  if (m->type == EA_RDZV_COMMIT) {
+    p->commit_world = m->plan.world;
+    p->commit_nodes = m->plan.nnodes;
+    snprintf(p->commit_name1, sizeof p->commit_name1, "%s", m->plan.nodes[1].name);
+    p->commit_step2 = m->plan.ranks[2].step;
+  }
+  p->got++;
+}
+
+static void on_closed(void *ctx) {
+  ((peer *)ctx)->closed = true;
+}
+
+static void tick(uv_timer_t *t) {
+  (void)t;
+}
+
+static bool run_until(uv_loop_t *loop, bool (*pred)(void *), void *ctx, uint64_t ms) {
+  uv_timer_t guard;
+  uv_timer_init(loop, &guard);
+  uv_timer_start(&guard, tick, 5, 5);
+  uv_update_time(loop);
+  uint64_t deadline = uv_now(loop) + ms;
+  bool ok;
+  while (!(ok = pred(ctx)) && uv_now(loop) < deadline) uv_run(loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&guard, NULL);
+  uv_run(loop, UV_RUN_NOWAIT);
+  return ok;
+}
+
+static void start(uv_loop_t *loop, peer *p, const uint8_t *key) {
+  memset(p, 0, sizeof *p);
+  ea_addr bind;
+  ck_assert_int_eq(ea_addr_parse("127.0.0.1:0", 0, &bind), 0);
+  char err[256];
+  int rc = ea__ctl_start(loop, &bind, key, on_msg, p, &p->c, err, sizeof err);
+  ck_assert_msg(rc == 0, "start: %s", err);
+  ck_assert_uint_ne(ea__ctl_bound(p->c)->port, 0);
+}
+
+static void close_peer(uv_loop_t *loop, peer *p) {
+  ea__ctl_close(p->c, on_closed, p);
+  for (int i = 0; i < 100 && !p->closed; i++) uv_run(loop, UV_RUN_NOWAIT);
+  ck_assert(p->closed);
+}
+
+static ea__ctl_stats stats(const peer *p) {
+  ea__ctl_stats s;
+  ea__ctl_stats_get(p->c, &s);
+  return s;
+}
+
+static ea_node_id idof(uint8_t b) {
+  ea_node_id id;
+  memset(id.b, b, sizeof id.b);
+  return id;
+}
+
+typedef struct {
+  peer *p;
+  int want;
+} got_arg;
+static bool got_n(void *ctx) {
+  got_arg *g = ctx;
+  return g->p->got >= g->want;
+}
+
+typedef struct {
+  peer *p;
+  uint64_t malformed, unauth, oversize, send_errors;
+} cnt_arg;
+static bool counted(void *ctx) {
+  cnt_arg *a = ctx;
+  ea__ctl_stats s = stats(a->p);
+  return s.dropped_malformed >= a->malformed && s.dropped_unauthenticated >= a->unauth &&
+         s.dropped_oversize >= a->oversize && s.send_errors >= a->send_errors;
+}
+
+static ea_rdzv_msg report(uint64_t term, uint8_t flags) {
+  ea_rdzv_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_REPORT;
+  m.src = idof(1);
+  m.gen.term = term;
+  m.gen.ctrl = idof(9);
+  m.accepted = m.gen;
+  m.flags = flags;
+  return m;
+}
+
+START_TEST(test_roundtrip_in_order_one_connection) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b;
+  start(&loop, &a, NULL);
+  start(&loop, &b, NULL);
+  ea_node_id bid = idof(2);
+  for (int i = 0; i < 5; i++) {
+    ea_rdzv_msg m = report(10 + (uint64_t)i, EA_RDZV_F_RUNNING);
+    ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  }
+  /* A COMMIT with its plan arrays. */
+  ea_rdzv_node nodes[3];
+  ea_rdzv_worker ranks[3];
+  memset(nodes, 0, sizeof nodes);
+  memset(ranks, 0, sizeof ranks);
+  for (int i = 0; i < 3; i++) {
+    nodes[i].id = idof((uint8_t)(20 + i));
+    snprintf(nodes[i].name, sizeof nodes[i].name, "node-%d", i);
+    nodes[i].control = *ea__ctl_bound(b.c);
+    ranks[i].listen = *ea__ctl_bound(a.c);
+    ranks[i].step = 100 + (uint64_t)i;
+  }
+  ea_rdzv_msg cm;
+  memset(&cm, 0, sizeof cm);
+  cm.type = EA_RDZV_COMMIT;
+  cm.src = idof(1);
+  cm.gen.term = 15;
+  cm.gen.ctrl = idof(1);
+  cm.plan.gen = cm.gen;
+  cm.plan.nnodes = 3;
+  cm.plan.wpn = 1;
+  cm.plan.world = 3;
+  cm.plan.nodes = nodes;
+  cm.plan.ranks = ranks;
+  cm.plan.has_sync = true;
+  cm.plan.sync_rank = 2;
+  cm.plan.sync_step = 102;
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &cm);
+  got_arg g = {&b, 6};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "only %d of 6 delivered", b.got);
+  for (int i = 0; i < 5; i++) {
+    ck_assert_int_eq(b.last[i].type, EA_RDZV_REPORT);
+    ck_assert_uint_eq(b.last[i].gen.term, 10 + (uint64_t)i); /* in order */
+    ck_assert_int_eq(b.last[i].flags, EA_RDZV_F_RUNNING);
+    ea_node_id one = idof(1);
+    ck_assert(ea_node_id_cmp(&b.last[i].src, &one) == 0);
+  }
+  ck_assert_int_eq(b.last[5].type, EA_RDZV_COMMIT);
+  ck_assert_uint_eq(b.commit_world, 3);
+  ck_assert_uint_eq(b.commit_nodes, 3);
+  ck_assert_str_eq(b.commit_name1, "node-1");
+  ck_assert_uint_eq(b.commit_step2, 102);
+  ea__ctl_stats sa = stats(&a), sb = stats(&b);
+  ck_assert_uint_eq(sa.connects, 1); /* reused */
+  ck_assert_uint_eq(sa.frames_out, 6);
+  ck_assert_uint_eq(sb.frames_in, 6);
+  ck_assert_uint_eq(sb.accepted, 1);
+  ck_assert_uint_eq(sb.bytes_in, sa.bytes_out);
+  ck_assert_uint_eq(sa.send_errors + sb.dropped_malformed + sb.dropped_unauthenticated, 0);
+  ck_assert_uint_eq(a.got, 0); /* one-way: the receiver never writes */
+  close_peer(&loop, &a);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+START_TEST(test_sealed) {
+  uint8_t k1[EA_KEY_BYTES], k2[EA_KEY_BYTES];
+  memset(k1, 0x11, sizeof k1);
+  memset(k2, 0x22, sizeof k2);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b, other, plain;
+  start(&loop, &a, k1);
+  start(&loop, &b, k1);
+  start(&loop, &other, k2);
+  start(&loop, &plain, NULL);
+  ea_rdzv_msg m = report(7, EA_RDZV_F_DRAINING);
+  ea_node_id bid = idof(2), oid = idof(3), pid = idof(4);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "sealed message not delivered");
+  ck_assert_uint_eq(b.last[0].gen.term, 7);
+  ck_assert_int_eq(b.last[0].flags, EA_RDZV_F_DRAINING);
+  /* Another key, no key, and plaintext to a keyed receiver. */
+  ea__ctl_send(a.c, &oid, ea__ctl_bound(other.c), &m);
+  ea__ctl_send(a.c, &pid, ea__ctl_bound(plain.c), &m);
+  ea__ctl_send(plain.c, &bid, ea__ctl_bound(b.c), &m);
+  cnt_arg c1 = {&other, 0, 1, 0, 0}, c2 = {&plain, 0, 1, 0, 0}, c3 = {&b, 0, 1, 0, 0};
+  ck_assert_msg(run_until(&loop, counted, &c1, WAIT_MS), "other key: not counted");
+  ck_assert_msg(run_until(&loop, counted, &c2, WAIT_MS), "no key: not counted");
+  ck_assert_msg(run_until(&loop, counted, &c3, WAIT_MS), "plaintext to keyed: not counted");
+  ck_assert_int_eq(other.got, 0);
+  ck_assert_int_eq(plain.got, 0);
+  ck_assert_int_eq(b.got, 1);
+  close_peer(&loop, &a);
+  close_peer(&loop, &b);
+  close_peer(&loop, &other);
+  close_peer(&loop, &plain);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* A raw blocking client: the kernel completes the handshake from the
+ * listen backlog, so connect() returns before the loop runs. */
+static int raw_connect(const ea_addr *to) {
+  struct sockaddr_storage ss;
+  socklen_t len = ea_addr_to_sockaddr(to, &ss);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&ss, len), 0);
+  return fd;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+typedef struct {
+  int fd;
+} eof_arg;
+static bool peer_closed(void *ctx) {
+  eof_arg *e = ctx;
+  char c;
+  ssize_t n = recv(e->fd, &c, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+START_TEST(test_bad_input_counted_and_cut_off) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer b;
+  start(&loop, &b, NULL);
+  const ea_addr *baddr = ea__ctl_bound(b.c);
+  uint8_t buf[64];
+
+  /* zero length */
+  int fd = raw_connect(baddr);
+  put32(buf, 0);
+  ck_assert_int_eq(write(fd, buf, 4), 4);
+  cnt_arg c = {&b, 1, 0, 0, 0};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "zero length not counted");
+  eof_arg e = {fd};
+  ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "not cut off after zero length");
+  close(fd);
+
+  /* a length over the limit: refused before any payload */
+  fd = raw_connect(baddr);
+  put32(buf, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD + 1);
+  ck_assert_int_eq(write(fd, buf, 4), 4);
+  c = (cnt_arg){&b, 1, 0, 1, 0};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "oversize not counted");
+  e.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "not cut off after oversize");
+  close(fd);
+
+  /* a payload that does not decode */
+  fd = raw_connect(baddr);
+  put32(buf, 5);
+  memcpy(buf + 4, "\xEA\x93\x01\x10\xc0", 5);
+  ck_assert_int_eq(write(fd, buf, 9), 9);
+  c = (cnt_arg){&b, 2, 0, 1, 0};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "undecodable payload not counted");
+  e.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "not cut off after garbage");
+  close(fd);
+  ck_assert_int_eq(b.got, 0);
+
+  /* a valid frame, one byte per write: assembled and delivered */
+  ea_rdzv_msg m = report(42, EA_RDZV_F_FAILED);
+  uint8_t *enc;
+  size_t len;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &enc, &len), 0);
+  uint8_t *frame = malloc(4 + len);
+  put32(frame, (uint32_t)len);
+  memcpy(frame + 4, enc, len);
+  free(enc);
+  fd = raw_connect(baddr);
+  for (size_t i = 0; i < 4 + len; i++) {
+    ck_assert_int_eq(write(fd, frame + i, 1), 1);
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  free(frame);
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "dribbled frame not delivered");
+  ck_assert_uint_eq(b.last[0].gen.term, 42);
+  ck_assert_int_eq(b.last[0].flags, EA_RDZV_F_FAILED);
+  ck_assert_uint_eq(stats(&b).dropped_malformed, 2);
+  close(fd);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+START_TEST(test_unreachable_and_moved_peer) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b;
+  start(&loop, &a, NULL);
+  start(&loop, &b, NULL);
+  ea_node_id bid = idof(2);
+  /* Nobody listens on b's port once b is closed: the frame is dropped. */
+  ea_addr old = *ea__ctl_bound(b.c);
+  ea_rdzv_msg m = report(1, 0);
+  ea__ctl_send(a.c, &bid, &old, &m);
+  got_arg g = {&b, 1};
+  ck_assert(run_until(&loop, got_n, &g, WAIT_MS));
+  close_peer(&loop, &b);
+  ea_addr none = {0};
+  ea__ctl_send(a.c, &bid, &none, &m); /* no address at all */
+  cnt_arg c = {&a, 0, 0, 0, 1};
+  ck_assert(run_until(&loop, counted, &c, WAIT_MS));
+  /* b "restarts" on a new port: the cached connection (its peer closed)
+   * is replaced and the message reaches the new address. */
+  peer b2;
+  start(&loop, &b2, NULL);
+  ea__ctl_send(a.c, &bid, &old, &m); /* the old address: refused */
+  c = (cnt_arg){&a, 0, 0, 0, 2};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "send to a closed port not counted");
+  m.gen.term = 2;
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b2.c), &m);
+  g = (got_arg){&b2, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "moved peer not reached");
+  ck_assert_uint_eq(b2.last[0].gen.term, 2);
+  /* Close with a connection open on each side. */
+  close_peer(&loop, &a);
+  close_peer(&loop, &b2);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+static int hooked;
+static bool hook(void *ctx, const uint8_t *plain, size_t len) {
+  (void)ctx;
+  if (len == 3 && plain[1] == 0x91 && plain[2] == 0x2a) {
+    hooked++;
+    return true;
+  }
+  return false;
+}
+
+static bool hooked_one(void *ctx) {
+  (void)ctx;
+  return hooked >= 1;
+}
+
+START_TEST(test_frame_hook_shares_the_channel) {
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x33, sizeof key);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b;
+  start(&loop, &a, key);
+  start(&loop, &b, key);
+  ea__ctl_set_frame_hook(b.c, hook);
+  ea_node_id bid = idof(2);
+  const uint8_t other[3] = {0xEA, 0x91, 0x2a}; /* another codec's [42] */
+  ea__ctl_send_bytes(a.c, &bid, ea__ctl_bound(b.c), other, sizeof other);
+  ea_rdzv_msg m = report(5, 0);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  ck_assert_msg(run_until(&loop, hooked_one, NULL, WAIT_MS), "hook not called");
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "rendezvous message not delivered");
+  ck_assert_int_eq(hooked, 1);
+  ck_assert_int_eq(b.got, 1);
+  ck_assert_uint_eq(b.last[0].gen.term, 5);
+  ck_assert_uint_eq(stats(&b).dropped_malformed, 0);
+  /* Not 0xEA first: refused at the sender. */
+  const uint8_t bad[2] = {0x01, 0x02};
+  ea__ctl_send_bytes(a.c, &bid, ea__ctl_bound(b.c), bad, sizeof bad);
+  ck_assert_uint_eq(stats(&a).encode_errors, 1);
+  close_peer(&loop, &a);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+static Suite *control_suite(void) {
+  Suite *s = suite_create("control");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_roundtrip_in_order_one_connection);
+  tcase_add_test(tc, test_sealed);
+  tcase_add_test(tc, test_bad_input_counted_and_cut_off);
+  tcase_add_test(tc, test_unreachable_and_moved_peer);
+  tcase_add_test(tc, test_frame_hook_shares_the_channel);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(control_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
