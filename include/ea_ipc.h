@@ -48,6 +48,31 @@
  *              generation, e.g. a joiner that still needs the state).
  *   "exiting"  reason:text code:int
  *              Sent once just before the process exits with `code`.
+ *   "ckpt_staged" gen:uint step:uint rank:uint world:uint offset:uint
+ *              length:uint total:uint hash:uint stall_us:uint wait_us:uint
+ *              skipped:uint                       + one fd (SCM_RIGHTS)
+ *              The state after `step` completed steps (a multiple of
+ *              ckpt_interval) is staged: bytes [offset, offset+length) of
+ *              the total-byte serialized state (ea_ckpt_shard_range of
+ *              rank/world) are at offset 0 of the memfd that rides with the
+ *              packet; hash is their XXH3-64.  stall_us is what staging cost
+ *              the training thread (copy + hash), wait_us how long it first
+ *              waited for the previous shard's CKPT_DONE (busy policy
+ *              "wait"), skipped how many checkpoints this worker has skipped
+ *              so far.  The worker does not touch the memfd again until the
+ *              agent answers CKPT_DONE for this step.
+ *   "ckpt_skipped" gen:uint step:uint rank:uint world:uint reason:text
+ *              skipped:uint
+ *              This worker did not stage `step` (busy policy "skip" while
+ *              its previous shard is still being written, or the wait was
+ *              interrupted by the agent): that checkpoint cannot complete.
+ *   "ckpt_loaded" gen:uint step:uint name:text digest:uint fallbacks:uint
+ *              message:text seconds:float
+ *              Cold start: this worker (the COMMIT's sync_root) loaded
+ *              checkpoint `name` (a step directory) of DIR, `step` steps;
+ *              digest is the params digest after loading; fallbacks counts
+ *              newer checkpoints passed over, message says why (the first
+ *              reason, "" if none).  State sync then hands it to every rank.
  *
  * agent → worker
  *   "prepare"  gen:uint at_boundary:bool [make_nccl_id:bool]
@@ -60,12 +85,31 @@
  *              sync makes everyone equal again.
  *   "commit"   gen:uint rank:uint world:uint peers:[addr…] sync_root:uint
  *              backend:str("tcp"|"nccl") timeout_ms:uint [nccl_id:bin128]
+ *              [ckpt_interval:uint ckpt_busy:str("wait"|"skip")]
+ *              [ckpt_dir:path] [resume:path ckpt_verify:str("full"|"size")]
  *              Form the communicator of gen; peers[i] is rank i's
  *              comm_addr (tcp: exactly `world` of them; nccl: may be []
  *              and nccl_id is required).  sync_root is a rank holding the
  *              highest next_step: it broadcasts its state if ranks differ.
+ *              ckpt_interval > 0 turns checkpoints on: after every step
+ *              count that is a multiple of it, stage this rank's shard and
+ *              send CKPT_STAGED (absent or 0: off).  resume (a spec of
+ *              ea_ckpt_resolve: "latest", a step, a step directory name or
+ *              a path; ckpt_dir required) makes the sync_root, if it holds
+ *              no state yet (step 0), load that checkpoint before the state
+ *              sync (a cold start: the plan has no live state).
  *   "pause"    reason:text        Minority side: stop training, keep state.
  *   "stop"     (nothing)          Exit cleanly (EXITING, code 0).
+ *   "ckpt_done" gen:uint step:uint status:int message:text
+ *              The shard staged for `step` is written (status 0) or failed
+ *              (a negative errno; message says why).  Either way the memfd
+ *              is the worker's again.
+ *
+ *   path     = str < EA_IPC_PATH_MAX bytes
+ *
+ * File descriptors: a packet may carry one fd (SCM_RIGHTS); only
+ * "ckpt_staged" does.  ea_ipc_recv hands it over in m->fd (close-on-exec;
+ * the caller owns it), -1 when none came.
  *
  * Generations only grow: a worker ignores PREPARE/COMMIT older than the
  * newest one it has seen, and reports that in its log.
@@ -82,6 +126,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* One packet at most: a COMMIT with EA_IPC_MAX_PEERS addresses of the
  * longest form fits (512 × (95 + 2) ≈ 49 KiB), and the Unix socket's default
@@ -93,6 +138,9 @@
 #define EA_IPC_MAX_PEERS 512u
 /* Free-text fields (failure message, exit reason). */
 #define EA_IPC_TEXT_MAX 256u
+/* Paths in a COMMIT (checkpoint dir, resume spec): PATH_MAX.  The largest
+ * COMMIT (512 peers + two such paths) is ≈ 58 KiB, still one packet. */
+#define EA_IPC_PATH_MAX 4096u
 /* The fd a worker finds its socketpair end on, and its environment. */
 #define EA_IPC_WORKER_FD 3
 
@@ -111,6 +159,16 @@ typedef enum {
   EA_IPC_PAUSE = 18,
   EA_IPC_STOP = 19,
 } ea_ipc_type;
+
+/* The checkpoint messages: ea_ipc_type values like the others, but kept
+ * out of the enum's list so that switches written over the original set
+ * stay exhaustive under -Wswitch; switch on (int)m->type to handle them. */
+/* worker → agent */
+#define EA_IPC_CKPT_STAGED ((ea_ipc_type)8)
+#define EA_IPC_CKPT_SKIPPED ((ea_ipc_type)9)
+#define EA_IPC_CKPT_LOADED ((ea_ipc_type)10)
+/* agent → worker */
+#define EA_IPC_CKPT_DONE ((ea_ipc_type)20)
 
 typedef struct {
   ea_ipc_type type;
@@ -148,9 +206,28 @@ typedef struct {
   /* ready (when asked for), commit (nccl) */
   bool has_nccl_id;
   uint8_t nccl_id[EA_COMM_NCCL_ID_BYTES];
+  /* ckpt_staged (all), ckpt_skipped (step, rank, world, reason, skipped),
+   * ckpt_loaded (step, digest, seconds, message), ckpt_done (step) */
+  uint64_t offset, length, total, hash;
+  uint64_t stall_us, wait_us, skipped;
+  /* ckpt_done: 0 or a negative errno (message says why) */
+  int32_t status;
+  /* ckpt_loaded */
+  char name[EA_IPC_TEXT_MAX];
+  uint32_t fallbacks;
+  /* commit: checkpoints (ckpt_busy "skip" ⇔ ckpt_skip; ckpt_verify "size"
+   * ⇔ ckpt_verify_size; resume "" = no resume) */
+  uint32_t ckpt_interval;
+  bool ckpt_skip;
+  bool ckpt_verify_size;
+  char ckpt_dir[EA_IPC_PATH_MAX];
+  char resume[EA_IPC_PATH_MAX];
+  /* The fd that came with the packet (SCM_RIGHTS), -1 if none.  Not part
+   * of the encoding: ea_ipc_send_fd sends one, ea_ipc_recv fills it. */
+  int fd;
 } ea_ipc_msg;
 
-/* Zero *m and set its type. */
+/* Zero *m, set its type, and fd = -1. */
 void ea_ipc_msg_init(ea_ipc_msg *m, ea_ipc_type type);
 /* "hello", "commit", …; "?" for an unknown value. */
 const char *ea_ipc_type_name(ea_ipc_type t);
@@ -170,12 +247,23 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
  * SOCK_SEQPACKET send is atomic.  Errors: the encoder's, or a send errno
  * (-EPIPE / -ECONNRESET when the other end is gone). */
 int ea_ipc_send(int fd, const ea_ipc_msg *m);
+/* ea_ipc_send with one file descriptor attached (SCM_RIGHTS; the caller
+ * keeps its own fd, the receiver gets a new one).  fd < 0: no fd. */
+int ea_ipc_send_fd(int sock, const ea_ipc_msg *m, int fd);
+/* Receive one raw packet without blocking (for a poll-driven reader such
+ * as the agent's supervisor): returns its true length (MSG_TRUNC: larger
+ * than cap means it was cut and must be dropped), 0 at end of stream, or a
+ * negative errno (-EAGAIN: nothing there).  *fd (may be NULL) gets the fd
+ * that came with it (close-on-exec, caller owns it) or -1; extra fds are
+ * closed, and so is any fd when fd is NULL. */
+ssize_t ea_ipc_recv_packet(int sock, void *buf, size_t cap, int *fd);
 /* Wait up to timeout_ms (−1: forever) for one packet and decode it.
  * -ETIMEDOUT, -ECONNRESET at end of stream (the other side closed), -EMSGSIZE
  * for a packet over EA_IPC_MAX_MSG (it is consumed), -EBADMSG (decode; err
  * says why); EINTR is retried.  Uses EA_IPC_MAX_MSG bytes of stack.  A
  * zero-length packet reads as end of stream (SOCK_SEQPACKET cannot tell the
- * two apart); no encoder produces one. */
+ * two apart); no encoder produces one.  A packet's fd lands in m->fd (the
+ * caller closes it); on any error it has been closed already. */
 int ea_ipc_recv(int fd, ea_ipc_msg *m, int timeout_ms, char *err, size_t errlen);
 
 /* A socketpair for one worker: SOCK_SEQPACKET, close-on-exec on both ends

@@ -325,4 +325,44 @@ int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err,
 size_t ea_trainer_state_ntensors(const ea_trainer *t);
 int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out);
 
+/* The same layout from the model dims alone, for a process that has no
+ * trainer (the controller writing a manifest): *total_bytes (may be NULL)
+ * is the state size, *ntensors (may be NULL) the table's length.  Equal to
+ * what a trainer of these dims reports.  -EINVAL for dims out of range. */
+int ea_state_layout(const ea_model_dims *d, uint64_t *total_bytes, size_t *ntensors);
+int ea_state_layout_tensor(const ea_model_dims *d, size_t i, ea_state_tensor *out);
+
+/* Checkpoint staging: ea_trainer_state_read into dst, plus the XXH3-64 of
+ * those bytes in *hash, each piece hashed right after it is copied (while
+ * it is still in cache), so the copy and the hash cost about one pass. */
+int ea_trainer_state_stage(const ea_trainer *t, uint64_t offset, void *dst, size_t len,
+                           uint64_t *hash);
+
+/* Resume from a checkpoint directory (ea_ckpt.h) written at any world size.
+ *   spec NULL, "" or "latest": the newest complete, non-superseded
+ *     checkpoint of dir that verifies (verify_full: re-hash every shard,
+ *     else file sizes only) and whose state loads (its header and payload
+ *     digests check out); each newer one passed over is counted in
+ *     info->fallbacks and the first reason kept in info->why.
+ *   anything else: that checkpoint (ea_ckpt_resolve: a step, a step
+ *     directory name or a path), no fallback.
+ * The whole state is read (ea_ckpt_reader) and loaded with
+ * ea_trainer_state_load.  Returns 0 (t holds the checkpoint's state);
+ * -ENOENT when dir holds no checkpoint at all (t unchanged: a fresh start);
+ * -EINVAL when the checkpoint does not fit this trainer (model, batch, seed
+ * or data differ: no fallback, an older one would not fit either);
+ * -EBADMSG when checkpoints exist but none verifies and loads, or another
+ * negative errno; err says why, naming the checkpoint.  info may be NULL. */
+#define EA_TRAIN_CKPT_NAME_MAX 64 /* = EA_CKPT_NAME_MAX */
+typedef struct {
+  char name[EA_TRAIN_CKPT_NAME_MAX]; /* "step-<s>.gen-<g>" loaded */
+  uint64_t step, generation;
+  uint32_t world_size; /* of the job that wrote it */
+  uint32_t fallbacks;  /* newer checkpoints passed over (damaged) */
+  char why[512];       /* the first reason one was passed over; "" if none */
+  double seconds;      /* verify + read + load */
+} ea_trainer_resume_info;
+int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool verify_full,
+                      ea_trainer_resume_info *info, char *err, size_t errlen);
+
 #endif

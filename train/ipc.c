@@ -22,6 +22,7 @@
 #include "../membership/mpread.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
 #include <poll.h>
@@ -63,8 +64,25 @@ typedef enum {
   K_BACKEND,
   K_TIMEOUT_MS,
   K_NCCL_ID,
+  K_OFFSET,
+  K_LENGTH,
+  K_TOTAL,
+  K_HASH,
+  K_STALL_US,
+  K_WAIT_US,
+  K_SKIPPED,
+  K_STATUS,
+  K_NAME,
+  K_FALLBACKS,
+  K_CKPT_INTERVAL,
+  K_CKPT_BUSY,
+  K_CKPT_DIR,
+  K_RESUME,
+  K_CKPT_VERIFY,
   K__COUNT
 } key;
+/* Key sets are 64-bit masks. */
+_Static_assert(K__COUNT <= 64, "key masks are uint64_t");
 
 static const char *const key_name[K__COUNT] = {
     [K_GEN] = "gen",
@@ -92,14 +110,29 @@ static const char *const key_name[K__COUNT] = {
     [K_BACKEND] = "backend",
     [K_TIMEOUT_MS] = "timeout_ms",
     [K_NCCL_ID] = "nccl_id",
+    [K_OFFSET] = "offset",
+    [K_LENGTH] = "length",
+    [K_TOTAL] = "total",
+    [K_HASH] = "hash",
+    [K_STALL_US] = "stall_us",
+    [K_WAIT_US] = "wait_us",
+    [K_SKIPPED] = "skipped",
+    [K_STATUS] = "status",
+    [K_NAME] = "name",
+    [K_FALLBACKS] = "fallbacks",
+    [K_CKPT_INTERVAL] = "ckpt_interval",
+    [K_CKPT_BUSY] = "ckpt_busy",
+    [K_CKPT_DIR] = "ckpt_dir",
+    [K_RESUME] = "resume",
+    [K_CKPT_VERIFY] = "ckpt_verify",
 };
 
-#define B(k) (1u << (k))
+#define B(k) (1ull << (k))
 
 typedef struct {
   ea_ipc_type type;
   const char *name;
-  uint32_t req, opt; /* key bit masks */
+  uint64_t req, opt; /* key bit masks */
 } type_def;
 
 static const type_def types[] = {
@@ -117,9 +150,20 @@ static const type_def types[] = {
     {EA_IPC_COMMIT, "commit",
      B(K_GEN) | B(K_RANK) | B(K_WORLD) | B(K_PEERS) | B(K_SYNC_ROOT) | B(K_BACKEND) |
          B(K_TIMEOUT_MS),
-     B(K_NCCL_ID)},
+     B(K_NCCL_ID) | B(K_CKPT_INTERVAL) | B(K_CKPT_BUSY) | B(K_CKPT_DIR) | B(K_RESUME) |
+         B(K_CKPT_VERIFY)},
     {EA_IPC_PAUSE, "pause", B(K_REASON), 0},
     {EA_IPC_STOP, "stop", 0, 0},
+    {EA_IPC_CKPT_STAGED, "ckpt_staged",
+     B(K_GEN) | B(K_STEP) | B(K_RANK) | B(K_WORLD) | B(K_OFFSET) | B(K_LENGTH) | B(K_TOTAL) |
+         B(K_HASH) | B(K_STALL_US) | B(K_WAIT_US) | B(K_SKIPPED),
+     0},
+    {EA_IPC_CKPT_SKIPPED, "ckpt_skipped",
+     B(K_GEN) | B(K_STEP) | B(K_RANK) | B(K_WORLD) | B(K_REASON) | B(K_SKIPPED), 0},
+    {EA_IPC_CKPT_LOADED, "ckpt_loaded",
+     B(K_GEN) | B(K_STEP) | B(K_NAME) | B(K_DIGEST) | B(K_FALLBACKS) | B(K_MESSAGE) | B(K_SECONDS),
+     0},
+    {EA_IPC_CKPT_DONE, "ckpt_done", B(K_GEN) | B(K_STEP) | B(K_STATUS) | B(K_MESSAGE), 0},
 };
 #define NTYPES (sizeof types / sizeof types[0])
 
@@ -133,6 +177,7 @@ void ea_ipc_msg_init(ea_ipc_msg *m, ea_ipc_type type) {
   memset(m, 0, sizeof *m);
   m->type = type;
   m->backend = EA_COMM_TCP;
+  m->fd = -1;
 }
 
 const char *ea_ipc_type_name(ea_ipc_type t) {
@@ -151,12 +196,15 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* Which optional keys m carries. */
-static uint32_t present_opt(const ea_ipc_msg *m, const type_def *d) {
-  uint32_t o = 0;
+static uint64_t present_opt(const ea_ipc_msg *m, const type_def *d) {
+  uint64_t o = 0;
   if ((d->opt & B(K_NCCL_ID)) && m->has_nccl_id) o |= B(K_NCCL_ID);
   if ((d->opt & B(K_GRAD_NORM)) && m->has_grad_norm) o |= B(K_GRAD_NORM);
   if ((d->opt & B(K_COMPUTE_SECONDS)) && m->has_compute_seconds) o |= B(K_COMPUTE_SECONDS);
   if ((d->opt & B(K_MAKE_NCCL_ID)) && m->make_nccl_id) o |= B(K_MAKE_NCCL_ID);
+  if ((d->opt & B(K_CKPT_INTERVAL)) && m->ckpt_interval) o |= B(K_CKPT_INTERVAL) | B(K_CKPT_BUSY);
+  if ((d->opt & B(K_CKPT_DIR)) && m->ckpt_dir[0]) o |= B(K_CKPT_DIR);
+  if ((d->opt & B(K_RESUME)) && m->resume[0]) o |= B(K_RESUME) | B(K_CKPT_VERIFY);
   return o;
 }
 
@@ -168,7 +216,7 @@ static bool str_ok(const char *s, size_t cap, bool nonempty) {
 }
 
 /* The rules the decoder enforces beyond types; the encoder runs them too. */
-static int validate(const ea_ipc_msg *m, const type_def *d, uint32_t keys, char *err,
+static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char *err,
                     size_t errlen) {
   const char *t = d->name;
   if ((keys & B(K_COMM_ADDR)) && !str_ok(m->comm_addr, sizeof m->comm_addr, true)) {
@@ -186,6 +234,26 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint32_t keys, char 
   }
   if ((keys & B(K_ERROR)) && m->error >= 0) {
     seterr(err, errlen, "%s.error: expected a negative errno, got %d", t, (int)m->error);
+    return -EINVAL;
+  }
+  if ((keys & B(K_STATUS)) && m->status > 0) {
+    seterr(err, errlen, "%s.status: expected 0 or a negative errno, got %d", t, (int)m->status);
+    return -EINVAL;
+  }
+  if ((keys & B(K_NAME)) && !str_ok(m->name, sizeof m->name, false)) {
+    seterr(err, errlen, "%s.name: longer than %zu bytes", t, sizeof m->name - 1);
+    return -EINVAL;
+  }
+  if (m->type == EA_IPC_CKPT_STAGED || m->type == EA_IPC_CKPT_SKIPPED) {
+    if (m->world < 1 || m->rank >= m->world) {
+      seterr(err, errlen, "%s.rank: %u not below world %u", t, m->rank, m->world);
+      return -EINVAL;
+    }
+  }
+  if (m->type == EA_IPC_CKPT_STAGED && (m->offset > m->total || m->length > m->total - m->offset)) {
+    seterr(err, errlen,
+           "ckpt_staged.length: [%" PRIu64 ", +%" PRIu64 ") leaves the %" PRIu64 "-byte state",
+           m->offset, m->length, m->total);
     return -EINVAL;
   }
   if (m->type == EA_IPC_COMMIT) {
@@ -222,6 +290,28 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint32_t keys, char 
       }
     if (m->backend == EA_COMM_NCCL && !m->has_nccl_id) {
       seterr(err, errlen, "commit.nccl_id: required by backend nccl");
+      return -EINVAL;
+    }
+    if (!str_ok(m->ckpt_dir, sizeof m->ckpt_dir, false)) {
+      seterr(err, errlen, "commit.ckpt_dir: longer than %zu bytes", sizeof m->ckpt_dir - 1);
+      return -EINVAL;
+    }
+    if (!str_ok(m->resume, sizeof m->resume, false)) {
+      seterr(err, errlen, "commit.resume: longer than %zu bytes", sizeof m->resume - 1);
+      return -EINVAL;
+    }
+    /* Settings that mean nothing alone are refused rather than dropped, so
+     * that whatever decodes re-encodes to the same message. */
+    if (m->ckpt_skip && !m->ckpt_interval) {
+      seterr(err, errlen, "commit.ckpt_busy: \"skip\" without ckpt_interval");
+      return -EINVAL;
+    }
+    if (m->ckpt_verify_size && !m->resume[0]) {
+      seterr(err, errlen, "commit.ckpt_verify: without resume");
+      return -EINVAL;
+    }
+    if (m->resume[0] && !m->ckpt_dir[0]) {
+      seterr(err, errlen, "commit.resume: needs ckpt_dir");
       return -EINVAL;
     }
   }
@@ -307,6 +397,36 @@ static int pack_value(msgpack_packer *pk, const ea_ipc_msg *m, key k) {
     case K_NCCL_ID:
       if (msgpack_pack_bin(pk, sizeof m->nccl_id)) return -1;
       return msgpack_pack_bin_body(pk, m->nccl_id, sizeof m->nccl_id);
+    case K_OFFSET:
+      return msgpack_pack_uint64(pk, m->offset);
+    case K_LENGTH:
+      return msgpack_pack_uint64(pk, m->length);
+    case K_TOTAL:
+      return msgpack_pack_uint64(pk, m->total);
+    case K_HASH:
+      return msgpack_pack_uint64(pk, m->hash);
+    case K_STALL_US:
+      return msgpack_pack_uint64(pk, m->stall_us);
+    case K_WAIT_US:
+      return msgpack_pack_uint64(pk, m->wait_us);
+    case K_SKIPPED:
+      return msgpack_pack_uint64(pk, m->skipped);
+    case K_STATUS:
+      return msgpack_pack_int32(pk, m->status);
+    case K_NAME:
+      return pack_str(pk, m->name);
+    case K_FALLBACKS:
+      return msgpack_pack_uint32(pk, m->fallbacks);
+    case K_CKPT_INTERVAL:
+      return msgpack_pack_uint32(pk, m->ckpt_interval);
+    case K_CKPT_BUSY:
+      return pack_str(pk, m->ckpt_skip ? "skip" : "wait");
+    case K_CKPT_DIR:
+      return pack_str(pk, m->ckpt_dir);
+    case K_RESUME:
+      return pack_str(pk, m->resume);
+    case K_CKPT_VERIFY:
+      return pack_str(pk, m->ckpt_verify_size ? "size" : "full");
     case K__COUNT:
       break;
   }
@@ -320,13 +440,13 @@ int ea_ipc_encode(const ea_ipc_msg *m, void *buf, size_t cap, size_t *len, char 
     seterr(err, errlen, "type: unknown message type %d", (int)m->type);
     return -EINVAL;
   }
-  uint32_t keys = d->req | present_opt(m, d);
+  uint64_t keys = d->req | present_opt(m, d);
   int rc = validate(m, d, keys, err, errlen);
   if (rc) return rc;
   fixbuf f = {.buf = buf, .cap = cap, .len = 0};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &f, fixbuf_write);
-  if (msgpack_pack_map(&pk, 1 + (size_t)__builtin_popcount(keys)) || pack_str(&pk, "type") ||
+  if (msgpack_pack_map(&pk, 1 + (size_t)__builtin_popcountll(keys)) || pack_str(&pk, "type") ||
       pack_str(&pk, d->name))
     goto full;
   for (int k = 0; k < K__COUNT; k++) {
@@ -747,6 +867,49 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
       }
       return 0;
     }
+    case K_OFFSET:
+      return read_u(r, UINT64_MAX, &m->offset, why);
+    case K_LENGTH:
+      return read_u(r, UINT64_MAX, &m->length, why);
+    case K_TOTAL:
+      return read_u(r, UINT64_MAX, &m->total, why);
+    case K_HASH:
+      return read_u(r, UINT64_MAX, &m->hash, why);
+    case K_STALL_US:
+      return read_u(r, UINT64_MAX, &m->stall_us, why);
+    case K_WAIT_US:
+      return read_u(r, UINT64_MAX, &m->wait_us, why);
+    case K_SKIPPED:
+      return read_u(r, UINT64_MAX, &m->skipped, why);
+    case K_STATUS:
+      return read_i32(r, &m->status, why);
+    case K_NAME:
+      return read_cstr(r, m->name, sizeof m->name, why);
+    case K_FALLBACKS:
+      return read_u32(r, &m->fallbacks, why);
+    case K_CKPT_INTERVAL:
+      return read_u32(r, &m->ckpt_interval, why);
+    case K_CKPT_DIR:
+      return read_cstr(r, m->ckpt_dir, sizeof m->ckpt_dir, why);
+    case K_RESUME:
+      return read_cstr(r, m->resume, sizeof m->resume, why);
+    case K_CKPT_BUSY:
+    case K_CKPT_VERIFY: {
+      char s[8];
+      int rc = read_cstr(r, s, sizeof s, why);
+      if (rc) return rc;
+      const char *a = k == K_CKPT_BUSY ? "wait" : "full", *b = k == K_CKPT_BUSY ? "skip" : "size";
+      bool *dst = k == K_CKPT_BUSY ? &m->ckpt_skip : &m->ckpt_verify_size;
+      if (strcmp(s, a) == 0)
+        *dst = false;
+      else if (strcmp(s, b) == 0)
+        *dst = true;
+      else {
+        *why = k == K_CKPT_BUSY ? "expected \"wait\" or \"skip\"" : "expected \"full\" or \"size\"";
+        return EA__MPR_RANGE;
+      }
+      return 0;
+    }
     case K_NCCL_ID: {
       const uint8_t *p;
       size_t n;
@@ -836,7 +999,7 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
    * proved every value well-formed). */
   ea_ipc_msg_init(m, d->type);
   r.pos = body;
-  uint32_t seen = 0;
+  uint64_t seen = 0;
   for (uint32_t i = 0; i < n; i++) {
     const uint8_t *kp;
     size_t kn;
@@ -861,9 +1024,9 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
     }
     seen |= B(k);
   }
-  uint32_t missing = d->req & ~seen;
+  uint64_t missing = d->req & ~seen;
   if (missing) {
-    seterr(err, errlen, "%s.%s: missing", d->name, key_name[__builtin_ctz(missing)]);
+    seterr(err, errlen, "%s.%s: missing", d->name, key_name[__builtin_ctzll(missing)]);
     return -EBADMSG;
   }
   if (validate(m, d, seen, err, errlen)) return -EBADMSG;
@@ -877,16 +1040,69 @@ int ea_ipc_socketpair(int sv[2]) {
   return 0;
 }
 
-int ea_ipc_send(int fd, const ea_ipc_msg *m) {
+int ea_ipc_send_fd(int sock, const ea_ipc_msg *m, int fd) {
   uint8_t buf[EA_IPC_MAX_MSG];
   size_t len;
   int rc = ea_ipc_encode(m, buf, sizeof buf, &len, NULL, 0);
   if (rc) return rc;
+  struct iovec iov = {.iov_base = buf, .iov_len = len};
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = sizeof ctl.b;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
   for (;;) {
-    ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+    ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
     if (w >= 0) return 0; /* SEQPACKET: all or nothing */
     if (errno != EINTR) return -errno;
   }
+}
+
+int ea_ipc_send(int fd, const ea_ipc_msg *m) {
+  return ea_ipc_send_fd(fd, m, -1);
+}
+
+/* At most this many fds are taken off one packet (the rest of a hostile
+ * sender's fds are discarded by the kernel, MSG_CTRUNC); one is used. */
+#define RECV_FDS_MAX 4
+
+ssize_t ea_ipc_recv_packet(int sock, void *buf, size_t cap, int *fd) {
+  if (fd) *fd = -1;
+  struct iovec iov = {.iov_base = buf, .iov_len = cap};
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(RECV_FDS_MAX * sizeof(int))];
+  } ctl;
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+  ssize_t n;
+  do n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return -errno;
+  /* Whatever fds came are ours now: keep the first, close the rest. */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int f;
+      memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+      if (fd && *fd < 0)
+        *fd = f;
+      else
+        close(f);
+    }
+  }
+  return n;
 }
 
 static int64_t now_ms(void) {
@@ -916,19 +1132,28 @@ int ea_ipc_recv(int fd, ea_ipc_msg *m, int timeout_ms, char *err, size_t errlen)
     }
     /* MSG_TRUNC: the return value is the packet's real length, so an
      * oversized packet is detected (and dropped) rather than half-read. */
-    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+    int pfd;
+    ssize_t n = ea_ipc_recv_packet(fd, buf, sizeof buf, &pfd);
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return -errno;
+      if (n == -EAGAIN) continue;
+      return (int)n;
     }
     if (n == 0) {
+      if (pfd >= 0) close(pfd);
       seterr(err, errlen, "the other end closed the connection");
       return -ECONNRESET;
     }
     if ((size_t)n > sizeof buf) {
+      if (pfd >= 0) close(pfd);
       seterr(err, errlen, "message: %zd bytes, more than %u", n, EA_IPC_MAX_MSG);
       return -EMSGSIZE;
     }
-    return ea_ipc_decode(buf, (size_t)n, m, err, errlen);
+    int rc = ea_ipc_decode(buf, (size_t)n, m, err, errlen);
+    if (rc) {
+      if (pfd >= 0) close(pfd);
+      return rc;
+    }
+    m->fd = pfd;
+    return 0;
   }
 }

@@ -15,8 +15,16 @@
  * later version.  Its layout is written by explicit little-endian stores at
  * fixed offsets, locked below with static_assert, so it does not depend on
  * the compiler's struct padding.
+ *
+ * The live checkpoint flow adds three things at the end: the layout from
+ * the model dims alone (the controller writes a manifest without a
+ * trainer), staging a shard range with its hash in one pass, and resuming
+ * from a checkpoint directory through the ckpt reader, falling back past
+ * damaged checkpoints.
  */
 #include "ea_train.h"
+
+#include "ea_ckpt.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -25,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxh_x86dispatch.h>
 
@@ -480,4 +489,282 @@ int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out)
   out->offset = EA_STATE_HEADER_BYTES + (k * ea_model_nparams(t->model) + ti->offset) * sizeof(float);
   out->bytes = ti->count * sizeof(float);
   return 0;
+}
+
+/* ---- the layout from dims alone ------------------------------------------ */
+
+/* The model's tensor table as train/model.c builds it (embed, then per
+ * layer hL.w and hL.b, then out.w and out.b), recomputed without allocating
+ * a model; test_ckpt_flow checks the two agree for several shapes. */
+static int model_tensor_from_dims(const ea_model_dims *d, size_t i, ea_tensor *out)
+{
+  const size_t n = 3 + 2 * (size_t)d->layers;
+  if (i >= n) return -ERANGE;
+  memset(out, 0, sizeof *out);
+  size_t off = 0;
+  const uint64_t in0 = (uint64_t)d->context * d->embed_dim;
+  for (size_t k = 0; k <= i; k++) {
+    uint64_t rows, cols;
+    uint32_t ndim;
+    bool decay;
+    char name[16];
+    if (k == 0) {
+      snprintf(name, sizeof name, "embed");
+      rows = EA_VOCAB, cols = d->embed_dim, ndim = 2, decay = true;
+    } else if (k < n - 2) {
+      uint32_t l = (uint32_t)((k - 1) / 2);
+      if ((k - 1) % 2 == 0) {
+        snprintf(name, sizeof name, "h%u.w", l);
+        rows = l == 0 ? in0 : d->hidden, cols = d->hidden, ndim = 2, decay = true;
+      } else {
+        snprintf(name, sizeof name, "h%u.b", l);
+        rows = d->hidden, cols = 1, ndim = 1, decay = false;
+      }
+    } else if (k == n - 2) {
+      snprintf(name, sizeof name, "out.w");
+      rows = d->hidden, cols = EA_VOCAB, ndim = 2, decay = true;
+    } else {
+      snprintf(name, sizeof name, "out.b");
+      rows = EA_VOCAB, cols = 1, ndim = 1, decay = false;
+    }
+    if (k == i) {
+      memcpy(out->name, name, sizeof out->name);
+      out->ndim = ndim;
+      out->shape[0] = rows;
+      out->shape[1] = cols;
+      out->offset = off;
+      out->count = (size_t)(rows * cols);
+      out->decay = decay;
+    }
+    off += (size_t)(rows * cols);
+  }
+  return 0;
+}
+
+static bool dims_ok(const ea_model_dims *d)
+{
+  return d->context >= 1 && d->context <= EA_MODEL_MAX_CONTEXT && d->embed_dim >= 1 &&
+         d->embed_dim <= EA_MODEL_MAX_WIDTH && d->hidden >= 1 && d->hidden <= EA_MODEL_MAX_WIDTH &&
+         d->layers >= 1 && d->layers <= EA_MODEL_MAX_LAYERS;
+}
+
+static uint64_t nparams_from_dims(const ea_model_dims *d)
+{
+  ea_tensor last;
+  model_tensor_from_dims(d, 2 + 2 * (size_t)d->layers, &last);
+  return last.offset + last.count;
+}
+
+int ea_state_layout(const ea_model_dims *d, uint64_t *total_bytes, size_t *ntensors)
+{
+  if (!dims_ok(d)) return -EINVAL;
+  if (total_bytes) *total_bytes = EA_STATE_HEADER_BYTES + 12 * nparams_from_dims(d);
+  if (ntensors) *ntensors = 1 + 3 * (3 + 2 * (size_t)d->layers);
+  return 0;
+}
+
+int ea_state_layout_tensor(const ea_model_dims *d, size_t i, ea_state_tensor *out)
+{
+  if (!dims_ok(d)) return -EINVAL;
+  const size_t nt = 3 + 2 * (size_t)d->layers;
+  if (i >= 1 + 3 * nt) return -ERANGE;
+  memset(out, 0, sizeof *out);
+  if (i == 0) {
+    snprintf(out->name, sizeof out->name, "header");
+    out->dtype = "u64";
+    out->ndim = 1;
+    out->shape[0] = EA_STATE_HEADER_BYTES / 8;
+    out->shape[1] = 1;
+    out->bytes = EA_STATE_HEADER_BYTES;
+    return 0;
+  }
+  static const char *const part[3] = {"params", "adam.m", "adam.v"};
+  size_t k = (i - 1) / nt, j = (i - 1) % nt;
+  ea_tensor ti;
+  model_tensor_from_dims(d, j, &ti);
+  snprintf(out->name, sizeof out->name, "%s/%s", part[k], ti.name);
+  out->dtype = "f32";
+  out->ndim = ti.ndim;
+  out->shape[0] = ti.shape[0];
+  out->shape[1] = ti.shape[1];
+  out->offset = EA_STATE_HEADER_BYTES + (k * nparams_from_dims(d) + ti.offset) * sizeof(float);
+  out->bytes = ti.count * sizeof(float);
+  return 0;
+}
+
+/* ---- staging ----------------------------------------------------------- */
+
+/* Copy-then-hash granule: 256 KiB fits the L2 of every x86 core this runs
+ * on (≥ 256 KiB), so the hash reads what the copy just wrote from cache;
+ * it is also the piece size the ckpt writer hashes in (ckpt/writer.c). */
+#define STAGE_PIECE (256u << 10)
+
+int ea_trainer_state_stage(const ea_trainer *t, uint64_t offset, void *dst, size_t len,
+                           uint64_t *hash)
+{
+  const uint64_t size = ea_trainer_state_size(t);
+  if (offset > size || len > size - offset) return -ERANGE;
+  XXH3_state_t st;
+  memset(&st, 0, sizeof st);
+  XXH3_64bits_reset(&st);
+  uint8_t *out = dst;
+  /* The header piece is produced once: a range that starts inside it pays
+   * the payload digest (one pass over 12·P bytes) a single time. */
+  size_t first = len;
+  if (offset < EA_STATE_HEADER_BYTES) {
+    first = EA_STATE_HEADER_BYTES - (size_t)offset;
+    if (first > len) first = len;
+  } else if (first > STAGE_PIECE) {
+    first = STAGE_PIECE;
+  }
+  size_t done = 0;
+  while (done < len) {
+    size_t n = done == 0 ? first : (len - done < STAGE_PIECE ? len - done : STAGE_PIECE);
+    int rc = ea_trainer_state_read(t, offset + done, out + done, n);
+    if (rc) return rc;
+    XXH3_64bits_update_dispatch(&st, out + done, n);
+    done += n;
+  }
+  *hash = XXH3_64bits_digest(&st);
+  return 0;
+}
+
+/* ---- resume ------------------------------------------------------------- */
+
+_Static_assert(EA_TRAIN_CKPT_NAME_MAX == EA_CKPT_NAME_MAX, "resume info name size");
+
+static double mono_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Read the whole state of the checkpoint at path and load it into t.
+ * -EINVAL: it does not fit this trainer; anything else: it is damaged or
+ * unreadable. */
+static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, char *err,
+                    size_t errlen)
+{
+  const uint64_t size = ea_trainer_state_size(t);
+  if (m->total_bytes != size) {
+    seterr(err, errlen, "state size: checkpoint holds %llu bytes, this trainer's state is %llu "
+           "(model dims differ)", (unsigned long long)m->total_bytes, (unsigned long long)size);
+    return -EINVAL;
+  }
+  uint8_t *buf = malloc(size);
+  if (!buf) return -ENOMEM;
+  ea_ckpt_reader *r = NULL;
+  char e2[256] = "";
+  int rc = ea_ckpt_reader_open(&r, path, 0, e2, sizeof e2);
+  if (rc == 0) rc = ea_ckpt_reader_read(r, 0, buf, size, e2, sizeof e2);
+  if (rc) {
+    seterr(err, errlen, "read: %s", e2[0] ? e2 : strerror(-rc));
+  } else {
+    rc = ea_trainer_state_load(t, buf, size, err, errlen);
+    /* A state that parses but is of another model is a misfit (-EINVAL); a
+     * version this build cannot read is also no reason to try older ones
+     * (they are no newer a format); digests that do not match are damage. */
+    if (rc == -EPROTONOSUPPORT) rc = -EINVAL;
+  }
+  ea_ckpt_reader_free(r);
+  free(buf);
+  return rc;
+}
+
+static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_ckpt_manifest *m)
+{
+  if (!info) return;
+  snprintf(info->name, sizeof info->name, "%s", name);
+  info->step = m->step;
+  info->generation = m->generation;
+  info->world_size = m->world_size;
+}
+
+static void note_fallback(ea_trainer_resume_info *info, const char *name, const char *why)
+{
+  if (!info) return;
+  /* Bounded precision: the reason is cut to what the field holds. */
+  if (info->fallbacks++ == 0) snprintf(info->why, sizeof info->why, "%.63s: %.440s", name, why);
+}
+
+int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool verify_full,
+                      ea_trainer_resume_info *info, char *err, size_t errlen)
+{
+  const double t0 = mono_s();
+  if (info) memset(info, 0, sizeof *info);
+  const ea_ckpt_verify_mode mode = verify_full ? EA_CKPT_VERIFY_FULL : EA_CKPT_VERIFY_SIZE;
+  ea_ckpt_resume *res = malloc(sizeof *res); /* ~20 KiB of reasons: off the stack */
+  if (!res) return -ENOMEM;
+  char e2[512];
+  int rc;
+
+  if (spec && *spec && strcmp(spec, "latest") != 0) {
+    /* An explicitly named checkpoint: it or nothing. */
+    rc = ea_ckpt_resolve(dir, spec, mode, res);
+    if (rc) {
+      seterr(err, errlen, "resume from %s in %s: %s", spec, dir,
+             res->n_skipped ? res->skipped[0].reason : strerror(-rc));
+      ea_ckpt_resume_close(res);
+      free(res);
+      return rc == -ENOENT ? -ENOENT : rc;
+    }
+    rc = load_one(t, res->path, &res->manifest, e2, sizeof e2);
+    if (rc)
+      seterr(err, errlen, "resume from %s: %s", res->name, e2);
+    else
+      fill_info(info, res->name, &res->manifest);
+    ea_ckpt_resume_close(res);
+    free(res);
+    if (info) info->seconds = mono_s() - t0;
+    return rc;
+  }
+
+  ea_ckpt_entry *e = NULL;
+  size_t n = 0;
+  rc = ea_ckpt_list(dir, &e, &n);
+  if (rc) {
+    free(res);
+    seterr(err, errlen, "no checkpoint: %s: %s", dir, strerror(-rc));
+    return rc == -ENOENT ? -ENOENT : rc;
+  }
+  rc = -ENOENT;
+  for (size_t i = 0; i < n && rc != 0; i++) {
+    if (!e[i].has_manifest) continue; /* a save in progress or a leftover: not a checkpoint */
+    if (e[i].superseded) continue;    /* an abandoned timeline, not damage */
+    if (!e[i].complete) {
+      note_fallback(info, e[i].name, e[i].error);
+      rc = -EBADMSG;
+      continue;
+    }
+    int r = ea_ckpt_resolve(dir, e[i].name, mode, res);
+    if (r) {
+      note_fallback(info, e[i].name, res->n_skipped ? res->skipped[0].reason : strerror(-r));
+      rc = -EBADMSG;
+      continue;
+    }
+    r = load_one(t, res->path, &res->manifest, e2, sizeof e2);
+    if (r == 0) {
+      fill_info(info, e[i].name, &res->manifest);
+      rc = 0;
+    } else if (r == -EINVAL) {
+      seterr(err, errlen, "resume from %s: %s", e[i].name, e2);
+      rc = -EINVAL;
+      ea_ckpt_resume_close(res);
+      break;
+    } else {
+      note_fallback(info, e[i].name, e2);
+      rc = -EBADMSG;
+    }
+    ea_ckpt_resume_close(res);
+  }
+  if (rc == -ENOENT)
+    seterr(err, errlen, "no checkpoint in %s", dir);
+  else if (rc == -EBADMSG)
+    seterr(err, errlen, "no checkpoint in %s verifies and loads; %s", dir,
+           info ? info->why : "all are damaged");
+  free(e);
+  free(res);
+  if (info) info->seconds = mono_s() - t0;
+  return rc;
 }

@@ -24,9 +24,31 @@
  * rank takes the same decision from the same numbers (skip, or broadcast
  * from the root, or fail), so no rank waits on a broadcast nobody sends.
  * After a broadcast a second MAX-allreduce proves the digests are equal.
+ *
+ * Checkpoints need no coordination either.  A COMMIT that carries
+ * ckpt_interval makes every rank, right after it completes a step count
+ * that is a multiple of it, copy its byte range of the serialized state
+ * (ea_ckpt_shard_range of rank/world) into a memfd shared with the agent,
+ * hashing it on the way, and send CKPT_STAGED with the memfd attached
+ * (SCM_RIGHTS).  Ranks that completed the same step hold bit-identical
+ * state, so W independent copies make one consistent checkpoint.  The copy
+ * is the only stall; the agent writes the file while training goes on, and
+ * answers CKPT_DONE, after which the memfd may be overwritten: one shard in
+ * flight per worker, and a checkpoint that comes due before then waits or
+ * is skipped (and counted), as the COMMIT's ckpt_busy says.  The memfd is
+ * created once and passed with each CKPT_STAGED, so the agent keeps no
+ * per-worker staging state; it outlives this process while the agent holds
+ * its copy of the fd, so a shard being written survives a worker crash.
+ *
+ * A cold start (COMMIT with `resume`) makes the sync root load the
+ * checkpoint (ea_trainer_resume: newest that verifies and loads, or the one
+ * named) after connecting and before the state sync, which then hands it to
+ * every rank like a joiner's state: one reader of the shared file system,
+ * one decision, and the sync's digest check covers the result.
  */
 #include "ea_worker.h"
 
+#include "ea_ckpt.h"
 #include "ea_comm.h"
 #include "ea_ipc.h"
 #include "ea_log.h"
@@ -42,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,6 +97,8 @@ typedef struct {
   bool commit_pending;
   ea_ipc_msg *commit; /* the pending COMMIT */
   uint64_t max_gen;   /* newest generation the agent announced */
+  bool ckpt_inflight; /* a staged shard the agent has not answered yet */
+  uint64_t ckpt_inflight_step;
 
   /* ---- training thread only ---- */
   ea_ipc_msg *plan; /* the COMMIT being formed */
@@ -81,6 +106,14 @@ typedef struct {
   bool training;
   uint64_t gen; /* generation of the communicator in use / last one */
   uint32_t rank, world;
+  /* checkpoints, as the last COMMIT set them */
+  uint32_t ckpt_interval; /* 0: off */
+  uint32_t op_timeout_ms; /* the COMMIT's timeout_ms: bounds a busy wait */
+  bool ckpt_skip;         /* busy policy "skip" (else "wait") */
+  uint64_t ckpt_skipped;  /* checkpoints not staged, for any reason */
+  int stage_fd;           /* the memfd, created on first use */
+  uint8_t *stage_map;     /* its mapping, stage_len bytes */
+  size_t stage_len;
 
   /* ---- reader thread only ---- */
   ea_ipc_msg *in;
@@ -109,7 +142,7 @@ static void abort_locked(worker *w) {
 
 static void on_packet(worker *w, const ea_ipc_msg *m) {
   pthread_mutex_lock(&w->mu);
-  switch (m->type) {
+  switch ((int)m->type) {
     case EA_IPC_PREPARE:
       if (m->gen < w->max_gen) {
         ea_log(EA_LOG_INFO, "worker",
@@ -145,6 +178,17 @@ static void on_packet(worker *w, const ea_ipc_msg *m) {
     case EA_IPC_STOP:
       w->stop = true;
       abort_locked(w);
+      break;
+    case EA_IPC_CKPT_DONE:
+      if (!w->ckpt_inflight || m->step != w->ckpt_inflight_step) {
+        ea_log(EA_LOG_WARN, "worker", "ckpt_done for step %" PRIu64 " with none in flight, ignored",
+               m->step);
+        break;
+      }
+      w->ckpt_inflight = false;
+      if (m->status)
+        ea_log(EA_LOG_WARN, "worker", "checkpoint of step %" PRIu64 " failed in the agent: %s",
+               m->step, m->message);
       break;
     default:
       ea_log(EA_LOG_WARN, "worker", "unexpected %s from the agent, ignored",
@@ -302,12 +346,201 @@ static void do_prepare(worker *w, uint64_t gen, bool nccl) {
   send_out(w);
 }
 
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* Size the staging memfd to len bytes and map it.  Only called with no
+ * shard in flight: shrinking a file the agent still maps would fault its
+ * reads.  MAP_POPULATE allocates the pages now (a generation change), not
+ * inside the first checkpoint's stall. */
+static int stage_ensure(worker *w, size_t len) {
+  if (w->stage_fd < 0) {
+    w->stage_fd = memfd_create("ea-ckpt-staging", MFD_CLOEXEC);
+    if (w->stage_fd < 0) return -errno;
+  }
+  if (w->stage_map && w->stage_len == len) return 0;
+  if (w->stage_map) munmap(w->stage_map, w->stage_len);
+  w->stage_map = NULL;
+  w->stage_len = 0;
+  if (ftruncate(w->stage_fd, (off_t)len) < 0) return -errno;
+  if (len == 0) return 0;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, w->stage_fd, 0);
+  if (p == MAP_FAILED) return -errno;
+  w->stage_map = p;
+  w->stage_len = len;
+  return 0;
+}
+
+static void shard_range(worker *w, uint64_t *off, uint64_t *len) {
+  ea_ckpt_shard_range(w->state_len, w->world, w->rank, off, len);
+}
+
+static void ckpt_skipped(worker *w, uint64_t step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ckpt_skipped(worker *w, uint64_t step, const char *fmt, ...) {
+  w->ckpt_skipped++;
+  ea_ipc_msg_init(w->out, EA_IPC_CKPT_SKIPPED);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->out->reason, sizeof w->out->reason, fmt, ap);
+  va_end(ap);
+  ea_log(EA_LOG_WARN, "worker", "checkpoint of step %" PRIu64 " skipped: %s", step, w->out->reason);
+  w->out->gen = w->gen;
+  w->out->step = step;
+  w->out->rank = w->rank;
+  w->out->world = w->world;
+  w->out->skipped = w->ckpt_skipped;
+  send_out(w);
+}
+
+/* The trainer has just completed `step` steps: stage this rank's shard of
+ * that state if a checkpoint is due. */
+static void maybe_checkpoint(worker *w, uint64_t step) {
+  if (!w->ckpt_interval || step % w->ckpt_interval) return;
+  const double t0 = now_s();
+  double waited = 0;
+  pthread_mutex_lock(&w->mu);
+  if (w->ckpt_inflight) {
+    const uint64_t prev = w->ckpt_inflight_step;
+    if (w->ckpt_skip) {
+      pthread_mutex_unlock(&w->mu);
+      ckpt_skipped(w, step, "busy: step %" PRIu64 " is still being written", prev);
+      return;
+    }
+    /* Busy policy "wait": block until the agent answers, or until the
+     * agent wants something else (which ends this checkpoint) — but not
+     * past half the communicator's op timeout: the other ranks are waiting
+     * for this one in the next allreduce, and a wait as long as the timeout
+     * would fail the whole generation over a slow disk. */
+    const uint32_t limit_ms = w->op_timeout_ms / 2;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += limit_ms / 1000;
+    dl.tv_nsec += (long)(limit_ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    int wr = 0;
+    while (w->ckpt_inflight && !w->stop && !w->pause && !w->prepare && !w->commit_pending &&
+           wr != ETIMEDOUT)
+      wr = limit_ms ? pthread_cond_timedwait(&w->cv, &w->mu, &dl)
+                    : pthread_cond_wait(&w->cv, &w->mu);
+    if (w->ckpt_inflight) {
+      pthread_mutex_unlock(&w->mu);
+      if (wr == ETIMEDOUT)
+        ckpt_skipped(w, step, "busy: step %" PRIu64 " still being written after %u ms", prev,
+                     limit_ms);
+      else
+        ckpt_skipped(w, step, "interrupted while waiting for step %" PRIu64, prev);
+      return;
+    }
+    waited = now_s() - t0;
+  }
+  pthread_mutex_unlock(&w->mu);
+
+  uint64_t off, len;
+  shard_range(w, &off, &len);
+  int rc = stage_ensure(w, (size_t)len);
+  if (rc) {
+    ckpt_skipped(w, step, "staging memfd of %" PRIu64 " bytes: %s", len, strerror(-rc));
+    return;
+  }
+  const double t1 = now_s();
+  uint64_t hash = 0;
+  rc = ea_trainer_state_stage(w->t, off, w->stage_map, (size_t)len, &hash);
+  const double stall = now_s() - t1;
+  if (rc) {
+    ckpt_skipped(w, step, "staging: %s", strerror(-rc));
+    return;
+  }
+  ea_ipc_msg_init(w->out, EA_IPC_CKPT_STAGED);
+  w->out->gen = w->gen;
+  w->out->step = step;
+  w->out->rank = w->rank;
+  w->out->world = w->world;
+  w->out->offset = off;
+  w->out->length = len;
+  w->out->total = w->state_len;
+  w->out->hash = hash;
+  w->out->stall_us = (uint64_t)(stall * 1e6);
+  w->out->wait_us = (uint64_t)(waited * 1e6);
+  w->out->skipped = w->ckpt_skipped;
+  pthread_mutex_lock(&w->mu);
+  w->ckpt_inflight = true;
+  w->ckpt_inflight_step = step;
+  pthread_mutex_unlock(&w->mu);
+  rc = ea_ipc_send_fd(w->ipc_fd, w->out, w->stage_fd);
+  if (rc) {
+    /* Nobody will answer (the agent is gone, which the reader notices). */
+    pthread_mutex_lock(&w->mu);
+    w->ckpt_inflight = false;
+    pthread_mutex_unlock(&w->mu);
+    if (rc != -EPIPE && rc != -ECONNRESET)
+      ea_log(EA_LOG_WARN, "worker", "send ckpt_staged: %s", strerror(-rc));
+  }
+}
+
+/* Cold start: load the checkpoint the COMMIT names, if this rank holds no
+ * state yet.  False when the generation failed (reported). */
+static bool resume(worker *w, const ea_ipc_msg *m) {
+  if (ea_trainer_step(w->t) != 0) {
+    ea_log(EA_LOG_INFO, "worker", "resume ignored: this rank holds live state at step %" PRIu64,
+           ea_trainer_step(w->t));
+    return true;
+  }
+  const bool latest = strcmp(m->resume, "latest") == 0;
+  ea_trainer_resume_info info;
+  char err[512];
+  int rc =
+      ea_trainer_resume(w->t, m->ckpt_dir, m->resume, !m->ckpt_verify_size, &info, err, sizeof err);
+  if (rc == -ENOENT && latest) {
+    ea_log(EA_LOG_INFO, "worker", "no checkpoint in %s: starting at step 0", m->ckpt_dir);
+    return true;
+  }
+  if (rc) {
+    fail(w, m->gen, rc, "resume: %s", err);
+    return false;
+  }
+  if (info.fallbacks)
+    ea_log(EA_LOG_WARN, "alert",
+           "resume passed over %u damaged checkpoint(s) and loaded %s; first reason: %s",
+           info.fallbacks, info.name, info.why);
+  ea_log(EA_LOG_INFO, "worker",
+         "resumed from %s/%s: step %" PRIu64 " (written at world %u), %.1f ms", m->ckpt_dir,
+         info.name, info.step, info.world_size, info.seconds * 1e3);
+  ea_ipc_msg_init(w->out, EA_IPC_CKPT_LOADED);
+  w->out->gen = m->gen;
+  w->out->step = info.step;
+  snprintf(w->out->name, sizeof w->out->name, "%s", info.name);
+  w->out->digest = ea_trainer_params_digest(w->t);
+  w->out->fallbacks = info.fallbacks;
+  snprintf(w->out->message, sizeof w->out->message, "%.*s", (int)sizeof w->out->message - 1,
+           info.why);
+  w->out->seconds = info.seconds;
+  send_out(w);
+  return true;
+}
+
 static void do_commit(worker *w) {
   const ea_ipc_msg *m = w->plan;
   drop_comm(w);
   w->gen = m->gen;
   w->rank = m->rank;
   w->world = m->world;
+  w->ckpt_interval = m->ckpt_interval;
+  w->ckpt_skip = m->ckpt_skip;
+  w->op_timeout_ms = m->timeout_ms;
+  if (w->ckpt_interval) {
+    pthread_mutex_lock(&w->mu);
+    bool busy = w->ckpt_inflight;
+    pthread_mutex_unlock(&w->mu);
+    uint64_t off, len;
+    shard_range(w, &off, &len);
+    /* Pre-size the staging buffer now, outside any stall; with a shard in
+     * flight it is resized at the next checkpoint instead. */
+    if (!busy) {
+      int rc = stage_ensure(w, (size_t)len);
+      if (rc)
+        ea_log(EA_LOG_WARN, "worker", "staging memfd of %" PRIu64 " bytes: %s", len, strerror(-rc));
+    }
+  }
   const char *peers[EA_IPC_MAX_PEERS];
   for (uint32_t i = 0; i < m->npeers; i++) peers[i] = m->peers[i];
   ea_comm_plan p;
@@ -342,6 +575,7 @@ static void do_commit(worker *w) {
     return;
   }
   const double t1 = now_s();
+  if (m->resume[0] && m->rank == m->sync_root && !resume(w, m)) return;
   bool bcast;
   rc = sync_state(w, c, m->sync_root, &bcast);
   if (rc) {
@@ -403,6 +637,7 @@ static void train_one(worker *w) {
   w->out->has_compute_seconds = true;
   w->out->compute_seconds = t1 - t0;
   send_out(w);
+  maybe_checkpoint(w, st.step + 1);
 }
 
 static void run(worker *w) {
@@ -508,6 +743,7 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   w->cfg = cfg;
   w->lfd = -1;
   w->wake_fd = -1;
+  w->stage_fd = -1;
   const char *lr = getenv("EA_LOCAL_RANK");
   w->local_rank = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
   const char *bind = getenv("EA_COMM_BIND");
@@ -554,6 +790,8 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   }
   if (w->wake_fd >= 0) close(w->wake_fd);
   if (w->lfd >= 0) close(w->lfd);
+  if (w->stage_map) munmap(w->stage_map, w->stage_len);
+  if (w->stage_fd >= 0) close(w->stage_fd);
   ea_trainer_free(w->t);
   ea_data_close(w->data);
   free(w->state);
