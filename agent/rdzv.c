@@ -182,9 +182,15 @@ int ea_rdzv_gen_cmp(const ea_rdzv_gen *a, const ea_rdzv_gen *b) {
 
 uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g) {
   if (g->term == 0) return 0;
-  uint16_t fold = 0;
-  for (int i = 0; i < 16; i += 2) fold ^= (uint16_t)(g->ctrl.b[i] << 8 | g->ctrl.b[i + 1]);
-  return g->term << 16 | fold;
+  /* The low 16 bits are the controller id's first two bytes, so the u64
+   * orders like ea_rdzv_gen_cmp (term, then id by memcmp) whenever two
+   * controllers of one term differ there: workers compare these numbers, and
+   * a fold (XOR) here once made a worker ignore the newer of two same-term
+   * generations until the rendezvous timeout.  Ids are random, so two
+   * same-term controllers tie here with probability 2^-16; they then compare
+   * equal, which workers treat as "not newer" and the formation retries. */
+  uint16_t hi = (uint16_t)(g->ctrl.b[0] << 8 | g->ctrl.b[1]);
+  return g->term << 16 | hi;
 }
 
 void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap) {

@@ -66,9 +66,9 @@ typedef struct {
 /* <0, 0, >0 like memcmp: term first, then controller id. */
 int ea_rdzv_gen_cmp(const ea_rdzv_gen *a, const ea_rdzv_gen *b);
 /* 64-bit form for ea_meta.last_gen and ea_comm_plan.generation: the term in
- * the high 48 bits, a 16-bit fold of the controller id in the low 16, so it
- * orders like the term and two generations of one term differ (almost
- * surely). */
+ * the high 48 bits, the controller id's first two bytes in the low 16, so
+ * it orders like ea_rdzv_gen_cmp unless two same-term controllers share
+ * those bytes (probability 2^-16), when the two compare equal. */
 uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g);
 /* "7" or "7/1f2e3d4c" (term / first 8 hex digits of the controller id). */
 void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap);
