@@ -1,8 +1,12 @@
 /* sim.c — the deterministic simulator (see sim.h for what it models).
  *
- * Built for speed at thousands of nodes: one binary heap of events ordered
- * by (time, insertion sequence) — the sequence makes equal-time events
- * replay in the same order — and at most one live timer entry per node:
+ * Built for speed at thousands of nodes.  Events live in a timing wheel of
+ * 1 ms buckets covering the next WHEEL_MS (delays, probes, gossip and
+ * suspicion timers all fall inside it: O(1) push and pop), with a binary
+ * heap for the few far-off ones (push-pull, reaping); pop takes the smaller
+ * of the wheel's next bucket head and the heap top by (time, sequence), and
+ * the sequence makes equal-time events replay in the same order.  At most
+ * one live timer entry per node:
  * after every call into a core its next deadline is re-read and pushed only
  * if earlier than the entry already queued; an entry that no longer matches
  * the node's schedule is skipped when it pops.  Addresses encode the node
@@ -24,6 +28,12 @@
 
 #define NEVER UINT64_MAX
 #define SIM_PORT 7946
+/* Wheel span: longer than any delay, probe, gossip or suspicion timer at the
+ * default config (max suspicion at 5000 nodes is 6.7 s); a power of two. */
+#define WHEEL_MS 16384u
+#define NIL UINT32_MAX
+/* The part of an ea_update before its metadata. */
+#define UPD_FIXED offsetof(ea_update, meta)
 
 enum { N_DOWN = 0, N_UP, N_PAUSED, N_CRASHED };
 enum { EV_TIMER = 1, EV_DELIVER, EV_SYNC_REMOTE, EV_SYNC_REPLY, EV_RESUME };
@@ -39,7 +49,6 @@ struct node {
   uint64_t sched; /* time of this node's queued timer entry, NEVER if none */
   ea_swim *core;
   ea_node_id id;
-  ea_meta meta;
 };
 
 typedef struct {
@@ -72,10 +81,17 @@ struct ea_sim {
   ea_sim_config cfg;
   uint64_t now;
   uint64_t rng[4];
-  node *nodes;
+  node *nodes; /* compact: the hot per-event lookups stay in cache */
+  ea_meta *metas;
   size_t n;
-  ev *heap;
+  ev *heap; /* events at or beyond now + WHEEL_MS when pushed */
   size_t nheap, capheap;
+  struct wnode { ev e; uint32_t next; } *pool; /* wheel entries, free list */
+  uint32_t npool, cappool, pool_free;
+  uint32_t whead[WHEEL_MS], wtail[WHEEL_MS];
+  uint64_t wbits[WHEEL_MS / 64]; /* non-empty buckets */
+  size_t nwheel;
+  uint64_t wcur; /* wheel time: every wheel event is in [wcur, wcur + WHEEL_MS) */
   uint64_t evseq;
   ea_msg *rx;       /* scratch for delivery */
   uint8_t *txbuf;   /* scratch for encoding */
@@ -134,11 +150,11 @@ uint64_t ea_sim_env_seed(void) {
   return splitmix(&x) & 0xffffffffffffULL; /* short enough to type back in */
 }
 
-/* ---- event heap ---- */
+/* ---- event queue: far heap + timing wheel ---- */
 
 static bool ev_less(const ev *a, const ev *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
 
-static int push(ea_sim *sim, uint64_t t, uint32_t kind, uint32_t nodei, void *p) {
+static int heap_push(ea_sim *sim, ev e) {
   if (sim->nheap == sim->capheap) {
     size_t nc = sim->capheap ? sim->capheap * 2 : 1024;
     ev *nh = realloc(sim->heap, nc * sizeof *nh);
@@ -146,7 +162,6 @@ static int push(ea_sim *sim, uint64_t t, uint32_t kind, uint32_t nodei, void *p)
     sim->heap = nh;
     sim->capheap = nc;
   }
-  ev e = {t, sim->evseq++, p, nodei, kind};
   size_t i = sim->nheap++;
   while (i > 0) {
     size_t par = (i - 1) / 2;
@@ -158,7 +173,7 @@ static int push(ea_sim *sim, uint64_t t, uint32_t kind, uint32_t nodei, void *p)
   return 0;
 }
 
-static ev pop(ea_sim *sim) {
+static ev heap_pop(ea_sim *sim) {
   ev top = sim->heap[0];
   ev last = sim->heap[--sim->nheap];
   size_t i = 0, n = sim->nheap;
@@ -172,6 +187,78 @@ static ev pop(ea_sim *sim) {
   }
   if (n) sim->heap[i] = last;
   return top;
+}
+
+static int push(ea_sim *sim, uint64_t t, uint32_t kind, uint32_t nodei, void *p) {
+  ev e = {t < sim->wcur ? sim->wcur : t, sim->evseq++, p, nodei, kind};
+  if (e.t - sim->wcur >= WHEEL_MS) return heap_push(sim, e);
+  uint32_t k;
+  if (sim->pool_free != NIL) {
+    k = sim->pool_free;
+    sim->pool_free = sim->pool[k].next;
+  } else {
+    if (sim->npool == sim->cappool) {
+      uint32_t nc = sim->cappool ? sim->cappool * 2 : 1024;
+      struct wnode *np = realloc(sim->pool, (size_t)nc * sizeof *np);
+      if (!np) return -ENOMEM;
+      sim->pool = np;
+      sim->cappool = nc;
+    }
+    k = sim->npool++;
+  }
+  sim->pool[k].e = e;
+  sim->pool[k].next = NIL;
+  uint32_t b = (uint32_t)(e.t & (WHEEL_MS - 1));
+  if (sim->whead[b] == NIL) {
+    sim->whead[b] = k;
+    sim->wbits[b / 64] |= 1ULL << (b % 64);
+  } else {
+    sim->pool[sim->wtail[b]].next = k;
+  }
+  sim->wtail[b] = k;
+  sim->nwheel++;
+  return 0;
+}
+
+/* Time of the first non-empty bucket at or after wcur, or NEVER. */
+static uint64_t wheel_next(const ea_sim *sim) {
+  if (!sim->nwheel) return NEVER;
+  uint32_t b = (uint32_t)(sim->wcur & (WHEEL_MS - 1));
+  for (uint32_t scanned = 0; scanned < WHEEL_MS + 64;) {
+    uint64_t w = sim->wbits[b / 64] >> (b % 64);
+    if (w) return sim->wcur + scanned + (uint32_t)__builtin_ctzll(w);
+    uint32_t step = 64 - b % 64;
+    scanned += step;
+    b = (b + step) & (WHEEL_MS - 1);
+  }
+  return NEVER;
+}
+
+/* Pop the earliest event if its time is <= limit. */
+static bool pop(ea_sim *sim, uint64_t limit, ev *out) {
+  uint64_t tw = wheel_next(sim);
+  const ev *hw = NULL;
+  uint32_t b = 0;
+  if (tw != NEVER) {
+    b = (uint32_t)(tw & (WHEEL_MS - 1));
+    hw = &sim->pool[sim->whead[b]].e;
+  }
+  bool from_heap = sim->nheap && (!hw || ev_less(&sim->heap[0], hw));
+  uint64_t t = from_heap ? sim->heap[0].t : (hw ? hw->t : NEVER);
+  if (t == NEVER || t > limit) return false;
+  if (from_heap) {
+    *out = heap_pop(sim);
+  } else {
+    uint32_t k = sim->whead[b];
+    *out = sim->pool[k].e;
+    sim->whead[b] = sim->pool[k].next;
+    if (sim->whead[b] == NIL) sim->wbits[b / 64] &= ~(1ULL << (b % 64));
+    sim->pool[k].next = sim->pool_free;
+    sim->pool_free = k;
+    sim->nwheel--;
+  }
+  sim->wcur = t;
+  return true;
 }
 
 /* ---- addressing ---- */
@@ -232,16 +319,18 @@ void ea_sim_set_link_loss(ea_sim *sim, size_t from, size_t to, double p) {
 
 /* ---- the seam ---- */
 
+/* Keep exactly one valid timer entry per node, at its current deadline.  A
+ * deadline that moved (later, when an ack cancels the probe timeout) gets a
+ * new entry; the old one is recognised as stale by the node's `sched` alone
+ * when it pops, without touching the (cold) core. */
 static void reschedule(node *nd) {
   ea_sim *sim = nd->sim;
   if (nd->status != N_UP || !nd->core) return;
   uint64_t dl = ea_swim_next_deadline(nd->core);
-  if (dl == NEVER) return;
-  if (dl < sim->now) dl = sim->now;
-  if (dl < nd->sched) {
-    nd->sched = dl;
-    push(sim, dl, EV_TIMER, nd->idx, NULL);
-  }
+  if (dl != NEVER && dl < sim->now) dl = sim->now;
+  if (dl == nd->sched) return;
+  nd->sched = dl;
+  if (dl != NEVER) push(sim, dl, EV_TIMER, nd->idx, NULL);
 }
 
 static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
@@ -281,10 +370,23 @@ static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
     memcpy(p->data, sim->txbuf, bytes);
     p->len = (uint32_t)bytes;
   } else {
-    size_t hdr = offsetof(ea_msg, updates), body = (size_t)m->nupdates * sizeof(ea_update);
+    /* Compact: an update's metadata (most of its 330 bytes) only when it
+     * has any — SUSPECT and DEAD updates, the bulk under loss, carry none. */
+    size_t hdr = offsetof(ea_msg, updates), body = 0;
+    for (uint32_t i = 0; i < m->nupdates; i++)
+      body += UPD_FIXED + (m->updates[i].has_meta ? sizeof(ea_meta) : 0);
     p = malloc(sizeof *p + hdr + body);
     if (!p) return;
-    memcpy(p->data, m, hdr + body);
+    memcpy(p->data, m, hdr);
+    uint8_t *w = p->data + hdr;
+    for (uint32_t i = 0; i < m->nupdates; i++) {
+      memcpy(w, &m->updates[i], UPD_FIXED);
+      w += UPD_FIXED;
+      if (m->updates[i].has_meta) {
+        memcpy(w, &m->updates[i].meta, sizeof(ea_meta));
+        w += sizeof(ea_meta);
+      }
+    }
     p->len = m->nupdates;
   }
   p->from = nd->idx;
@@ -433,7 +535,17 @@ static void deliver(ea_sim *sim, pkt *p) {
       return;
     }
   } else {
-    memcpy(m, p->data, offsetof(ea_msg, updates) + (size_t)p->len * sizeof(ea_update));
+    size_t hdr = offsetof(ea_msg, updates);
+    memcpy(m, p->data, hdr);
+    const uint8_t *r = p->data + hdr;
+    for (uint32_t i = 0; i < p->len; i++) {
+      memcpy(&m->updates[i], r, UPD_FIXED);
+      r += UPD_FIXED;
+      if (m->updates[i].has_meta) {
+        memcpy(&m->updates[i].meta, r, sizeof(ea_meta));
+        r += sizeof(ea_meta);
+      }
+    }
   }
   ea_addr from;
   make_addr(p->from, &from);
@@ -446,7 +558,7 @@ static void deliver(ea_sim *sim, pkt *p) {
 static void timer(ea_sim *sim, uint64_t t, node *nd) {
   if (nd->status != N_UP || !nd->core || t != nd->sched) return; /* stale entry */
   nd->sched = NEVER;
-  if (ea_swim_next_deadline(nd->core) <= sim->now) ea_swim_tick(nd->core, sim->now);
+  ea_swim_tick(nd->core, sim->now);
   after_call(sim, nd);
 }
 
@@ -464,10 +576,11 @@ void ea_sim_config_default(ea_sim_config *c, size_t n, uint64_t seed) {
 }
 
 static int start_core(ea_sim *sim, node *nd) {
-  ea_swim_io io = {.ctx = nd, .send = io_send, .sync = io_sync, .on_change = io_change};
+  ea_swim_io io = {.ctx = nd, .send = io_send, .sync = io_sync,
+                   .on_change = sim->obs ? io_change : NULL};
   uint64_t x = sim->cfg.seed ^ ((uint64_t)nd->idx << 20) ^ ((uint64_t)nd->epoch << 48);
   uint64_t seed = splitmix(&x);
-  nd->core = ea_swim_new(&sim->cfg.swim, &nd->id, &nd->meta, &io, seed, sim->now);
+  nd->core = ea_swim_new(&sim->cfg.swim, &nd->id, &sim->metas[nd->idx], &io, seed, sim->now);
   if (!nd->core) return -ENOMEM;
   nd->status = N_UP;
   nd->sched = NEVER;
@@ -485,14 +598,17 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
   if (!sim) return NULL;
   sim->cfg = *c;
   sim->n = c->n;
+  sim->pool_free = NIL;
+  for (uint32_t b = 0; b < WHEEL_MS; b++) sim->whead[b] = NIL;
   uint64_t x = c->seed;
   for (int i = 0; i < 4; i++) sim->rng[i] = splitmix(&x);
   sim->nodes = calloc(c->n ? c->n : 1, sizeof *sim->nodes);
+  sim->metas = calloc(c->n ? c->n : 1, sizeof *sim->metas);
   sim->rx = malloc(sizeof *sim->rx);
   sim->txbuf = malloc(EA_WIRE_MAX_PACKET * 4);
   sim->sorted_ids = malloc((c->n ? c->n : 1) * sizeof *sim->sorted_ids);
   sim->sorted_idx = malloc((c->n ? c->n : 1) * sizeof *sim->sorted_idx);
-  if (!sim->nodes || !sim->rx || !sim->txbuf || !sim->sorted_ids || !sim->sorted_idx) {
+  if (!sim->nodes || !sim->metas || !sim->rx || !sim->txbuf || !sim->sorted_ids || !sim->sorted_idx) {
     ea_sim_free(sim);
     return NULL;
   }
@@ -511,12 +627,12 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
       memcpy(nd->id.b + 8 * k, &r, 8);
     }
     ids[i] = nd->id;
-    snprintf(nd->meta.name, sizeof nd->meta.name, "n%zu", i);
-    make_addr(i, &nd->meta.gossip);
-    nd->meta.control = nd->meta.gossip;
-    nd->meta.control.port = SIM_PORT + 1;
-    snprintf(nd->meta.role, sizeof nd->meta.role, "worker");
-    snprintf(nd->meta.version, sizeof nd->meta.version, "sim");
+    snprintf(sim->metas[i].name, sizeof sim->metas[i].name, "n%zu", i);
+    make_addr(i, &sim->metas[nd->idx].gossip);
+    sim->metas[i].control = sim->metas[i].gossip;
+    sim->metas[i].control.port = SIM_PORT + 1;
+    snprintf(sim->metas[i].role, sizeof sim->metas[i].role, "worker");
+    snprintf(sim->metas[i].version, sizeof sim->metas[i].version, "sim");
     sim->sorted_idx[i] = (uint32_t)i;
   }
   qsort_r(sim->sorted_idx, c->n, sizeof *sim->sorted_idx, cmp_sorted, ids);
@@ -533,17 +649,19 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
 
 void ea_sim_free(ea_sim *sim) {
   if (!sim) return;
-  for (size_t i = 0; i < sim->nheap; i++) {
-    ev *e = &sim->heap[i];
-    if (e->kind == EV_DELIVER) free(e->p);
-    if (e->kind == EV_SYNC_REMOTE || e->kind == EV_SYNC_REPLY) {
-      sync_req *r = e->p;
+  ev e;
+  while (pop(sim, NEVER - 1, &e)) {
+    if (e.kind == EV_DELIVER) free(e.p);
+    if (e.kind == EV_SYNC_REMOTE || e.kind == EV_SYNC_REPLY) {
+      sync_req *r = e.p;
       free(r->bytes);
       free(r);
     }
   }
+  free(sim->pool);
   for (size_t i = 0; sim->nodes && i < sim->n; i++) ea_swim_free(sim->nodes[i].core);
   free(sim->nodes);
+  free(sim->metas);
   free(sim->heap);
   free(sim->rx);
   free(sim->txbuf);
@@ -559,7 +677,7 @@ uint64_t ea_sim_now(const ea_sim *sim) { return sim->now; }
 size_t ea_sim_size(const ea_sim *sim) { return sim->n; }
 ea_swim *ea_sim_core(ea_sim *sim, size_t i) { return i < sim->n ? sim->nodes[i].core : NULL; }
 const ea_node_id *ea_sim_id(const ea_sim *sim, size_t i) { return &sim->nodes[i].id; }
-const ea_addr *ea_sim_addr(const ea_sim *sim, size_t i) { return &sim->nodes[i].meta.gossip; }
+const ea_addr *ea_sim_addr(const ea_sim *sim, size_t i) { return &sim->metas[i].gossip; }
 bool ea_sim_is_up(const ea_sim *sim, size_t i) { return i < sim->n && sim->nodes[i].status == N_UP; }
 
 long ea_sim_index_of(const ea_sim *sim, const ea_node_id *id) {
@@ -579,8 +697,15 @@ long ea_sim_index_of(const ea_sim *sim, const ea_node_id *id) {
 void ea_sim_join(ea_sim *sim, size_t i, size_t seed) {
   node *nd = &sim->nodes[i];
   if (nd->status != N_UP) return;
-  ea_swim_join(nd->core, sim->now, &sim->nodes[seed].meta.gossip, 1);
+  ea_swim_join(nd->core, sim->now, &sim->metas[seed].gossip, 1);
   after_call(sim, nd);
+}
+
+/* The bootstrap directory's LEFT announcement goes nowhere. */
+static void dir_send(void *ctx, const ea_addr *to, const ea_msg *m) {
+  (void)ctx;
+  (void)to;
+  (void)m;
 }
 
 void ea_sim_bootstrap(ea_sim *sim) {
@@ -592,18 +717,20 @@ void ea_sim_bootstrap(ea_sim *sim) {
   ea_meta dm;
   memset(&dm, 0, sizeof dm);
   make_addr(sim->n, &dm.gossip); /* outside the node range: unroutable */
-  ea_swim_io io = {.ctx = NULL, .send = NULL, .sync = NULL, .on_change = NULL};
+  ea_swim_io io = {.ctx = NULL, .send = dir_send, .sync = NULL, .on_change = NULL};
   ea_swim *dir = ea_swim_new(&sim->cfg.swim, &dir_id, &dm, &io, 1, sim->now);
   if (!dir) return;
   for (size_t i = 0; i < sim->n; i++)
     if (sim->nodes[i].status == N_UP) ea__swim_merge_core(dir, sim->now, sim->nodes[i].core);
-  /* Leaving marks the directory's own record LEFT; it is never ticked, so
-   * it sends nothing, and a stranger's LEFT record teaches a node nothing. */
+  /* Leaving marks the directory's own record LEFT (its announcement goes
+   * to dir_send, and it is never ticked), and a stranger's LEFT record
+   * teaches a node nothing. */
   ea_swim_leave(dir, sim->now);
   for (size_t i = 0; i < sim->n; i++) {
     node *nd = &sim->nodes[i];
     if (nd->status != N_UP) continue;
     ea__swim_merge_core(nd->core, sim->now, dir);
+    ea__swim_settle(nd->core);
     after_call(sim, nd);
   }
   ea_swim_free(dir);
@@ -645,7 +772,7 @@ void ea_sim_leave(ea_sim *sim, size_t i) {
 
 void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta) {
   node *nd = &sim->nodes[i];
-  nd->meta = *meta;
+  sim->metas[i] = *meta;
   if (nd->status != N_UP) return;
   ea_swim_set_meta(nd->core, sim->now, meta);
   after_call(sim, nd);
@@ -671,8 +798,8 @@ void ea_sim_heal(ea_sim *sim) {
 /* ---- time ---- */
 
 void ea_sim_run_until(ea_sim *sim, uint64_t t_ms) {
-  while (sim->nheap && sim->heap[0].t <= t_ms) {
-    ev e = pop(sim);
+  ev e;
+  while (pop(sim, t_ms, &e)) {
     sim->now = e.t;
     sim->st.events++;
     node *nd = &sim->nodes[e.node < sim->n ? e.node : 0];
@@ -721,6 +848,8 @@ bool ea_sim_run_until_cond(ea_sim *sim, uint64_t deadline, uint64_t step_ms,
 void ea_sim_set_observer(ea_sim *sim, ea_sim_observer fn, void *ctx) {
   sim->obs = fn;
   sim->obs_ctx = ctx;
+  for (size_t i = 0; i < sim->n; i++)
+    if (sim->nodes[i].core) ea__swim_set_on_change(sim->nodes[i].core, fn ? io_change : NULL);
 }
 
 int ea_sim_view_state(const ea_sim *sim, size_t observer, size_t target, uint32_t *inc) {

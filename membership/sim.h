@@ -1,9 +1,10 @@
 /* sim.h — a deterministic simulator for the SWIM core.
  *
  * N cores (ea_swim) run in one process in virtual time (milliseconds).  One
- * event heap holds packet deliveries, push-pull exchanges and each node's
- * next deadline (ea_swim_next_deadline); the clock jumps from event to event,
- * so ten simulated minutes of a 5000-node cluster take seconds.  Everything
+ * event queue (a timing wheel, see sim.c) holds packet deliveries, push-pull
+ * exchanges and each node's next deadline (ea_swim_next_deadline); the clock
+ * jumps from event to event, so ten simulated minutes of a 5000-node
+ * cluster take about half a minute (docs/membership.md).  Everything
  * random — delays, loss, the cores' own seeds — derives from one seed, so a
  * run replays exactly: tests print ea_sim_seed() and honour EA_SEED.
  *
@@ -131,5 +132,7 @@ void ea_sim_detect_bound(const ea_swim_config *cfg, size_t n, double eps, uint32
 void ea__swim_merge_core(ea_swim *dst, uint64_t now_ms, const ea_swim *src);
 size_t ea__swim_export_bytes(const ea_swim *s);
 int ea__swim_state_of(const ea_swim *s, const ea_node_id *id, uint32_t *inc);
+void ea__swim_settle(ea_swim *s);
+void ea__swim_set_on_change(ea_swim *s, void (*fn)(void *ctx, const ea_member *m, uint8_t old));
 
 #endif

@@ -1,0 +1,809 @@
+/* Check suite for the SWIM + Lifeguard core (membership/swim.c), driven
+ * through the deterministic simulator (membership/sim.c).
+ *
+ * Each case states one of the protocol's promises and asserts it at its
+ * boundary in virtual time: a 64-node cluster joined through one seed
+ * converges within one probe round; a crash is DEAD in every view within the
+ * bound derived in swim.c (and within the 3 s acceptance target) and never
+ * earlier than the minimum suspicion allows; a paused node that resumes in
+ * time refutes and is never declared dead; 10% loss for ten minutes gives no
+ * false DEAD; a 32/32 partition heals into one view; every node elects the
+ * same controller; a graceful leave is LEFT, never DEAD; the dead are reaped
+ * after dead_reclaim_ms and not before; a restarted node returns with a new
+ * incarnation; precedence and refutation rules hold message by message; the
+ * local health score rises when we cannot hear and decays when we can.
+ *
+ * Every case runs with the default configuration and the wire codec on (each
+ * packet is encoded and decoded), and asserts no packet exceeded the budget.
+ * The seed is printed; EA_SEED=… replays a run exactly.
+ */
+#include "../../membership/sim.h"
+#include "ea_membership.h"
+
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_seed;
+
+static ea_sim *make_sim(size_t n, uint64_t salt) {
+  ea_sim_config c;
+  ea_sim_config_default(&c, n, g_seed ^ (salt * 0x9e3779b97f4a7c15ULL));
+  ea_sim *sim = ea_sim_new(&c);
+  ck_assert_ptr_nonnull(sim);
+  printf("  seed=%" PRIu64 " (EA_SEED=%" PRIu64 " replays the suite)\n", ea_sim_seed(sim), g_seed);
+  return sim;
+}
+
+static void assert_wire_clean(ea_sim *sim) {
+  ea_sim_stats st;
+  ea_sim_stats_get(sim, &st);
+  ck_assert_uint_eq(st.codec_errors, 0);
+  ck_assert_uint_eq(st.oversize, 0);
+  ck_assert_uint_gt(st.packets_delivered, 0);
+}
+
+/* ---- recording every view's transitions --------------------------------- */
+
+typedef struct {
+  ea_sim *sim;
+  size_t n;
+  uint64_t *first[4]; /* [state][observer*n + target]: first time seen, 0 = never */
+  uint64_t dead_events;
+} recorder;
+
+static void rec_on(void *ctx, size_t obs, const ea_member *m, uint8_t old, uint64_t now) {
+  (void)old;
+  recorder *r = ctx;
+  long t = ea_sim_index_of(r->sim, &m->id);
+  if (t < 0 || m->state > EA_STATE_LEFT) return;
+  uint64_t *slot = &r->first[m->state][obs * r->n + (size_t)t];
+  if (!*slot) *slot = now ? now : 1;
+  if (m->state == EA_STATE_DEAD) r->dead_events++;
+}
+
+static void rec_init(recorder *r, ea_sim *sim) {
+  memset(r, 0, sizeof *r);
+  r->sim = sim;
+  r->n = ea_sim_size(sim);
+  for (int s = 0; s < 4; s++) r->first[s] = calloc(r->n * r->n, sizeof(uint64_t));
+  ea_sim_set_observer(sim, rec_on, r);
+}
+
+static void rec_reset(recorder *r) {
+  for (int s = 0; s < 4; s++) memset(r->first[s], 0, r->n * r->n * sizeof(uint64_t));
+  r->dead_events = 0;
+}
+
+static void rec_free(recorder *r) {
+  ea_sim_set_observer(r->sim, NULL, NULL);
+  for (int s = 0; s < 4; s++) free(r->first[s]);
+}
+
+/* Earliest and latest time any up observer first saw target in state;
+ * returns how many up observers (other than target) saw it. */
+static size_t rec_span(const recorder *r, size_t target, uint8_t state, uint64_t *lo, uint64_t *hi) {
+  size_t cnt = 0;
+  *lo = UINT64_MAX;
+  *hi = 0;
+  for (size_t o = 0; o < r->n; o++) {
+    if (o == target || !ea_sim_is_up(r->sim, o)) continue;
+    uint64_t t = r->first[state][o * r->n + target];
+    if (!t) continue;
+    cnt++;
+    if (t < *lo) *lo = t;
+    if (t > *hi) *hi = t;
+  }
+  return cnt;
+}
+
+/* ---- conditions ---------------------------------------------------------- */
+
+/* Every up node holds every up node ALIVE. */
+static bool all_alive(ea_sim *sim, void *ctx) {
+  (void)ctx;
+  size_t n = ea_sim_size(sim);
+  for (size_t o = 0; o < n; o++) {
+    if (!ea_sim_is_up(sim, o)) continue;
+    for (size_t t = 0; t < n; t++)
+      if (ea_sim_is_up(sim, t) && ea_sim_view_state(sim, o, t, NULL) != EA_STATE_ALIVE) return false;
+  }
+  return true;
+}
+
+typedef struct {
+  size_t target;
+  int state; /* -1: forgotten */
+} see_ctx;
+
+/* Every up node other than the target holds it in `state`. */
+static bool all_see(ea_sim *sim, void *ctx) {
+  const see_ctx *c = ctx;
+  for (size_t o = 0; o < ea_sim_size(sim); o++) {
+    if (o == c->target || !ea_sim_is_up(sim, o)) continue;
+    if (ea_sim_view_state(sim, o, c->target, NULL) != c->state) return false;
+  }
+  return true;
+}
+
+static void converge(ea_sim *sim) {
+  ea_sim_bootstrap(sim);
+  ea_sim_run_for(sim, 3000);
+  ck_assert(all_alive(sim, NULL));
+}
+
+/* ---- cases --------------------------------------------------------------- */
+
+/* 64 nodes join through one seed, all at once.  Gossip reaches most members
+ * within a few gossip rounds; a member that missed a joiner's ALIVE in the
+ * burst is told by the joiner itself, whose probes carry its ALIVE for its
+ * whole first probe round.  That round visits every member once, but
+ * members learned during it are inserted at random places (memberlist's
+ * rule), which can push one already visited to the end: so it lasts at most
+ * 2·(N−1) probe intervals.  Bound: that plus the dissemination time. */
+START_TEST(test_join_64_through_one_seed) {
+  ea_sim *sim = make_sim(64, 1);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ea_sim_bound b;
+  ea_sim_detect_bound(&cfg, 64, 1e-3, 5, &b);
+  uint64_t bound = (uint64_t)(2 * 63 * cfg.probe_interval_ms + b.spread_ms + 100);
+  for (size_t i = 1; i < 64; i++) ea_sim_join(sim, i, 0);
+  bool ok = ea_sim_run_until_cond(sim, bound, 10, all_alive, NULL);
+  printf("  join: all 64 views complete at %" PRIu64 " ms (bound %" PRIu64 ")\n", ea_sim_now(sim),
+         bound);
+  ck_assert_msg(ok, "views incomplete after %" PRIu64 " ms", bound);
+  for (size_t i = 0; i < 64; i++) ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, i)), 64);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* A crash is DEAD in every view within the bound of swim.c (ε = 1e-4) and
+ * within the 3 s target, and no view says DEAD before crash + I − d + min:
+ * a suspicion cannot start before a probe that reached the corpse ends, and
+ * no timer runs shorter than min.  Five crashes, at random phases. */
+START_TEST(test_crash_detected_within_bound) {
+  ea_sim *sim = make_sim(64, 2);
+  converge(sim);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ea_sim_bound b;
+  ea_sim_detect_bound(&cfg, 64, 1e-4, 5, &b);
+  uint64_t mn, mx;
+  ea_swim_suspicion_bounds(ea_sim_core(sim, 0), &mn, &mx);
+  ck_assert_uint_eq(mn, (uint64_t)b.lower_ms - cfg.probe_interval_ms + 5); /* same min */
+  printf("  bound: %.0f ms (first probe %.0f + suspect %.0f + suspicion %.0f + spread %.0f), "
+         "lower %.0f ms, min %" PRIu64 " max %" PRIu64 "\n",
+         b.total_ms, b.first_probe_ms, b.suspect_ms, b.suspicion_ms, b.spread_ms, b.lower_ms, mn, mx);
+  recorder r;
+  rec_init(&r, sim);
+  size_t victims[5] = {7, 19, 33, 48, 60};
+  for (int k = 0; k < 5; k++) {
+    size_t v = victims[k];
+    ea_sim_run_for(sim, 1 + (uint64_t)(k * 37) % cfg.probe_interval_ms);
+    rec_reset(&r);
+    uint64_t t0 = ea_sim_now(sim);
+    ea_sim_crash(sim, v);
+    see_ctx c = {v, EA_STATE_DEAD};
+    bool ok = ea_sim_run_until_cond(sim, t0 + 10000, 1, all_see, &c);
+    uint64_t all = ea_sim_now(sim) - t0;
+    uint64_t lo, hi, slo, shi;
+    size_t nd = rec_span(&r, v, EA_STATE_DEAD, &lo, &hi);
+    rec_span(&r, v, EA_STATE_SUSPECT, &slo, &shi);
+    printf("  crash %zu: first suspect +%" PRIu64 ", first dead +%" PRIu64 ", dead everywhere +%" PRIu64
+           " ms\n",
+           v, slo - t0, lo - t0, all);
+    ck_assert_msg(ok, "node %zu not dead everywhere after 10 s", v);
+    ck_assert_uint_eq(nd, 63);
+    ck_assert_msg(all <= (uint64_t)b.total_ms, "dead everywhere at +%" PRIu64 " > bound %.0f", all,
+                  b.total_ms);
+    ck_assert_msg(all <= 3000, "dead everywhere at +%" PRIu64 " ms > 3000 ms target", all);
+    ck_assert_msg(lo - t0 >= (uint64_t)b.lower_ms, "declared dead at +%" PRIu64 " < lower bound %.0f",
+                  lo - t0, b.lower_ms);
+    ck_assert_uint_eq(r.dead_events, 63); /* and nobody else */
+    ea_sim_restart(sim, v, 0);
+    ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 15000, 10, all_alive, NULL));
+  }
+  rec_free(&r);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* A node frozen for 700 ms (less than the minimum suspicion, 1083 ms at 64
+ * nodes, minus the time to refute) is suspected while frozen and refutes
+ * after it resumes: its incarnation goes up and no view ever holds it DEAD. */
+START_TEST(test_pause_shorter_than_suspicion_refutes) {
+  ea_sim *sim = make_sim(64, 3);
+  converge(sim);
+  recorder r;
+  rec_init(&r, sim);
+  size_t paused[3] = {5, 29, 51};
+  int suspected = 0;
+  for (int k = 0; k < 3; k++) {
+    size_t v = paused[k];
+    rec_reset(&r);
+    uint32_t inc0 = ea_swim_self(ea_sim_core(sim, v))->incarnation;
+    ea_sim_pause(sim, v, 700);
+    ea_sim_run_for(sim, 700);
+    uint64_t lo, hi;
+    size_t ns = rec_span(&r, v, EA_STATE_SUSPECT, &lo, &hi);
+    ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
+    ea_sim_run_for(sim, 5000);
+    uint32_t inc1 = ea_swim_self(ea_sim_core(sim, v))->incarnation;
+    printf("  pause %zu: suspected by %zu views while frozen, incarnation %u -> %u\n", v, ns, inc0,
+           inc1);
+    ck_assert_uint_eq(rec_span(&r, v, EA_STATE_DEAD, &lo, &hi), 0);
+    if (ns) {
+      suspected++;
+      ck_assert_uint_gt(inc1, inc0);
+      for (size_t o = 0; o < 64; o++) {
+        uint32_t inc;
+        ck_assert_int_eq(ea_sim_view_state(sim, o, v, &inc), EA_STATE_ALIVE);
+        ck_assert_uint_eq(inc, inc1);
+      }
+    }
+  }
+  /* Each pause outlasts ~3.7 expected first-probe waits: all but a ~2.5%
+   * chance each of being suspected. */
+  ck_assert_int_ge(suspected, 2);
+  rec_free(&r);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* Ten simulated minutes at 10% packet loss on every link: hundreds of false
+ * suspicions, all refuted, zero false DEAD. */
+START_TEST(test_loss_10pct_no_false_dead) {
+  ea_sim *sim = make_sim(64, 4);
+  converge(sim);
+  recorder r;
+  rec_init(&r, sim);
+  ea_sim_set_loss(sim, 0.10);
+  ea_sim_run_for(sim, 10 * 60 * 1000);
+  uint64_t susp = 0, refut = 0, dead = 0;
+  for (size_t i = 0; i < 64; i++) {
+    ea_swim_stats st;
+    ea_swim_stats_get(ea_sim_core(sim, i), &st);
+    susp += st.suspicions;
+    refut += st.refutations;
+    dead += st.declared_dead;
+  }
+  ea_sim_stats ss;
+  ea_sim_stats_get(sim, &ss);
+  printf("  10%% loss, 10 min: %" PRIu64 " suspicions, %" PRIu64 " refutations, %" PRIu64
+         " declared dead, %" PRIu64 " packets lost\n",
+         susp, refut, dead, ss.dropped_loss);
+  ck_assert_uint_gt(susp, 100); /* the loss did bite */
+  ck_assert_uint_eq(dead, 0);
+  ck_assert_uint_eq(r.dead_events, 0);
+  ea_sim_set_loss(sim, 0);
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
+  rec_free(&r);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* 32/32 partition: each side declares the other dead and carries on (two
+ * controllers, each quorum-less against the 64-member generation).  After
+ * the heal, the round-robin's probes of members held DEAD reach them; the
+ * prober tells each it is dead, it refutes straight back, and its ALIVE
+ * spreads on both sides — most views are whole within a couple of seconds.
+ * A view that missed one of those refutations heals when it probes that
+ * member itself, at the latest two rounds later (a member probed first in
+ * one round may come last in the next): bound 2·(N−1)·I + 3 s. */
+START_TEST(test_partition_heals_into_one_view) {
+  ea_sim *sim = make_sim(64, 5);
+  converge(sim);
+  uint8_t side[64];
+  for (size_t i = 0; i < 64; i++) side[i] = i < 32 ? 1 : 2;
+  ea_sim_partition(sim, side);
+  ea_sim_run_for(sim, 8000);
+  ea_node_id gen[64];
+  for (size_t i = 0; i < 64; i++) gen[i] = *ea_sim_id(sim, i);
+  ea_election_gen g = {gen, 64, false};
+  for (size_t i = 0; i < 64; i += 21) {
+    size_t other = i < 32 ? 40 : 3;
+    ck_assert_int_eq(ea_sim_view_state(sim, i, other, NULL), EA_STATE_DEAD);
+    ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, i)), 32);
+    const ea_member *ms;
+    size_t n = ea_swim_members(ea_sim_core(sim, i), &ms);
+    ea_election e;
+    ea_elect(ms, n, &g, &e);
+    ck_assert(e.have);
+    ck_assert(!e.has_quorum); /* 32 of 64 is no majority */
+    ck_assert_ptr_nonnull(strstr(e.reason, "no quorum: 32 of 64"));
+  }
+  uint64_t t_heal = ea_sim_now(sim);
+  ea_sim_heal(sim);
+  bool ok = ea_sim_run_until_cond(sim, t_heal + 30000, 10, all_alive, NULL);
+  printf("  partition healed: one view after %" PRIu64 " ms\n", ea_sim_now(sim) - t_heal);
+  ck_assert_msg(ok, "views still split 30 s after the heal");
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ck_assert_uint_le(ea_sim_now(sim) - t_heal, 2 * 63 * cfg.probe_interval_ms + 3000);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+static void elect_on(ea_sim *sim, size_t i, ea_election *e) {
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_sim_core(sim, i), &ms);
+  ea_elect(ms, n, NULL, e);
+}
+
+/* After convergence every node names the same controller, the lowest id;
+ * when it crashes, every node names the next lowest once it is DEAD. */
+START_TEST(test_every_node_elects_the_same_controller) {
+  ea_sim *sim = make_sim(64, 6);
+  for (size_t i = 1; i < 64; i++) ea_sim_join(sim, i, 0);
+  ck_assert(ea_sim_run_until_cond(sim, 15000, 10, all_alive, NULL));
+  size_t lowest = 0, second = 1;
+  for (size_t i = 1; i < 64; i++) {
+    if (ea_node_id_cmp(ea_sim_id(sim, i), ea_sim_id(sim, lowest)) < 0) {
+      second = lowest;
+      lowest = i;
+    } else if (second == lowest || ea_node_id_cmp(ea_sim_id(sim, i), ea_sim_id(sim, second)) < 0) {
+      second = i;
+    }
+  }
+  for (size_t i = 0; i < 64; i++) {
+    ea_election e;
+    elect_on(sim, i, &e);
+    ck_assert(e.have);
+    ck_assert(e.has_quorum);
+    ck_assert_uint_eq(e.eligible, 64);
+    ck_assert_int_eq(ea_node_id_cmp(&e.controller, ea_sim_id(sim, lowest)), 0);
+  }
+  ea_sim_crash(sim, lowest);
+  see_ctx c = {lowest, EA_STATE_DEAD};
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_see, &c));
+  for (size_t i = 0; i < 64; i++) {
+    if (i == lowest) continue;
+    ea_election e;
+    elect_on(sim, i, &e);
+    ck_assert_int_eq(ea_node_id_cmp(&e.controller, ea_sim_id(sim, second)), 0);
+    ck_assert_uint_eq(e.eligible, 63);
+  }
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* Graceful leave: LEFT in every view within the dissemination time, never
+ * DEAD — also after the process is gone for longer than any suspicion. */
+START_TEST(test_graceful_leave_is_left_not_dead) {
+  ea_sim *sim = make_sim(64, 7);
+  converge(sim);
+  recorder r;
+  rec_init(&r, sim);
+  size_t v = 17;
+  uint64_t t0 = ea_sim_now(sim);
+  ea_sim_leave(sim, v);
+  see_ctx c = {v, EA_STATE_LEFT};
+  ck_assert(ea_sim_run_until_cond(sim, t0 + 2000, 5, all_see, &c));
+  printf("  leave: LEFT everywhere after %" PRIu64 " ms\n", ea_sim_now(sim) - t0);
+  ck_assert_int_eq(ea_swim_self(ea_sim_core(sim, v))->state, EA_STATE_LEFT);
+  ea_sim_run_for(sim, 2000);
+  ea_sim_crash(sim, v); /* the process exits */
+  ea_sim_run_for(sim, 20000);
+  ck_assert(all_see(sim, &c));
+  uint64_t lo, hi;
+  ck_assert_uint_eq(rec_span(&r, v, EA_STATE_DEAD, &lo, &hi), 0);
+  ck_assert_uint_eq(rec_span(&r, v, EA_STATE_SUSPECT, &lo, &hi), 0);
+  ck_assert_uint_eq(r.dead_events, 0);
+  rec_free(&r);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* A dead member stays in every table (as DEAD) for dead_reclaim_ms after
+ * that table marked it, and is gone right after. */
+START_TEST(test_dead_reaped_after_reclaim) {
+  ea_sim *sim = make_sim(64, 8);
+  converge(sim);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  recorder r;
+  rec_init(&r, sim);
+  size_t v = 42;
+  ea_sim_crash(sim, v);
+  see_ctx c = {v, EA_STATE_DEAD};
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 1, all_see, &c));
+  uint64_t lo, hi;
+  ck_assert_uint_eq(rec_span(&r, v, EA_STATE_DEAD, &lo, &hi), 63);
+  ea_sim_run_until(sim, lo + cfg.dead_reclaim_ms - 1);
+  ck_assert(all_see(sim, &c)); /* the earliest marker has not reaped yet */
+  ea_sim_run_until(sim, hi + cfg.dead_reclaim_ms);
+  see_ctx gone = {v, -1};
+  ck_assert(all_see(sim, &gone));
+  for (size_t i = 0; i < 64; i++)
+    if (i != v) ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, i)), 63);
+  printf("  reaped: marked dead %" PRIu64 "..%" PRIu64 " ms, gone from all views by %" PRIu64 " ms\n",
+         lo, hi, ea_sim_now(sim));
+  rec_free(&r);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* A crashed node restarted with a fresh core (incarnation 0) learns from the
+ * join that it is DEAD at incarnation i, refutes with i+1, and is ALIVE in
+ * every view at that incarnation. */
+START_TEST(test_restart_rejoins_with_new_incarnation) {
+  ea_sim *sim = make_sim(64, 9);
+  converge(sim);
+  size_t v = 23;
+  ea_sim_crash(sim, v);
+  see_ctx c = {v, EA_STATE_DEAD};
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_see, &c));
+  uint32_t dead_inc;
+  ck_assert_int_eq(ea_sim_view_state(sim, 0, v, &dead_inc), EA_STATE_DEAD);
+  ea_sim_run_for(sim, 3000);
+  ea_sim_restart(sim, v, 0);
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
+  uint32_t inc = ea_swim_self(ea_sim_core(sim, v))->incarnation;
+  ck_assert_uint_gt(inc, dead_inc);
+  for (size_t o = 0; o < 64; o++) {
+    uint32_t seen;
+    ck_assert_int_eq(ea_sim_view_state(sim, o, v, &seen), EA_STATE_ALIVE);
+    ck_assert_uint_eq(seen, inc);
+  }
+  ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, v)), 64);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* Lifeguard local health: a node that hears nothing (all its inbound lost)
+ * sees its probes fail with the promised nacks missing and raises its score,
+ * which stretches its probing; once it hears again, every successful probe
+ * brings the score back down to zero. */
+START_TEST(test_local_health_rises_and_decays) {
+  ea_sim *sim = make_sim(16, 10);
+  converge(sim);
+  size_t v = 3;
+  for (size_t i = 0; i < 16; i++)
+    if (i != v) ea_sim_set_link_loss(sim, i, v, 1.0);
+  ea_sim_run_for(sim, 1500);
+  ea_swim_stats st;
+  ea_swim_stats_get(ea_sim_core(sim, v), &st);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  printf("  deaf node: health %u after 1.5 s (max %u)\n", st.health, cfg.awareness_max - 1);
+  ck_assert_uint_ge(st.health, 2);
+  ck_assert_uint_le(st.health, cfg.awareness_max - 1);
+  ck_assert_uint_gt(st.ping_reqs_sent, 0);
+  ck_assert_uint_eq(st.nacks_recv, 0);
+  for (size_t i = 0; i < 16; i++)
+    if (i != v) ea_sim_set_link_loss(sim, i, v, 0.0);
+  ea_sim_run_for(sim, 30000);
+  ea_swim_stats_get(ea_sim_core(sim, v), &st);
+  ck_assert_uint_eq(st.health, 0);
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 10000, 10, all_alive, NULL));
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* ---- one core, message by message --------------------------------------- */
+
+typedef struct {
+  int sends, syncs, changes;
+  ea_msg last;
+  uint8_t last_old;
+  ea_member last_m;
+  int npings;
+  struct {
+    uint32_t seq;
+    ea_node_id target;
+    ea_addr to;
+  } pings[64]; /* pings sent since the last ack_pings() */
+} capture;
+
+static void cap_send(void *ctx, const ea_addr *to, const ea_msg *m) {
+  capture *c = ctx;
+  c->sends++;
+  memcpy(&c->last, m, offsetof(ea_msg, updates) + m->nupdates * sizeof(ea_update));
+  if (m->type == EA_MSG_PING && c->npings < 64) {
+    c->pings[c->npings].seq = m->seq;
+    c->pings[c->npings].target = m->target;
+    c->pings[c->npings].to = *to;
+    c->npings++;
+  }
+}
+
+/* Answer every ping the core sent, as a live member would (outside the
+ * send callback: the seam forbids re-entering the core). */
+static void ack_pings(ea_swim *s, capture *c, uint64_t now) {
+  static ea_msg ack;
+  int n = c->npings;
+  c->npings = 0;
+  for (int i = 0; i < n; i++) {
+    memset(&ack, 0, offsetof(ea_msg, updates));
+    ack.type = EA_MSG_ACK;
+    ack.seq = c->pings[i].seq;
+    ack.src = c->pings[i].target;
+    ack.target = c->pings[i].target;
+    ea_swim_recv(s, now, &c->pings[i].to, &ack);
+  }
+}
+
+/* Run the core's timers at `now` with every member answering its probes, so
+ * that only the updates the test feeds move member states. */
+static void tick_acked(ea_swim *s, capture *c, uint64_t now) {
+  ea_swim_tick(s, now);
+  ack_pings(s, c, now);
+}
+static void cap_sync(void *ctx, const ea_addr *to, ea_sync_kind k) {
+  (void)to;
+  (void)k;
+  ((capture *)ctx)->syncs++;
+}
+static void cap_change(void *ctx, const ea_member *m, uint8_t old) {
+  capture *c = ctx;
+  c->changes++;
+  c->last_m = *m;
+  c->last_old = old;
+}
+
+static ea_meta meta_n(int i) {
+  ea_meta m;
+  memset(&m, 0, sizeof m);
+  snprintf(m.name, sizeof m.name, "m%d", i);
+  m.gossip.family = 4;
+  m.gossip.port = 7000;
+  m.gossip.ip[0] = 10;
+  m.gossip.ip[3] = (uint8_t)i;
+  snprintf(m.role, sizeof m.role, "worker");
+  return m;
+}
+
+static ea_node_id id_n(int i) {
+  ea_node_id id;
+  memset(&id, 0, sizeof id);
+  id.b[15] = (uint8_t)i;
+  return id;
+}
+
+static void feed(ea_swim *s, uint64_t now, uint8_t state, uint32_t inc, int who, int from) {
+  static ea_msg m;
+  memset(&m, 0, offsetof(ea_msg, updates));
+  m.type = EA_MSG_GOSSIP;
+  m.src = id_n(from);
+  m.nupdates = 1;
+  memset(&m.updates[0], 0, sizeof m.updates[0]);
+  m.updates[0].state = state;
+  m.updates[0].incarnation = inc;
+  m.updates[0].id = id_n(who);
+  m.updates[0].from = id_n(from);
+  m.updates[0].has_meta = state == EA_STATE_ALIVE;
+  m.updates[0].meta = meta_n(who);
+  ea_addr a = meta_n(from).gossip;
+  ea_swim_recv(s, now, &a, &m);
+}
+
+static int state_of(ea_swim *s, int who, uint32_t *inc) {
+  ea_node_id id = id_n(who);
+  const ea_member *m = ea_swim_find(s, &id);
+  if (!m) return -1;
+  if (inc) *inc = m->incarnation;
+  return m->state;
+}
+
+/* The precedence rules of swim.c, one update at a time. */
+START_TEST(test_precedence_rules) {
+  capture c = {0};
+  ea_swim_io io = {&c, cap_send, cap_sync, cap_change};
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ea_node_id self = id_n(1);
+  ea_meta sm = meta_n(1);
+  ea_swim *s = ea_swim_new(&cfg, &self, &sm, &io, g_seed, 1000);
+  ck_assert_ptr_nonnull(s);
+  uint32_t inc;
+  feed(s, 1000, EA_STATE_ALIVE, 3, 2, 2);
+  ck_assert_int_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
+  ck_assert_uint_eq(inc, 3);
+  ck_assert_int_eq(c.last_old, 0xff); /* a new member is announced */
+  feed(s, 1001, EA_STATE_ALIVE, 2, 2, 3); /* older alive: stale */
+  ck_assert_uint_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
+  ck_assert_uint_eq(inc, 3);
+  feed(s, 1002, EA_STATE_SUSPECT, 3, 2, 3); /* suspect(i) beats alive(i) */
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_SUSPECT);
+  ck_assert_int_eq(c.last_old, EA_STATE_ALIVE);
+  feed(s, 1003, EA_STATE_ALIVE, 3, 2, 2); /* alive(i) does not beat suspect(i) */
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_SUSPECT);
+  feed(s, 1004, EA_STATE_ALIVE, 4, 2, 2); /* alive(i+1) does */
+  ck_assert_int_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
+  ck_assert_uint_eq(inc, 4);
+  feed(s, 1005, EA_STATE_DEAD, 4, 2, 3); /* dead(i) beats alive(i) */
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_DEAD);
+  feed(s, 1006, EA_STATE_SUSPECT, 4, 2, 4); /* suspect(i) does not beat dead(i) */
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_DEAD);
+  feed(s, 1007, EA_STATE_ALIVE, 5, 2, 2); /* the dead come back with i+1 */
+  ck_assert_int_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
+  ck_assert_uint_eq(inc, 5);
+  feed(s, 1008, EA_STATE_LEFT, 5, 2, 2); /* left(i) beats alive(i) */
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_LEFT);
+  feed(s, 1009, EA_STATE_DEAD, 5, 2, 3); /* and is final for i */
+  feed(s, 1009, EA_STATE_ALIVE, 5, 2, 3);
+  ck_assert_int_eq(state_of(s, 2, NULL), EA_STATE_LEFT);
+  feed(s, 1010, EA_STATE_DEAD, 1, 9, 3); /* a stranger's death teaches nothing */
+  ck_assert_int_eq(state_of(s, 9, NULL), -1);
+  ea_swim_stats st;
+  ea_swim_stats_get(s, &st);
+  ck_assert_uint_eq(st.stale_dropped, 5);
+
+  /* Refutation: suspicion of ourselves at our incarnation → bump, gossip ALIVE. */
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 0);
+  feed(s, 1100, EA_STATE_SUSPECT, 0, 1, 3);
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 1);
+  feed(s, 1101, EA_STATE_DEAD, 6, 1, 3); /* accused at 6: go past it */
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 7);
+  ea_swim_stats_get(s, &st);
+  ck_assert_uint_eq(st.refutations, 2);
+  ck_assert_uint_eq(st.health, 2); /* each refutation costs health */
+  ck_assert_int_eq(c.last.type, EA_MSG_GOSSIP); /* answered the accuser directly */
+  ck_assert_uint_eq(c.last.nupdates, 1);
+  ck_assert_uint_eq(c.last.updates[0].state, EA_STATE_ALIVE);
+  ck_assert_uint_eq(c.last.updates[0].incarnation, 7);
+  ck_assert(c.last.updates[0].has_meta);
+
+  /* After leave: LEFT for our incarnation is final, pings still acked. */
+  ea_swim_leave(s, 1200);
+  ck_assert_int_eq(ea_swim_self(s)->state, EA_STATE_LEFT);
+  feed(s, 1201, EA_STATE_SUSPECT, 7, 1, 3);
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 7); /* no refutation once left */
+  static ea_msg ping;
+  memset(&ping, 0, offsetof(ea_msg, updates));
+  ping.type = EA_MSG_PING;
+  ping.seq = 77;
+  ping.src = id_n(3);
+  ping.target = self;
+  int before = c.sends;
+  ea_addr a3 = meta_n(3).gossip;
+  ea_swim_recv(s, 1202, &a3, &ping);
+  ck_assert_int_eq(c.sends, before + 1);
+  ck_assert_int_eq(c.last.type, EA_MSG_ACK);
+  ck_assert_uint_eq(c.last.seq, 77);
+  ea_swim_free(s);
+}
+END_TEST
+
+/* Suspicion timer: memberlist's formula, and independent confirmations
+ * shrinking it from max towards min. */
+START_TEST(test_suspicion_timer_confirmations) {
+  capture c = {0};
+  ea_swim_io io = {&c, cap_send, cap_sync, cap_change};
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ea_node_id self = id_n(1);
+  ea_meta sm = meta_n(1);
+  ea_swim *s = ea_swim_new(&cfg, &self, &sm, &io, g_seed, 0);
+  for (int i = 2; i <= 64; i++) feed(s, 0, EA_STATE_ALIVE, 0, i, i);
+  uint64_t mn, mx;
+  ea_swim_suspicion_bounds(s, &mn, &mx);
+  ck_assert_uint_eq(mn, 1083); /* floor(4 · log10(64) · 150) */
+  ck_assert_uint_eq(mx, 3 * 1083);
+  /* K = suspicion_mult − 2 = 2.  No confirmation: DEAD at max. */
+  for (uint64_t t = 0; t <= 1000; t += 50) tick_acked(s, &c, t);
+  feed(s, 1000, EA_STATE_SUSPECT, 0, 10, 20);
+  for (uint64_t t = 1050; t < 1000 + mx - 1; t += 50) tick_acked(s, &c, t);
+  tick_acked(s, &c, 1000 + mx - 1);
+  ck_assert_int_eq(state_of(s, 10, NULL), EA_STATE_SUSPECT);
+  tick_acked(s, &c, 1000 + mx);
+  ck_assert_int_eq(state_of(s, 10, NULL), EA_STATE_DEAD);
+  /* One confirmation (a different `from`): max − (max−min)·ln2/ln3.  The
+   * bounds follow the live count, one fewer now. */
+  ea_swim_suspicion_bounds(s, &mn, &mx);
+  ck_assert_uint_eq(mn, 1079); /* floor(4 · log10(63) · 150) */
+  uint64_t t = 10000;
+  feed(s, t, EA_STATE_SUSPECT, 0, 11, 20);
+  feed(s, t + 10, EA_STATE_SUSPECT, 0, 11, 20); /* same from: not independent */
+  feed(s, t + 10, EA_STATE_SUSPECT, 0, 11, 21);
+  uint64_t one = mx - (uint64_t)((double)(mx - mn) * 0.6309297535714574);
+  for (uint64_t u = t + 50; u < t + one - 2; u += 50) tick_acked(s, &c, u);
+  tick_acked(s, &c, t + one - 2);
+  ck_assert_int_eq(state_of(s, 11, NULL), EA_STATE_SUSPECT);
+  tick_acked(s, &c, t + one + 1);
+  ck_assert_int_eq(state_of(s, 11, NULL), EA_STATE_DEAD);
+  /* K confirmations: min, counted from the first suspicion. */
+  ea_swim_suspicion_bounds(s, &mn, &mx);
+  t = 20000;
+  feed(s, t, EA_STATE_SUSPECT, 0, 12, 20);
+  feed(s, t + 500, EA_STATE_SUSPECT, 0, 12, 21);
+  feed(s, t + 600, EA_STATE_SUSPECT, 0, 12, 22);
+  for (uint64_t u = t + 650; u < t + mn - 1; u += 50) tick_acked(s, &c, u);
+  tick_acked(s, &c, t + mn - 1);
+  ck_assert_int_eq(state_of(s, 12, NULL), EA_STATE_SUSPECT);
+  tick_acked(s, &c, t + mn);
+  ck_assert_int_eq(state_of(s, 12, NULL), EA_STATE_DEAD);
+  ea_swim_stats st;
+  ea_swim_stats_get(s, &st);
+  ck_assert_uint_eq(st.declared_dead, 3);
+  ea_swim_free(s);
+}
+END_TEST
+
+/* The push-pull state: export carries every member with metadata, merge of
+ * it into a fresh core reproduces the view, and the simulator's fast path
+ * counts exactly the bytes the codec would send. */
+START_TEST(test_export_merge_roundtrip) {
+  ea_sim *sim = make_sim(32, 11);
+  converge(sim);
+  ea_sim_crash(sim, 9);
+  see_ctx c = {9, EA_STATE_DEAD};
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_see, &c));
+  ea_swim *src = ea_sim_core(sim, 0);
+  ea_update *ups;
+  size_t n;
+  ck_assert_int_eq(ea_swim_export(src, &ups, &n), 0);
+  ck_assert_uint_eq(n, 32);
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    ck_assert(ups[i].has_meta);
+    bytes += ea_wire_update_size(&ups[i]);
+  }
+  ck_assert_uint_eq(bytes, ea__swim_export_bytes(src));
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(ea_wire_encode_state(EA_SYNC_PERIODIC, ea_sim_id(sim, 0), ups, n, &buf, &len), 0);
+  capture cap = {0};
+  ea_swim_io io = {&cap, cap_send, cap_sync, cap_change};
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  ea_node_id fresh = id_n(200);
+  ea_meta fm = meta_n(200);
+  ea_swim *d = ea_swim_new(&cfg, &fresh, &fm, &io, 1, ea_sim_now(sim));
+  ea_swim_merge(d, ea_sim_now(sim), ups, n);
+  ck_assert_uint_eq(ea_swim_alive_count(d), 32); /* 31 alive + us */
+  /* The dead member was never known here: its death teaches nothing. */
+  ck_assert_int_eq(ea__swim_state_of(d, ea_sim_id(sim, 9), NULL), -1);
+  ck_assert_int_eq(ea__swim_state_of(d, ea_sim_id(sim, 5), NULL), EA_STATE_ALIVE);
+  ck_assert_int_eq(cap.changes, 31);
+  ck_assert_int_eq(cap.sends, 0); /* a fresh joiner re-gossips nothing it learned */
+  free(buf);
+  free(ups);
+  ea_swim_free(d);
+  ea_sim_free(sim);
+}
+END_TEST
+
+static Suite *swim_suite(void) {
+  Suite *s = suite_create("swim");
+  TCase *t = tcase_create("core");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, test_precedence_rules);
+  tcase_add_test(t, test_suspicion_timer_confirmations);
+  tcase_add_test(t, test_export_merge_roundtrip);
+  tcase_add_test(t, test_join_64_through_one_seed);
+  tcase_add_test(t, test_crash_detected_within_bound);
+  tcase_add_test(t, test_pause_shorter_than_suspicion_refutes);
+  tcase_add_test(t, test_loss_10pct_no_false_dead);
+  tcase_add_test(t, test_partition_heals_into_one_view);
+  tcase_add_test(t, test_every_node_elects_the_same_controller);
+  tcase_add_test(t, test_graceful_leave_is_left_not_dead);
+  tcase_add_test(t, test_dead_reaped_after_reclaim);
+  tcase_add_test(t, test_restart_rejoins_with_new_incarnation);
+  tcase_add_test(t, test_local_health_rises_and_decays);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  g_seed = ea_sim_env_seed();
+  printf("swim: seed %" PRIu64 " (EA_SEED=%" PRIu64 " to replay)\n", g_seed, g_seed);
+  fflush(stdout);
+  SRunner *sr = srunner_create(swim_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
