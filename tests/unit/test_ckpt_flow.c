@@ -1424,10 +1424,12 @@ START_TEST(test_flow_w3_checkpoints_commit_and_verify) {
   uint32_t all = start_group(3, 1, &o, ranks);
   /* 6 checkpoints: 5, 10, …, 30 */
   wait_for(p_committed, 6, "6 committed checkpoints");
+  /* Failures are counted up to here: a worker stopped while it waits for
+   * its previous shard legitimately reports that checkpoint skipped. */
+  ck_assert_int_eq(T.failed, 0);
   stop_workers(all);
   g_mask = all;
   wait_for(p_idle, 0, "the service and controller to be idle");
-  ck_assert_int_eq(T.failed, 0);
   ck_assert_int_eq(T.stale, 0);
   for (int k = 0; k < T.ncommitted; k++) {
     ck_assert_uint_eq(T.committed[k] % 5, 0);
