@@ -19,6 +19,12 @@
  * DRAINED order, a drain that began remotely) is flagged and handled by
  * core_done(), which every caller runs right after its call into the core.
  *
+ * Checkpoints ride along (docs/checkpoints.md, "The live flow"): the
+ * workers' staged shards go to an ea__ckpt_svc that writes them on the
+ * thread pool and reports each to the controller over the control channel;
+ * the elected controller alone owns an ea__ckpt_ctl that commits MANIFESTs.
+ * Both only record and log from their callbacks.
+ *
  * Membership changes arrive from inside the SWIM core (on_change) where
  * nothing may call back into it, so they are only logged and flagged there;
  * an idle handle started by the first change of a loop turn then re-runs
@@ -37,8 +43,10 @@
  * a third skips the leave.
  */
 #include "agent.h"
+#include "ckpt_svc.h"
 #include "supervisor.h"
 
+#include "ea_ckpt.h"
 #include "ea_comm.h"
 #include "ea_ipc.h"
 #include "ea_log.h"
@@ -104,6 +112,36 @@ typedef struct {
   char comm[EA_COMM_ADDR_MAX];
 } wk_info;
 
+/* What `status` shows about checkpoints.  Commits are known to the node
+ * that was controller when they happened; every node also reads LATEST
+ * (off the loop) after each shard it writes, so all of them can say which
+ * checkpoint is the newest, one checkpoint late at worst. */
+typedef struct {
+  /* as controller: checkpoints of the whole job */
+  uint64_t started, committed, failed, skipped, stale, bytes;
+  bool have_last;
+  uint64_t last_step, last_gen;
+  double last_persist_s, last_write_s, last_commit_s, last_stall_s, last_wait_s;
+  char last_error[512];
+  /* this node's shards (the rest is in ea__ckpt_svc_stats) */
+  double shard_write_s, shard_stall_s;
+  /* shard reports: sent to the controller, delivered to our own
+   * controller directly, received over the control channel, dropped (no
+   * controller known, or a report for a controller we no longer are) */
+  uint64_t reports_sent, reports_local, reports_in, reports_dropped, reports_bad;
+  /* DIR/LATEST, read off the loop */
+  char latest[EA_CKPT_NAME_MAX];
+  bool latest_busy, latest_again;
+  /* cold start */
+  bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
+  bool loaded;
+  char loaded_name[EA_CKPT_NAME_MAX];
+  uint64_t loaded_step, loaded_digest;
+  uint32_t loaded_fallbacks;
+  double loaded_s;
+  char loaded_why[EA_IPC_TEXT_MAX];
+} ckpt_info;
+
 typedef struct {
   uv_loop_t loop;
   const ea__agent_opts *o;
@@ -166,6 +204,14 @@ typedef struct {
   bool has_loss;
   uint64_t last_formation_ms, last_stall_ms;
   uint64_t gens_committed, recoveries, worker_failures, worker_restarts;
+
+  /* ---- checkpoints ---- */
+  char ckpt_dir[EA_PATH_MAX];  /* checkpoint.dir, resolved and absolute */
+  ea__ckpt_svc *ckpt_svc;      /* our workers' shards to files */
+  ea__ckpt_ctl *ckpt_ctl;      /* shard reports to MANIFESTs: while we are controller */
+  bool have_dims;              /* the built-in trainer: the manifest's tensor table */
+  ea_model_dims dims;
+  ckpt_info ck;
 } agent;
 
 typedef struct {
@@ -184,6 +230,13 @@ typedef struct {
   size_t len;
   int rc;
 } gen_job;
+
+typedef struct {
+  uv_work_t w;
+  agent *a;
+  char name[EA_CKPT_NAME_MAX];
+  int rc;
+} latest_job;
 
 /* ---- detection bound ------------------------------------------------------ */
 
@@ -481,6 +534,25 @@ static void order_commit(agent *a, const ea_rdzv_order *o) {
     m->has_nccl_id = p->has_nccl_id;
     memcpy(m->nccl_id, p->nccl_id, sizeof m->nccl_id);
   }
+  /* Checkpoints: every rank stages its shard after each multiple of the
+   * interval; with no live state anywhere (a cold start) the sync root
+   * loads one first.  --resume-from names it for the first cold start
+   * only: after training ran from it, a cold start takes the newest. */
+  const ea_config *cfg = &a->o->cfg;
+  m->ckpt_interval = cfg->checkpoint.save_interval_steps;
+  m->ckpt_skip = m->ckpt_interval && strcmp(cfg->checkpoint.busy_policy, "skip") == 0;
+  memcpy(m->ckpt_dir, a->ckpt_dir, sizeof m->ckpt_dir);
+  const char *resume = NULL;
+  if (!p->has_sync) {
+    if (a->o->resume_from[0] && !a->ck.resume_done)
+      resume = a->o->resume_from;
+    else if (cfg->checkpoint.resume_from_last)
+      resume = "latest";
+  }
+  if (resume) {
+    memcpy(m->resume, resume, strlen(resume) + 1);
+    m->ckpt_verify_size = strcmp(cfg->checkpoint.verify_on_resume, "size") == 0;
+  }
   for (uint32_t k = 0; k < a->wpn; k++) {
     a->w[k].gen = a->run.g64;
     if (!ok) {
@@ -506,6 +578,8 @@ static void order_commit(agent *a, const ea_rdzv_order *o) {
   char sync[64];
   if (p->has_sync)
     snprintf(sync, sizeof sync, "rank %u at step %" PRIu64, p->sync_rank, p->sync_step);
+  else if (resume)
+    snprintf(sync, sizeof sync, "none (no live state): resume %.30s", resume);
   else
     snprintf(sync, sizeof sync, "none (no live state)");
   ea_log(EA_LOG_INFO, "generation",
@@ -552,6 +626,272 @@ static void io_order(void *ctx, const ea_rdzv_order *o) {
     default:
       break;
   }
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* The live flow of docs/checkpoints.md: every agent runs an ea__ckpt_svc
+ * that turns its workers' staged shards into files off the loop and reports
+ * each to the controller; the controller (only while elected) runs an
+ * ea__ckpt_ctl that commits a MANIFEST once all W shards of a step are
+ * durable.  Reports travel on the control channel next to the rendezvous
+ * messages (ckpt_wire.c's codec, told apart by its type byte). */
+
+/* One log line per event.  Alerts — a shard that could not be written, a
+ * checkpoint given up for a reason operators must hear about, a commit the
+ * generation fence refused — go out at error level under the event name
+ * "alert", which is what log-based alerting keys on.  Per-shard lines are
+ * debug: a job of W ranks would otherwise log W lines per checkpoint. */
+static void ckpt_log_event(const ea__ckpt_event *e) {
+  char line[1024];
+  ea__ckpt_event_format(e, line, sizeof line);
+  if (e->alert) {
+    ea_log(EA_LOG_ERROR, "alert", "checkpoint %s", line);
+    return;
+  }
+  ea_log_level lv = EA_LOG_INFO;
+  if (e->kind == EA__CKPT_EV_SHARD_WRITTEN || e->kind == EA__CKPT_EV_SHARD_DURABLE)
+    lv = EA_LOG_DEBUG;
+  else if (e->kind == EA__CKPT_EV_FAILED)
+    lv = EA_LOG_WARN; /* given up without an alert: a rank skipped it (busy policy) */
+  ea_log(lv, "ckpt", "%s", line);
+}
+
+static void latest_work(uv_work_t *w) {
+  latest_job *j = (latest_job *)w;
+  j->rc = ea_ckpt_read_latest(j->a->ckpt_dir, j->name, sizeof j->name);
+}
+
+static void ckpt_read_latest(agent *a);
+
+static void latest_after(uv_work_t *w, int status) {
+  latest_job *j = (latest_job *)w;
+  agent *a = j->a;
+  a->ck.latest_busy = false;
+  if (status == 0 && j->rc == 0) memcpy(a->ck.latest, j->name, sizeof a->ck.latest);
+  free(j);
+  if (a->ck.latest_again && a->phase < PHASE_CLOSING) ckpt_read_latest(a);
+}
+
+/* Re-read DIR/LATEST on the thread pool (a shared file system can take
+ * milliseconds to answer; the loop carries gossip).  At most one read is
+ * out; a request meanwhile runs one more afterwards. */
+static void ckpt_read_latest(agent *a) {
+  if (a->ck.latest_busy) {
+    a->ck.latest_again = true;
+    return;
+  }
+  a->ck.latest_again = false;
+  latest_job *j = calloc(1, sizeof *j);
+  if (!j) return;
+  j->a = a;
+  if (uv_queue_work(&a->loop, &j->w, latest_work, latest_after) < 0) {
+    free(j);
+    return;
+  }
+  a->ck.latest_busy = true;
+}
+
+/* svc.reply: CKPT_DONE to the worker (a restarted worker ignores one for
+ * a shard it never staged). */
+static void ckpt_reply(void *ctx, uint32_t local, const ea_ipc_msg *m) {
+  agent *a = ctx;
+  if (!a->sup) return;
+  int rc = ea__sup_send(a->sup, local, m);
+  if (rc && rc != -ESRCH)
+    ea_log(EA_LOG_WARN, "ckpt", "worker %u: cannot send ckpt_done for step %" PRIu64 ": %s", local,
+           m->step, strerror(-rc));
+}
+
+static void ckpt_report_dropped(agent *a, const ea__ckpt_msg *m, const char *why) {
+  a->ck.reports_dropped++;
+  ea_log(EA_LOG_WARN, "ckpt",
+         "report of shard %u of step-%" PRIu64 ".gen-%" PRIu64 " dropped: %s (that checkpoint "
+         "cannot complete; a newer one supersedes it)",
+         m->rank, m->step, m->gen, why);
+}
+
+/* svc.report: to the controller — ours directly, another over the control
+ * channel.  Best effort like every control message: a lost report leaves
+ * its checkpoint incomplete until a newer one commits. */
+static void ckpt_report(void *ctx, const ea__ckpt_msg *m) {
+  agent *a = ctx;
+  if (a->phase >= PHASE_LEAVING || !a->tr) return;
+  if (!a->elect_valid || !a->elect.have) {
+    ckpt_report_dropped(a, m, "no controller");
+    return;
+  }
+  if (ea_node_id_cmp(&a->elect.controller, &a->id) == 0) {
+    if (!a->ckpt_ctl) {
+      ckpt_report_dropped(a, m, "this node is controller but cannot commit");
+      return;
+    }
+    a->ck.reports_local++;
+    ea__ckpt_ctl_recv(a->ckpt_ctl, m);
+    return;
+  }
+  const ea_member *c = find_member(a, &a->elect.controller);
+  uint8_t buf[EA__CKPT_WIRE_MAX];
+  size_t len = 0;
+  int rc = c && a->ctl ? ea__ckpt_encode(m, buf, sizeof buf, &len) : -ENOENT;
+  if (rc) {
+    ckpt_report_dropped(a, m, rc == -ENOENT ? "the controller is not in the member table"
+                                            : "it does not encode");
+    return;
+  }
+  ea__ctl_send_bytes(a->ctl, &c->id, &c->meta.control, buf, len);
+  a->ck.reports_sent++;
+}
+
+/* svc.event: this node's shards. */
+static void ckpt_svc_event(void *ctx, const ea__ckpt_event *e) {
+  agent *a = ctx;
+  if (e->kind == EA__CKPT_EV_SHARD_WRITTEN) {
+    a->ck.shard_write_s = e->seconds;
+    a->ck.shard_stall_s = e->stall_seconds;
+    ckpt_read_latest(a);
+  }
+  ckpt_log_event(e);
+}
+
+/* ctl.event: checkpoints of the job, while we are controller.  May run
+ * from inside ea__ckpt_ctl_recv: records and logs only. */
+static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
+  agent *a = ctx;
+  ckpt_info *k = &a->ck;
+  switch (e->kind) {
+    case EA__CKPT_EV_STARTED:
+      k->started++;
+      break;
+    case EA__CKPT_EV_COMMITTED:
+      k->committed++;
+      k->bytes += e->bytes;
+      k->have_last = true;
+      k->last_step = e->step;
+      k->last_gen = e->gen;
+      k->last_persist_s = e->seconds;
+      k->last_write_s = e->write_seconds;
+      k->last_commit_s = e->commit_seconds;
+      k->last_stall_s = e->stall_seconds;
+      k->last_wait_s = e->wait_seconds;
+      if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
+      break;
+    case EA__CKPT_EV_FAILED:
+    case EA__CKPT_EV_STALE:
+      /* A rank that skipped (busy policy) reports EAGAIN, with no alert. */
+      if (e->kind == EA__CKPT_EV_STALE)
+        k->stale++;
+      else if (!e->alert && e->error == -EAGAIN)
+        k->skipped++;
+      else
+        k->failed++;
+      if (e->alert) snprintf(k->last_error, sizeof k->last_error, "%s: %.440s", e->name, e->why);
+      break;
+    default:
+      break;
+  }
+  ckpt_log_event(e);
+}
+
+/* Own an ea__ckpt_ctl exactly while the election names us.  A new
+ * controller starts with nothing collected: checkpoints whose reports went
+ * to the old one are given up (a newer one supersedes them, retention
+ * removes their files). */
+static void ckpt_ctl_update(agent *a) {
+  bool want = a->phase < PHASE_LEAVING && a->elect_valid && a->elect.have &&
+              ea_node_id_cmp(&a->elect.controller, &a->id) == 0;
+  if (want && !a->ckpt_ctl) {
+    ea__ckpt_ctl_opts o = {.dir = a->ckpt_dir,
+                           .keep_last = a->o->cfg.checkpoint.keep_last,
+                           .config_hash = ea_config_hash(&a->o->cfg),
+                           .dims = a->have_dims ? &a->dims : NULL};
+    ea__ckpt_ctl_cbs cb = {.event = ckpt_ctl_event};
+    int rc = ea__ckpt_ctl_new(&a->loop, &o, &cb, a, &a->ckpt_ctl);
+    if (rc)
+      ea_log(EA_LOG_ERROR, "ckpt", "cannot start committing checkpoints in %s: %s", a->ckpt_dir,
+             strerror(-rc));
+    else
+      ea_log(EA_LOG_INFO, "ckpt", "controller: this node commits checkpoints in %s (keep_last %u)",
+             a->ckpt_dir, a->o->cfg.checkpoint.keep_last);
+  } else if (!want && a->ckpt_ctl) {
+    ea__ckpt_ctl_close(a->ckpt_ctl, NULL, NULL);
+    a->ckpt_ctl = NULL;
+    if (a->phase < PHASE_LEAVING)
+      ea_log(EA_LOG_INFO, "ckpt", "no longer the controller: no longer committing checkpoints");
+  }
+}
+
+/* Control-channel frames of the checkpoint codec (the frame hook of
+ * ea__ctl): a report for the controller. */
+static bool on_ctl_frame(void *ctx, const uint8_t *plain, size_t len) {
+  agent *a = ctx;
+  if (!ea__ckpt_wire_is(plain, len)) return false;
+  ea__ckpt_msg m;
+  const char *why = "?";
+  if (ea__ckpt_decode(plain, len, &m, &why) != 0) {
+    a->ck.reports_bad++;
+    ea_log(EA_LOG_WARN, "ckpt", "malformed checkpoint report dropped: %s", why);
+    return true;
+  }
+  if (a->phase >= PHASE_LEAVING) return true;
+  if (!a->ckpt_ctl) {
+    /* Sent to us as controller, and we are not (any more). */
+    a->ck.reports_dropped++;
+    ea_log(EA_LOG_DEBUG, "ckpt",
+           "report of shard %u of step-%" PRIu64 ".gen-%" PRIu64 " ignored: not the controller",
+           m.rank, m.step, m.gen);
+    return true;
+  }
+  a->ck.reports_in++;
+  ea__ckpt_ctl_recv(a->ckpt_ctl, &m);
+  return true;
+}
+
+/* A worker staged or skipped a checkpoint.  One the service cannot take is
+ * still answered, so the worker's staging buffer is free again. */
+static void ckpt_from_worker(agent *a, uint32_t k, const ea_ipc_msg *m) {
+  int rc = a->ckpt_svc ? ea__ckpt_svc_on_worker(a->ckpt_svc, k, m) : -ESHUTDOWN;
+  if (rc == 0) return;
+  ea_log(EA_LOG_WARN, "ckpt", "worker %u: checkpoint of step %" PRIu64 " not taken: %s", k, m->step,
+         strerror(-rc));
+  if ((int)m->type != EA_IPC_CKPT_STAGED || !a->sup) return;
+  ea_ipc_msg *d = a->ipc;
+  ea_ipc_msg_init(d, EA_IPC_CKPT_DONE);
+  d->gen = m->gen;
+  d->step = m->step;
+  d->status = rc;
+  snprintf(d->message, sizeof d->message, "the agent cannot write it: %s", strerror(-rc));
+  ea__sup_send(a->sup, k, d);
+}
+
+/* The sync root's worker loaded a checkpoint (a cold start). */
+static void ckpt_loaded(agent *a, uint32_t k, const ea_ipc_msg *m) {
+  ckpt_info *c = &a->ck;
+  c->loaded = true;
+  c->resume_done = true;
+  snprintf(c->loaded_name, sizeof c->loaded_name, "%.*s", (int)sizeof c->loaded_name - 1, m->name);
+  c->loaded_step = m->step;
+  c->loaded_digest = m->digest;
+  c->loaded_fallbacks = m->fallbacks;
+  c->loaded_s = m->seconds;
+  snprintf(c->loaded_why, sizeof c->loaded_why, "%s", m->message);
+  ea_log(EA_LOG_INFO, "ckpt",
+         "loaded %s worker=%u gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64
+         " fallbacks=%u seconds=%.3f",
+         c->loaded_name, k, m->gen, m->step, m->digest, m->fallbacks, m->seconds);
+  if (m->fallbacks)
+    ea_log(EA_LOG_WARN, "alert",
+           "checkpoint resume passed over %u newer checkpoint%s that did not verify and loaded "
+           "%s; first reason: %s",
+           m->fallbacks, m->fallbacks == 1 ? "" : "s", c->loaded_name, m->message);
+}
+
+static int ckpt_start(agent *a, char *err, size_t errlen) {
+  ea__ckpt_svc_opts o = {.dir = a->ckpt_dir, .io_flags = 0, .self = a->id};
+  ea__ckpt_svc_cbs cb = {.reply = ckpt_reply, .report = ckpt_report, .event = ckpt_svc_event};
+  int rc = ea__ckpt_svc_new(&a->loop, &o, &cb, a, &a->ckpt_svc);
+  if (rc) snprintf(err, errlen, "checkpoint service for %s: %s", a->ckpt_dir, strerror(-rc));
+  return rc;
 }
 
 /* ---- what the workers say ---------------------------------------------------------- */
@@ -602,6 +942,15 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
   if (a->phase == PHASE_CLOSING || k >= a->wpn) return;
   wk_info *w = &a->w[k];
   uint64_t now = now_ms(a);
+  /* The checkpoint messages sit outside the enum (ea_ipc.h says why). */
+  if ((int)m->type == EA_IPC_CKPT_STAGED || (int)m->type == EA_IPC_CKPT_SKIPPED) {
+    ckpt_from_worker(a, k, m);
+    return;
+  }
+  if ((int)m->type == EA_IPC_CKPT_LOADED) {
+    ckpt_loaded(a, k, m);
+    return;
+  }
   switch (m->type) {
     case EA_IPC_HELLO:
       w->pid = (int)m->pid;
@@ -643,6 +992,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       break;
     }
     case EA_IPC_STEP:
+      a->ck.resume_done = true; /* training runs: a --resume-from has been acted on */
       w->next_step = m->step + 1;
       w->loss = m->loss;
       w->has_loss = true;
@@ -743,6 +1093,12 @@ static void shutdown_all(agent *a) {
   a->admin = NULL;
   if (a->ctl) ea__ctl_close(a->ctl, NULL, NULL);
   a->ctl = NULL;
+  /* A shard write in flight stops at its next chunk and removes its file;
+   * a commit in flight is finished (never cut between its renames). */
+  if (a->ckpt_svc) ea__ckpt_svc_close(a->ckpt_svc, NULL, NULL);
+  a->ckpt_svc = NULL;
+  if (a->ckpt_ctl) ea__ckpt_ctl_close(a->ckpt_ctl, NULL, NULL);
+  a->ckpt_ctl = NULL;
   if (a->sup) ea__sup_free(a->sup, NULL, NULL); /* kills what still runs */
   a->sup = NULL;
   if (a->tr) ea_transport_close(a->tr, NULL, NULL);
@@ -916,6 +1272,7 @@ static void elect_update(agent *a) {
                  (e.have && ea_node_id_cmp(&e.controller, &a->elect.controller) != 0);
   a->elect = e;
   a->elect_valid = true;
+  ckpt_ctl_update(a);
   if (!changed) return;
   if (e.have) {
     char hex[33];
@@ -1112,6 +1469,74 @@ static void status_generation(agent *a, ea__sb *o) {
   ea__sb_puts(o, "]");
 }
 
+/* "checkpoint": the checkpoints of the job as this node knows them — all
+ * it committed as controller, LATEST as last read, its own shards. */
+static void status_checkpoint(agent *a, ea__sb *o) {
+  const ckpt_info *k = &a->ck;
+  const ea_config *cfg = &a->o->cfg;
+  ea__ckpt_svc_stats sv = {0};
+  if (a->ckpt_svc) ea__ckpt_svc_stats_get(a->ckpt_svc, &sv);
+  ea__ckpt_core_stats cs = {0};
+  if (a->ckpt_ctl) ea__ckpt_ctl_stats_get(a->ckpt_ctl, &cs);
+  ea__sb_printf(o, ",\"checkpoint\":{\"enabled\":%s,\"dir\":",
+                cfg->checkpoint.save_interval_steps ? "true" : "false");
+  ea__sb_json_str(o, a->ckpt_dir);
+  ea__sb_printf(o,
+                ",\"interval\":%" PRIu32 ",\"keep_last\":%" PRIu32 ",\"busy_policy\":\"%s\","
+                "\"controller\":%s,\"latest\":",
+                cfg->checkpoint.save_interval_steps, cfg->checkpoint.keep_last,
+                cfg->checkpoint.busy_policy, a->ckpt_ctl ? "true" : "false");
+  /* The newest checkpoint known here: our own last commit, or LATEST. */
+  uint64_t ls = 0, lg = 0;
+  bool have = false;
+  if (k->latest[0] && ea_ckpt_parse_dir_name(k->latest, &ls, &lg) == 0) have = true;
+  if (k->have_last && (!have || k->last_gen > lg || (k->last_gen == lg && k->last_step > ls))) {
+    ls = k->last_step;
+    lg = k->last_gen;
+    have = true;
+  }
+  if (k->latest[0])
+    ea__sb_json_str(o, k->latest);
+  else
+    ea__sb_puts(o, "null");
+  if (have)
+    ea__sb_printf(o, ",\"last_step\":%" PRIu64 ",\"last_gen\":%" PRIu64, ls, lg);
+  else
+    ea__sb_puts(o, ",\"last_step\":null,\"last_gen\":null");
+  ea__sb_printf(o,
+                ",\"in_flight\":%" PRIu32 ",\"started\":%" PRIu64 ",\"committed\":%" PRIu64
+                ",\"failed\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"stale\":%" PRIu64
+                ",\"bytes\":%" PRIu64 ",\"last_persist_s\":%.6f,\"last_write_ms\":%.3f"
+                ",\"last_commit_ms\":%.3f,\"last_stall_us\":%.0f,\"last_wait_us\":%.0f"
+                ",\"last_error\":",
+                sv.in_flight + cs.pending, k->started, k->committed, k->failed, k->skipped,
+                k->stale, k->bytes, k->last_persist_s, k->last_write_s * 1e3,
+                k->last_commit_s * 1e3, k->last_stall_s * 1e6, k->last_wait_s * 1e6);
+  ea__sb_json_str(o, k->last_error);
+  ea__sb_printf(o,
+                ",\"pending\":%" PRIu32 ",\"shards\":{\"staged\":%" PRIu64
+                ",\"written\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"skipped\":%" PRIu64
+                ",\"bytes\":%" PRIu64 ",\"in_flight\":%" PRIu32
+                ",\"last_write_ms\":%.3f,\"last_stall_us\":%.0f},\"reports\":{\"sent\":%" PRIu64
+                ",\"local\":%" PRIu64 ",\"received\":%" PRIu64 ",\"dropped\":%" PRIu64
+                ",\"malformed\":%" PRIu64 ",\"ignored\":%" PRIu64 "},\"resumed\":",
+                cs.pending, sv.staged, sv.written, sv.failed, sv.skipped, sv.bytes, sv.in_flight,
+                k->shard_write_s * 1e3, k->shard_stall_s * 1e6, k->reports_sent, k->reports_local,
+                k->reports_in, k->reports_dropped, k->reports_bad, cs.ignored);
+  if (k->loaded) {
+    ea__sb_puts(o, "{\"name\":");
+    ea__sb_json_str(o, k->loaded_name);
+    ea__sb_printf(o,
+                  ",\"step\":%" PRIu64 ",\"digest\":\"%016" PRIx64
+                  "\",\"fallbacks\":%" PRIu32 ",\"seconds\":%.3f,\"why\":",
+                  k->loaded_step, k->loaded_digest, k->loaded_fallbacks, k->loaded_s);
+    ea__sb_json_str(o, k->loaded_why);
+    ea__sb_puts(o, "}}");
+  } else {
+    ea__sb_puts(o, "null}");
+  }
+}
+
 static void status_counters(agent *a, ea__sb *o) {
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);
@@ -1227,6 +1652,7 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
   }
 
   status_generation(a, o);
+  status_checkpoint(a, o);
 
   ea_transport_stats t;
   ea_transport_stats_get(a->tr, &t);
@@ -1423,6 +1849,56 @@ static int write_job_file(agent *a, char *err, size_t errlen) {
   return rc;
 }
 
+/* checkpoint.dir ("" = <data-dir>/checkpoints), made absolute: workers
+ * get it in their COMMIT, and the manifest names files relative to it. */
+static int ckpt_resolve_dir(const ea__agent_opts *o, char *out, size_t cap, char *err,
+                            size_t errlen) {
+  const char *d = o->cfg.checkpoint.dir;
+  char cwd[EA_PATH_MAX] = "";
+  bool rel = d[0] ? d[0] != '/' : o->data_dir[0] != '/';
+  if (rel && !getcwd(cwd, sizeof cwd)) {
+    int e = errno;
+    snprintf(err, errlen, "checkpoint.dir: cannot resolve a relative path: getcwd: %s",
+             strerror(e));
+    return -e;
+  }
+  int n = d[0] ? snprintf(out, cap, "%s%s%s", cwd, rel ? "/" : "", d)
+               : snprintf(out, cap, "%s%s%s/checkpoints", cwd, rel ? "/" : "", o->data_dir);
+  if (n < 0 || (size_t)n >= cap || (size_t)n >= EA_IPC_PATH_MAX) {
+    snprintf(err, errlen, "checkpoint.dir: the path is longer than %u bytes",
+             EA_IPC_PATH_MAX - 1);
+    return -ENAMETOOLONG;
+  }
+  return 0;
+}
+
+/* Generations start above every checkpoint already in the directory.  A
+ * cluster started with fresh data directories numbers its generations from
+ * 1, and the generation fence of ea_ckpt_commit would refuse every commit
+ * below the newest generation on disk: so the newest generation found there
+ * (complete or not; its number is in the directory name) becomes the floor
+ * of what this agent has seen, as if it had persisted it.  Runs before the
+ * loop starts (one directory listing). */
+static void ckpt_gen_floor(const char *dir, ea_rdzv_gen *g) {
+  ea_ckpt_entry *e = NULL;
+  size_t n = 0;
+  if (ea_ckpt_list(dir, &e, &n) < 0) return;
+  uint64_t top = 0;
+  for (size_t i = 0; i < n; i++)
+    if (e[i].generation > top) top = e[i].generation;
+  free(e);
+  uint64_t term = top >> 16; /* ea_rdzv_gen_u64: the term in the high 48 bits */
+  if (term <= g->term) return;
+  memset(g, 0, sizeof *g);
+  g->term = term;
+  g->ctrl.b[0] = (uint8_t)(top >> 8);
+  g->ctrl.b[1] = (uint8_t)top;
+  ea_log(EA_LOG_INFO, "generation",
+         "checkpoints in %s were written up to generation term %" PRIu64
+         ": generations formed here start above it",
+         dir, term);
+}
+
 static int start_rdzv(agent *a, const ea_rdzv_gen *persisted, uint64_t seed, char *err,
                       size_t errlen) {
   ea_rdzv_config rc;
@@ -1462,7 +1938,9 @@ static int start_workers(agent *a, char *err, size_t errlen) {
                      .config_path = a->job_path,
                      .comm_bind = bind};
   ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
-  int rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
+  int rc = ckpt_start(a, err, errlen);
+  if (rc < 0) return rc;
+  rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
   if (rc < 0) {
     snprintf(err, errlen, "worker supervisor: %s", strerror(-rc));
     return rc;
@@ -1486,6 +1964,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0) rc = ea__node_id_load(o->data_dir, &a->id, &created, err, sizeof err);
   ea_rdzv_gen persisted = {0};
   if (rc == 0) rc = ea__gen_load(o->data_dir, &persisted, err, sizeof err);
+  if (rc == 0) rc = ckpt_resolve_dir(o, a->ckpt_dir, sizeof a->ckpt_dir, err, sizeof err);
   uint8_t key[EA_KEY_BYTES];
   bool have_key = false;
   if (rc == 0 && o->key_file[0]) {
@@ -1501,6 +1980,13 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0 && a) {
     a->o = o;
     a->wpn = o->cfg.compute.workers_per_node;
+    if (!o->cfg.compute.worker_command[0]) {
+      a->dims = (ea_model_dims){.context = o->cfg.train.context,
+                                .embed_dim = o->cfg.train.embed_dim,
+                                .hidden = o->cfg.train.hidden,
+                                .layers = o->cfg.train.layers};
+      a->have_dims = ea_state_layout(&a->dims, NULL, NULL) == 0;
+    }
     rc = pick_backend(o, &a->backend, err, sizeof err);
   }
   if (rc == 0) {
@@ -1525,6 +2011,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_rdzv_gen_str(&persisted, g, sizeof g);
     ea_log(EA_LOG_INFO, "start", "last generation accepted here: %s (%s)", g, a->gen_path);
   }
+  ckpt_gen_floor(a->ckpt_dir, &persisted);
   worker_environment(o);
 
   uv_loop_init(&a->loop);
@@ -1534,6 +2021,7 @@ int ea__agent_run(const ea__agent_opts *o) {
 
   rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
                      sizeof err);
+  if (rc == 0) ea__ctl_set_frame_hook(a->ctl, on_ctl_frame);
   ea_transport_opts to = {
       .bind = o->bind,
       .advertise = o->advertise[0] ? o->advertise : NULL,

@@ -38,6 +38,10 @@ typedef struct {
   char key_file[EA_PATH_MAX]; /* "" = no cluster key */
   char role[EA_ROLE_MAX];     /* "worker" | "observer" */
   char tags[EA_TAGS_MAX];
+  /* --resume-from: the checkpoint the first cold start loads (a spec of
+   * ea_ckpt_resolve: a step, "step-S.gen-G", a path or "latest"); "" =
+   * checkpoint.resume_from_last decides. */
+  char resume_from[EA_PATH_MAX];
 } ea__agent_opts;
 
 /* Fills defaults: bind 0.0.0.0:7000, name = hostname, data dir

@@ -72,6 +72,11 @@ static void usage(FILE *f) {
 "  --key-file FILE     cluster key: seal and authenticate all gossip (strongly advised)\n"
 "  --log-level LEVEL   debug | info | warn | error (default info; logging.level)\n"
 "  --log-format FMT    text | json (default text; logging.format)\n"
+"  --resume-from CKPT  on a cold start (no live state anywhere), load this checkpoint of\n"
+"                      checkpoint.dir: a step number, step-S.gen-G, a path to a step\n"
+"                      directory, or latest; a checkpoint that does not verify is an\n"
+"                      error, not a fallback. Give it to every agent. Default: the\n"
+"                      newest complete one (checkpoint.resume_from_last)\n"
 "  -h, --help          this help\n"
 "\n"
 "Flags of `status` and `drain`:\n"
@@ -193,6 +198,7 @@ enum {
   OPT_JSON,
   OPT_CONTROL_BIND,
   OPT_IPC_FD,
+  OPT_RESUME_FROM,
 };
 
 static const struct option run_opts[] = {
@@ -209,6 +215,7 @@ static const struct option run_opts[] = {
     {"key-file", required_argument, 0, OPT_KEY_FILE},
     {"log-level", required_argument, 0, OPT_LOG_LEVEL},
     {"log-format", required_argument, 0, OPT_LOG_FORMAT},
+    {"resume-from", required_argument, 0, OPT_RESUME_FROM},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -288,6 +295,12 @@ static int cmd_run(int argc, char **argv) {
         break;
       case OPT_SET:
         sets[nsets++] = optarg;
+        break;
+      case OPT_RESUME_FROM:
+        if (!optarg[0] || strpbrk(optarg, "\r\n"))
+          rc = usage_error("--resume-from: expected a step, step-S.gen-G, a path or latest");
+        else
+          rc = set_str(o.resume_from, sizeof o.resume_from, "--resume-from", optarg);
         break;
       case OPT_LOG_LEVEL:
         log_level = optarg;
@@ -392,6 +405,61 @@ static void print_generation(const ea__json *j) {
   printf("\n");
 }
 
+/* Bytes for people: "151.2 KB", "3.0 MiB". */
+static const char *human_bytes(double b, char *buf, size_t cap) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, u++;
+  snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+/* Checkpoints: the newest one, what this node committed (as controller)
+ * and wrote (its own shards), a cold start's load, the last error. */
+static void print_checkpoint(const ea__json *j) {
+  const char *c = "checkpoint.";
+  char k[128], b1[32], b2[32];
+#define K(name) (snprintf(k, sizeof k, "%s%s", c, name), k)
+  if (!ea__json_get(j, "checkpoint")) return;
+  if (ea__json_num(j, K("enabled"), 0))
+    printf("checkpoint: every %s steps to %s (keep %s, busy %s)", ea__json_str(j, K("interval"), "?"),
+           ea__json_str(j, K("dir"), "?"), ea__json_str(j, K("keep_last"), "?"),
+           ea__json_str(j, K("busy_policy"), "?"));
+  else
+    printf("checkpoint: off (checkpoint.save_interval_steps 0), dir %s", ea__json_str(j, K("dir"), "?"));
+  printf("; latest %s\n", or_dash(j, K("latest")));
+  printf(
+      "            committed %s, started %s, failed %s, skipped %s, stale %s, in flight %s%s\n",
+      ea__json_str(j, K("committed"), "?"), ea__json_str(j, K("started"), "?"),
+      ea__json_str(j, K("failed"), "?"), ea__json_str(j, K("skipped"), "?"),
+      ea__json_str(j, K("stale"), "?"), ea__json_str(j, K("in_flight"), "?"),
+      ea__json_num(j, K("controller"), 0) ? " (this node commits)" : "");
+  if (ea__json_num(j, K("committed"), 0) > 0)
+    printf("            last commit step %s gen %s: %s in %.3f s (slowest shard %.1f ms, commit %.1f "
+           "ms), stall %s us\n",
+           or_dash(j, K("last_step")), or_dash(j, K("last_gen")),
+           human_bytes(ea__json_num(j, K("bytes"), 0) / ea__json_num(j, K("committed"), 1), b1,
+                       sizeof b1),
+           ea__json_num(j, K("last_persist_s"), 0), ea__json_num(j, K("last_write_ms"), 0),
+           ea__json_num(j, K("last_commit_ms"), 0), ea__json_str(j, K("last_stall_us"), "?"));
+  printf("            shards here: written %s (%s), failed %s, skipped %s; last write %.1f ms, stall %s "
+         "us\n",
+         ea__json_str(j, K("shards.written"), "?"),
+         human_bytes(ea__json_num(j, K("shards.bytes"), 0), b2, sizeof b2),
+         ea__json_str(j, K("shards.failed"), "?"), ea__json_str(j, K("shards.skipped"), "?"),
+         ea__json_num(j, K("shards.last_write_ms"), 0), ea__json_str(j, K("shards.last_stall_us"), "?"));
+  const ea__json *r = ea__json_get(j, K("resumed"));
+  if (r && r->type == EA__J_OBJ)
+    printf("            resumed from %s: step %s, digest %s, %s fallback(s)%s%s\n",
+           ea__json_str(r, "name", "?"), ea__json_str(r, "step", "?"), ea__json_str(r, "digest", "?"),
+           ea__json_str(r, "fallbacks", "?"), ea__json_num(r, "fallbacks", 0) ? ": " : "",
+           ea__json_num(r, "fallbacks", 0) ? ea__json_str(r, "why", "") : "");
+  const char *e = ea__json_str(j, K("last_error"), "");
+  if (*e) printf("            last error: %s\n", e);
+  printf("\n");
+#undef K
+}
+
 static void print_status(const ea__json *j) {
   const char *sname = ea__json_str(j, "self.name", "?");
   char sid[16];
@@ -429,6 +497,7 @@ static void print_status(const ea__json *j) {
   else
     printf("\ncontroller: none — %s\n", ea__json_str(j, "controller.reason", ""));
   print_generation(j);
+  print_checkpoint(j);
   const char *t = "counters.transport.";
   char k[128];
 #define T(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))

@@ -4,7 +4,8 @@
  * process (its exit callback is the SIGCHLD the design counts on as the
  * fastest failure signal), a poll handle on the agent's end of the
  * SOCK_SEQPACKET socketpair (one packet = one message, read with
- * non-blocking recv), and a timer for the STOP → SIGTERM → SIGKILL ladder.
+ * non-blocking recvmsg: a CKPT_STAGED brings its staging memfd along, lent
+ * to on_message in m->fd and closed once the callback returns), and a timer for the STOP → SIGTERM → SIGKILL ladder.
  * A record is created per spawn and freed only when all three handles have
  * closed, so a slot can be restarted from inside on_exit while the old
  * record is still closing — libuv's rule that handle memory lives until its
@@ -117,18 +118,25 @@ static void signal_group(wk *w, int sig) {
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* Read up to max packets; returns false when the stream ended. */
+/* Read up to max packets; returns false when the stream ended.  A packet
+ * may carry one fd (a CKPT_STAGED's staging memfd): it is lent to
+ * on_message in msg.fd and closed here afterwards, on every path, so the
+ * callback dups what it keeps (ea__ckpt_svc_on_worker does). */
 static bool read_packets(wk *w, int max) {
   ea__sup *s = w->s;
   for (int i = 0; i < max; i++) {
-    ssize_t n = recv(w->fd, s->rx, sizeof s->rx, MSG_DONTWAIT | MSG_TRUNC);
+    int pfd = -1;
+    ssize_t n = ea_ipc_recv_packet(w->fd, s->rx, sizeof s->rx, &pfd);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (n == -EAGAIN || n == -EWOULDBLOCK) return true;
       return false;
     }
-    if (n == 0) return false;
+    if (n == 0) {
+      if (pfd >= 0) close(pfd);
+      return false;
+    }
     if ((size_t)n > sizeof s->rx) {
+      if (pfd >= 0) close(pfd);
       s->bad_packets++;
       ea_log(EA_LOG_WARN, "worker", "worker %u: %zd-byte packet over the %u-byte limit dropped",
              w->idx, n, EA_IPC_MAX_MSG);
@@ -136,11 +144,14 @@ static bool read_packets(wk *w, int max) {
     }
     char err[160];
     if (ea_ipc_decode(s->rx, (size_t)n, &s->msg, err, sizeof err) != 0) {
+      if (pfd >= 0) close(pfd);
       s->bad_packets++;
       ea_log(EA_LOG_WARN, "worker", "worker %u: bad packet dropped: %s", w->idx, err);
       continue;
     }
+    s->msg.fd = pfd;
     if (!s->closing && s->cb.on_message) s->cb.on_message(s->ctx, w->idx, &s->msg);
+    if (pfd >= 0) close(pfd); /* the local copy: s->msg may be reused by now */
     /* The callback may have freed the supervisor (it is then closing and
      * this record is on its way out) or stopped reading. */
     if (s->closing || !w->poll_on) return true;
