@@ -18,7 +18,7 @@
  *      agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c -lmsgpackc \
  *      -o /tmp/mk && /tmp/mk tests/fuzz/corpus/rdzv
  *
- * fuzz-sources: agent/rdzv_wire.c agent/rdzv.c membership/mpread.c membership/wire.c
+ * fuzz-sources: agent/rdzv_wire.c agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c
  * membership/election.c
  */
 #include "ea_rdzv.h"
