@@ -20,9 +20,12 @@
  * directory fsynced; then LATEST the same way.  A crash at any point leaves
  * either no MANIFEST (the checkpoint does not exist; retention removes the
  * leftovers) or a MANIFEST whose shards were durable before it was written.
- * The generation fence and both renames happen under flock(DIR/.lock), so
- * two controllers (an old one that has not yet noticed it was replaced, and
- * its successor) cannot interleave. */
+ * The generation fence, the shard check and both renames happen under
+ * flock(DIR/.lock), fence first, so two controllers (an old one that has not
+ * yet noticed it was replaced, and its successor) cannot interleave, and the
+ * old one is told it is stale whatever became of its files.  The wait for
+ * the lock is bounded; why a holder frozen inside a commit may still finish
+ * it safely is argued above ea_ckpt_commit. */
 #include "ea_ckpt.h"
 #include "faults.h"
 
@@ -675,6 +678,37 @@ static int newest_generation(const char *dir, uint64_t *gen, char *name, size_t 
   return any ? 1 : 0;
 }
 
+/* The order inside the lock is the point of this function.
+ *
+ * Lock first, then the fence, then everything else.  Nothing that depends
+ * on the directory's state is looked at before the lock is held and the
+ * fence applied: a stale controller (an old generation's, resumed after
+ * SIGSTOP) is refused as stale, with both generations named, even when its
+ * shards are long gone — the new controller's retention removes the
+ * leftovers of an abandoned step — rather than with a misleading "No such
+ * file" from the shard check.
+ *
+ * The lock wait is bounded (ea__ck_lock_dir, EA_CKPT_LOCK_TIMEOUT_MS).  A
+ * commit that does not get the lock returns -ETIMEDOUT having written
+ * nothing: only memory (validation, the text) is touched before the lock.
+ *
+ * A holder frozen inside this function (SIGSTOP, a hung client) may finish
+ * when it wakes, and that is safe.  It took the lock, then passed the fence: no complete
+ * checkpoint of a newer generation existed.  While it holds the lock no one
+ * else can commit (or retain): every other commit times out and writes
+ * nothing.  So when it wakes, the directory still holds no newer generation
+ * and its fence decision is still true; it completes a commit that is
+ * ordered, in lock order, before every commit of the newer generation, which
+ * is exactly what the fence allows for a stale controller that committed
+ * before it was replaced.  If the newer generation then commits a lower
+ * step, the woken one's checkpoint is superseded (never resumed from,
+ * deleted first) and LATEST moves to the newer generation, as for any
+ * commit that beat its successor.  Its shards cannot vanish meanwhile
+ * either: they were checked under the lock, and retention needs the lock.
+ * A caller frozen *before* it got the lock has passed no fence: when it
+ * wakes it tries once more, and if it gets the lock it is fenced then.  (A
+ * network file system that revokes a hung client's lock breaks the premise;
+ * docs/checkpoints.md says what still holds then.) */
 int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_moved, char *err,
                    size_t errlen) {
   if (latest_moved) *latest_moved = false;
@@ -692,15 +726,16 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
     ea__ck_seterr(err, errlen, "commit %s: path too long", dir);
     return rc;
   }
-  if ((rc = check_shards(ckpt, m, err, errlen)) < 0) return rc;
   char *text;
   size_t len;
   if ((rc = ea_ckpt_manifest_format(m, &text, &len, verr, sizeof verr)) < 0) {
     ea__ck_seterr(err, errlen, "commit %s: %s", ckpt, rc == -ENOMEM ? "out of memory" : verr);
     return rc;
   }
-  int lk = ea__ck_lock_dir(dir, err, errlen);
+  char lerr[EA_CKPT_PATH_MAX + 600];
+  int lk = ea__ck_lock_dir(dir, lerr, sizeof lerr);
   if (lk < 0) {
+    ea__ck_seterr(err, errlen, "commit %s: nothing written: %s", name, lerr);
     free(text);
     return lk;
   }
@@ -720,6 +755,7 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
     rc = -ESTALE;
     goto out;
   }
+  if ((rc = check_shards(ckpt, m, err, errlen)) < 0) goto out;
   /* the shard entries must be durable before a MANIFEST can name them */
   if ((rc = ea__fs_fsync_dir(ckpt, err, errlen)) < 0) goto out;
   if ((rc = ea__fs_write_file(tmp, text, len, err, errlen)) < 0) {

@@ -27,6 +27,16 @@
  *     the same checkpoint is -EEXIST; a newer generation at a lower step
  *     supersedes the abandoned higher step; two processes committing at once
  *     always leave LATEST on the newer generation;
+ *   - the fence comes first: a stale commit whose shards retention already
+ *     removed is -ESTALE naming both generations (not "No such file"), and
+ *     recreates nothing; a current one with a missing shard is -ENOENT;
+ *   - the lock wait is bounded: with DIR/.lock held by a stopped process,
+ *     commit and retention return -ETIMEDOUT within the bound, naming the
+ *     holder's pid, and the directory is byte-for-byte unchanged; once the
+ *     holder dies the next commit goes through;
+ *   - a committer frozen inside its commit (after the fence) makes the
+ *     newer generation's commit time out; woken, it completes its commit;
+ *     the newer generation then commits, supersedes it and is resumed from;
  *   - retention keeps keep_last, never the newest complete nor LATEST's
  *     target, removes older leftovers but not newer ones nor in-progress ones;
  *   - a full file system (8 MiB tmpfs in a private mount namespace) gives
@@ -49,8 +59,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,25 +181,33 @@ static void add_tensors(ea_ckpt_manifest *m) {
   if (T >= 8) ck_assert_int_eq(ea_ckpt_manifest_add_tensor(m, "step", "i64", 0, NULL, T - 8, 8), 0);
 }
 
-/* prepare + write every shard + commit: returns commit's result. */
-static int save(const char *dir, uint64_t step, uint64_t gen, uint32_t W, const uint8_t *state,
-                uint64_t total, unsigned flags) {
+/* prepare + write every shard + the manifest, not committed (release m
+ * with ea_ckpt_manifest_close). */
+static void stage(const char *dir, uint64_t step, uint64_t gen, uint32_t W, const uint8_t *state,
+                  uint64_t total, unsigned flags, ea_ckpt_manifest *m) {
   char err[1024];
   int rc = ea_ckpt_prepare(dir, step, gen, NULL, 0, err, sizeof err);
   ck_assert_msg(rc == 0, "prepare: %s", err);
-  ea_ckpt_manifest m;
-  ck_assert_int_eq(ea_ckpt_manifest_init(&m, step, gen, W, total), 0);
-  m.config_hash = 0xfeedfacecafebeefull;
-  add_tensors(&m);
+  ck_assert_int_eq(ea_ckpt_manifest_init(m, step, gen, W, total), 0);
+  m->config_hash = 0xfeedfacecafebeefull;
+  add_tensors(m);
   for (uint32_t r = 0; r < W; r++) {
     char p[1024];
     ck_assert_int_eq(ea_ckpt_shard_path(p, sizeof p, dir, step, gen, r, W), 0);
     ea_ckpt_write_result res;
-    rc = write_one(p, state + m.shards[r].offset, m.shards[r].length, flags, 0, 0, &res);
+    rc = write_one(p, state + m->shards[r].offset, m->shards[r].length, flags, 0, 0, &res);
     ck_assert_msg(rc == 0, "write: %s", res.err);
-    ck_assert_int_eq(ea_ckpt_manifest_set_shard(&m, r, &res), 0);
+    ck_assert_int_eq(ea_ckpt_manifest_set_shard(m, r, &res), 0);
   }
-  rc = ea_ckpt_commit(dir, &m, NULL, err, sizeof err);
+}
+
+/* prepare + write every shard + commit: returns commit's result. */
+static int save(const char *dir, uint64_t step, uint64_t gen, uint32_t W, const uint8_t *state,
+                uint64_t total, unsigned flags) {
+  char err[1024];
+  ea_ckpt_manifest m;
+  stage(dir, step, gen, W, state, total, flags, &m);
+  int rc = ea_ckpt_commit(dir, &m, NULL, err, sizeof err);
   ea_ckpt_manifest_close(&m);
   return rc;
 }
@@ -889,6 +911,297 @@ START_TEST(test_retention) {
 }
 END_TEST
 
+/* ---- fence first, bounded lock --------------------------------------------- */
+
+START_TEST(test_stale_fenced_before_shard_check) {
+  uint64_t total = 70001;
+  uint8_t *state = random_bytes(total, 6);
+  char err[1024], latest[64];
+  bool moved = true;
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  /* the old controller (generation 1) has every shard of step 20 durable,
+   * then freezes before it commits */
+  ea_ckpt_manifest old20, old30;
+  stage(g_dir, 20, 1, 2, state, total, 0, &old20);
+  stage(g_dir, 30, 1, 2, state, total, 0, &old30);
+  /* its successor (generation 2) resumed from step 15, commits it, and its
+   * retention removes generation 1's uncommitted step 20 entirely */
+  ck_assert_int_eq(save(g_dir, 15, 2, 2, state, total, 0), 0);
+  ea_ckpt_retain_stats st;
+  const char *inprog[] = {"step-30.gen-1"}; /* kept on purpose: a half-removed one below */
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 2, inprog, 1, &st, err, sizeof err), 0);
+  ck_assert(!exists("step-20.gen-1"));
+  ck_assert(exists("step-30.gen-1"));
+  /* the old controller wakes up and commits: it is told it is stale (with
+   * both generations), not that its files are missing, and nothing of
+   * step 20 comes back */
+  int rc = ea_ckpt_commit(g_dir, &old20, &moved, err, sizeof err);
+  ck_assert_msg(rc == -ESTALE, "stale commit without its files: %d (%s)", rc, err);
+  ck_assert_msg(strstr(err, "generation 1 ") && strstr(err, "generation 2 "),
+                "the refusal does not name both generations: %s", err);
+  ck_assert(!moved);
+  ck_assert(!exists("step-20.gen-1"));
+  /* the same with the directory there but one shard gone */
+  char p[512];
+  path_in(p, sizeof p, "step-30.gen-1/shard-0-of-2.bin");
+  ck_assert_int_eq(unlink(p), 0);
+  rc = ea_ckpt_commit(g_dir, &old30, &moved, err, sizeof err);
+  ck_assert_msg(rc == -ESTALE, "stale commit with a shard missing: %d (%s)", rc, err);
+  ck_assert(!exists("step-30.gen-1/MANIFEST") && !exists("step-30.gen-1/MANIFEST.tmp"));
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-15.gen-2");
+  /* a commit that passes the fence still checks its shards */
+  ea_ckpt_manifest cur;
+  stage(g_dir, 25, 2, 2, state, total, 0, &cur);
+  path_in(p, sizeof p, "step-25.gen-2/shard-1-of-2.bin");
+  ck_assert_int_eq(unlink(p), 0);
+  rc = ea_ckpt_commit(g_dir, &cur, &moved, err, sizeof err);
+  ck_assert_msg(rc == -ENOENT && strstr(err, "shard-1-of-2.bin"), "missing shard: %d (%s)", rc,
+                err);
+  ck_assert(!exists("step-25.gen-2/MANIFEST"));
+  ea_ckpt_manifest_close(&cur);
+  ea_ckpt_manifest_close(&old30);
+  ea_ckpt_manifest_close(&old20);
+  free(state);
+}
+END_TEST
+
+/* Every entry under dir (path, type, size, mtime, content hash of regular
+ * files), sorted: equal snapshots mean nothing was written, renamed,
+ * created or removed. */
+static char **g_snap;
+static size_t g_snap_n, g_snap_cap;
+
+static int snap_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)flag;
+  (void)ftw;
+  uint64_t h = 0;
+  if (S_ISREG(sb->st_mode)) {
+    size_t n;
+    uint8_t *b = read_file(p, &n);
+    h = XXH3_64bits_dispatch(b, n);
+    free(b);
+  }
+  char line[1024];
+  snprintf(line, sizeof line, "%s %o %lld %lld.%09ld %016" PRIx64, p + strlen(g_dir),
+           (unsigned)sb->st_mode, (long long)sb->st_size, (long long)sb->st_mtim.tv_sec,
+           sb->st_mtim.tv_nsec, h);
+  if (g_snap_n == g_snap_cap) {
+    g_snap_cap = g_snap_cap ? g_snap_cap * 2 : 64;
+    g_snap = realloc(g_snap, g_snap_cap * sizeof *g_snap);
+    ck_assert_ptr_nonnull(g_snap);
+  }
+  g_snap[g_snap_n++] = strdup(line);
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *snapshot(void) {
+  g_snap = NULL;
+  g_snap_n = g_snap_cap = 0;
+  ck_assert_int_eq(nftw(g_dir, snap_cb, 16, FTW_PHYS), 0);
+  qsort(g_snap, g_snap_n, sizeof *g_snap, cmp_str);
+  size_t len = 1;
+  for (size_t i = 0; i < g_snap_n; i++) len += strlen(g_snap[i]) + 1;
+  char *out = malloc(len), *o = out;
+  for (size_t i = 0; i < g_snap_n; i++) {
+    o += sprintf(o, "%s\n", g_snap[i]);
+    free(g_snap[i]);
+  }
+  *o = 0;
+  free(g_snap);
+  return out;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A stopped child stays stopped until someone acts: make sure it dies with
+ * this test's process whatever happens (SIGKILL works on stopped ones). */
+static void die_with_parent(void) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static void wait_stopped(pid_t pid) {
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
+  ck_assert_msg(WIFSTOPPED(st), "child did not stop (status %d)", st);
+}
+
+#define LOCK_BOUND_MS 300u
+/* Slack over the bound for a loaded 2-core machine (and ASan): a timed-out
+ * wait must still end long before a blocked one would (never). */
+#define LOCK_SLACK_S 2.0
+
+START_TEST(test_lock_timeout) {
+  uint64_t total = 40009;
+  uint8_t *state = random_bytes(total, 7);
+  char err[1024], lockp[512], latest[64], want[64];
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ea_ckpt_manifest m;
+  stage(g_dir, 20, 1, 2, state, total, 0, &m);
+  make_partial("step-5.gen-1", 10); /* a leftover retention would remove */
+  /* a process that holds the lock and is stopped (like `flock DIR/.lock`
+   * frozen, it does not record itself in the lock file) */
+  path_in(lockp, sizeof lockp, ".lock");
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    die_with_parent();
+    int fd = open(lockp, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  wait_stopped(pid);
+  char *before = snapshot();
+  uint32_t prev = ea_ckpt_set_lock_timeout_ms(LOCK_BOUND_MS);
+  ck_assert_uint_eq(prev, EA_CKPT_LOCK_TIMEOUT_MS);
+  bool moved = true;
+  double t0 = now_s();
+  int rc = ea_ckpt_commit(g_dir, &m, &moved, err, sizeof err);
+  double el = now_s() - t0;
+  ck_assert_msg(rc == -ETIMEDOUT, "commit with the lock held: %d (%s)", rc, err);
+  ck_assert_msg(el >= LOCK_BOUND_MS / 1e3 && el < LOCK_BOUND_MS / 1e3 + LOCK_SLACK_S,
+                "commit gave up after %.3f s, the bound is %.3f s", el, LOCK_BOUND_MS / 1e3);
+  ck_assert(!moved);
+  snprintf(want, sizeof want, "pid %d ", (int)pid);
+  ck_assert_msg(strstr(err, want) && strstr(err, "nothing written"),
+                "the error does not name the holder: %s", err);
+  ea_ckpt_retain_stats st;
+  t0 = now_s();
+  rc = ea_ckpt_retain(g_dir, 1, NULL, 0, &st, err, sizeof err);
+  el = now_s() - t0;
+  ck_assert_msg(rc == -ETIMEDOUT && strstr(err, want), "retain with the lock held: %d (%s)", rc,
+                err);
+  ck_assert_double_lt(el, LOCK_BOUND_MS / 1e3 + LOCK_SLACK_S);
+  ck_assert_uint_eq(st.removed_partial + st.removed_complete, 0);
+  char *after = snapshot();
+  ck_assert_msg(strcmp(before, after) == 0, "the directory changed:\n%s---\n%s", before, after);
+  free(before);
+  free(after);
+  /* the holder dies: the kernel drops its flock, the next commit and
+   * retention go through (within the same short bound) */
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  rc = ea_ckpt_commit(g_dir, &m, &moved, err, sizeof err);
+  ck_assert_msg(rc == 0, "commit after the holder died: %d (%s)", rc, err);
+  ck_assert(moved);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-20.gen-1");
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 1, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(!exists("step-5.gen-1") && !exists("step-10.gen-1"));
+  /* the winner recorded itself for the next waiter */
+  size_t n;
+  char *rec = (char *)read_file(lockp, &n);
+  rec[n] = 0;
+  snprintf(want, sizeof want, "pid %d host ", (int)getpid());
+  ck_assert_msg(strncmp(rec, want, strlen(want)) == 0, "lock file holds \"%s\"", rec);
+  free(rec);
+  ck_assert_uint_eq(ea_ckpt_set_lock_timeout_ms(0), LOCK_BOUND_MS);
+  ck_assert_uint_eq(ea_ckpt_set_lock_timeout_ms(0), EA_CKPT_LOCK_TIMEOUT_MS);
+  ea_ckpt_manifest_close(&m);
+  free(state);
+}
+END_TEST
+
+/* Test seam for test_frozen_committer: the library's fsync calls resolve to
+ * this definition (an executable's own symbols come before libc's), so a
+ * child can stop itself at the first fsync of a commit — after it took the
+ * lock, passed the fence and checked its shards, before it wrote anything:
+ * the controller frozen inside a commit.  Otherwise it is the plain system
+ * call. */
+static volatile sig_atomic_t g_stop_at_fsync;
+int fsync(int fd) {
+  if (g_stop_at_fsync) {
+    g_stop_at_fsync = 0;
+    raise(SIGSTOP);
+  }
+  return (int)syscall(SYS_fsync, fd);
+}
+
+START_TEST(test_frozen_committer) {
+  uint64_t total = 40009;
+  uint8_t *state = random_bytes(total, 8);
+  char err[1024], latest[64], want[64];
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ea_ckpt_manifest old40, new30;
+  stage(g_dir, 40, 1, 2, state, total, 0, &old40); /* the old controller's */
+  stage(g_dir, 30, 2, 2, state, total, 0, &new30); /* its successor's, from step 20 */
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    die_with_parent();
+    g_stop_at_fsync = 1;
+    int rc = ea_ckpt_commit(g_dir, &old40, NULL, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "frozen committer: %s\n", err);
+    _exit(rc == 0 ? 0 : rc == -ESTALE ? 3 : 1);
+  }
+  wait_stopped(pid);
+  char *before = snapshot();
+  ck_assert_uint_eq(ea_ckpt_set_lock_timeout_ms(LOCK_BOUND_MS), EA_CKPT_LOCK_TIMEOUT_MS);
+  /* the successor cannot commit while the frozen one holds the lock: it
+   * gives up within the bound, naming the holder, having written nothing */
+  bool moved = true;
+  double t0 = now_s();
+  int rc = ea_ckpt_commit(g_dir, &new30, &moved, err, sizeof err);
+  double el = now_s() - t0;
+  ck_assert_msg(rc == -ETIMEDOUT, "commit behind a frozen committer: %d (%s)", rc, err);
+  ck_assert_double_lt(el, LOCK_BOUND_MS / 1e3 + LOCK_SLACK_S);
+  ck_assert(!moved);
+  /* it recorded itself and /proc/locks agrees */
+  snprintf(want, sizeof want, "pid %d (host ", (int)pid);
+  ck_assert_msg(strstr(err, want), "the error does not name the holder: %s", err);
+  char *after = snapshot();
+  ck_assert_msg(strcmp(before, after) == 0, "the directory changed:\n%s---\n%s", before, after);
+  free(before);
+  free(after);
+  /* it wakes and finishes: its fence decision still holds (nothing newer
+   * could commit meanwhile) */
+  ck_assert_int_eq(kill(pid, SIGCONT), 0);
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "woken committer: status %d", ws);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-40.gen-1");
+  char ck[512];
+  path_in(ck, sizeof ck, "step-40.gen-1");
+  ck_assert_int_eq(ea_ckpt_verify(ck, NULL, EA_CKPT_VERIFY_FULL, 0, NULL), 0);
+  /* the successor's retry commits; its lower step supersedes step 40 */
+  rc = ea_ckpt_commit(g_dir, &new30, &moved, err, sizeof err);
+  ck_assert_msg(rc == 0, "successor's retry: %d (%s)", rc, err);
+  ck_assert(moved);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-30.gen-2");
+  ea_ckpt_entry *e;
+  size_t n;
+  ck_assert_int_eq(ea_ckpt_list(g_dir, &e, &n), 0);
+  ck_assert_uint_eq(n, 3);
+  ck_assert_str_eq(e[0].name, "step-40.gen-1");
+  ck_assert(e[0].complete && e[0].superseded);
+  free(e);
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-30.gen-2");
+  ea_ckpt_resume_close(&rs);
+  /* and the old generation, trying again, is fenced before anything else
+   * (-ESTALE, not -EEXIST for its existing MANIFEST) */
+  rc = ea_ckpt_commit(g_dir, &old40, &moved, err, sizeof err);
+  ck_assert_msg(rc == -ESTALE, "old generation again: %d (%s)", rc, err);
+  ea_ckpt_set_lock_timeout_ms(0);
+  ea_ckpt_manifest_close(&new30);
+  ea_ckpt_manifest_close(&old40);
+  free(state);
+}
+END_TEST
+
 /* ---- full file system ----------------------------------------------------- */
 
 START_TEST(test_enospc) {
@@ -1076,6 +1389,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_generation_fencing);
   tcase_add_test(tc, test_fencing_race);
   tcase_add_test(tc, test_retention);
+  tcase_add_test(tc, test_stale_fenced_before_shard_check);
+  tcase_add_test(tc, test_lock_timeout);
+  tcase_add_test(tc, test_frozen_committer);
   tcase_add_test(tc, test_enospc);
   tcase_add_test(tc, test_fault_env);
   tcase_add_test(tc, test_cli);
