@@ -58,8 +58,9 @@ void ea__ck_hasher_feed(ea__ck_hasher *h, const void *p, size_t n);
 uint64_t ea__ck_hasher_final(ea__ck_hasher *h, uint32_t *n_blocks);
 void ea__ck_hasher_free(ea__ck_hasher *h);
 
-/* flock(DIR/.lock, LOCK_EX), creating it; returns the fd (close to
- * unlock).  Defined in store.c. */
+/* flock(DIR/.lock, LOCK_EX|LOCK_NB) retried with backoff until the lock
+ * timeout (EA_CKPT_LOCK_TIMEOUT_MS), creating the file; returns the fd
+ * (close to unlock) or -ETIMEDOUT naming the holder.  Defined in store.c. */
 int ea__ck_lock_dir(const char *dir, char *err, size_t cap);
 
 /* ---- wrapped operations ------------------------------------------------ */
