@@ -73,26 +73,13 @@ static const char *check(const ea__ckpt_msg *m) {
 
 /* ---- encode ------------------------------------------------------------- */
 
-typedef struct {
-  uint8_t *buf;
-  size_t cap, len;
-} fixbuf;
-
-static int fixbuf_write(void *data, const char *p, size_t n) {
-  fixbuf *f = data;
-  if (n > f->cap - f->len) return -1;
-  memcpy(f->buf + f->len, p, n);
-  f->len += n;
-  return 0;
-}
-
 int ea__ckpt_encode(const ea__ckpt_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   if (check(m)) return -EINVAL;
   if (cap < 1) return -EMSGSIZE;
   buf[0] = EA_WIRE_MAGIC_PLAIN;
-  fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &f, fixbuf_write);
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
   int bad = 0; /* packer results are OR'ed: any refusal means "does not fit" */
   bad |= msgpack_pack_array(&pk, 4);
   bad |= msgpack_pack_uint8(&pk, EA__CKPT_WIRE_VERSION);
@@ -131,37 +118,11 @@ int ea__ckpt_encode(const ea__ckpt_msg *m, uint8_t *buf, size_t cap, size_t *len
 
 /* ---- decode ------------------------------------------------------------- */
 
-#define TRY(call, field) \
-  do {                   \
-    if ((call) != 0) {   \
-      *err = (field);    \
-      return -EA_EWIRE;  \
-    }                    \
-  } while (0)
-#define NEED(cond, field) \
-  do {                    \
-    if (!(cond)) {        \
-      *err = (field);     \
-      return -EA_EWIRE;   \
-    }                     \
-  } while (0)
-
-static int rd_array(ea__mpr *r, uint32_t want, const char *field, const char **err) {
-  uint32_t n;
-  TRY(ea__mpr_array(r, &n), field);
-  NEED(n == want, field);
-  return 0;
-}
+#define TRY EA__MPR_TRY
+#define NEED EA__MPR_NEED
 
 static int rd_u64(ea__mpr *r, uint64_t *v, const char *field, const char **err) {
   TRY(ea__mpr_uint(r, UINT64_MAX, v), field);
-  return 0;
-}
-
-static int rd_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err) {
-  uint64_t x;
-  TRY(ea__mpr_uint(r, max, &x), field);
-  *v = (uint32_t)x;
   return 0;
 }
 
@@ -185,7 +146,7 @@ bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
 static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
   NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
   r->pos++;
-  if (rd_array(r, 4, "msg", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 4, "msg", err)) return -EA_EWIRE;
   uint64_t v;
   TRY(ea__mpr_uint(r, 255, &v), "version");
   NEED(v == EA__CKPT_WIRE_VERSION, "version");
@@ -198,10 +159,10 @@ static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
   NEED(n == 16, "src");
   memcpy(m->src.b, p, 16);
   const bool durable = m->type == EA__CKPT_SHARD_DURABLE;
-  if (rd_array(r, durable ? BODY_DURABLE : BODY_FAILED, "body", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, durable ? BODY_DURABLE : BODY_FAILED, "body", err)) return -EA_EWIRE;
   if (rd_u64(r, &m->gen, "gen", err) || rd_u64(r, &m->step, "step", err)) return -EA_EWIRE;
-  if (rd_u32(r, EA_CKPT_MAX_WORLD - 1, &m->rank, "rank", err)) return -EA_EWIRE;
-  if (rd_u32(r, EA_CKPT_MAX_WORLD, &m->world, "world", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, EA_CKPT_MAX_WORLD - 1, &m->rank, "rank", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, EA_CKPT_MAX_WORLD, &m->world, "world", err)) return -EA_EWIRE;
   NEED(m->world >= 1 && m->rank < m->world, "rank");
   if (durable) {
     if (rd_u64(r, &m->total, "total", err) || rd_u64(r, &m->offset, "offset", err) ||
@@ -224,10 +185,10 @@ static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
     TRY(ea__mpr_bool(r, &m->direct), "direct");
   } else {
     uint32_t x;
-    if (rd_u32(r, EA__CKPT_FAIL_INVALID, &x, "kind", err)) return -EA_EWIRE;
+    if (ea__mpr_u32(r, EA__CKPT_FAIL_INVALID, &x, "kind", err)) return -EA_EWIRE;
     NEED(x >= EA__CKPT_FAIL_WRITE, "kind");
     m->kind = (uint8_t)x;
-    if (rd_u32(r, 4095, &m->error, "errno", err)) return -EA_EWIRE;
+    if (ea__mpr_u32(r, 4095, &m->error, "errno", err)) return -EA_EWIRE;
     NEED(m->error > 0, "errno");
     TRY(ea__mpr_str(r, sizeof m->message - 1, &p, &n), "message");
     NEED(memchr(p, 0, n) == NULL, "message");

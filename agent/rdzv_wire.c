@@ -235,28 +235,8 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
 
 /* ---- decode ------------------------------------------------------------- */
 
-/* Fail with the field's name unless the reader call succeeded. */
-#define TRY(call, field) \
-  do {                   \
-    if ((call) != 0) {   \
-      *err = (field);    \
-      return -EA_EWIRE;  \
-    }                    \
-  } while (0)
-#define NEED(cond, field) \
-  do {                    \
-    if (!(cond)) {        \
-      *err = (field);     \
-      return -EA_EWIRE;   \
-    }                     \
-  } while (0)
-
-static int rd_array(ea__mpr *r, uint32_t want, const char *field, const char **err) {
-  uint32_t n;
-  TRY(ea__mpr_array(r, &n), field);
-  NEED(n == want, field);
-  return 0;
-}
+#define TRY EA__MPR_TRY
+#define NEED EA__MPR_NEED
 
 static int rd_id(ea__mpr *r, ea_node_id *id, const char *field, const char **err) {
   const uint8_t *p;
@@ -267,15 +247,8 @@ static int rd_id(ea__mpr *r, ea_node_id *id, const char *field, const char **err
   return 0;
 }
 
-static int rd_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err) {
-  uint64_t x;
-  TRY(ea__mpr_uint(r, max, &x), field);
-  *v = (uint32_t)x;
-  return 0;
-}
-
 static int rd_gen(ea__mpr *r, ea_rdzv_gen *g, const char *field, const char **err) {
-  if (rd_array(r, 2, field, err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 2, field, err)) return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &g->term), field);
   return rd_id(r, &g->ctrl, field, err);
 }
@@ -317,7 +290,7 @@ static int rd_nccl(ea__mpr *r, bool *has, uint8_t id[EA_RDZV_NCCL_ID_BYTES], con
 }
 
 static int rd_worker(ea__mpr *r, ea_rdzv_worker *w, const char **err) {
-  if (rd_array(r, 2, "worker", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 2, "worker", err)) return -EA_EWIRE;
   if (rd_addr(r, &w->listen, "worker.listen", err)) return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &w->step), "worker.step");
   return 0;
@@ -334,18 +307,18 @@ static int rd_count(ea__mpr *r, uint32_t lo, uint32_t hi, size_t min_bytes, uint
 }
 
 static int body_prepare(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
-  if (rd_array(r, 4, "prepare", err)) return -EA_EWIRE;
-  if (rd_u32(r, EA_RDZV_MAX_WORLD, &m->world, "world", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 4, "prepare", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, EA_RDZV_MAX_WORLD, &m->world, "world", err)) return -EA_EWIRE;
   NEED(m->world >= 1, "world");
-  if (rd_u32(r, EA_RDZV_MAX_WPN, &m->wpn, "wpn", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, EA_RDZV_MAX_WPN, &m->wpn, "wpn", err)) return -EA_EWIRE;
   NEED(m->wpn >= 1 && m->wpn <= m->world, "wpn");
-  if (rd_u32(r, m->world - m->wpn, &m->rank_base, "rank_base", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, m->world - m->wpn, &m->rank_base, "rank_base", err)) return -EA_EWIRE;
   TRY(ea__mpr_bool(r, &m->boundary), "boundary");
   return 0;
 }
 
 static int body_ready(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
-  if (rd_array(r, 3, "ready", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 3, "ready", err)) return -EA_EWIRE;
   if (rd_count(r, 1, EA_RDZV_MAX_WPN, WORKER_MIN_BYTES, &m->nworkers, "workers", err))
     return -EA_EWIRE;
   for (uint32_t i = 0; i < m->nworkers; i++)
@@ -356,13 +329,13 @@ static int body_ready(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
 
 static int body_commit(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   ea_rdzv_plan *p = &m->plan;
-  if (rd_array(r, 6, "commit", err)) return -EA_EWIRE;
-  if (rd_u32(r, EA_RDZV_MAX_WPN, &p->wpn, "wpn", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 6, "commit", err)) return -EA_EWIRE;
+  if (ea__mpr_u32(r, EA_RDZV_MAX_WPN, &p->wpn, "wpn", err)) return -EA_EWIRE;
   NEED(p->wpn >= 1, "wpn");
   int nil = ea__mpr_nil(r);
   TRY(nil < 0 ? nil : 0, "sync_rank");
   p->has_sync = nil == 0;
-  if (p->has_sync && rd_u32(r, EA_RDZV_MAX_WORLD - 1, &p->sync_rank, "sync_rank", err))
+  if (p->has_sync && ea__mpr_u32(r, EA_RDZV_MAX_WORLD - 1, &p->sync_rank, "sync_rank", err))
     return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &p->sync_step), "sync_step");
   if (rd_nccl(r, &p->has_nccl_id, p->nccl_id, err)) return -EA_EWIRE;
@@ -373,7 +346,7 @@ static int body_commit(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   if (!p->nodes) return -ENOMEM;
   p->nnodes = nn;
   for (uint32_t i = 0; i < nn; i++) {
-    if (rd_array(r, 3, "node", err)) return -EA_EWIRE;
+    if (ea__mpr_array_n(r, 3, "node", err)) return -EA_EWIRE;
     if (rd_id(r, &p->nodes[i].id, "node.id", err)) return -EA_EWIRE;
     if (rd_name(r, p->nodes[i].name, "node.name", err)) return -EA_EWIRE;
     if (rd_addr(r, &p->nodes[i].control, "node.control", err)) return -EA_EWIRE;
@@ -404,7 +377,7 @@ static int body_state(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
 static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
   r->pos++;
-  if (rd_array(r, 5, "msg", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 5, "msg", err)) return -EA_EWIRE;
   uint64_t v;
   TRY(ea__mpr_uint(r, 255, &v), "version");
   NEED(v == EA_RDZV_WIRE_VERSION, "version");
@@ -439,18 +412,18 @@ static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
       m->plan.gen = m->gen;
       break;
     case EA_RDZV_NACK:
-      if (rd_array(r, 2, "nack", err)) return -EA_EWIRE;
+      if (ea__mpr_array_n(r, 2, "nack", err)) return -EA_EWIRE;
       if (rd_gen(r, &m->seen, "seen", err)) return -EA_EWIRE;
       TRY(ea__mpr_uint(r, EA_RDZV_NACK_CONFIG, &v), "why");
       NEED(v >= EA_RDZV_NACK_STALE, "why");
       m->nack = (uint8_t)v;
       break;
     case EA_RDZV_DRAIN:
-      if (rd_array(r, 1, "drain", err)) return -EA_EWIRE;
+      if (ea__mpr_array_n(r, 1, "drain", err)) return -EA_EWIRE;
       rc = rd_name(r, m->name, "name", err);
       break;
     case EA_RDZV_REPORT:
-      if (rd_array(r, 2, "report", err)) return -EA_EWIRE;
+      if (ea__mpr_array_n(r, 2, "report", err)) return -EA_EWIRE;
       if (rd_gen(r, &m->accepted, "accepted", err)) return -EA_EWIRE;
       TRY(ea__mpr_uint(r, EA_RDZV_F_ALL, &v), "flags");
       m->flags = (uint8_t)v;

@@ -6,6 +6,10 @@
  * subtraction, never by forming pos + len, which could overflow. */
 #include "mpread.h"
 
+#include "ea_wire.h"
+
+#include <string.h>
+
 static uint64_t be(const uint8_t *p, size_t n) {
   uint64_t v = 0;
   for (size_t i = 0; i < n; i++) v = (v << 8) | p[i];
@@ -127,5 +131,27 @@ int ea__mpr_array(ea__mpr *r, uint32_t *n) {
   if (hdr_len(r, w, &x)) return EA__MPR_EOF;
   *n = (uint32_t)x;
   r->pos += 1 + w;
+  return 0;
+}
+
+int ea__mpr_array_n(ea__mpr *r, uint32_t want, const char *field, const char **err) {
+  uint32_t n;
+  EA__MPR_TRY(ea__mpr_array(r, &n), field);
+  EA__MPR_NEED(n == want, field);
+  return 0;
+}
+
+int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err) {
+  uint64_t x;
+  EA__MPR_TRY(ea__mpr_uint(r, max, &x), field);
+  *v = (uint32_t)x;
+  return 0;
+}
+
+int ea__mpw_fixbuf_write(void *data, const char *p, size_t n) {
+  ea__mpw_fixbuf *f = data;
+  if (n > f->cap - f->len) return -1;
+  memcpy(f->buf + f->len, p, n);
+  f->len += n;
   return 0;
 }

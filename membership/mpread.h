@@ -1,4 +1,7 @@
-/* mpread.h — a bounded msgpack pull reader (internal to membership/).
+/* mpread.h — a bounded msgpack pull reader, and the small helpers every
+ * msgpack codec of the project shares (gossip, control, checkpoint reports,
+ * agent<->worker IPC): a fixed-buffer writer for msgpack-c's packer and
+ * decoders that name the field that was wrong.
  *
  * msgpack-c's unpacker sizes array storage from the count in an array header
  * before it has read a single element, so a 5-byte packet can make it ask for
@@ -54,5 +57,39 @@ int ea__mpr_bin(ea__mpr *r, size_t max, const uint8_t **p, size_t *len);
 /* An array header; *n is the element count as claimed (not yet checked
  * against the bytes left: that is the caller's job, see ea__mpr_left). */
 int ea__mpr_array(ea__mpr *r, uint32_t *n);
+
+/* ---- field-naming decode helpers ----------------------------------------
+ * For decoders of the form  int dec(…, const char **err)  that return
+ * -EA_EWIRE (ea_wire.h) with *err pointing at a static field name.        */
+#define EA__MPR_TRY(call, field) \
+  do {                           \
+    if ((call) != 0) {           \
+      *err = (field);            \
+      return -EA_EWIRE;          \
+    }                            \
+  } while (0)
+#define EA__MPR_NEED(cond, field) \
+  do {                            \
+    if (!(cond)) {                \
+      *err = (field);             \
+      return -EA_EWIRE;           \
+    }                             \
+  } while (0)
+
+/* An array header claiming exactly `want` elements. */
+int ea__mpr_array_n(ea__mpr *r, uint32_t want, const char *field, const char **err);
+/* An unsigned integer ≤ max, into a uint32_t. */
+int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err);
+
+/* ---- fixed-buffer writer for msgpack_packer ------------------------------ */
+typedef struct {
+  uint8_t *buf;
+  size_t cap, len;
+} ea__mpw_fixbuf;
+
+/* msgpack_packer write callback (msgpack_packer_init(&pk, &fixbuf,
+ * ea__mpw_fixbuf_write)): append, or fail without writing when the bytes
+ * would pass cap; the packer hands the nonzero result back to its caller. */
+int ea__mpw_fixbuf_write(void *data, const char *p, size_t n);
 
 #endif

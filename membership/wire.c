@@ -89,21 +89,6 @@ size_t ea_wire_msg_base_size(const ea_msg *m) {
 
 /* ---- encoding --------------------------------------------------------- */
 
-typedef struct {
-  uint8_t *buf;
-  size_t cap, len;
-} fixbuf;
-
-/* msgpack_packer write callback: append, or fail without writing when the
- * bytes would pass cap (the packer passes the nonzero return back out). */
-static int fixbuf_write(void *data, const char *p, size_t n) {
-  fixbuf *f = data;
-  if (n > f->cap - f->len) return -1;
-  memcpy(f->buf + f->len, p, n);
-  f->len += n;
-  return 0;
-}
-
 #define P(expr)                                                                                    \
   do {                                                                                             \
     if ((expr) != 0) return -EMSGSIZE;                                                             \
@@ -174,11 +159,11 @@ int ea_wire_encode_msg(const ea_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   for (uint32_t i = 0; i < m->nupdates; i++)
     if (check_update(&m->updates[i])) return -EINVAL;
 
-  fixbuf f = {buf, cap, 0};
+  ea__mpw_fixbuf f = {buf, cap, 0};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &f, fixbuf_write);
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
   uint8_t magic = EA_WIRE_MAGIC_PLAIN;
-  P(fixbuf_write(&f, (const char *)&magic, 1));
+  P(ea__mpw_fixbuf_write(&f, (const char *)&magic, 1));
   P(msgpack_pack_array(&pk, MSG_FIELDS));
   P(msgpack_pack_uint8(&pk, EA_WIRE_VERSION));
   P(msgpack_pack_uint8(&pk, m->type));
@@ -189,7 +174,7 @@ int ea_wire_encode_msg(const ea_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   P(pack_addr(&pk, &m->reply_to));
   /* array16 whatever the count: see the file comment */
   uint8_t ah[3] = {0xdc, 0, (uint8_t)m->nupdates};
-  P(fixbuf_write(&f, (const char *)ah, sizeof ah));
+  P(ea__mpw_fixbuf_write(&f, (const char *)ah, sizeof ah));
   for (uint32_t i = 0; i < m->nupdates; i++) {
     int rc = pack_update(&pk, &m->updates[i]);
     if (rc) return rc;
@@ -211,12 +196,12 @@ int ea_wire_encode_state(uint8_t kind, const ea_node_id *src, const ea_update *u
   }
   uint8_t *buf = malloc(total);
   if (!buf) return -ENOMEM;
-  fixbuf f = {buf, total, 0};
+  ea__mpw_fixbuf f = {buf, total, 0};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &f, fixbuf_write);
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
   uint8_t magic = EA_WIRE_MAGIC_PLAIN;
   int rc = -EMSGSIZE;
-  if (fixbuf_write(&f, (const char *)&magic, 1) || msgpack_pack_array(&pk, STATE_FIELDS) ||
+  if (ea__mpw_fixbuf_write(&f, (const char *)&magic, 1) || msgpack_pack_array(&pk, STATE_FIELDS) ||
       msgpack_pack_uint8(&pk, EA_WIRE_VERSION) || msgpack_pack_uint8(&pk, kind) ||
       pack_bin(&pk, src->b, ID_BYTES) || msgpack_pack_array(&pk, n))
     goto fail;

@@ -320,21 +320,6 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char 
 
 /* ---- encoding --------------------------------------------------------- */
 
-typedef struct {
-  uint8_t *buf;
-  size_t cap, len;
-} fixbuf;
-
-/* Append, or refuse without writing when the bytes would pass cap; the
- * packer returns the nonzero result to its caller. */
-static int fixbuf_write(void *data, const char *p, size_t n) {
-  fixbuf *f = data;
-  if (n > f->cap - f->len) return -1;
-  memcpy(f->buf + f->len, p, n);
-  f->len += n;
-  return 0;
-}
-
 static int pack_str(msgpack_packer *pk, const char *s) {
   size_t n = strlen(s);
   if (msgpack_pack_str(pk, n)) return -1;
@@ -443,9 +428,9 @@ int ea_ipc_encode(const ea_ipc_msg *m, void *buf, size_t cap, size_t *len, char 
   uint64_t keys = d->req | present_opt(m, d);
   int rc = validate(m, d, keys, err, errlen);
   if (rc) return rc;
-  fixbuf f = {.buf = buf, .cap = cap, .len = 0};
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 0};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &f, fixbuf_write);
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
   if (msgpack_pack_map(&pk, 1 + (size_t)__builtin_popcountll(keys)) || pack_str(&pk, "type") ||
       pack_str(&pk, d->name))
     goto full;
