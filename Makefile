@@ -51,6 +51,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 HDRS     := $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(MODULES)))
 
 CHAOS_SRC := $(wildcard chaos/*.c)
+HDRS     += $(wildcard chaos/*.h)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 BENCH_SRC := $(wildcard bench/*.c)
@@ -115,6 +116,13 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all benches
 	@scripts/bench.sh
+
+# The chaos harness against real agents: docs/chaos.md.  Partitions and
+# packet loss need network namespaces, so they run when make runs as root.
+chaos: deps
+	@$(MAKE) --no-print-directory all
+	$(BINDIR)/elastic-chaos --duration 2m --seed 1 --out $(BUILD)/chaos --junit $(BUILD)/chaos/junit.xml \
+	    $$(test "$$(id -u)" = 0 && echo --netns)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,0 +1,585 @@
+/* chaos.h — internal to chaos/: the pieces of `elastic-chaos`, the harness
+ * that launches real agents, injects a seeded schedule of faults and proves
+ * from their status and logs that training recovered with nothing lost.
+ *
+ *   main.c      command line, phases of a run, exit status
+ *   util.c      clock, rng, strings, files, child commands
+ *   json.c      a small bounded JSON reader (the agents' status documents)
+ *   status.c    one `status` over an agent's admin socket, parsed
+ *   proc.c      agent processes: spawn (own session, optional netns), signal,
+ *               reap, find their workers
+ *   net.c       network namespaces, veth + bridge, nftables partitions/loss
+ *   schedule.c  the seeded fault schedule
+ *   run.c       the cluster, the episodes, the invariants checked while it runs
+ *   history.c   the per-step history from the logs: lineage, generations,
+ *               the invariants checked after the run, recovery timings
+ *   replay.c    the reference runs in-process (W=1, and an exact replay of
+ *               the world sizes the cluster went through)
+ *   ckcheck.c   checkpoint verification and resume checks
+ *   report.c    JSON, human summary, JUnit XML, SVG timeline
+ *
+ * Everything runs on one thread except the W=1 reference, which trains on a
+ * thread of its own at the lowest priority while the cluster runs.
+ * Ownership: an ea__chaos_run owns every node, episode and violation; arrays
+ * grow with realloc and are freed by ea__chaos_run_free.  Times are wall-clock
+ * milliseconds since the epoch (CLOCK_REALTIME), because the agents' log
+ * lines carry wall-clock stamps and the two must be compared.
+ */
+#ifndef EA_CHAOS_H
+#define EA_CHAOS_H
+
+#include "ea_config.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* Slots are network positions (a namespace and an address each); 5 agents
+ * plus one spare for joins is the default, 30 is far above what one 2-core
+ * machine can run. */
+#define CH_MAX_SLOTS 31
+/* Node identities over a run: a fresh replacement gets a new name; a 30 m
+ * soak replaces roughly one node a minute. */
+#define CH_MAX_NODES 512
+#define CH_NAME_MAX 24
+#define CH_PATH_MAX 512
+/* The work dir is kept short: admin socket paths under it must fit
+ * sun_path (108 bytes), and every derived path must fit CH_PATH_MAX. */
+#define CH_WORK_MAX 200
+#define CH_MAX_WPN 8 /* workers per node the harness tracks */
+
+/* ---- util.c --------------------------------------------------------------- */
+
+int64_t ea__chaos_now_ms(void);   /* CLOCK_REALTIME, ms */
+int64_t ea__chaos_mono_ms(void);  /* CLOCK_MONOTONIC, ms */
+void ea__chaos_sleep_ms(int ms);
+/* "2026-11-30T01:45:26.978Z" (the first len bytes of s) → epoch ms; -1 if
+ * malformed. */
+int64_t ea__chaos_parse_ts(const char *s, size_t len);
+void ea__chaos_fmt_ts(int64_t ms, char *out, size_t cap); /* HH:MM:SS.mmm */
+/* "90", "90s", "2m", "1h30m", "1500ms" → milliseconds; -1 if malformed. */
+int64_t ea__chaos_parse_duration(const char *s);
+
+/* xoshiro256** seeded by splitmix64 (the same generator the trainer
+ * documents), so a schedule can be replayed from its seed alone. */
+typedef struct {
+  uint64_t s[4];
+} ea__chaos_rng;
+void ea__chaos_rng_seed(ea__chaos_rng *r, uint64_t seed, uint64_t stream);
+uint64_t ea__chaos_rng_next(ea__chaos_rng *r);
+double ea__chaos_rng_unit(ea__chaos_rng *r);                      /* [0,1) */
+uint32_t ea__chaos_rng_below(ea__chaos_rng *r, uint32_t bound);   /* [0,bound) */
+uint64_t ea__chaos_mix64(uint64_t x);
+
+int ea__chaos_mkdirs(const char *path, int mode);
+int ea__chaos_rmrf(const char *path);
+int ea__chaos_write_file(const char *path, const char *data, size_t len);
+/* Whole file into a malloc'd NUL-terminated buffer. */
+int ea__chaos_read_file(const char *path, char **out, size_t *len);
+
+/* Runs argv (PATH search), optionally inside network namespace ns (NULL:
+ * ours), with stdout+stderr appended to log (NULL: /dev/null), waits at most
+ * timeout_ms.  Returns the exit status (0..255), 128+signal, or a negative
+ * errno (-ETIMEDOUT after killing it).  out (may be NULL) receives up to cap-1
+ * bytes of its stdout. */
+int ea__chaos_cmd(const char *ns, char *const argv[], const char *log, int timeout_ms, char *out,
+                  size_t cap);
+
+/* A growable string. */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} ea__chaos_str;
+void ea__chaos_sprintf(ea__chaos_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ea__chaos_puts(ea__chaos_str *s, const char *t);
+void ea__chaos_json_str(ea__chaos_str *s, const char *t); /* quoted, escaped */
+void ea__chaos_xml_str(ea__chaos_str *s, const char *t);  /* escaped for XML text/attrs */
+void ea__chaos_str_free(ea__chaos_str *s);
+
+/* ---- json.c --------------------------------------------------------------- */
+
+typedef enum { EA__CJ_NULL, EA__CJ_BOOL, EA__CJ_NUM, EA__CJ_STR, EA__CJ_ARR, EA__CJ_OBJ } ea__cj_type;
+
+typedef struct ea__cj {
+  ea__cj_type type;
+  bool b;
+  double num;
+  char *str;             /* strings unescaped; numbers keep their text */
+  size_t n;              /* items of an array / members of an object */
+  struct ea__cj **items;
+  char **keys;           /* objects only */
+} ea__cj;
+
+/* Parses [buf, buf+len); depth ≤ 64.  NULL on error with err naming the
+ * offset and the problem.  Free with ea__cj_free. */
+ea__cj *ea__cj_parse(const char *buf, size_t len, char *err, size_t errlen);
+void ea__cj_free(ea__cj *v);
+/* Dotted path ("generation.phase"); NULL if absent. */
+const ea__cj *ea__cj_path(const ea__cj *v, const char *path);
+const char *ea__cj_str(const ea__cj *v, const char *path, const char *def);
+double ea__cj_num(const ea__cj *v, const char *path, double def);
+uint64_t ea__cj_u64(const ea__cj *v, const char *path, uint64_t def);
+bool ea__cj_bool(const ea__cj *v, const char *path, bool def);
+
+/* ---- status.c ------------------------------------------------------------- */
+
+typedef struct {
+  int pid;
+  char state[16];
+  uint64_t gen, step; /* step = completed steps (next step to compute) */
+  char digest[20];
+  uint32_t restarts;
+} ea__chaos_wstat;
+
+typedef struct {
+  bool ok;
+  char err[160];
+  int64_t t_ms;
+  char name[CH_NAME_MAX];
+  char gossip[64];
+  char phase[16];       /* generation.phase */
+  char agent_phase[16]; /* generation.agent_phase */
+  uint64_t gen;         /* generation.gen (u64 of the running one) */
+  uint32_t world;
+  uint32_t nnodes;
+  char nodes[CH_MAX_SLOTS * 2][CH_NAME_MAX];
+  uint64_t last_step;
+  bool controller, has_quorum;
+  uint64_t accepted, durable, formed; /* u64 forms of "T/ctrl" */
+  char ctrl_name[CH_NAME_MAX];
+  uint32_t alive, suspect, dead, left;
+  uint64_t detection_bound_ms;
+  uint32_t nworkers;
+  ea__chaos_wstat w[CH_MAX_WPN];
+  bool has_ckpt;        /* the document has checkpoint fields */
+  char reason[160];
+} ea__chaos_status;
+
+/* "12/41a0ee66" → (12 << 16) | 0x41a0, the agents' 64-bit generation;
+ * 0 for "none" or anything malformed. */
+uint64_t ea__chaos_gen_from_str(const char *s);
+/* One `status` over the admin socket at sock_path, within timeout_ms. */
+int ea__chaos_status_query(const char *sock_path, int timeout_ms, ea__chaos_status *st);
+/* Fill st from an already parsed document (exposed for the tests). */
+int ea__chaos_status_from_json(const ea__cj *j, ea__chaos_status *st);
+
+/* ---- schedule.c ----------------------------------------------------------- */
+
+typedef enum {
+  EA__F_NODE_CRASH = 0,  /* SIGKILL an agent and its workers, then bring it back */
+  EA__F_WORKER_KILL,     /* SIGKILL one worker process only */
+  EA__F_CONTROLLER_KILL, /* SIGKILL the agent that is controller, and its workers */
+  EA__F_PAUSE,           /* SIGSTOP (agent, or agent + workers), later SIGCONT */
+  EA__F_DRAIN,           /* `elastic-agent drain NAME` from another node */
+  EA__F_SIGTERM,         /* spot reclaim: SIGTERM, the node drains and exits 0 */
+  EA__F_JOIN,            /* a brand-new node joins (spare slot), later leaves */
+  EA__F_ISOLATE,         /* partition: one node cut off (netns), then healed */
+  EA__F_SPLIT,           /* partition: two sides (netns), then healed */
+  EA__F_LOSS,            /* random packet loss on every node (netns), then healed */
+  EA__F_CKPT_KILL,       /* the agent dies while writing a checkpoint shard */
+  EA__F_DISK_FULL,       /* the checkpoint file system is full, then freed */
+  EA__F_NKINDS
+} ea__chaos_kind;
+
+const char *ea__chaos_kind_name(int kind);
+int ea__chaos_kind_parse(const char *name); /* -1 if unknown */
+bool ea__chaos_kind_needs_netns(int kind);
+bool ea__chaos_kind_needs_ckpt(int kind);
+
+typedef struct {
+  int kind;
+  double frac;         /* fires once training passed this fraction of the steps */
+  int slot;            /* target slot (1-based); 0 = decided at run time (controller) */
+  bool fresh;          /* restore as a fresh node (new data dir, id, name) */
+  bool whole_node;     /* pause: the workers too */
+  bool remove_by_drain;/* join: the newcomer leaves by `drain` (else SIGTERM) */
+  int dur_ms;          /* pause / partition / loss length */
+  int loss_pct;        /* loss */
+  uint32_t minority;   /* split: bit s set = slot s is on the minority side */
+  int nth;             /* ckpt-kill: the shard write that dies (1-based) */
+} ea__chaos_fault;
+
+typedef struct {
+  uint64_t seed;
+  int nagents;
+  int64_t duration_ms;
+  uint32_t kinds;      /* bit k: kind k may be scheduled */
+  int min_faults;
+} ea__chaos_sched_opts;
+
+/* Builds the schedule: max(min_faults, duration/11 s) faults of the enabled
+ * kinds that need no checkpoints, every one of them at least once, plus the
+ * checkpoint kinds (decided at run time whether they can run).  *out is
+ * malloc'd.  The same options give the same schedule, byte for byte. */
+int ea__chaos_schedule(const ea__chaos_sched_opts *o, ea__chaos_fault **out, size_t *n);
+/* One line describing fault f (for the printed schedule and the reports). */
+void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap);
+
+/* ---- the run (run.c) ------------------------------------------------------- */
+
+typedef struct {
+  int64_t t_ms;
+  char phase[16];
+  uint64_t gen;
+  uint32_t world;
+  uint64_t step;
+  bool controller;
+} ea__chaos_sample;
+
+typedef struct {
+  char name[CH_NAME_MAX];
+  int slot;
+  int gen_of_slot;          /* 0 for the first node of a slot, 1 for its first replacement … */
+  char dir[240];            /* WORK/<name> */
+  char data[248];           /* WORK/<name>/d */
+  char sock[272];           /* WORK/<name>/d/admin.sock */
+  char idhex[33];
+  pid_t pid;                /* the agent while it runs, else 0 */
+  int starts;               /* agent processes started (log file agent.<k>.log) */
+  bool stopped;             /* SIGSTOPped by us */
+  bool stopped_workers;
+  bool retired;             /* replaced by a fresh node, never started again */
+  int64_t start_ms, exit_ms;
+  int exit_status;          /* as from waitpid */
+  bool expect_exit0;        /* drained / SIGTERMed: must exit 0 */
+  bool expect_death;        /* we killed it (or armed it to die) */
+  char ckpt_fault[64];      /* EA_CKPT_FAULT for the next start ("" = none) */
+  char gossip[64];
+  ea__chaos_status st;      /* last status answered */
+  uint64_t max_gen_seen;    /* per agent process: running gen only grows */
+  uint64_t max_durable;     /* per data dir, across restarts */
+  uint64_t steps_at_partition;
+  ea__chaos_sample *samples;
+  size_t nsamples, capsamples;
+  int64_t down_since;       /* not running since (for the timeline) */
+} ea__chaos_node;
+
+/* A time interval of a node's life for the timeline. */
+typedef struct {
+  char node[CH_NAME_MAX];
+  int64_t t0, t1;
+  int what; /* 0 up, 1 stopped, 2 cut off */
+} ea__chaos_span;
+
+/* What one phase of an episode looked like.  "degraded" is the cluster
+ * without the victim (or with a newcomer for a join), "restored" the full
+ * cluster again. */
+typedef struct {
+  bool expected;   /* this phase must happen for the fault to count as recovered */
+  bool observed;   /* seen while polling */
+  bool timed_out;
+  int64_t t_start; /* the event the phase measures from (inject, heal, restore) */
+  int64_t t_seen;  /* polling saw it */
+  /* From the logs (post-mortem), -1 when not found: */
+  int64_t t_detect, t_reform, t_first_step;
+  uint64_t gen;    /* the generation that recovered (u64) */
+  uint32_t world;
+  char nodes[256]; /* its members */
+  int64_t bound_ms;
+} ea__chaos_phase;
+
+typedef enum { EA__EP_PENDING, EA__EP_DONE, EA__EP_SKIPPED, EA__EP_NOT_RUN } ea__chaos_ep_state;
+
+typedef struct {
+  ea__chaos_fault f;
+  int state;
+  char skip_reason[200];
+  char victim[CH_NAME_MAX];     /* node name */
+  char newcomer[CH_NAME_MAX];   /* node started by the restore or the join */
+  bool victim_was_controller;
+  char minority[128];           /* split: the minority side's names */
+  int64_t t_inject, t_heal, t_restore, t_end;
+  uint64_t step_at_inject, gen_at_inject;
+  ea__chaos_phase deg, res;
+  int64_t steps_lost;           /* -1 unknown */
+  char note[300];
+} ea__chaos_episode;
+
+typedef enum {
+  EA__I_TARGET = 0,  /* training reaches the target step */
+  EA__I_PROGRESS,    /* the committed step only grows */
+  EA__I_ONCE,        /* every step completed once in the final history */
+  EA__I_DIGEST,      /* ranks of a generation agree on every step's params */
+  EA__I_REFERENCE,   /* final params = the reference run's */
+  EA__I_ONE_GEN,     /* a member never runs two generations */
+  EA__I_GEN_GROWS,   /* generation numbers only grow */
+  EA__I_ONE_PLAN,    /* every node that commits a generation got the same plan */
+  EA__I_CONTROLLER,  /* never two controllers acting with quorum at once */
+  EA__I_MINORITY,    /* a minority side never trains */
+  EA__I_CKPT,        /* committed checkpoints verify and resume to the live state */
+  EA__I_RECOVERY,    /* every fault recovered within its bound */
+  EA__I_CLEAN_EXIT,  /* drained / SIGTERMed agents exit 0 */
+  EA__I_COVERAGE,    /* the schedule ran: at least min_faults injected */
+  EA__I_COUNT
+} ea__chaos_inv;
+
+const char *ea__chaos_inv_name(int inv);
+const char *ea__chaos_inv_desc(int inv);
+
+typedef struct {
+  int inv;
+  int64_t t_ms;
+  char msg[400];
+} ea__chaos_violation;
+
+/* Options of a run (main.c fills them). */
+typedef struct {
+  uint64_t seed;
+  int nagents;
+  int64_t duration_ms;
+  bool netns;
+  bool keep;
+  bool dry_run;
+  bool verbose;
+  uint32_t kinds;
+  int min_faults;
+  uint64_t steps;          /* 0 = calibrate */
+  int64_t recovery_bound_ms; /* 0 = derived from the configuration */
+  char config[CH_PATH_MAX];  /* user's job file, "" = the built-in job */
+  char agent_bin[CH_PATH_MAX];
+  char work[CH_WORK_MAX];    /* "" = mkdtemp under /tmp */
+  char out[CH_PATH_MAX];     /* reports */
+  char junit[CH_PATH_MAX];
+  char json[CH_PATH_MAX];
+  char svg[CH_PATH_MAX];
+  double loss_tol;           /* relative, final loss vs the W=1 reference */
+  bool no_replay;
+} ea__chaos_opts;
+
+/* Reference and replay results (replay.c). */
+typedef struct {
+  /* W=1 reference, no faults, for the same global batch */
+  bool ref_done;
+  int ref_rc;
+  char ref_err[256];
+  uint64_t ref_steps;
+  float *ref_loss;          /* ref_steps entries */
+  uint64_t ref_digest;      /* params after the last step */
+  double ref_seconds;
+  /* exact replay of the lineage's world sizes */
+  bool replay_done;
+  int replay_rc;
+  char replay_err[256];
+  uint64_t replay_steps;
+  uint64_t replay_digest;
+  int64_t first_mismatch;   /* -1 none */
+  char mismatch[300];
+  double replay_seconds;
+  /* final comparison */
+  double final_loss_cluster, final_loss_ref, final_rel_diff;
+  double window_rel_diff;   /* mean loss of the last window */
+  uint64_t window;
+  bool digest_equal_ref;    /* cluster final digest == W=1 reference digest */
+} ea__chaos_refres;
+
+/* Checkpoint observations (ckcheck.c). */
+typedef struct {
+  char name[64];
+  uint64_t step, gen;
+  uint32_t world;
+  int64_t t_seen;
+  bool verified;   /* ea_ckpt_verify full passed */
+  bool state_ok;   /* its state parsed and its params digest was computed */
+  uint64_t digest; /* params digest of the state */
+  bool live_match; /* equals the live history's digest at that step */
+  bool live_known; /* the history had that step */
+  char err[300];
+} ea__chaos_ckpt;
+
+struct ea__chaos_history; /* history.c */
+
+typedef struct ea__chaos_run {
+  ea__chaos_opts o;
+  ea_config cfg;            /* the job every agent runs */
+  char job_path[240];
+  char ckpt_dir[240];
+  char log_path[240];       /* the harness's own log (commands it ran) */
+  FILE *log;
+  int64_t t0;               /* first agent start */
+  int64_t t_end;
+  /* network */
+  int runid;
+  int subnet;               /* third/fourth octet index of 198.18.0.0/15 */
+  char ns_br[32];
+  char ns[CH_MAX_SLOTS + 1][32];
+  char ip[CH_MAX_SLOTS + 1][20];
+  bool net_up;
+  uint32_t cut_slots;       /* slots currently cut off / with rules */
+  /* nodes */
+  ea__chaos_node *nodes;
+  size_t nnodes;
+  int slot_node[CH_MAX_SLOTS + 1]; /* index into nodes of the slot's current node, -1 */
+  int nslots;               /* nagents + 1 (the spare) */
+  /* capabilities */
+  bool ckpt_available;
+  char ckpt_why[200];
+  bool tmpfs_ckpt;          /* checkpoint dir is a tmpfs we mounted (disk-full) */
+  /* schedule and what happened */
+  ea__chaos_fault *sched;
+  size_t nsched;
+  ea__chaos_episode *eps;
+  size_t neps;
+  int injected;
+  /* online invariants */
+  ea__chaos_violation *viol;
+  size_t nviol, capviol;
+  int64_t two_ctrl_since;
+  uint64_t max_cluster_step; /* highest step any live worker held */
+  char latest_seen[64];
+  uint64_t latest_step, latest_gen;
+  int64_t partition_since;   /* a partition is on since (0 none) */
+  uint32_t minority_mask;    /* slots of the minority side while partitioned */
+  int64_t majority_reformed; /* the majority side formed without the minority */
+  /* rates and bounds */
+  double calib_rate;         /* steps/s measured by the calibration cluster */
+  uint64_t target_steps;
+  int64_t bound_ms;          /* a fault's degraded phase, a heal */
+  int64_t bound_restore_ms;  /* taking a node back (+ one rendezvous timeout) */
+  uint64_t detection_bound_ms;
+  int64_t t_done;            /* training reached the target (polling) */
+  uint64_t final_digest;     /* the digest every final worker reported */
+  bool final_digest_known;
+  char final_digest_str[20];
+  double final_loss;
+  /* timeline extras */
+  ea__chaos_span *spans;
+  size_t nspans, capspans;
+  ea__chaos_sample *prog;    /* cluster progress: t, highest step */
+  size_t nprog, capprog;
+  int64_t ctrl_violation_at; /* last two-controllers violation (one per episode) */
+  /* checkpoints */
+  ea__chaos_ckpt *ckpts;
+  size_t nckpts, capckpts;
+  int ckpt_failed_events;    /* "ckpt failed" lines in the logs */
+  bool resume_checked;
+  bool resume_ok;
+  char resume_msg[300];
+  /* reference */
+  ea__chaos_refres ref;
+  pthread_t ref_thread;
+  bool ref_started;
+  /* post-mortem */
+  struct ea__chaos_history *hist;
+  bool aborted;
+  char abort_why[300];
+} ea__chaos_run;
+
+/* Set by SIGINT/SIGTERM: the run stops early, cleans up and reports. */
+extern volatile int ea__chaos_interrupted;
+
+void ea__chaos_violate(ea__chaos_run *r, int inv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ea__chaos_logf(ea__chaos_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Progress lines on stdout (and the harness log). */
+void ea__chaos_say(ea__chaos_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sets up the work dir, the job file, the network; 0 or -errno (err says). */
+int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen);
+/* Measures the cluster's step rate with a throwaway cluster (steps/s). */
+int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen);
+/* The whole fault phase: start, episodes, wait for the target, stop. */
+int ea__chaos_execute(ea__chaos_run *r);
+/* Stops every process we started, removes namespaces and mounts. */
+void ea__chaos_teardown(ea__chaos_run *r);
+void ea__chaos_run_free(ea__chaos_run *r);
+
+/* ---- proc.c ---------------------------------------------------------------- */
+
+/* Starts node n's agent (argv built by the caller), in its own session, with
+ * PR_SET_PDEATHSIG so it cannot outlive the harness, inside namespace ns when
+ * not NULL; stdout+stderr to log.  env: extra "K=V" strings (NULL-ended) */
+int ea__chaos_spawn(char *const argv[], const char *ns, const char *log, char *const env[],
+                    pid_t *pid);
+/* The worker processes of agent pid (its children), up to cap. */
+int ea__chaos_children(pid_t pid, pid_t *out, int cap);
+/* Reaps every exited child (ours and adopted orphans: we are a subreaper);
+ * calls back for each. */
+typedef void (*ea__chaos_reap_cb)(void *ctx, pid_t pid, int status);
+void ea__chaos_reap(ea__chaos_reap_cb cb, void *ctx);
+bool ea__chaos_pid_alive(pid_t pid); /* exists and not a zombie */
+
+/* ---- net.c ----------------------------------------------------------------- */
+
+int ea__chaos_net_up(ea__chaos_run *r, char *err, size_t errlen);
+void ea__chaos_net_down(ea__chaos_run *r);
+/* Replace the input rules of every slot namespace: drop from the slots in
+ * drop_from[s] (a bitmask per slot), and loss_pct % of everything (0 = none). */
+int ea__chaos_net_rules(ea__chaos_run *r, const uint32_t *drop_from, int loss_pct);
+int ea__chaos_net_heal(ea__chaos_run *r);
+
+/* ---- history.c ------------------------------------------------------------- */
+
+/* Parse every agent log of the run and check the history invariants; fills
+ * the episodes' log timings.  Returns 0, or -errno when the logs could not
+ * be read (which is itself reported). */
+int ea__chaos_history_check(ea__chaos_run *r);
+/* The lineage (final history) after history_check: world size and params
+ * digest of step s (0-based) for s < *nsteps.  NULL when none. */
+const uint32_t *ea__chaos_lineage_world(const ea__chaos_run *r, uint64_t *nsteps);
+bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest,
+                              float *loss);
+/* Params digest after step `step` as generation `gen` logged it. */
+bool ea__chaos_gen_digest(const ea__chaos_run *r, uint64_t gen, uint64_t step, uint64_t *digest);
+void ea__chaos_history_free(struct ea__chaos_history *h);
+
+/* What the report and the timeline need from the history. */
+typedef struct {
+  uint64_t gen;
+  uint32_t world;
+  int64_t t_commit, t_first, t_last; /* -1 when unknown */
+  uint64_t start, last;              /* first and last step index trained */
+  bool trained;                      /* has step records */
+  bool lineage;                      /* part of the final history */
+  uint64_t lineage_from, lineage_to; /* its steps in the final history */
+  char nodes[256];
+} ea__chaos_genview;
+
+typedef struct {
+  int64_t t_ms;
+  uint64_t step, gen;
+  int kind; /* 0 committed, 1 failed / given up, 2 stale */
+  char node[CH_NAME_MAX];
+} ea__chaos_ckev;
+
+typedef struct {
+  size_t ngens;
+  const ea__chaos_genview *gens;
+  size_t nckev;
+  const ea__chaos_ckev *ckev;
+  uint64_t records;      /* step lines parsed */
+  uint64_t lineage_steps;
+  uint64_t orphan_steps; /* computed, then discarded with their node */
+  uint64_t log_bytes;
+  double parse_seconds;
+} ea__chaos_histview;
+
+bool ea__chaos_history_view(const ea__chaos_run *r, ea__chaos_histview *v);
+
+/* ---- replay.c -------------------------------------------------------------- */
+
+/* Starts the W=1 reference for r->target_steps on a background thread. */
+int ea__chaos_reference_start(ea__chaos_run *r);
+void ea__chaos_reference_join(ea__chaos_run *r);
+/* The exact replay of the lineage (after history_check), then the
+ * reference comparisons; records violations of EA__I_REFERENCE. */
+void ea__chaos_replay_check(ea__chaos_run *r);
+
+/* ---- ckcheck.c ------------------------------------------------------------- */
+
+/* Looks at the checkpoint dir: verifies complete checkpoints not seen yet,
+ * checks LATEST only moves forward.  Cheap when nothing changed; called
+ * from the polling loop and once at the end. */
+void ea__chaos_ckpt_scan(ea__chaos_run *r);
+/* After the history is known: each verified checkpoint's params digest
+ * against the live history, and resume of the newest. */
+void ea__chaos_ckpt_final(ea__chaos_run *r);
+
+/* ---- report.c -------------------------------------------------------------- */
+
+int ea__chaos_report(ea__chaos_run *r);
+bool ea__chaos_all_ok(const ea__chaos_run *r);
+
+#endif

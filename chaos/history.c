@@ -1,0 +1,1105 @@
+/* history.c — what the agents' logs prove, read after the run.
+ *
+ * Every agent runs at --log-level debug, so it logs one `step` line per
+ * completed step of each local worker (worker, generation, rank, world,
+ * step, loss, params digest), and one line for every generation it
+ * prepares and commits (members, state-sync source), every worker that
+ * starts, is ready (with its step and digest) and syncs, every membership
+ * change and every checkpoint event.  From these lines alone:
+ *
+ *  * per generation and step, one params digest: every rank that completed
+ *    step s in generation g logged the same digest (ranks_agree);
+ *  * per worker process, steps strictly increase and generations never go
+ *    back; per agent, no step of an older generation after it committed a
+ *    newer one (one_generation); per data dir, prepared generation numbers
+ *    strictly increase across restarts (generations_grow); every node that
+ *    committed generation g logged the same plan (one_plan);
+ *  * the *final history* (lineage): the generation that reached the target
+ *    started from the state its sync root held; that root's worker last
+ *    trained in some earlier generation, whose last step there must be the
+ *    step before, with the digest the root reported when it got ready; and
+ *    so on back to step 0.  Each step appears exactly once along this chain
+ *    (each_step_once).  Steps a generation computed past the point its
+ *    successor took the state from are orphans: legal only one step deep
+ *    (a ring allreduce can finish on a rank that then dies); two
+ *    generations sharing two or more steps trained side by side;
+ *  * per fault, from the log stamps: when the cluster noticed (detection),
+ *    when a generation of the expected members committed (re-formation),
+ *    when it completed its first step, and how many computed steps were
+ *    discarded (steps lost).
+ *
+ * Steps are kept per generation in dense arrays (digest, loss, count of
+ * ranks), about 13 bytes per step, so a 30-minute soak with millions of
+ * step lines fits in tens of megabytes.
+ */
+#include "chaos.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The tcp ring carries at most 64 ranks per generation here (EA_IPC_MAX_PEERS
+ * is the agent's own limit); the harness never runs more. */
+#define MAX_RANKS 256
+
+typedef struct {
+  uint64_t gen;
+  uint64_t first, last;
+  uint64_t last_digest;
+} seg;
+
+typedef struct {
+  int node;      /* index in r->nodes */
+  int start_k;   /* agent process (log file) */
+  int widx;
+  uint64_t pid;
+  seg *segs;
+  size_t nsegs, capsegs;
+  /* last ready report */
+  uint64_t ready_gen, ready_step, ready_digest;
+  bool have_ready;
+  bool any;
+  uint64_t last_gen, last_step;
+} proc;
+
+typedef struct {
+  uint64_t gen;
+  uint32_t world;
+  uint64_t base;
+  size_t len, cap;
+  uint64_t *dig;
+  float *loss;
+  uint8_t *cnt;
+  int64_t ts_first, ts_last;
+  /* commit */
+  bool committed;
+  char nodes[512];
+  int sync_rank; /* -1 none */
+  uint64_t sync_step;
+  int64_t t_commit;
+  char plan[700]; /* world + nodes + sync, to compare between nodes */
+  char plan_node[CH_NAME_MAX];
+  int root_proc; /* -1 unknown */
+  uint64_t ready_digest;
+  bool have_ready;
+  bool have_start;
+  uint64_t start;
+  uint64_t rank_last[MAX_RANKS];
+  bool rank_seen[MAX_RANKS];
+  bool digest_reported, plan_reported, start_reported;
+  /* lineage */
+  bool lineage;
+  uint64_t lin_from, lin_to;
+  int pred; /* index of the predecessor generation, -1 init */
+} hgen;
+
+typedef struct {
+  int64_t ts;
+  char observer[CH_NAME_MAX];
+  char member[CH_NAME_MAX];
+  char to[12];
+  char from[12];
+} memev;
+
+typedef struct {
+  int64_t ts;
+  int node;
+  int kind; /* 0 worker comm failed, 1 worker exited, 2 drain/leave line, 3 paused no quorum */
+} evrec;
+
+struct ea__chaos_history {
+  hgen *gens;
+  size_t ngens, capgens;
+  proc *procs;
+  size_t nprocs, capprocs;
+  memev *mem;
+  size_t nmem, capmem;
+  evrec *ev;
+  size_t nev, capev;
+  ea__chaos_ckev *ck;
+  size_t nck, capck;
+  ea__chaos_genview *views;
+  size_t nviews;
+  uint32_t *lin_world;
+  uint64_t lin_len;
+  int final_gen;
+  uint64_t records, orphans, log_bytes;
+  double parse_seconds;
+  /* "first step logged at or after t", for each phase start t (sorted) */
+  int64_t *probe_t, *probe_best;
+  size_t nprobes;
+};
+
+#define GROW(arr, n, cap, init)                                  \
+  do {                                                           \
+    if ((n) == (cap)) {                                          \
+      size_t nc_ = (cap) ? (cap) * 2 : (init);                   \
+      void *np_ = realloc((arr), nc_ * sizeof *(arr));           \
+      if (!np_) return -ENOMEM;                                  \
+      (arr) = np_;                                               \
+      (cap) = nc_;                                               \
+    }                                                            \
+  } while (0)
+
+static int gen_index(struct ea__chaos_history *h, uint64_t gen) {
+  /* Generations are few (one per fault or two); a linear scan from the end
+   * finds the current one first. */
+  for (size_t i = h->ngens; i-- > 0;)
+    if (h->gens[i].gen == gen) return (int)i;
+  if (h->ngens == h->capgens) {
+    size_t nc = h->capgens ? h->capgens * 2 : 64;
+    hgen *ng = realloc(h->gens, nc * sizeof *ng);
+    if (!ng) return -1;
+    h->gens = ng;
+    h->capgens = nc;
+  }
+  hgen *g = &h->gens[h->ngens];
+  memset(g, 0, sizeof *g);
+  g->gen = gen;
+  g->sync_rank = -1;
+  g->root_proc = -1;
+  g->pred = -1;
+  g->ts_first = g->ts_last = g->t_commit = -1;
+  return (int)h->ngens++;
+}
+
+static int gen_put(hgen *g, uint64_t step, uint64_t digest, float loss) {
+  if (g->len == 0) {
+    g->base = step;
+  } else if (step < g->base) {
+    size_t shift = (size_t)(g->base - step);
+    size_t need = g->len + shift;
+    if (need > g->cap) {
+      size_t nc = g->cap * 2 > need ? g->cap * 2 : need;
+      uint64_t *nd = realloc(g->dig, nc * sizeof *nd);
+      if (!nd) return -ENOMEM;
+      g->dig = nd;
+      float *nl = realloc(g->loss, nc * sizeof *nl);
+      if (!nl) return -ENOMEM;
+      g->loss = nl;
+      uint8_t *nn = realloc(g->cnt, nc);
+      if (!nn) return -ENOMEM;
+      g->cnt = nn;
+      g->cap = nc;
+    }
+    memmove(g->dig + shift, g->dig, g->len * sizeof *g->dig);
+    memmove(g->loss + shift, g->loss, g->len * sizeof *g->loss);
+    memmove(g->cnt + shift, g->cnt, g->len);
+    memset(g->cnt, 0, shift);
+    g->len += shift;
+    g->base = step;
+  }
+  size_t i = (size_t)(step - g->base);
+  if (i >= g->len) {
+    size_t need = i + 1;
+    if (need > g->cap) {
+      size_t nc = g->cap ? g->cap * 2 : 1024;
+      while (nc < need) nc *= 2;
+      uint64_t *nd = realloc(g->dig, nc * sizeof *nd);
+      if (!nd) return -ENOMEM;
+      g->dig = nd;
+      float *nl = realloc(g->loss, nc * sizeof *nl);
+      if (!nl) return -ENOMEM;
+      g->loss = nl;
+      uint8_t *nn = realloc(g->cnt, nc);
+      if (!nn) return -ENOMEM;
+      g->cnt = nn;
+      g->cap = nc;
+    }
+    memset(g->cnt + g->len, 0, need - g->len);
+    g->len = need;
+  }
+  if (g->cnt[i] == 0) {
+    g->dig[i] = digest;
+    g->loss[i] = loss;
+    g->cnt[i] = 1;
+    return 0;
+  }
+  if (g->cnt[i] < 255) g->cnt[i]++;
+  return g->dig[i] == digest ? 0 : 1;
+}
+
+static bool gen_has(const hgen *g, uint64_t step) {
+  return g->len && step >= g->base && step - g->base < g->len && g->cnt[step - g->base];
+}
+
+static uint64_t gen_last(const hgen *g) {
+  for (size_t i = g->len; i-- > 0;)
+    if (g->cnt[i]) return g->base + i;
+  return 0;
+}
+
+static uint64_t gen_first(const hgen *g) {
+  for (size_t i = 0; i < g->len; i++)
+    if (g->cnt[i]) return g->base + i;
+  return 0;
+}
+
+/* ---- small parsers ------------------------------------------------------------ */
+
+/* Value of "key=" in msg (up to the next space) into out. */
+static bool kv(const char *msg, const char *end, const char *key, char *out, size_t cap) {
+  size_t kl = strlen(key);
+  for (const char *p = msg; p + kl < end; p++) {
+    if ((p == msg || p[-1] == ' ') && memcmp(p, key, kl) == 0 && p[kl] == '=') {
+      const char *v = p + kl + 1, *e = v;
+      while (e < end && *e != ' ') e++;
+      size_t l = (size_t)(e - v);
+      if (l >= cap) l = cap - 1;
+      memcpy(out, v, l);
+      out[l] = 0;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool kv_u64(const char *msg, const char *end, const char *key, uint64_t *v) {
+  char b[32];
+  if (!kv(msg, end, key, b, sizeof b)) return false;
+  char *e;
+  *v = strtoull(b, &e, 10);
+  return e != b;
+}
+
+static bool kv_hex(const char *msg, const char *end, const char *key, uint64_t *v) {
+  char b[32];
+  if (!kv(msg, end, key, b, sizeof b)) return false;
+  char *e;
+  *v = strtoull(b, &e, 16);
+  return e != b;
+}
+
+static bool starts(const char *p, const char *end, const char *lit) {
+  size_t l = strlen(lit);
+  return (size_t)(end - p) >= l && memcmp(p, lit, l) == 0;
+}
+
+/* ---- parsing one log file ------------------------------------------------------- */
+
+typedef struct {
+  ea__chaos_run *r;
+  struct ea__chaos_history *h;
+  int node;
+  int start_k;
+  size_t next_probe; /* a log file's lines are in time order */
+  int cur[CH_MAX_WPN];     /* current process of each local worker, -1 none */
+  uint64_t committed_max;  /* newest generation this agent committed */
+  uint64_t prepared_max;   /* newest generation this agent prepared */
+  uint32_t wpn;
+  bool ones_reported;
+} pctx;
+
+static int new_proc(pctx *c, int widx, uint64_t pid) {
+  struct ea__chaos_history *h = c->h;
+  GROW(h->procs, h->nprocs, h->capprocs, 64);
+  proc *p = &h->procs[h->nprocs];
+  memset(p, 0, sizeof *p);
+  p->node = c->node;
+  p->start_k = c->start_k;
+  p->widx = widx;
+  p->pid = pid;
+  c->cur[widx] = (int)h->nprocs++;
+  return 0;
+}
+
+static const char *nodename(const pctx *c) {
+  return c->r->nodes[c->node].name;
+}
+
+static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
+  uint64_t widx, gen, rank, world, step, digest;
+  char lossb[32];
+  if (!kv_u64(msg, end, "worker", &widx) || !kv_u64(msg, end, "gen", &gen) || !kv_u64(msg, end, "rank", &rank) ||
+      !kv_u64(msg, end, "world", &world) || !kv_u64(msg, end, "step", &step) ||
+      !kv_hex(msg, end, "digest", &digest) || !kv(msg, end, "loss", lossb, sizeof lossb))
+    return 0;
+  ea__chaos_run *r = c->r;
+  struct ea__chaos_history *h = c->h;
+  h->records++;
+  while (c->next_probe < h->nprobes && h->probe_t[c->next_probe] <= ts) {
+    int64_t *b = &h->probe_best[c->next_probe++];
+    if (*b < 0 || ts < *b) *b = ts;
+  }
+  float loss = strtof(lossb, NULL);
+  if (widx >= CH_MAX_WPN) return 0;
+  if (c->cur[widx] < 0 && new_proc(c, (int)widx, 0) < 0) return -ENOMEM;
+  int gi = gen_index(h, gen);
+  if (gi < 0) return -ENOMEM;
+  hgen *g = &h->gens[gi];
+  if (!g->world) g->world = (uint32_t)world;
+  if (g->ts_first < 0 || ts < g->ts_first) g->ts_first = ts;
+  if (ts > g->ts_last) g->ts_last = ts;
+  int d = gen_put(g, step, digest, loss);
+  if (d < 0) return d;
+  if (d == 1 && !g->digest_reported) {
+    g->digest_reported = true;
+    ea__chaos_violate(r, EA__I_DIGEST,
+                      "generation %" PRIu64 "/%04" PRIx64 " step %" PRIu64 ": %s rank %" PRIu64
+                      " logged params digest %016" PRIx64 ", another rank %016" PRIx64,
+                      gen >> 16, gen & 0xffff, step, nodename(c), rank, digest, g->dig[step - g->base]);
+  }
+  if (rank < MAX_RANKS) {
+    if (!g->rank_seen[rank] || step > g->rank_last[rank]) g->rank_last[rank] = step;
+    g->rank_seen[rank] = true;
+  }
+  /* One agent never logs a step of a generation older than one it committed. */
+  if (gen < c->committed_max && !c->ones_reported) {
+    c->ones_reported = true;
+    ea__chaos_violate(r, EA__I_ONE_GEN,
+                      "%s logged step %" PRIu64 " of generation %" PRIu64 "/%04" PRIx64
+                      " after committing generation %" PRIu64 "/%04" PRIx64,
+                      nodename(c), step, gen >> 16, gen & 0xffff, c->committed_max >> 16, c->committed_max & 0xffff);
+  }
+  proc *p = &h->procs[c->cur[widx]];
+  if (p->any) {
+    if (gen < p->last_gen) {
+      ea__chaos_violate(r, EA__I_ONE_GEN,
+                        "%s worker %" PRIu64 " ran generation %" PRIu64 "/%04" PRIx64 " (step %" PRIu64
+                        ") after generation %" PRIu64 "/%04" PRIx64,
+                        nodename(c), widx, gen >> 16, gen & 0xffff, step, p->last_gen >> 16, p->last_gen & 0xffff);
+    } else if (step <= p->last_step) {
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "%s worker %" PRIu64 " completed step %" PRIu64 " (generation %" PRIu64
+                        ") after step %" PRIu64 ": a step repeated or rolled back",
+                        nodename(c), widx, step, gen >> 16, p->last_step);
+    } else if (gen == p->last_gen && step != p->last_step + 1) {
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "%s worker %" PRIu64 " jumped from step %" PRIu64 " to %" PRIu64
+                        " inside generation %" PRIu64,
+                        nodename(c), widx, p->last_step, step, gen >> 16);
+    }
+  }
+  if (!p->nsegs || p->segs[p->nsegs - 1].gen != gen) {
+    GROW(p->segs, p->nsegs, p->capsegs, 8);
+    p->segs[p->nsegs++] = (seg){.gen = gen, .first = step, .last = step, .last_digest = digest};
+  } else {
+    p->segs[p->nsegs - 1].last = step;
+    p->segs[p->nsegs - 1].last_digest = digest;
+  }
+  p->any = true;
+  p->last_gen = gen;
+  p->last_step = step;
+  return 0;
+}
+
+static void names_sorted(const char *list, char *out, size_t cap) {
+  char tmp[512], *items[CH_MAX_SLOTS * 4];
+  int n = 0;
+  snprintf(tmp, sizeof tmp, "%s", list);
+  for (char *s = strtok(tmp, ","); s && n < (int)(sizeof items / sizeof items[0]); s = strtok(NULL, ","))
+    items[n++] = s;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && strcmp(items[j - 1], items[j]) > 0; j--) {
+      char *t = items[j];
+      items[j] = items[j - 1];
+      items[j - 1] = t;
+    }
+  size_t off = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && off < cap - 1; i++)
+    off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? "," : "", items[i]);
+}
+
+static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) {
+  ea__chaos_run *r = c->r;
+  struct ea__chaos_history *h = c->h;
+  char gs[48];
+  if (starts(msg, end, "prepare ")) {
+    if (!kv(msg, end, "gen", gs, sizeof gs)) return 0;
+    uint64_t g = ea__chaos_gen_from_str(gs);
+    ea__chaos_node *n = &r->nodes[c->node];
+    /* Across restarts on one data dir: kept in the node (max_durable is
+     * the polled one; this is the logged one). */
+    if (g && g <= c->prepared_max)
+      ea__chaos_violate(r, EA__I_GEN_GROWS,
+                        "%s prepared generation %s after generation %" PRIu64 "/%04" PRIx64 " (agent start %d)",
+                        n->name, gs, c->prepared_max >> 16, c->prepared_max & 0xffff, c->start_k);
+    if (g > c->prepared_max) c->prepared_max = g;
+    return 0;
+  }
+  if (!starts(msg, end, "committed ")) return 0;
+  if (!kv(msg, end, "gen", gs, sizeof gs)) return 0;
+  uint64_t gen = ea__chaos_gen_from_str(gs);
+  if (!gen) return 0;
+  uint64_t world = 0;
+  kv_u64(msg, end, "world", &world);
+  char nodes[512] = "", ranks[32] = "";
+  kv(msg, end, "nodes", nodes, sizeof nodes);
+  kv(msg, end, "ranks", ranks, sizeof ranks);
+  uint32_t rank_base = (uint32_t)strtoul(ranks, NULL, 10);
+  int sync_rank = -1;
+  uint64_t sync_step = 0;
+  const char *sp = strstr(msg, "sync=rank ");
+  if (sp && sp < end) {
+    sync_rank = (int)strtol(sp + 10, NULL, 10);
+    const char *at = strstr(sp, " at step ");
+    if (at && at < end) sync_step = strtoull(at + 9, NULL, 10);
+  }
+  int gi = gen_index(h, gen);
+  if (gi < 0) return -ENOMEM;
+  hgen *g = &h->gens[gi];
+  char plan[700];
+  snprintf(plan, sizeof plan, "world=%" PRIu64 " nodes=%s sync=%d@%" PRIu64, world, nodes, sync_rank, sync_step);
+  if (!g->committed) {
+    g->committed = true;
+    snprintf(g->nodes, sizeof g->nodes, "%s", nodes);
+    g->sync_rank = sync_rank;
+    g->sync_step = sync_step;
+    g->world = (uint32_t)world;
+    snprintf(g->plan, sizeof g->plan, "%s", plan);
+    snprintf(g->plan_node, sizeof g->plan_node, "%s", nodename(c));
+  } else if (strcmp(g->plan, plan) != 0 && !g->plan_reported) {
+    g->plan_reported = true;
+    ea__chaos_violate(r, EA__I_ONE_PLAN, "generation %s: %s committed {%s} but %s committed {%s}", gs,
+                      g->plan_node, g->plan, nodename(c), plan);
+  }
+  if (g->t_commit < 0 || ts < g->t_commit) g->t_commit = ts;
+  if (gen <= c->committed_max)
+    ea__chaos_violate(r, EA__I_GEN_GROWS,
+                      "%s committed generation %s after generation %" PRIu64 "/%04" PRIx64, nodename(c), gs,
+                      c->committed_max >> 16, c->committed_max & 0xffff);
+  if (gen > c->committed_max) c->committed_max = gen;
+  /* Is this node the state-sync source?  Rank R lives on node R / wpn. */
+  if (sync_rank >= 0 && c->wpn && (uint32_t)sync_rank / c->wpn == rank_base / c->wpn) {
+    uint32_t k = (uint32_t)sync_rank % c->wpn;
+    if (k < CH_MAX_WPN && c->cur[k] >= 0) {
+      proc *p = &h->procs[c->cur[k]];
+      g->root_proc = c->cur[k];
+      if (p->have_ready && p->ready_gen == gen) {
+        g->ready_digest = p->ready_digest;
+        g->have_ready = true;
+      }
+    }
+  }
+  return 0;
+}
+
+static int on_worker(pctx *c, int64_t ts, const char *node_tok, size_t node_len, const char *msg,
+                     const char *end) {
+  struct ea__chaos_history *h = c->h;
+  /* The worker's own line: "n1/w0 worker gen=G rank=R world=W step=S ... sync=X" */
+  const char *slash = memchr(node_tok, '/', node_len);
+  if (slash) {
+    if (!starts(msg, end, "gen=")) return 0;
+    uint64_t gen, step;
+    if (!kv_u64(msg, end, "gen", &gen) || !kv_u64(msg, end, "step", &step)) return 0;
+    int gi = gen_index(h, gen);
+    if (gi < 0) return -ENOMEM;
+    hgen *g = &h->gens[gi];
+    if (!g->have_start) {
+      g->have_start = true;
+      g->start = step;
+    } else if (g->start != step && !g->start_reported) {
+      g->start_reported = true;
+      ea__chaos_violate(c->r, EA__I_ONCE,
+                        "generation %" PRIu64 ": ranks started from different steps after the state sync "
+                        "(%" PRIu64 " and %" PRIu64 ", %.*s)",
+                        gen >> 16, g->start, step, (int)node_len, node_tok);
+    }
+    return 0;
+  }
+  if (!starts(msg, end, "worker ")) return 0;
+  const char *p = msg + 7;
+  char *e;
+  unsigned long k = strtoul(p, &e, 10);
+  if (e == p || k >= CH_MAX_WPN) return 0;
+  p = e + 1;
+  if (starts(p, end, "hello ")) {
+    uint64_t pid = 0;
+    kv_u64(p, end, "pid", &pid);
+    return new_proc(c, (int)k, pid);
+  }
+  if (starts(p, end, "ready ")) {
+    uint64_t gen, step, dig;
+    if (c->cur[k] >= 0 && kv_u64(p, end, "gen", &gen) && kv_u64(p, end, "step", &step) &&
+        kv_hex(p, end, "digest", &dig)) {
+      proc *q = &h->procs[c->cur[k]];
+      q->ready_gen = gen;
+      q->ready_step = step;
+      q->ready_digest = dig;
+      q->have_ready = true;
+    }
+    return 0;
+  }
+  int kind = -1;
+  if (starts(p, end, "failed gen=")) kind = 0;
+  if (starts(p, end, "failure: exited")) kind = 1;
+  if (kind >= 0) {
+    GROW(h->ev, h->nev, h->capev, 64);
+    h->ev[h->nev++] = (evrec){.ts = ts, .node = c->node, .kind = kind};
+  }
+  return 0;
+}
+
+static int on_member(pctx *c, int64_t ts, const char *msg, const char *end) {
+  struct ea__chaos_history *h = c->h;
+  char name[CH_NAME_MAX], state[40];
+  if (!kv(msg, end, "name", name, sizeof name) || !kv(msg, end, "state", state, sizeof state)) return 0;
+  char *arrow = strstr(state, "->");
+  if (!arrow) return 0;
+  *arrow = 0;
+  const char *to = arrow + 2;
+  if (strcmp(state, to) == 0) return 0; /* refreshes (alive->alive) */
+  GROW(h->mem, h->nmem, h->capmem, 64);
+  memev *m = &h->mem[h->nmem++];
+  m->ts = ts;
+  snprintf(m->observer, sizeof m->observer, "%s", nodename(c));
+  snprintf(m->member, sizeof m->member, "%s", name);
+  snprintf(m->from, sizeof m->from, "%.11s", state);
+  snprintf(m->to, sizeof m->to, "%.11s", to);
+  return 0;
+}
+
+static int on_ckpt(pctx *c, int64_t ts, const char *msg, const char *end) {
+  struct ea__chaos_history *h = c->h;
+  int kind = -1;
+  if (starts(msg, end, "committed ")) kind = 0;
+  if (starts(msg, end, "failed ")) kind = 1;
+  if (starts(msg, end, "stale ")) kind = 2;
+  if (kind < 0) return 0;
+  const char *name = strchr(msg, ' ') + 1;
+  char nm[64];
+  size_t l = strcspn(name, " \n");
+  if (l >= sizeof nm) l = sizeof nm - 1;
+  memcpy(nm, name, l);
+  nm[l] = 0;
+  unsigned long long s, g;
+  if (sscanf(nm, "step-%llu.gen-%llu", &s, &g) != 2) return 0;
+  GROW(h->ck, h->nck, h->capck, 32);
+  ea__chaos_ckev *k = &h->ck[h->nck++];
+  k->t_ms = ts;
+  k->step = s;
+  k->gen = g;
+  k->kind = kind;
+  snprintf(k->node, sizeof k->node, "%s", nodename(c));
+  if (kind == 1) c->r->ckpt_failed_events++;
+  return 0;
+}
+
+static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, int start_k, const char *path,
+                      uint64_t *prepared_max) {
+  char *buf;
+  size_t len;
+  int rc = ea__chaos_read_file(path, &buf, &len);
+  if (rc < 0) return rc == -ENOENT ? 0 : rc;
+  h->log_bytes += len;
+  pctx c = {.r = r, .h = h, .node = node, .start_k = start_k, .wpn = r->cfg.compute.workers_per_node,
+            .prepared_max = *prepared_max};
+  for (int k = 0; k < CH_MAX_WPN; k++) c.cur[k] = -1;
+  const char *p = buf, *end = buf + len;
+  while (p < end && rc == 0) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *le = nl ? nl : end;
+    /* "<ts> <level> <node> <event> <msg>" */
+    if (le - p > 30 && p[4] == '-' && p[10] == 'T') {
+      int64_t ts = ea__chaos_parse_ts(p, (size_t)(le - p));
+      const char *q = p + 24;
+      while (q < le && *q == ' ') q++;
+      while (q < le && *q != ' ') q++; /* level */
+      while (q < le && *q == ' ') q++;
+      const char *nt = q;
+      while (q < le && *q != ' ') q++;
+      size_t nlen = (size_t)(q - nt);
+      while (q < le && *q == ' ') q++;
+      const char *ev = q;
+      while (q < le && *q != ' ') q++;
+      size_t evlen = (size_t)(q - ev);
+      if (q < le) q++;
+      const char *msg = q;
+      if (ts >= 0) {
+        if (evlen == 4 && memcmp(ev, "step", 4) == 0)
+          rc = on_step(&c, ts, msg, le);
+        else if (evlen == 10 && memcmp(ev, "generation", 10) == 0) {
+          rc = on_generation(&c, ts, msg, le);
+          if (rc == 0 && starts(msg, le, "paused: no quorum")) {
+            GROW(h->ev, h->nev, h->capev, 64);
+            h->ev[h->nev++] = (evrec){.ts = ts, .node = node, .kind = 3};
+          }
+        } else if (evlen == 6 && memcmp(ev, "worker", 6) == 0)
+          rc = on_worker(&c, ts, nt, nlen, msg, le);
+        else if (evlen == 6 && memcmp(ev, "member", 6) == 0)
+          rc = on_member(&c, ts, msg, le);
+        else if (evlen == 4 && memcmp(ev, "ckpt", 4) == 0)
+          rc = on_ckpt(&c, ts, msg, le);
+        else if (evlen == 5 && memcmp(ev, "alert", 5) == 0 && starts(msg, le, "checkpoint "))
+          rc = on_ckpt(&c, ts, msg + 11, le); /* failed / stale checkpoints are alerts */
+        else if ((evlen == 5 && memcmp(ev, "drain", 5) == 0) || (evlen == 5 && memcmp(ev, "leave", 5) == 0)) {
+          if (h->nev == h->capev) {
+            size_t nc = h->capev ? h->capev * 2 : 64;
+            evrec *ne = realloc(h->ev, nc * sizeof *ne);
+            if (!ne) rc = -ENOMEM;
+            else h->ev = ne, h->capev = nc;
+          }
+          if (rc == 0) h->ev[h->nev++] = (evrec){.ts = ts, .node = node, .kind = 2};
+        }
+      }
+    }
+    p = le + 1;
+  }
+  *prepared_max = c.prepared_max;
+  free(buf);
+  return rc;
+}
+
+/* ---- lineage --------------------------------------------------------------------- */
+
+static int find_gen(const struct ea__chaos_history *h, uint64_t gen) {
+  for (size_t i = 0; i < h->ngens; i++)
+    if (h->gens[i].gen == gen) return (int)i;
+  return -1;
+}
+
+/* The generation the state of generation gi came from, or -1 (initial
+ * state, or unknown: *why says). */
+static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, char *why, size_t cap) {
+  hgen *g = &h->gens[gi];
+  uint64_t start = g->have_start ? g->start : gen_first(g);
+  why[0] = 0;
+  if (start == 0) return -1;
+  if (g->root_proc < 0) {
+    snprintf(why, cap, "the state-sync source of generation %" PRIu64 " is unknown (no commit line with it)",
+             g->gen >> 16);
+    return -2;
+  }
+  proc *p = &h->procs[g->root_proc];
+  const seg *prev = NULL;
+  for (size_t i = 0; i < p->nsegs; i++) {
+    if (p->segs[i].gen >= g->gen) break;
+    prev = &p->segs[i];
+  }
+  if (!prev) {
+    snprintf(why, cap,
+             "generation %" PRIu64 " started at step %" PRIu64 " from %s worker %d, which had trained nothing "
+             "before (a checkpoint resume?)",
+             g->gen >> 16, start, r->nodes[p->node].name, p->widx);
+    return -2;
+  }
+  if (prev->last + 1 != start) {
+    ea__chaos_violate(r, EA__I_ONCE,
+                      "generation %" PRIu64 "/%04" PRIx64 " started at step %" PRIu64
+                      " but its state-sync source (%s worker %d) had last completed step %" PRIu64
+                      " (generation %" PRIu64 ")",
+                      g->gen >> 16, g->gen & 0xffff, start, r->nodes[p->node].name, p->widx, prev->last,
+                      prev->gen >> 16);
+  }
+  if (g->have_ready && g->ready_digest != prev->last_digest) {
+    ea__chaos_violate(r, EA__I_ONCE,
+                      "generation %" PRIu64 "/%04" PRIx64 ": its state-sync source reported digest %016" PRIx64
+                      " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
+                      g->gen >> 16, g->gen & 0xffff, g->ready_digest, prev->last_digest, prev->last);
+  }
+  return find_gen(h, prev->gen);
+}
+
+static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
+  /* The final generation: the one whose steps reach furthest (the newest
+   * among equals). */
+  int fin = -1;
+  uint64_t best = 0;
+  for (size_t i = 0; i < h->ngens; i++) {
+    hgen *g = &h->gens[i];
+    if (!g->len) continue;
+    uint64_t l = gen_last(g);
+    if (fin < 0 || l > best || (l == best && g->gen > h->gens[fin].gen)) fin = (int)i, best = l;
+  }
+  h->final_gen = fin;
+  if (fin < 0) {
+    ea__chaos_violate(r, EA__I_ONCE, "no step was logged by any agent");
+    return;
+  }
+  uint64_t total = best + 1;
+  h->lin_world = calloc(total, sizeof *h->lin_world);
+  if (!h->lin_world) return;
+  h->lin_len = total;
+  int cur = fin;
+  uint64_t upto = best;
+  int guard = 0;
+  while (cur >= 0 && guard++ < 100000) {
+    hgen *g = &h->gens[cur];
+    uint64_t start = g->have_start ? g->start : gen_first(g);
+    if (start > upto + 1) {
+      ea__chaos_violate(r, EA__I_ONCE, "steps %" PRIu64 "..%" PRIu64 " are missing from the final history",
+                        upto + 1, start - 1);
+    }
+    uint64_t from = start, missing = 0, first_missing = 0;
+    for (uint64_t s = from; s <= upto && s < total; s++) {
+      /* The world size stays known for the replay even where a step is
+       * missing, so one hole is reported once, not as a cascade. */
+      h->lin_world[s] = g->world ? g->world : 1;
+      if (!gen_has(g, s) && missing++ == 0) first_missing = s;
+    }
+    if (missing)
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "%" PRIu64 " step(s) of the final history in generation %" PRIu64 "/%04" PRIx64
+                        " were logged by no rank, the first is step %" PRIu64,
+                        missing, g->gen >> 16, g->gen & 0xffff, first_missing);
+    if (g->lineage) {
+      ea__chaos_violate(r, EA__I_ONCE, "the final history passes generation %" PRIu64 " twice", g->gen >> 16);
+      break;
+    }
+    g->lineage = true;
+    g->lin_from = from;
+    g->lin_to = upto;
+    /* Orphans: steps g computed beyond what its successor took. */
+    uint64_t last = gen_last(g);
+    if (last > upto) h->orphans += last - upto;
+    if (last > upto + 1)
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "generation %" PRIu64 "/%04" PRIx64 " trained steps %" PRIu64 "..%" PRIu64
+                        " that its successor also trained: two generations trained the same steps",
+                        g->gen >> 16, g->gen & 0xffff, upto + 1, last);
+    if (from == 0) break;
+    char why[400];
+    int pred = predecessor(r, h, cur, why, sizeof why);
+    g->pred = pred;
+    if (pred == -2) {
+      ea__chaos_violate(r, EA__I_ONCE, "%s", why);
+      break;
+    }
+    if (pred < 0) break;
+    upto = from - 1;
+    cur = pred;
+  }
+  /* Steps before the start of the chain that nobody covers. */
+  for (uint64_t s = 0; s < total; s++)
+    if (!h->lin_world[s]) {
+      uint64_t e = s;
+      while (e + 1 < total && !h->lin_world[e + 1]) e++;
+      ea__chaos_violate(r, EA__I_ONCE, "steps %" PRIu64 "..%" PRIu64 " are not in the final history", s, e);
+      s = e;
+    }
+  /* Generations off the final history that trained: their steps are lost
+   * work (a dead end), counted with the orphans. */
+  for (size_t i = 0; i < h->ngens; i++) {
+    hgen *g = &h->gens[i];
+    if (g->lineage || !g->len) continue;
+    uint64_t n = 0;
+    for (size_t k = 0; k < g->len; k++) n += g->cnt[k] != 0;
+    h->orphans += n;
+  }
+  /* Two generations must not share two or more steps (quorum: none lets a
+   * partition's sides train side by side by design). */
+  if (strcmp(r->cfg.distributed.quorum, "none") != 0) {
+    for (size_t i = 0; i < h->ngens; i++)
+      for (size_t j = i + 1; j < h->ngens; j++) {
+        hgen *a = &h->gens[i], *b = &h->gens[j];
+        if (!a->len || !b->len) continue;
+        uint64_t lo = gen_first(a) > gen_first(b) ? gen_first(a) : gen_first(b);
+        uint64_t hi = gen_last(a) < gen_last(b) ? gen_last(a) : gen_last(b);
+        if (hi < lo) continue;
+        uint64_t both = 0;
+        for (uint64_t s = lo; s <= hi; s++) both += gen_has(a, s) && gen_has(b, s);
+        if (both >= 2)
+          ea__chaos_violate(r, EA__I_ONCE,
+                            "generations %" PRIu64 "/%04" PRIx64 " and %" PRIu64 "/%04" PRIx64
+                            " both trained %" PRIu64 " of steps %" PRIu64 "..%" PRIu64,
+                            a->gen >> 16, a->gen & 0xffff, b->gen >> 16, b->gen & 0xffff, both, lo, hi);
+      }
+  }
+  /* In each generation every rank logged every step until the first of
+   * them stopped. */
+  for (size_t i = 0; i < h->ngens; i++) {
+    hgen *g = &h->gens[i];
+    if (!g->len || !g->world || g->world > MAX_RANKS) continue;
+    uint64_t stop = UINT64_MAX;
+    uint32_t seen = 0;
+    for (uint32_t k = 0; k < g->world; k++)
+      if (g->rank_seen[k]) {
+        seen++;
+        if (g->rank_last[k] < stop) stop = g->rank_last[k];
+      }
+    if (seen < g->world) continue; /* a rank's agent died before logging */
+    for (uint64_t s = gen_first(g); s <= stop; s++)
+      if (gen_has(g, s) && g->cnt[s - g->base] < g->world && g->cnt[s - g->base] != 255) {
+        ea__chaos_violate(r, EA__I_DIGEST,
+                          "generation %" PRIu64 " (world %u) step %" PRIu64 " was logged by %u ranks only",
+                          g->gen >> 16, g->world, s, g->cnt[s - g->base]);
+        break;
+      }
+  }
+}
+
+/* ---- per-fault timings ------------------------------------------------------------ */
+
+static bool in_list(const char *list, const char *name) {
+  size_t l = strlen(name);
+  for (const char *p = list; p && *p;) {
+    const char *c = strchr(p, ',');
+    size_t n = c ? (size_t)(c - p) : strlen(p);
+    if (n == l && memcmp(p, name, l) == 0) return true;
+    p = c ? c + 1 : NULL;
+  }
+  return false;
+}
+
+/* The first commit at or after t whose members are exactly `nodes`. */
+static int commit_after(struct ea__chaos_history *h, int64_t t, const char *nodes) {
+  int best = -1;
+  for (size_t i = 0; i < h->ngens; i++) {
+    hgen *g = &h->gens[i];
+    if (!g->committed || g->t_commit < t) continue;
+    char sorted[512];
+    names_sorted(g->nodes, sorted, sizeof sorted);
+    if (strcmp(sorted, nodes) != 0) continue;
+    if (best < 0 || g->t_commit < h->gens[best].t_commit) best = (int)i;
+  }
+  return best;
+}
+
+static int64_t first_member(struct ea__chaos_history *h, int64_t t, const char *members, const char *to,
+                            const char *not_observer) {
+  int64_t best = -1;
+  for (size_t i = 0; i < h->nmem; i++) {
+    memev *m = &h->mem[i];
+    if (m->ts < t || !in_list(members, m->member) || strcmp(m->to, to) != 0) continue;
+    if (not_observer && in_list(not_observer, m->observer)) continue;
+    if (best < 0 || m->ts < best) best = m->ts;
+  }
+  return best;
+}
+
+static int64_t first_event(ea__chaos_run *r, struct ea__chaos_history *h, int64_t t, const char *node, int kind) {
+  int64_t best = -1;
+  for (size_t i = 0; i < h->nev; i++) {
+    evrec *e = &h->ev[i];
+    if (e->ts < t || e->kind != kind) continue;
+    if (node && strcmp(r->nodes[e->node].name, node) != 0) continue;
+    if (best < 0 || e->ts < best) best = e->ts;
+  }
+  return best;
+}
+
+static int64_t first_step_after(const struct ea__chaos_history *h, int64_t t) {
+  for (size_t i = 0; i < h->nprobes; i++)
+    if (h->probe_t[i] == t) return h->probe_best[i];
+  return -1;
+}
+
+/* A full disk: "detection" is the first checkpoint given up after the disk
+ * filled, "re-formation" the first checkpoint committed after it was freed
+ * (no generation changes: training must simply go on). */
+static void disk_times(struct ea__chaos_history *h, ea__chaos_episode *e) {
+  e->deg.t_detect = e->res.t_reform = -1;
+  for (size_t i = 0; i < h->nck; i++) {
+    const ea__chaos_ckev *k = &h->ck[i];
+    if (k->kind != 0 && k->t_ms >= e->t_inject && k->t_ms <= e->t_heal + 1000 &&
+        (e->deg.t_detect < 0 || k->t_ms < e->deg.t_detect))
+      e->deg.t_detect = k->t_ms;
+    if (k->kind == 0 && k->t_ms >= e->t_heal && (e->res.t_reform < 0 || k->t_ms < e->res.t_reform))
+      e->res.t_reform = k->t_ms;
+  }
+  e->deg.t_reform = e->deg.t_first_step = e->res.t_detect = e->res.t_first_step = -1;
+  e->steps_lost = 0;
+}
+
+static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos_episode *e, ea__chaos_phase *p,
+                        bool restored) {
+  if (e->f.kind == EA__F_DISK_FULL) {
+    if (!restored) disk_times(h, e);
+    return;
+  }
+  if (!p->t_start || !p->nodes[0]) return;
+  /* The generation polling saw recover, when it saw one; else the first
+   * commit of exactly the expected members after the phase began. */
+  int gi = p->observed ? find_gen(h, p->gen) : -1;
+  if (gi < 0) {
+    char sorted[512];
+    names_sorted(p->nodes, sorted, sizeof sorted);
+    gi = commit_after(h, p->t_start, sorted);
+  }
+  if (gi >= 0 && h->gens[gi].t_commit >= p->t_start) {
+    hgen *g = &h->gens[gi];
+    p->t_reform = g->t_commit;
+    p->gen = g->gen;
+    p->world = g->world;
+    if (g->ts_first >= 0) p->t_first_step = g->ts_first;
+    /* Steps lost: computed by the generations before this one (from its
+     * state's source on) past the step it started from. */
+    uint64_t start = g->have_start ? g->start : gen_first(g);
+    int64_t lost = 0;
+    for (size_t i = 0; i < h->ngens; i++) {
+      hgen *o = &h->gens[i];
+      if (o->gen >= g->gen || !o->len || o->ts_last < e->t_inject - 1000) continue;
+      uint64_t last = gen_last(o);
+      if (last + 1 > start && (int64_t)(last + 1 - start) > lost) lost = (int64_t)(last + 1 - start);
+    }
+    if (!restored || e->steps_lost < 0 || lost > e->steps_lost) e->steps_lost = lost;
+  } else {
+    /* No new generation was needed (a short pause, loss the ring rode
+     * out): training simply went on. */
+    p->t_reform = -1;
+    p->t_first_step = first_step_after(h, p->t_start);
+    if (!restored && e->steps_lost < 0) e->steps_lost = 0;
+  }
+  const char *victim = e->victim;
+  switch (e->f.kind) {
+    case EA__F_WORKER_KILL:
+      p->t_detect = first_event(r, h, e->t_inject, victim, 1);
+      break;
+    case EA__F_DRAIN:
+    case EA__F_SIGTERM:
+      if (!restored) p->t_detect = first_event(r, h, e->t_inject, victim, 2);
+      else p->t_detect = first_member(h, p->t_start, e->newcomer, "alive", e->newcomer);
+      break;
+    case EA__F_JOIN:
+      if (!restored) p->t_detect = first_member(h, p->t_start, victim, "alive", victim);
+      else p->t_detect = first_event(r, h, p->t_start, victim, 2);
+      break;
+    case EA__F_SPLIT:
+      if (!restored) p->t_detect = first_member(h, p->t_start, e->minority, "dead", e->minority);
+      else p->t_detect = first_member(h, p->t_start, e->minority, "alive", e->minority);
+      break;
+    case EA__F_LOSS:
+      p->t_detect = -1;
+      for (size_t i = 0; i < h->nev; i++)
+        if (h->ev[i].ts >= e->t_inject && h->ev[i].ts <= e->t_heal && h->ev[i].kind == 0 &&
+            (p->t_detect < 0 || h->ev[i].ts < p->t_detect))
+          p->t_detect = h->ev[i].ts;
+      break;
+    default: /* crash, controller, pause, isolate, ckpt-kill */
+      if (!restored) {
+        p->t_detect = first_member(h, p->t_start, victim, "dead", victim);
+      } else {
+        const char *who = e->newcomer[0] ? e->newcomer : victim;
+        p->t_detect = first_member(h, p->t_start, who, "alive", who);
+      }
+  }
+}
+
+/* ---- entry points ---------------------------------------------------------------- */
+
+int ea__chaos_history_check(ea__chaos_run *r) {
+  struct ea__chaos_history *h = calloc(1, sizeof *h);
+  if (!h) return -ENOMEM;
+  r->hist = h;
+  h->final_gen = -1;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  h->probe_t = calloc(2 * r->neps + 1, sizeof *h->probe_t);
+  h->probe_best = calloc(2 * r->neps + 1, sizeof *h->probe_best);
+  if (!h->probe_t || !h->probe_best) return -ENOMEM;
+  for (size_t i = 0; i < r->neps; i++) {
+    const ea__chaos_episode *e = &r->eps[i];
+    if (e->state != EA__EP_DONE) continue;
+    if (e->deg.t_start) h->probe_t[h->nprobes++] = e->deg.t_start;
+    if (e->res.t_start) h->probe_t[h->nprobes++] = e->res.t_start;
+  }
+  for (size_t i = 1; i < h->nprobes; i++)
+    for (size_t j = i; j > 0 && h->probe_t[j - 1] > h->probe_t[j]; j--) {
+      int64_t t = h->probe_t[j];
+      h->probe_t[j] = h->probe_t[j - 1];
+      h->probe_t[j - 1] = t;
+    }
+  for (size_t i = 0; i < h->nprobes; i++) h->probe_best[i] = -1;
+  for (size_t i = 0; i < r->nnodes; i++) {
+    uint64_t prepared_max = 0;
+    for (int k = 0; k < r->nodes[i].starts; k++) {
+      char path[CH_PATH_MAX + 32];
+      snprintf(path, sizeof path, "%s/agent.%d.log", r->nodes[i].dir, k);
+      int rc = parse_file(r, h, (int)i, k, path, &prepared_max);
+      if (rc < 0) {
+        ea__chaos_violate(r, EA__I_ONCE, "cannot read %s: %s", path, strerror(-rc));
+        return rc;
+      }
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  h->parse_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  build_lineage(r, h);
+  for (size_t i = 0; i < r->neps; i++) {
+    ea__chaos_episode *e = &r->eps[i];
+    if (e->state != EA__EP_DONE) continue;
+    e->steps_lost = -1;
+    phase_times(r, h, e, &e->deg, false);
+    phase_times(r, h, e, &e->res, true);
+  }
+  /* The views for the report. */
+  h->views = calloc(h->ngens ? h->ngens : 1, sizeof *h->views);
+  if (h->views) {
+    for (size_t i = 0; i < h->ngens; i++) {
+      hgen *g = &h->gens[i];
+      ea__chaos_genview *v = &h->views[h->nviews++];
+      v->gen = g->gen;
+      v->world = g->world;
+      v->t_commit = g->t_commit;
+      v->t_first = g->ts_first;
+      v->t_last = g->ts_last;
+      v->trained = g->len > 0;
+      v->start = g->len ? gen_first(g) : (g->have_start ? g->start : 0);
+      v->last = g->len ? gen_last(g) : 0;
+      v->lineage = g->lineage;
+      v->lineage_from = g->lin_from;
+      v->lineage_to = g->lin_to;
+      snprintf(v->nodes, sizeof v->nodes, "%.255s", g->nodes);
+    }
+  }
+  return 0;
+}
+
+const uint32_t *ea__chaos_lineage_world(const ea__chaos_run *r, uint64_t *nsteps) {
+  *nsteps = 0;
+  if (!r->hist || !r->hist->lin_world) return NULL;
+  *nsteps = r->hist->lin_len;
+  return r->hist->lin_world;
+}
+
+bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest, float *loss) {
+  const struct ea__chaos_history *h = r->hist;
+  if (!h) return false;
+  for (size_t i = 0; i < h->ngens; i++) {
+    const hgen *g = &h->gens[i];
+    if (!g->lineage || step < g->lin_from || step > g->lin_to || !gen_has(g, step)) continue;
+    if (digest) *digest = g->dig[step - g->base];
+    if (loss) *loss = g->loss[step - g->base];
+    return true;
+  }
+  return false;
+}
+
+bool ea__chaos_gen_digest(const ea__chaos_run *r, uint64_t gen, uint64_t step, uint64_t *digest) {
+  const struct ea__chaos_history *h = r->hist;
+  if (!h) return false;
+  int gi = find_gen(h, gen);
+  if (gi < 0 || !gen_has(&h->gens[gi], step)) return false;
+  *digest = h->gens[gi].dig[step - h->gens[gi].base];
+  return true;
+}
+
+bool ea__chaos_history_view(const ea__chaos_run *r, ea__chaos_histview *v) {
+  memset(v, 0, sizeof *v);
+  const struct ea__chaos_history *h = r->hist;
+  if (!h) return false;
+  v->ngens = h->nviews;
+  v->gens = h->views;
+  v->nckev = h->nck;
+  v->ckev = h->ck;
+  v->records = h->records;
+  v->lineage_steps = h->lin_len;
+  v->orphan_steps = h->orphans;
+  v->log_bytes = h->log_bytes;
+  v->parse_seconds = h->parse_seconds;
+  return true;
+}
+
+void ea__chaos_history_free(struct ea__chaos_history *h) {
+  if (!h) return;
+  for (size_t i = 0; i < h->ngens; i++) {
+    free(h->gens[i].dig);
+    free(h->gens[i].loss);
+    free(h->gens[i].cnt);
+  }
+  for (size_t i = 0; i < h->nprocs; i++) free(h->procs[i].segs);
+  free(h->gens);
+  free(h->procs);
+  free(h->mem);
+  free(h->ev);
+  free(h->ck);
+  free(h->views);
+  free(h->lin_world);
+  free(h->probe_t);
+  free(h->probe_best);
+  free(h);
+}

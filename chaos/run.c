@@ -1,0 +1,1568 @@
+/* run.c — the cluster under test, the fault episodes, and the invariants
+ * that are checked while it runs.
+ *
+ * The harness polls every agent's status ten times a second and drives one
+ * *episode* per scheduled fault:
+ *
+ *   wait until training passed the fault's fraction and the cluster is
+ *   whole (every slot's agent runs one generation of world N) →
+ *   inject → the *degraded* phase (the cluster re-forms without the victim,
+ *   or with the newcomer of a join) → heal (SIGCONT, partition lifted, loss
+ *   off) → restore (the victim restarts on its data dir, or a fresh node
+ *   with a new disk replaces it) → the *restored* phase (world N again,
+ *   training again) → a few steps of settling.
+ *
+ * Every phase has a deadline (the recovery bound): a cluster that does not
+ * get there in time is a "hang" violation, reported with what it was doing.
+ * Polling also checks, continuously: generation numbers only grow on each
+ * agent (running and persisted), never two controllers with quorum for
+ * longer than gossip needs to converge, the cluster's step never falls
+ * back, and nodes on the minority side of a partition never train.  The
+ * exact timings (detection, re-formation, first step) are taken afterwards
+ * from the agents' log stamps (history.c); polling only decides when to move
+ * on.
+ */
+#include "chaos.h"
+
+#include "ea_train.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+volatile int ea__chaos_interrupted;
+
+/* Ten polls a second: recovery here takes about a second, so the harness
+ * sees each phase within 10% of its length; each poll costs the agents a
+ * few microseconds. */
+#define POLL_MS 100
+/* An agent answers status in microseconds; 400 ms only expires for one
+ * that is stopped or wedged. */
+#define STATUS_TIMEOUT_MS 400
+/* From exec to the admin socket answering: < 100 ms here; 20 s covers a
+ * machine loaded by other work. */
+#define START_TIMEOUT_MS 20000
+/* Steps the cluster trains between two episodes before the next may fire:
+ * enough to prove it trains again, a few ms of work. */
+#define SETTLE_STEPS 20
+/* Slack on top of detection + batching + comm timeout in the default
+ * recovery bound: a formation is milliseconds, state sync of the test model
+ * well under a second, and a loaded machine adds seconds. */
+#define BOUND_SLACK_MS 5000
+
+static const char *const inv_names[EA__I_COUNT] = {
+    "target_step",     "step_only_grows", "each_step_once",   "ranks_agree",   "matches_reference",
+    "one_generation",  "generations_grow", "one_plan",        "one_controller", "minority_never_trains",
+    "checkpoints",     "recovery_bound",  "clean_exit",       "coverage"};
+
+static const char *const inv_descs[EA__I_COUNT] = {
+    "training reaches the target step",
+    "the committed step only grows (no rollback)",
+    "every step completed exactly once in the final history (none lost, none applied twice)",
+    "every step's params digest identical across the ranks of its generation",
+    "final params equal a fault-free reference run's",
+    "a member never runs two generations",
+    "generation numbers only grow (running and persisted, per node)",
+    "every node that commits a generation gets the same plan",
+    "never two controllers acting with quorum at once",
+    "a minority side never trains",
+    "every committed checkpoint verifies; resuming the newest reproduces the live state",
+    "every fault recovered within its bound (no hang)",
+    "drained and SIGTERMed agents exit 0; no agent dies unexpectedly",
+    "the schedule ran: at least --min-faults faults were injected"};
+
+const char *ea__chaos_inv_name(int inv) {
+  return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";
+}
+
+const char *ea__chaos_inv_desc(int inv) {
+  return inv >= 0 && inv < EA__I_COUNT ? inv_descs[inv] : "?";
+}
+
+/* ---- logging --------------------------------------------------------------- */
+
+static void vlogf(ea__chaos_run *r, const char *fmt, va_list ap) {
+  if (!r->log) return;
+  char ts[32];
+  ea__chaos_fmt_ts(ea__chaos_now_ms(), ts, sizeof ts);
+  fprintf(r->log, "%s ", ts);
+  vfprintf(r->log, fmt, ap);
+  size_t l = strlen(fmt);
+  if (!l || fmt[l - 1] != '\n') fputc('\n', r->log);
+  fflush(r->log);
+}
+
+void ea__chaos_logf(ea__chaos_run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlogf(r, fmt, ap);
+  va_end(ap);
+}
+
+void ea__chaos_say(ea__chaos_run *r, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  double t = r->t0 ? (double)(ea__chaos_now_ms() - r->t0) / 1000.0 : 0.0;
+  printf("[%7.1fs] %s\n", t, line);
+  fflush(stdout);
+  ea__chaos_logf(r, "%s", line);
+}
+
+void ea__chaos_violate(ea__chaos_run *r, int inv, const char *fmt, ...) {
+  if (r->nviol == r->capviol) {
+    size_t cap = r->capviol ? r->capviol * 2 : 32;
+    ea__chaos_violation *nv = realloc(r->viol, cap * sizeof *nv);
+    if (!nv) return;
+    r->viol = nv;
+    r->capviol = cap;
+  }
+  ea__chaos_violation *v = &r->viol[r->nviol++];
+  v->inv = inv;
+  v->t_ms = ea__chaos_now_ms();
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+  va_end(ap);
+  ea__chaos_say(r, "VIOLATION %s: %s", ea__chaos_inv_name(inv), v->msg);
+}
+
+/* ---- nodes ------------------------------------------------------------------ */
+
+static uint32_t wpn(const ea__chaos_run *r) {
+  return r->cfg.compute.workers_per_node ? r->cfg.compute.workers_per_node : 1;
+}
+
+static ea__chaos_node *slot_node(ea__chaos_run *r, int s) {
+  return s >= 1 && s <= r->nslots && r->slot_node[s] >= 0 ? &r->nodes[r->slot_node[s]] : NULL;
+}
+
+static ea__chaos_node *find_node(ea__chaos_run *r, const char *name) {
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (strcmp(r->nodes[i].name, name) == 0) return &r->nodes[i];
+  return NULL;
+}
+
+static void add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1, int what) {
+  if (r->nspans == r->capspans) {
+    size_t cap = r->capspans ? r->capspans * 2 : 64;
+    ea__chaos_span *ns = realloc(r->spans, cap * sizeof *ns);
+    if (!ns) return;
+    r->spans = ns;
+    r->capspans = cap;
+  }
+  ea__chaos_span *s = &r->spans[r->nspans++];
+  snprintf(s->node, sizeof s->node, "%s", node);
+  s->t0 = t0;
+  s->t1 = t1;
+  s->what = what;
+}
+
+/* A new identity on slot s: name, directories and a node id derived from
+ * the seed, so the election order (lowest id) is the same on every run of
+ * a seed — which makes "who is controller" part of the reproducible
+ * schedule rather than luck. */
+static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int gen_of_slot) {
+  if (r->nnodes >= CH_MAX_NODES) return NULL;
+  ea__chaos_node *n = &r->nodes[r->nnodes];
+  memset(n, 0, sizeof *n);
+  if (gen_of_slot == 0)
+    snprintf(n->name, sizeof n->name, "%s%d", prefix, s);
+  else if (gen_of_slot < 25)
+    snprintf(n->name, sizeof n->name, "%s%d%c", prefix, s, 'a' + gen_of_slot);
+  else
+    snprintf(n->name, sizeof n->name, "%s%dx%d", prefix, s, gen_of_slot);
+  n->slot = s;
+  n->gen_of_slot = gen_of_slot;
+  snprintf(n->dir, sizeof n->dir, "%s/%s", r->o.work, n->name);
+  snprintf(n->data, sizeof n->data, "%s/d", n->dir);
+  snprintf(n->sock, sizeof n->sock, "%s/admin.sock", n->data);
+  if (ea__chaos_mkdirs(n->data, 0700) < 0) return NULL;
+  uint64_t a = ea__chaos_mix64(r->o.seed ^ ((uint64_t)s << 40) ^ ((uint64_t)gen_of_slot << 20) ^
+                               (uint64_t)(unsigned char)prefix[0]);
+  uint64_t b = ea__chaos_mix64(a ^ 0x6e6f64652d696400ull);
+  snprintf(n->idhex, sizeof n->idhex, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+  char path[CH_PATH_MAX + 16], line[40];
+  snprintf(path, sizeof path, "%s/node-id", n->data);
+  int l = snprintf(line, sizeof line, "%s\n", n->idhex);
+  if (ea__chaos_write_file(path, line, (size_t)l) < 0) return NULL;
+  r->nnodes++;
+  r->slot_node[s] = (int)(r->nnodes - 1);
+  return n;
+}
+
+static bool running(const ea__chaos_node *n) {
+  return n && n->pid > 0;
+}
+
+static void on_reap(void *ctx, pid_t pid, int status) {
+  ea__chaos_run *r = ctx;
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (n->pid != pid) continue;
+    int64_t now = ea__chaos_now_ms();
+    add_span(r, n->name, n->start_ms, now, 0);
+    n->pid = 0;
+    n->exit_ms = now;
+    n->exit_status = status;
+    n->stopped = false;
+    n->st.ok = false;
+    char how[64];
+    if (WIFEXITED(status))
+      snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+      snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+      snprintf(how, sizeof how, "status 0x%x", status);
+    ea__chaos_logf(r, "agent %s (pid %d) ended: %s", n->name, (int)pid, how);
+    if (n->expect_exit0) {
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        ea__chaos_violate(r, EA__I_CLEAN_EXIT, "agent %s was drained/SIGTERMed and should exit 0: %s",
+                          n->name, how);
+    } else if (!n->expect_death) {
+      ea__chaos_violate(r, EA__I_CLEAN_EXIT, "agent %s died without being told to: %s (log %s/agent.%d.log)",
+                        n->name, how, n->dir, n->starts - 1);
+    }
+    n->expect_exit0 = false;
+    n->expect_death = false;
+    return;
+  }
+}
+
+static void seeds_for(ea__chaos_run *r, const ea__chaos_node *self, char *out, size_t cap) {
+  size_t off = 0;
+  out[0] = 0;
+  for (int s = 1; s <= r->nslots; s++) {
+    ea__chaos_node *n = slot_node(r, s);
+    if (!running(n) || n == self || n->stopped) continue;
+    char a[80];
+    if (r->o.netns)
+      snprintf(a, sizeof a, "%s:7000", r->ip[n->slot]);
+    else if (n->gossip[0])
+      snprintf(a, sizeof a, "%s", n->gossip);
+    else
+      continue;
+    if (off + strlen(a) + 2 >= cap) break;
+    off += (size_t)snprintf(out + off, cap - off, "%s%s", off ? "," : "", a);
+  }
+}
+
+static int node_start(ea__chaos_run *r, ea__chaos_node *n) {
+  char bind[64], seeds[1024], log[CH_PATH_MAX + 32];
+  if (r->o.netns)
+    snprintf(bind, sizeof bind, "%s:7000", r->ip[n->slot]);
+  else
+    snprintf(bind, sizeof bind, "127.0.0.1:0");
+  seeds_for(r, n, seeds, sizeof seeds);
+  snprintf(log, sizeof log, "%s/agent.%d.log", n->dir, n->starts);
+  char *argv[24];
+  int a = 0;
+  argv[a++] = r->o.agent_bin;
+  argv[a++] = "run";
+  argv[a++] = "--name";
+  argv[a++] = n->name;
+  argv[a++] = "--data-dir";
+  argv[a++] = n->data;
+  argv[a++] = "--config";
+  argv[a++] = r->job_path;
+  argv[a++] = "--log-level";
+  argv[a++] = "debug";
+  argv[a++] = "--log-format";
+  argv[a++] = "text";
+  argv[a++] = "--bind";
+  argv[a++] = bind;
+  if (seeds[0]) {
+    argv[a++] = "--join";
+    argv[a++] = seeds;
+  }
+  argv[a] = NULL;
+  char envbuf[128];
+  char *env[2] = {NULL, NULL};
+  if (n->ckpt_fault[0]) {
+    snprintf(envbuf, sizeof envbuf, "EA_CKPT_FAULT=%s", n->ckpt_fault);
+    env[0] = envbuf;
+  }
+  pid_t pid;
+  int rc = ea__chaos_spawn(argv, r->o.netns ? r->ns[n->slot] : NULL, log, env, &pid);
+  if (rc < 0) {
+    ea__chaos_say(r, "cannot start %s: %s", n->name, strerror(-rc));
+    return rc;
+  }
+  n->pid = pid;
+  n->starts++;
+  n->start_ms = ea__chaos_now_ms();
+  n->max_gen_seen = 0;
+  n->stopped = false;
+  n->expect_exit0 = n->expect_death = false;
+  if (!r->t0) r->t0 = n->start_ms;
+  ea__chaos_logf(r, "started %s pid %d bind %s join [%s]%s%s", n->name, (int)pid, bind, seeds,
+                 env[0] ? " " : "", env[0] ? env[0] : "");
+  /* Wait for its admin socket: then it is listening and we know its
+   * gossip address (the next agent's seed). */
+  int64_t deadline = ea__chaos_mono_ms() + START_TIMEOUT_MS;
+  while (ea__chaos_mono_ms() < deadline && !ea__chaos_interrupted) {
+    ea__chaos_reap(on_reap, r);
+    if (!running(n)) return -ECHILD;
+    ea__chaos_status st;
+    if (ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0) {
+      n->st = st;
+      snprintf(n->gossip, sizeof n->gossip, "%s", st.gossip);
+      return 0;
+    }
+    ea__chaos_sleep_ms(20);
+  }
+  ea__chaos_say(r, "%s did not answer on %s within %d ms", n->name, n->sock, START_TIMEOUT_MS);
+  return -ETIMEDOUT;
+}
+
+/* Signal an agent, and its workers too when asked (they are found before
+ * the agent is signalled, while it still has them as children). */
+static void node_signal(ea__chaos_run *r, ea__chaos_node *n, int sig, bool workers) {
+  if (!running(n)) return;
+  pid_t kids[CH_MAX_WPN * 2];
+  int nk = workers ? ea__chaos_children(n->pid, kids, CH_MAX_WPN * 2) : 0;
+  kill(n->pid, sig);
+  for (int i = 0; i < nk; i++) kill(kids[i], sig);
+  ea__chaos_logf(r, "signal %d (%s) to %s pid %d%s", sig, strsignal(sig), n->name, (int)n->pid,
+                 nk ? " and its workers" : "");
+}
+
+static bool wait_gone(ea__chaos_run *r, ea__chaos_node *n, int ms) {
+  int64_t deadline = ea__chaos_mono_ms() + ms;
+  while (running(n) && ea__chaos_mono_ms() < deadline) {
+    ea__chaos_reap(on_reap, r);
+    if (!running(n)) break;
+    ea__chaos_sleep_ms(10);
+  }
+  return !running(n);
+}
+
+/* ---- polling and the continuous invariants ------------------------------------ */
+
+static void sample(ea__chaos_node *n, const ea__chaos_status *st) {
+  if (n->nsamples) {
+    ea__chaos_sample *l = &n->samples[n->nsamples - 1];
+    if (strcmp(l->phase, st->phase) == 0 && l->gen == st->gen && l->world == st->world &&
+        l->controller == st->controller && st->t_ms - l->t_ms < 1000)
+      return;
+  }
+  if (n->nsamples == n->capsamples) {
+    size_t cap = n->capsamples ? n->capsamples * 2 : 256;
+    ea__chaos_sample *ns = realloc(n->samples, cap * sizeof *ns);
+    if (!ns) return;
+    n->samples = ns;
+    n->capsamples = cap;
+  }
+  ea__chaos_sample *s = &n->samples[n->nsamples++];
+  s->t_ms = st->t_ms;
+  snprintf(s->phase, sizeof s->phase, "%s", st->phase);
+  s->gen = st->gen;
+  s->world = st->world;
+  s->step = st->last_step;
+  s->controller = st->controller && st->has_quorum;
+}
+
+static uint64_t cluster_step(ea__chaos_run *r) {
+  uint64_t m = 0;
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (running(n) && !n->stopped && n->st.ok && n->st.last_step > m) m = n->st.last_step;
+  }
+  return m;
+}
+
+static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_status *st) {
+  /* Generations only grow on each agent: the one it runs (per process; a
+   * restarted agent runs nothing at first) and the one it persisted (per
+   * data dir, across restarts). */
+  if (st->gen) {
+    if (st->gen < n->max_gen_seen)
+      ea__chaos_violate(r, EA__I_GEN_GROWS, "%s runs generation %llu/%04llx after %llu/%04llx", n->name,
+                        (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff),
+                        (unsigned long long)(n->max_gen_seen >> 16),
+                        (unsigned long long)(n->max_gen_seen & 0xffff));
+    if (st->gen > n->max_gen_seen) n->max_gen_seen = st->gen;
+  }
+  if (st->durable) {
+    if (st->durable < n->max_durable)
+      ea__chaos_violate(r, EA__I_GEN_GROWS,
+                        "%s's persisted generation went back from %llu/%04llx to %llu/%04llx", n->name,
+                        (unsigned long long)(n->max_durable >> 16),
+                        (unsigned long long)(n->max_durable & 0xffff),
+                        (unsigned long long)(st->durable >> 16), (unsigned long long)(st->durable & 0xffff));
+    if (st->durable > n->max_durable) n->max_durable = st->durable;
+  }
+  if (st->has_ckpt && !r->ckpt_available) {
+    r->ckpt_available = true;
+    ea__chaos_say(r, "the agents report checkpoint fields in status: checkpoint checks and faults enabled");
+  }
+  /* Minority side of a partition: once the partition is on, its nodes may
+   * finish the step in flight and nothing more (under quorum: majority). */
+  if (r->partition_since && (r->minority_mask & (1u << n->slot)) && st->last_step > n->steps_at_partition + 1 &&
+      strcmp(r->cfg.distributed.quorum, "none") != 0) {
+    ea__chaos_violate(r, EA__I_MINORITY,
+                      "%s, on the minority side of the partition since %.1f s, trained from step %llu to %llu "
+                      "(phase %s, generation %llu/%04llx, world %u)",
+                      n->name, (double)(st->t_ms - r->partition_since) / 1000.0,
+                      (unsigned long long)n->steps_at_partition, (unsigned long long)st->last_step, st->phase,
+                      (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff), st->world);
+    n->steps_at_partition = st->last_step; /* report each further run once */
+  }
+}
+
+static void check_cluster(ea__chaos_run *r) {
+  int64_t now = ea__chaos_now_ms();
+  /* Two controllers that both see a quorum.  Views converge within a
+   * gossip round or two, so a short overlap while a lower-id node is
+   * being learned is expected (members obey only the newer generation);
+   * lasting longer than the detection bound is not. */
+  char names[256] = "";
+  int nctrl = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (!running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) continue;
+    if (n->st.controller && n->st.has_quorum) {
+      nctrl++;
+      if (off < sizeof names - 32) off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", n->name);
+    }
+  }
+  int64_t grace = (int64_t)(r->detection_bound_ms ? r->detection_bound_ms : 4150) + 1000;
+  if (nctrl >= 2 && strcmp(r->cfg.distributed.quorum, "none") != 0) {
+    if (!r->two_ctrl_since) r->two_ctrl_since = now;
+    if (now - r->two_ctrl_since > grace && r->ctrl_violation_at < r->two_ctrl_since) {
+      ea__chaos_violate(r, EA__I_CONTROLLER, "%d controllers acting with quorum for %.1f s: %s", nctrl,
+                        (double)(now - r->two_ctrl_since) / 1000.0, names);
+      r->ctrl_violation_at = now;
+    }
+  } else {
+    r->two_ctrl_since = 0;
+  }
+  /* The cluster's step never falls back by more than the one step a
+   * departed node may have finished alone. */
+  uint64_t cs = cluster_step(r);
+  if (cs + 1 < r->max_cluster_step) {
+    ea__chaos_violate(r, EA__I_PROGRESS, "the highest step held by a live worker fell from %llu to %llu",
+                      (unsigned long long)r->max_cluster_step, (unsigned long long)cs);
+    r->max_cluster_step = cs;
+  }
+  if (cs > r->max_cluster_step) r->max_cluster_step = cs;
+  if (r->nprog == 0 || now - r->prog[r->nprog - 1].t_ms >= 250) {
+    if (r->nprog == r->capprog) {
+      size_t cap = r->capprog ? r->capprog * 2 : 512;
+      ea__chaos_sample *np = realloc(r->prog, cap * sizeof *np);
+      if (np) r->prog = np, r->capprog = cap;
+    }
+    if (r->nprog < r->capprog) {
+      r->prog[r->nprog].t_ms = now;
+      r->prog[r->nprog].step = cs;
+      r->nprog++;
+    }
+  }
+}
+
+static int64_t last_ckpt_scan;
+
+static void tick(ea__chaos_run *r) {
+  ea__chaos_reap(on_reap, r);
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (!running(n) || n->stopped) continue;
+    ea__chaos_status st;
+    if (ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0) {
+      check_node(r, n, &st);
+      n->st = st;
+      if (st.gossip[0]) snprintf(n->gossip, sizeof n->gossip, "%s", st.gossip);
+      if (st.detection_bound_ms > r->detection_bound_ms) r->detection_bound_ms = st.detection_bound_ms;
+      sample(n, &st);
+    } else {
+      n->st.ok = false;
+    }
+  }
+  check_cluster(r);
+  int64_t now = ea__chaos_mono_ms();
+  if (r->ckpt_available && now - last_ckpt_scan >= 1000) {
+    last_ckpt_scan = now;
+    ea__chaos_ckpt_scan(r);
+  }
+}
+
+typedef bool (*cond_fn)(ea__chaos_run *r, void *ctx);
+
+/* Poll until cond holds or deadline_ms (monotonic) passes. */
+static bool wait_until(ea__chaos_run *r, int64_t deadline_ms, cond_fn cond, void *ctx) {
+  for (;;) {
+    int64_t t = ea__chaos_mono_ms();
+    tick(r);
+    if (cond(r, ctx)) return true;
+    if (ea__chaos_interrupted || ea__chaos_mono_ms() >= deadline_ms) return false;
+    int64_t spent = ea__chaos_mono_ms() - t;
+    ea__chaos_sleep_ms((int)(POLL_MS - spent > 5 ? POLL_MS - spent : 5));
+  }
+}
+
+static bool never(ea__chaos_run *r, void *ctx) {
+  (void)r;
+  (void)ctx;
+  return false;
+}
+
+/* ---- what "formed" means --------------------------------------------------- */
+
+typedef struct {
+  char names[CH_MAX_SLOTS * 2][CH_NAME_MAX];
+  int n;
+  uint64_t gen_after;   /* the generation must be newer than this ... */
+  bool strictly;        /* ... (or at least this, when false) */
+  uint64_t step_after;  /* and training past this step */
+  const char *worker_node; /* worker-kill: this node's worker ... */
+  uint32_t worker_idx;
+  uint32_t restarts_before; /* ... was restarted */
+  const char *gone;     /* and this node's agent has exited (drain, SIGTERM) */
+  uint64_t gen_out;
+  uint32_t world_out;
+  uint64_t step_out;
+} want;
+
+static bool all_done(ea__chaos_run *r, const ea__chaos_status *st) {
+  if (!st->nworkers) return false;
+  for (uint32_t k = 0; k < st->nworkers; k++)
+    if (strcmp(st->w[k].state, "done") != 0 || st->w[k].step < r->target_steps) return false;
+  return true;
+}
+
+static bool cond_formed(ea__chaos_run *r, void *ctx) {
+  want *w = ctx;
+  uint64_t g = 0, maxstep = 0;
+  bool done = true;
+  int64_t now = ea__chaos_now_ms();
+  for (int i = 0; i < w->n; i++) {
+    ea__chaos_node *n = find_node(r, w->names[i]);
+    if (!running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) return false;
+    const ea__chaos_status *st = &n->st;
+    if (strcmp(st->phase, "running") != 0) return false;
+    if (st->world != (uint32_t)w->n * wpn(r) || st->nnodes != (uint32_t)w->n) return false;
+    if (i == 0) g = st->gen;
+    if (st->gen != g || g == 0) return false;
+    for (int k = 0; k < w->n; k++) {
+      bool found = false;
+      for (uint32_t j = 0; j < st->nnodes; j++)
+        if (strcmp(st->nodes[j], w->names[k]) == 0) found = true;
+      if (!found) return false;
+    }
+    if (st->last_step > maxstep) maxstep = st->last_step;
+    if (!all_done(r, st)) done = false;
+  }
+  if (w->strictly ? g <= w->gen_after : g < w->gen_after) return false;
+  if (maxstep <= w->step_after && !done) return false;
+  if (w->worker_node) {
+    ea__chaos_node *n = find_node(r, w->worker_node);
+    if (!n || w->worker_idx >= n->st.nworkers || n->st.w[w->worker_idx].restarts <= w->restarts_before)
+      return false;
+  }
+  if (w->gone) {
+    ea__chaos_node *n = find_node(r, w->gone);
+    if (running(n)) return false;
+  }
+  w->gen_out = g;
+  w->world_out = (uint32_t)w->n * wpn(r);
+  w->step_out = maxstep;
+  return true;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp((const char *)a, (const char *)b);
+}
+
+static void want_set(want *w, ea__chaos_run *r, const char *without, const char *with) {
+  memset(w, 0, sizeof *w);
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = slot_node(r, s);
+    if (!n || (without && strcmp(n->name, without) == 0)) continue;
+    snprintf(w->names[w->n++], CH_NAME_MAX, "%s", n->name);
+  }
+  if (with) snprintf(w->names[w->n++], CH_NAME_MAX, "%s", with);
+  qsort(w->names, (size_t)w->n, CH_NAME_MAX, cmp_name);
+}
+
+static void want_str(const want *w, char *out, size_t cap) {
+  size_t off = 0;
+  out[0] = 0;
+  for (int i = 0; i < w->n && off < cap - 1; i++)
+    off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? "," : "", w->names[i]);
+}
+
+/* Run one phase: wait for w, with the bound; fill p. */
+static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_start, bool expected,
+                       const char *what) {
+  p->expected = expected;
+  p->t_start = t_start;
+  /* A node coming back may first sit out one rendezvous timeout (it was
+   * part of a formation abandoned when it failed, docs/rendezvous.md), so
+   * phases that take a node back get the longer bound. */
+  p->bound_ms = strcmp(what, "restored") == 0 ? r->bound_restore_ms : r->bound_ms;
+  p->t_detect = p->t_reform = p->t_first_step = -1;
+  want_str(w, p->nodes, sizeof p->nodes);
+  int64_t deadline = ea__chaos_mono_ms() + p->bound_ms - (ea__chaos_now_ms() - t_start);
+  bool ok = wait_until(r, deadline, cond_formed, w);
+  if (ok) {
+    p->observed = true;
+    p->t_seen = ea__chaos_now_ms();
+    p->gen = w->gen_out;
+    p->world = w->world_out;
+    ea__chaos_say(r, "  %s: world %u, generation %llu/%04llx, step %llu (%.2f s)", what, w->world_out,
+                  (unsigned long long)(w->gen_out >> 16), (unsigned long long)(w->gen_out & 0xffff),
+                  (unsigned long long)w->step_out, (double)(p->t_seen - t_start) / 1000.0);
+  } else if (expected && !ea__chaos_interrupted) {
+    p->timed_out = true;
+  }
+  return ok;
+}
+
+/* A short description of what each expected node is doing, for a hang. */
+static void cluster_state(ea__chaos_run *r, const want *w, char *out, size_t cap) {
+  size_t off = 0;
+  out[0] = 0;
+  for (int i = 0; i < w->n && off < cap - 1; i++) {
+    ea__chaos_node *n = find_node(r, w->names[i]);
+    if (!n) continue;
+    if (!running(n))
+      off += (size_t)snprintf(out + off, cap - off, "%s%s: not running", i ? "; " : "", n->name);
+    else if (!n->st.ok)
+      off += (size_t)snprintf(out + off, cap - off, "%s%s: no status", i ? "; " : "", n->name);
+    else
+      off += (size_t)snprintf(out + off, cap - off, "%s%s: %s gen %llu world %u step %llu (%s)", i ? "; " : "",
+                              n->name, n->st.phase, (unsigned long long)(n->st.gen >> 16), n->st.world,
+                              (unsigned long long)n->st.last_step, n->st.reason);
+  }
+}
+
+static void hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase, const want *w) {
+  char st[900];
+  cluster_state(r, w, st, sizeof st);
+  int64_t bound = strncmp(phase, "restored", 8) == 0 ? r->bound_restore_ms : r->bound_ms;
+  ea__chaos_violate(r, EA__I_RECOVERY, "fault #%d (%s%s%s): the %s phase did not complete within %.1f s; %s",
+                    (int)(e - r->eps) + 1, ea__chaos_kind_name(e->f.kind), e->victim[0] ? " of " : "",
+                    e->victim, phase, (double)bound / 1000.0, st);
+}
+
+/* ---- the cluster as a whole ------------------------------------------------- */
+
+static bool whole(ea__chaos_run *r, uint64_t step_after, int64_t bound_ms) {
+  want w;
+  want_set(&w, r, NULL, NULL);
+  w.step_after = step_after;
+  return wait_until(r, ea__chaos_mono_ms() + bound_ms, cond_formed, &w);
+}
+
+/* Every slot has a running agent: start (on its data dir) any that is not. */
+static void fill_slots(ea__chaos_run *r) {
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = slot_node(r, s);
+    if (n && !running(n)) {
+      ea__chaos_say(r, "  restarting %s, which is not running", n->name);
+      n->ckpt_fault[0] = 0;
+      node_start(r, n);
+    }
+  }
+}
+
+static bool ensure_whole(ea__chaos_run *r) {
+  if (whole(r, 0, 2000)) return true;
+  fill_slots(r);
+  return whole(r, 0, r->bound_restore_ms);
+}
+
+static ea__chaos_node *replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
+  old->retired = true;
+  int g = 0;
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].slot == old->slot && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
+  return node_new(r, "n", old->slot, g);
+}
+
+/* ---- episodes --------------------------------------------------------------- */
+
+static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *victim, bool fresh,
+                             uint64_t gen_after, uint64_t step_after) {
+  ea__chaos_node *back = victim;
+  if (fresh) {
+    back = replace_fresh(r, victim);
+    if (!back) {
+      snprintf(e->note, sizeof e->note, "could not create a fresh node");
+      return;
+    }
+  }
+  back->ckpt_fault[0] = 0;
+  snprintf(e->newcomer, sizeof e->newcomer, "%s", back->name);
+  e->t_restore = ea__chaos_now_ms();
+  ea__chaos_say(r, "  restore: %s %s", back->name, fresh ? "(fresh node: new disk, new id)" : "(same data dir)");
+  node_start(r, back);
+  want w;
+  want_set(&w, r, NULL, NULL);
+  w.gen_after = gen_after;
+  w.strictly = true;
+  w.step_after = step_after;
+  if (!phase_wait(r, &e->res, &w, e->t_restore, true, "restored")) hang(r, e, "restored", &w);
+}
+
+static void run_remove(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  const ea__chaos_fault *f = &e->f;
+  want w;
+  want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->t_inject = ea__chaos_now_ms();
+  switch (f->kind) {
+    case EA__F_NODE_CRASH:
+    case EA__F_CONTROLLER_KILL:
+      v->expect_death = true;
+      node_signal(r, v, SIGKILL, true);
+      break;
+    case EA__F_SIGTERM:
+      v->expect_death = v->expect_exit0 = true;
+      node_signal(r, v, SIGTERM, false);
+      w.gone = v->name;
+      break;
+    case EA__F_DRAIN: {
+      ea__chaos_node *via = NULL;
+      for (int s = 1; s <= r->o.nagents && !via; s++) {
+        ea__chaos_node *n = slot_node(r, s);
+        if (running(n) && n != v) via = n;
+      }
+      v->expect_death = v->expect_exit0 = true;
+      w.gone = v->name;
+      if (!via) break;
+      char *argv[] = {r->o.agent_bin, "drain", v->name, "--data-dir", via->data, NULL};
+      char out[512];
+      int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
+      out[strcspn(out, "\n")] = 0;
+      ea__chaos_logf(r, "drain %s via %s: rc %d: %s", v->name, via->name, rc, out);
+      if (rc != 0)
+        ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` through %s failed (%d): %s", v->name,
+                          via->name, rc, out);
+      break;
+    }
+    default:
+      break;
+  }
+  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) {
+    hang(r, e, "degraded", &w);
+    if (running(v) && (f->kind == EA__F_SIGTERM || f->kind == EA__F_DRAIN)) {
+      /* It never left: end it so the restore can start clean. */
+      v->expect_exit0 = false;
+      node_signal(r, v, SIGKILL, true);
+      wait_gone(r, v, 5000);
+    }
+  }
+  if (running(v) && (f->kind == EA__F_NODE_CRASH || f->kind == EA__F_CONTROLLER_KILL)) wait_gone(r, v, 5000);
+  restore_and_wait(r, e, v, f->fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
+                   e->deg.observed ? cluster_step(r) : e->step_at_inject);
+}
+
+static void run_worker_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  pid_t kids[CH_MAX_WPN * 2];
+  int nk = ea__chaos_children(v->pid, kids, CH_MAX_WPN * 2);
+  if (nk <= 0) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s has no worker process to kill", v->name);
+    return;
+  }
+  /* The k-th worker: match the pid against status to learn its index. */
+  uint32_t idx = (uint32_t)(e->f.nth - 1) % (uint32_t)nk;
+  pid_t victim = kids[idx];
+  uint32_t widx = 0, before = 0;
+  for (uint32_t k = 0; k < v->st.nworkers; k++)
+    if (v->st.w[k].pid == victim) widx = k, before = v->st.w[k].restarts;
+  want w;
+  want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  w.worker_node = v->name;
+  w.worker_idx = widx;
+  w.restarts_before = before;
+  e->t_inject = ea__chaos_now_ms();
+  kill(victim, SIGKILL);
+  ea__chaos_logf(r, "SIGKILL worker %u (pid %d) of %s", widx, (int)victim, v->name);
+  snprintf(e->note, sizeof e->note, "worker %u pid %d", widx, (int)victim);
+  e->deg.expected = false;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  if (!phase_wait(r, &e->res, &w, e->t_inject, true, "restored")) hang(r, e, "restored", &w);
+}
+
+/* Wait until t (wall ms), watching for the degraded cluster meanwhile. */
+static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_end) {
+  while (!ea__chaos_interrupted) {
+    int64_t now = ea__chaos_now_ms();
+    if (now >= t_end) break;
+    if (!p->observed) {
+      if (wait_until(r, ea__chaos_mono_ms() + (t_end - now), cond_formed, w)) {
+        p->observed = true;
+        p->t_seen = ea__chaos_now_ms();
+        p->gen = w->gen_out;
+        p->world = w->world_out;
+        ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)", w->world_out,
+                      (unsigned long long)(w->gen_out >> 16), (unsigned long long)(w->gen_out & 0xffff),
+                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
+      }
+    } else {
+      wait_until(r, ea__chaos_mono_ms() + (t_end - now), never, NULL);
+    }
+  }
+}
+
+static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  const ea__chaos_fault *f = &e->f;
+  want w;
+  want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
+  e->deg.bound_ms = r->bound_ms;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
+  /* A pause longer than detection plus a formation must end in a
+   * re-formation without the node; a shorter one may be ridden out. */
+  e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
+  v->stopped = true;
+  v->stopped_workers = f->whole_node;
+  node_signal(r, v, SIGSTOP, f->whole_node);
+  watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
+  e->t_heal = ea__chaos_now_ms();
+  node_signal(r, v, SIGCONT, f->whole_node);
+  v->stopped = false;
+  add_span(r, v->name, e->t_inject, e->t_heal, 1);
+  if (e->deg.expected && !e->deg.observed) {
+    hang(r, e, "degraded (re-form without the paused node)", &w);
+    e->deg.timed_out = true;
+  }
+  if (!e->deg.observed)
+    snprintf(e->note, sizeof e->note, "no re-formation during the %.1f s pause", f->dur_ms / 1000.0);
+  want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = false;
+  w.step_after = cluster_step(r);
+  if (!phase_wait(r, &e->res, &w, e->t_heal, true, "restored")) hang(r, e, "restored", &w);
+}
+
+static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minority, int loss) {
+  const ea__chaos_fault *f = &e->f;
+  want w;
+  memset(&w, 0, sizeof w);
+  uint32_t drop[CH_MAX_SLOTS + 2] = {0};
+  size_t off = 0;
+  if (minority) {
+    uint32_t all = 0;
+    for (int s = 1; s <= r->nslots; s++) all |= 1u << s;
+    for (int s = 1; s <= r->nslots; s++) drop[s] = (minority & (1u << s)) ? (all & ~minority) : minority;
+    for (int s = 1; s <= r->o.nagents; s++) {
+      ea__chaos_node *n = slot_node(r, s);
+      if (!n) continue;
+      if (minority & (1u << s))
+        off += (size_t)snprintf(e->minority + off, sizeof e->minority - off, "%s%s", off ? "," : "", n->name);
+      else
+        snprintf(w.names[w.n++], CH_NAME_MAX, "%s", n->name);
+    }
+    qsort(w.names, (size_t)w.n, CH_NAME_MAX, cmp_name);
+    w.gen_after = e->gen_at_inject;
+    w.strictly = true;
+    w.step_after = e->step_at_inject;
+  }
+  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
+  e->deg.bound_ms = r->bound_ms;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
+  int rc = ea__chaos_net_rules(r, drop, loss);
+  if (rc) ea__chaos_say(r, "  nft failed (%d): see %s", rc, r->log_path);
+  if (minority) {
+    /* Baseline for "the minority never trains": what each minority node
+     * holds once the rules are in (a step already in flight may still
+     * finish). */
+    ea__chaos_sleep_ms(50);
+    r->minority_mask = minority;
+    for (int s = 1; s <= r->o.nagents; s++) {
+      ea__chaos_node *n = slot_node(r, s);
+      if (!n || !(minority & (1u << s))) continue;
+      ea__chaos_status st;
+      n->steps_at_partition =
+          ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0 ? st.last_step : n->st.last_step;
+      add_span(r, n->name, e->t_inject, e->t_inject + f->dur_ms, 2);
+    }
+    r->partition_since = ea__chaos_now_ms();
+    e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
+    watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
+  } else {
+    e->deg.expected = false;
+    wait_until(r, ea__chaos_mono_ms() + f->dur_ms, never, NULL);
+    snprintf(e->note, sizeof e->note, "trained from step %llu to %llu during %d%% loss",
+             (unsigned long long)e->step_at_inject, (unsigned long long)cluster_step(r), loss);
+  }
+  e->t_heal = ea__chaos_now_ms();
+  ea__chaos_net_heal(r);
+  r->partition_since = 0;
+  r->minority_mask = 0;
+  if (e->deg.expected && !e->deg.observed) {
+    hang(r, e, "degraded (the majority re-forms without the minority)", &w);
+    e->deg.timed_out = true;
+  }
+  want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = false;
+  w.step_after = cluster_step(r);
+  if (!phase_wait(r, &e->res, &w, e->t_heal, true, "restored")) hang(r, e, "restored", &w);
+}
+
+static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
+  int s = r->o.nagents + 1;
+  int g = 0;
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].slot == s && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
+  ea__chaos_node *n = node_new(r, "n", s, g);
+  if (!n) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "cannot create a node for slot %d", s);
+    return;
+  }
+  snprintf(e->victim, sizeof e->victim, "%s", n->name);
+  want w;
+  want_set(&w, r, NULL, n->name);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->t_inject = ea__chaos_now_ms();
+  node_start(r, n);
+  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "grown")) hang(r, e, "grown (the newcomer trains)", &w);
+  /* Scale back in. */
+  uint64_t g1 = e->deg.observed ? e->deg.gen : e->gen_at_inject;
+  e->t_restore = ea__chaos_now_ms();
+  n->expect_death = n->expect_exit0 = true;
+  if (e->f.remove_by_drain) {
+    ea__chaos_node *via = slot_node(r, 1);
+    char *argv[] = {r->o.agent_bin, "drain", n->name, "--data-dir", via ? via->data : n->data, NULL};
+    char out[512];
+    int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
+    out[strcspn(out, "\n")] = 0;
+    if (rc != 0)
+      ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` failed (%d): %s", n->name, rc, out);
+  } else {
+    node_signal(r, n, SIGTERM, false);
+  }
+  snprintf(e->newcomer, sizeof e->newcomer, "%s", n->name);
+  want_set(&w, r, NULL, NULL);
+  w.gen_after = g1;
+  w.strictly = true;
+  w.step_after = cluster_step(r);
+  w.gone = n->name;
+  if (!phase_wait(r, &e->res, &w, e->t_restore, true, "restored")) {
+    hang(r, e, "restored (the newcomer left)", &w);
+    if (running(n)) {
+      n->expect_exit0 = false;
+      node_signal(r, n, SIGKILL, true);
+      wait_gone(r, n, 5000);
+    }
+  }
+  n->retired = true;
+  r->slot_node[s] = -1;
+}
+
+/* Kill while a checkpoint shard is written: the victim restarts with the
+ * checkpoint layer armed to write half of its n-th shard write and SIGKILL
+ * itself (EA_CKPT_FAULT=torn:N:kill, docs/checkpoints.md); its death is the
+ * fault. */
+static bool cond_dead(ea__chaos_run *r, void *ctx) {
+  (void)r;
+  return !running((ea__chaos_node *)ctx);
+}
+
+static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  /* Stop it gracefully (SIGTERM: drain, leave) rather than kill it, so it
+   * is an ordinary joiner at once when it comes back armed (a crashed node
+   * may first sit out a rendezvous timeout). */
+  v->expect_death = v->expect_exit0 = true;
+  node_signal(r, v, SIGTERM, false);
+  if (!wait_gone(r, v, (int)r->bound_ms)) {
+    v->expect_exit0 = false;
+    node_signal(r, v, SIGKILL, true);
+    wait_gone(r, v, 5000);
+  }
+  snprintf(v->ckpt_fault, sizeof v->ckpt_fault, "torn:%d:kill", e->f.nth);
+  node_start(r, v);
+  v->expect_death = true; /* armed to die */
+  want w;
+  want_set(&w, r, NULL, NULL);
+  if (!wait_until(r, ea__chaos_mono_ms() + r->bound_restore_ms, cond_formed, &w)) {
+    hang(r, e, "restored (the armed node rejoins before its checkpoint)", &w);
+    return;
+  }
+  uint64_t interval = r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
+  int64_t wait_ms = (int64_t)((double)interval * (e->f.nth + 1) / rate * 1000.0 * 3) + r->bound_ms;
+  if (!wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_dead, v)) {
+    snprintf(e->note, sizeof e->note, "%s did not die at its shard write #%d within %.1f s", v->name, e->f.nth,
+             wait_ms / 1000.0);
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%.199s", e->note);
+    v->expect_death = true;
+    node_signal(r, v, SIGKILL, true);
+    wait_gone(r, v, 5000);
+    v->ckpt_fault[0] = 0;
+    node_start(r, v);
+    return;
+  }
+  e->t_inject = v->exit_ms;
+  e->step_at_inject = r->max_cluster_step;
+  want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = 0;
+  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) hang(r, e, "degraded", &w);
+  restore_and_wait(r, e, v, e->f.fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject, cluster_step(r));
+}
+
+static int fill_disk(const char *dir, char *path, size_t cap) {
+  snprintf(path, cap, "%s/.chaos-ballast", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  static char block[1 << 16];
+  for (;;) {
+    ssize_t w = write(fd, block, sizeof block);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break; /* ENOSPC: full */
+  }
+  fsync(fd);
+  close(fd);
+  return 0;
+}
+
+static bool cond_new_ckpt(ea__chaos_run *r, void *ctx) {
+  return r->latest_step > *(uint64_t *)ctx;
+}
+
+static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
+  char ballast[CH_PATH_MAX + 32];
+  e->t_inject = ea__chaos_now_ms();
+  uint64_t latest_before = r->latest_step;
+  if (fill_disk(r->ckpt_dir, ballast, sizeof ballast) < 0) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "could not fill %.150s", r->ckpt_dir);
+    return;
+  }
+  e->deg.expected = false;
+  e->deg.t_start = e->t_inject;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  wait_until(r, ea__chaos_mono_ms() + e->f.dur_ms, never, NULL);
+  uint64_t s_full = cluster_step(r);
+  e->t_heal = ea__chaos_now_ms();
+  unlink(ballast);
+  snprintf(e->note, sizeof e->note, "trained from step %llu to %llu with a full disk; LATEST %llu -> %llu",
+           (unsigned long long)e->step_at_inject, (unsigned long long)s_full, (unsigned long long)latest_before,
+           (unsigned long long)r->latest_step);
+  if (s_full <= e->step_at_inject + 1)
+    ea__chaos_violate(r, EA__I_RECOVERY, "training stood still while the checkpoint disk was full (step %llu)",
+                      (unsigned long long)s_full);
+  /* Freed: the next checkpoint must commit. */
+  uint64_t after = r->latest_step > s_full ? r->latest_step : s_full;
+  e->res.expected = true;
+  e->res.t_start = e->t_heal;
+  e->res.bound_ms = r->bound_ms;
+  e->res.t_detect = e->res.t_reform = e->res.t_first_step = -1;
+  uint64_t interval = r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
+  int64_t wait_ms = (int64_t)((double)interval * 2 / rate * 1000.0) + r->bound_ms;
+  if (wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_new_ckpt, &after)) {
+    e->res.observed = true;
+    e->res.t_seen = ea__chaos_now_ms();
+    ea__chaos_say(r, "  a checkpoint committed again after the disk was freed: step %llu",
+                  (unsigned long long)r->latest_step);
+  } else {
+    e->res.timed_out = true;
+    ea__chaos_violate(r, EA__I_RECOVERY, "no checkpoint committed within %.1f s after the disk was freed",
+                      wait_ms / 1000.0);
+  }
+}
+
+static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
+  const ea__chaos_fault *f = &e->f;
+  char desc[256];
+  ea__chaos_fault_str(f, desc, sizeof desc);
+  if (ea__chaos_kind_needs_netns(f->kind) && !r->o.netns) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "needs --netns (root): on one loopback interface a partition or loss cannot be made real");
+  } else if (ea__chaos_kind_needs_ckpt(f->kind) && !r->ckpt_available) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s", r->ckpt_why);
+  } else if (f->kind == EA__F_DISK_FULL && !r->tmpfs_ckpt) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
+  } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "compute.max_nodes is %u: a joiner would only be a spare",
+             r->cfg.compute.max_nodes);
+  }
+  if (e->state == EA__EP_SKIPPED) {
+    ea__chaos_say(r, "fault #%d %s: skipped: %s", (int)(e - r->eps) + 1, ea__chaos_kind_name(f->kind),
+                  e->skip_reason);
+    return;
+  }
+  if (!ensure_whole(r)) {
+    e->state = EA__EP_NOT_RUN;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "the cluster was not whole before the fault");
+    want w;
+    want_set(&w, r, NULL, NULL);
+    char st[900];
+    cluster_state(r, &w, st, sizeof st);
+    ea__chaos_violate(r, EA__I_RECOVERY, "before fault #%d the cluster did not return to world %u: %s",
+                      (int)(e - r->eps) + 1, (unsigned)r->o.nagents * wpn(r), st);
+    r->aborted = true;
+    snprintf(r->abort_why, sizeof r->abort_why, "the cluster did not return to world %u before fault #%d",
+             (unsigned)r->o.nagents * wpn(r), (int)(e - r->eps) + 1);
+    return;
+  }
+  /* The state the fault hits. */
+  ea__chaos_node *any = slot_node(r, 1);
+  e->gen_at_inject = any ? any->st.gen : 0;
+  e->step_at_inject = cluster_step(r);
+  ea__chaos_node *v = NULL;
+  if (f->kind == EA__F_CONTROLLER_KILL) {
+    for (int s = 1; s <= r->o.nagents && !v; s++) {
+      ea__chaos_node *n = slot_node(r, s);
+      if (running(n) && n->st.ok && n->st.controller && n->st.has_quorum) v = n;
+    }
+    if (!v) {
+      e->state = EA__EP_SKIPPED;
+      snprintf(e->skip_reason, sizeof e->skip_reason, "no agent said it was controller with quorum");
+      return;
+    }
+  } else if (f->slot >= 1 && f->slot <= r->o.nagents) {
+    v = slot_node(r, f->slot);
+  }
+  if (v) {
+    snprintf(e->victim, sizeof e->victim, "%s", v->name);
+    e->victim_was_controller = v->st.controller && v->st.has_quorum;
+  }
+  r->injected++;
+  e->state = EA__EP_DONE;
+  ea__chaos_say(r, "fault #%d at step %llu: %s%s%s%s", (int)(e - r->eps) + 1,
+                (unsigned long long)e->step_at_inject, desc, v ? " → " : "", v ? v->name : "",
+                e->victim_was_controller ? " (controller)" : "");
+  switch (f->kind) {
+    case EA__F_NODE_CRASH:
+    case EA__F_CONTROLLER_KILL:
+    case EA__F_DRAIN:
+    case EA__F_SIGTERM:
+      run_remove(r, e, v);
+      break;
+    case EA__F_WORKER_KILL:
+      run_worker_kill(r, e, v);
+      break;
+    case EA__F_PAUSE:
+      run_pause(r, e, v);
+      break;
+    case EA__F_JOIN:
+      run_join(r, e);
+      break;
+    case EA__F_ISOLATE:
+      run_partition(r, e, 1u << f->slot, 0);
+      break;
+    case EA__F_SPLIT:
+      run_partition(r, e, f->minority, 0);
+      break;
+    case EA__F_LOSS:
+      run_partition(r, e, 0, f->loss_pct);
+      break;
+    case EA__F_CKPT_KILL:
+      run_ckpt_kill(r, e, v);
+      break;
+    case EA__F_DISK_FULL:
+      run_disk_full(r, e);
+      break;
+    default:
+      break;
+  }
+  if (e->state == EA__EP_SKIPPED) r->injected--;
+  e->t_end = ea__chaos_now_ms();
+  /* Settle: a few steps at full strength before anything else happens. */
+  uint64_t s = cluster_step(r);
+  want w;
+  want_set(&w, r, NULL, NULL);
+  w.step_after = s + SETTLE_STEPS;
+  wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_formed, &w);
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static int set_key(ea__chaos_run *r, const char *k, const char *v, char *err, size_t errlen) {
+  char e[256];
+  int rc = ea_config_set(&r->cfg, k, v, e, sizeof e);
+  if (rc < 0) snprintf(err, errlen, "%s=%s: %s", k, v, e);
+  return rc;
+}
+
+static int write_job(ea__chaos_run *r, char *err, size_t errlen) {
+  int need = ea_config_dump(&r->cfg, NULL, 0);
+  if (need < 0) {
+    snprintf(err, errlen, "cannot dump the job configuration: %s", strerror(-need));
+    return need;
+  }
+  char *buf = malloc((size_t)need + 1);
+  if (!buf) return -ENOMEM;
+  ea_config_dump(&r->cfg, buf, (size_t)need + 1);
+  int rc = ea__chaos_write_file(r->job_path, buf, (size_t)need);
+  free(buf);
+  if (rc < 0) snprintf(err, errlen, "write %s: %s", r->job_path, strerror(-rc));
+  return rc;
+}
+
+int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
+  int rc;
+  signal(SIGPIPE, SIG_IGN);
+  r->nodes = calloc(CH_MAX_NODES, sizeof *r->nodes);
+  if (!r->nodes) return -ENOMEM;
+  for (int s = 0; s <= CH_MAX_SLOTS; s++) r->slot_node[s] = -1;
+  r->nslots = r->o.nagents + 1;
+  if ((rc = ea__chaos_mkdirs(r->o.work, 0755)) < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", r->o.work, strerror(-rc));
+    return rc;
+  }
+  snprintf(r->log_path, sizeof r->log_path, "%s/harness.log", r->o.work);
+  r->log = fopen(r->log_path, "ae");
+  snprintf(r->job_path, sizeof r->job_path, "%s/job.yaml", r->o.work);
+  snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/ckpt", r->o.work);
+  if ((rc = ea__chaos_mkdirs(r->ckpt_dir, 0755)) < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", r->ckpt_dir, strerror(-rc));
+    return rc;
+  }
+  /* The job: the user's file, or the built-in small one; then what the
+   * harness must control either way. */
+  ea_config_default(&r->cfg);
+  if (r->o.config[0]) {
+    char e[512];
+    if ((rc = ea_config_load(&r->cfg, r->o.config, e, sizeof e)) < 0) {
+      snprintf(err, errlen, "%s", e);
+      return rc;
+    }
+  } else {
+    /* A model small enough that a step costs about a millisecond on a
+     * shared 2-core machine (the e2e tests' dims), so a two-minute run
+     * trains tens of thousands of steps and a fault-free replay of them
+     * takes seconds. */
+    static const char *const builtin[][2] = {
+        {"train.context", "8"},
+        {"train.embed_dim", "16"},
+        {"train.hidden", "64"},
+        {"train.layers", "1"},
+        {"distributed.global_batch", "32"},
+        {"distributed.micro_batch", "16"},
+        /* joiners batched 0.5 s instead of 2 s: a restore per fault */
+        {"distributed.scale_up_delay_ms", "500"},
+        /* a stuck collective fails in 5 s, not 10 */
+        {"distributed.communication_timeout_seconds", "5"},
+        /* a worker killed a dozen times must not drain its node */
+        {"runtime.failure_retry_times", "1000"},
+        /* a formation that cannot finish is abandoned after 5 s (30 by
+         * default): a crashed node that rejoins first sits out one such
+         * timeout (docs/chaos.md), and formations here take milliseconds */
+        {"runtime.rendezvous_timeout_seconds", "5"},
+        {"checkpoint.save_interval_steps", "500"},
+        {"checkpoint.keep_last", "3"},
+    };
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+      if ((rc = set_key(r, builtin[i][0], builtin[i][1], err, errlen)) < 0) return rc;
+    /* Cold start needs a majority of the nodes (Consul's bootstrap_expect
+     * rule, docs/rendezvous.md): otherwise two sides of an early partition
+     * could each form a first generation. */
+    char mn[16];
+    snprintf(mn, sizeof mn, "%d", r->o.nagents / 2 + 1);
+    if ((rc = set_key(r, "compute.min_nodes", mn, err, errlen)) < 0) return rc;
+  }
+  if ((rc = set_key(r, "checkpoint.dir", r->ckpt_dir, err, errlen)) < 0) return rc;
+  if ((rc = set_key(r, "logging.level", "debug", err, errlen)) < 0) return rc;
+  if ((rc = set_key(r, "logging.format", "text", err, errlen)) < 0) return rc;
+  if ((rc = set_key(r, "logging.file", "", err, errlen)) < 0) return rc;
+  /* N agents on one machine cannot share one metrics port. */
+  if ((rc = set_key(r, "observability.metrics_listen", "", err, errlen)) < 0) return rc;
+  if ((rc = set_key(r, "train.steps", "1000000000", err, errlen)) < 0) return rc;
+  char e[256];
+  if ((rc = ea_config_validate(&r->cfg, e, sizeof e)) < 0) {
+    snprintf(err, errlen, "job configuration: %s", e);
+    return rc;
+  }
+  if ((rc = write_job(r, err, errlen)) < 0) return rc;
+  r->detection_bound_ms = 0;
+  if (r->o.netns) {
+    r->runid = (int)(getpid() % 100000);
+    r->subnet = (int)((r->o.seed * 7 + (uint64_t)getpid()) % 512);
+    if ((rc = ea__chaos_net_up(r, err, errlen)) < 0) return rc;
+  }
+  /* A full disk needs a small file system of its own: a tmpfs big enough
+   * for keep_last + 3 checkpoints of this model's state. */
+  if (geteuid() == 0) {
+    ea_model_dims d = {r->cfg.train.context, r->cfg.train.embed_dim, r->cfg.train.hidden, r->cfg.train.layers};
+    uint64_t state = 0;
+    if (ea_state_layout(&d, &state, NULL) == 0) {
+      uint64_t size = state * (r->cfg.checkpoint.keep_last + 3) + (1u << 20);
+      char opt[64];
+      snprintf(opt, sizeof opt, "size=%llu,mode=0755", (unsigned long long)size);
+      if (mount("chaos-ckpt", r->ckpt_dir, "tmpfs", MS_NOSUID | MS_NODEV, opt) == 0) {
+        r->tmpfs_ckpt = true;
+        ea__chaos_logf(r, "tmpfs %s on %s", opt, r->ckpt_dir);
+      }
+    }
+  }
+  return 0;
+}
+
+static void stop_all(ea__chaos_run *r) {
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (!running(n)) continue;
+    n->expect_death = true;
+    n->expect_exit0 = false;
+    if (n->stopped) node_signal(r, n, SIGCONT, true);
+    node_signal(r, n, SIGKILL, true);
+  }
+  for (size_t i = 0; i < r->nnodes; i++) wait_gone(r, &r->nodes[i], 5000);
+}
+
+/* ---- calibration ------------------------------------------------------------ */
+
+static bool cond_all_running(ea__chaos_run *r, void *ctx) {
+  (void)ctx;
+  want w;
+  want_set(&w, r, NULL, NULL);
+  return cond_formed(r, &w);
+}
+
+int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen) {
+  *rate = 0;
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = node_new(r, "c", s, 0);
+    if (!n || node_start(r, n) < 0) {
+      snprintf(err, errlen, "calibration: cannot start agent %d (see %s/c%d/agent.0.log)", s, r->o.work, s);
+      stop_all(r);
+      return -EIO;
+    }
+  }
+  int rc = 0;
+  if (!wait_until(r, ea__chaos_mono_ms() + 60000, cond_all_running, NULL)) {
+    want w;
+    want_set(&w, r, NULL, NULL);
+    char st[900];
+    cluster_state(r, &w, st, sizeof st);
+    snprintf(err, errlen, "calibration: %d agents did not form one generation within 60 s: %s", r->o.nagents,
+             st);
+    rc = -ETIMEDOUT;
+  } else {
+    /* Half a second to settle, then three seconds of steady training. */
+    wait_until(r, ea__chaos_mono_ms() + 500, never, NULL);
+    uint64_t s0 = cluster_step(r);
+    int64_t t0 = ea__chaos_mono_ms();
+    wait_until(r, t0 + 3000, never, NULL);
+    uint64_t s1 = cluster_step(r);
+    double secs = (double)(ea__chaos_mono_ms() - t0) / 1000.0;
+    *rate = secs > 0 ? (double)(s1 - s0) / secs : 0;
+  }
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = slot_node(r, s);
+    if (n && n->st.has_ckpt) r->ckpt_available = true;
+  }
+  stop_all(r);
+  /* Forget the calibration nodes (their files stay in the work dir). */
+  for (size_t i = 0; i < r->nnodes; i++) free(r->nodes[i].samples);
+  memset(r->nodes, 0, sizeof *r->nodes * r->nnodes);
+  r->nnodes = 0;
+  for (int s = 0; s <= CH_MAX_SLOTS; s++) r->slot_node[s] = -1;
+  r->nspans = 0;
+  r->nprog = 0;
+  r->max_cluster_step = 0;
+  r->t0 = 0;
+  r->nckpts = 0;
+  r->latest_seen[0] = 0;
+  r->latest_step = r->latest_gen = 0;
+  ea__chaos_rmrf(r->ckpt_dir); /* tmpfs: empties it; else removes the dir */
+  ea__chaos_mkdirs(r->ckpt_dir, 0755);
+  return rc;
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+static bool cond_progress(ea__chaos_run *r, void *ctx) {
+  uint64_t want_step = *(uint64_t *)ctx;
+  return cluster_step(r) >= want_step;
+}
+
+static bool cond_done(ea__chaos_run *r, void *ctx) {
+  (void)ctx;
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = slot_node(r, s);
+    if (!running(n) || !n->st.ok || !all_done(r, &n->st)) return false;
+  }
+  return true;
+}
+
+int ea__chaos_execute(ea__chaos_run *r) {
+  char err[512];
+  char steps[32];
+  snprintf(steps, sizeof steps, "%llu", (unsigned long long)r->target_steps);
+  if (set_key(r, "train.steps", steps, err, sizeof err) < 0 || write_job(r, err, sizeof err) < 0) {
+    ea__chaos_say(r, "%s", err);
+    return -EINVAL;
+  }
+  int64_t scale = r->cfg.distributed.scale_up_delay_ms;
+  r->bound_ms = r->o.recovery_bound_ms;
+  ea__chaos_say(r, "starting %d agents (%s), target %llu steps", r->o.nagents,
+                r->o.netns ? "one network namespace each" : "loopback", (unsigned long long)r->target_steps);
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = node_new(r, "n", s, 0);
+    if (!n || node_start(r, n) < 0) {
+      ea__chaos_violate(r, EA__I_RECOVERY, "agent of slot %d did not start", s);
+      r->aborted = true;
+      snprintf(r->abort_why, sizeof r->abort_why, "agent of slot %d did not start", s);
+      return -EIO;
+    }
+  }
+  if (!wait_until(r, ea__chaos_mono_ms() + 60000, cond_all_running, NULL)) {
+    want w;
+    want_set(&w, r, NULL, NULL);
+    char st[900];
+    cluster_state(r, &w, st, sizeof st);
+    ea__chaos_violate(r, EA__I_RECOVERY, "the first generation of world %u did not form within 60 s: %s",
+                      (unsigned)r->o.nagents * wpn(r), st);
+    r->aborted = true;
+    snprintf(r->abort_why, sizeof r->abort_why, "the cluster never formed");
+    return -ETIMEDOUT;
+  }
+  if (!r->bound_ms)
+    r->bound_ms = (int64_t)(r->detection_bound_ms ? r->detection_bound_ms : 4150) + scale +
+                  (int64_t)r->cfg.distributed.communication_timeout_seconds * 1000 + BOUND_SLACK_MS;
+  r->bound_restore_ms = r->bound_ms + (int64_t)r->cfg.runtime.rendezvous_timeout_seconds * 1000;
+  if (!r->ckpt_available && !r->ckpt_why[0])
+    snprintf(r->ckpt_why, sizeof r->ckpt_why,
+             "the agents' status has no checkpoint fields yet (the checkpoint flow is not wired into the "
+             "agent): checkpoint faults and checks cannot run");
+  ea__chaos_say(r, "world %u trains; recovery bound %.1f s (detection %llu ms + batching %lld ms + comm "
+                "timeout %u s + %d ms), %.1f s to take a node back (+ rendezvous timeout %u s)",
+                (unsigned)r->o.nagents * wpn(r), (double)r->bound_ms / 1000.0,
+                (unsigned long long)r->detection_bound_ms, (long long)scale,
+                r->cfg.distributed.communication_timeout_seconds, BOUND_SLACK_MS,
+                (double)r->bound_restore_ms / 1000.0, r->cfg.runtime.rendezvous_timeout_seconds);
+  for (size_t i = 0; i < r->neps && !ea__chaos_interrupted && !r->aborted; i++) {
+    ea__chaos_episode *e = &r->eps[i];
+    uint64_t trigger = (uint64_t)(e->f.frac * (double)r->target_steps);
+    if (cluster_step(r) < trigger) {
+      /* Training must keep moving towards the trigger: no progress for a
+       * whole bound is itself a hang. */
+      for (;;) {
+        uint64_t before = cluster_step(r);
+        if (wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_progress, &trigger)) break;
+        if (ea__chaos_interrupted) break;
+        if (cluster_step(r) <= before) {
+          ea__chaos_violate(r, EA__I_RECOVERY, "training stood still at step %llu for %.1f s between faults",
+                            (unsigned long long)before, (double)r->bound_ms / 1000.0);
+          break;
+        }
+      }
+    }
+    if (cluster_step(r) >= r->target_steps) {
+      for (size_t k = i; k < r->neps; k++) {
+        r->eps[k].state = EA__EP_NOT_RUN;
+        snprintf(r->eps[k].skip_reason, sizeof r->eps[k].skip_reason,
+                 "training had already reached the target step");
+      }
+      break;
+    }
+    episode(r, e);
+  }
+  if (!r->aborted && !ea__chaos_interrupted) {
+    ea__chaos_say(r, "schedule done (%d faults injected); training on to step %llu", r->injected,
+                  (unsigned long long)r->target_steps);
+    fill_slots(r);
+    uint64_t now_step = cluster_step(r);
+    double rate = r->calib_rate > 1 ? r->calib_rate : 100;
+    int64_t limit = (int64_t)((double)(r->target_steps - (now_step < r->target_steps ? now_step : r->target_steps)) /
+                              rate * 3000.0) + 60000;
+    if (wait_until(r, ea__chaos_mono_ms() + limit, cond_done, NULL)) {
+      r->t_done = ea__chaos_now_ms();
+      /* Every final worker reports the digest of the same final params. */
+      bool same = true;
+      for (int s = 1; s <= r->o.nagents; s++) {
+        ea__chaos_node *n = slot_node(r, s);
+        for (uint32_t k = 0; n && k < n->st.nworkers; k++) {
+          if (!r->final_digest_known) {
+            snprintf(r->final_digest_str, sizeof r->final_digest_str, "%s", n->st.w[k].digest);
+            r->final_digest = strtoull(n->st.w[k].digest, NULL, 16);
+            r->final_digest_known = true;
+          } else if (strcmp(r->final_digest_str, n->st.w[k].digest) != 0) {
+            same = false;
+          }
+        }
+      }
+      if (!same)
+        ea__chaos_violate(r, EA__I_DIGEST, "the final workers report different params digests at step %llu",
+                          (unsigned long long)r->target_steps);
+      ea__chaos_say(r, "training reached step %llu; final params digest %s", (unsigned long long)r->target_steps,
+                    r->final_digest_str);
+    } else if (!ea__chaos_interrupted) {
+      want w;
+      want_set(&w, r, NULL, NULL);
+      char st[900];
+      cluster_state(r, &w, st, sizeof st);
+      ea__chaos_violate(r, EA__I_TARGET, "training did not reach step %llu within %.0f s: %s",
+                        (unsigned long long)r->target_steps, limit / 1000.0, st);
+    }
+  }
+  if (r->ckpt_available) ea__chaos_ckpt_scan(r);
+  r->t_end = ea__chaos_now_ms();
+  stop_all(r);
+  return 0;
+}
+
+void ea__chaos_teardown(ea__chaos_run *r) {
+  if (r->nodes) stop_all(r);
+  /* Adopted orphans (workers of agents that were SIGKILLed) are our
+   * children now: end each by its pid, then reap. */
+  int64_t deadline = ea__chaos_mono_ms() + 5000;
+  for (;;) {
+    pid_t kids[256];
+    int nk = ea__chaos_children(getpid(), kids, 256);
+    ea__chaos_reap(on_reap, r);
+    if (nk == 0 || ea__chaos_mono_ms() >= deadline) break;
+    for (int i = 0; i < nk; i++) kill(kids[i], SIGKILL);
+    ea__chaos_sleep_ms(20);
+  }
+  ea__chaos_net_down(r);
+  if (r->tmpfs_ckpt) {
+    umount2(r->ckpt_dir, MNT_DETACH);
+    r->tmpfs_ckpt = false;
+  }
+}
+
+void ea__chaos_run_free(ea__chaos_run *r) {
+  for (size_t i = 0; r->nodes && i < r->nnodes; i++) free(r->nodes[i].samples);
+  free(r->nodes);
+  free(r->sched);
+  free(r->eps);
+  free(r->viol);
+  free(r->spans);
+  free(r->prog);
+  free(r->ckpts);
+  free(r->ref.ref_loss);
+  if (r->hist) ea__chaos_history_free(r->hist);
+  if (r->log) fclose(r->log);
+  memset(r, 0, sizeof *r);
+}
