@@ -11,9 +11,13 @@
  * watches for triggers (a member dead, left or draining; a failure report;
  * joiners batched for scale_up_delay; no generation yet), picks members in
  * a stable rank order, numbers the generation (term, self) above every term
- * it has seen, persists it, and drives PREPARE → READY → COMMIT.  Any
- * failure during a formation starts over with a higher number without the
- * member that failed.
+ * it has seen, persists it, and drives PREPARE → READY → COMMIT, re-sending
+ * PREPARE (and, asked by a READY, COMMIT) since the control channel drops
+ * what it cannot deliver.  Any failure during a formation starts over with
+ * a higher number without the member that failed, which sits out a short
+ * backoff that grows while it keeps failing and ends early once it shows
+ * it is back.  A generation that cannot re-form without its draining
+ * members (too few nodes, or no quorum) lets them go and pauses the rest.
  *
  * Safety does not depend on there being one controller.  Two agents that
  * both believe they control (their views differ for a moment) both issue
@@ -57,6 +61,38 @@ _Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id s
  * controllers that collided do not collide again in lockstep.  100 ms is a
  * few control round trips plus an fsync of the generation file. */
 #define RETRY_BASE_MS 100
+/* PREPARE (controller → members that have not answered READY) and READY
+ * (member → controller, until its COMMIT comes) are re-sent this often
+ * while a formation waits.  Delivery fails silently (connect refused by an
+ * agent that is restarting, a reset connection), and without re-sends one
+ * lost frame cost the whole rendezvous timeout (30 s by default) plus a
+ * formation without the member.  A healthy member answers a PREPARE within
+ * one fsync of the generation file and its workers' abort-and-listen, tens
+ * of milliseconds, so after 250 ms an answer is overdue rather than in
+ * flight; a restarting agent's listener is back in well under a second, so
+ * it is reached within 250 ms of that.  Both messages are idempotent at the
+ * receiver, and a re-send costs one small frame (a COMMIT is re-sent only
+ * to a member whose READY says it is still waiting for it). */
+#define RESEND_MS 250
+/* A member blamed for a failed formation sits the next ones out, for a
+ * backoff that starts at EXCL_BASE_MS when the failure was quick (it died,
+ * its worker failed, it refused the plan) and at the rendezvous timeout
+ * when it never answered (it cost the formation that long: sitting out as
+ * long keeps the others training at least half the time, the old rule),
+ * doubling per further failure in a row up to the rendezvous timeout.  1 s
+ * is REPORT_MS, the pace at which an agent introduces itself, and five
+ * default SWIM probe intervals, so a node that just died is suspect before
+ * it could be chosen again.  The streak ends when a generation with the
+ * member commits. */
+#define EXCL_BASE_MS 1000
+/* The first EXCL_EARLY_LIFTS exclusions of a streak end early when the
+ * member shows it is back: a higher incarnation (it restarted, or refuted
+ * its death) or a REPORT that says it is idle.  A restart after a crash is
+ * the common case and is let straight back in; a member that fails a third
+ * time in a row is crash-looping or broken, and from then on sits out its
+ * whole backoff, however often it restarts, so it cannot stall every
+ * formation. */
+#define EXCL_EARLY_LIFTS 2
 /* Messages to ourselves waiting for settle(): a controller addresses at most
  * one PREPARE or COMMIT, one ABORT or RELEASE, and a REPORT/READY to itself
  * per settle round; 16 is ample. */
@@ -64,8 +100,13 @@ _Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id s
 
 enum { F_NONE = 0, F_PERSIST = 1, F_PREPARE = 2 };
 
+/* A member that failed formations: sits out until `until`.  Kept after that
+ * (strikes count the streak) until a generation with it commits or it is
+ * gone from the view. */
 typedef struct {
   ea_node_id id;
+  uint32_t incarnation; /* as the view showed it at the last strike */
+  uint32_t strikes;     /* failed formations blamed on it in a row */
   uint64_t until;
 } exclusion;
 
@@ -115,6 +156,7 @@ struct ea_rdzv {
   bool prep_ordered;  /* workers told to prepare */
   bool prep_boundary; /* ... once the step in flight is done (a join) */
   bool ready_sent;
+  uint64_t ready_at; /* re-send READY then, until the COMMIT comes */
   uint64_t prep_since;
   bool wready[EA_RDZV_MAX_WPN];
   bool wstepped[EA_RDZV_MAX_WPN];
@@ -126,6 +168,10 @@ struct ea_rdzv {
   ea_rdzv_gen fail_gen; /* a local worker failed in this one */
   bool paused;
   char pause_why[EA_RDZV_REASON_MAX];
+  /* The controller stopped this generation (ABORT of the one running,
+   * stop_formed).  It knows; no need to keep reporting that we do not run
+   * it. */
+  ea_rdzv_gen halted;
   bool draining, drained;
   /* Introduce ourselves to the controller: after a start (a restarted
    * member lost its state and must say so) and after every controller
@@ -148,7 +194,25 @@ struct ea_rdzv {
     bool has_nccl;
     uint8_t nccl[EA_RDZV_NCCL_ID_BYTES];
     uint64_t deadline;
+    uint64_t resend_at; /* PREPARE again to whoever has not answered */
   } f;
+  /* The last plan we committed, for a member whose COMMIT was lost: its
+   * READY, re-sent while it waits, is answered with the COMMIT again.  Kept
+   * until the next formation starts, or as long as a member waits for a
+   * COMMIT (prep_deadline). */
+  bool lc_set;
+  ea_rdzv_plan lc; /* owned arrays */
+  uint64_t lc_until;
+  /* Per node of lc: no copy before lc_next[i]; each copy doubles the gap
+   * (RESEND_MS up to 8×), so a COMMIT that is slow rather than lost (a big
+   * plan queued behind the others' on a busy controller) is not copied
+   * again every time the member asks. */
+  uint64_t *lc_next;
+  uint8_t *lc_copies;
+  /* The formed generation we stopped (stop_formed); stop_all: every member,
+   * not only its drainers. */
+  ea_rdzv_gen stop_gen;
+  bool stop_all;
   drainer *drain_set;
   size_t ndrain, capdrain;
   exclusion *excl;
@@ -289,38 +353,64 @@ static void drain_set_add(ea_rdzv *r, const ea_node_id *id) {
   r->drain_set[r->ndrain++] = (drainer){*id, inc};
 }
 
-static bool excluded(const ea_rdzv *r, const ea_node_id *id) {
+static int find_excl(const ea_rdzv *r, const ea_node_id *id) {
   for (size_t i = 0; i < r->nexcl; i++)
-    if (id_eq(&r->excl[i].id, id) && r->excl[i].until > r->now) return true;
-  return false;
+    if (id_eq(&r->excl[i].id, id)) return (int)i;
+  return -1;
 }
 
-/* A member that failed a formation sits the next one out: one rendezvous
- * timeout, long enough for SWIM to declare a dead node dead (seconds with
- * the default probe settings) so that it is not retried in a tight loop,
- * short enough that a healthy node rejoins as an ordinary joiner. */
-static void exclude(ea_rdzv *r, const ea_node_id *id) {
+static bool excluded(const ea_rdzv *r, const ea_node_id *id) {
+  int k = find_excl(r, id);
+  return k >= 0 && r->excl[k].until > r->now;
+}
+
+/* Blame a member for a failed formation: it sits out base_ms (EXCL_BASE_MS
+ * or the rendezvous timeout, see there), doubled per earlier strike in the
+ * streak, at most one rendezvous timeout. */
+static void exclude(ea_rdzv *r, const ea_node_id *id, uint64_t base_ms) {
   if (id_eq(id, &r->self)) return; /* the controller never excludes itself */
-  uint64_t until = r->now + r->cfg.rendezvous_timeout_ms;
-  for (size_t i = 0; i < r->nexcl; i++)
-    if (id_eq(&r->excl[i].id, id)) {
-      r->excl[i].until = until;
-      return;
+  int k = find_excl(r, id);
+  if (k < 0) {
+    if (r->nexcl == r->capexcl) {
+      size_t cap = r->capexcl ? 2 * r->capexcl : 8;
+      exclusion *p = realloc(r->excl, cap * sizeof *p);
+      if (!p) return; /* not excluded: at worst it fails the next formation too */
+      r->excl = p;
+      r->capexcl = cap;
     }
-  if (r->nexcl == r->capexcl) {
-    size_t cap = r->capexcl ? 2 * r->capexcl : 8;
-    exclusion *p = realloc(r->excl, cap * sizeof *p);
-    if (!p) return;
-    r->excl = p;
-    r->capexcl = cap;
+    k = (int)r->nexcl++;
+    r->excl[k] = (exclusion){.id = *id};
   }
-  r->excl[r->nexcl++] = (exclusion){*id, until};
+  exclusion *e = &r->excl[k];
+  const ea_member *v = view_find(r, id);
+  e->incarnation = v ? v->incarnation : 0;
+  e->strikes++;
+  uint64_t d = base_ms, cap = r->cfg.rendezvous_timeout_ms;
+  for (uint32_t i = 1; i < e->strikes && d < cap; i++) d *= 2;
+  e->until = r->now + (d < cap ? d : cap);
+}
+
+/* The member showed it is back (restarted, or idle and talking): end its
+ * exclusion now, unless its streak is too long for that. */
+static void lift(ea_rdzv *r, int k) {
+  if (k >= 0 && r->excl[k].until > r->now && r->excl[k].strikes <= EXCL_EARLY_LIFTS)
+    r->excl[k].until = r->now;
+}
+
+/* A generation with it committed: the streak is over. */
+static void forgive(ea_rdzv *r, const ea_node_id *id) {
+  int k = find_excl(r, id);
+  if (k >= 0) r->excl[k] = r->excl[--r->nexcl];
 }
 
 static void prune(ea_rdzv *r) {
   size_t k = 0;
-  for (size_t i = 0; i < r->nexcl; i++)
-    if (r->excl[i].until > r->now) r->excl[k++] = r->excl[i];
+  for (size_t i = 0; i < r->nexcl; i++) {
+    const ea_member *v = view_find(r, &r->excl[i].id);
+    if (!v) continue; /* reaped: if it ever comes back, it starts afresh */
+    if (v->incarnation > r->excl[i].incarnation) lift(r, (int)i);
+    r->excl[k++] = r->excl[i];
+  }
   r->nexcl = k;
   /* A drained node leaves; if it comes back it is a new incarnation that
    * no longer drains, so forget it once it is gone or reincarnated. */
@@ -362,6 +452,15 @@ static void plan_free(ea_rdzv_plan *p) {
   free(p->nodes);
   free(p->ranks);
   memset(p, 0, sizeof *p);
+}
+
+static void lc_free(ea_rdzv *r) {
+  if (r->lc_set) plan_free(&r->lc);
+  free(r->lc_next);
+  free(r->lc_copies);
+  r->lc_next = NULL;
+  r->lc_copies = NULL;
+  r->lc_set = false;
 }
 
 static int plan_copy(ea_rdzv_plan *dst, const ea_rdzv_plan *src) {
@@ -569,6 +668,30 @@ static void agent_commit(ea_rdzv *r, const ea_rdzv_msg *m) {
 }
 
 static void agent_abort(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (r->drained) return;
+  if (!r->prep && gen_eq(&r->ran, &m->gen)) {
+    /* ABORT of the generation we run: its controller stopped it
+     * (stop_formed).  It lost members for good and too few nodes remain
+     * for min_nodes, or no draft holds a quorum of it and only its drainers
+     * are let go.  A drainer drains now (agent_eval); anyone else pauses,
+     * its workers keeping their state for the next generation.  (A
+     * prepared newer one means a controller already moved on: that is
+     * obeyed instead.)  A member that already stopped running it (its
+     * worker failed, a formation after it was abandoned) is paused with
+     * this reason too. */
+    if (gen_eq(&r->halted, &m->gen)) return; /* a copy */
+    r->running = false;
+    r->halted = m->gen;
+    if (!r->draining) {
+      char why[EA_RDZV_REASON_MAX], c[EA_NAME_MAX];
+      name_of(r, &m->src, c);
+      fmt(why, sizeof why,
+          "waiting for min_nodes: generation %" PRIu64 " stopped by %s, too few nodes to re-form",
+          m->gen.term, c);
+      pause_workers(r, why);
+    }
+    return;
+  }
   if (!r->prep || !gen_eq(&r->prep_gen, &m->gen)) {
     r->st.stale_ignored++;
     return;
@@ -642,7 +765,7 @@ static bool need_report(const ea_rdzv *r) {
     if (r->prep && gen_eq(&r->fail_gen, &r->prep_gen)) return true;
   }
   if (r->formed.term && self_in_formed(r) && !r->prep &&
-      !(r->running && gen_eq(&r->run.gen, &r->formed)))
+      !(r->running && gen_eq(&r->run.gen, &r->formed)) && !gen_eq(&r->halted, &r->formed))
     return true;
   return false;
 }
@@ -690,6 +813,35 @@ static uint64_t prep_deadline(const ea_rdzv *r) {
   return r->prep_since + 2 * (uint64_t)r->cfg.rendezvous_timeout_ms;
 }
 
+/* Let go by an ABORT of the generation we ran (stop_formed), or the group
+ * went on without us. */
+static const char *drained_why(const ea_rdzv *r) {
+  return r->halted.term && gen_eq(&r->halted, &r->ran)
+             ? "released by the controller: too few nodes to re-form without the draining ones"
+             : "the group re-formed without this node";
+}
+
+static bool send_ready(ea_rdzv *r) {
+  ea_rdzv_msg m = {.type = EA_RDZV_READY, .gen = r->prep_gen};
+  m.nworkers = r->cfg.workers_per_node;
+  memcpy(m.workers, r->winfo, m.nworkers * sizeof m.workers[0]);
+  m.formed = r->formed;
+  if (r->prep_base == 0 && r->whas_nccl) {
+    m.has_nccl_id = true;
+    memcpy(m.nccl_id, r->wnccl, sizeof m.nccl_id);
+  }
+  return post(r, &r->prep_gen.ctrl, &m);
+}
+
+/* READY went out over the network and nothing since says the plan is off:
+ * keep saying it until the COMMIT (or an ABORT) comes.  A READY to
+ * ourselves cannot be lost; after a local worker failed our REPORT tells
+ * the controller instead. */
+static bool ready_resend_due(const ea_rdzv *r) {
+  return r->prep && r->ready_sent && !id_eq(&r->prep_gen.ctrl, &r->self) &&
+         !gen_eq(&r->fail_gen, &r->prep_gen) && all_ready(r);
+}
+
 static void agent_eval(ea_rdzv *r) {
   if (r->drained) return;
   if (quorum_lost(r) && r->running) {
@@ -711,15 +863,16 @@ static void agent_eval(ea_rdzv *r) {
     }
   }
   if (r->prep && r->prep_ordered && !r->ready_sent && all_ready(r)) {
-    ea_rdzv_msg m = {.type = EA_RDZV_READY, .gen = r->prep_gen};
-    m.nworkers = r->cfg.workers_per_node;
-    memcpy(m.workers, r->winfo, m.nworkers * sizeof m.workers[0]);
-    m.formed = r->formed;
-    if (r->prep_base == 0 && r->whas_nccl) {
-      m.has_nccl_id = true;
-      memcpy(m.nccl_id, r->wnccl, sizeof m.nccl_id);
+    if (send_ready(r)) {
+      r->ready_sent = true;
+      r->ready_at = r->now + RESEND_MS;
     }
-    if (post(r, &r->prep_gen.ctrl, &m)) r->ready_sent = true;
+  } else if (ready_resend_due(r) && r->now >= r->ready_at) {
+    /* Still no COMMIT: our READY or the COMMIT may have been lost.  The
+     * controller ignores a READY it has, and answers one for a plan it
+     * already committed with that COMMIT again. */
+    send_ready(r);
+    r->ready_at = r->now + RESEND_MS;
   }
   /* A newer generation formed without us: ours is dead, whatever it was. */
   if (r->running && r->formed.term && ea_rdzv_gen_cmp(&r->run.gen, &r->formed) < 0 &&
@@ -731,7 +884,7 @@ static void agent_eval(ea_rdzv *r) {
   }
   if (r->draining && !r->running && !r->prep) {
     r->drained = true;
-    order(r, EA_RDZV_DO_DRAINED, "the group re-formed without this node");
+    order(r, EA_RDZV_DO_DRAINED, drained_why(r));
     return;
   }
   if (r->el.have && (!r->report_to_set || !id_eq(&r->report_to, &r->el.controller)))
@@ -774,16 +927,28 @@ static uint64_t backoff(ea_rdzv *r) {
   return d / 2 + rng_next(r) % (d / 2 + 1);
 }
 
-/* The formation failed because of the given members: leave them out and
- * start over with a higher generation.  The first retry is immediate (a
- * dead member is the common case and recovery time matters); further ones
- * back off. */
-static void formation_failed(ea_rdzv *r, const ea_node_id *bad, uint32_t nbad, bool penalize) {
-  if (penalize)
-    for (uint32_t i = 0; i < nbad; i++) exclude(r, &bad[i]);
+/* The formation failed because of the given members: leave them out for
+ * a while (excl_ms: the base of their backoff, see EXCL_BASE_MS; 0: they
+ * are not to blame) and start over with a higher generation.  The first
+ * retry is immediate (a dead member is the common case and recovery time
+ * matters); further ones back off. */
+static void formation_failed(ea_rdzv *r, const ea_node_id *bad, uint32_t nbad, uint64_t excl_ms) {
+  if (excl_ms)
+    for (uint32_t i = 0; i < nbad; i++) exclude(r, &bad[i], excl_ms);
   r->st.formations_failed++;
   r->nfail++;
   r->retry_at = r->nfail > 1 ? r->now + backoff(r) : r->now;
+  abandon(r);
+}
+
+/* A chosen member started draining: start over without it, at once.  A
+ * drain is nobody's fault and no sign of a collision, so it neither
+ * excludes anyone nor grows the backoff: when every node drains at once
+ * (the job is stopped), each drainer's REPORT abandons one formation, and
+ * the last must not wait out a backoff before it lets them all go. */
+static void formation_drained(ea_rdzv *r) {
+  r->st.formations_failed++;
+  r->retry_at = r->now;
   abandon(r);
 }
 
@@ -810,6 +975,7 @@ static void start_formation(ea_rdzv *r, const ea_node_id *ids, uint32_t n, bool 
   if (adv > term) term = adv;
   uint32_t wpn = r->cfg.workers_per_node;
   f_free(r);
+  lc_free(r); /* a member still waiting for the last COMMIT gets this PREPARE */
   r->f.ids = malloc(n * sizeof *r->f.ids);
   r->f.ready = calloc(n, sizeof *r->f.ready);
   r->f.w = calloc((size_t)n * wpn, sizeof *r->f.w);
@@ -827,23 +993,37 @@ static void start_formation(ea_rdzv *r, const ea_node_id *ids, uint32_t n, bool 
   r->st.formations_started++;
 }
 
-static void send_prepares(ea_rdzv *r) {
+static bool send_prepare(ea_rdzv *r, uint32_t i) {
   uint32_t wpn = r->cfg.workers_per_node;
+  ea_rdzv_msg m = {.type = EA_RDZV_PREPARE,
+                   .gen = r->f.gen,
+                   .world = r->f.n * wpn,
+                   .wpn = wpn,
+                   .rank_base = i * wpn,
+                   .boundary = r->f.boundary};
+  return post(r, &r->f.ids[i], &m);
+}
+
+static void send_prepares(ea_rdzv *r) {
   r->f.phase = F_PREPARE;
   r->f.deadline = r->now + r->cfg.rendezvous_timeout_ms;
+  r->f.resend_at = r->now + RESEND_MS;
   for (uint32_t i = 0; i < r->f.n; i++) {
-    ea_rdzv_msg m = {.type = EA_RDZV_PREPARE,
-                     .gen = r->f.gen,
-                     .world = r->f.n * wpn,
-                     .wpn = wpn,
-                     .rank_base = i * wpn,
-                     .boundary = r->f.boundary};
-    if (!post(r, &r->f.ids[i], &m)) {
+    if (!send_prepare(r, i)) {
       ea_node_id bad = r->f.ids[i];
-      formation_failed(r, &bad, 1, true);
+      formation_failed(r, &bad, 1, EXCL_BASE_MS);
       return;
     }
   }
+}
+
+/* PREPARE again to the members that have not answered: the first may never
+ * have arrived (see RESEND_MS).  A member that has it answers READY again
+ * (or its NACK); ours go through the local queue and cannot be lost. */
+static void resend_prepares(ea_rdzv *r) {
+  r->f.resend_at = r->now + RESEND_MS;
+  for (uint32_t i = 0; i < r->f.n; i++)
+    if (!r->f.ready[i] && !id_eq(&r->f.ids[i], &r->self)) send_prepare(r, i);
 }
 
 static void commit(ea_rdzv *r) {
@@ -856,7 +1036,7 @@ static void commit(ea_rdzv *r) {
   p->world = n * wpn;
   p->nodes = calloc(n, sizeof *p->nodes);
   if (!p->nodes) {
-    formation_failed(r, NULL, 0, false);
+    formation_failed(r, NULL, 0, 0);
     return;
   }
   p->ranks = r->f.w;
@@ -880,6 +1060,15 @@ static void commit(ea_rdzv *r) {
   p->has_nccl_id = r->f.has_nccl;
   memcpy(p->nccl_id, r->f.nccl, sizeof p->nccl_id);
   for (uint32_t i = 0; i < n; i++) post(r, &r->f.ids[i], &m);
+  lc_free(r);
+  r->lc_next = calloc(n, sizeof *r->lc_next); /* 0: a copy may go at once */
+  r->lc_copies = calloc(n, sizeof *r->lc_copies);
+  if (r->lc_next && r->lc_copies && plan_copy(&r->lc, p) == 0) {
+    r->lc_set = true;
+    r->lc_until = r->now + 2 * (uint64_t)r->cfg.rendezvous_timeout_ms; /* prep_deadline */
+  } else {
+    lc_free(r); /* no memory: a lost COMMIT costs a rendezvous timeout, as before */
+  }
   /* Members of the previous generation (and drainers) left out of this one
    * are told, so that they stop waiting and a drainer can go. */
   ea_rdzv_msg rel = {.type = EA_RDZV_RELEASE, .gen = r->f.gen};
@@ -891,6 +1080,7 @@ static void commit(ea_rdzv *r) {
         find_id(r->formed_ids, r->nformed, &r->drain_set[i].id) < 0)
       post(r, &r->drain_set[i].id, &rel);
   set_formed(r, &r->f.gen, r->f.ids, n);
+  for (uint32_t i = 0; i < n; i++) forgive(r, &r->f.ids[i]);
   free(p->nodes);
   r->st.formations_committed++;
   r->nfail = 0;
@@ -900,6 +1090,20 @@ static void commit(ea_rdzv *r) {
 
 static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
   if (r->f.phase != F_PREPARE || !gen_eq(&m->gen, &r->f.gen)) {
+    if (r->lc_set && gen_eq(&m->gen, &r->lc.gen) && r->now < r->lc_until) {
+      /* A member still waiting for a COMMIT we sent: it was lost.  The
+       * same plan again; a member that has it ignores the copy. */
+      for (uint32_t i = 0; i < r->lc.nnodes; i++)
+        if (id_eq(&r->lc.nodes[i].id, &m->src)) {
+          if (r->now >= r->lc_next[i]) {
+            ea_rdzv_msg c = {.type = EA_RDZV_COMMIT, .gen = r->lc.gen, .plan = r->lc};
+            post(r, &m->src, &c);
+            r->lc_next[i] = r->now + ((uint64_t)RESEND_MS << r->lc_copies[i]);
+            if (r->lc_copies[i] < 3) r->lc_copies[i]++;
+          }
+          return;
+        }
+    }
     r->st.stale_ignored++;
     return;
   }
@@ -917,7 +1121,7 @@ static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
   }
   uint32_t wpn = r->cfg.workers_per_node;
   if (m->nworkers != wpn) {
-    formation_failed(r, &m->src, 1, true);
+    formation_failed(r, &m->src, 1, EXCL_BASE_MS);
     return;
   }
   memcpy(&r->f.w[(size_t)i * wpn], m->workers, wpn * sizeof m->workers[0]);
@@ -938,7 +1142,7 @@ static void ctrl_nack(ea_rdzv *r, const ea_rdzv_msg *m) {
   switch (m->nack) {
     case EA_RDZV_NACK_DRAINING:
       drain_set_add(r, &m->src);
-      formation_failed(r, NULL, 0, false);
+      formation_drained(r);
       break;
     case EA_RDZV_NACK_STALE:
       if (ea_rdzv_gen_cmp(&m->seen, &r->f.gen) > 0) {
@@ -950,11 +1154,13 @@ static void ctrl_nack(ea_rdzv *r, const ea_rdzv_msg *m) {
         abandon(r);
         break;
       }
-      /* It has accepted this very number before and lost it (restarted). */
-      formation_failed(r, &m->src, 1, true);
+      /* It has accepted this very number before and lost it: it restarted
+       * (a re-sent PREPARE reached its new process).  It is back and
+       * answering, and will take the next, higher number: no exclusion. */
+      formation_failed(r, NULL, 0, 0);
       break;
-    default:
-      formation_failed(r, &m->src, 1, true);
+    default: /* CONFIG: its workers_per_node is not ours; it backs off */
+      formation_failed(r, &m->src, 1, EXCL_BASE_MS);
       break;
   }
 }
@@ -982,16 +1188,27 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
     r->hint_from = m->src;
     r->hint_tries = 0;
   }
+  /* Idle and talking to us: if it sits out a failure, it is back (a
+   * restarted agent introduces itself this way). */
+  if (!(m->flags & EA_RDZV_F_ALL)) lift(r, find_excl(r, &m->src));
   if (r->f.phase) {
     if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->f.gen) &&
         find_id(r->f.ids, r->f.n, &m->src) >= 0)
-      formation_failed(r, &m->src, 1, true);
+      formation_failed(r, &m->src, 1, EXCL_BASE_MS);
     return; /* draining draft members are caught by ctrl_eval */
   }
   if (r->formed.term == 0) return;
   char who[EA_NAME_MAX];
   name_of(r, &m->src, who);
   if (find_id(r->formed_ids, r->nformed, &m->src) >= 0) {
+    if (gen_eq(&r->stop_gen, &r->formed) && gen_eq(&m->gen, &r->formed) &&
+        (m->flags & (EA_RDZV_F_RUNNING | EA_RDZV_F_FAILED)) &&
+        (r->stop_all || (m->flags & EA_RDZV_F_DRAINING))) {
+      /* We stopped this generation (stop_formed) and it still runs it: our
+       * ABORT was lost.  Again; a drainer reports every REPORT_MS. */
+      ea_rdzv_msg a = {.type = EA_RDZV_ABORT, .gen = r->formed};
+      post(r, &m->src, &a);
+    }
     if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->formed)) {
       r->formed_broken = true;
       fmt(r->broken_why, sizeof r->broken_why, "%s reported a failure", who);
@@ -1118,6 +1335,45 @@ static void waiting_text(const ea_rdzv *r, char *out, size_t cap) {
   if (missing > shown) snprintf(out + off, cap - off, " +%u", missing - shown);
 }
 
+/* The formed generation is broken and no generation can re-form from it.
+ *
+ * Below min_nodes (everyone): members were lost for good (drained, left,
+ * died) and too few nodes remain.  The generation cannot go on, so every
+ * member still up gets an ABORT of it (agent_abort): a drainer drains at
+ * once, the others pause, their workers keeping their live state for the
+ * generation that forms when enough nodes are back.  Without this a
+ * drainer would wait for its own drain deadline (the rendezvous timeout),
+ * and when every node drains at once (SIGTERM to the whole job) nothing
+ * would ever let them go; the others would sit in a broken communicator
+ * until it timed out.
+ *
+ * No quorum for a draft (rule 2: voters are dead or sitting out besides
+ * the drainers): only the drainers are let go.  They are not voters, so
+ * this changes nothing for the quorum, and the others' own failures say
+ * what happened to them.
+ *
+ * Sent once per generation (and again when it upgrades to everyone); a
+ * member that still runs it says so in a REPORT (a drainer every
+ * REPORT_MS), which ctrl_report_do answers with the ABORT again. */
+static void stop_formed(ea_rdzv *r, bool everyone) {
+  if (gen_eq(&r->stop_gen, &r->formed) && (r->stop_all || !everyone)) return;
+  bool any = false;
+  for (uint32_t i = 0; i < r->nformed && !any; i++) {
+    const ea_node_id *id = &r->formed_ids[i];
+    any = is_up(view_find(r, id)) && (everyone || in_drain_set(r, id));
+  }
+  if (!any) return;
+  r->stop_gen = r->formed;
+  r->stop_all = everyone;
+  lc_free(r); /* no more copies of a COMMIT for a stopped generation */
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_node_id *id = &r->formed_ids[i];
+    if (!is_up(view_find(r, id)) || !(everyone || in_drain_set(r, id))) continue;
+    ea_rdzv_msg a = {.type = EA_RDZV_ABORT, .gen = r->formed};
+    post(r, id, &a);
+  }
+}
+
 /* One pass of the controller.  Returns true when it changed something that
  * warrants another pass (a formation ended, so a new one may start). */
 static bool ctrl_step(ea_rdzv *r) {
@@ -1140,9 +1396,13 @@ static bool ctrl_step(ea_rdzv *r) {
     /* A chosen member died, left or started draining: start over. */
     for (uint32_t i = 0; i < r->f.n; i++) {
       const ea_member *v = view_find(r, &r->f.ids[i]);
-      if (!is_up(v) || in_drain_set(r, &r->f.ids[i])) {
+      if (in_drain_set(r, &r->f.ids[i])) {
+        formation_drained(r);
+        return true;
+      }
+      if (!is_up(v)) {
         ea_node_id bad = r->f.ids[i];
-        formation_failed(r, &bad, 1, !in_drain_set(r, &bad));
+        formation_failed(r, &bad, 1, EXCL_BASE_MS);
         return true;
       }
     }
@@ -1161,10 +1421,14 @@ static bool ctrl_step(ea_rdzv *r) {
       uint32_t nbad = 0;
       for (uint32_t i = 0; bad && i < r->f.n; i++)
         if (!r->f.ready[i]) bad[nbad++] = r->f.ids[i];
-      formation_failed(r, bad, nbad, true);
+      /* They never answered, re-sends included: they cost a whole timeout
+       * and sit out as long (see EXCL_BASE_MS), unless they show they are
+       * back. */
+      formation_failed(r, bad, nbad, r->cfg.rendezvous_timeout_ms);
       free(bad);
       return true;
     }
+    if (r->now >= r->f.resend_at) resend_prepares(r);
     char w[96];
     waiting_text(r, w, sizeof w);
     fmt(why, cap, "waiting for READY from %s (gen %" PRIu64 ")", w, r->f.gen.term);
@@ -1182,6 +1446,9 @@ static bool ctrl_step(ea_rdzv *r) {
   if (!draft) return false;
   uint32_t nd = 0, nsurv = 0, njoin = 0;
   bool broken = r->formed_broken;
+  /* lost: broken for good, not only by members sitting out a failure (an
+   * excluded member may still be running the generation with the rest). */
+  bool lost = r->formed_broken;
   char bwhy[96];
   snprintf(bwhy, sizeof bwhy, "%s", r->broken_why);
   /* Survivors keep their relative order: ranks move as little as possible. */
@@ -1199,15 +1466,16 @@ static bool ctrl_step(ea_rdzv *r) {
                                        : "excluded");
       }
       broken = true;
+      if (!is_up(v) || observer(v) || in_drain_set(r, id)) lost = true;
       continue;
     }
     draft[nd++] = *id;
     nsurv++;
   }
-  if (r->formed.term && !broken && self_in_formed(r) && !r->prep &&
+  if (r->formed.term && self_in_formed(r) && !r->prep &&
       !(r->running && gen_eq(&r->run.gen, &r->formed))) {
-    broken = true;
-    snprintf(bwhy, sizeof bwhy, "this node is not running it");
+    if (!broken) snprintf(bwhy, sizeof bwhy, "this node is not running it");
+    broken = lost = true;
   }
   /* Joiners, in id order (the view is sorted): alive, eligible, not
    * draining, not sitting out a failure. */
@@ -1253,9 +1521,11 @@ static bool ctrl_step(ea_rdzv *r) {
       fmt(why, cap,
           "no quorum: a new generation would hold %u of %u members of generation %" PRIu64 " (%s)",
           nsurv, voters, r->formed.term, bwhy);
+      stop_formed(r, false);
     } else if (nd < minn) {
       fmt(why, cap, "waiting for min_nodes: %u of %u alive (generation %" PRIu64 ": %s)", nd, minn,
           r->formed.term, bwhy);
+      if (lost) stop_formed(r, true);
     } else {
       start_formation(r, draft, nd, false);
       changed = true;
@@ -1271,7 +1541,13 @@ static bool ctrl_step(ea_rdzv *r) {
       changed = true;
     }
   } else {
+    /* Nothing to do: the generation runs with everyone it can hold.  A
+     * streak of failed formations is over too (a join that failed leaves
+     * the old generation running, and no commit resets the count), so the
+     * next failure is retried at once rather than after a backoff grown by
+     * a member that sits out its own. */
     r->join_since = 0;
+    r->nfail = 0;
     if (njoin)
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes; %u spare at max_nodes",
           r->formed.term, nsurv, njoin);
@@ -1333,7 +1609,7 @@ static void elect(ea_rdzv *r) {
 static void agent_reason(const ea_rdzv *r, char *out, size_t cap) {
   char c[EA_NAME_MAX];
   if (r->drained) {
-    fmt(out, cap, "drained: the group re-formed without this node");
+    fmt(out, cap, "drained: %s", drained_why(r));
   } else if (r->prep) {
     name_of(r, &r->prep_gen.ctrl, c);
     uint32_t got = 0;
@@ -1453,6 +1729,7 @@ void ea_rdzv_free(ea_rdzv *r) {
     free(r->selfq[i]);
   }
   f_free(r);
+  lc_free(r);
   plan_free(&r->run);
   free(r->formed_ids);
   free(r->view);
@@ -1578,9 +1855,13 @@ static void soonest(uint64_t *d, uint64_t now, uint64_t t) {
 
 uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   uint64_t d = UINT64_MAX, now = r->now;
-  if (r->f.phase == F_PREPARE) soonest(&d, now, r->f.deadline);
+  if (r->f.phase == F_PREPARE) {
+    soonest(&d, now, r->f.deadline);
+    soonest(&d, now, r->f.resend_at);
+  }
   if (!r->persist_busy && ea_rdzv_gen_cmp(&r->want, &r->durable) > 0)
     soonest(&d, now, r->persist_retry_at);
+  if (ready_resend_due(r)) soonest(&d, now, r->ready_at);
   if (r->prep) {
     soonest(&d, now, prep_deadline(r));
     if (!r->prep_ordered && r->prep_boundary) soonest(&d, now, boundary_deadline(r));

@@ -126,7 +126,8 @@ typedef struct {
  *   0x12  COMMIT   the plan's        [ wpn, sync_rank|nil, sync_step, nccl,
  *                                      [node, …], [worker, …] (world) ]
  *   0x13  NACK     the refused one   [ seen:gen, why:uint (ea_rdzv_nack) ]
- *   0x14  ABORT    the abandoned one nil
+ *   0x14  ABORT    the abandoned one nil   (a prepared one, or the running
+ *                                            one stopped: see below)
  *   0x15  DRAIN    none              [ name:str ]
  *   0x16  REPORT   running/prepared  [ accepted:gen, flags:uint ]
  *   0x17  QUERY    none              nil
@@ -147,7 +148,10 @@ typedef enum {
   EA_RDZV_READY = 0x11,   /* member → controller: my workers are ready */
   EA_RDZV_COMMIT = 0x12,  /* controller → member: the full plan, go */
   EA_RDZV_NACK = 0x13,    /* member → controller: refused, and why */
-  EA_RDZV_ABORT = 0x14,   /* controller → member: forget that PREPARE */
+  EA_RDZV_ABORT = 0x14,   /* controller → member: forget that PREPARE; of the
+                             generation running: stop it, it cannot re-form
+                             without its draining members (a drainer drains,
+                             the others pause) */
   EA_RDZV_DRAIN = 0x15,   /* anyone → the named node: drain yourself */
   EA_RDZV_REPORT = 0x16,  /* member → controller: failed / draining / idle */
   EA_RDZV_QUERY = 0x17,   /* controller → member: which generation formed last? */
@@ -254,7 +258,9 @@ typedef struct {
   void *ctx; /* passed back unchanged */
   /* Send m to the agent `to` at its control address.  m and its arrays are
    * valid for the duration of the call only.  Delivery may fail silently:
-   * the protocol retries or times out. */
+   * the protocol retries or times out (PREPARE and READY are re-sent every
+   * 250 ms while a formation waits, a lost COMMIT when the member's READY
+   * asks again, REPORT and QUERY every second). */
   void (*send)(void *ctx, const ea_node_id *to, const ea_addr *control, const ea_rdzv_msg *m);
   /* Tell the local workers (through the supervisor) what to do. */
   void (*order)(void *ctx, const ea_rdzv_order *o);

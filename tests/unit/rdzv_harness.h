@@ -13,11 +13,12 @@
  * controllers happen.  meta.last_gen is gossiped with the same lag.
  *
  * Workers: a PREPARE order aborts them, and each reports ready a little
- * later; a COMMIT starts them training; a generation makes progress (one
- * step per step_ms, all its ranks in lockstep) only while every member runs
- * it and they can all reach each other, otherwise its workers fail after
- * comm_timeout_ms, as a real communicator would.  The disk holds the last
- * persisted generation; a crash loses a persist still in flight.
+ * later (or, on an agent marked fail_ready, fails instead); a COMMIT starts
+ * them training; a generation makes progress (one step per step_ms, all its
+ * ranks in lockstep) only while every member runs it and they can all
+ * reach each other, otherwise its workers fail after comm_timeout_ms, as a
+ * real communicator would.  The disk holds the last persisted generation; a
+ * crash loses a persist still in flight.
  *
  * Invariants checked as things happen (the first violation is kept in
  * h->violation with the time):
@@ -82,7 +83,8 @@ typedef struct {
   ea_member view[H_MAX];
   size_t nview;
   uint32_t lag_ms;
-  bool fresh; /* booted, has not looked at the cluster yet */
+  bool fresh;      /* booted, has not looked at the cluster yet */
+  bool fail_ready; /* its workers fail instead of getting ready (a bad GPU) */
   uint64_t deadline;
   /* observations for tests */
   uint64_t commits, pauses, prepares;
@@ -694,6 +696,12 @@ static void h_event_run(h_sim *h, h_event *e) {
       if (!live) break;
       h_worker *w = &a->w[e->b];
       if (w->st != HW_PREPARING || h_gcmp(&w->gen, &e->gen) != 0) break; /* superseded */
+      if (a->fail_ready) {
+        w->st = HW_FAILED;
+        h->worker_failures++;
+        ea_rdzv_worker_failed(a->r, h->now, (uint32_t)e->b);
+        break;
+      }
       w->st = HW_READY;
       ea_addr listen = {.family = 4, .port = (uint16_t)(20000 + a->idx * 16 + e->b)};
       listen.ip[0] = 10;

@@ -1,8 +1,10 @@
 /* Check suite for the rendezvous: the control-message codec, then the
  * protocol's promises in virtual time on the fake cluster of
  * rdzv_harness.h — cold start, a death, joiners batched to a step boundary,
- * failures during PREPARE, controller failover, two controllers at once,
- * partitions with and without quorum, drains, persist-before-advertise —
+ * failures during PREPARE, lost control messages re-sent, a restarted
+ * member back at once and a flapping one held off, controller failover,
+ * two controllers at once, partitions with and without quorum, drains
+ * (below min_nodes, and every node at once), persist-before-advertise —
  * and 200 seeded runs of random faults that must keep every invariant and
  * settle into one generation once the faults stop.
  *
@@ -581,6 +583,183 @@ START_TEST(test_ready_timeout) {
 }
 END_TEST
 
+/* ---- lost control messages are re-sent ------------------------------------ */
+
+typedef struct {
+  ea_rdzv_gen after;
+  ea_rdzv_gen gen; /* the formation that lost them */
+  uint64_t first_prepare_at, worker_failures;
+  bool lost_prepare, lost_ready, lost_commit;
+} lossy;
+
+/* Drops one PREPARE to n3 (its control connection refused: the agent is
+ * restarting), one READY from n1 and one COMMIT to n2, all of the first
+ * formation after `after`. */
+static h_verdict lose_one_of_each(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  lossy *l = ctx;
+  if (ea_rdzv_gen_cmp(&m->gen, &l->after) <= 0) return H_DELIVER;
+  if (m->type == EA_RDZV_PREPARE && to == 3) {
+    if (!l->gen.term) {
+      l->gen = m->gen;
+      l->first_prepare_at = h->now;
+      l->worker_failures = h->worker_failures;
+    }
+    if (!l->lost_prepare) {
+      l->lost_prepare = true;
+      return H_DROP;
+    }
+  }
+  if (m->type == EA_RDZV_READY && from == 1 && !l->lost_ready) {
+    l->lost_ready = true;
+    return H_DROP;
+  }
+  if (m->type == EA_RDZV_COMMIT && to == 2 && !l->lost_commit) {
+    l->lost_commit = true;
+    return H_DROP;
+  }
+  return H_DELIVER;
+}
+
+START_TEST(test_lost_control_messages) {
+  /* The control channel drops what it cannot deliver.  The controller
+   * re-sends PREPARE to members that have not answered and a member
+   * re-sends READY until its COMMIT comes, so one lost message of each
+   * kind costs a re-send interval, not a rendezvous timeout (3 s here)
+   * followed by a formation without the member. */
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("lost_control_messages"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  lossy l = {.after = g0};
+  h->filter = lose_one_of_each;
+  h->filter_ctx = &l;
+  uint64_t failed0 = status_of(h, 0).formations_failed;
+  h_fail_worker(h, 4, 0); /* n4 reports it: one re-formation of all five */
+  ea_rdzv_gen g = settle_after(h, g0, 20000);
+  ck_assert(l.lost_prepare && l.lost_ready && l.lost_commit);
+  /* the formation that lost them is the one that runs, with everyone */
+  ck_assert_msg(ea_rdzv_gen_cmp(&g, &l.gen) == 0, "ran %" PRIu64 ", lost in %" PRIu64, g.term,
+                l.gen.term);
+  ck_assert_uint_eq(status_of(h, 0).formations_failed, failed0);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3,4");
+  /* every member committed within 1 s of the first PREPARE, and n2, whose
+   * COMMIT was lost, soon enough that no communicator timed out (500 ms) */
+  uint64_t last = 0;
+  for (int i = 0; i < 5; i++)
+    if (h->a[i].last_commit_at > last) last = h->a[i].last_commit_at;
+  fprintf(stderr,
+          "lost_control_messages: last COMMIT obeyed %" PRIu64 " ms after the first PREPARE\n",
+          last - l.first_prepare_at);
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(h->a[i].last_commit_at <= l.first_prepare_at + 1000,
+                  "n%d committed %" PRIu64 " ms after the first PREPARE", i,
+                  h->a[i].last_commit_at - l.first_prepare_at);
+  ck_assert_uint_eq(h->worker_failures, l.worker_failures);
+  h_free(h);
+}
+END_TEST
+
+/* ---- a member that failed a formation comes back soon ---------------------- */
+
+static bool formation_failed_at_0(h_sim *h, void *arg) {
+  return status_of(h, 0).formations_failed > *(uint64_t *)arg;
+}
+
+START_TEST(test_restart_rejoins_fast) {
+  /* n3 crashes in the middle of a formation that chose it, and its agent
+   * is restarted at once with the same identity.  It used to sit out one
+   * rendezvous timeout (30 s, the default); now its new incarnation (and
+   * its introduction) lifts the exclusion, and it is back in training
+   * after the views notice it (200 ms here) and one join batch (1 s). */
+  ea_rdzv_config c = cfg_std();
+  c.rendezvous_timeout_ms = 30000;
+  h_sim *h = h_new(h_seed("restart_rejoins_fast"), 5, &c, true);
+  for (int i = 0; i < 5; i++) h->a[i].lag_ms = 200;
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  prep_kill k = {.after = g0, .victim = 3};
+  h->filter = kill_on_prepare;
+  h->filter_ctx = &k;
+  uint64_t failed0 = status_of(h, 0).formations_failed;
+  h_crash(h, 4);
+  ck_assert(h_run_cond(h, h->now + 5000, formation_failed_at_0, &failed0));
+  NO_VIOLATION(h);
+  ck_assert(k.fired && !h->a[3].up);
+  h->filter = NULL;
+  uint64_t restarted = h->now;
+  h_start(h, 3);
+  ea_rdzv_gen g = {0};
+  uint64_t within = 200 + c.scale_up_delay_ms + 600;
+  bool ok = h_run_cond(h, restarted + within, h_cond_settled, &g);
+  NO_VIOLATION(h);
+  fprintf(stderr, "restart_rejoins_fast: n3 training %" PRIu64 " ms after its restart\n",
+          h->now - restarted);
+  ck_assert_msg(ok, "n3 not back in training within %" PRIu64 " ms of its restart: %s", within,
+                status_of(h, 0).reason);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3");
+  h_free(h);
+}
+END_TEST
+
+typedef struct {
+  ea_rdzv_gen last;
+  int gens; /* distinct generations n3 was asked to prepare */
+} prep_count;
+
+static h_verdict count_prepares_to_3(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  (void)h;
+  (void)from;
+  prep_count *p = ctx;
+  if (m->type == EA_RDZV_PREPARE && to == 3 && ea_rdzv_gen_cmp(&m->gen, &p->last) > 0) {
+    p->last = m->gen;
+    p->gens++;
+  }
+  return H_DELIVER;
+}
+
+START_TEST(test_flapping_member_backs_off) {
+  /* n3's workers fail every time they are asked to get ready, and its
+   * agent is restarted after each failure (a crash loop).  The first two
+   * exclusions end at the restart; after that n3 sits out 4, 8, 16, then
+   * 30 s (the rendezvous timeout), restarts or not, so it breaks about six
+   * formations in a minute instead of one every join batch, and the others
+   * keep training. */
+  ea_rdzv_config c = cfg_std();
+  c.rendezvous_timeout_ms = 30000;
+  h_sim *h = h_new(h_seed("flapping_member_backs_off"), 4, &c, true);
+  settle_all(h, 3);
+  prep_count p = {{0}};
+  h->filter = count_prepares_to_3;
+  h->filter_ctx = &p;
+  h->a[3].fail_ready = true;
+  h_start(h, 3);
+  uint64_t t0 = h->now, step0 = h->a[0].w[0].step, fails = h->worker_failures;
+  int restarts = 0;
+  while (h->now < t0 + 60000) {
+    h_run_until(h, h->now + H_BEAT_MS);
+    NO_VIOLATION(h);
+    if (h->worker_failures != fails) { /* only n3's fail here: restart it */
+      fails = h->worker_failures;
+      h_crash(h, 3);
+      h_start(h, 3);
+      restarts++;
+    }
+  }
+  uint64_t steps = h->a[0].w[0].step - step0;
+  fprintf(stderr,
+          "flapping_member_backs_off: n3 in %d formations, restarted %d times; n0 trained %" PRIu64
+          " of %u steps\n",
+          p.gens, restarts, steps, 60000 / h->step_ms);
+  ck_assert_int_ge(restarts, 3);
+  ck_assert_msg(p.gens >= 4 && p.gens <= 8, "n3 was in %d formations in 60 s", p.gens);
+  ck_assert_msg(steps >= 60000 / h->step_ms * 9 / 10, "n0 trained %" PRIu64 " steps of %u", steps,
+                60000 / h->step_ms);
+  h_free(h);
+}
+END_TEST
+
 /* ---- controller failover mid-formation ------------------------------------ */
 
 typedef struct {
@@ -784,6 +963,110 @@ START_TEST(test_drain_controller) {
 }
 END_TEST
 
+static bool left_node(h_sim *h, void *arg) {
+  return h->a[*(int *)arg].left;
+}
+
+START_TEST(test_drain_below_min_nodes) {
+  /* Three nodes, min_nodes 3: without n1 no generation can form.  The
+   * controller lets n1 go anyway, and n0 and n2 pause, waiting for
+   * min_nodes, with their workers' state kept; a newcomer then resumes the
+   * job from that state (not from a checkpoint).  When that newcomer
+   * leaves again without draining, the two pause the same way. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  h_sim *h = h_new(h_seed("drain_below_min_nodes"), 4, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  size_t plans = h->nplans;
+  uint64_t t0 = h->now;
+  ck_assert_int_eq(h_drain(h, 1, NULL), 0);
+  int one = 1;
+  ck_assert_msg(h_run_cond(h, t0 + 500, left_node, &one), "n1 still draining after 500 ms: %s",
+                status_of(h, 1).reason);
+  NO_VIOLATION(h);
+  ck_assert(h->a[1].drained);
+  uint64_t step0 = h->a[0].w[0].step;
+  ck_assert_uint_gt(step0, 0);
+  h_run_until(h, h->now + 2000);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, plans); /* nothing formed below min_nodes */
+  for (int i = 0; i < 3; i += 2) {
+    ea_rdzv_status st = status_of(h, i);
+    ck_assert_int_eq(st.phase, EA_RDZV_PAUSED);
+    ck_assert(!st.draining && !h->a[i].drained && h->a[i].up);
+    ck_assert_uint_eq(h->a[i].w[0].st, HW_IDLE);
+    ck_assert_uint_eq(h->a[i].w[0].step, step0); /* paused, not lost */
+  }
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_msg(strncmp(st.reason, "waiting for min_nodes: 2 of 3 alive", 35) == 0, "%s",
+                st.reason);
+  st = status_of(h, 2);
+  ck_assert_msg(strncmp(st.reason, "paused: waiting for min_nodes", 29) == 0, "%s", st.reason);
+  /* a newcomer: the survivors' state is handed on */
+  h_start(h, 3);
+  ea_rdzv_gen g = settle_after(h, g0, 20000);
+  (void)g;
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,2,3");
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[3].r);
+  ck_assert(p->has_sync);
+  ck_assert_uint_eq(p->sync_step, step0);
+  /* n3 leaves on its own (an agent whose drain cannot be met stops at
+   * once): the others pause the same way rather than fail */
+  h_run_until(h, h->now + 500);
+  h_crash(h, 3);
+  h->a[3].left = true;
+  h_run_until(h, h->now + 2000);
+  NO_VIOLATION(h);
+  for (int i = 0; i < 3; i += 2) {
+    st = status_of(h, i);
+    ck_assert_msg(st.phase == EA_RDZV_PAUSED, "n%d is %s: %s", i, ea_rdzv_phase_str(st.phase),
+                  st.reason);
+  }
+  st = status_of(h, 2);
+  ck_assert_msg(strncmp(st.reason, "paused: waiting for min_nodes", 29) == 0, "%s", st.reason);
+  h_free(h);
+}
+END_TEST
+
+static bool all_left(h_sim *h, void *arg) {
+  int n = *(int *)arg;
+  for (int i = 0; i < n; i++)
+    if (!h->a[i].left) return false;
+  return true;
+}
+
+START_TEST(test_drain_all) {
+  /* SIGTERM to every agent (the job is being stopped): every node drains,
+   * so no generation can form without the drainers.  Each is let go
+   * promptly, whether the signals arrive at once or spread over 100 ms,
+   * instead of waiting for its drain deadline. */
+  ea_rdzv_config c = cfg_std();
+  for (int spread = 0; spread < 2; spread++) {
+    h_sim *h = h_new(h_seed(spread ? "drain_all (spread)" : "drain_all"), 4, &c, true);
+    settle_all(h, 4);
+    size_t plans = h->nplans;
+    uint64_t t0 = h->now;
+    for (int i = 3; i >= 0; i--) {
+      if (spread) h_run_until(h, h->now + 30);
+      ck_assert_int_eq(h_drain(h, i, NULL), 0);
+    }
+    int n = 4;
+    bool ok = h_run_cond(h, t0 + 1000, all_left, &n);
+    NO_VIOLATION(h);
+    fprintf(stderr, "drain_all%s: every node gone %" PRIu64 " ms after the first SIGTERM\n",
+            spread ? " (spread)" : "", h->now - t0);
+    for (int i = 0; i < 4; i++)
+      ck_assert_msg(ok || h->a[i].left, "n%d still there after 1 s: %s", i,
+                    h->a[i].up ? status_of(h, i).reason : "down");
+    for (int i = 0; i < 4; i++) ck_assert(h->a[i].drained);
+    if (!spread) ck_assert_uint_eq(h->nplans, plans);
+    h_free(h);
+  }
+}
+END_TEST
+
 /* ---- persist before advertise --------------------------------------------- */
 
 START_TEST(test_persist_before_send) {
@@ -825,7 +1108,7 @@ END_TEST
 typedef struct {
   uint64_t restart_at[H_MAX];
   uint64_t heal_at, loss_until, cut_until, persist_until;
-  int drained;
+  int drained, left;
 } faults;
 
 static void apply_due(h_sim *h, faults *f) {
@@ -860,8 +1143,9 @@ static int random_up(h_sim *h) {
 }
 
 /* One seeded run: faults for 15 s, then everything heals and restarts and
- * the cluster must settle into one generation within 60 s.  Returns NULL or
- * what went wrong (static storage). */
+ * the cluster must settle into one generation within 60 s (a drainer that
+ * is never let go, even when too few nodes remain, fails it too).  Returns
+ * NULL or what went wrong (static storage). */
 static const char *random_run(uint64_t seed, bool trace) {
   static char why[1024];           /* holds a whole violation (512) and the detail (300) */
   h_sim *h = calloc(1, sizeof *h); /* only to draw the scenario from the seed */
@@ -901,8 +1185,14 @@ static const char *random_run(uint64_t seed, bool trace) {
     int what = (int)(h_rand(h) % 8);
     if (trace) fprintf(stderr, "%8" PRIu64 " FAULT %d on n%d\n", h->now, what, i);
     switch (what) {
-      case 0: /* crash, restart later */
-        if (i >= 0) {
+      case 0: /* crash, restart later; once in a while leave for good instead
+               * (LEFT without a drain: what an agent whose drain cannot be met
+               * does), even when that leaves fewer than min_nodes */
+        if (i >= 0 && !f.left && h_rand(h) % 4 == 0) {
+          f.left = 1;
+          h_crash(h, i);
+          h->a[i].left = true;
+        } else if (i >= 0) {
           h_crash(h, i);
           f.restart_at[i] = h->now + h_between(h, 300, 4000);
         }
@@ -924,8 +1214,8 @@ static const char *random_run(uint64_t seed, bool trace) {
       case 3: /* a worker dies */
         if (i >= 0) h_fail_worker(h, i, (uint32_t)(h_rand(h) % c.workers_per_node));
         break;
-      case 4: /* one drain per run, while enough nodes remain */
-        if (i >= 0 && !f.drained && n - 1 >= (int)c.min_nodes + 1) {
+      case 4: /* one drain per run, even one that leaves fewer than min_nodes */
+        if (i >= 0 && !f.drained) {
           f.drained = 1;
           h_drain(h, i, NULL);
         }
@@ -942,6 +1232,12 @@ static const char *random_run(uint64_t seed, bool trace) {
       case 6: /* the disk fails half the writes for a while */
         h->persist_fail = 0.5;
         f.persist_until = h->now + h_between(h, 500, 2000);
+        break;
+      case 7: /* now and then the job is stopped: every agent up drains */
+        if (h_rand(h) % 16 == 0) {
+          if (trace) fprintf(stderr, "%8" PRIu64 " DRAIN ALL\n", h->now);
+          for (int k = 0; k < n; k++) h_drain(h, k, NULL);
+        }
         break;
       default:
         break;
@@ -1030,12 +1326,17 @@ static Suite *rdzv_suite(void) {
       {"joiners_batched", test_joiners_batched},
       {"fail_during_prepare", test_fail_during_prepare},
       {"ready_timeout", test_ready_timeout},
+      {"lost_control_messages", test_lost_control_messages},
+      {"restart_rejoins_fast", test_restart_rejoins_fast},
+      {"flapping_member_backs_off", test_flapping_member_backs_off},
       {"controller_failover", test_controller_failover},
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
       {"partition_quorum_none", test_partition_quorum_none},
       {"drain", test_drain},
       {"drain_controller", test_drain_controller},
+      {"drain_below_min_nodes", test_drain_below_min_nodes},
+      {"drain_all", test_drain_all},
       {"persist_before_send", test_persist_before_send},
       {"random_faults", test_random_faults},
   };
