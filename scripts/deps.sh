@@ -9,7 +9,7 @@ declare -A pc=(
   [libxxhash]=libxxhash-dev [liburing]=liburing-dev [check]=check
   [libsodium]=libsodium-dev [openblas]=libopenblas-dev
 )
-declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3)
+declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables)
 
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
