@@ -52,6 +52,10 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Used only inside loops that poll a condition with a deadline, and for the
+ * two deliberate delays below (a rank arriving late at a barrier, a peer that
+ * never comes while another waits in connect): what is measured there is how
+ * the others behave while someone is absent, so the absence is the input. */
 static void nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -483,7 +487,8 @@ END_TEST
 typedef struct {
   atomic_int ready; /* ranks whose init succeeded */
   atomic_int ops_done;
-  atomic_int go; /* for ranks told to sit out */
+  atomic_int in_op; /* ranks that have entered an allreduce */
+  atomic_int go;    /* for ranks told to sit out */
   int idle_rank; /* -1: everyone loops */
 } loop_arg;
 
@@ -492,11 +497,13 @@ static void loop_fn(rank_ctx *x) {
   loop_arg *a = x->arg;
   atomic_fetch_add(&a->ready, 1);
   if ((int)x->rank == a->idle_rank) {
-    while (!atomic_load(&a->go)) nap_ms(1);
+    double dl = now_s() + 60; /* the test sets go when done; never hang the suite */
+    while (!atomic_load(&a->go) && now_s() < dl) nap_ms(1);
     return;
   }
   size_t n = (64u << 20) / 4;
   float *buf = calloc(n, sizeof *buf);
+  atomic_fetch_add(&a->in_op, 1);
   for (;;) {
     int rc = ea_comm_allreduce(x->comm, buf, n, EA_COMM_F32, EA_COMM_SUM);
     if (rc < 0) {
@@ -551,7 +558,10 @@ START_TEST(abort_while_blocked_propagates) {
   double dl = now_s() + 10;
   while (atomic_load(&a.ready) < 3 && now_s() < dl) nap_ms(1);
   ck_assert_msg(atomic_load(&a.ready) == 3, "ranks did not connect");
-  nap_ms(100); /* let them get into the op; the assertion does not depend on it */
+  /* Wait until both active ranks are inside the op (rank 2 never joins it,
+   * so it cannot complete): the abort must then break an op in flight. */
+  while (atomic_load(&a.in_op) < 2 && now_s() < dl) nap_ms(1);
+  ck_assert_msg(atomic_load(&a.in_op) == 2, "ranks did not enter the op");
   double t0 = now_s();
   ea_comm_abort(x[1].comm);
   pthread_join(x[0].th, NULL);
@@ -835,7 +845,8 @@ END_TEST
 static void timeout_fn(rank_ctx *x) {
   loop_arg *a = x->arg;
   if ((int)x->rank == a->idle_rank) { /* connected, but never joins the op */
-    while (!atomic_load(&a->go)) nap_ms(1);
+    double dl = now_s() + 60; /* the test sets go when done; never hang the suite */
+    while (!atomic_load(&a->go) && now_s() < dl) nap_ms(1);
     return;
   }
   float v[4096] = {0};
