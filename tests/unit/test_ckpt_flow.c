@@ -48,6 +48,8 @@
 #include "../../agent/ckpt_svc.h"
 
 #include <check.h>
+
+#include "worker_fork.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -1043,26 +1045,13 @@ static void fix_teardown(void) {
 static int spawn_worker(void) {
   ck_assert_int_lt(T.n, MAXW);
   int i = T.n++;
-  int sv[2];
-  ck_assert_int_eq(ea_ipc_socketpair(sv), 0);
-  fflush(stdout);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    for (int j = 0; j < i; j++)
-      if (T.w[j].fd >= 0) close(T.w[j].fd);
-    close(sv[0]);
-    char lr[16];
-    snprintf(lr, sizeof lr, "%d", i);
-    setenv("EA_LOCAL_RANK", lr, 1);
-    int rc = ea_worker_main(sv[1], &T.cfg);
-    _exit(rc == 0 ? 0 : 3);
-  }
-  close(sv[1]);
+  int fds[MAXW];
+  for (int j = 0; j < i; j++) fds[j] = T.w[j].fd;
+  pid_t pid;
+  int fd = ea_test_fork_worker(&T.cfg, i, fds, i, &pid);
   memset(&T.w[i], 0, sizeof T.w[i]);
   T.w[i].pid = pid;
-  T.w[i].fd = sv[0];
+  T.w[i].fd = fd;
   T.w[i].last_step = -1;
   return i;
 }
