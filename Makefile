@@ -7,15 +7,20 @@
 #   make demo       the main job: a local multi-agent run on the embedded default
 #   make bench      every benchmark (prints tables; slow)
 #
+#   make format     clang-format every tracked .c/.h; make format-check only reports
+#
 # Sources are discovered: every .c in a module folder is built into
 # $(BUILD)/libea.a; files ending in _nccl.c only when CUDA and NCCL are found.
+# Modules, in dependency order: base (nothing of ours) → membership → rdzv →
+# agent, train, ckpt.  Public headers are in include/; each module's private
+# headers stay in its folder and are reached through its -I path, never '../'.
 # tests/unit/test_*.c are Check suites; tests/e2e/*.sh are end-to-end scripts.
 
 BUILD    ?= build
 BINDIR   ?= bin
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
-PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas
+PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 
@@ -35,6 +40,8 @@ OPTFLAGS ?= -O2 -g
 SANFLAGS ?=
 EA_CFLAGS := $(OPTFLAGS) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
             -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude $(PKG_CFLAGS) $(EXTRA_CFLAGS) $(CFLAGS)
+# -MMD -MP: each object depends on the headers it really includes.
+DEPFLAGS := -MMD -MP
 LDLIBS   := $(SANFLAGS) $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 ifeq ($(HAVE_NCCL),1)
@@ -42,16 +49,14 @@ EA_CFLAGS += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
-MODULES  := membership agent train ckpt
+MODULES  := base membership agent train ckpt
+EA_CFLAGS += $(addprefix -I,$(MODULES) chaos)
 LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 ifneq ($(HAVE_NCCL),1)
 LIB_SRC  := $(filter-out %_nccl.c,$(LIB_SRC))
 endif
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
-HDRS     := $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(MODULES)))
-
 CHAOS_SRC := $(wildcard chaos/*.c)
-HDRS     += $(wildcard chaos/*.h)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 BENCH_SRC := $(wildcard bench/*.c)
@@ -60,15 +65,15 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 BINS := $(BINDIR)/elastic-agent $(if $(CHAOS_SRC),$(BINDIR)/elastic-chaos)
 
-.PHONY: all deps check asan fuzz demo bench clean tests benches format chaos
+.PHONY: all deps check asan fuzz demo bench clean tests benches format format-check chaos print-cflags print-libs
 all: $(BINS)
 
 deps:
 	@scripts/deps.sh
 
-$(BUILD)/obj/%.o: %.c $(HDRS) Makefile
+$(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(EA_CFLAGS) -c $< -o $@
+	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/libea.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -82,13 +87,15 @@ $(BINDIR)/elastic-chaos: $(patsubst %.c,$(BUILD)/obj/%.o,$(CHAOS_SRC)) $(BUILD)/
 	@mkdir -p $(BINDIR)
 	$(CC) $(EA_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea.a $(HDRS) $(wildcard tests/unit/*.h)
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea.a Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(EA_CFLAGS) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libea.a $(HDRS)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libea.a Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(EA_CFLAGS) -o $@ $< $(BUILD)/libea.a $(LDLIBS)
+	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d -o $@ $< $(BUILD)/libea.a $(LDLIBS)
+
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
 
 tests: $(BINS) $(UNIT_BIN)
 benches: $(BENCH_BIN)
@@ -124,8 +131,21 @@ chaos: deps
 	$(BINDIR)/elastic-chaos --duration 2m --seed 1 --out $(BUILD)/chaos --junit $(BUILD)/chaos/junit.xml \
 	    $$(test "$$(id -u)" = 0 && echo --netns)
 
+FORMAT_FILES = $$(git ls-files '*.c' '*.h')
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
+	clang-format -i $(FORMAT_FILES)
+
+# Fails (listing the files) when any tracked source differs from .clang-format.
+format-check:
+	@bad=$$(for f in $(FORMAT_FILES); do clang-format --dry-run -Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then echo "format-check: not clang-formatted (run make format):"; echo "$$bad"; exit 1; fi; \
+	echo "format-check: $$(git ls-files '*.c' '*.h' | wc -l) files clean"
+
+# For building a one-off program against build/libea.a (the fuzz corpora).
+print-cflags:
+	@echo $(EA_CFLAGS)
+print-libs:
+	@echo $(LDLIBS)
 
 clean:
 	rm -rf build build-asan build-fuzz bin

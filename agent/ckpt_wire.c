@@ -8,7 +8,7 @@
  * a positional msgpack array with a version, every field required, and the
  * encoder writing into a caller's fixed buffer that refuses to grow (the
  * largest message is known: EA__CKPT_WIRE_MAX).  The decoder pulls one value
- * at a time with the bounded reader of membership/mpread.h, allocates
+ * at a time with the bounded reader of ea_mpread.h, allocates
  * nothing, and checks everything the controller relies on when it builds a
  * manifest from these reports: the shard range is exactly
  * ea_ckpt_shard_range's, the block size is the writer's for that length
@@ -17,7 +17,7 @@
  */
 #include "ckpt_svc.h"
 
-#include "../membership/mpread.h"
+#include "ea_mpread.h"
 
 #include <errno.h>
 #include <msgpack.h>

@@ -4,7 +4,7 @@
  * except COMMIT, whose size is only known once the plan is built, so a
  * growing buffer is simpler than a size pre-computation.  Decoding never
  * touches msgpack-c's unpacker (it sizes storage from counts before reading
- * the elements, see membership/mpread.h); it pulls one value at a time off a
+ * the elements, see ea_mpread.h); it pulls one value at a time off a
  * bounded (pos, end) cursor, checks the type, the length and the range of
  * each, and names the field that was wrong.  The only allocations are the
  * COMMIT/STATE arrays, and their counts are first checked against the bytes
@@ -13,7 +13,7 @@
  */
 #include "ea_rdzv.h"
 
-#include "../membership/mpread.h"
+#include "ea_mpread.h"
 
 #include <errno.h>
 #include <msgpack.h>

@@ -44,6 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ea_mpread.h"
+
 #define EA_WIRE_VERSION 1
 #define EA_WIRE_MAGIC_PLAIN 0xEA
 #define EA_WIRE_MAGIC_SEALED 0xEB
@@ -64,7 +66,7 @@
 #define EA_TAGS_MAX 128    /* "k=v,k=v" */
 #define EA_VERSION_MAX 24  /* agent version string */
 
-enum { EA_EWIRE = 2001 }; /* decode error (returned negated) */
+/* EA_EWIRE, the decode-error code (returned negated), is in ea_mpread.h. */
 
 typedef struct {
   uint8_t b[16];

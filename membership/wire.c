@@ -13,14 +13,14 @@
  * (a fixarray would be 2 bytes smaller below 16 updates and break that sum).
  *
  * Decoding never touches msgpack-c's unpacker (it allocates from wire counts,
- * see mpread.h); it pulls values with the bounded reader in mpread.c and
+ * see ea_mpread.h); it pulls values with the bounded reader in base/mpread.c and
  * checks every type, length and range.  Errors come back as -EA_EWIRE with a
  * static string "field: problem".  The encoder refuses (-EINVAL) any struct
  * the decoder would reject, so whatever decodes re-encodes to an equal struct
  * (the fuzz harness asserts that).
  */
 #include "ea_wire.h"
-#include "mpread.h"
+#include "ea_mpread.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -277,19 +277,6 @@ static int rd_addr(ea__mpr *r, ea_addr *a) {
   return 0;
 }
 
-/* A string into a char[cap] field: at most cap-1 bytes, no NUL inside (it
- * would silently cut the value short when re-read as a C string). */
-static int rd_str(ea__mpr *r, char *dst, size_t cap) {
-  const uint8_t *p;
-  size_t n;
-  int rc = ea__mpr_str(r, cap - 1, &p, &n);
-  if (rc) return rc;
-  if (memchr(p, 0, n)) return EA__MPR_RANGE;
-  memcpy(dst, p, n);
-  dst[n] = 0;
-  return 0;
-}
-
 #define ADDR(call, field)                                                                          \
   do {                                                                                             \
     int rc_ = (call);                                                                              \
@@ -313,12 +300,12 @@ static int rd_update(ea__mpr *r, ea_update *u, const char **err) {
   u->has_meta = true;
   ea_meta *mt = &u->meta;
   R(arr_exact(r, META_FIELDS), "update.meta: not a 7-element array or nil");
-  R(rd_str(r, mt->name, sizeof mt->name), "update.meta.name");
+  R(ea__mpr_cstr(r, mt->name, sizeof mt->name), "update.meta.name");
   ADDR(rd_addr(r, &mt->gossip), "update.meta.gossip");
   ADDR(rd_addr(r, &mt->control), "update.meta.control");
-  R(rd_str(r, mt->role, sizeof mt->role), "update.meta.role");
-  R(rd_str(r, mt->tags, sizeof mt->tags), "update.meta.tags");
-  R(rd_str(r, mt->version, sizeof mt->version), "update.meta.version");
+  R(ea__mpr_cstr(r, mt->role, sizeof mt->role), "update.meta.role");
+  R(ea__mpr_cstr(r, mt->tags, sizeof mt->tags), "update.meta.tags");
+  R(ea__mpr_cstr(r, mt->version, sizeof mt->version), "update.meta.version");
   R(ea__mpr_uint(r, UINT64_MAX, &mt->last_gen), "update.meta.last_gen");
   return 0;
 }

@@ -4,9 +4,10 @@
 #   scripts/fuzz.sh [SECONDS]        (make fuzz; default 30)
 #   FUZZ_ONLY=wire scripts/fuzz.sh 60   only harnesses whose name contains "wire"
 #
-# Each harness is built with clang -fsanitize=fuzzer,address,undefined together
-# with the library sources it lists on a "fuzz-sources:" line in its header
-# comment (all library sources when it has none), into build-fuzz/.  The seeds
+# Each harness is built with clang -fsanitize=fuzzer,address,undefined and
+# linked with every library source (the modules the Makefile names; objects
+# are cached in build-fuzz/obj and rebuilt when a source or header changes),
+# into build-fuzz/.  The seeds
 # in tests/fuzz/corpus/<name>/ are copied into build-fuzz/corpus-<name>, which
 # also keeps what earlier runs found.  A crash, sanitizer report or failed
 # check leaves build-fuzz/<name>-crash-* and makes this script exit non-zero;
@@ -16,7 +17,8 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-30}
 OUT=build-fuzz
 CLANG=${CLANG:-clang}
-PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas"
+PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson"
+MODULES=$(sed -n 's/^MODULES *:= *//p' Makefile)
 
 command -v "$CLANG" >/dev/null || { echo "fuzz: $CLANG not found" >&2; exit 1; }
 PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
@@ -24,10 +26,10 @@ PKG_LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
 VERSION=$(cat VERSION 2>/dev/null || echo 0.1.0)
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CFLAGS="-O1 -g -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS"
+  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS $(for m in $MODULES; do printf -- '-I%s ' "$m"; done)"
 
 all_lib_sources() {
-  ls membership/*.c agent/*.c train/*.c ckpt/*.c 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'
+  for m in $MODULES; do ls "$m"/*.c; done 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'
 }
 
 mkdir -p "$OUT/obj"
@@ -37,14 +39,13 @@ shopt -s nullglob
 for h in tests/fuzz/fuzz_*.c; do
   name=$(basename "$h" .c); name=${name#fuzz_}
   [ -n "${FUZZ_ONLY:-}" ] && [[ $name != *"$FUZZ_ONLY"* ]] && continue
-  srcs=$(sed -n 's/.*fuzz-sources:[[:space:]]*//p' "$h" | head -n1)
-  [ -n "$srcs" ] || srcs=$(all_lib_sources)
+  srcs=$(all_lib_sources)
 
   objs=()
   for s in $srcs; do
     o=$OUT/obj/${s%.c}.o
     mkdir -p "$(dirname "$o")"
-    if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find include "$(dirname "$s")" -name '*.h' -newer "$o" 2>/dev/null)" ]; then
+    if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find include $MODULES -name '*.h' -newer "$o" 2>/dev/null | head -n1)" ]; then
       $CLANG $CFLAGS $SAN -fsanitize=fuzzer-no-link -c "$s" -o "$o" || { echo "fuzz: cannot compile $s" >&2; exit 1; }
     fi
     objs+=("$o")

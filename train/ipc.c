@@ -12,14 +12,14 @@
  *
  * Encoding uses msgpack-c's packer over a fixed buffer that refuses to grow
  * past its capacity.  Decoding pulls values with the bounded reader of
- * membership/mpread.h (no allocation, every length checked against the
+ * ea_mpread.h (no allocation, every length checked against the
  * bytes left); the few types that reader does not cover — maps, floats,
  * signed ints, and skipping an arbitrary value — are read here under the
  * same rules.  Every error names the field: "commit.peers[2]: truncated".
  */
 #include "ea_ipc.h"
 
-#include "../membership/mpread.h"
+#include "ea_mpread.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -447,290 +447,22 @@ full:
 
 /* ---- decoding --------------------------------------------------------- */
 
-static uint64_t be(const uint8_t *p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; i++) v = (v << 8) | p[i];
-  return v;
-}
-
-/* A map header; the count is checked against the bytes left (each entry
- * takes at least two). */
-static int read_map(ea__mpr *r, uint32_t *n) {
-  if (r->pos >= r->end) return EA__MPR_EOF;
-  uint8_t t = r->pos[0];
-  size_t w;
-  uint64_t x;
-  if ((t & 0xf0) == 0x80) {
-    w = 0;
-    x = t & 0x0f;
-  } else if (t == 0xde || t == 0xdf) {
-    w = t == 0xde ? 2 : 4;
-    if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
-    x = be(r->pos + 1, w);
-  } else {
-    return EA__MPR_TYPE;
-  }
-  if (x > (ea__mpr_left(r) - 1 - w) / 2) return EA__MPR_EOF;
-  *n = (uint32_t)x;
-  r->pos += 1 + w;
-  return 0;
-}
-
-/* Any msgpack integer within [lo, hi]. */
-static int read_int(ea__mpr *r, int64_t lo, int64_t hi, int64_t *v) {
-  if (r->pos >= r->end) return EA__MPR_EOF;
-  uint8_t t = r->pos[0];
-  if (t <= 0x7f || t >= 0xe0) {
-    int64_t x = (int8_t)t;
-    if (x < lo || x > hi) return EA__MPR_RANGE;
-    *v = x;
-    r->pos++;
-    return 0;
-  }
-  size_t w;
-  bool sgn;
-  switch (t) {
-    case 0xcc:
-      w = 1;
-      sgn = false;
-      break;
-    case 0xcd:
-      w = 2;
-      sgn = false;
-      break;
-    case 0xce:
-      w = 4;
-      sgn = false;
-      break;
-    case 0xcf:
-      w = 8;
-      sgn = false;
-      break;
-    case 0xd0:
-      w = 1;
-      sgn = true;
-      break;
-    case 0xd1:
-      w = 2;
-      sgn = true;
-      break;
-    case 0xd2:
-      w = 4;
-      sgn = true;
-      break;
-    case 0xd3:
-      w = 8;
-      sgn = true;
-      break;
-    default:
-      return EA__MPR_TYPE;
-  }
-  if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
-  uint64_t u = be(r->pos + 1, w);
-  int64_t x;
-  if (sgn) {
-    /* sign-extend the w-byte two's complement value */
-    if (w < 8 && (u >> (8 * w - 1)) & 1) u |= ~0ull << (8 * w);
-    x = (int64_t)u;
-  } else {
-    if (u > (uint64_t)INT64_MAX) return EA__MPR_RANGE;
-    x = (int64_t)u;
-  }
-  if (x < lo || x > hi) return EA__MPR_RANGE;
-  *v = x;
-  r->pos += 1 + w;
-  return 0;
-}
-
-/* float32/float64, or an integer (a writer may pack 0.0 as 0). */
-static int read_float(ea__mpr *r, double *v) {
-  if (r->pos >= r->end) return EA__MPR_EOF;
-  uint8_t t = r->pos[0];
-  if (t == 0xca || t == 0xcb) {
-    size_t w = t == 0xca ? 4 : 8;
-    if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
-    uint64_t u = be(r->pos + 1, w);
-    if (w == 4) {
-      uint32_t u32 = (uint32_t)u;
-      float f;
-      memcpy(&f, &u32, sizeof f);
-      *v = f;
-    } else {
-      memcpy(v, &u, sizeof *v);
-    }
-    r->pos += 1 + w;
-    return 0;
-  }
-  int64_t x;
-  int rc = read_int(r, INT64_MIN, INT64_MAX, &x);
-  if (rc == EA__MPR_RANGE) {
-    uint64_t u; /* a uint64 above INT64_MAX */
-    rc = ea__mpr_uint(r, UINT64_MAX, &u);
-    if (rc == 0) *v = (double)u;
-    return rc;
-  }
-  if (rc == 0) *v = (double)x;
-  return rc;
-}
-
-/* Skip one value of any type, nested at most SKIP_DEPTH_MAX deep. */
-static int skip(ea__mpr *r, int depth) {
-  if (r->pos >= r->end) return EA__MPR_EOF;
-  if (depth > SKIP_DEPTH_MAX) return EA__MPR_RANGE;
-  uint8_t t = r->pos[0];
-  size_t left = ea__mpr_left(r);
-  uint64_t n = 0; /* payload bytes, or elements */
-  size_t hw = 1;  /* header bytes */
-  int kind = 0;   /* 0: bytes, 1: array of n, 2: map of n */
-  if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-    n = 0;
-  } else if ((t & 0xe0) == 0xa0) {
-    n = t & 0x1f;
-  } else if ((t & 0xf0) == 0x90) {
-    n = t & 0x0f;
-    kind = 1;
-  } else if ((t & 0xf0) == 0x80) {
-    n = t & 0x0f;
-    kind = 2;
-  } else {
-    size_t lw = 0; /* width of a length field */
-    switch (t) {
-      case 0xcc:
-      case 0xd0:
-        n = 1;
-        break;
-      case 0xcd:
-      case 0xd1:
-        n = 2;
-        break;
-      case 0xca:
-      case 0xce:
-      case 0xd2:
-        n = 4;
-        break;
-      case 0xcb:
-      case 0xcf:
-      case 0xd3:
-        n = 8;
-        break;
-      case 0xd4:
-        n = 2;
-        break; /* fixext: type byte + 1..16 */
-      case 0xd5:
-        n = 3;
-        break;
-      case 0xd6:
-        n = 5;
-        break;
-      case 0xd7:
-        n = 9;
-        break;
-      case 0xd8:
-        n = 17;
-        break;
-      case 0xc4:
-      case 0xd9:
-        lw = 1;
-        break;
-      case 0xc5:
-      case 0xda:
-        lw = 2;
-        break;
-      case 0xc6:
-      case 0xdb:
-        lw = 4;
-        break;
-      case 0xc7:
-        lw = 1;
-        break; /* ext: length, type byte, data */
-      case 0xc8:
-        lw = 2;
-        break;
-      case 0xc9:
-        lw = 4;
-        break;
-      case 0xdc:
-        lw = 2;
-        kind = 1;
-        break;
-      case 0xdd:
-        lw = 4;
-        kind = 1;
-        break;
-      case 0xde:
-        lw = 2;
-        kind = 2;
-        break;
-      case 0xdf:
-        lw = 4;
-        kind = 2;
-        break;
-      default:
-        return EA__MPR_TYPE; /* 0xc1, never used */
-    }
-    if (lw) {
-      if (left - 1 < lw) return EA__MPR_EOF;
-      n = be(r->pos + 1, lw);
-      hw = 1 + lw;
-      if (t >= 0xc7 && t <= 0xc9) n += 1; /* the ext type byte */
-    }
-  }
-  if (kind == 0) {
-    if (left < hw || n > left - hw) return EA__MPR_EOF;
-    r->pos += hw + n;
-    return 0;
-  }
-  if (left < hw) return EA__MPR_EOF;
-  /* Each element takes at least one byte: a count above the bytes left is
-   * a lie, caught before looping on it. */
-  uint64_t elems = kind == 2 ? 2 * n : n;
-  if (elems > left - hw) return EA__MPR_EOF;
-  const uint8_t *save = r->pos;
-  r->pos += hw;
-  for (uint64_t i = 0; i < elems; i++) {
-    int rc = skip(r, depth + 1);
-    if (rc) {
-      r->pos = save;
-      return rc;
-    }
-  }
-  return 0;
-}
-
-static const char *mpr_why(int rc) {
-  switch (rc) {
-    case EA__MPR_EOF:
-      return "truncated";
-    case EA__MPR_TYPE:
-      return "wrong type";
-    case EA__MPR_RANGE:
-      return "out of range";
-    default:
-      return "invalid";
-  }
-}
-
 /* Copy a str of at most cap-1 bytes without NULs into dst. */
 static int read_cstr(ea__mpr *r, char *dst, size_t cap, const char **why) {
+  ea__mpr probe = *r; /* to tell "too long" from "contains a NUL" */
+  int rc = ea__mpr_cstr(r, dst, cap);
   const uint8_t *p;
   size_t n;
-  int rc = ea__mpr_str(r, cap - 1, &p, &n);
-  if (rc) {
-    *why = rc == EA__MPR_RANGE ? "too long" : rc == EA__MPR_TYPE ? "expected str" : mpr_why(rc);
-    return rc;
-  }
-  if (memchr(p, 0, n)) {
-    *why = "contains a NUL byte";
-    return EA__MPR_RANGE;
-  }
-  memcpy(dst, p, n);
-  dst[n] = 0;
-  return 0;
+  if (rc == EA__MPR_RANGE)
+    *why = ea__mpr_str(&probe, cap - 1, &p, &n) == 0 ? "contains a NUL byte" : "too long";
+  else if (rc)
+    *why = rc == EA__MPR_TYPE ? "expected str" : ea__mpr_strerror(rc);
+  return rc;
 }
 
 static int read_u(ea__mpr *r, uint64_t max, uint64_t *v, const char **why) {
   int rc = ea__mpr_uint(r, max, v);
-  if (rc) *why = rc == EA__MPR_TYPE ? "expected uint" : mpr_why(rc);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected uint" : ea__mpr_strerror(rc);
   return rc;
 }
 
@@ -743,23 +475,23 @@ static int read_u32(ea__mpr *r, uint32_t *v, const char **why) {
 
 static int read_i32(ea__mpr *r, int32_t *v, const char **why) {
   int64_t x;
-  int rc = read_int(r, INT32_MIN, INT32_MAX, &x);
+  int rc = ea__mpr_int(r, INT32_MIN, INT32_MAX, &x);
   if (rc)
-    *why = rc == EA__MPR_TYPE ? "expected int" : mpr_why(rc);
+    *why = rc == EA__MPR_TYPE ? "expected int" : ea__mpr_strerror(rc);
   else
     *v = (int32_t)x;
   return rc;
 }
 
 static int read_f(ea__mpr *r, double *v, const char **why) {
-  int rc = read_float(r, v);
-  if (rc) *why = rc == EA__MPR_TYPE ? "expected float" : mpr_why(rc);
+  int rc = ea__mpr_float(r, v);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected float" : ea__mpr_strerror(rc);
   return rc;
 }
 
 static int read_b(ea__mpr *r, bool *v, const char **why) {
   int rc = ea__mpr_bool(r, v);
-  if (rc) *why = rc == EA__MPR_TYPE ? "expected bool" : mpr_why(rc);
+  if (rc) *why = rc == EA__MPR_TYPE ? "expected bool" : ea__mpr_strerror(rc);
   return rc;
 }
 
@@ -817,7 +549,7 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
       uint32_t n;
       int rc = ea__mpr_array(r, &n);
       if (rc) {
-        *why = rc == EA__MPR_TYPE ? "expected array" : mpr_why(rc);
+        *why = rc == EA__MPR_TYPE ? "expected array" : ea__mpr_strerror(rc);
         return rc;
       }
       if (n > EA_IPC_MAX_PEERS) {
@@ -903,7 +635,7 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
       if (rc) {
         *why = rc == EA__MPR_TYPE    ? "expected bin"
                : rc == EA__MPR_RANGE ? "expected 128 bytes"
-                                     : mpr_why(rc);
+                                     : ea__mpr_strerror(rc);
         return rc;
       }
       memcpy(m->nccl_id, p, n);
@@ -931,9 +663,9 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
   ea__mpr r;
   ea__mpr_init(&r, buf, len);
   uint32_t n;
-  int rc = read_map(&r, &n);
+  int rc = ea__mpr_map(&r, &n);
   if (rc) {
-    seterr(err, errlen, "message: expected a map (%s)", mpr_why(rc));
+    seterr(err, errlen, "message: expected a map (%s)", ea__mpr_strerror(rc));
     return -EBADMSG;
   }
   const uint8_t *body = r.pos;
@@ -946,7 +678,7 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
     rc = ea__mpr_str(&r, EA_IPC_MAX_MSG, &kp, &kn);
     if (rc) {
       seterr(err, errlen, "message: key %u: %s", i,
-             rc == EA__MPR_TYPE ? "expected str" : mpr_why(rc));
+             rc == EA__MPR_TYPE ? "expected str" : ea__mpr_strerror(rc));
       return -EBADMSG;
     }
     if (is_type_key(kp, kn)) {
@@ -966,8 +698,8 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
         seterr(err, errlen, "type: unknown message type \"%s\"", tn);
         return -EBADMSG;
       }
-    } else if ((rc = skip(&r, 0)) != 0) {
-      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp, mpr_why(rc));
+    } else if ((rc = ea__mpr_skip(&r, SKIP_DEPTH_MAX)) != 0) {
+      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp, ea__mpr_strerror(rc));
       return -EBADMSG;
     }
   }
@@ -991,7 +723,7 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
     (void)ea__mpr_str(&r, EA_IPC_MAX_MSG, &kp, &kn);
     int k = is_type_key(kp, kn) ? -1 : find_key(kp, kn);
     if (k < 0 || !((d->req | d->opt) & B(k))) {
-      (void)skip(&r, 0);
+      (void)ea__mpr_skip(&r, SKIP_DEPTH_MAX);
       continue;
     }
     if (seen & B(k)) {

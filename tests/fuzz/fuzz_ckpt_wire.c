@@ -1,5 +1,5 @@
 /* libFuzzer harness for the checkpoint control-message decoder
- * (agent/ckpt_wire.c over membership/mpread.c), and for the controller's
+ * (agent/ckpt_wire.c over base/mpread.c), and for the controller's
  * commit core behind it (agent/ckpt_svc.c): whatever decodes is fed to a
  * fresh core.
  *
@@ -16,20 +16,10 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/ckpt_wire, one valid frame of each message type and
  * shape, written by this same file built as a program:
- *   cc -DFUZZ_CKPT_WIRE_MAKE_CORPUS -D_GNU_SOURCE -DEA_VERSION='"0"' -Iinclude \
- *      $(pkg-config --cflags libuv libxxhash) tests/fuzz/fuzz_ckpt_wire.c agent/ckpt_wire.c \
- *      membership/mpread.c ckpt/faults.c ckpt/manifest.c ckpt/store.c ckpt/writer.c ckpt/reader.c \
- *      -lmsgpackc -lxxhash -luring -o /tmp/mk \
- *      && /tmp/mk tests/fuzz/corpus/ckpt_wire
- *
- * The sources line below is one line (scripts/fuzz.sh reads one), kept
- * out of clang-format's reflow.
+ *   make && cc -DFUZZ_CKPT_WIRE_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_ckpt_wire.c build/libea.a \
+ *      $(make -s print-libs) -o /tmp/mk && /tmp/mk tests/fuzz/corpus/ckpt_wire
  */
-// clang-format off
-/* fuzz-sources: agent/ckpt_wire.c agent/ckpt_svc.c agent/log.c membership/mpread.c train/ipc.c train/comm.c train/comm_tcp.c ckpt/faults.c ckpt/manifest.c ckpt/store.c ckpt/writer.c ckpt/reader.c train/state.c train/model.c train/data.c train/optim.c
- */
-// clang-format on
-#include "../../agent/ckpt_svc.h"
+#include "ckpt_svc.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* libFuzzer harness for the agent ↔ worker message decoder (train/ipc.c
- * over membership/mpread.c).  A worker may be a user's program, so the
+ * over base/mpread.c).  A worker may be a user's program, so the
  * agent decodes whatever arrives on the socket; this is that input.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
@@ -11,11 +11,8 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/ipc, one valid packet of each message type (the
  * checkpoint ones included), written by this same file built as a program:
- *   cc -DFUZZ_IPC_MAKE_CORPUS -D_GNU_SOURCE -Iinclude tests/fuzz/fuzz_ipc.c train/ipc.c \
- *      train/comm.c train/comm_tcp.c agent/log.c membership/mpread.c -lmsgpackc -lpthread \
- *      -o /tmp/mk && /tmp/mk tests/fuzz/corpus/ipc
- *
- * fuzz-sources: train/ipc.c train/comm.c train/comm_tcp.c agent/log.c membership/mpread.c
+ *   make && cc -DFUZZ_IPC_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_ipc.c build/libea.a \
+ *      $(make -s print-libs) -o /tmp/mk && /tmp/mk tests/fuzz/corpus/ipc
  */
 #include "ea_ipc.h"
 

@@ -1,5 +1,5 @@
 /* libFuzzer harness for the rendezvous control-message decoder
- * (agent/rdzv_wire.c over membership/mpread.c), and for the state machine
+ * (agent/rdzv_wire.c over base/mpread.c), and for the state machine
  * behind it (agent/rdzv.c): whatever decodes is fed to fresh cores.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
@@ -14,12 +14,8 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/rdzv, one valid frame of each message type, written by
  * this same file built as a program:
- *   cc -DFUZZ_RDZV_MAKE_CORPUS -D_GNU_SOURCE -Iinclude tests/fuzz/fuzz_rdzv.c agent/rdzv_wire.c \
- *      agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c -lmsgpackc \
- *      -o /tmp/mk && /tmp/mk tests/fuzz/corpus/rdzv
- *
- * fuzz-sources: agent/rdzv_wire.c agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c
- * membership/election.c
+ *   make && cc -DFUZZ_RDZV_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_rdzv.c build/libea.a \
+ *      $(make -s print-libs) -o /tmp/mk && /tmp/mk tests/fuzz/corpus/rdzv
  */
 #include "ea_rdzv.h"
 

@@ -1,5 +1,5 @@
 /* libFuzzer harness for every network-facing decoder of the gossip wire
- * (membership/wire.c, mpread.c, seal.c).  Each input is fed, as is, to the
+ * (membership/wire.c over base/mpread.c, seal.c).  Each input is fed, as is, to the
  * packet decoder, the push-pull state decoder and the seal opener.  Beyond
  * "no crash, no sanitizer report", it checks the codec's promise that
  * whatever decodes is a valid struct: it re-encodes (to exactly the size the
@@ -8,8 +8,6 @@
  *
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds: tests/fuzz/corpus/wire,
  * written by tests/fuzz/make_corpus.c.
- *
- * fuzz-sources: membership/wire.c membership/mpread.c membership/seal.c
  */
 #include "ea_wire.h"
 

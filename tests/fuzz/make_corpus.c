@@ -4,7 +4,7 @@
  * frames, and a packet sealed with the fuzz harness's fixed key.
  *
  * The seeds are committed; regenerate them when the wire format changes:
- *   cc -D_GNU_SOURCE -Iinclude tests/fuzz/make_corpus.c membership/wire.c membership/mpread.c \
+ *   cc -D_GNU_SOURCE -Iinclude tests/fuzz/make_corpus.c membership/wire.c base/mpread.c \
  *      membership/seal.c -lmsgpackc -lsodium -o /tmp/mc && /tmp/mc tests/fuzz/corpus/wire
  *
  * Not a fuzz harness (no fuzz_ prefix); deterministic (no random input, so

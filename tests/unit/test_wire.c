@@ -1,4 +1,4 @@
-/* Check suite for the gossip wire codec (membership/wire.c, mpread.c) and the
+/* Check suite for the gossip wire codec (membership/wire.c over base/mpread.c) and the
  * cluster-key seal (membership/seal.c).
  *
  * The codec's promises, each asserted here: every message type round-trips

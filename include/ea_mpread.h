@@ -1,7 +1,8 @@
-/* mpread.h — a bounded msgpack pull reader, and the small helpers every
- * msgpack codec of the project shares (gossip, control, checkpoint reports,
- * agent<->worker IPC): a fixed-buffer writer for msgpack-c's packer and
- * decoders that name the field that was wrong.
+/* ea_mpread.h — base/: a bounded msgpack pull reader, and the small helpers
+ * every msgpack codec of the project shares (gossip, control, checkpoint
+ * reports, agent<->worker IPC): a fixed-buffer writer for msgpack-c's packer,
+ * decoders that name the field that was wrong, and the wider readers the IPC
+ * codec needs (maps, signed integers, floats, skipping unknown values).
  *
  * msgpack-c's unpacker sizes array storage from the count in an array header
  * before it has read a single element, so a 5-byte packet can make it ask for
@@ -58,9 +59,32 @@ int ea__mpr_bin(ea__mpr *r, size_t max, const uint8_t **p, size_t *len);
  * against the bytes left: that is the caller's job, see ea__mpr_left). */
 int ea__mpr_array(ea__mpr *r, uint32_t *n);
 
+/* A map header; *n is checked against the bytes left (each entry takes at
+ * least two). */
+int ea__mpr_map(ea__mpr *r, uint32_t *n);
+/* Any integer encoding (positive or negative fixint, int8..64, uint8..64)
+ * whose value lies in [lo, hi]. */
+int ea__mpr_int(ea__mpr *r, int64_t lo, int64_t hi, int64_t *v);
+/* float32/float64, or any integer (a writer may pack 0.0 as 0). */
+int ea__mpr_float(ea__mpr *r, double *v);
+/* Skip one value of any type (ext included), nested at most max_depth deep;
+ * EA__MPR_RANGE past that.  A container claiming more elements than there
+ * are bytes left is EA__MPR_EOF before any looping. */
+int ea__mpr_skip(ea__mpr *r, int max_depth);
+/* A str of at most cap-1 bytes without NUL bytes, copied NUL-terminated into
+ * dst; a NUL inside is EA__MPR_RANGE. */
+int ea__mpr_cstr(ea__mpr *r, char *dst, size_t cap);
+/* "truncated", "wrong type", "out of range" for the codes above. */
+const char *ea__mpr_strerror(int rc);
+
 /* ---- field-naming decode helpers ----------------------------------------
  * For decoders of the form  int dec(…, const char **err)  that return
- * -EA_EWIRE (ea_wire.h) with *err pointing at a static field name.        */
+ * -EA_EWIRE with *err pointing at a static field name.  EA_EWIRE is the
+ * project's one decode-error code (ea_wire.h re-exports it).              */
+#ifndef EA_EWIRE_DEFINED
+#define EA_EWIRE_DEFINED
+enum { EA_EWIRE = 2001 }; /* decode error (returned negated) */
+#endif
 #define EA__MPR_TRY(call, field) \
   do {                           \
     if ((call) != 0) {           \

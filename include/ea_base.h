@@ -1,0 +1,57 @@
+/* ea_base.h — base/: the small data structures every module shares, so that
+ * none of them writes its own: a growable string, a growable array, and one
+ * seeded random-number generator.  base/ depends on nothing of ours (libc
+ * only); log lines are in ea_log.h, the bounded msgpack reader in
+ * ea_mpread.h, JSON is jansson's.
+ *
+ * Conventions (as everywhere in the project): the caller owns the struct;
+ * zero-initialised is empty and valid; calls return 0 or a negative errno.
+ */
+#ifndef EA_BASE_H
+#define EA_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- growable string (base/strbuf.c) --------------------------------------
+ * Appends never fail loudly: the first allocation failure sets `oom`, later
+ * appends do nothing, and the caller checks `oom` once at the end (a status
+ * document or a report is either whole or refused).  buf is NUL-terminated
+ * whenever it is non-NULL. */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  bool oom;
+} ea_sb;
+
+void ea_sb_printf(ea_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ea_sb_vprintf(ea_sb *b, const char *fmt, va_list ap);
+void ea_sb_puts(ea_sb *b, const char *s);
+void ea_sb_putn(ea_sb *b, const char *s, size_t n);
+/* s as a JSON string literal, quotes included: control bytes as \u00XX, and
+ * invalid UTF-8 (member names come off the network) as U+FFFD, so the result
+ * stays valid JSON for strict parsers. */
+void ea_sb_json_str(ea_sb *b, const char *s);
+/* Room for `extra` more bytes (and the NUL); false (and oom set) if not. */
+bool ea_sb_reserve(ea_sb *b, size_t extra);
+void ea_sb_reset(ea_sb *b); /* len = 0, keeps the memory */
+void ea_sb_free(ea_sb *b);  /* back to the zero state */
+
+/* ---- growable array (base/array.c) ----------------------------------------
+ * Make *p (an array of elements of `elem` bytes with capacity *cap) hold at
+ * least `need` elements: capacity doubles from `init` (16 when 0).  On
+ * failure (-ENOMEM, or -EOVERFLOW when need·elem does not fit a size_t)
+ * *p and *cap are unchanged.  New slots are not initialised. */
+int ea_array_reserve(void **p, size_t *cap, size_t need, size_t elem, size_t init);
+/* The typed form for any T *arr with a size_t cap; evaluates to the rc. */
+#define EA_ARRAY_RESERVE(arr, cap, need)                                        \
+  __extension__({                                                             \
+    void *p_ = (arr);                                                         \
+    int rc_ = ea_array_reserve(&p_, &(cap), (need), sizeof *(arr), 0);        \
+    if (rc_ == 0) (arr) = p_;                                                 \
+    rc_;                                                                      \
+  })
+
+#endif
