@@ -44,6 +44,9 @@
  */
 #include "agent.h"
 #include "ckpt_svc.h"
+#include "job.h"
+#include "launch.h"
+#include "output.h"
 #include "supervisor.h"
 
 #include "ea_ckpt.h"
@@ -60,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Peers file rewrites are rate-limited: membership can change many times a
@@ -110,6 +114,7 @@ typedef struct {
   uint32_t restarts;
   bool fail_pending; /* could not be told something: report it failed */
   char comm[EA_COMM_ADDR_MAX];
+  uint64_t done_gen; /* it finished in this generation (DONE, or exit 0): the job's end */
 } wk_info;
 
 /* What `status` shows about checkpoints.  Commits are known to the node
@@ -212,6 +217,16 @@ typedef struct {
   bool have_dims;              /* the built-in trainer: the manifest's tensor table */
   ea_model_dims dims;
   ckpt_info ck;
+
+  /* ---- the program and the job (launch.c, output.c, job.c) ---- */
+  ea__mode mode;
+  ea__launch *launch; /* restart mode (torchrun): a generation's processes */
+  ea__out *out;       /* restart mode: the programs' output */
+  ea__job *job;       /* when the job is over, for every mode */
+  int exit_status;    /* what ea__agent_run returns once the loop is done */
+  ea_node_id *run_ids; /* the running plan's nodes (restart mode: is a peer lost?) */
+  uint32_t nrun_ids;
+  char workers_dir[EA_PATH_MAX + 16];
 } agent;
 
 typedef struct {
@@ -311,6 +326,10 @@ static bool workers_running(const agent *a) {
 /* ---- driving the rendezvous core ---------------------------------------------- */
 
 static void on_rdzv_timer(uv_timer_t *h);
+static void job_sync(agent *a);
+static void restart_prepare(agent *a, const ea_rdzv_order *o);
+static void restart_commit(agent *a, const ea_rdzv_plan *p, uint32_t node, const char *g);
+static void local_done_check(agent *a, uint64_t step);
 static void begin_drain(agent *a, const char *why, bool core_knows);
 static void stop_and_leave(agent *a, bool kill, const char *why);
 static void leave_now(agent *a);
@@ -366,6 +385,7 @@ static void core_done(agent *a) {
     }
   }
   rdzv_rearm(a);
+  job_sync(a);
 }
 
 static void on_rdzv_timer(uv_timer_t *h) {
@@ -480,6 +500,11 @@ static void order_prepare(agent *a, const ea_rdzv_order *o) {
   stall(a, "a new generation");
   ea_log(EA_LOG_INFO, "generation", "prepare gen=%s world=%u ranks=%u-%u", g, o->world,
          o->rank_base, o->rank_base + o->wpn - 1);
+  if (a->job) ea__job_local_done(a->job, 0, 0);
+  if (a->launch) {
+    restart_prepare(a, o);
+    return;
+  }
   for (uint32_t k = 0; k < a->wpn; k++) send_prepare(a, k);
 }
 
@@ -507,6 +532,10 @@ static void order_commit(agent *a, const ea_rdzv_order *o) {
   a->gens_committed++;
   a->last_formation_ms = a->prep.at_ms ? t - a->prep.at_ms : 0;
   a->last_stall_ms = a->stall_ms ? t - a->stall_ms : 0;
+  if (a->launch) {
+    restart_commit(a, p, (uint32_t)me, g);
+    return;
+  }
 
   ea_ipc_msg *m = a->ipc;
   ea_ipc_msg_init(m, EA_IPC_COMMIT);
@@ -601,6 +630,10 @@ static void order_pause(agent *a, const char *why) {
    * one (every recovery from a crash has one) is not. */
   ea_log(why && strncmp(why, "no quorum", 9) == 0 ? EA_LOG_WARN : EA_LOG_INFO, "generation",
          "paused: %s", why ? why : "?");
+  if (a->launch) { /* a torchrun program cannot wait without its group */
+    ea__launch_stop_all(a->launch, a->o->cfg.runtime.stop_grace_seconds * 1000u);
+    return;
+  }
   for (uint32_t k = 0; k < a->wpn; k++) wsend(a, k, m);
 }
 
@@ -786,6 +819,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       else
         k->failed++;
       if (e->alert) snprintf(k->last_error, sizeof k->last_error, "%s: %.440s", e->name, e->why);
+      if (e->kind == EA__CKPT_EV_FAILED && a->job) ea__job_ckpt_failed(a->job, e->step, e->why);
       break;
     default:
       break;
@@ -825,6 +859,7 @@ static void ckpt_ctl_update(agent *a) {
  * ea__ctl): a report for the controller. */
 static bool on_ctl_frame(void *ctx, const uint8_t *plain, size_t len) {
   agent *a = ctx;
+  if (a->job && ea__job_on_frame(a->job, plain, len)) return true;
   if (!ea__ckpt_wire_is(plain, len)) return false;
   ea__ckpt_msg m;
   const char *why = "?";
@@ -1032,6 +1067,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
         ea_log(EA_LOG_INFO, "train", "worker %u finished: step=%" PRIu64 " digest=%016" PRIx64, k,
                m->next_step, m->digest);
       w->state = W_DONE;
+      w->done_gen = m->gen;
+      local_done_check(a, m->next_step);
       break;
     case EA_IPC_EXITING:
       ea_log(m->code ? EA_LOG_WARN : EA_LOG_INFO, "worker", "worker %u exiting code=%d: %s", k,
@@ -1056,6 +1093,18 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
     }
     return;
   }
+  if (a->launch) { /* restart mode: launch.c tells finished from failed */
+    ea__launch_on_exit(a->launch, k, status, sig);
+    return;
+  }
+  if (a->mode == EA__MODE_LIBRARY && status == 0 && sig == 0 && a->run.active) {
+    /* A program that exits 0 has finished (it re-forms in place otherwise). */
+    w->state = W_DONE;
+    w->done_gen = a->run.g64;
+    ea_log(EA_LOG_INFO, "worker", "worker %u finished (exit status 0)", k);
+    local_done_check(a, w->next_step);
+    return;
+  }
   a->worker_failures++;
   stall(a, "a worker exited");
   ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d", k, status,
@@ -1063,10 +1112,10 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   ea_rdzv_worker_failed(a->rdzv, now_ms(a), k);
   core_done(a);
   if (a->phase >= PHASE_STOPPING) return; /* the report drained us */
-  uint32_t max = a->o->cfg.runtime.failure_retry_times;
+  uint32_t max = a->o->cfg.runtime.max_restarts;
   if (w->restarts >= max) {
     ea_log(EA_LOG_ERROR, "worker",
-           "worker %u failed %u time%s after %u restart%s (runtime.failure_retry_times): draining "
+           "worker %u failed %u time%s after %u restart%s (runtime.max_restarts): draining "
            "this node",
            k, w->restarts + 1, w->restarts ? "s" : "", w->restarts, w->restarts == 1 ? "" : "s");
     begin_drain(a, "a worker kept failing", false);
@@ -1084,6 +1133,295 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   }
 }
 
+/* ---- restart mode and the job's end (launch.c, output.c, job.c) ----------------------
+ *
+ * The glue between the rendezvous' orders and the restart-mode launcher,
+ * and between what this node's workers do and the job's lifecycle.  The
+ * launcher and the job module own the logic; this only hands them what the
+ * agent knows and feeds their verdicts back into the rendezvous. */
+
+/* Is a node of the running plan dead, suspect or gone (its survivors then
+ * sit in a collective that will not return)? */
+static bool peer_lost(agent *a) {
+  for (uint32_t i = 0; i < a->nrun_ids; i++) {
+    if (ea_node_id_cmp(&a->run_ids[i], &a->id) == 0) continue;
+    const ea_member *m = find_member(a, &a->run_ids[i]);
+    if (!m || m->state != EA_STATE_ALIVE) return true;
+  }
+  return false;
+}
+
+static void restart_prepare(agent *a, const ea_rdzv_order *o) {
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    a->w[k].gen = a->prep.g64;
+    if (a->w[k].state != W_EXITED) a->w[k].state = W_PREPARING;
+  }
+  ea__launch_prepare(a->launch, a->prep.g64, o->gen.term, o->rank_base, peer_lost(a));
+}
+
+/* launch.ready: every local process is gone; READY with rank 0's store. */
+static void restart_ready(void *ctx, uint64_t gen, const ea_addr *listen, uint32_t n) {
+  agent *a = ctx;
+  if (a->phase == PHASE_CLOSING || !a->prep.active || gen != a->prep.g64) return;
+  for (uint32_t k = 0; k < n && k < a->wpn; k++) {
+    a->w[k].state = W_READY;
+    ea_addr_str(&listen[k], a->w[k].comm, sizeof a->w[k].comm);
+    ea_rdzv_worker_ready(a->rdzv, now_ms(a), k, &a->prep.gen, &listen[k], 0, NULL);
+  }
+  core_done(a);
+}
+
+static void restart_commit(agent *a, const ea_rdzv_plan *p, uint32_t node, const char *g) {
+  ea_node_id *ids = realloc(a->run_ids, (p->nnodes ? p->nnodes : 1) * sizeof *ids);
+  if (ids) {
+    a->run_ids = ids;
+    for (uint32_t i = 0; i < p->nnodes; i++) ids[i] = p->nodes[i].id;
+    a->nrun_ids = p->nnodes;
+  }
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    a->w[k].gen = a->run.g64;
+    a->w[k].state = W_TRAINING;
+    a->w[k].done_gen = 0;
+  }
+  ea_log(EA_LOG_INFO, "generation",
+         "committed gen=%s world=%u ranks=%u-%u restarts=%" PRIu64 " formation_ms=%" PRIu64
+         " stalled_ms=%" PRIu64 "%s%s",
+         g, p->world, a->run.rank_base, a->run.rank_base + a->wpn - 1, p->restarts,
+         a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
+         a->stall_ms ? a->stall_why : "");
+  if (ea__launch_commit(a->launch, p, node, a->run.g64) < 0)
+    for (uint32_t k = 0; k < a->wpn; k++)
+      if (!ea__sup_running(a->sup, k)) a->w[k].fail_pending = true;
+  a->stall_ms = 0;
+}
+
+/* launch.spawning / spawned: the program's output goes to output.c. */
+static int restart_spawning(void *ctx, uint32_t k, uint32_t rank, uint64_t term,
+                            ea__sup_spawn *sp) {
+  agent *a = ctx;
+  if (a->out) ea__out_begin(a->out, k, rank, term, &sp->out, &sp->err);
+  return 0;
+}
+
+static void restart_spawned(void *ctx, uint32_t k, int rc) {
+  agent *a = ctx;
+  if (!a->out) return;
+  if (rc == 0)
+    ea__out_started(a->out, k);
+  else
+    ea__out_abort(a->out, k);
+}
+
+/* The message a failed program left: its TORCHELASTIC_ERROR_FILE (a small
+ * file in our own data dir, just written: read here, bounded), else the
+ * last lines of its stderr. */
+static void failure_message(agent *a, uint32_t k, ea__job_failure *f) {
+  f->source = EA__JOB_SRC_NONE;
+  const char *path = a->launch ? ea__launch_error_file(a->launch, k) : "";
+  FILE *fp = path[0] ? fopen(path, "re") : NULL;
+  if (fp) {
+    char *buf = malloc(EA__JOB_ERRFILE_MAX);
+    size_t n = buf ? fread(buf, 1, EA__JOB_ERRFILE_MAX, fp) : 0;
+    fclose(fp);
+    if (n) {
+      ea__job_parse_error_file(buf, n, f->message, sizeof f->message);
+      f->source = EA__JOB_SRC_ERROR_FILE;
+    }
+    free(buf);
+  }
+  if (f->source == EA__JOB_SRC_NONE && a->out &&
+      ea__out_tail(a->out, k, f->message, sizeof f->message) > 0)
+    f->source = EA__JOB_SRC_STDERR;
+}
+
+/* launch.exited: a worker of the running generation ended by itself. */
+static void restart_exited(void *ctx, const ea__launch_exit *x) {
+  agent *a = ctx;
+  uint32_t k = x->local;
+  if (a->out) ea__out_drain(a->out, k);
+  if (!a->run.active || x->gen != a->run.g64 || k >= a->wpn) {
+    ea_log(EA_LOG_INFO, "worker", "rank %u of an older generation exited status=%" PRId64 " signal=%d",
+           x->rank, x->status, x->signal);
+    return;
+  }
+  wk_info *w = &a->w[k];
+  if (x->status == 0 && x->signal == 0) {
+    w->state = W_DONE;
+    w->done_gen = x->gen;
+    ea_log(EA_LOG_INFO, "worker", "rank %u finished (exit status 0)", x->rank);
+    local_done_check(a, 0);
+    return;
+  }
+  w->state = W_FAILED;
+  ea__job_failure f = {.gen = x->gen, .rank = x->rank};
+  snprintf(f.node, sizeof f.node, "%s", a->o->name);
+  f.has_code = x->signal == 0;
+  f.code = (uint8_t)x->status;
+  f.signal = (uint32_t)x->signal;
+  failure_message(a, k, &f);
+  a->worker_failures++;
+  stall(a, "a worker failed");
+  ea__job_local_failure(a->job, &f); /* before the rendezvous hears it: the details first */
+  ea_rdzv_worker_failed(a->rdzv, now_ms(a), k);
+  core_done(a);
+}
+
+/* Every local worker finished in the running generation: tell the job. */
+static void local_done_check(agent *a, uint64_t step) {
+  if (!a->job || !a->run.active) return;
+  for (uint32_t k = 0; k < a->wpn; k++)
+    if (a->w[k].done_gen != a->run.g64) return;
+  ea__job_local_done(a->job, a->run.g64, step);
+}
+
+/* The newest committed checkpoint this node knows (own commit or LATEST). */
+static bool ckpt_newest_step(agent *a, uint64_t *step) {
+  const ckpt_info *k = &a->ck;
+  uint64_t ls = 0, lg = 0;
+  bool have = k->latest[0] && ea_ckpt_parse_dir_name(k->latest, &ls, &lg) == 0;
+  if (k->have_last && (!have || k->last_step > ls)) {
+    ls = k->last_step;
+    have = true;
+  }
+  *step = ls;
+  return have;
+}
+
+/* After every call into the core: the job module sees what the agent sees. */
+static void job_sync(agent *a) {
+  if (!a->job || !a->tr || !a->rdzv || a->phase == PHASE_CLOSING) return;
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
+  ea__job_view v = {.have_controller = a->elect_valid && a->elect.have,
+                    .controller = a->elect_valid && a->elect.have &&
+                                  ea_node_id_cmp(&a->elect.controller, &a->id) == 0,
+                    .controller_id = a->elect.controller,
+                    .st = &st,
+                    .members = ms,
+                    .nmembers = n};
+  v.ckpt_known = ckpt_newest_step(a, &v.ckpt_step);
+  ea__job_update(a->job, &v);
+}
+
+/* job.send */
+static void job_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len) {
+  agent *a = ctx;
+  const ea_member *m = a->tr ? find_member(a, to) : NULL;
+  if (m && a->ctl && a->phase < PHASE_CLOSING) ea__ctl_send_bytes(a->ctl, to, &m->meta.control, buf, len);
+}
+
+/* job.end: the job is over; this agent leaves and exits with its code. */
+static void job_end(void *ctx, uint8_t kind, int code) {
+  agent *a = ctx;
+  a->exit_status = code;
+  if (a->phase >= PHASE_STOPPING) return;
+  if (a->launch) ea__launch_stop_all(a->launch, a->o->cfg.runtime.stop_grace_seconds * 1000u);
+  stop_and_leave(a, false, kind == EA__JOB_SUCCESS ? "the job finished" : "the job failed");
+}
+
+static int start_job(agent *a, char *err, size_t errlen) {
+  char cmd[1024] = "";
+  if (a->o->worker_argc > 0) {
+    size_t off = 0;
+    for (int i = 0; i < a->o->worker_argc && off + 2 < sizeof cmd; i++) {
+      int w = snprintf(cmd + off, sizeof cmd - off, "%s%s", i ? " " : "", a->o->worker_argv[i]);
+      if (w < 0) break;
+      off += (size_t)w < sizeof cmd - off ? (size_t)w : sizeof cmd - off - 1;
+    }
+  } else {
+    snprintf(cmd, sizeof cmd, "%.1000s", a->o->cfg.compute.worker_command);
+  }
+  ea__job_opts jo = {.mode = a->mode,
+                     .command = cmd,
+                     .wpn = a->wpn ? a->wpn : a->o->cfg.compute.workers_per_node,
+                     .train_steps = a->o->cfg.train.steps,
+                     .ckpt_on = a->o->cfg.checkpoint.save_interval_steps > 0,
+                     .max_restarts = a->o->cfg.runtime.max_restarts,
+                     .self = a->id,
+                     .name = a->o->name};
+  ea__job_cbs jc = {.send = job_send, .end = job_end};
+  int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
+  if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));
+  return rc;
+}
+
+/* Before anything starts: the launch mode, keys that do nothing in it,
+ * old key names, and a --resume-from that cannot resolve.  *usage: the
+ * failure is a value that cannot work (exit status 2). */
+static int job_preflight(agent *a, bool *usage, char *err, size_t errlen) {
+  const ea__agent_opts *o = a->o;
+  int rc = ea__launch_mode(&o->cfg, o->worker_argc, o->worker_argv, &a->mode, err, errlen);
+  char warn[2048];
+  if (rc == 0)
+    rc = ea__launch_check_keys(&o->cfg, a->mode, o->resume_from[0] != 0, warn, sizeof warn, err,
+                               errlen);
+  if (rc) {
+    *usage = true;
+    return rc;
+  }
+  if (warn[0]) ea_log(EA_LOG_WARN, "start", "%s", warn);
+  if (ea_config_deprecations(&o->cfg, warn, sizeof warn) > 0)
+    ea_log(EA_LOG_WARN, "start", "deprecated key: %s (it still works)", warn);
+  if (a->mode != EA__MODE_BUILTIN || !o->resume_from[0]) return 0;
+  /* The spec names a checkpoint now, or never will: a word, a step not in
+   * the directory.  Lengths only (the cold start verifies every byte). */
+  ea_ckpt_resume res;
+  memset(&res, 0, sizeof res);
+  rc = ea_ckpt_resolve(a->ckpt_dir, o->resume_from, EA_CKPT_VERIFY_SIZE, &res);
+  if (rc == 0) {
+    ea_log(EA_LOG_INFO, "start", "--resume-from %s: %s (checked at start)", o->resume_from,
+           res.path);
+    ea_ckpt_resume_close(&res);
+    return 0;
+  }
+  if (rc == -ENOENT && strcmp(o->resume_from, "latest") == 0) {
+    ea_log(EA_LOG_INFO, "start", "--resume-from latest: no checkpoint in %s yet: a fresh start",
+           a->ckpt_dir);
+    return 0;
+  }
+  snprintf(err, errlen, "--resume-from %.200s: no such checkpoint in %.300s (%s%s%.400s)",
+           o->resume_from, a->ckpt_dir, strerror(-rc), res.n_skipped ? ": " : "",
+           res.n_skipped ? res.skipped[0].reason : "");
+  ea_ckpt_resume_close(&res);
+  *usage = true;
+  return rc;
+}
+
+/* Restart mode: the supervisor starts nothing until a generation commits. */
+static int start_restart_mode(agent *a, char *err, size_t errlen) {
+  snprintf(a->workers_dir, sizeof a->workers_dir, "%s/workers", a->o->data_dir);
+  if (mkdir(a->workers_dir, 0700) < 0 && errno != EEXIST) {
+    int e = errno;
+    snprintf(err, errlen, "cannot create %s: %s", a->workers_dir, strerror(e));
+    return -e;
+  }
+  char abs_dir[EA_PATH_MAX];
+  if (!realpath(a->o->data_dir, abs_dir)) snprintf(abs_dir, sizeof abs_dir, "%s", a->o->data_dir);
+  ea__launch_opts lo = {.wpn = a->wpn,
+                        .node_name = a->o->name,
+                        .data_dir = abs_dir,
+                        .run_id = a->o->cfg.experiment.name,
+                        .max_restarts = a->o->cfg.runtime.max_restarts,
+                        .stop_grace_ms = a->o->cfg.runtime.stop_grace_seconds * 1000u,
+                        .lost_peer_grace_ms = a->o->cfg.runtime.lost_peer_grace_ms,
+                        .advertise = *ea_transport_addr(a->tr)};
+  ea__launch_cbs lc = {.ready = restart_ready,
+                       .exited = restart_exited,
+                       .spawning = restart_spawning,
+                       .spawned = restart_spawned};
+  int rc = ea__launch_new(&a->loop, a->sup, &lo, &lc, a, &a->launch);
+  if (rc == 0) rc = ea__out_new(&a->loop, a->workers_dir, a->wpn, &a->out);
+  if (rc) snprintf(err, errlen, "restart mode: %s", strerror(-rc));
+  if (rc == 0 && a->wpn > 1 && !getenv("OMP_NUM_THREADS"))
+    ea_log(EA_LOG_INFO, "start",
+           "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+           "avoid your system being overloaded, please further tune the variable for optimal "
+           "performance in your application as needed.");
+  return rc;
+}
+
 /* ---- drain, stop, leave, close ------------------------------------------------------ */
 
 static void shutdown_all(agent *a) {
@@ -1099,8 +1437,14 @@ static void shutdown_all(agent *a) {
   a->ckpt_svc = NULL;
   if (a->ckpt_ctl) ea__ckpt_ctl_close(a->ckpt_ctl, NULL, NULL);
   a->ckpt_ctl = NULL;
+  if (a->launch) ea__launch_free(a->launch);
+  a->launch = NULL;
   if (a->sup) ea__sup_free(a->sup, NULL, NULL); /* kills what still runs */
   a->sup = NULL;
+  if (a->out) ea__out_free(a->out, NULL, NULL);
+  a->out = NULL;
+  if (a->job) ea__job_free(a->job);
+  a->job = NULL;
   if (a->tr) ea_transport_close(a->tr, NULL, NULL);
   a->tr = NULL;
   if (a->handles_open) {
@@ -1653,6 +1997,13 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
 
   status_generation(a, o);
   status_checkpoint(a, o);
+  if (a->job) { /* job.c writes with base/'s builder */
+    ea_sb js = {0};
+    ea__job_status(a->job, &js);
+    ea__sb_puts(o, ",\"job\":");
+    ea__sb_puts(o, js.oom || !js.buf ? "null" : js.buf);
+    ea_sb_free(&js);
+  }
 
   ea_transport_stats t;
   ea_transport_stats_get(a->tr, &t);
@@ -1801,7 +2152,8 @@ static int pick_backend(const ea__agent_opts *o, ea_comm_backend *b, char *err, 
   const char *s = o->cfg.distributed.backend;
   if (strcmp(s, "auto") == 0) {
     bool gpu = access("/dev/nvidiactl", F_OK) == 0;
-    *b = o->cfg.compute.worker_command[0] && gpu && ea_comm_nccl_available() ? EA_COMM_NCCL
+    bool prog = o->cfg.compute.worker_command[0] || o->worker_argc > 0;
+    *b = prog && gpu && ea_comm_nccl_available() ? EA_COMM_NCCL
                                                                              : EA_COMM_TCP;
     return 0;
   }
@@ -1904,6 +2256,12 @@ static int start_rdzv(agent *a, const ea_rdzv_gen *persisted, uint64_t seed, cha
   ea_rdzv_config rc;
   ea_rdzv_config_default(&rc);
   ea_rdzv_config_from(&rc, &a->o->cfg);
+  /* Restart mode: every generation restarts the programs (no step
+   * boundaries to wait for) and the job's restarts are counted; builtin and
+   * library: a node restarts its own workers (runtime.max_restarts per
+   * worker, then it drains). */
+  rc.restart_mode = a->mode == EA__MODE_TORCHRUN;
+  rc.max_restarts = a->mode == EA__MODE_TORCHRUN ? a->o->cfg.runtime.max_restarts : UINT32_MAX;
   ea_rdzv_io io = {
       .ctx = a, .send = io_send, .order = io_order, .persist = io_persist, .reason = io_reason};
   a->rdzv = ea_rdzv_new(&rc, &a->id, persisted, &io, seed, now_ms(a));
@@ -1933,10 +2291,15 @@ static int start_workers(agent *a, char *err, size_t errlen) {
   cb.port = 0;
   char bind[80];
   ea_addr_str(&cb, bind, sizeof bind);
+  uint32_t grace = a->o->cfg.runtime.stop_grace_seconds * 1000u;
   ea__sup_opts so = {.workers = a->wpn,
                      .worker_command = a->o->cfg.compute.worker_command,
+                     .argv = a->o->worker_argc > 0 ? a->o->worker_argv : NULL,
+                     .no_ipc = a->mode == EA__MODE_TORCHRUN,
                      .config_path = a->job_path,
-                     .comm_bind = bind};
+                     .comm_bind = bind,
+                     .stop_grace_ms = grace,
+                     .term_grace_ms = grace};
   ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
   int rc = ckpt_start(a, err, errlen);
   if (rc < 0) return rc;
@@ -1945,6 +2308,7 @@ static int start_workers(agent *a, char *err, size_t errlen) {
     snprintf(err, errlen, "worker supervisor: %s", strerror(-rc));
     return rc;
   }
+  if (a->mode == EA__MODE_TORCHRUN) return start_restart_mode(a, err, errlen);
   rc = ea__sup_start_all(a->sup);
   if (rc < 0) {
     snprintf(err, errlen, "cannot start the workers: %s", uv_strerror(rc));
@@ -1977,10 +2341,14 @@ int ea__agent_run(const ea__agent_opts *o) {
   }
   ea_addr cbind;
   if (rc == 0) rc = control_bind_addr(o, &cbind, err, sizeof err);
+  bool usage = false;
   if (rc == 0 && a) {
     a->o = o;
+    rc = job_preflight(a, &usage, err, sizeof err);
+  }
+  if (rc == 0 && a) {
     a->wpn = o->cfg.compute.workers_per_node;
-    if (!o->cfg.compute.worker_command[0]) {
+    if (a->mode == EA__MODE_BUILTIN) {
       a->dims = (ea_model_dims){.context = o->cfg.train.context,
                                 .embed_dim = o->cfg.train.embed_dim,
                                 .hidden = o->cfg.train.hidden,
@@ -1997,7 +2365,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_log(EA_LOG_ERROR, "start", "%s", err);
     if (lock_fd >= 0) close(lock_fd);
     free(a);
-    return rc;
+    return usage ? EA__EXIT_USAGE : EA__EXIT_START;
   }
   ea_node_id_hex(&a->id, a->idhex);
   snprintf(a->sock_path, sizeof a->sock_path, "%s/%s", o->data_dir, EA__ADMIN_SOCK);
@@ -2046,6 +2414,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     rc = ea__admin_start(&a->loop, a->sock_path, admin_cmds,
                          sizeof admin_cmds / sizeof admin_cmds[0], a, &a->admin, err, sizeof err);
   if (rc == 0) rc = start_rdzv(a, &persisted, seed, err, sizeof err);
+  if (rc == 0) rc = start_job(a, err, sizeof err);
   if (rc == 0) {
     uv_signal_init(&a->loop, &a->sigterm);
     uv_signal_init(&a->loop, &a->sigint);
@@ -2073,11 +2442,13 @@ int ea__agent_run(const ea__agent_opts *o) {
            "version=%s role=%s",
            o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role);
     ea_log(EA_LOG_INFO, "start",
-           "job: %u worker%s per node (%s), min_nodes %u, max_nodes %u, backend %s, %" PRIu64
+           "job: %u worker%s per node (%s, protocol %s), min_nodes %u, max_nodes %u, backend %s, %" PRIu64
            " steps, global batch %u; workers load %s",
            a->wpn, a->wpn == 1 ? "" : "s",
-           o->cfg.compute.worker_command[0] ? o->cfg.compute.worker_command : "built-in trainer",
-           o->cfg.compute.min_nodes, o->cfg.compute.max_nodes, ea_comm_backend_name(a->backend),
+           a->mode == EA__MODE_BUILTIN      ? "built-in trainer"
+           : o->cfg.compute.worker_command[0] ? o->cfg.compute.worker_command
+                                              : o->worker_argv[0],
+           ea__mode_name(a->mode), o->cfg.compute.min_nodes, o->cfg.compute.max_nodes, ea_comm_backend_name(a->backend),
            o->cfg.train.steps, o->cfg.distributed.global_batch, a->job_path);
     if (!have_key)
       ea_log(EA_LOG_WARN, "security",
@@ -2107,9 +2478,13 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_log(EA_LOG_INFO, "exit", "stopped cleanly");
   }
   ea_rdzv_free(a->rdzv);
+  int status = rc < 0 ? EA__EXIT_START : a->exit_status;
+  if (rc == 0 && status)
+    ea_log(EA_LOG_ERROR, "exit", "exit status %d: the job failed (see the alert above)", status);
   free(a->w);
   free(a->ipc);
+  free(a->run_ids);
   close(lock_fd);
   free(a);
-  return rc;
+  return status;
 }

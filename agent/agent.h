@@ -42,6 +42,11 @@ typedef struct {
    * ea_ckpt_resolve: a step, "step-S.gen-G", a path or "latest"); "" =
    * checkpoint.resume_from_last decides. */
   char resume_from[EA_PATH_MAX];
+  /* `run … -- PROGRAM ARG…`: the workers' program, exec'd without a shell
+   * (argc 0: none; compute.worker_command is the shell form).  Borrowed:
+   * must outlive ea__agent_run. */
+  int worker_argc;
+  char **worker_argv;
 } ea__agent_opts;
 
 /* Fills defaults: bind 0.0.0.0:7000, name = hostname, data dir
@@ -49,8 +54,13 @@ typedef struct {
 void ea__agent_opts_default(ea__agent_opts *o);
 
 /* Run the agent (gossip, control channel, generations, workers) until it
- * has drained and left — after SIGTERM/SIGINT or a drain — and return 0, or
- * return a negative errno after logging why it could not start. */
+ * has left — after the job ended, after SIGTERM/SIGINT or a drain — and
+ * return the process exit status: 0 (the job succeeded, or this node was
+ * drained), the job's failure code (agent/job.h: 3 restarts exhausted, 4
+ * min_nodes not reached, 5 final checkpoint failed), 2 for a start-up
+ * value that cannot work (a --resume-from that does not resolve, a program
+ * given twice, a key refused in this launch mode), 1 when it could not
+ * start (the log says why). */
 int ea__agent_run(const ea__agent_opts *o);
 
 /* Upper bound (ms) on the time from a member's crash to every other member

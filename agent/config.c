@@ -41,6 +41,8 @@ enum {
   F_ZERO_OFF = 1u << 0, /* integer: 0 (= off) is allowed besides min..max */
   F_NONEMPTY = 1u << 1, /* string: "" is not allowed */
   F_MIN_OPEN = 1u << 2, /* double: the lower bound is exclusive */
+  F_ALIAS = 1u << 3,    /* an old name of the key `alias`: loads and sets the
+                           same field, not dumped, hashed or documented */
 };
 
 typedef struct {
@@ -55,6 +57,7 @@ typedef struct {
   const char *(*check)(const char *s);
   const char *unit; /* "milliseconds", "bytes", … or NULL */
   const char *doc;  /* one sentence, shown in the dump and the reference */
+  const char *alias; /* F_ALIAS: the key (same section) this name stands for */
 } cfg_key;
 
 /* Offset and size of c.SECTION.KEY; the _Generic term makes the build fail
@@ -91,7 +94,10 @@ static const cfg_key keys[] = {
     {U32(compute, workers_per_node), .min = 1, .max = 64, .unit = "processes",
      .doc = "Worker processes per node, one per accelerator (like torchrun's nproc_per_node)."},
     {STR(compute, worker_command),
-     .doc = "Program each worker runs; empty runs the built-in trainer."},
+     .doc = "Program each worker runs (a shell command); empty runs the built-in trainer."},
+    {ENUM(compute, protocol, "auto", "builtin", "torchrun", "library"),
+     .doc = "How the agent drives the program: torchrun env and restarts (auto with a command), "
+            "the built-in trainer (auto without), or library (the worker protocol on fd 3)."},
 
     {ENUM(distributed, backend, "auto", "tcp", "nccl"),
      .doc = "Communicator: tcp ring, nccl, or auto (nccl when GPUs and NCCL are present)."},
@@ -123,12 +129,29 @@ static const cfg_key keys[] = {
     {ENUM(logging, format, "text", "json"), .doc = "text for people, json for log shippers."},
     {STR(logging, file), .doc = "Log file, opened for appending; empty means stderr."},
 
-    {U32(runtime, failure_retry_times), .min = 0, .max = 1000, .unit = "retries",
-     .doc = "Times a failed worker is restarted on a node before the node drains itself."},
+    {U32(runtime, max_restarts), .min = 0, .max = 1000, .unit = "restarts",
+     .doc = "torchrun: restarts of the job after a worker failed, then the job fails; builtin: "
+            "restarts of a node's worker, then the node drains (old name failure_retry_times)."},
+    /* The old name keeps working (chaos/run.c and older job files use it);
+     * a warning at start says it is deprecated. */
+    {.section = "runtime", .key = "failure_retry_times",
+     .off = offsetof(ea_config, runtime.max_restarts),
+     .size = sizeof(((ea_config *)0)->runtime.max_restarts), .type = T_U32, .min = 0, .max = 1000,
+     .flags = F_ALIAS, .alias = "max_restarts", .unit = "restarts",
+     .doc = "Old name of runtime.max_restarts."},
     {U32(runtime, rendezvous_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A generation that has not committed after this long is abandoned and retried."},
     {U32(runtime, join_retry_max_ms), .min = 100, .max = 3600000, .unit = "milliseconds",
      .doc = "Ceiling of the exponential backoff between attempts to reach a seed."},
+    {U32(runtime, stop_grace_seconds), .min = 1, .max = 3600, .unit = "seconds",
+     .doc = "A worker being stopped gets SIGTERM (builtin: STOP first), then SIGKILL this long "
+            "after."},
+    /* A collective blocked on a dead or frozen peer never returns (gloo's
+     * default timeout is 30 min): the SIGTERM's grace must not hold the
+     * whole recovery hostage.  500 ms lets a handler flush a log line. */
+    {U32(runtime, lost_peer_grace_ms), .min = 0, .max = 600000, .unit = "milliseconds",
+     .doc = "torchrun: the grace before SIGKILL when the restart is because a peer died or "
+            "froze."},
 
     /* Membership: the names are ea_swim_config's fields; defaults come from
      * ea_swim_config_default (membership/swim_config.c). */
@@ -251,6 +274,25 @@ static const cfg_key *find_key(const char *section, const char *key) {
   for (size_t i = 0; i < NKEYS; i++)
     if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].key, key) == 0) return &keys[i];
   return NULL;
+}
+
+/* The row a name stands for: itself, or the key an alias names. */
+static const cfg_key *canonical(const cfg_key *k) {
+  if (!(k->flags & F_ALIAS)) return k;
+  const cfg_key *c = find_key(k->section, k->alias);
+  return c ? c : k;
+}
+
+/* Bit of an alias row in ea_config.aliases_used: its rank among the aliases. */
+static uint32_t alias_bit(const cfg_key *k) {
+  uint32_t n = 0;
+  for (const cfg_key *p = keys; p < k; p++)
+    if (p->flags & F_ALIAS) n++;
+  return n < 32 ? 1u << n : 0;
+}
+
+static void note_alias(ea_config *c, const cfg_key *k) {
+  if (k->flags & F_ALIAS) c->aliases_used |= alias_bit(k);
 }
 
 /* "unknown section (expected experiment, compute, …)" or a suggestion. */
@@ -531,6 +573,7 @@ void ea_config_default(ea_config *c) {
   c->compute.min_nodes = 1;
   c->compute.max_nodes = 64;
   c->compute.workers_per_node = 1;
+  snprintf(c->compute.protocol, sizeof c->compute.protocol, "auto");
   snprintf(c->distributed.backend, sizeof c->distributed.backend, "auto");
   c->distributed.global_batch = 64;
   c->distributed.micro_batch = 16;
@@ -549,9 +592,14 @@ void ea_config_default(ea_config *c) {
   /* torchrun restarts 0 times by default and waits 900 s for a rendezvous
    * (pods being scheduled); agents here are already running, so a few
    * restarts absorb a flaky worker and 30 s is ample for a generation. */
-  c->runtime.failure_retry_times = 3;
+  c->runtime.max_restarts = 3;
   c->runtime.rendezvous_timeout_seconds = 30;
   c->runtime.join_retry_max_ms = 5000;
+  /* torchrun's agent waits 30 s after SIGTERM; 5 s keeps a drain (and a
+   * restart after a clean failure) quick and is the supervisor's old STOP
+   * grace. */
+  c->runtime.stop_grace_seconds = 5;
+  c->runtime.lost_peer_grace_ms = 500;
   ea_swim_config_default(&c->membership);
   snprintf(c->observability.metrics_listen, sizeof c->observability.metrics_listen,
            "127.0.0.1:9400");
@@ -631,13 +679,18 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
       errf(L->err, L->errlen, "%s:%zu: %s.%s: %s", L->path, node_line(kn), section, name, why);
       return -EINVAL;
     }
-    size_t idx = (size_t)(k - keys);
+    /* An old name and the new one set the same field: giving both is a
+     * duplicate too. */
+    size_t idx = (size_t)(canonical(k) - keys);
     if (seen_line[idx]) {
-      errf(L->err, L->errlen, "%s:%zu: %s.%s: duplicate key (first given on line %zu)", L->path,
-           node_line(kn), section, name, seen_line[idx]);
+      errf(L->err, L->errlen, "%s:%zu: %s.%s: duplicate key (first given on line %zu%s)", L->path,
+           node_line(kn), section, name, seen_line[idx],
+           k != canonical(k) || seen_line[NKEYS + idx] ? " under another name" : "");
       return -EINVAL;
     }
     seen_line[idx] = node_line(kn);
+    if (k != canonical(k)) seen_line[NKEYS + idx] = 1;
+    note_alias(c, k);
     if (vn->type != YAML_SCALAR_NODE) {
       errf(L->err, L->errlen, "%s:%zu: %s.%s: expected a single value, found %s", L->path,
            node_line(vn), section, name, node_kind(vn));
@@ -661,7 +714,7 @@ static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
          node_line(root), node_kind(root));
     return -EINVAL;
   }
-  size_t seen_key[NKEYS] = {0};
+  size_t seen_key[2 * NKEYS] = {0}; /* line of each key; [NKEYS + i]: given by an old name */
   struct {
     const char *name;
     size_t line;
@@ -860,6 +913,7 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
     errf(err, errlen, "--set: %s: %s", key, why);
   } else {
     memcpy(field(c, k), field(tmp, k), k->size);
+    note_alias(c, k);
   }
   free(tmp);
   return rc;
@@ -874,6 +928,7 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
     const void *f = cfield(c, k);
+    if (k->flags & F_ALIAS) continue;
     switch (k->type) {
     case T_U32:
     case T_U64: {
@@ -1075,6 +1130,7 @@ int ea_config_dump(const ea_config *c, char *buf, size_t cap) {
            "# Above each key: what it does, then its unit and range, and its default.\n");
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
+    if (k->flags & F_ALIAS) continue;
     if (i == 0 || strcmp(keys[i - 1].section, k->section) != 0)
       putf(&o, "\n%s:\n", k->section);
     else
@@ -1101,9 +1157,47 @@ uint64_t ea_config_hash(const ea_config *c) {
   XXH3_64bits_reset(&st);
   sink o = {.h = &st};
   for (size_t i = 0; i < NKEYS; i++) {
+    if (keys[i].flags & F_ALIAS) continue;
     putf(&o, "%s.%s=", keys[i].section, keys[i].key);
     put_value(&o, &keys[i], c);
     put(&o, "\n", 1);
   }
   return XXH3_64bits_digest(&st);
+}
+
+/* ---- what a mode does not use, and old names ----------------------------- */
+
+int ea_config_deprecations(const ea_config *c, char *out, size_t cap) {
+  int n = 0;
+  size_t len = 0;
+  if (cap) out[0] = 0;
+  for (size_t i = 0; i < NKEYS; i++) {
+    const cfg_key *k = &keys[i];
+    if (!(k->flags & F_ALIAS) || !(c->aliases_used & alias_bit(k))) continue;
+    int w = snprintf(out + len, cap > len ? cap - len : 0, "%s%s.%s is the old name of %s.%s",
+                     n ? "; " : "", k->section, k->key, k->section, k->alias);
+    if (w > 0) len += (size_t)w < (cap > len ? cap - len : 0) ? (size_t)w : 0;
+    n++;
+  }
+  return n;
+}
+
+int ea_config_changed_keys(const ea_config *c, const char *section, char *out, size_t cap) {
+  ea_config *def = malloc(sizeof *def);
+  if (!def) return -ENOMEM;
+  ea_config_default(def);
+  int n = 0;
+  size_t len = 0;
+  if (cap) out[0] = 0;
+  for (size_t i = 0; i < NKEYS; i++) {
+    const cfg_key *k = &keys[i];
+    if ((k->flags & F_ALIAS) || strcmp(k->section, section) != 0) continue;
+    if (memcmp(cfield(c, k), cfield(def, k), k->size) == 0) continue;
+    int w = snprintf(out + len, cap > len ? cap - len : 0, "%s%s.%s", n ? ", " : "", k->section,
+                     k->key);
+    if (w > 0 && (size_t)w < (cap > len ? cap - len : 0)) len += (size_t)w;
+    n++;
+  }
+  free(def);
+  return n;
 }

@@ -317,7 +317,15 @@ static int cmd_run(int argc, char **argv) {
         break;
     }
   }
-  if (rc == 0 && optind < argc) rc = usage_error("unexpected argument '%s'", argv[optind]);
+  /* `run [flags] -- PROGRAM ARG…`: the workers' program, exec'd as is. */
+  if (rc == 0 && optind < argc && optind > 1 && strcmp(argv[optind - 1], "--") == 0) {
+    o.worker_argc = argc - optind;
+    o.worker_argv = argv + optind;
+  } else if (rc == 0 && optind < argc) {
+    rc = usage_error("unexpected argument '%s' (a program goes after --)", argv[optind]);
+  } else if (rc == 0 && optind == argc && optind > 1 && strcmp(argv[optind - 1], "--") == 0) {
+    rc = usage_error("-- must be followed by the program to run");
+  }
   ea_addr probe;
   if (rc == 0 && ea_addr_parse(o.bind, 7000, &probe) < 0)
     rc = usage_error("--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)", o.bind);
@@ -340,7 +348,7 @@ static int cmd_run(int argc, char **argv) {
     return 1;
   }
   ea_log_set_node(o.name);
-  return ea__agent_run(&o) == 0 ? 0 : 1;
+  return ea__agent_run(&o);
 }
 
 /* ---- status ---------------------------------------------------------------- */

@@ -195,6 +195,10 @@ struct ea_rdzv {
     uint8_t nccl[EA_RDZV_NCCL_ID_BYTES];
     uint64_t deadline;
     uint64_t resend_at; /* PREPARE again to whoever has not answered */
+    /* It re-forms the same nodes after a worker failed: the plan counts one
+     * more restart (ea_rdzv_plan.restarts). */
+    bool restart;
+    uint64_t restarts_seen; /* the most any READY of it knew */
   } f;
   /* The last plan we committed, for a member whose COMMIT was lost: its
    * READY, re-sent while it waits, is answered with the COMMIT again.  Kept
@@ -219,6 +223,21 @@ struct ea_rdzv {
   size_t nexcl, capexcl;
   bool formed_broken;
   char broken_why[96];
+  /* ... by a worker's failure (a REPORT saying so), not only by a member
+   * lost: a re-formation with the same nodes is then a restart. */
+  bool broken_by_failure;
+  uint64_t formed_at; /* when we learned the formed generation (its commit) */
+  /* The restart count of the newest plan known here (ea_rdzv_plan.restarts). */
+  uint64_t restarts;
+  /* Churn damping (EA_RDZV_CHURN_WINDOW_MS): the streak, its number and
+   * reason, and no formation after a failure before churn_until. */
+  uint32_t churn;
+  uint64_t churn_streak, churn_until;
+  char churn_why[96];
+  /* The job was given up (sticky: nothing more is formed). */
+  uint8_t job_fail;
+  char job_why[EA_RDZV_REASON_MAX];
+  uint64_t minn_since; /* waiting for min_nodes since (0: not waiting) */
   uint64_t join_since, cold_since, retry_at, query_at, stray_at;
   bool strays;
   uint32_t nfail;
@@ -436,6 +455,8 @@ static void set_formed(ea_rdzv *r, const ea_rdzv_gen *g, const ea_node_id *ids, 
   r->formed = *g;
   gen_raise(&r->seen, g);
   r->formed_broken = false;
+  r->broken_by_failure = false;
+  r->formed_at = r->now;
   r->el_dirty = true;
 }
 
@@ -445,6 +466,7 @@ static void clear_formed(ea_rdzv *r) {
   r->nformed = 0;
   r->formed = (ea_rdzv_gen){0};
   r->formed_broken = false;
+  r->broken_by_failure = false;
   r->el_dirty = true;
 }
 
@@ -626,7 +648,7 @@ static void agent_prepare(ea_rdzv *r, const ea_rdzv_msg *m) {
    * flight (every local worker reports a boundary, or one fails) before its
    * communicator is torn down.  Anything else broke it already. */
   r->prep_ordered = false;
-  r->prep_boundary = m->boundary && r->running;
+  r->prep_boundary = m->boundary && r->running && !r->cfg.restart_mode;
 }
 
 static void agent_commit(ea_rdzv *r, const ea_rdzv_msg *m) {
@@ -654,6 +676,7 @@ static void agent_commit(ea_rdzv *r, const ea_rdzv_msg *m) {
   plan_free(&r->run);
   r->run = copy;
   r->run.gen = m->gen;
+  if (p->restarts > r->restarts) r->restarts = p->restarts;
   r->running = true;
   r->prep = false;
   r->paused = false;
@@ -826,6 +849,7 @@ static bool send_ready(ea_rdzv *r) {
   m.nworkers = r->cfg.workers_per_node;
   memcpy(m.workers, r->winfo, m.nworkers * sizeof m.workers[0]);
   m.formed = r->formed;
+  m.restarts = r->restarts;
   if (r->prep_base == 0 && r->whas_nccl) {
     m.has_nccl_id = true;
     memcpy(m.nccl_id, r->wnccl, sizeof m.nccl_id);
@@ -1026,10 +1050,31 @@ static void resend_prepares(ea_rdzv *r) {
     if (!r->f.ready[i] && !id_eq(&r->f.ids[i], &r->self)) send_prepare(r, i);
 }
 
+static void job_failed(ea_rdzv *r, uint8_t why, const char *text);
+
 static void commit(ea_rdzv *r) {
   uint32_t n = r->f.n, wpn = r->cfg.workers_per_node;
+  /* The restart count: the highest any member knew (a controller that was a
+   * spare knows none itself), one more when this re-forms the same nodes
+   * after a worker failed.  Past max_restarts the job is given up here, when
+   * every member answered READY (so none of them is dead: a node lost is a
+   * membership change, not a restart, and a failure it caused on the others
+   * must not use a restart up before gossip has declared it dead). */
+  uint64_t restarts = r->restarts > r->f.restarts_seen ? r->restarts : r->f.restarts_seen;
+  if (r->f.restart) restarts++;
+  if (r->f.restart && restarts > r->cfg.max_restarts) {
+    char why[EA_RDZV_REASON_MAX];
+    fmt(why, sizeof why, "restarts exhausted: a worker failed after %" PRIu64 " restart%s "
+        "(runtime.max_restarts %u): %s", restarts - 1, restarts == 2 ? "" : "s",
+        r->cfg.max_restarts, r->broken_why);
+    abandon(r);
+    job_failed(r, EA_RDZV_JOB_RESTARTS, why);
+    return;
+  }
   ea_rdzv_msg m = {.type = EA_RDZV_COMMIT, .gen = r->f.gen};
   ea_rdzv_plan *p = &m.plan;
+  p->restarts = restarts;
+  r->restarts = restarts;
   p->gen = r->f.gen;
   p->nnodes = n;
   p->wpn = wpn;
@@ -1125,6 +1170,7 @@ static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
     return;
   }
   memcpy(&r->f.w[(size_t)i * wpn], m->workers, wpn * sizeof m->workers[0]);
+  if (m->restarts > r->f.restarts_seen) r->f.restarts_seen = m->restarts;
   if (i == 0 && m->has_nccl_id) {
     r->f.has_nccl = true;
     memcpy(r->f.nccl, m->nccl_id, sizeof r->f.nccl);
@@ -1166,6 +1212,37 @@ static void ctrl_nack(ea_rdzv *r, const ea_rdzv_msg *m) {
 }
 
 static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m);
+
+uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64) {
+  if (streak < 2 || cap_ms == 0) return 0;
+  uint64_t d = EA_RDZV_CHURN_BASE_MS;
+  for (uint32_t i = 2; i < streak && d < cap_ms; i++) d *= 2;
+  if (d > cap_ms) d = cap_ms;
+  return d / 2 + r64 % (d - d / 2); /* in [d/2, d) */
+}
+
+/* The formed generation broke by a worker failure (`why`): extend the churn
+ * streak if it did so soon after its commit for the reason the last one
+ * did, else start a new streak with it. */
+static void churn_note(ea_rdzv *r, const char *why) {
+  bool soon = r->formed_at && r->now - r->formed_at <= EA_RDZV_CHURN_WINDOW_MS;
+  if (soon && r->churn && strcmp(r->churn_why, why) == 0) {
+    r->churn++;
+  } else {
+    r->churn = 1;
+    r->churn_streak++;
+    snprintf(r->churn_why, sizeof r->churn_why, "%s", why);
+  }
+  r->churn_until = r->now + ea_rdzv_churn_delay_ms(r->churn, r->cfg.rendezvous_timeout_ms,
+                                                   rng_next(r));
+}
+
+/* Give the job up: nothing more is formed; the agent tells everyone. */
+static void job_failed(ea_rdzv *r, uint8_t why, const char *text) {
+  if (r->job_fail) return;
+  r->job_fail = why;
+  snprintf(r->job_why, sizeof r->job_why, "%s", text);
+}
 
 /* Every REPORT is answered with what we know formed last: it stops the
  * sender's introductions, and a member that lost its state (restarted)
@@ -1212,6 +1289,10 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
     if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->formed)) {
       r->formed_broken = true;
       fmt(r->broken_why, sizeof r->broken_why, "%s reported a failure", who);
+      if (!r->broken_by_failure) {
+        r->broken_by_failure = true;
+        churn_note(r, r->broken_why);
+      }
     } else if (!((m->flags & EA_RDZV_F_RUNNING) && gen_eq(&m->gen, &r->formed)) &&
                !(m->flags & EA_RDZV_F_PREPARING) &&
                ea_rdzv_gen_cmp(&m->accepted, &r->formed) >= 0) {
@@ -1383,7 +1464,12 @@ static bool ctrl_step(ea_rdzv *r) {
   if (!me) {
     if (r->f.phase) abandon(r);
     r->join_since = r->cold_since = 0;
+    r->minn_since = 0;
     why[0] = 0;
+    return false;
+  }
+  if (r->job_fail) {
+    fmt(why, cap, "job failed: %s", r->job_why);
     return false;
   }
   if (!r->f.phase && r->now >= r->retry_at && learn(r)) return false;
@@ -1490,10 +1576,19 @@ static bool ctrl_step(ea_rdzv *r) {
   uint32_t nall = nd;
   if (nd > maxn) nd = maxn;
   bool changed = false;
+  /* A streak of short-lived generations is over once one lives past the
+   * churn window. */
+  if (r->churn && !r->formed_broken && r->formed_at &&
+      r->now - r->formed_at > EA_RDZV_CHURN_WINDOW_MS)
+    r->churn = 0;
+  bool minn_wait = false;
+  uint32_t minn_have = 0;
   if (r->formed.term == 0) {
     if (nall < minn) {
       fmt(why, cap, "waiting for min_nodes: %u of %u alive", nall, minn);
       r->cold_since = 0;
+      minn_wait = true;
+      minn_have = nall;
     } else {
       if (r->cold_since == 0) r->cold_since = r->now;
       uint64_t due = r->cold_since + r->cfg.scale_up_delay_ms;
@@ -1526,8 +1621,20 @@ static bool ctrl_step(ea_rdzv *r) {
       fmt(why, cap, "waiting for min_nodes: %u of %u alive (generation %" PRIu64 ": %s)", nd, minn,
           r->formed.term, bwhy);
       if (lost) stop_formed(r, true);
+      minn_wait = true;
+      minn_have = nd;
+    } else if (r->churn >= 2 && r->now < r->churn_until) {
+      fmt(why, cap,
+          "backing off %" PRIu64 " ms: %u generations in a row failed within %u s of their "
+          "commit (%s)",
+          r->churn_until - r->now, r->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, r->churn_why);
     } else {
+      /* The same nodes again after a worker failed: a restart (counted
+       * when it commits).  A node lost (or excluded) makes it a membership
+       * change instead. */
+      bool restart = r->broken_by_failure && nsurv == r->nformed;
       start_formation(r, draft, nd, false);
+      r->f.restart = restart && r->f.phase;
       changed = true;
     }
   } else if (njoin > 0 && nsurv < maxn) {
@@ -1555,6 +1662,20 @@ static bool ctrl_step(ea_rdzv *r) {
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes", r->formed.term, nsurv);
   }
   free(draft);
+  /* min_nodes out of reach for a whole rendezvous timeout fails the job
+   * (torchrun's join timeout), unless this node is on its way out. */
+  if (!minn_wait || r->draining) {
+    r->minn_since = 0;
+  } else if (r->cfg.min_nodes_timeout_ms) {
+    if (!r->minn_since) r->minn_since = r->now;
+    if (r->now - r->minn_since >= r->cfg.min_nodes_timeout_ms) {
+      char jw[EA_RDZV_REASON_MAX];
+      fmt(jw, sizeof jw,
+          "min_nodes not reached: %u of %u nodes for %u s (runtime.rendezvous_timeout_seconds)",
+          minn_have, minn, r->cfg.min_nodes_timeout_ms / 1000);
+      job_failed(r, EA_RDZV_JOB_MIN_NODES, jw);
+    }
+  }
   return changed;
 }
 
@@ -1686,6 +1807,9 @@ void ea_rdzv_config_default(ea_rdzv_config *c) {
   c->scale_up_delay_ms = 2000;
   c->rendezvous_timeout_ms = 30000;
   c->quorum_none = false;
+  c->restart_mode = false;
+  c->max_restarts = UINT32_MAX;
+  c->min_nodes_timeout_ms = 0;
 }
 
 void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
@@ -1695,6 +1819,9 @@ void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
   c->scale_up_delay_ms = job->distributed.scale_up_delay_ms;
   c->rendezvous_timeout_ms = job->runtime.rendezvous_timeout_seconds * 1000u;
   c->quorum_none = strcmp(job->distributed.quorum, "none") == 0;
+  /* restart_mode and max_restarts depend on the launch mode: the agent
+   * sets them (agent/launch.c). */
+  c->min_nodes_timeout_ms = c->rendezvous_timeout_ms;
 }
 
 ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
@@ -1873,6 +2000,11 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
   if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
   for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
+  if (r->churn) {
+    soonest(&d, now, r->churn_until);
+    if (r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
+  }
+  if (r->minn_since) soonest(&d, now, r->minn_since + r->cfg.min_nodes_timeout_ms);
   return d;
 }
 
@@ -1940,4 +2072,13 @@ void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
   out->formed_nodes = r->nformed;
   out->last_step = r->last_step;
   snprintf(out->reason, sizeof out->reason, "%s", r->reason);
+  out->restarts = r->restarts;
+  out->job_failed = r->job_fail;
+  snprintf(out->job_why, sizeof out->job_why, "%s", r->job_why);
+  out->churn = r->churn;
+  out->churn_streak = r->churn_streak;
+  snprintf(out->churn_why, sizeof out->churn_why, "%s", r->churn_why);
+  out->churn_wait_ms = r->churn >= 2 && r->formed_broken && r->churn_until > r->now
+                           ? r->churn_until - r->now
+                           : 0;
 }

@@ -175,15 +175,17 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
         msgpack_pack_false(&pk);
       break;
     case EA_RDZV_READY:
-      msgpack_pack_array(&pk, 3);
+      /* restarts only when set: an older agent's decoder wants 3 elements */
+      msgpack_pack_array(&pk, m->restarts ? 4 : 3);
       msgpack_pack_array(&pk, m->nworkers);
       for (uint32_t i = 0; i < m->nworkers; i++) pk_worker(&pk, &m->workers[i]);
       pk_nccl(&pk, m->has_nccl_id, m->nccl_id);
       pk_gen(&pk, &m->formed);
+      if (m->restarts) msgpack_pack_uint64(&pk, m->restarts);
       break;
     case EA_RDZV_COMMIT: {
       const ea_rdzv_plan *p = &m->plan;
-      msgpack_pack_array(&pk, 6);
+      msgpack_pack_array(&pk, p->restarts ? 7 : 6);
       msgpack_pack_uint32(&pk, p->wpn);
       if (p->has_sync)
         msgpack_pack_uint32(&pk, p->sync_rank);
@@ -200,6 +202,7 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
       }
       msgpack_pack_array(&pk, p->world);
       for (uint32_t i = 0; i < p->world; i++) pk_worker(&pk, &p->ranks[i]);
+      if (p->restarts) msgpack_pack_uint64(&pk, p->restarts);
       break;
     }
     case EA_RDZV_NACK:
@@ -317,19 +320,36 @@ static int body_prepare(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   return 0;
 }
 
+/* A body array of `base` elements, or base + 1 with a trailing restart
+ * count (see ea_rdzv.h): *extra tells which. */
+static int rd_body(ea__mpr *r, uint32_t base, bool *extra, const char *field, const char **err) {
+  uint32_t n;
+  TRY(ea__mpr_array(r, &n), field);
+  NEED(n == base || n == base + 1, field);
+  *extra = n == base + 1;
+  return 0;
+}
+
 static int body_ready(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
-  if (ea__mpr_array_n(r, 3, "ready", err)) return -EA_EWIRE;
+  bool extra;
+  if (rd_body(r, 3, &extra, "ready", err)) return -EA_EWIRE;
   if (rd_count(r, 1, EA_RDZV_MAX_WPN, WORKER_MIN_BYTES, &m->nworkers, "workers", err))
     return -EA_EWIRE;
   for (uint32_t i = 0; i < m->nworkers; i++)
     if (rd_worker(r, &m->workers[i], err)) return -EA_EWIRE;
   if (rd_nccl(r, &m->has_nccl_id, m->nccl_id, err)) return -EA_EWIRE;
-  return rd_gen(r, &m->formed, "formed", err);
+  if (rd_gen(r, &m->formed, "formed", err)) return -EA_EWIRE;
+  if (extra) {
+    TRY(ea__mpr_uint(r, UINT64_MAX, &m->restarts), "restarts");
+    NEED(m->restarts > 0, "restarts");
+  }
+  return 0;
 }
 
 static int body_commit(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   ea_rdzv_plan *p = &m->plan;
-  if (ea__mpr_array_n(r, 6, "commit", err)) return -EA_EWIRE;
+  bool extra;
+  if (rd_body(r, 6, &extra, "commit", err)) return -EA_EWIRE;
   if (ea__mpr_u32(r, EA_RDZV_MAX_WPN, &p->wpn, "wpn", err)) return -EA_EWIRE;
   NEED(p->wpn >= 1, "wpn");
   int nil = ea__mpr_nil(r);
@@ -358,6 +378,10 @@ static int body_commit(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   for (uint32_t i = 0; i < nw; i++)
     if (rd_worker(r, &p->ranks[i], err)) return -EA_EWIRE;
   NEED(!p->has_sync || p->sync_rank < p->world, "sync_rank");
+  if (extra) {
+    TRY(ea__mpr_uint(r, UINT64_MAX, &p->restarts), "restarts");
+    NEED(p->restarts > 0, "restarts");
+  }
   return 0;
 }
 

@@ -48,6 +48,8 @@ struct ea__sup {
   uint32_t n;
   wk **slot; /* running (or exited, not yet reported) records */
   char *command, *exe, *config, *bind;
+  char **argv; /* exec form, NULL-terminated copy; NULL: none */
+  bool no_ipc;
   uint32_t stop_grace_ms, term_grace_ms;
   uint64_t bad_packets;
   size_t live; /* records not yet freed, + 1 for `guard` */
@@ -83,6 +85,8 @@ static void maybe_free_sup(ea__sup *s) {
   free(s->exe);
   free(s->config);
   free(s->bind);
+  for (size_t i = 0; s->argv && s->argv[i]; i++) free(s->argv[i]);
+  free(s->argv);
   free(s->slot);
   free(s);
   if (closed) closed(ctx);
@@ -91,7 +95,7 @@ static void maybe_free_sup(ea__sup *s) {
 static void wk_handle_closed(uv_handle_t *h) {
   wk *w = h->data;
   if (--w->open > 0) return;
-  if (w->fd >= 0) close(w->fd);
+  if (w->fd >= 0 && !w->s->no_ipc) close(w->fd);
   ea__sup *s = w->s;
   if (!w->detached && s->slot[w->idx] == w) s->slot[w->idx] = NULL;
   free(w);
@@ -222,6 +226,10 @@ void ea__sup_stop(ea__sup *s, uint32_t idx) {
   if (idx >= s->n || !s->slot[idx]) return;
   wk *w = s->slot[idx];
   if (w->exited || w->stopping) return;
+  if (s->no_ipc) { /* no socket to say STOP on: the signal is the request */
+    ea__sup_terminate(s, idx, s->term_grace_ms);
+    return;
+  }
   w->stopping = true;
   ea_ipc_msg *m = &s->stop;
   ea_ipc_msg_init(m, EA_IPC_STOP);
@@ -238,6 +246,27 @@ void ea__sup_stop(ea__sup *s, uint32_t idx) {
 
 void ea__sup_stop_all(ea__sup *s) {
   for (uint32_t i = 0; i < s->n; i++) ea__sup_stop(s, i);
+}
+
+void ea__sup_terminate(ea__sup *s, uint32_t idx, uint32_t grace_ms) {
+  if (idx >= s->n || !s->slot[idx]) return;
+  wk *w = s->slot[idx];
+  if (w->exited) return;
+  if (grace_ms == 0) {
+    ea__sup_kill(s, idx);
+    return;
+  }
+  if (w->stopping && w->stage >= 1) {
+    /* Already signalled: only bring the SIGKILL forward. */
+    if (w->stage == 1 && uv_timer_get_due_in(&w->timer) > grace_ms)
+      uv_timer_start(&w->timer, on_stop_timer, grace_ms, 0);
+    return;
+  }
+  w->stopping = true;
+  w->stage = 1;
+  uv_timer_stop(&w->timer);
+  signal_group(w, SIGTERM);
+  uv_timer_start(&w->timer, on_stop_timer, grace_ms, 0);
 }
 
 void ea__sup_kill(ea__sup *s, uint32_t idx) {
@@ -270,6 +299,27 @@ int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, v
   s->exe = strdup(o->exe && *o->exe ? o->exe : "/proc/self/exe");
   s->config = dupstr(o->config_path);
   s->bind = dupstr(o->comm_bind);
+  s->no_ipc = o->no_ipc;
+  if (o->argv && o->argv[0]) {
+    size_t n = 0;
+    while (o->argv[n]) n++;
+    s->argv = calloc(n + 1, sizeof *s->argv);
+    for (size_t i = 0; s->argv && i < n; i++)
+      if (!(s->argv[i] = strdup(o->argv[i]))) {
+        for (size_t j = 0; j < i; j++) free(s->argv[j]);
+        free(s->argv);
+        s->argv = NULL;
+      }
+    if (!s->argv) {
+      free(s->slot);
+      free(s->command);
+      free(s->exe);
+      free(s->config);
+      free(s->bind);
+      free(s);
+      return -ENOMEM;
+    }
+  }
   s->stop_grace_ms = o->stop_grace_ms ? o->stop_grace_ms : EA__SUP_STOP_GRACE_MS;
   s->term_grace_ms = o->term_grace_ms ? o->term_grace_ms : EA__SUP_TERM_GRACE_MS;
   if (!s->slot || !s->exe || (o->worker_command && *o->worker_command && !s->command) ||
@@ -301,6 +351,10 @@ static bool ours(const char *kv) {
 }
 
 int ea__sup_start(ea__sup *s, uint32_t idx) {
+  return ea__sup_start_ex(s, idx, NULL);
+}
+
+int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp) {
   if (s->closing) return -ESHUTDOWN;
   if (idx >= s->n) return -ERANGE;
   if (s->slot[idx]) return -EBUSY;
@@ -332,8 +386,11 @@ int ea__sup_start(ea__sup *s, uint32_t idx) {
   env[e] = NULL;
 
   char *argv[8];
+  char **args = argv;
   int a = 0;
-  if (s->command) {
+  if (s->argv) {
+    args = s->argv;
+  } else if (s->command) {
     argv[a++] = "/bin/sh";
     argv[a++] = "-c";
     argv[a++] = s->command;
@@ -353,8 +410,9 @@ int ea__sup_start(ea__sup *s, uint32_t idx) {
   int sv[2] = {-1, -1};
   wk *w = calloc(1, sizeof *w);
   if (!w) rc = -ENOMEM;
-  if (rc == 0) rc = ea_ipc_socketpair(sv);
-  if (rc == 0 && fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) rc = -errno;
+  if (rc == 0 && !s->no_ipc) rc = ea_ipc_socketpair(sv);
+  if (rc == 0 && !s->no_ipc && fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0)
+    rc = -errno;
   if (rc) {
     if (sv[0] >= 0) close(sv[0]);
     if (sv[1] >= 0) close(sv[1]);
@@ -375,22 +433,35 @@ int ea__sup_start(ea__sup *s, uint32_t idx) {
   stdio[1].data.fd = 1;
   stdio[2].flags = UV_INHERIT_FD;
   stdio[2].data.fd = 2;
+  if (sp && sp->out) {
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)sp->out;
+  }
+  if (sp && sp->err) {
+    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[2].data.stream = (uv_stream_t *)sp->err;
+  }
   stdio[3].flags = UV_INHERIT_FD;
   stdio[3].data.fd = sv[1];
   uv_process_options_t po;
   memset(&po, 0, sizeof po);
   po.exit_cb = on_proc_exit;
-  po.file = argv[0];
-  po.args = argv;
-  po.env = env;
+  po.file = args[0];
+  po.args = args;
+  po.env = sp && sp->env ? sp->env : env;
   po.flags = UV_PROCESS_DETACHED; /* own session and process group */
-  po.stdio_count = 4;
+  po.stdio_count = s->no_ipc ? 3 : 4;
   po.stdio = stdio;
   w->proc.data = w;
   rc = uv_spawn(s->loop, &w->proc, &po);
   w->open++; /* initialised even when the spawn failed; closed either way */
-  close(sv[1]);
-  if (rc == 0) {
+  if (sv[1] >= 0) close(sv[1]);
+  if (rc == 0 && s->no_ipc) {
+    w->pid = w->proc.pid;
+    s->slot[idx] = w;
+    ea_log(EA_LOG_INFO, "worker", "worker %u started pid=%d (%s)", idx, w->pid,
+           s->argv ? s->argv[0] : s->command ? s->command : "built-in");
+  } else if (rc == 0) {
     w->pid = w->proc.pid;
     rc = uv_poll_init(s->loop, &w->poll, w->fd);
     if (rc == 0) {
@@ -413,7 +484,7 @@ int ea__sup_start(ea__sup *s, uint32_t idx) {
     ea_log(EA_LOG_INFO, "worker", "worker %u started pid=%d (%s)", idx, w->pid,
            s->command ? s->command : "built-in");
   } else {
-    ea_log(EA_LOG_ERROR, "worker", "worker %u: spawn %s: %s", idx, argv[0], uv_strerror(rc));
+    ea_log(EA_LOG_ERROR, "worker", "worker %u: spawn %s: %s", idx, args[0], uv_strerror(rc));
     w->detached = true;
     wk_close(w);
   }

@@ -48,7 +48,9 @@ typedef struct {
 
 typedef struct {
   uint32_t workers;           /* slots, ≥ 1 (compute.workers_per_node) */
-  const char *worker_command; /* NULL or "": the built-in worker */
+  const char *worker_command; /* NULL or "": the built-in worker (or argv) */
+  char *const *argv;          /* exec form (no shell): argv[0] found on PATH; NULL: none */
+  bool no_ipc;                /* restart mode: no fd 3, and a stop is SIGTERM (no STOP) */
   const char *exe;            /* built-in: the binary; NULL = /proc/self/exe */
   const char *config_path;    /* NULL or "": none */
   const char *comm_bind;      /* EA_COMM_BIND; NULL or "": the worker's default */
@@ -69,6 +71,16 @@ int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, v
 /* Spawn worker idx.  -EBUSY when it is running, -ERANGE for a bad idx, or
  * the spawn's error (then no callback for this attempt). */
 int ea__sup_start(ea__sup *s, uint32_t idx);
+/* One start with an environment and output of its own (restart mode).
+ * env: the whole environment (NULL: the usual one); out, err: pipes the
+ * caller initialised with uv_pipe_init and owns (reads and closes), which
+ * become the worker's stdout and stderr (NULL: the agent's own).  Borrowed
+ * for the call. */
+typedef struct {
+  char **env;
+  uv_pipe_t *out, *err;
+} ea__sup_spawn;
+int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp);
 /* Spawn every slot that is not running; the first error is returned after
  * trying them all. */
 int ea__sup_start_all(ea__sup *s);
@@ -82,6 +94,9 @@ void ea__sup_stop(ea__sup *s, uint32_t idx);
 void ea__sup_stop_all(ea__sup *s);
 /* SIGKILL worker idx's process group now (a node-level emergency). */
 void ea__sup_kill(ea__sup *s, uint32_t idx);
+/* SIGTERM worker idx's process group now, SIGKILL after grace_ms (0: SIGKILL
+ * now).  No-op when it is not running; shortens a stop already under way. */
+void ea__sup_terminate(ea__sup *s, uint32_t idx, uint32_t grace_ms);
 bool ea__sup_running(const ea__sup *s, uint32_t idx);
 int ea__sup_pid(const ea__sup *s, uint32_t idx); /* 0 when not running */
 uint32_t ea__sup_count(const ea__sup *s);        /* slots */

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t max_nodes;          /* 64 */
     uint32_t workers_per_node;   /* 1 */
     char worker_command[EA_PATH_MAX]; /* "" = built-in trainer */
+    char protocol[16];           /* "auto" | "builtin" | "torchrun" | "library" */
   } compute;
   struct {
     char backend[16];            /* "auto" | "tcp" | "nccl" */
@@ -55,9 +56,11 @@ typedef struct {
     char file[EA_PATH_MAX];      /* "" = stderr */
   } logging;
   struct {
-    uint32_t failure_retry_times;     /* 3 */
+    uint32_t max_restarts;            /* 3 (old name: failure_retry_times) */
     uint32_t rendezvous_timeout_seconds; /* 30 */
     uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
+    uint32_t stop_grace_seconds;      /* SIGTERM (STOP) → SIGKILL: 5 */
+    uint32_t lost_peer_grace_ms;      /* the same when a peer died or froze: 500 */
   } runtime;
   ea_swim_config membership;     /* see ea_swim_config_default */
   struct {
@@ -77,6 +80,10 @@ typedef struct {
     double weight_decay;         /* 0.01 */
     uint32_t warmup_steps;       /* 50 */
   } train;
+  /* Not a key: which deprecated key names the file or --set used (bit i:
+   * the i-th alias of the key table), for one warning at start
+   * (ea_config_deprecations). */
+  uint32_t aliases_used;
 } ea_config;
 
 void ea_config_default(ea_config *c);
@@ -90,6 +97,13 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
 int ea_config_validate(const ea_config *c, char *err, size_t errlen);
 /* A stable 64-bit hash of the effective configuration (for manifests). */
 uint64_t ea_config_hash(const ea_config *c);
+/* The deprecated key names c was given ("runtime.failure_retry_times is the
+ * old name of runtime.max_restarts; …"), as one line in out; returns how
+ * many (0: none, out is ""). */
+int ea_config_deprecations(const ea_config *c, char *out, size_t cap);
+/* The keys of `section` whose value differs from the default, as
+ * "train.steps, train.lr" in out; returns how many. */
+int ea_config_changed_keys(const ea_config *c, const char *section, char *out, size_t cap);
 /* Write the effective configuration as YAML (for `elastic-agent config`).
  * Like snprintf: returns the length of the whole dump (without the NUL),
  * writes at most cap bytes including a NUL, buf may be NULL when cap is 0;

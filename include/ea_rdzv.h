@@ -101,6 +101,11 @@ typedef struct {
   uint64_t sync_step;
   bool has_nccl_id; /* made by rank 0's worker, handed to every rank */
   uint8_t nccl_id[EA_RDZV_NCCL_ID_BYTES];
+  /* Times the job has been restarted after a worker failed, this plan
+   * included (torchrun's TORCHELASTIC_RESTART_COUNT): one more than the
+   * generation before when it re-formed, with the same nodes, because a
+   * worker failed; the same otherwise (a node lost or joined, a drain). */
+  uint64_t restarts;
 } ea_rdzv_plan;
 
 /* ---- control messages ---------------------------------------------------
@@ -137,8 +142,16 @@ typedef struct {
  *   worker  = [ listen:addr, step:uint ]
  *   node    = [ id:bin16, name:str, control:addr ]
  *
- * Arrays have exactly the lengths shown (version 1 has no optional
- * fields); world = len(nodes) · wpn is checked, as are every bound below.
+ * Arrays have exactly the lengths shown, with one exception: a READY may
+ * carry a 4th element and a COMMIT a 7th, `restarts:uint` (the job's restart
+ * count: the newest a member knows, the plan's), sent only when it is not 0,
+ * so agents of an older version understand every message of a job that has
+ * not restarted.  world = len(nodes) · wpn is checked, as are every bound
+ * below.
+ *
+ * In restart mode (torchrun) rank 0's worker entry carries MASTER_ADDR and
+ * MASTER_PORT: the advertised address of its node and a port its agent found
+ * free for this generation (where the program's rank 0 hosts its store).
  */
 
 #define EA_RDZV_WIRE_VERSION 1
@@ -190,6 +203,8 @@ typedef struct {
    * whose own reference is older learns of the newer one before it
    * commits anything on a stale quorum. */
   ea_rdzv_gen formed;
+  /* READY: the newest restart count this member has seen in a COMMIT. */
+  uint64_t restarts;
   /* NACK */
   ea_rdzv_gen seen;
   uint8_t nack; /* ea_rdzv_nack */
@@ -229,9 +244,20 @@ typedef struct {
   uint32_t scale_up_delay_ms;     /* distributed.scale_up_delay_ms */
   uint32_t rendezvous_timeout_ms; /* runtime.rendezvous_timeout_seconds · 1000 */
   bool quorum_none;               /* distributed.quorum == "none" */
+  /* Restart mode (torchrun): every generation restarts the programs, which
+   * report no steps, so a join does not wait for a step boundary. */
+  bool restart_mode;
+  /* A re-formation after a worker failure that would make plan.restarts
+   * exceed this fails the job instead (EA_RDZV_JOB_RESTARTS); UINT32_MAX:
+   * never (builtin mode, where a node restarts its own workers). */
+  uint32_t max_restarts;
+  /* As controller with a quorum: waiting this long for min_nodes fails the
+   * job (EA_RDZV_JOB_MIN_NODES); 0: wait for ever. */
+  uint32_t min_nodes_timeout_ms;
 } ea_rdzv_config;
 
-/* The defaults of agent/config.c. */
+/* The defaults of agent/config.c, with no job limits (max_restarts
+ * UINT32_MAX, no min_nodes timeout: the simulator's tests run for ever). */
 void ea_rdzv_config_default(ea_rdzv_config *c);
 /* Take the rendezvous keys out of a loaded job configuration. */
 void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job);
@@ -323,6 +349,32 @@ typedef enum {
   EA_RDZV_DRAINED = 5,  /* drained: nothing more to do */
 } ea_rdzv_phase;
 
+/* Why the controller gave the job up (ea_rdzv_status.job_failed). */
+typedef enum {
+  EA_RDZV_JOB_OK = 0,
+  EA_RDZV_JOB_RESTARTS = 1,  /* a worker failed again with max_restarts used up */
+  EA_RDZV_JOB_MIN_NODES = 2, /* fewer than min_nodes for rendezvous_timeout */
+} ea_rdzv_job_fail;
+
+/* Churn damping.  A generation that breaks by a worker failure within
+ * EA_RDZV_CHURN_WINDOW_MS of its commit, for the same reason as the one
+ * before, makes a streak; from its second member on, the next formation
+ * waits ea_rdzv_churn_delay_ms() (the first retry is immediate: one failure
+ * is the common case and recovery time matters).  A generation that lives
+ * longer ends the streak.  A minute: a restart storm (a program that dies
+ * at import, a checkpoint that cannot load) turns over in seconds; a
+ * generation that ran for a minute did work. */
+#define EA_RDZV_CHURN_WINDOW_MS 60000u
+/* The first wait of a streak; doubled per further failure. 500 ms: a few
+ * formations (milliseconds each) plus process starts, so a storm drops from
+ * hundreds of generations a second to a handful in the first seconds. */
+#define EA_RDZV_CHURN_BASE_MS 500u
+/* The wait before the next formation when the streak counts `streak`
+ * generations (0 for streak < 2): base · 2^(streak−2), at most cap, times a
+ * jitter factor in [½, 1) taken from r64 (any 64-bit random number), so
+ * controllers and retries do not move in lockstep. */
+uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
+
 typedef struct {
   uint8_t phase; /* ea_rdzv_phase */
   bool draining;
@@ -339,6 +391,17 @@ typedef struct {
   uint32_t formed_nodes;
   uint64_t last_step;              /* most steps any local worker reported */
   char reason[EA_RDZV_REASON_MAX]; /* why things are as they are */
+  uint64_t restarts;               /* of the newest plan known here */
+  /* As controller: the job was given up (sticky); why, for the alert. */
+  uint8_t job_failed; /* ea_rdzv_job_fail */
+  char job_why[EA_RDZV_REASON_MAX];
+  /* As controller: the current churn streak (0: none), its number (one per
+   * streak, for "alert once"), its reason and the wait before the next
+   * formation (0 when none is pending). */
+  uint32_t churn;
+  uint64_t churn_streak;
+  char churn_why[96];
+  uint64_t churn_wait_ms;
   /* counters */
   uint64_t formations_started, formations_committed, formations_failed;
   uint64_t nacks_sent, nacks_received;

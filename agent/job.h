@@ -1,0 +1,192 @@
+/* job.h — internal to agent/: the job's lifecycle (agent/job.c) and the
+ * control messages that carry it (agent/job_wire.c).
+ *
+ * A job ends, in every launch mode, in one of these ways, and every agent
+ * exits with the code of that way (README "Exit status"):
+ *
+ *   success      every worker of the running generation exited 0 (torchrun,
+ *                library), or reached train.steps with its final checkpoint
+ *                committed (builtin)                                  0
+ *   restarts     a worker failed again with runtime.max_restarts used up 3
+ *   min_nodes    fewer than compute.min_nodes nodes for
+ *                runtime.rendezvous_timeout_seconds                   4
+ *   final ckpt   the built-in trainer's final checkpoint failed        5
+ *
+ * Exit status 1 (could not start) and 2 (a bad flag or value, or a
+ * --resume-from that does not resolve) are main's and the agent's start.
+ *
+ * Who decides.  The controller (the rendezvous' elected one): it hears
+ * every member's DONE (its workers finished) and every worker failure
+ * (JOB_EXIT: rank, node, exit code or signal, the program's message), reads
+ * the rendezvous' verdicts (restarts exhausted, min_nodes out of reach),
+ * decides, and sends END to every member it sees alive, again every
+ * END_RESEND_MS until they have left; each member that hears END passes it
+ * on to a few others (so the outcome survives the controller's own death
+ * half-way), reports it (log, status, alert on failure), leaves and exits
+ * with its code.  An agent that misses every copy still ends: alone below
+ * min_nodes, its own controller half gives the job up after the rendezvous
+ * timeout (exit 4).
+ *
+ * Control messages, on the control channel in the rendezvous framing, with
+ * types of their own (ea__job_wire_is tells them apart):
+ *
+ *   msg  = 0xEA [ version=1, type, src:bin16, body ]
+ *   0x30 JOB_EXIT  [ gen:uint, rank:uint, node:str, code:uint|nil,
+ *                    signal:uint, source:uint, message:str ]
+ *   0x31 JOB_DONE  [ gen:uint, step:uint ]
+ *   0x32 JOB_END   [ kind:uint, reason:str, failure:JOB_EXIT-body|nil ]
+ *
+ * code: the exit status (0..255), nil when a signal ended it; source: 0 no
+ * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
+ * kind: ea__job_kind.  Every string is bounded (EA__JOB_MSG_MAX,
+ * EA__JOB_REASON_MAX, EA_NAME_MAX) and NUL-free; the decoder checks every
+ * field and names the wrong one.
+ */
+#ifndef EA_JOB_H
+#define EA_JOB_H
+
+#include "ea_membership.h"
+#include "ea_rdzv.h"
+#include "launch.h"
+
+#include "ea_base.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define EA__EXIT_OK 0
+#define EA__EXIT_START 1
+#define EA__EXIT_USAGE 2
+#define EA__EXIT_RESTARTS 3
+#define EA__EXIT_MIN_NODES 4
+#define EA__EXIT_FINAL_CKPT 5
+
+typedef enum {
+  EA__JOB_SUCCESS = 1,
+  EA__JOB_RESTARTS = 2,
+  EA__JOB_MIN_NODES = 3,
+  EA__JOB_FINAL_CKPT = 4,
+} ea__job_kind;
+
+/* The process exit status for a job that ended this way (0 for success). */
+int ea__job_exit_code(uint8_t kind);
+/* "succeeded", "restarts exhausted", "min_nodes not reached", "final
+ * checkpoint failed"; "?" otherwise. */
+const char *ea__job_kind_str(uint8_t kind);
+/* The job kind of a rendezvous verdict (EA_RDZV_JOB_*), 0 for none. */
+uint8_t ea__job_kind_of_rdzv(uint8_t rdzv_fail);
+
+/* A worker's message: a TORCHELASTIC_ERROR_FILE (torchelastic's @record,
+ * ~2 KiB typically) is read up to this much; the message kept is shorter. */
+#define EA__JOB_ERRFILE_MAX (64 * 1024)
+#define EA__JOB_MSG_MAX 1024
+#define EA__JOB_REASON_MAX 512
+
+enum { EA__JOB_SRC_NONE = 0, EA__JOB_SRC_ERROR_FILE = 1, EA__JOB_SRC_STDERR = 2 };
+
+/* How a worker failed. */
+typedef struct {
+  uint64_t gen; /* 64-bit form */
+  uint32_t rank;
+  char node[EA_NAME_MAX];
+  bool has_code;  /* exited with `code`; else a signal ended it */
+  uint8_t code;
+  uint32_t signal;
+  uint8_t source; /* EA__JOB_SRC_* */
+  char message[EA__JOB_MSG_MAX];
+} ea__job_failure;
+
+/* The message of a torchelastic error file: {"message": {"message": TEXT,
+ * "extraInfo": {"py_callstack": TB, "timestamp": T}}} (torch's @record), or
+ * {"message": TEXT}; TEXT, followed by the last line of the traceback when
+ * TEXT does not end with it.  0, or -EINVAL when the JSON is not of that
+ * shape (out then holds its first line, for a message anyway). */
+int ea__job_parse_error_file(const char *json, size_t len, char *out, size_t cap);
+/* "rank 1 on n2 exited with code 1: RuntimeError: boom" (signal: "was
+ * killed by signal 9 (Killed)"); the message's newlines become " | ". */
+void ea__job_failure_str(const ea__job_failure *f, char *out, size_t cap);
+
+/* ---- wire (job_wire.c) ----------------------------------------------------------- */
+
+#define EA__JOB_WIRE_VERSION 1
+/* The largest message: JOB_END with a full failure ≈ 1 + 20 + 530 + 1100. */
+#define EA__JOB_WIRE_MAX 2048
+
+typedef enum { EA__JOB_EXIT = 0x30, EA__JOB_DONE = 0x31, EA__JOB_END = 0x32 } ea__job_msg_type;
+
+typedef struct {
+  uint8_t type;
+  ea_node_id src;
+  /* JOB_EXIT: f; JOB_DONE: gen, step; JOB_END: kind, reason, has_failure, f */
+  uint64_t gen, step;
+  uint8_t kind;
+  char reason[EA__JOB_REASON_MAX];
+  bool has_failure;
+  ea__job_failure f;
+} ea__job_msg;
+
+bool ea__job_wire_is(const uint8_t *buf, size_t len);
+/* 0 and *len; -EINVAL for a message the decoder would refuse; -EMSGSIZE
+ * when cap is too small (EA__JOB_WIRE_MAX always fits). */
+int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len);
+/* 0, or -EA_EWIRE with *err naming the field; allocates nothing. */
+int ea__job_decode(const uint8_t *buf, size_t len, ea__job_msg *m, const char **err);
+
+/* ---- the lifecycle (job.c) ------------------------------------------------------------ */
+
+typedef struct ea__job ea__job;
+
+typedef struct {
+  /* Send a frame (plaintext, 0xEA first) to member `to`; the agent finds
+   * its control address.  Best effort. */
+  void (*send)(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len);
+  /* The job is over here: report done, now leave and exit with code. */
+  void (*end)(void *ctx, uint8_t kind, int code);
+} ea__job_cbs;
+
+typedef struct {
+  ea__mode mode;
+  const char *command; /* shown in status: the program, or "" (builtin) */
+  uint32_t wpn;
+  uint64_t train_steps; /* builtin: the last step */
+  bool ckpt_on;         /* builtin: checkpoints are taken (the final one counts) */
+  uint32_t max_restarts;
+  ea_node_id self;
+  const char *name;
+} ea__job_opts;
+
+/* What the agent knows after each call into the rendezvous (core_done). */
+typedef struct {
+  bool have_controller, controller; /* one is elected; it is us */
+  ea_node_id controller_id;
+  const ea_rdzv_status *st;
+  const ea_member *members;
+  size_t nmembers;
+  uint64_t ckpt_step; /* builtin: the newest committed checkpoint's step (0: none) */
+  bool ckpt_known;
+} ea__job_view;
+
+int ea__job_new(uv_loop_t *loop, const ea__job_opts *o, const ea__job_cbs *cb, void *ctx,
+                ea__job **out);
+void ea__job_update(ea__job *J, const ea__job_view *v);
+/* A local worker of generation f->gen failed: logged here, and told to the
+ * controller (before the agent tells the rendezvous, so the controller has
+ * the details when it decides). */
+void ea__job_local_failure(ea__job *J, const ea__job_failure *f);
+/* Every local worker of generation gen finished (gen 0: none any more, a
+ * new generation is being prepared).  Told to the controller until the job
+ * ends. */
+void ea__job_local_done(ea__job *J, uint64_t gen, uint64_t step);
+/* builtin: the checkpoint of step `step` failed for good (as controller). */
+void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why);
+/* A control frame; true when it was a job message (consumed). */
+bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len);
+/* ended: the job is over (and how: kind, exit code). */
+bool ea__job_ended(const ea__job *J, uint8_t *kind, int *code);
+/* "job": {...} (a JSON object, appended to o). */
+void ea__job_status(const ea__job *J, ea_sb *o);
+void ea__job_free(ea__job *J);
+
+#endif

@@ -1,0 +1,202 @@
+/* job_wire.c — the job's control messages (JOB_EXIT, JOB_DONE, JOB_END;
+ * drawn in job.h).
+ *
+ * Same habits as the checkpoint reports (ckpt_wire.c): the rendezvous
+ * framing and sealing, a type range of their own (0x30…), a positional
+ * msgpack array with a version, every field required, an encoder that
+ * writes into the caller's fixed buffer and refuses what the decoder would,
+ * and a decoder that pulls one value at a time off a bounded cursor,
+ * allocates nothing and names the field that was wrong.
+ */
+#include "job.h"
+
+#include "ea_mpread.h"
+#include "ea_wire.h"
+
+#include <errno.h>
+#include <msgpack.h>
+#include <string.h>
+
+#define TRY EA__MPR_TRY
+#define NEED EA__MPR_NEED
+
+/* ---- the bounds, shared by encoder and decoder --------------------------------- */
+
+static bool text_ok(const char *s, size_t cap) {
+  return strnlen(s, cap) < cap;
+}
+
+static const char *check_failure(const ea__job_failure *f) {
+  if (!text_ok(f->node, sizeof f->node)) return "node";
+  if (f->source > EA__JOB_SRC_STDERR) return "source";
+  if (!f->has_code && (f->signal == 0 || f->signal > 255)) return "signal";
+  if (f->has_code && f->signal) return "signal";
+  if (!text_ok(f->message, sizeof f->message)) return "message";
+  return NULL;
+}
+
+static const char *check(const ea__job_msg *m) {
+  switch (m->type) {
+    case EA__JOB_EXIT:
+      return check_failure(&m->f);
+    case EA__JOB_DONE:
+      return m->gen ? NULL : "gen";
+    case EA__JOB_END:
+      if (m->kind < EA__JOB_SUCCESS || m->kind > EA__JOB_FINAL_CKPT) return "kind";
+      if (!text_ok(m->reason, sizeof m->reason)) return "reason";
+      return m->has_failure ? check_failure(&m->f) : NULL;
+    default:
+      return "type";
+  }
+}
+
+bool ea__job_wire_is(const uint8_t *buf, size_t len) {
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  if (ea__mpr_left(&r) < 1 || r.pos[0] != EA_WIRE_MAGIC_PLAIN) return false;
+  r.pos++;
+  uint32_t n;
+  uint64_t v, t;
+  if (ea__mpr_array(&r, &n) || n < 2) return false;
+  if (ea__mpr_uint(&r, 255, &v) || ea__mpr_uint(&r, 255, &t)) return false;
+  return (t & 0xf0) == 0x30;
+}
+
+/* ---- encode ---------------------------------------------------------------------- */
+
+static int pk_str(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  return msgpack_pack_str(pk, n) | msgpack_pack_str_body(pk, s, n);
+}
+
+static int pk_failure(msgpack_packer *pk, const ea__job_failure *f) {
+  int bad = msgpack_pack_array(pk, 7);
+  bad |= msgpack_pack_uint64(pk, f->gen);
+  bad |= msgpack_pack_uint32(pk, f->rank);
+  bad |= pk_str(pk, f->node);
+  bad |= f->has_code ? msgpack_pack_uint8(pk, f->code) : msgpack_pack_nil(pk);
+  bad |= msgpack_pack_uint32(pk, f->signal);
+  bad |= msgpack_pack_uint8(pk, f->source);
+  bad |= pk_str(pk, f->message);
+  return bad;
+}
+
+int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) {
+  if (check(m)) return -EINVAL;
+  if (cap < 1) return -EMSGSIZE;
+  buf[0] = EA_WIRE_MAGIC_PLAIN;
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
+  int bad = msgpack_pack_array(&pk, 4);
+  bad |= msgpack_pack_uint8(&pk, EA__JOB_WIRE_VERSION);
+  bad |= msgpack_pack_uint8(&pk, m->type);
+  bad |= msgpack_pack_bin(&pk, 16);
+  bad |= msgpack_pack_bin_body(&pk, m->src.b, 16);
+  switch (m->type) {
+    case EA__JOB_EXIT:
+      bad |= pk_failure(&pk, &m->f);
+      break;
+    case EA__JOB_DONE:
+      bad |= msgpack_pack_array(&pk, 2);
+      bad |= msgpack_pack_uint64(&pk, m->gen);
+      bad |= msgpack_pack_uint64(&pk, m->step);
+      break;
+    default: /* END */
+      bad |= msgpack_pack_array(&pk, 3);
+      bad |= msgpack_pack_uint8(&pk, m->kind);
+      bad |= pk_str(&pk, m->reason);
+      bad |= m->has_failure ? pk_failure(&pk, &m->f) : msgpack_pack_nil(&pk);
+      break;
+  }
+  if (bad) return -EMSGSIZE;
+  *len = f.len;
+  return 0;
+}
+
+/* ---- decode ------------------------------------------------------------------------ */
+
+static int rd_text(ea__mpr *r, char *out, size_t cap, const char *field, const char **err) {
+  const uint8_t *p;
+  size_t n;
+  TRY(ea__mpr_str(r, cap - 1, &p, &n), field);
+  NEED(memchr(p, 0, n) == NULL, field);
+  memcpy(out, p, n);
+  out[n] = 0;
+  return 0;
+}
+
+static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
+  if (ea__mpr_array_n(r, 7, "failure", err)) return -EA_EWIRE;
+  TRY(ea__mpr_uint(r, UINT64_MAX, &f->gen), "gen");
+  if (ea__mpr_u32(r, UINT32_MAX, &f->rank, "rank", err)) return -EA_EWIRE;
+  if (rd_text(r, f->node, sizeof f->node, "node", err)) return -EA_EWIRE;
+  int nil = ea__mpr_nil(r);
+  TRY(nil < 0 ? nil : 0, "code");
+  f->has_code = nil == 0;
+  if (f->has_code) {
+    uint64_t c;
+    TRY(ea__mpr_uint(r, 255, &c), "code");
+    f->code = (uint8_t)c;
+  }
+  if (ea__mpr_u32(r, 255, &f->signal, "signal", err)) return -EA_EWIRE;
+  NEED(f->has_code ? f->signal == 0 : f->signal > 0, "signal");
+  uint32_t src;
+  if (ea__mpr_u32(r, EA__JOB_SRC_STDERR, &src, "source", err)) return -EA_EWIRE;
+  f->source = (uint8_t)src;
+  return rd_text(r, f->message, sizeof f->message, "message", err);
+}
+
+static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
+  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
+  r->pos++;
+  if (ea__mpr_array_n(r, 4, "msg", err)) return -EA_EWIRE;
+  uint64_t v;
+  TRY(ea__mpr_uint(r, 255, &v), "version");
+  NEED(v == EA__JOB_WIRE_VERSION, "version");
+  TRY(ea__mpr_uint(r, EA__JOB_END, &v), "type");
+  NEED(v >= EA__JOB_EXIT, "type");
+  m->type = (uint8_t)v;
+  const uint8_t *p;
+  size_t n;
+  TRY(ea__mpr_bin(r, 16, &p, &n), "src");
+  NEED(n == 16, "src");
+  memcpy(m->src.b, p, 16);
+  switch (m->type) {
+    case EA__JOB_EXIT:
+      if (rd_failure(r, &m->f, err)) return -EA_EWIRE;
+      break;
+    case EA__JOB_DONE:
+      if (ea__mpr_array_n(r, 2, "done", err)) return -EA_EWIRE;
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
+      NEED(m->gen > 0, "gen");
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->step), "step");
+      break;
+    default: {
+      if (ea__mpr_array_n(r, 3, "end", err)) return -EA_EWIRE;
+      uint32_t k;
+      if (ea__mpr_u32(r, EA__JOB_FINAL_CKPT, &k, "kind", err)) return -EA_EWIRE;
+      NEED(k >= EA__JOB_SUCCESS, "kind");
+      m->kind = (uint8_t)k;
+      if (rd_text(r, m->reason, sizeof m->reason, "reason", err)) return -EA_EWIRE;
+      int nil = ea__mpr_nil(r);
+      TRY(nil < 0 ? nil : 0, "failure");
+      m->has_failure = nil == 0;
+      if (m->has_failure && rd_failure(r, &m->f, err)) return -EA_EWIRE;
+      break;
+    }
+  }
+  NEED(ea__mpr_left(r) == 0, "trailing bytes");
+  return 0;
+}
+
+int ea__job_decode(const uint8_t *buf, size_t len, ea__job_msg *m, const char **err) {
+  const char *dummy;
+  if (!err) err = &dummy;
+  memset(m, 0, sizeof *m);
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  int rc = decode(&r, m, err);
+  if (rc) memset(m, 0, sizeof *m);
+  return rc;
+}
