@@ -64,6 +64,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Peers file rewrites are rate-limited: membership can change many times a
@@ -1258,6 +1259,9 @@ static void restart_exited(void *ctx, const ea__launch_exit *x) {
   f.has_code = x->signal == 0;
   f.code = (uint8_t)x->status;
   f.signal = (uint32_t)x->signal;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  f.at_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
   failure_message(a, k, &f);
   a->worker_failures++;
   stall(a, "a worker failed");

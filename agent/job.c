@@ -186,6 +186,7 @@ struct ea__job {
   size_t nmembers, capmembers;
   uint64_t ckpt_step;
   bool ckpt_known;
+  ea_rdzv_status st; /* the rendezvous, as of the last update */
 
   /* this node */
   uint64_t done_gen, done_step; /* all local workers finished in done_gen */
@@ -271,6 +272,7 @@ static void send_msg(ea__job *J, const ea_node_id *to, const ea__job_msg *m) {
 }
 
 static void recv_msg(ea__job *J, const ea__job_msg *m);
+static void judge(ea__job *J, const ea_rdzv_status *st);
 
 /* To the controller: ours directly, another over the channel. */
 static void to_controller(ea__job *J, ea__job_msg *m) {
@@ -374,9 +376,11 @@ static void note_done(ea__job *J, const ea__job_msg *m) {
 
 static void note_failure(ea__job *J, const ea__job_failure *f) {
   /* The first failure of a generation is its cause (the others' workers
-   * fail because of it); a newer generation's replaces an older one's. */
-  if (J->have_fail && J->fail.gen == f->gen) return;
+   * fail because of it: "Connection closed by peer"): the earliest exit,
+   * whichever report arrives first.  A newer generation's replaces an
+   * older one's. */
   if (J->have_fail && J->fail.gen > f->gen) return;
+  if (J->have_fail && J->fail.gen == f->gen && J->fail.at_ms <= f->at_ms) return;
   J->fail = *f;
   J->have_fail = true;
 }
@@ -387,7 +391,10 @@ static void recv_msg(ea__job *J, const ea__job_msg *m) {
       if (J->controller) note_failure(J, &m->f);
       break;
     case EA__JOB_DONE:
-      if (J->controller) note_done(J, m);
+      if (J->controller) {
+        note_done(J, m);
+        judge(J, &J->st);
+      }
       break;
     case EA__JOB_END:
       on_end(J, m);
@@ -432,6 +439,10 @@ void ea__job_local_failure(ea__job *J, const ea__job_failure *f) {
   char s[EA__JOB_MSG_MAX + 256];
   ea__job_failure_str(f, s, sizeof s);
   ea_log(EA_LOG_WARN, "worker", "failed gen=%" PRIu64 ": %s", f->gen >> 16, s);
+  if (!J->controller) { /* status shows it here too (the controller keeps the job's) */
+    J->fail = *f;
+    J->have_fail = true;
+  }
   ea__job_msg m = {.type = EA__JOB_EXIT, .f = *f};
   to_controller(J, &m);
 }
@@ -511,7 +522,8 @@ void ea__job_update(ea__job *J, const ea__job_view *v) {
     if (v->nmembers) memcpy(J->members, v->members, v->nmembers * sizeof *v->members);
     J->nmembers = v->nmembers;
   }
-  const ea_rdzv_status *st = v->st;
+  J->st = *v->st;
+  const ea_rdzv_status *st = &J->st;
   J->formed = ea_rdzv_gen_u64(&st->formed);
   J->formed_nodes = st->formed_nodes;
   J->restarts = st->restarts;

@@ -32,13 +32,15 @@
  *
  *   msg  = 0xEA [ version=1, type, src:bin16, body ]
  *   0x30 JOB_EXIT  [ gen:uint, rank:uint, node:str, code:uint|nil,
- *                    signal:uint, source:uint, message:str ]
+ *                    signal:uint, source:uint, at_ms:uint, message:str ]
  *   0x31 JOB_DONE  [ gen:uint, step:uint ]
  *   0x32 JOB_END   [ kind:uint, reason:str, failure:JOB_EXIT-body|nil ]
  *
  * code: the exit status (0..255), nil when a signal ended it; source: 0 no
  * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
- * kind: ea__job_kind.  Every string is bounded (EA__JOB_MSG_MAX,
+ * at_ms: the exit's wall-clock time (the first failure of a generation by
+ * this clock is reported as its cause, as torchelastic does with its error
+ * files' timestamps); kind: ea__job_kind.  Every string is bounded (EA__JOB_MSG_MAX,
  * EA__JOB_REASON_MAX, EA_NAME_MAX) and NUL-free; the decoder checks every
  * field and names the wrong one.
  */
@@ -95,6 +97,7 @@ typedef struct {
   uint8_t code;
   uint32_t signal;
   uint8_t source; /* EA__JOB_SRC_* */
+  uint64_t at_ms; /* when its agent saw it exit (wall clock, ms since the epoch) */
   char message[EA__JOB_MSG_MAX];
 } ea__job_failure;
 

@@ -70,13 +70,14 @@ static int pk_str(msgpack_packer *pk, const char *s) {
 }
 
 static int pk_failure(msgpack_packer *pk, const ea__job_failure *f) {
-  int bad = msgpack_pack_array(pk, 7);
+  int bad = msgpack_pack_array(pk, 8);
   bad |= msgpack_pack_uint64(pk, f->gen);
   bad |= msgpack_pack_uint32(pk, f->rank);
   bad |= pk_str(pk, f->node);
   bad |= f->has_code ? msgpack_pack_uint8(pk, f->code) : msgpack_pack_nil(pk);
   bad |= msgpack_pack_uint32(pk, f->signal);
   bad |= msgpack_pack_uint8(pk, f->source);
+  bad |= msgpack_pack_uint64(pk, f->at_ms);
   bad |= pk_str(pk, f->message);
   return bad;
 }
@@ -127,7 +128,7 @@ static int rd_text(ea__mpr *r, char *out, size_t cap, const char *field, const c
 }
 
 static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
-  if (ea__mpr_array_n(r, 7, "failure", err)) return -EA_EWIRE;
+  if (ea__mpr_array_n(r, 8, "failure", err)) return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &f->gen), "gen");
   if (ea__mpr_u32(r, UINT32_MAX, &f->rank, "rank", err)) return -EA_EWIRE;
   if (rd_text(r, f->node, sizeof f->node, "node", err)) return -EA_EWIRE;
@@ -144,6 +145,7 @@ static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
   uint32_t src;
   if (ea__mpr_u32(r, EA__JOB_SRC_STDERR, &src, "source", err)) return -EA_EWIRE;
   f->source = (uint8_t)src;
+  TRY(ea__mpr_uint(r, UINT64_MAX, &f->at_ms), "at_ms");
   return rd_text(r, f->message, sizeof f->message, "message", err);
 }
 

@@ -468,6 +468,37 @@ static void print_checkpoint(const ea__json *j) {
 #undef K
 }
 
+/* The job: how the program is driven, its state, restarts, the last failure. */
+static void print_job(const ea__json *j) {
+  if (!ea__json_get(j, "job")) return;
+  const char *cmd = ea__json_str(j, "job.command", "");
+  printf("job:        %s%s%s%s: %s", ea__json_str(j, "job.protocol", "?"), cmd[0] ? " `" : "", cmd,
+         cmd[0] ? "`" : "", ea__json_str(j, "job.state", "?"));
+  const ea__json *ec = ea__json_get(j, "job.exit_code");
+  if (ec && ec->type != EA__J_NULL)
+    printf(" (%s, exit status %s: %s)", ea__json_str(j, "job.outcome", "?"),
+           ea__json_str(j, "job.exit_code", "?"), ea__json_str(j, "job.reason", ""));
+  const ea__json *mr = ea__json_get(j, "job.max_restarts");
+  printf(", restarts %s", ea__json_str(j, "job.restarts", "?"));
+  if (mr && mr->type != EA__J_NULL) printf(" of %s", ea__json_str(j, "job.max_restarts", "?"));
+  printf("\n");
+  const ea__json *f = ea__json_get(j, "job.failure");
+  if (f && f->type == EA__J_OBJ) {
+    const ea__json *code = ea__json_get(f, "exit_code");
+    printf("            last failure: rank %s on %s %s %s: %s\n", ea__json_str(f, "rank", "?"),
+           ea__json_str(f, "node", "?"),
+           code && code->type != EA__J_NULL ? "exited with code" : "killed by signal",
+           code && code->type != EA__J_NULL ? ea__json_str(f, "exit_code", "?")
+                                            : ea__json_str(f, "signal", "?"),
+           ea__json_str(f, "message", ""));
+  }
+  if (ea__json_num(j, "job.churn.count", 0) >= 2)
+    printf("            churn: %s generations in a row failed soon after their commit (%s); next "
+           "waits %s ms\n",
+           ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
+           ea__json_str(j, "job.churn.wait_ms", "?"));
+}
+
 static void print_status(const ea__json *j) {
   const char *sname = ea__json_str(j, "self.name", "?");
   char sid[16];
@@ -504,6 +535,7 @@ static void print_status(const ea__json *j) {
            ea__json_str(j, "controller.reason", ""));
   else
     printf("\ncontroller: none — %s\n", ea__json_str(j, "controller.reason", ""));
+  print_job(j);
   print_generation(j);
   print_checkpoint(j);
   const char *t = "counters.transport.";

@@ -91,17 +91,23 @@ struct capture {
   uint64_t win_ms;
   uint32_t win_lines;
   uint64_t skipped;
-  /* stderr tail */
-  char tail[EA__OUT_TAIL][EA__OUT_LINE_MAX + 1];
-  uint32_t ntail, tail_next;
   capture *next; /* every live record, for ea__out_free */
 };
+
+/* The last stderr lines of a slot's latest process: kept per slot, since
+ * its record may be freed (pipes at EOF, files closed) before the exit is
+ * reported. */
+typedef struct {
+  char line[EA__OUT_TAIL][EA__OUT_LINE_MAX + 1];
+  uint32_t n, next;
+} tail_ring;
 
 struct ea__out {
   uv_loop_t *loop;
   char *root;
   uint32_t slots;
-  capture **cur; /* per slot: the latest process's record (may be finished) */
+  capture **cur; /* per slot: the latest process's record, while it lives */
+  tail_ring *tail; /* per slot */
   capture *all;
   bool closing;
   void (*closed)(void *);
@@ -115,6 +121,7 @@ static void maybe_free_out(ea__out *o) {
   void (*cb)(void *) = o->closed;
   void *ctx = o->closed_ctx;
   free(o->cur);
+  free(o->tail);
   free(o->root);
   free(o);
   if (cb) cb(ctx);
@@ -224,12 +231,12 @@ static void emit_line(void *ctx, const char *line, size_t len, bool cut) {
   capture *c = s->c;
   ea__out *o = c->o;
   o->lines++;
-  if (s->which == 2) {
-    char *t = c->tail[c->tail_next];
-    memcpy(t, line, len);
-    t[len] = 0;
-    c->tail_next = (c->tail_next + 1) % EA__OUT_TAIL;
-    if (c->ntail < EA__OUT_TAIL) c->ntail++;
+  if (s->which == 2 && o->cur[c->slot] == c) {
+    tail_ring *t = &o->tail[c->slot];
+    memcpy(t->line[t->next], line, len);
+    t->line[t->next][len] = 0;
+    t->next = (t->next + 1) % EA__OUT_TAIL;
+    if (t->n < EA__OUT_TAIL) t->n++;
   }
   uint64_t now = uv_now(o->loop);
   if (now - c->win_ms >= 1000) {
@@ -312,9 +319,11 @@ int ea__out_new(uv_loop_t *loop, const char *root, uint32_t slots, ea__out **out
   o->slots = slots;
   o->root = strdup(root);
   o->cur = calloc(slots ? slots : 1, sizeof *o->cur);
-  if (!o->root || !o->cur) {
+  o->tail = calloc(slots ? slots : 1, sizeof *o->tail);
+  if (!o->root || !o->cur || !o->tail) {
     free(o->root);
     free(o->cur);
+    free(o->tail);
     free(o);
     return -ENOMEM;
   }
@@ -362,6 +371,7 @@ int ea__out_begin(ea__out *o, uint32_t k, uint32_t rank, uint64_t term, uv_pipe_
   o->all = c;
   for (int i = 0; i < 2; i++) c->st[i].fd = -1;
   o->cur[k] = c;
+  o->tail[k].n = o->tail[k].next = 0;
   int rc = stream_open(c, &c->st[0], 1);
   if (rc == 0) rc = stream_open(c, &c->st[1], 2);
   if (rc) {
@@ -433,12 +443,12 @@ void ea__out_drain(ea__out *o, uint32_t k) {
 
 size_t ea__out_tail(const ea__out *o, uint32_t k, char *buf, size_t cap) {
   if (cap) buf[0] = 0;
-  if (k >= o->slots || !o->cur[k] || !cap) return 0;
-  const capture *c = o->cur[k];
+  if (k >= o->slots || !cap) return 0;
+  const tail_ring *t = &o->tail[k];
   size_t len = 0;
-  uint32_t start = (c->tail_next + EA__OUT_TAIL - c->ntail) % EA__OUT_TAIL;
-  for (uint32_t i = 0; i < c->ntail; i++) {
-    const char *l = c->tail[(start + i) % EA__OUT_TAIL];
+  uint32_t start = (t->next + EA__OUT_TAIL - t->n) % EA__OUT_TAIL;
+  for (uint32_t i = 0; i < t->n; i++) {
+    const char *l = t->line[(start + i) % EA__OUT_TAIL];
     int w = snprintf(buf + len, cap - len, "%s%s", len ? "\n" : "", l);
     if (w < 0 || (size_t)w >= cap - len) {
       len = strlen(buf);
