@@ -42,7 +42,7 @@ EA_CFLAGS += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
-MODULES  := membership agent train ckpt
+MODULES  := membership rdzv agent train ckpt
 LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 ifneq ($(HAVE_NCCL),1)
 LIB_SRC  := $(filter-out %_nccl.c,$(LIB_SRC))

@@ -158,8 +158,10 @@ typedef struct {
   int signals;
   bool members_dirty, peers_dirty, peers_busy;
   uint64_t peers_last_ms;
-  ea_election elect;
-  bool elect_valid;
+  /* The controller last logged (elect_update): for the log line only; who
+   * the controller is, is ea_rdzv_election()'s answer. */
+  bool ctrl_logged, ctrl_logged_have;
+  ea_node_id ctrl_logged_id;
   ea_node_id id;
   char idhex[33];
   char sock_path[EA_PATH_MAX + 32];
@@ -440,6 +442,9 @@ static void io_reason(void *ctx, const char *text) {
 
 /* ---- orders to the workers ------------------------------------------------------- */
 
+/* A plan's NCCL unique id is copied into a COMMIT as is (order_commit). */
+_Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id size");
+
 /* Send one message to worker k.  A worker that is not running will get the
  * current order when it says HELLO; one that cannot be told (its socket
  * is full or closed) is reported failed after the core call returns. */
@@ -717,11 +722,12 @@ static void ckpt_report_dropped(agent *a, const ea__ckpt_msg *m, const char *why
 static void ckpt_report(void *ctx, const ea__ckpt_msg *m) {
   agent *a = ctx;
   if (a->phase >= PHASE_LEAVING || !a->tr) return;
-  if (!a->elect_valid || !a->elect.have) {
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  if (!el || !el->have) {
     ckpt_report_dropped(a, m, "no controller");
     return;
   }
-  if (ea_node_id_cmp(&a->elect.controller, &a->id) == 0) {
+  if (ea_node_id_cmp(&el->controller, &a->id) == 0) {
     if (!a->ckpt_ctl) {
       ckpt_report_dropped(a, m, "this node is controller but cannot commit");
       return;
@@ -730,7 +736,7 @@ static void ckpt_report(void *ctx, const ea__ckpt_msg *m) {
     ea__ckpt_ctl_recv(a->ckpt_ctl, m);
     return;
   }
-  const ea_member *c = find_member(a, &a->elect.controller);
+  const ea_member *c = find_member(a, &el->controller);
   uint8_t buf[EA__CKPT_WIRE_MAX];
   size_t len = 0;
   int rc = c && a->ctl ? ea__ckpt_encode(m, buf, sizeof buf, &len) : -ENOENT;
@@ -798,8 +804,9 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
  * to the old one are given up (a newer one supersedes them, retention
  * removes their files). */
 static void ckpt_ctl_update(agent *a) {
-  bool want = a->phase < PHASE_LEAVING && a->elect_valid && a->elect.have &&
-              ea_node_id_cmp(&a->elect.controller, &a->id) == 0;
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  bool want = a->phase < PHASE_LEAVING && el && el->have &&
+              ea_node_id_cmp(&el->controller, &a->id) == 0;
   if (want && !a->ckpt_ctl) {
     ea__ckpt_ctl_opts o = {.dir = a->ckpt_dir,
                            .keep_last = a->o->cfg.checkpoint.keep_last,
@@ -930,7 +937,8 @@ static void log_step(agent *a, uint32_t k, const ea_ipc_msg *m) {
             ? (double)(m->step - a->progress_step) * 1000.0 / (double)(now - a->progress_ms)
             : 0.0;
     ea_log(EA_LOG_INFO, "progress",
-           "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f", m->gen >> 16,
+           "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
+           ea_rdzv_gen64_term(m->gen),
            a->run.world, m->step, m->loss, rate);
     a->progress_ms = now;
     a->progress_step = m->step;
@@ -1263,25 +1271,49 @@ static void on_join(void *ctx, int ok, const char *via) {
     a->join_failures++;
 }
 
+/* The controller changed?  Own the checkpoint committer accordingly and
+ * log the change.  Run after ea_rdzv_view() has taken the new view.
+ *
+ * One election, computed by the rendezvous core (ea_rdzv_election), answers
+ * every "who is the controller" question here: where shard reports go, who
+ * owns the ea__ckpt_ctl that commits MANIFESTs, what `status` and the log
+ * name.  The agent used to elect a second time itself, without the quorum
+ * rule; it used only have/controller/eligible/reason, and ea_elect() picks
+ * have/controller/eligible from the view alone (the quorum argument only
+ * sets has_quorum and the reason's wording), so the core's answer names the
+ * same member at the same moments: the agent hands the core the view in
+ * the same on_settle turn it used to elect in, and the core re-elects
+ * before returning.  Three cases to keep in mind:
+ *   - before the first view the core has no answer (NULL): "no election
+ *     yet", no controller, reports dropped — as before the first election;
+ *   - without a quorum the core still names the controller (have is true,
+ *     has_quorum false): it stays the checkpoint controller and the target
+ *     of reports exactly as before; a minority side's workers are paused,
+ *     so there are few reports, and the generation fence of ea_ckpt_commit
+ *     refuses a stale commit anyway;
+ *   - under quorum: none, or before any generation formed, has_quorum is
+ *     true and the reason carries no count, as before.
+ * The one visible difference: the reason (status controller.reason and
+ * this log line) now carries the quorum count once a generation has
+ * formed ("…; quorum 2 of 3", "no quorum: 1 of 3; …"). */
 static void elect_update(agent *a) {
-  const ea_member *ms;
-  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
-  ea_election e;
-  ea_elect(ms, n, NULL, &e);
-  bool changed = !a->elect_valid || e.have != a->elect.have ||
-                 (e.have && ea_node_id_cmp(&e.controller, &a->elect.controller) != 0);
-  a->elect = e;
-  a->elect_valid = true;
+  const ea_election *e = ea_rdzv_election(a->rdzv);
+  if (!e) return;
+  bool changed = !a->ctrl_logged || e->have != a->ctrl_logged_have ||
+                 (e->have && ea_node_id_cmp(&e->controller, &a->ctrl_logged_id) != 0);
+  a->ctrl_logged = true;
+  a->ctrl_logged_have = e->have;
+  a->ctrl_logged_id = e->controller;
   ckpt_ctl_update(a);
   if (!changed) return;
-  if (e.have) {
+  if (e->have) {
     char hex[33];
-    ea_node_id_hex(&e.controller, hex);
-    const ea_member *c = find_member(a, &e.controller);
+    ea_node_id_hex(&e->controller, hex);
+    const ea_member *c = find_member(a, &e->controller);
     ea_log(EA_LOG_INFO, "election", "controller=%s id=%s%s reason=\"%s\"", member_name(c), hex,
-           ea_node_id_cmp(&e.controller, &a->id) == 0 ? " (self)" : "", e.reason);
+           ea_node_id_cmp(&e->controller, &a->id) == 0 ? " (self)" : "", e->reason);
   } else {
-    ea_log(EA_LOG_WARN, "election", "no controller reason=\"%s\"", e.reason);
+    ea_log(EA_LOG_WARN, "election", "no controller reason=\"%s\"", e->reason);
   }
 }
 
@@ -1375,10 +1407,10 @@ static void on_settle(uv_idle_t *h) {
   uv_idle_stop(h);
   if (!a->members_dirty || !a->tr || a->phase >= PHASE_LEAVING) return;
   a->members_dirty = false;
-  elect_update(a);
   const ea_member *ms;
   size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
   ea_rdzv_view(a->rdzv, now_ms(a), ms, n);
+  elect_update(a);
   core_done(a);
   if (a->phase <= PHASE_DRAINING) peers_schedule(a);
 }
@@ -1634,20 +1666,20 @@ static int cmd_status(void *ctx, const char *args, ea__sb *o) {
   }
   free(sorted);
   ea__sb_puts(o, "],\"controller\":");
-  if (a->elect_valid && a->elect.have) {
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  if (el && el->have) {
     char hex[33];
-    ea_node_id_hex(&a->elect.controller, hex);
-    const ea_member *c = ea_swim_find(s, &a->elect.controller);
+    ea_node_id_hex(&el->controller, hex);
+    const ea_member *c = ea_swim_find(s, &el->controller);
     ea__sb_puts(o, "{\"name\":");
     ea__sb_json_str(o, member_name(c));
     ea__sb_printf(o, ",\"id\":\"%s\",\"self\":%s,\"eligible\":%" PRIu32 ",\"reason\":", hex,
-                  ea_node_id_cmp(&a->elect.controller, &a->id) == 0 ? "true" : "false",
-                  a->elect.eligible);
-    ea__sb_json_str(o, a->elect.reason);
+                  ea_node_id_cmp(&el->controller, &a->id) == 0 ? "true" : "false", el->eligible);
+    ea__sb_json_str(o, el->reason);
     ea__sb_puts(o, "}");
   } else {
     ea__sb_puts(o, "{\"name\":null,\"id\":null,\"reason\":");
-    ea__sb_json_str(o, a->elect_valid ? a->elect.reason : "no election yet");
+    ea__sb_json_str(o, el ? el->reason : "no election yet");
     ea__sb_puts(o, "}");
   }
 
@@ -1887,12 +1919,9 @@ static void ckpt_gen_floor(const char *dir, ea_rdzv_gen *g) {
   for (size_t i = 0; i < n; i++)
     if (e[i].generation > top) top = e[i].generation;
   free(e);
-  uint64_t term = top >> 16; /* ea_rdzv_gen_u64: the term in the high 48 bits */
+  uint64_t term = ea_rdzv_gen64_term(top);
   if (term <= g->term) return;
-  memset(g, 0, sizeof *g);
-  g->term = term;
-  g->ctrl.b[0] = (uint8_t)(top >> 8);
-  g->ctrl.b[1] = (uint8_t)top;
+  ea_rdzv_gen64_unpack(top, g);
   ea_log(EA_LOG_INFO, "generation",
          "checkpoints in %s were written up to generation term %" PRIu64
          ": generations formed here start above it",

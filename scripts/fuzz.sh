@@ -27,7 +27,7 @@ CFLAGS="-O1 -g -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wno-mis
   -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS"
 
 all_lib_sources() {
-  ls membership/*.c agent/*.c train/*.c ckpt/*.c 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'
+  ls membership/*.c rdzv/*.c agent/*.c train/*.c ckpt/*.c 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'
 }
 
 mkdir -p "$OUT/obj"

@@ -1,6 +1,6 @@
 /* libFuzzer harness for the rendezvous control-message decoder
- * (agent/rdzv_wire.c over membership/mpread.c), and for the state machine
- * behind it (agent/rdzv.c): whatever decodes is fed to fresh cores.
+ * (rdzv/rdzv_wire.c over membership/mpread.c), and for the state machine
+ * behind it (rdzv/rdzv.c): whatever decodes is fed to fresh cores.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
  * a failed decode names a field and leaves nothing allocated; whatever
@@ -14,11 +14,11 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/rdzv, one valid frame of each message type, written by
  * this same file built as a program:
- *   cc -DFUZZ_RDZV_MAKE_CORPUS -D_GNU_SOURCE -Iinclude tests/fuzz/fuzz_rdzv.c agent/rdzv_wire.c \
- *      agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c -lmsgpackc \
+ *   cc -DFUZZ_RDZV_MAKE_CORPUS -D_GNU_SOURCE -Iinclude tests/fuzz/fuzz_rdzv.c rdzv/rdzv_wire.c \
+ *      rdzv/rdzv.c membership/mpread.c membership/wire.c membership/election.c -lmsgpackc \
  *      -o /tmp/mk && /tmp/mk tests/fuzz/corpus/rdzv
  *
- * fuzz-sources: agent/rdzv_wire.c agent/rdzv.c membership/mpread.c membership/wire.c membership/election.c
+ * fuzz-sources: rdzv/rdzv_wire.c rdzv/rdzv.c membership/mpread.c membership/wire.c membership/election.c
  * membership/election.c
  */
 #include "ea_rdzv.h"
