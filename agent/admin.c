@@ -14,7 +14,7 @@
  * builder (ea__sb), the CLI reads it with a small bounded DOM parser
  * (ea__json) — no dependency for two hundred lines of well-known grammar.
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include "ea_log.h"
 

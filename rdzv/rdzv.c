@@ -37,6 +37,14 @@
  * (the Redis cluster bus's "do it once per loop turn" habit).  Timers are
  * plain deadlines compared with now; ea_rdzv_next_deadline() tells the
  * driver when to call ea_rdzv_tick() next.
+ *
+ * Why one file of ~2000 lines: it is one state machine.  Both halves read
+ * and write the same struct (the view, the generation numbers, the
+ * formation in progress, the exclusions), and settle() iterates them
+ * together to a fixpoint, so a split by half would share the whole struct
+ * through a header and hide the order of evaluation that the invariants
+ * above depend on.  The codec, which shares nothing with it, is
+ * rdzv_wire.c.
  */
 #include "ea_rdzv.h"
 

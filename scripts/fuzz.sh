@@ -24,7 +24,7 @@ PKG_LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
 VERSION=$(cat VERSION 2>/dev/null || echo 0.1.0)
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CFLAGS="-O1 -g -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS"
+  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude -Iagent $PKG_CFLAGS"
 
 all_lib_sources() {
   ls membership/*.c rdzv/*.c agent/*.c train/*.c ckpt/*.c 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'

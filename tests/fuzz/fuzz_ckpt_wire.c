@@ -29,7 +29,7 @@
 /* fuzz-sources: agent/ckpt_wire.c agent/ckpt_svc.c agent/log.c membership/mpread.c train/ipc.c train/comm.c train/comm_tcp.c ckpt/faults.c ckpt/manifest.c ckpt/store.c ckpt/writer.c ckpt/reader.c train/state.c train/model.c train/data.c train/optim.c
  */
 // clang-format on
-#include "../../agent/ckpt_svc.h"
+#include "ckpt_svc.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -45,7 +45,7 @@
 #include "ea_train.h"
 #include "ea_worker.h"
 
-#include "../../agent/ckpt_svc.h"
+#include "ckpt_svc.h"
 
 #include <check.h>
 

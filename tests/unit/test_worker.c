@@ -33,7 +33,7 @@
 #include "ea_train.h"
 #include "ea_worker.h"
 
-#include "../../agent/supervisor.h"
+#include "supervisor.h"
 
 #include <check.h>
 
