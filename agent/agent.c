@@ -143,7 +143,8 @@ void ea__agent_core_done(ea__agent *a) {
   ea_rdzv_status_get(a->rdzv, &st);
   if (st.draining && !a->draining_seen) {
     a->draining_seen = true;
-    if (a->phase == EA__PHASE_RUNNING) ea__agent_begin_drain(a, "asked to drain by another agent", true);
+    if (a->phase == EA__PHASE_RUNNING)
+      ea__agent_begin_drain(a, "asked to drain by another agent", true);
   }
   if (a->drained_order) {
     a->drained_order = false;
@@ -240,7 +241,8 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
   ea_log(quiet                       ? EA_LOG_DEBUG
          : m->state == EA_STATE_DEAD ? EA_LOG_WARN
                                      : EA_LOG_INFO,
-         "member", "name=%s id=%.8s addr=%s state=%s->%s incarnation=%" PRIu32 "%s", ea__agent_member_name(m),
+         "member", "name=%s id=%.8s addr=%s state=%s->%s incarnation=%" PRIu32 "%s",
+         ea__agent_member_name(m),
          hex, addr, old_state == 0xff ? "new" : ea_member_state_str(old_state),
          ea_member_state_str(m->state), m->incarnation, self ? " (self)" : "");
   a->members_dirty = true;
@@ -297,7 +299,8 @@ static void elect_update(ea__agent *a) {
     char hex[33];
     ea_node_id_hex(&e->controller, hex);
     const ea_member *c = ea__agent_find_member(a, &e->controller);
-    ea_log(EA_LOG_INFO, "election", "controller=%s id=%s%s reason=\"%s\"", ea__agent_member_name(c), hex,
+    ea_log(EA_LOG_INFO, "election", "controller=%s id=%s%s reason=\"%s\"",
+           ea__agent_member_name(c), hex,
            ea_node_id_cmp(&e->controller, &a->id) == 0 ? " (self)" : "", e->reason);
   } else {
     ea_log(EA_LOG_WARN, "election", "no controller reason=\"%s\"", e->reason);
@@ -335,33 +338,38 @@ static void peers_write_now(ea__agent *a) {
   a->peers_dirty = false;
   const ea_member *ms;
   size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
-  ea__sb b = {0};
-  ea__sb_puts(&b,
-              "# elastic-agent: peers last seen alive (gossip address, name); rewritten "
-              "on membership changes\n");
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len); /* in memory: written off the loop */
+  if (!f) return;
+  fputs("# elastic-agent: peers last seen alive (gossip address, name); rewritten "
+        "on membership changes\n",
+        f);
   size_t k = 0;
   for (size_t i = 0; i < n && k < PEERS_MAX; i++) {
     if (ea_node_id_cmp(&ms[i].id, &a->id) == 0) continue;
     if (ms[i].state != EA_STATE_ALIVE && ms[i].state != EA_STATE_SUSPECT) continue;
     char addr[64];
     ea_addr_str(&ms[i].meta.gossip, addr, sizeof addr);
-    ea__sb_printf(&b, "%s %s\n", addr, ea__agent_member_name(&ms[i]));
+    fprintf(f, "%s %s\n", addr, ea__agent_member_name(&ms[i]));
     k++;
   }
+  bool failed = ferror(f) != 0;
+  failed |= fclose(f) != 0;
   /* With nobody else alive, keep the previous list: after a partition or a
    * cluster-wide outage, the last known peers are still the best guess. */
-  if (k == 0 || b.oom) {
-    ea__sb_free(&b);
+  if (k == 0 || failed) {
+    free(buf);
     return;
   }
   peers_job *j = calloc(1, sizeof *j);
   if (!j) {
-    ea__sb_free(&b);
+    free(buf);
     return;
   }
   j->a = a;
-  j->buf = b.buf;
-  j->len = b.len;
+  j->buf = buf;
+  j->len = len;
   if (uv_queue_work(&a->loop, &j->w, peers_work, peers_after) < 0) {
     free(j->buf);
     free(j);
@@ -502,7 +510,11 @@ static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed,
   ea_rdzv_config_default(&rc);
   ea_rdzv_config_from(&rc, &a->o->cfg);
   ea_rdzv_io io = {
-      .ctx = a, .send = io_send, .order = ea__agent_io_order, .persist = io_persist, .reason = io_reason};
+      .ctx = a,
+      .send = io_send,
+      .order = ea__agent_io_order,
+      .persist = io_persist,
+      .reason = io_reason};
   a->rdzv = ea_rdzv_new(&rc, &a->id, persisted, &io, seed, ea__agent_now_ms(a));
   if (!a->rdzv) {
     snprintf(err, errlen,

@@ -6,7 +6,7 @@
  *   data directory, node identity, peers   node_id.c
  *   control channel                        control.c
  *   the persisted generation               gen_store.c
- *   string builder and JSON                admin.c
+ *   JSON (on jansson), both ends           json.c
  *   admin socket                           admin.c
  *   the running agent's internals          agent.c (start-up, the loop),
  *                                          workers.c (orders, messages),
@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <uv.h>
 
 /* The documented gossip port (docs/operations.md) on every interface. */
@@ -156,26 +157,52 @@ int ea__gen_load(const char *dir, ea_rdzv_gen *g, char *err, size_t errlen);
  * -ENOSPC when cap is too small. */
 int ea__gen_format(const ea_rdzv_gen *g, char *buf, size_t cap);
 
-/* ---- string builder and JSON (admin.c) ----------------------------------- */
+/* ---- JSON (json.c, on jansson) -------------------------------------------
+ *
+ * Writing: a document is a jansson value; build it with the ea__jb_*
+ * setters, which tolerate running out of memory anywhere: the first
+ * failure sets b->oom, later calls still release what they are handed, and
+ * the builder checks b->oom once at the end. */
 
 typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom; /* an append failed; buf holds what fitted */
-} ea__sb;
+  bool oom; /* something could not be allocated: the document has holes */
+} ea__jb;
 
-void ea__sb_printf(ea__sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ea__sb_puts(ea__sb *b, const char *s);
-/* Append s as a JSON string literal, quotes included. */
-void ea__sb_json_str(ea__sb *b, const char *s);
-void ea__sb_free(ea__sb *b);
+/* Set key of object o to v (append v to array o when key is NULL), taking
+ * v's reference.  v NULL (a constructor ran out of memory), o NULL or a
+ * failed set: b->oom. */
+void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v);
+/* A new empty object / array set at key of o (appended when key is NULL);
+ * borrowed (o holds it); NULL once b->oom. */
+json_t *ea__jb_obj(ea__jb *b, json_t *o, const char *key);
+json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key);
+/* Typed setters (key NULL: append to the array o).  Strings may be any
+ * bytes (member names come from the network): invalid UTF-8 becomes
+ * U+FFFD, NULL is "".  u64 is exact up to INT64_MAX (a real past it, which
+ * no counter reaches).  fixed is a
+ * real rounded to `decimals` places like printf's "%.Nf" (N ≤ 6), null
+ * when not finite; it prints without trailing zeros. */
+void ea__jb_str(ea__jb *b, json_t *o, const char *key, const char *s);
+void ea__jb_u64(ea__jb *b, json_t *o, const char *key, uint64_t v);
+void ea__jb_int(ea__jb *b, json_t *o, const char *key, int64_t v);
+void ea__jb_bool(ea__jb *b, json_t *o, const char *key, bool v);
+void ea__jb_fixed(ea__jb *b, json_t *o, const char *key, double v, int decimals);
+void ea__jb_null(ea__jb *b, json_t *o, const char *key);
+/* {"error": msg}, or NULL when out of memory. */
+json_t *ea__json_error(const char *msg);
+/* doc as one line of compact JSON ("k":v, no spaces), malloc'd and
+ * NUL-terminated, free() it; NULL when out of memory. */
+char *ea__json_dump(const json_t *doc);
+
+/* Reading (the CLI): a read-only DOM of a parsed document. */
 
 typedef enum { EA__J_NULL, EA__J_BOOL, EA__J_NUM, EA__J_STR, EA__J_ARR, EA__J_OBJ } ea__jtype;
 
 typedef struct ea__json {
   ea__jtype type;
   char *key;  /* name of this value inside its object, else NULL */
-  char *text; /* STR: the decoded string; NUM: the literal as written */
+  char *text; /* STR: the string; NUM: its literal as our writer prints it;
+                 BOOL/NULL: "true", "false", "null" */
   bool b;
   double num;
   struct ea__json *child, *next; /* first element/member, next sibling */
@@ -183,7 +210,7 @@ typedef struct ea__json {
 } ea__json;
 
 /* Parse one JSON document (nesting ≤ 64).  Returns 0 or -EINVAL with a
- * message naming the offset. */
+ * message naming the offset (or -ENOMEM). */
 int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen);
 void ea__json_free(ea__json *j);
 /* Look up a dotted path of object keys ("counters.transport.packets_in"). */
@@ -199,9 +226,11 @@ double ea__json_num(const ea__json *j, const char *path, double dflt);
  * has "status" and "drain NAME").  A connection that sends no full line within 5 s, or
  * a line over 1 KiB, is answered with an error and closed. */
 
-/* Write the JSON answer for args into out; return 0, or a negative errno
- * after writing {"error":…} into out. */
-typedef int (*ea__admin_fn)(void *ctx, const char *args, ea__sb *out);
+/* Answer args with a JSON document in *out (owned by the caller, which
+ * sends and releases it): return 0, or a negative errno with an
+ * {"error":…} document in *out.  *out NULL (out of memory): the connection
+ * is closed without an answer. */
+typedef int (*ea__admin_fn)(void *ctx, const char *args, json_t **out);
 
 typedef struct {
   const char *name;
@@ -435,9 +464,9 @@ void ea__agent_leave_now(ea__agent *a);
 void ea__agent_shutdown(ea__agent *a);
 void ea__agent_on_signal(uv_signal_t *h, int signum);
 /* Admin command "drain NAME". */
-int ea__agent_cmd_drain(void *ctx, const char *args, ea__sb *o);
+int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out);
 
 /* status.c: admin command "status" */
-int ea__agent_cmd_status(void *ctx, const char *args, ea__sb *o);
+int ea__agent_cmd_status(void *ctx, const char *args, json_t **out);
 
 #endif

@@ -67,7 +67,7 @@ void ea__agent_leave_now(ea__agent *a) {
 }
 
 /* Stop the workers (STOP, or SIGKILL when kill), then leave once they have
- * all exited (on_worker_exit). */
+ * all exited (on_worker_exit, workers.c). */
 void ea__agent_stop_and_leave(ea__agent *a, bool kill, const char *why) {
   if (a->phase >= EA__PHASE_STOPPING) return;
   a->phase = EA__PHASE_STOPPING;
@@ -167,42 +167,48 @@ void ea__agent_on_signal(uv_signal_t *h, int signum) {
 /* ---- the admin command ------------------------------------------------------------- */
 
 /* "drain NAME": drain a member (this node's own name: ourselves). */
-int ea__agent_cmd_drain(void *ctx, const char *args, ea__sb *o) {
+int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
   ea__agent *a = ctx;
   char name[EA_NAME_MAX];
   while (*args == ' ') args++;
   size_t n = strcspn(args, " \t\r\n");
   if (n == 0 || n >= sizeof name || args[n + strspn(args + n, " \t\r\n")]) {
-    ea__sb_puts(o, "{\"error\":\"usage: drain NAME (one member name)\"}");
+    *out = ea__json_error("usage: drain NAME (one member name)");
     return -EINVAL;
   }
   memcpy(name, args, n);
   name[n] = 0;
   if (!a->rdzv || a->phase >= EA__PHASE_LEAVING) {
-    ea__sb_puts(o, "{\"error\":\"shutting down\"}");
+    *out = ea__json_error("shutting down");
     return -ESHUTDOWN;
   }
+  ea__jb b = {0};
+  json_t *doc = NULL;
   if (strcmp(name, a->o->name) == 0) {
     bool already = a->phase != EA__PHASE_RUNNING;
     ea__agent_begin_drain(a, "drain command", false);
-    ea__sb_puts(o, "{\"draining\":");
-    ea__sb_json_str(o, name);
-    ea__sb_printf(o, ",\"self\":true,\"already\":%s}", already ? "true" : "false");
-    return 0;
+    doc = json_object();
+    ea__jb_str(&b, doc, "draining", name);
+    ea__jb_bool(&b, doc, "self", true);
+    ea__jb_bool(&b, doc, "already", already);
+  } else {
+    int rc = ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), name);
+    ea__agent_core_done(a);
+    if (rc < 0) {
+      char msg[EA_NAME_MAX + 64];
+      snprintf(msg, sizeof msg, "no alive member named '%s'", name);
+      *out = ea__json_error(msg);
+      return rc;
+    }
+    ea_log(EA_LOG_INFO, "drain", "asked %s to drain (drain command)", name);
+    doc = json_object();
+    ea__jb_str(&b, doc, "draining", name);
+    ea__jb_bool(&b, doc, "self", false);
   }
-  int rc = ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), name);
-  ea__agent_core_done(a);
-  if (rc < 0) {
-    ea__sb_puts(o, "{\"error\":");
-    char msg[EA_NAME_MAX + 64];
-    snprintf(msg, sizeof msg, "no alive member named '%s'", name);
-    ea__sb_json_str(o, msg);
-    ea__sb_puts(o, "}");
-    return rc;
+  if (b.oom) {
+    json_decref(doc);
+    doc = NULL;
   }
-  ea_log(EA_LOG_INFO, "drain", "asked %s to drain (drain command)", name);
-  ea__sb_puts(o, "{\"draining\":");
-  ea__sb_json_str(o, name);
-  ea__sb_puts(o, ",\"self\":false}");
+  *out = doc;
   return 0;
 }

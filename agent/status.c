@@ -8,7 +8,10 @@
  * controller (ea_rdzv_election's answer), generation and workers (what this
  * node trains, and why not), checkpoint, counters (transport, swim, rdzv,
  * control, workers) and config (with the detection bound derived below).
- * Built on the loop from state in memory: no I/O, no blocking.
+ * Built on the loop from state in memory (no I/O, no blocking) as a
+ * jansson document through json.c's setters; every number keeps the JSON
+ * type it always had (counters integers, durations with decimals reals,
+ * microseconds integers, a loss before the first step null).
  */
 #include "agent_int.h"
 
@@ -60,101 +63,187 @@ static int cmp_member_ptr(const void *x, const void *y) {
   return c ? c : ea_node_id_cmp(&a->id, &b->id);
 }
 
-static void json_addr(ea__sb *o, const char *key, const ea_addr *addr) {
+static void put_addr(ea__jb *b, json_t *o, const char *key, const ea_addr *addr) {
   char s[64];
   ea_addr_str(addr, s, sizeof s);
-  ea__sb_printf(o, "\"%s\":", key);
-  ea__sb_json_str(o, s);
+  ea__jb_str(b, o, key, s);
 }
 
-static void json_gen(ea__sb *o, const char *key, const ea_rdzv_gen *g) {
+static void put_gen(ea__jb *b, json_t *o, const char *key, const ea_rdzv_gen *g) {
   char s[48];
   ea_rdzv_gen_str(g, s, sizeof s);
-  ea__sb_printf(o, "\"%s\":", key);
-  ea__sb_json_str(o, s);
+  ea__jb_str(b, o, key, s);
+}
+
+/* A loss: 6 decimals, null before the first step (or when not finite). */
+static void put_loss(ea__jb *b, json_t *o, const char *key, bool has, double v) {
+  if (has && isfinite(v))
+    ea__jb_fixed(b, o, key, v, 6);
+  else
+    ea__jb_null(b, o, key);
+}
+
+static void put_hex64(ea__jb *b, json_t *o, const char *key, uint64_t v) {
+  char s[24];
+  snprintf(s, sizeof s, "%016" PRIx64, v);
+  ea__jb_str(b, o, key, s);
+}
+
+/* A duration kept in seconds, shown in microseconds: an integer. */
+static void put_us(ea__jb *b, json_t *o, const char *key, double seconds) {
+  ea__jb_int(b, o, key, (int64_t)llround(seconds * 1e6));
+}
+
+static const char *agent_phase_str(ea__agent_phase p) {
+  return p == EA__PHASE_RUNNING    ? "running"
+         : p == EA__PHASE_DRAINING ? "draining"
+         : p == EA__PHASE_STOPPING ? "stopping"
+                                   : "leaving";
+}
+
+/* "self": this node. */
+static void status_self(ea__agent *a, ea__jb *b, json_t *doc, uint64_t now) {
+  const ea_member *self = ea_swim_self(ea_transport_swim(a->tr));
+  json_t *o = ea__jb_obj(b, doc, "self");
+  ea__jb_str(b, o, "name", a->o->name);
+  ea__jb_str(b, o, "id", a->idhex);
+  put_addr(b, o, "gossip", ea_transport_addr(a->tr));
+  put_addr(b, o, "control", ea_transport_control(a->tr));
+  put_addr(b, o, "bound", ea_transport_bound(a->tr));
+  ea__jb_str(b, o, "admin", a->sock_path);
+  ea__jb_str(b, o, "role", a->o->role);
+  ea__jb_str(b, o, "state", ea_member_state_str(self->state));
+  ea__jb_int(b, o, "incarnation", self->incarnation);
+  ea__jb_int(b, o, "pid", getpid());
+  ea__jb_fixed(b, o, "uptime_s", (double)(now - a->start_ms) / 1000.0, 1);
+  ea__jb_bool(b, o, "joined", a->joined);
+  ea__jb_bool(b, o, "leaving", a->phase >= EA__PHASE_STOPPING);
+}
+
+/* "summary" and "members" (sorted by name, then id); counts[state] are
+ * filled for the config section's detection bound. */
+static int status_members(ea__agent *a, ea__jb *b, json_t *doc, uint64_t now, size_t counts[4]) {
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
+  const ea_member **sorted = malloc((n ? n : 1) * sizeof *sorted);
+  if (!sorted) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    sorted[i] = &ms[i];
+    if (ms[i].state < 4) counts[ms[i].state]++;
+  }
+  qsort(sorted, n, sizeof *sorted, cmp_member_ptr);
+  json_t *sum = ea__jb_obj(b, doc, "summary");
+  ea__jb_u64(b, sum, "members", n);
+  ea__jb_u64(b, sum, "alive", counts[EA_STATE_ALIVE]);
+  ea__jb_u64(b, sum, "suspect", counts[EA_STATE_SUSPECT]);
+  ea__jb_u64(b, sum, "dead", counts[EA_STATE_DEAD]);
+  ea__jb_u64(b, sum, "left", counts[EA_STATE_LEFT]);
+  json_t *arr = ea__jb_arr(b, doc, "members");
+  for (size_t i = 0; i < n; i++) {
+    const ea_member *m = sorted[i];
+    char hex[33];
+    ea_node_id_hex(&m->id, hex);
+    json_t *o = ea__jb_obj(b, arr, NULL);
+    ea__jb_str(b, o, "name", m->meta.name);
+    ea__jb_str(b, o, "id", hex);
+    put_addr(b, o, "gossip", &m->meta.gossip);
+    put_addr(b, o, "control", &m->meta.control);
+    ea__jb_str(b, o, "role", m->meta.role);
+    ea__jb_str(b, o, "version", m->meta.version);
+    ea__jb_str(b, o, "state", ea_member_state_str(m->state));
+    ea__jb_int(b, o, "incarnation", m->incarnation);
+    ea__jb_fixed(b, o, "since_s", now >= m->since_ms ? (double)(now - m->since_ms) / 1000.0 : 0.0,
+                 1);
+    ea__jb_bool(b, o, "self", ea_node_id_cmp(&m->id, &a->id) == 0);
+  }
+  free(sorted);
+  return 0;
+}
+
+/* "controller": the rendezvous core's election (ea_rdzv_election). */
+static void status_controller(ea__agent *a, ea__jb *b, json_t *doc) {
+  json_t *o = ea__jb_obj(b, doc, "controller");
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  if (el && el->have) {
+    char hex[33];
+    ea_node_id_hex(&el->controller, hex);
+    ea__jb_str(b, o, "name", ea__agent_member_name(ea__agent_find_member(a, &el->controller)));
+    ea__jb_str(b, o, "id", hex);
+    ea__jb_bool(b, o, "self", ea_node_id_cmp(&el->controller, &a->id) == 0);
+    ea__jb_int(b, o, "eligible", el->eligible);
+    ea__jb_str(b, o, "reason", el->reason);
+  } else {
+    ea__jb_null(b, o, "name");
+    ea__jb_null(b, o, "id");
+    ea__jb_str(b, o, "reason", el ? el->reason : "no election yet");
+  }
 }
 
 /* "generation" and "workers": what this node trains, and why (not). */
-static void status_generation(ea__agent *a, ea__sb *o) {
+static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);
   const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
-  ea__sb_printf(o, ",\"generation\":{\"phase\":\"%s\",", ea_rdzv_phase_str(st.phase));
-  json_gen(o, "running", &st.running);
-  ea__sb_printf(o, ",\"gen\":%" PRIu64 ",\"world\":%" PRIu32 ",\"nodes\":[",
-                ea_rdzv_gen_u64(&st.running), p ? p->world : 0);
-  for (uint32_t i = 0; p && i < p->nnodes; i++) {
-    if (i) ea__sb_puts(o, ",");
-    ea__sb_json_str(o, p->nodes[i].name);
-  }
-  ea__sb_puts(o, "],\"ranks\":[");
-  for (uint32_t k = 0; p && k < a->wpn; k++)
-    ea__sb_printf(o, "%s%" PRIu32, k ? "," : "", a->run.rank_base + k);
-  ea__sb_printf(o, "],\"last_step\":%" PRIu64 ",\"last_loss\":", st.last_step);
-  if (a->has_loss && isfinite(a->last_loss))
-    ea__sb_printf(o, "%.6f", a->last_loss);
-  else
-    ea__sb_puts(o, "null");
-  ea__sb_puts(o, ",\"reason\":");
-  ea__sb_json_str(o, st.reason);
-  ea__sb_printf(o,
-                ",\"controller\":%s,\"has_quorum\":%s,\"forming\":%s,\"draining\":%s,"
-                "\"agent_phase\":\"%s\",",
-                st.controller ? "true" : "false", st.has_quorum ? "true" : "false",
-                st.forming ? "true" : "false", st.draining ? "true" : "false",
-                a->phase == EA__PHASE_RUNNING    ? "running"
-                : a->phase == EA__PHASE_DRAINING ? "draining"
-                : a->phase == EA__PHASE_STOPPING ? "stopping"
-                                             : "leaving");
-  json_gen(o, "seen", &st.seen);
-  ea__sb_puts(o, ",");
-  json_gen(o, "accepted", &st.accepted);
-  ea__sb_puts(o, ",");
-  json_gen(o, "durable", &st.durable);
-  ea__sb_puts(o, ",");
-  json_gen(o, "formed", &st.formed);
-  ea__sb_printf(
-      o,
-      ",\"formed_nodes\":%" PRIu32 ",\"committed_here\":%" PRIu64 ",\"recoveries\":%" PRIu64
-      ",\"last_formation_ms\":%" PRIu64 ",\"last_stall_ms\":%" PRIu64 "},\"workers\":[",
-      st.formed_nodes, a->gens_committed, a->recoveries, a->last_formation_ms, a->last_stall_ms);
+  json_t *o = ea__jb_obj(b, doc, "generation");
+  ea__jb_str(b, o, "phase", ea_rdzv_phase_str(st.phase));
+  put_gen(b, o, "running", &st.running);
+  ea__jb_u64(b, o, "gen", ea_rdzv_gen_u64(&st.running));
+  ea__jb_int(b, o, "world", p ? p->world : 0);
+  json_t *nodes = ea__jb_arr(b, o, "nodes");
+  for (uint32_t i = 0; p && i < p->nnodes; i++) ea__jb_str(b, nodes, NULL, p->nodes[i].name);
+  json_t *ranks = ea__jb_arr(b, o, "ranks");
+  for (uint32_t k = 0; p && k < a->wpn; k++) ea__jb_int(b, ranks, NULL, a->run.rank_base + k);
+  ea__jb_u64(b, o, "last_step", st.last_step);
+  put_loss(b, o, "last_loss", a->has_loss, a->last_loss);
+  ea__jb_str(b, o, "reason", st.reason);
+  ea__jb_bool(b, o, "controller", st.controller);
+  ea__jb_bool(b, o, "has_quorum", st.has_quorum);
+  ea__jb_bool(b, o, "forming", st.forming);
+  ea__jb_bool(b, o, "draining", st.draining);
+  ea__jb_str(b, o, "agent_phase", agent_phase_str(a->phase));
+  put_gen(b, o, "seen", &st.seen);
+  put_gen(b, o, "accepted", &st.accepted);
+  put_gen(b, o, "durable", &st.durable);
+  put_gen(b, o, "formed", &st.formed);
+  ea__jb_int(b, o, "formed_nodes", st.formed_nodes);
+  ea__jb_u64(b, o, "committed_here", a->gens_committed);
+  ea__jb_u64(b, o, "recoveries", a->recoveries);
+  ea__jb_u64(b, o, "last_formation_ms", a->last_formation_ms);
+  ea__jb_u64(b, o, "last_stall_ms", a->last_stall_ms);
+
+  json_t *ws = ea__jb_arr(b, doc, "workers");
   for (uint32_t k = 0; k < a->wpn; k++) {
     const ea__agent_wk *w = &a->w[k];
-    ea__sb_printf(o,
-                  "%s{\"idx\":%" PRIu32 ",\"pid\":%d,\"state\":\"%s\",\"gen\":%" PRIu64
-                  ",\"step\":%" PRIu64 ",\"loss\":",
-                  k ? "," : "", k, a->sup ? ea__sup_pid(a->sup, k) : 0, ea__agent_wstate_str(w->state),
-                  w->gen, w->next_step);
-    if (w->has_loss && isfinite(w->loss))
-      ea__sb_printf(o, "%.6f", w->loss);
-    else
-      ea__sb_puts(o, "null");
-    ea__sb_printf(
-        o, ",\"digest\":\"%016" PRIx64 "\",\"step_ms\":%.2f,\"restarts\":%" PRIu32 ",\"comm\":",
-        w->digest, w->step_s * 1e3, w->restarts);
-    ea__sb_json_str(o, w->comm);
-    ea__sb_puts(o, "}");
+    json_t *x = ea__jb_obj(b, ws, NULL);
+    ea__jb_int(b, x, "idx", k);
+    ea__jb_int(b, x, "pid", a->sup ? ea__sup_pid(a->sup, k) : 0);
+    ea__jb_str(b, x, "state", ea__agent_wstate_str(w->state));
+    ea__jb_u64(b, x, "gen", w->gen);
+    ea__jb_u64(b, x, "step", w->next_step);
+    put_loss(b, x, "loss", w->has_loss, w->loss);
+    put_hex64(b, x, "digest", w->digest);
+    ea__jb_fixed(b, x, "step_ms", w->step_s * 1e3, 2);
+    ea__jb_int(b, x, "restarts", w->restarts);
+    ea__jb_str(b, x, "comm", w->comm);
   }
-  ea__sb_puts(o, "]");
 }
 
 /* "checkpoint": the checkpoints of the job as this node knows them — all
  * it committed as controller, LATEST as last read, its own shards. */
-static void status_checkpoint(ea__agent *a, ea__sb *o) {
+static void status_checkpoint(ea__agent *a, ea__jb *b, json_t *doc) {
   const ea__agent_ck *k = &a->ck;
   const ea_config *cfg = &a->o->cfg;
   ea__ckpt_svc_stats sv = {0};
   if (a->ckpt_svc) ea__ckpt_svc_stats_get(a->ckpt_svc, &sv);
   ea__ckpt_core_stats cs = {0};
   if (a->ckpt_ctl) ea__ckpt_ctl_stats_get(a->ckpt_ctl, &cs);
-  ea__sb_printf(o, ",\"checkpoint\":{\"enabled\":%s,\"dir\":",
-                cfg->checkpoint.save_interval_steps ? "true" : "false");
-  ea__sb_json_str(o, a->ckpt_dir);
-  ea__sb_printf(o,
-                ",\"interval\":%" PRIu32 ",\"keep_last\":%" PRIu32 ",\"busy_policy\":\"%s\","
-                "\"controller\":%s,\"latest\":",
-                cfg->checkpoint.save_interval_steps, cfg->checkpoint.keep_last,
-                cfg->checkpoint.busy_policy, a->ckpt_ctl ? "true" : "false");
+  json_t *o = ea__jb_obj(b, doc, "checkpoint");
+  ea__jb_bool(b, o, "enabled", cfg->checkpoint.save_interval_steps != 0);
+  ea__jb_str(b, o, "dir", a->ckpt_dir);
+  ea__jb_int(b, o, "interval", cfg->checkpoint.save_interval_steps);
+  ea__jb_int(b, o, "keep_last", cfg->checkpoint.keep_last);
+  ea__jb_str(b, o, "busy_policy", cfg->checkpoint.busy_policy);
+  ea__jb_bool(b, o, "controller", a->ckpt_ctl != NULL);
   /* The newest checkpoint known here: our own last commit, or LATEST. */
   uint64_t ls = 0, lg = 0;
   bool have = false;
@@ -165,218 +254,184 @@ static void status_checkpoint(ea__agent *a, ea__sb *o) {
     have = true;
   }
   if (k->latest[0])
-    ea__sb_json_str(o, k->latest);
+    ea__jb_str(b, o, "latest", k->latest);
   else
-    ea__sb_puts(o, "null");
-  if (have)
-    ea__sb_printf(o, ",\"last_step\":%" PRIu64 ",\"last_gen\":%" PRIu64, ls, lg);
-  else
-    ea__sb_puts(o, ",\"last_step\":null,\"last_gen\":null");
-  ea__sb_printf(o,
-                ",\"in_flight\":%" PRIu32 ",\"started\":%" PRIu64 ",\"committed\":%" PRIu64
-                ",\"failed\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"stale\":%" PRIu64
-                ",\"bytes\":%" PRIu64 ",\"last_persist_s\":%.6f,\"last_write_ms\":%.3f"
-                ",\"last_commit_ms\":%.3f,\"last_stall_us\":%.0f,\"last_wait_us\":%.0f"
-                ",\"last_error\":",
-                sv.in_flight + cs.pending, k->started, k->committed, k->failed, k->skipped,
-                k->stale, k->bytes, k->last_persist_s, k->last_write_s * 1e3,
-                k->last_commit_s * 1e3, k->last_stall_s * 1e6, k->last_wait_s * 1e6);
-  ea__sb_json_str(o, k->last_error);
-  ea__sb_printf(o,
-                ",\"pending\":%" PRIu32 ",\"shards\":{\"staged\":%" PRIu64
-                ",\"written\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"skipped\":%" PRIu64
-                ",\"bytes\":%" PRIu64 ",\"in_flight\":%" PRIu32
-                ",\"last_write_ms\":%.3f,\"last_stall_us\":%.0f},\"reports\":{\"sent\":%" PRIu64
-                ",\"local\":%" PRIu64 ",\"received\":%" PRIu64 ",\"dropped\":%" PRIu64
-                ",\"malformed\":%" PRIu64 ",\"ignored\":%" PRIu64 "},\"resumed\":",
-                cs.pending, sv.staged, sv.written, sv.failed, sv.skipped, sv.bytes, sv.in_flight,
-                k->shard_write_s * 1e3, k->shard_stall_s * 1e6, k->reports_sent, k->reports_local,
-                k->reports_in, k->reports_dropped, k->reports_bad, cs.ignored);
-  if (k->loaded) {
-    ea__sb_puts(o, "{\"name\":");
-    ea__sb_json_str(o, k->loaded_name);
-    ea__sb_printf(o,
-                  ",\"step\":%" PRIu64 ",\"digest\":\"%016" PRIx64
-                  "\",\"fallbacks\":%" PRIu32 ",\"seconds\":%.3f,\"why\":",
-                  k->loaded_step, k->loaded_digest, k->loaded_fallbacks, k->loaded_s);
-    ea__sb_json_str(o, k->loaded_why);
-    ea__sb_puts(o, "}}");
+    ea__jb_null(b, o, "latest");
+  if (have) {
+    ea__jb_u64(b, o, "last_step", ls);
+    ea__jb_u64(b, o, "last_gen", lg);
   } else {
-    ea__sb_puts(o, "null}");
+    ea__jb_null(b, o, "last_step");
+    ea__jb_null(b, o, "last_gen");
+  }
+  ea__jb_int(b, o, "in_flight", (int64_t)sv.in_flight + cs.pending);
+  ea__jb_u64(b, o, "started", k->started);
+  ea__jb_u64(b, o, "committed", k->committed);
+  ea__jb_u64(b, o, "failed", k->failed);
+  ea__jb_u64(b, o, "skipped", k->skipped);
+  ea__jb_u64(b, o, "stale", k->stale);
+  ea__jb_u64(b, o, "bytes", k->bytes);
+  ea__jb_fixed(b, o, "last_persist_s", k->last_persist_s, 6);
+  ea__jb_fixed(b, o, "last_write_ms", k->last_write_s * 1e3, 3);
+  ea__jb_fixed(b, o, "last_commit_ms", k->last_commit_s * 1e3, 3);
+  put_us(b, o, "last_stall_us", k->last_stall_s);
+  put_us(b, o, "last_wait_us", k->last_wait_s);
+  ea__jb_str(b, o, "last_error", k->last_error);
+  ea__jb_int(b, o, "pending", cs.pending);
+  json_t *sh = ea__jb_obj(b, o, "shards");
+  ea__jb_u64(b, sh, "staged", sv.staged);
+  ea__jb_u64(b, sh, "written", sv.written);
+  ea__jb_u64(b, sh, "failed", sv.failed);
+  ea__jb_u64(b, sh, "skipped", sv.skipped);
+  ea__jb_u64(b, sh, "bytes", sv.bytes);
+  ea__jb_int(b, sh, "in_flight", sv.in_flight);
+  ea__jb_fixed(b, sh, "last_write_ms", k->shard_write_s * 1e3, 3);
+  put_us(b, sh, "last_stall_us", k->shard_stall_s);
+  json_t *rp = ea__jb_obj(b, o, "reports");
+  ea__jb_u64(b, rp, "sent", k->reports_sent);
+  ea__jb_u64(b, rp, "local", k->reports_local);
+  ea__jb_u64(b, rp, "received", k->reports_in);
+  ea__jb_u64(b, rp, "dropped", k->reports_dropped);
+  ea__jb_u64(b, rp, "malformed", k->reports_bad);
+  ea__jb_u64(b, rp, "ignored", cs.ignored);
+  if (k->loaded) {
+    json_t *r = ea__jb_obj(b, o, "resumed");
+    ea__jb_str(b, r, "name", k->loaded_name);
+    ea__jb_u64(b, r, "step", k->loaded_step);
+    put_hex64(b, r, "digest", k->loaded_digest);
+    ea__jb_int(b, r, "fallbacks", k->loaded_fallbacks);
+    ea__jb_fixed(b, r, "seconds", k->loaded_s, 3);
+    ea__jb_str(b, r, "why", k->loaded_why);
+  } else {
+    ea__jb_null(b, o, "resumed");
   }
 }
 
-static void status_counters(ea__agent *a, ea__sb *o) {
+/* "counters": transport, swim, rdzv, control, workers. */
+static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
+  json_t *cn = ea__jb_obj(b, doc, "counters");
+  ea_transport_stats t;
+  ea_transport_stats_get(a->tr, &t);
+  json_t *o = ea__jb_obj(b, cn, "transport");
+  ea__jb_u64(b, o, "packets_in", t.packets_in);
+  ea__jb_u64(b, o, "packets_out", t.packets_out);
+  ea__jb_u64(b, o, "bytes_in", t.bytes_in);
+  ea__jb_u64(b, o, "bytes_out", t.bytes_out);
+  ea__jb_u64(b, o, "dropped_malformed", t.dropped_malformed);
+  ea__jb_u64(b, o, "dropped_unauthenticated", t.dropped_unauthenticated);
+  ea__jb_u64(b, o, "dropped_oversize", t.dropped_oversize);
+  ea__jb_u64(b, o, "send_errors", t.send_errors);
+  ea__jb_u64(b, o, "encode_errors", t.encode_errors);
+  ea__jb_u64(b, o, "updates_trimmed", t.updates_trimmed);
+  ea__jb_u64(b, o, "syncs_ok", t.syncs_ok);
+  ea__jb_u64(b, o, "syncs_failed", t.syncs_failed);
+  ea__jb_u64(b, o, "syncs_served", t.syncs_served);
+  ea__jb_u64(b, o, "syncs_refused", t.syncs_refused);
+  ea__jb_u64(b, o, "join_attempts", t.join_attempts);
+  ea_swim_stats w;
+  ea_swim_stats_get(ea_transport_swim(a->tr), &w);
+  o = ea__jb_obj(b, cn, "swim");
+  ea__jb_u64(b, o, "msgs_in", w.msgs_in);
+  ea__jb_u64(b, o, "msgs_out", w.msgs_out);
+  ea__jb_u64(b, o, "pings_sent", w.pings_sent);
+  ea__jb_u64(b, o, "acks_recv", w.acks_recv);
+  ea__jb_u64(b, o, "ping_reqs_sent", w.ping_reqs_sent);
+  ea__jb_u64(b, o, "nacks_recv", w.nacks_recv);
+  ea__jb_u64(b, o, "suspicions", w.suspicions);
+  ea__jb_u64(b, o, "refutations", w.refutations);
+  ea__jb_u64(b, o, "declared_dead", w.declared_dead);
+  ea__jb_u64(b, o, "updates_sent", w.updates_sent);
+  ea__jb_u64(b, o, "syncs_started", w.syncs_started);
+  ea__jb_u64(b, o, "syncs_merged", w.syncs_merged);
+  ea__jb_u64(b, o, "stale_dropped", w.stale_dropped);
+  ea__jb_int(b, o, "health", w.health);
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);
-  ea__sb_printf(o,
-                ",\"rdzv\":{\"formations_started\":%" PRIu64 ",\"formations_committed\":%" PRIu64
-                ",\"formations_failed\":%" PRIu64 ",\"nacks_sent\":%" PRIu64
-                ",\"nacks_received\":%" PRIu64 ",\"stale_ignored\":%" PRIu64
-                ",\"persist_errors\":%" PRIu64 "}",
-                st.formations_started, st.formations_committed, st.formations_failed, st.nacks_sent,
-                st.nacks_received, st.stale_ignored, st.persist_errors);
+  o = ea__jb_obj(b, cn, "rdzv");
+  ea__jb_u64(b, o, "formations_started", st.formations_started);
+  ea__jb_u64(b, o, "formations_committed", st.formations_committed);
+  ea__jb_u64(b, o, "formations_failed", st.formations_failed);
+  ea__jb_u64(b, o, "nacks_sent", st.nacks_sent);
+  ea__jb_u64(b, o, "nacks_received", st.nacks_received);
+  ea__jb_u64(b, o, "stale_ignored", st.stale_ignored);
+  ea__jb_u64(b, o, "persist_errors", st.persist_errors);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
-  ea__sb_printf(o,
-                ",\"control\":{\"frames_in\":%" PRIu64 ",\"frames_out\":%" PRIu64
-                ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"dropped_malformed\":%" PRIu64
-                ",\"dropped_unauthenticated\":%" PRIu64 ",\"dropped_oversize\":%" PRIu64
-                ",\"send_errors\":%" PRIu64 ",\"encode_errors\":%" PRIu64 ",\"connects\":%" PRIu64
-                ",\"accepted\":%" PRIu64 ",\"conns_out\":%" PRIu64 ",\"conns_in\":%" PRIu64 "}",
-                c.frames_in, c.frames_out, c.bytes_in, c.bytes_out, c.dropped_malformed,
-                c.dropped_unauthenticated, c.dropped_oversize, c.send_errors, c.encode_errors,
-                c.connects, c.accepted, c.conns_out, c.conns_in);
-  ea__sb_printf(o,
-                ",\"workers\":{\"failures\":%" PRIu64 ",\"restarts\":%" PRIu64
-                ",\"bad_packets\":%" PRIu64 "}},",
-                a->worker_failures, a->worker_restarts, a->sup ? ea__sup_bad_packets(a->sup) : 0);
+  o = ea__jb_obj(b, cn, "control");
+  ea__jb_u64(b, o, "frames_in", c.frames_in);
+  ea__jb_u64(b, o, "frames_out", c.frames_out);
+  ea__jb_u64(b, o, "bytes_in", c.bytes_in);
+  ea__jb_u64(b, o, "bytes_out", c.bytes_out);
+  ea__jb_u64(b, o, "dropped_malformed", c.dropped_malformed);
+  ea__jb_u64(b, o, "dropped_unauthenticated", c.dropped_unauthenticated);
+  ea__jb_u64(b, o, "dropped_oversize", c.dropped_oversize);
+  ea__jb_u64(b, o, "send_errors", c.send_errors);
+  ea__jb_u64(b, o, "encode_errors", c.encode_errors);
+  ea__jb_u64(b, o, "connects", c.connects);
+  ea__jb_u64(b, o, "accepted", c.accepted);
+  ea__jb_u64(b, o, "conns_out", c.conns_out);
+  ea__jb_u64(b, o, "conns_in", c.conns_in);
+  o = ea__jb_obj(b, cn, "workers");
+  ea__jb_u64(b, o, "failures", a->worker_failures);
+  ea__jb_u64(b, o, "restarts", a->worker_restarts);
+  ea__jb_u64(b, o, "bad_packets", a->sup ? ea__sup_bad_packets(a->sup) : 0);
 }
 
-int ea__agent_cmd_status(void *ctx, const char *args, ea__sb *o) {
+/* "config": what this agent runs with; n_up members alive or suspect. */
+static void status_config(ea__agent *a, ea__jb *b, json_t *doc, size_t n_up) {
+  const ea_swim_config *c = &a->o->cfg.membership;
+  uint64_t smin = 0, smax = 0;
+  ea_swim_suspicion_bounds(ea_transport_swim(a->tr), &smin, &smax);
+  json_t *o = ea__jb_obj(b, doc, "config");
+  ea__jb_str(b, o, "bind", a->o->bind);
+  ea__jb_str(b, o, "join", a->o->join);
+  ea__jb_bool(b, o, "key", ea_transport_has_key(a->tr));
+  ea__jb_str(b, o, "data_dir", a->o->data_dir);
+  ea__jb_str(b, o, "config_file", a->o->config_path);
+  ea__jb_int(b, o, "probe_interval_ms", c->probe_interval_ms);
+  ea__jb_int(b, o, "probe_timeout_ms", c->probe_timeout_ms);
+  ea__jb_int(b, o, "gossip_interval_ms", c->gossip_interval_ms);
+  ea__jb_int(b, o, "push_pull_interval_ms", c->push_pull_interval_ms);
+  ea__jb_u64(b, o, "suspicion_min_ms", smin);
+  ea__jb_u64(b, o, "suspicion_max_ms", smax);
+  ea__jb_u64(b, o, "detection_bound_ms", ea__detection_bound_ms(c, n_up));
+  ea__jb_str(b, o, "log_level", a->o->cfg.logging.level);
+  ea__jb_str(b, o, "backend", ea_comm_backend_name(a->backend));
+  ea__jb_int(b, o, "workers_per_node", a->o->cfg.compute.workers_per_node);
+  ea__jb_int(b, o, "min_nodes", a->o->cfg.compute.min_nodes);
+  ea__jb_int(b, o, "max_nodes", a->o->cfg.compute.max_nodes);
+  ea__jb_u64(b, o, "train_steps", a->o->cfg.train.steps);
+  ea__jb_str(b, o, "worker_config", a->job_path);
+}
+
+int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
   ea__agent *a = ctx;
   (void)args;
   if (!a->tr) {
-    ea__sb_puts(o, "{\"error\":\"shutting down\"}");
+    *out = ea__json_error("shutting down");
     return -ESHUTDOWN;
   }
-  const ea_swim *s = ea_transport_swim(a->tr);
   uint64_t now = uv_now(&a->loop);
-  const ea_member *ms;
-  size_t n = ea_swim_members(s, &ms);
-  const ea_member **sorted = malloc((n ? n : 1) * sizeof *sorted);
-  if (!sorted) {
-    ea__sb_puts(o, "{\"error\":\"out of memory\"}");
+  ea__jb b = {0};
+  json_t *doc = json_object();
+  ea__jb_str(&b, doc, "version", EA_VERSION);
+  status_self(a, &b, doc, now);
+  size_t counts[4] = {0};
+  if (status_members(a, &b, doc, now, counts) < 0) {
+    json_decref(doc);
+    *out = ea__json_error("out of memory");
     return -ENOMEM;
   }
-  size_t counts[4] = {0};
-  for (size_t i = 0; i < n; i++) {
-    sorted[i] = &ms[i];
-    if (ms[i].state < 4) counts[ms[i].state]++;
+  status_controller(a, &b, doc);
+  status_generation(a, &b, doc);
+  status_checkpoint(a, &b, doc);
+  status_counters(a, &b, doc);
+  status_config(a, &b, doc, counts[EA_STATE_ALIVE] + counts[EA_STATE_SUSPECT]);
+  if (b.oom) {
+    json_decref(doc);
+    *out = NULL;
+    return -ENOMEM;
   }
-  qsort(sorted, n, sizeof *sorted, cmp_member_ptr);
-
-  const ea_member *self = ea_swim_self(s);
-  ea__sb_printf(o, "{\"version\":\"%s\",\"self\":{\"name\":", EA_VERSION);
-  ea__sb_json_str(o, a->o->name);
-  ea__sb_printf(o, ",\"id\":\"%s\",", a->idhex);
-  json_addr(o, "gossip", ea_transport_addr(a->tr));
-  ea__sb_puts(o, ",");
-  json_addr(o, "control", ea_transport_control(a->tr));
-  ea__sb_puts(o, ",");
-  json_addr(o, "bound", ea_transport_bound(a->tr));
-  ea__sb_puts(o, ",\"admin\":");
-  ea__sb_json_str(o, a->sock_path);
-  ea__sb_puts(o, ",\"role\":");
-  ea__sb_json_str(o, a->o->role);
-  ea__sb_printf(o,
-                ",\"state\":\"%s\",\"incarnation\":%" PRIu32
-                ",\"pid\":%ld,\"uptime_s\":%.1f,"
-                "\"joined\":%s,\"leaving\":%s},",
-                ea_member_state_str(self->state), self->incarnation, (long)getpid(),
-                (double)(now - a->start_ms) / 1000.0, a->joined ? "true" : "false",
-                a->phase >= EA__PHASE_STOPPING ? "true" : "false");
-
-  ea__sb_printf(o,
-                "\"summary\":{\"members\":%zu,\"alive\":%zu,\"suspect\":%zu,\"dead\":%zu,"
-                "\"left\":%zu},\"members\":[",
-                n, counts[EA_STATE_ALIVE], counts[EA_STATE_SUSPECT], counts[EA_STATE_DEAD],
-                counts[EA_STATE_LEFT]);
-  for (size_t i = 0; i < n; i++) {
-    const ea_member *m = sorted[i];
-    char hex[33];
-    ea_node_id_hex(&m->id, hex);
-    ea__sb_printf(o, "%s{\"name\":", i ? "," : "");
-    ea__sb_json_str(o, m->meta.name);
-    ea__sb_printf(o, ",\"id\":\"%s\",", hex);
-    json_addr(o, "gossip", &m->meta.gossip);
-    ea__sb_puts(o, ",");
-    json_addr(o, "control", &m->meta.control);
-    ea__sb_puts(o, ",\"role\":");
-    ea__sb_json_str(o, m->meta.role);
-    ea__sb_puts(o, ",\"version\":");
-    ea__sb_json_str(o, m->meta.version);
-    ea__sb_printf(o, ",\"state\":\"%s\",\"incarnation\":%" PRIu32 ",\"since_s\":%.1f,\"self\":%s}",
-                  ea_member_state_str(m->state), m->incarnation,
-                  now >= m->since_ms ? (double)(now - m->since_ms) / 1000.0 : 0.0,
-                  ea_node_id_cmp(&m->id, &a->id) == 0 ? "true" : "false");
-  }
-  free(sorted);
-  ea__sb_puts(o, "],\"controller\":");
-  const ea_election *el = ea_rdzv_election(a->rdzv);
-  if (el && el->have) {
-    char hex[33];
-    ea_node_id_hex(&el->controller, hex);
-    const ea_member *c = ea_swim_find(s, &el->controller);
-    ea__sb_puts(o, "{\"name\":");
-    ea__sb_json_str(o, ea__agent_member_name(c));
-    ea__sb_printf(o, ",\"id\":\"%s\",\"self\":%s,\"eligible\":%" PRIu32 ",\"reason\":", hex,
-                  ea_node_id_cmp(&el->controller, &a->id) == 0 ? "true" : "false", el->eligible);
-    ea__sb_json_str(o, el->reason);
-    ea__sb_puts(o, "}");
-  } else {
-    ea__sb_puts(o, "{\"name\":null,\"id\":null,\"reason\":");
-    ea__sb_json_str(o, el ? el->reason : "no election yet");
-    ea__sb_puts(o, "}");
-  }
-
-  status_generation(a, o);
-  status_checkpoint(a, o);
-
-  ea_transport_stats t;
-  ea_transport_stats_get(a->tr, &t);
-  ea__sb_printf(o,
-                ",\"counters\":{\"transport\":{\"packets_in\":%" PRIu64 ",\"packets_out\":%" PRIu64
-                ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"dropped_malformed\":%" PRIu64
-                ",\"dropped_unauthenticated\":%" PRIu64 ",\"dropped_oversize\":%" PRIu64
-                ",\"send_errors\":%" PRIu64 ",\"encode_errors\":%" PRIu64
-                ",\"updates_trimmed\":%" PRIu64 ",\"syncs_ok\":%" PRIu64
-                ",\"syncs_failed\":%" PRIu64 ",\"syncs_served\":%" PRIu64
-                ",\"syncs_refused\":%" PRIu64 ",\"join_attempts\":%" PRIu64 "},",
-                t.packets_in, t.packets_out, t.bytes_in, t.bytes_out, t.dropped_malformed,
-                t.dropped_unauthenticated, t.dropped_oversize, t.send_errors, t.encode_errors,
-                t.updates_trimmed, t.syncs_ok, t.syncs_failed, t.syncs_served, t.syncs_refused,
-                t.join_attempts);
-  ea_swim_stats w;
-  ea_swim_stats_get(s, &w);
-  ea__sb_printf(o,
-                "\"swim\":{\"msgs_in\":%" PRIu64 ",\"msgs_out\":%" PRIu64 ",\"pings_sent\":%" PRIu64
-                ",\"acks_recv\":%" PRIu64 ",\"ping_reqs_sent\":%" PRIu64 ",\"nacks_recv\":%" PRIu64
-                ",\"suspicions\":%" PRIu64 ",\"refutations\":%" PRIu64 ",\"declared_dead\":%" PRIu64
-                ",\"updates_sent\":%" PRIu64 ",\"syncs_started\":%" PRIu64
-                ",\"syncs_merged\":%" PRIu64 ",\"stale_dropped\":%" PRIu64 ",\"health\":%" PRIu32
-                "}",
-                w.msgs_in, w.msgs_out, w.pings_sent, w.acks_recv, w.ping_reqs_sent, w.nacks_recv,
-                w.suspicions, w.refutations, w.declared_dead, w.updates_sent, w.syncs_started,
-                w.syncs_merged, w.stale_dropped, w.health);
-  status_counters(a, o);
-
-  const ea_swim_config *c = &a->o->cfg.membership;
-  uint64_t smin = 0, smax = 0;
-  ea_swim_suspicion_bounds(s, &smin, &smax);
-  ea__sb_puts(o, "\"config\":{\"bind\":");
-  ea__sb_json_str(o, a->o->bind);
-  ea__sb_puts(o, ",\"join\":");
-  ea__sb_json_str(o, a->o->join);
-  ea__sb_printf(o, ",\"key\":%s,\"data_dir\":", ea_transport_has_key(a->tr) ? "true" : "false");
-  ea__sb_json_str(o, a->o->data_dir);
-  ea__sb_puts(o, ",\"config_file\":");
-  ea__sb_json_str(o, a->o->config_path);
-  ea__sb_printf(o,
-                ",\"probe_interval_ms\":%" PRIu32 ",\"probe_timeout_ms\":%" PRIu32
-                ",\"gossip_interval_ms\":%" PRIu32 ",\"push_pull_interval_ms\":%" PRIu32
-                ",\"suspicion_min_ms\":%" PRIu64 ",\"suspicion_max_ms\":%" PRIu64
-                ",\"detection_bound_ms\":%" PRIu64 ",\"log_level\":",
-                c->probe_interval_ms, c->probe_timeout_ms, c->gossip_interval_ms,
-                c->push_pull_interval_ms, smin, smax,
-                ea__detection_bound_ms(c, counts[EA_STATE_ALIVE] + counts[EA_STATE_SUSPECT]));
-  ea__sb_json_str(o, a->o->cfg.logging.level);
-  ea__sb_printf(o,
-                ",\"backend\":\"%s\",\"workers_per_node\":%" PRIu32 ",\"min_nodes\":%" PRIu32
-                ",\"max_nodes\":%" PRIu32 ",\"train_steps\":%" PRIu64 ",\"worker_config\":",
-                ea_comm_backend_name(a->backend), a->o->cfg.compute.workers_per_node,
-                a->o->cfg.compute.min_nodes, a->o->cfg.compute.max_nodes, a->o->cfg.train.steps);
-  ea__sb_json_str(o, a->job_path);
-  ea__sb_puts(o, "}}");
-  return o->oom ? -ENOMEM : 0;
+  *out = doc;
+  return 0;
 }

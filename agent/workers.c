@@ -67,7 +67,8 @@ static void send_prepare(ea__agent *a, uint32_t k) {
   m->at_boundary = false;
   m->make_nccl_id = a->backend == EA_COMM_NCCL && a->prep.rank_base == 0 && k == 0;
   a->w[k].gen = a->prep.g64;
-  if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED) a->w[k].state = EA__W_PREPARING;
+  if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED)
+    a->w[k].state = EA__W_PREPARING;
   wsend(a, k, m);
 }
 
@@ -301,7 +302,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
              m->pid, m->comm_addr, m->next_step);
       /* Spawned while a generation forms: the order may have gone out
        * before it could read (then it is queued in its socket already). */
-      if (a->prep.active && w->gen != a->prep.g64 && a->phase <= EA__PHASE_DRAINING) send_prepare(a, k);
+      if (a->prep.active && w->gen != a->prep.g64 && a->phase <= EA__PHASE_DRAINING)
+        send_prepare(a, k);
       break;
     case EA_IPC_READY: {
       w->next_step = m->next_step;

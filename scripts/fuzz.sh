@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-30}
 OUT=build-fuzz
 CLANG=${CLANG:-clang}
-PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas"
+PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson"
 
 command -v "$CLANG" >/dev/null || { echo "fuzz: $CLANG not found" >&2; exit 1; }
 PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
