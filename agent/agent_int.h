@@ -31,7 +31,6 @@
 #include "ea_train.h"
 #include "ea_transport.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
