@@ -34,7 +34,7 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 OPTFLAGS ?= -O2 -g
 SANFLAGS ?=
 EA_CFLAGS := $(OPTFLAGS) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-            -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude $(PKG_CFLAGS) $(EXTRA_CFLAGS) $(CFLAGS)
+            -D_GNU_SOURCE -DEA_VERSION='"$(VERSION)"' -Iinclude -Imembership $(PKG_CFLAGS) $(EXTRA_CFLAGS) $(CFLAGS)
 LDLIBS   := $(SANFLAGS) $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 ifeq ($(HAVE_NCCL),1)

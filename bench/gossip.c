@@ -29,7 +29,7 @@
  *   and the wall-clock and CPU time of each phase.  A benchmark reports; it
  *   asserts nothing.
  */
-#include "../membership/sim.h"
+#include "sim.h"
 #include "ea_membership.h"
 
 #include <inttypes.h>

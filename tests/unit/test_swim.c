@@ -17,7 +17,7 @@
  * packet is encoded and decoded), and asserts no packet exceeded the budget.
  * The seed is printed; EA_SEED=… replays a run exactly.
  */
-#include "../../membership/sim.h"
+#include "sim.h"
 #include "ea_membership.h"
 
 #include <check.h>
