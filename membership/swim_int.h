@@ -4,7 +4,8 @@
  * their own (memberlist's habit: awareness.go, suspicion.go, queue.go):
  *   swim_meta.c       process-wide intern table of member metadata
  *   swim_idmap.c      node id → member index (open addressing)
- *   swim_heap.c       indexed binary min-heap (under the two below)
+ *   swim_heap.c       indexed binary min-heap (under queue and suspicion)
+ *   swim_probelist.c  randomized round-robin probe order
  *   swim_queue.c      the dissemination (broadcast) queue
  *   swim_suspicion.c  suspicion timers and memberlist's timeout formula
  * They refer to members by the caller's index and never see struct

@@ -1,8 +1,9 @@
 /* swim_suspicion.h — suspicion timers (memberlist's suspicion.go).
  *
- * One timer per suspected member.  It starts at `max`, and each distinct
- * confirmer (a `from` other than those already counted, the first suspector
- * included) shrinks it, until K confirmations bring it to `min`:
+ * One timer per suspected member.  It starts at `max`, and each
+ * confirmation — a SUSPECT from a `from` not heard before (the first
+ * suspector's is the accusation, not a confirmation) — shrinks it, until K
+ * confirmations bring it to `min`:
  *     timeout(C) = max − (max − min) · ln(C+1) / ln(K+1),  never below min
  * measured from when the suspicion began.  With K = 0 (too few members to
  * confirm) the timer is `min` from the start.  swim.c's opening comment
