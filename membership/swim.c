@@ -170,11 +170,13 @@
  * array rather than storing them twice).  The probe order (swim_probelist.c,
  * randomized round-robin), the dissemination queue (swim_queue.c, a pool
  * ordered by (transmissions, age)) and the suspicion timers
- * (swim_suspicion.c, a pool ordered by deadline) refer to members by index;
- * each writes a member's handle back through a slot callback, and each is
- * fixed up on the rare swap-remove when a member is reaped (reap_member).
- * Both pools are ordered by one indexed binary heap (swim_heap.c).  Reap
- * deadlines stay here, a FIFO ring, because dead_reclaim_ms is a constant.
+ * (swim_suspicion.c, a pool ordered by deadline) refer to members by index,
+ * each member holds its handle into each of them (the probe list and the
+ * queue keep it current through a slot callback), and all are fixed up on
+ * the rare swap-remove when a member is reaped (reap_member).  The queue
+ * and the timers are ordered by the same indexed binary heap (swim_heap.c).
+ * None of these files sees struct ea_swim.  Reap deadlines stay here, a
+ * FIFO ring, because dead_reclaim_ms is a constant.
  * Metadata is interned process-wide and reference counted (swim_meta.c):
  * 5000 views of 5000 members share 5000 copies of ea_meta instead of 25
  * million.  The public ea_member view is materialized on request
@@ -303,8 +305,8 @@ struct ea_swim {
   ea__plist pl; /* randomized round-robin (swim_probelist.h) */
   rng r;
 
-  ea__bq q;           /* dissemination queue */
-  ea__susp_set susp;  /* suspicion timers */
+  ea__bq q;          /* dissemination queue */
+  ea__susp_set susp; /* suspicion timers */
 
   /* reaping: FIFO ring (deadlines are monotone) */
   reap_ent *reap;
@@ -360,7 +362,6 @@ static uint32_t rng_below(rng *r, uint32_t n) {
   return (uint32_t)(((unsigned __int128)rng_next(r) * n) >> 64);
 }
 
-
 static bool id_eq(const ea_node_id *a, const ea_node_id *b) { return memcmp(a, b, sizeof *a) == 0; }
 
 /* One member's (id, incarnation, state), for the table digest. */
@@ -385,7 +386,9 @@ static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint32_t scale(const ea_swim *s) { return s->health + 1; }
 
 /* ceil(log10(n+1)) · retransmit_mult, memberlist's retransmitLimit. */
-static uint32_t retransmit_limit(const ea_swim *s) { return ea__bq_limit(s->cfg.retransmit_mult, s->nlive); }
+static uint32_t retransmit_limit(const ea_swim *s) {
+  return ea__bq_limit(s->cfg.retransmit_mult, s->nlive);
+}
 
 /* memberlist's pushPullScale: double the interval for every doubling of the
  * cluster past 32 members, so the total TCP state traffic stays bounded. */
@@ -409,9 +412,8 @@ static uint32_t find_idx(const ea_swim *s, const ea_node_id *id) {
 
 /* ---- dissemination (the queue itself: swim_queue.c) ----------------------- */
 
+/* Where the queue keeps each member's entry handle. */
 static uint32_t *qpos_of(void *ctx, uint32_t midx) { return &((ea_swim *)ctx)->mem[midx].qpos; }
-static uint32_t *ppos_of(void *ctx, uint32_t midx) { return &((ea_swim *)ctx)->mem[midx].probe_pos; }
-static uint32_t draw_below(void *ctx, uint32_t n) { return rng_below(&((ea_swim *)ctx)->r, n); }
 
 /* Queue news about member midx; a newer update replaces any queued one. */
 static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
@@ -533,6 +535,13 @@ static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint3
   }
   if (old != st || meta_changed) notify(s, midx, old);
 }
+
+/* The probe list's hooks: each member's position, and our generator (every
+ * draw from one seeded stream, so the simulator replays). */
+static uint32_t *ppos_of(void *ctx, uint32_t midx) {
+  return &((ea_swim *)ctx)->mem[midx].probe_pos;
+}
+static uint32_t draw_below(void *ctx, uint32_t n) { return rng_below(&((ea_swim *)ctx)->r, n); }
 
 /* After the join that taught us the cluster: one full round of probes, each
  * carrying our ALIVE (see probe_start), starting now. */
@@ -688,7 +697,7 @@ typedef struct {
   uint32_t inc;
   ea_node_id id, from;
   const ea_meta *meta; /* may be NULL */
-  ea__meta_blob *blob;     /* when the caller already holds an interned copy */
+  ea__meta_blob *blob; /* when the caller already holds an interned copy */
 } rec;
 
 static int rank_of(uint8_t st) { return st; /* ALIVE < SUSPECT < DEAD < LEFT */ }
@@ -711,7 +720,8 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
   if (r->state == EA_STATE_ALIVE) {
     /* Someone holds a newer incarnation of us (we restarted), or the same
      * incarnation with other metadata: out-shout it. */
-    if (r->inc > self->inc || (r->inc == self->inc && r->meta && !ea__meta_same(self->meta, r->meta)))
+    if (r->inc > self->inc ||
+        (r->inc == self->inc && r->meta && !ea__meta_same(self->meta, r->meta)))
       refute(s, now, r->inc);
     return;
   }

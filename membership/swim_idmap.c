@@ -16,7 +16,9 @@ static const ea_node_id *rec_id(const void *recs, size_t stride, uint32_t idx) {
   return (const ea_node_id *)((const char *)recs + (size_t)idx * stride);
 }
 
-static uint32_t home(const ea_node_id *id, uint32_t mask) { return (uint32_t)ea__id_hash(id) & mask; }
+static uint32_t home(const ea_node_id *id, uint32_t mask) {
+  return (uint32_t)ea__id_hash(id) & mask;
+}
 
 int ea__idmap_init(ea__idmap *m, uint32_t cap) {
   m->slots = calloc(cap, sizeof *m->slots);
@@ -31,7 +33,8 @@ void ea__idmap_close(ea__idmap *m) {
 }
 
 /* The slot holding id, or NULL. */
-static uint32_t *slot_of(const ea__idmap *m, const void *recs, size_t stride, const ea_node_id *id) {
+static uint32_t *slot_of(const ea__idmap *m, const void *recs, size_t stride,
+                         const ea_node_id *id) {
   uint32_t i = home(id, m->mask);
   for (;;) {
     uint32_t v = m->slots[i];
@@ -52,7 +55,9 @@ static void put(uint32_t *slots, uint32_t mask, const ea_node_id *id, uint32_t i
   slots[i] = idx + 1;
 }
 
-void ea__idmap_put(ea__idmap *m, const ea_node_id *id, uint32_t idx) { put(m->slots, m->mask, id, idx); }
+void ea__idmap_put(ea__idmap *m, const ea_node_id *id, uint32_t idx) {
+  put(m->slots, m->mask, id, idx);
+}
 
 void ea__idmap_move(ea__idmap *m, const void *recs, size_t stride, const ea_node_id *id,
                     uint32_t idx) {

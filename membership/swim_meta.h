@@ -31,7 +31,7 @@ typedef struct ea__meta_blob {
   uint64_t hash;
   _Atomic uint32_t refs;
   uint32_t wire_extra; /* encoded meta size − 1 (the nil it replaces) */
-  ea_meta m; /* canonical: strings NUL-padded, unused address bytes zero */
+  ea_meta m;           /* canonical: strings NUL-padded, unused address bytes zero */
 } ea__meta_blob;
 
 /* A referenced blob equal to m (canonically), or NULL on allocation failure. */

@@ -35,7 +35,7 @@ typedef uint32_t *(*ea__plist_slot_fn)(void *ctx, uint32_t key);
 typedef uint32_t (*ea__plist_rand_fn)(void *ctx, uint32_t n);
 
 typedef struct {
-  uint32_t *list;   /* keys; list[0..cursor) were probed this round */
+  uint32_t *list; /* keys; list[0..cursor) were probed this round */
   uint32_t n, cap, cursor;
   ea__plist_slot_fn slot;
   ea__plist_rand_fn below;

@@ -50,11 +50,11 @@ typedef struct {
 typedef uint32_t *(*ea__bq_slot_fn)(void *ctx, uint32_t key);
 
 typedef struct {
-  ea__heap heap;    /* pool indices by (transmits, newest first) */
+  ea__heap heap; /* pool indices by (transmits, newest first) */
   ea__qent *pool;
   uint32_t cap, free;
   uint64_t order;
-  size_t min_size;  /* smallest possible update: fills stop below it */
+  size_t min_size; /* smallest possible update: fills stop below it */
   ea__bq_slot_fn slot;
   void *ctx;
 } ea__bq;

@@ -33,8 +33,8 @@
 #define EA__SUSP_K_MAX 16
 
 typedef struct {
-  uint32_t key;       /* the member suspected (the owner's index) */
-  uint32_t next_free; /* free list link while unused */
+  uint32_t key;         /* the member suspected (the owner's index) */
+  uint32_t next_free;   /* free list link while unused */
   uint32_t k, n, nfrom; /* confirmations wanted, counted; froms remembered */
   uint64_t start, deadline, min, max;
   ea_node_id from[EA__SUSP_K_MAX + 1]; /* from[0] is the first suspector */

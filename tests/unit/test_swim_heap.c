@@ -80,7 +80,8 @@ START_TEST(test_remove_any_id_keeps_order) {
     assert_valid(&h);
     ck_assert_uint_eq(ea__heap_top(&h)->key, model_min());
   }
-  for (uint32_t id = 0; id < N; id++) ck_assert(ea__heap_contains(&h, id) == (model[id] != UINT64_MAX));
+  for (uint32_t id = 0; id < N; id++)
+    ck_assert(ea__heap_contains(&h, id) == (model[id] != UINT64_MAX));
   ea__heap_close(&h);
 }
 END_TEST

@@ -150,7 +150,8 @@ START_TEST(test_wire_extra_is_exact) {
       m.gossip.family = 6;
       for (int k = 0; k < 16; k++) m.gossip.ip[k] = (uint8_t)rnd();
     }
-    snprintf(m.name, sizeof m.name, "%.*s", (int)(rnd() % 60), "a-long-member-name-used-to-vary-the-encoded-size-of-the-meta");
+    static const char long_name[] = "a-long-member-name-that-varies-the-encoded-size-of-meta";
+    snprintf(m.name, sizeof m.name, "%.*s", (int)(rnd() % sizeof long_name), long_name);
     ea__meta_blob *b = ea__meta_intern(&m);
     ea_update u;
     memset(&u, 0, sizeof u);
@@ -202,7 +203,8 @@ static void *churn(void *arg) {
     uint32_t k = (uint32_t)(x >> 33) % KINDS;
     ea_meta m = meta_n(100 + k);
     ea__meta_blob *b = ea__meta_intern(&m);
-    if (!b || memcmp(&b->m, &m, sizeof m) != 0 || atomic_load(&b->refs) == 0) atomic_fetch_add(&bad, 1);
+    if (!b || memcmp(&b->m, &m, sizeof m) != 0 || atomic_load(&b->refs) == 0)
+      atomic_fetch_add(&bad, 1);
     if ((x >> 40) & 1) ea__meta_release(ea__meta_retain(b));
     ea__meta_release(b);
   }
@@ -212,7 +214,8 @@ static void *churn(void *arg) {
 START_TEST(test_threads_intern_and_release) {
   size_t base = ea__meta_count();
   pthread_t t[THREADS];
-  for (uintptr_t i = 0; i < THREADS; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, churn, (void *)(i + 1)), 0);
+  for (uintptr_t i = 0; i < THREADS; i++)
+    ck_assert_int_eq(pthread_create(&t[i], NULL, churn, (void *)(i + 1)), 0);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   ck_assert_int_eq(atomic_load(&bad), 0);
   ck_assert_uint_eq(ea__meta_count(), base);

@@ -140,7 +140,8 @@ static uint32_t digits(uint32_t n) {
 START_TEST(test_retransmit_limit_formula) {
   /* memberlist's retransmitLimit: mult · ceil(log10(N+1)). */
   for (uint32_t mult = 1; mult <= 6; mult++)
-    for (uint32_t n = 1; n <= 200000; n += (n < 2000 ? 1 : 997)) ck_assert_uint_eq(ea__bq_limit(mult, n), mult * digits(n));
+    for (uint32_t n = 1; n <= 200000; n += (n < 2000 ? 1 : 997))
+      ck_assert_uint_eq(ea__bq_limit(mult, n), mult * digits(n));
   ck_assert_uint_eq(ea__bq_limit(4, 9), 4);
   ck_assert_uint_eq(ea__bq_limit(4, 10), 8);
   ck_assert_uint_eq(ea__bq_limit(4, 64), 8);

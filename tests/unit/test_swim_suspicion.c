@@ -78,7 +78,7 @@ START_TEST(test_timeout_formula) {
   ea__susp p = one(1000, 6000, 2, 0);
   ck_assert_uint_eq(ea__susp_timeout(&p), 6000);
   p.n = 1;
-  ck_assert_uint_eq(ea__susp_timeout(&p), (uint64_t)floor(6000 - 5000 * log(2) / log(3))); /* 2845 */
+  ck_assert_uint_eq(ea__susp_timeout(&p), (uint64_t)floor(6000 - 5000 * log(2) / log(3)));
   ck_assert_uint_eq(ea__susp_timeout(&p), 2845);
   p.n = 2;
   ck_assert_uint_eq(ea__susp_timeout(&p), 1000);
