@@ -10,7 +10,10 @@
  *    stays unpredictable.
  *  - A newcomer goes to a uniformly random position of the current list
  *    (append, then swap with a random position), so its place in the
- *    current round is as random as everyone else's.
+ *    current round is as random as everyone else's.  Nobody is skipped
+ *    for it; when it lands among those already probed this round, the
+ *    member it displaces moves to the end and is probed once more
+ *    (memberlist accepts the same).
  *  - Removal during a round neither skips nor repeats anyone else in
  *    that round: the "already probed" prefix stays a prefix.
  *

@@ -4,7 +4,8 @@
  * listed member exactly once, and the round boundary is reported; a new
  * round is a fresh shuffle; members removed during a round make nobody
  * else skipped or probed twice in it; a newcomer lands at a uniformly
- * random position; the owner's per-member position is exact after every
+ * random position, skips nobody, and costs at most one member (the one it
+ * displaces from the probed prefix) a second probe that round; the owner's per-member position is exact after every
  * operation; and the randomness is drawn only through the owner's
  * callback, a fixed number of draws per operation (one per insert, n − 1
  * per shuffle), which is what lets the simulator replay a run from one
@@ -121,7 +122,7 @@ START_TEST(test_removal_mid_round_skips_nobody) {
 }
 END_TEST
 
-START_TEST(test_newcomer_probed_once_in_round) {
+START_TEST(test_newcomer_mid_round) {
   ea__plist p;
   ea__plist_init(&p, slot, below, pos);
   enum { N = 50 };
@@ -130,15 +131,29 @@ START_TEST(test_newcomer_probed_once_in_round) {
   uint32_t seen[N + 1] = {0};
   for (uint32_t i = 0; i < 20; i++) seen[ea__plist_next(&p, &nr)]++;
   ck_assert_int_eq(ea__plist_insert(&p, N), 0); /* a newcomer mid-round */
+  uint32_t landed = pos[N];
   assert_positions(&p);
-  /* Until the round ends everyone is seen once, the newcomer at most once. */
-  for (;;) {
-    uint32_t k = ea__plist_next(&p, &nr);
-    if (nr) break;
-    seen[k]++;
+  /* Until the round ends: nobody skipped; the newcomer probed iff it landed
+   * ahead of the cursor; and iff it landed behind it, the one member it
+   * displaced from the probed prefix is probed a second time. */
+  uint32_t k = ea__plist_next(&p, &nr);
+  for (; !nr; k = ea__plist_next(&p, &nr)) seen[k]++;
+  uint32_t twice = 0;
+  for (uint32_t m = 0; m < N; m++) {
+    ck_assert_uint_ge(seen[m], 1);
+    ck_assert_uint_le(seen[m], 2);
+    twice += seen[m] == 2;
   }
-  for (uint32_t k = 0; k < N; k++) ck_assert_uint_eq(seen[k], 1);
-  ck_assert_uint_le(seen[N], 1);
+  ck_assert_uint_eq(seen[N], landed >= 20 ? 1 : 0);
+  ck_assert_uint_eq(twice, landed >= 20 ? 0 : 1);
+  /* The next round (begun by the last call) has everyone exactly once. */
+  memset(seen, 0, sizeof seen);
+  seen[k]++;
+  for (uint32_t i = 1; i < N + 1; i++) {
+    seen[ea__plist_next(&p, &nr)]++;
+    ck_assert(!nr);
+  }
+  for (uint32_t m = 0; m <= N; m++) ck_assert_uint_eq(seen[m], 1);
   ea__plist_close(&p);
 }
 END_TEST
@@ -220,7 +235,7 @@ int main(void) {
   tcase_add_checked_fixture(t, setup, NULL);
   tcase_add_test(t, test_each_member_once_per_round);
   tcase_add_test(t, test_removal_mid_round_skips_nobody);
-  tcase_add_test(t, test_newcomer_probed_once_in_round);
+  tcase_add_test(t, test_newcomer_mid_round);
   tcase_add_test(t, test_newcomer_position_uniform);
   tcase_add_test(t, test_draws_per_operation);
   tcase_add_test(t, test_restart_reserve_rekey);
