@@ -12,14 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const ea_node_id *rec_id(const void *recs, size_t stride, uint32_t idx) {
-  return (const ea_node_id *)((const char *)recs + (size_t)idx * stride);
-}
-
-static uint32_t home(const ea_node_id *id, uint32_t mask) {
-  return (uint32_t)ea__id_hash(id) & mask;
-}
-
 int ea__idmap_init(ea__idmap *m, uint32_t cap) {
   m->slots = calloc(cap, sizeof *m->slots);
   m->mask = cap - 1;
@@ -32,36 +24,9 @@ void ea__idmap_close(ea__idmap *m) {
   m->mask = 0;
 }
 
-/* The slot holding id, or NULL. */
-static uint32_t *slot_of(const ea__idmap *m, const void *recs, size_t stride,
-                         const ea_node_id *id) {
-  uint32_t i = home(id, m->mask);
-  for (;;) {
-    uint32_t v = m->slots[i];
-    if (!v) return NULL;
-    if (memcmp(rec_id(recs, stride, v - 1), id, sizeof *id) == 0) return &m->slots[i];
-    i = (i + 1) & m->mask;
-  }
-}
-
-uint32_t ea__idmap_find(const ea__idmap *m, const void *recs, size_t stride, const ea_node_id *id) {
-  const uint32_t *p = slot_of(m, recs, stride, id);
-  return p ? *p - 1 : EA__NONE;
-}
-
-static void put(uint32_t *slots, uint32_t mask, const ea_node_id *id, uint32_t idx) {
-  uint32_t i = home(id, mask);
-  while (slots[i]) i = (i + 1) & mask;
-  slots[i] = idx + 1;
-}
-
-void ea__idmap_put(ea__idmap *m, const ea_node_id *id, uint32_t idx) {
-  put(m->slots, m->mask, id, idx);
-}
-
 void ea__idmap_move(ea__idmap *m, const void *recs, size_t stride, const ea_node_id *id,
                     uint32_t idx) {
-  uint32_t *p = slot_of(m, recs, stride, id);
+  uint32_t *p = ea__idmap_slot(m, recs, stride, id);
   if (p) *p = idx + 1;
 }
 
@@ -69,14 +34,15 @@ static int grow(ea__idmap *m, const void *recs, size_t stride, uint32_t n) {
   uint32_t ncap = (m->mask + 1) * 2;
   uint32_t *ns = calloc(ncap, sizeof *ns);
   if (!ns) return -ENOMEM;
-  for (uint32_t i = 0; i < n; i++) put(ns, ncap - 1, rec_id(recs, stride, i), i);
+  for (uint32_t i = 0; i < n; i++)
+    ea__idmap_put_slots(ns, ncap - 1, ea__idmap_rec_id(recs, stride, i), i);
   free(m->slots);
   m->slots = ns;
   m->mask = ncap - 1;
   return 0;
 }
 
-int ea__idmap_reserve(ea__idmap *m, const void *recs, size_t stride, uint32_t n, uint32_t want) {
+int ea__idmap_grow(ea__idmap *m, const void *recs, size_t stride, uint32_t n, uint32_t want) {
   while ((uint64_t)want * 2 > (uint64_t)m->mask + 1)
     if (grow(m, recs, stride, n) != 0) return -ENOMEM;
   return 0;
@@ -84,13 +50,13 @@ int ea__idmap_reserve(ea__idmap *m, const void *recs, size_t stride, uint32_t n,
 
 void ea__idmap_del(ea__idmap *m, const void *recs, size_t stride, const ea_node_id *id) {
   uint32_t mask = m->mask;
-  uint32_t *p = slot_of(m, recs, stride, id);
+  uint32_t *p = ea__idmap_slot(m, recs, stride, id);
   if (!p) return;
   uint32_t i = (uint32_t)(p - m->slots), j = i;
   for (;;) {
     j = (j + 1) & mask;
     if (!m->slots[j]) break;
-    uint32_t k = home(rec_id(recs, stride, m->slots[j] - 1), mask);
+    uint32_t k = ea__idmap_home(ea__idmap_rec_id(recs, stride, m->slots[j] - 1), mask);
     /* Move j back into the hole at i unless its home k lies cyclically in (i, j]. */
     bool keep = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
     if (keep) continue;

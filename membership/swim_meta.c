@@ -64,16 +64,9 @@ static uint64_t meta_hash(const ea_meta *c) {
   return ea__mix64(h);
 }
 
-ea__meta_blob *ea__meta_retain(ea__meta_blob *b) {
-  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-  return b;
-}
-
-void ea__meta_release(ea__meta_blob *b) {
-  if (!b) return;
-  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-  /* We took it to zero; intern() never revives a zero-ref blob, so nobody
-   * else can reach it except through the table, which we now unlink. */
+void ea__meta_free_last(ea__meta_blob *b) {
+  /* The caller took it to zero; intern() never revives a zero-ref blob, so
+   * nobody else can reach it except through the table, which we now unlink. */
   pthread_mutex_lock(&interned.lock);
   ea__meta_blob **pp = &interned.tab[b->hash & (interned.cap - 1)];
   while (*pp && *pp != b) pp = &(*pp)->next;

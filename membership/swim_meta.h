@@ -14,7 +14,8 @@
  * adds one to a blob the caller already holds; ea__meta_release() drops
  * one and frees the blob with the last.  A blob's fields never change while
  * it is referenced.  All three are safe from any thread (a mutex guards the
- * table; the count is atomic).
+ * table; the count is atomic).  Retain and release are inline: the
+ * dissemination queue takes and drops a reference per queued ALIVE.
  */
 #ifndef EA_SWIM_META_H
 #define EA_SWIM_META_H
@@ -37,9 +38,16 @@ typedef struct ea__meta_blob {
 /* A referenced blob equal to m (canonically), or NULL on allocation failure. */
 ea__meta_blob *ea__meta_intern(const ea_meta *m);
 /* Take another reference on a blob the caller already holds.  Returns b. */
-ea__meta_blob *ea__meta_retain(ea__meta_blob *b);
+static inline ea__meta_blob *ea__meta_retain(ea__meta_blob *b) {
+  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+  return b;
+}
+/* Unlink and free a blob whose count the caller took to zero. */
+void ea__meta_free_last(ea__meta_blob *b);
 /* Drop a reference (NULL is a no-op). */
-void ea__meta_release(ea__meta_blob *b);
+static inline void ea__meta_release(ea__meta_blob *b) {
+  if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) ea__meta_free_last(b);
+}
 /* Whether b (may be NULL: false) holds m, compared canonically. */
 bool ea__meta_same(const ea__meta_blob *b, const ea_meta *m);
 /* Distinct blobs alive in the process (for tests). */

@@ -42,14 +42,6 @@ void ea__bq_close(ea__bq *q) {
   q->free = EA__NONE;
 }
 
-uint32_t ea__bq_limit(uint32_t retransmit_mult, uint32_t n) {
-  uint32_t d = 0;
-  for (uint64_t p = 1; p < (uint64_t)n + 1; p *= 10) d++;
-  uint32_t lim = retransmit_mult * (d ? d : 1);
-  if (lim < 1) lim = 1;
-  return lim > 255 ? 255 : lim;
-}
-
 /* Give pool entry k back: the owner's handle is cleared, the entry goes on
  * the free list (it must already be out of the heap). */
 static void release_slot(ea__bq *q, uint32_t k) {

@@ -67,8 +67,15 @@ void ea__bq_close(ea__bq *q);
 static inline uint32_t ea__bq_len(const ea__bq *q) { return q->heap.n; }
 
 /* retransmit_mult · ceil(log10(n+1)), at least 1 and at most 255 (the
- * transmit counter's range); ceil(log10(1)) counts as 1. */
-uint32_t ea__bq_limit(uint32_t retransmit_mult, uint32_t n);
+ * transmit counter's range); ceil(log10(1)) counts as 1.  Inline: the core
+ * asks on every packet it fills. */
+static inline uint32_t ea__bq_limit(uint32_t retransmit_mult, uint32_t n) {
+  uint32_t d = 0;
+  for (uint64_t p = 1; p < (uint64_t)n + 1; p *= 10) d++;
+  uint32_t lim = retransmit_mult * (d ? d : 1);
+  if (lim < 1) lim = 1;
+  return lim > 255 ? 255 : lim;
+}
 
 /* Queue news about member `key`, replacing any queued entry about it.
  * meta is borrowed (retained when state is ALIVE; ignored otherwise).

@@ -203,8 +203,11 @@ static void *churn(void *arg) {
     uint32_t k = (uint32_t)(x >> 33) % KINDS;
     ea_meta m = meta_n(100 + k);
     ea__meta_blob *b = ea__meta_intern(&m);
-    if (!b || memcmp(&b->m, &m, sizeof m) != 0 || atomic_load(&b->refs) == 0)
+    if (!b) {
       atomic_fetch_add(&bad, 1);
+      continue;
+    }
+    if (memcmp(&b->m, &m, sizeof m) != 0 || atomic_load(&b->refs) == 0) atomic_fetch_add(&bad, 1);
     if ((x >> 40) & 1) ea__meta_release(ea__meta_retain(b));
     ea__meta_release(b);
   }
