@@ -20,7 +20,7 @@
  * The core is pure.  It never reads a clock (time arrives as now_ms), never
  * touches a socket (an ea_msg leaves through io->send, a push-pull through
  * io->sync and comes back through ea_swim_merge), never calls a random
- * device (a xoshiro256** generator seeded by the caller picks probe orders
+ * device (base's ea_rng, seeded by the caller, picks probe orders
  * and gossip targets), and never logs (io->on_change reports every change).
  * That is what lets one implementation run in the agent on libuv and, by
  * the thousand, in membership/sim.c in virtual time, where a test can state
@@ -198,6 +198,7 @@
  * so that no one file could be read to check an invariant.  A seventh of
  * the file is this comment.
  */
+#include "ea_base.h"
 #include "ea_membership.h"
 
 #include "swim_idmap.h"
@@ -261,10 +262,6 @@ typedef struct {
   uint64_t deadline;   /* nack due */
 } relay;
 
-typedef struct {
-  uint64_t s[4];
-} rng;
-
 /* Hot fields first: with 5000 cores in one simulator process every event
  * lands on a cold core, and each cache line touched is a miss. */
 struct ea_swim {
@@ -303,7 +300,7 @@ struct ea_swim {
   uint64_t xbytes; /* encoded size of ea_swim_export()'s records, kept current */
 
   ea__plist pl; /* randomized round-robin (swim_probelist.h) */
-  rng r;
+  ea_rng r;
 
   ea__bq q;          /* dissemination queue */
   ea__susp_set susp; /* suspicion timers */
@@ -336,31 +333,6 @@ struct ea_swim {
 };
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(rng *r) { /* xoshiro256** */
-  uint64_t *s = r->s;
-  uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return res;
-}
-
-static uint32_t rng_below(rng *r, uint32_t n) {
-  return (uint32_t)(((unsigned __int128)rng_next(r) * n) >> 64);
-}
 
 static bool id_eq(const ea_node_id *a, const ea_node_id *b) { return memcmp(a, b, sizeof *a) == 0; }
 
@@ -541,7 +513,7 @@ static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint3
 static uint32_t *ppos_of(void *ctx, uint32_t midx) {
   return &((ea_swim *)ctx)->mem[midx].probe_pos;
 }
-static uint32_t draw_below(void *ctx, uint32_t n) { return rng_below(&((ea_swim *)ctx)->r, n); }
+static uint32_t draw_below(void *ctx, uint32_t n) { return ea_rng_below(&((ea_swim *)ctx)->r, n); }
 
 /* After the join that taught us the cluster: one full round of probes, each
  * carrying our ALIVE (see probe_start), starting now. */
@@ -661,7 +633,7 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
    !(skip && id_eq(&s->mem[(mi)].id, skip)))
   while (got < want && tries < 8 * want + 8) {
     tries++;
-    uint32_t mi = rng_below(&s->r, s->nmem);
+    uint32_t mi = ea_rng_below(&s->r, s->nmem);
     if (!PICK_OK(mi)) continue;
     bool dup = false;
     for (uint32_t i = 0; i < got; i++) dup |= out[i] == mi;
@@ -679,7 +651,7 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
       seen++;
       if (got < want) out[got++] = mi;
       else {
-        uint32_t j = rng_below(&s->r, seen);
+        uint32_t j = ea_rng_below(&s->r, seen);
         if (j < want - base) out[base + j] = mi;
       }
     }
@@ -978,8 +950,7 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   if (s->cfg.awareness_max == 0) s->cfg.awareness_max = 1;
   if (s->cfg.max_packet == 0) s->cfg.max_packet = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD;
   s->io = *io;
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) s->r.s[i] = splitmix(&x);
+  ea_rng_seed(&s->r, seed, EA_RNG_SWIM, 0);
   s->self_id = *self;
   ea__susp_init(&s->susp);
   ea__bq_init(&s->q, qpos_of, s);
@@ -1006,14 +977,14 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, 0, self);
   /* Stagger the loops so that a cluster started at once does not probe and
    * push-pull in lockstep. */
-  s->probe_at = now_ms + rng_below(&s->r, s->cfg.probe_interval_ms);
+  s->probe_at = now_ms + ea_rng_below(&s->r, s->cfg.probe_interval_ms);
   s->gossip_at = now_ms;
   /* The first push-pull falls at a random fraction of the (cluster-size
    * scaled) interval, re-evaluated as the cluster grows, so 5000 nodes
    * started together spread their exchanges over the whole interval. */
   s->created = now_ms;
   s->pp_last = NEVER;
-  s->pp_phase = (double)(rng_next(&s->r) >> 11) * 0x1.0p-53;
+  s->pp_phase = ea_rng_double(&s->r);
   s->pp_at = s->cfg.push_pull_interval_ms ? pp_due(s) : NEVER;
   return s;
 }
