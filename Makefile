@@ -49,7 +49,7 @@ EA_CFLAGS += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
-MODULES  := base membership agent train ckpt
+MODULES  := base membership rdzv agent train ckpt
 EA_CFLAGS += $(addprefix -I,$(MODULES) chaos)
 LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 ifneq ($(HAVE_NCCL),1)

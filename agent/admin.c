@@ -10,11 +10,11 @@
  * cannot pin memory or a handle.  The socket is mode 0600 inside a 0700 data
  * directory: only the agent's user may ask it things.
  *
- * Both ends need a little JSON: the server writes it with a growable string
- * builder (ea__sb), the CLI reads it with a small bounded DOM parser
- * (ea__json) — no dependency for two hundred lines of well-known grammar.
+ * Both ends speak JSON through json.c (jansson): a command builds its
+ * answer as a jansson document, which is sent as one line of compact JSON;
+ * the CLI parses it into json.c's small DOM.
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include "ea_log.h"
 
@@ -39,348 +39,6 @@
 #define ADMIN_MAX_CONNS 16
 /* Status of a 5000-member cluster is ~1.5 MB of JSON; refuse absurd answers. */
 #define ADMIN_RESP_MAX (64u << 20)
-/* JSON nesting the parser accepts: our documents nest 3 deep. */
-#define JSON_MAX_DEPTH 64
-
-/* ---- string builder ------------------------------------------------------- */
-
-static bool sb_reserve(ea__sb *b, size_t extra) {
-  if (b->oom) return false;
-  if (b->len + extra + 1 <= b->cap) return true;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + extra + 1) cap *= 2;
-  char *nb = realloc(b->buf, cap);
-  if (!nb) {
-    b->oom = true;
-    return false;
-  }
-  b->buf = nb;
-  b->cap = cap;
-  return true;
-}
-
-void ea__sb_printf(ea__sb *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char tmp[256];
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (!sb_reserve(b, (size_t)n)) return;
-  if ((size_t)n < sizeof tmp) {
-    memcpy(b->buf + b->len, tmp, (size_t)n + 1);
-  } else {
-    va_start(ap, fmt);
-    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-  }
-  b->len += (size_t)n;
-}
-
-void ea__sb_puts(ea__sb *b, const char *s) {
-  size_t n = strlen(s);
-  if (!sb_reserve(b, n)) return;
-  memcpy(b->buf + b->len, s, n + 1);
-  b->len += n;
-}
-
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one.
- * Member names arrive from the network; a status document must stay valid
- * JSON (UTF-8) for strict parsers whatever a peer put in its name. */
-static size_t utf8_len(const unsigned char *p) {
-  size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
-  if (p[0] > 0xF4) return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((p[i] & 0xC0) != 0x80) return 0;
-  if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
-  if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
-  return n;
-}
-
-void ea__sb_json_str(ea__sb *b, const char *s) {
-  if (!sb_reserve(b, strlen(s) * 6 + 2)) return;
-  char *o = b->buf + b->len;
-  *o++ = '"';
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      *o++ = '\\';
-      *o++ = (char)*p;
-    } else if (*p < 0x20 || *p == 0x7f) {
-      o += sprintf(o, "\\u%04x", *p);
-    } else if (*p < 0x80) {
-      *o++ = (char)*p;
-    } else {
-      size_t n = utf8_len(p);
-      if (n == 0) {
-        o += sprintf(o, "\\ufffd");
-      } else {
-        memcpy(o, p, n);
-        o += n;
-        p += n - 1;
-      }
-    }
-  }
-  *o++ = '"';
-  *o = 0;
-  b->len = (size_t)(o - b->buf);
-}
-
-void ea__sb_free(ea__sb *b) {
-  free(b->buf);
-  memset(b, 0, sizeof *b);
-}
-
-/* ---- JSON parser ------------------------------------------------------------ */
-
-typedef struct {
-  const char *s, *p, *end;
-  char *err;
-  size_t errlen;
-  bool failed;
-} jp;
-
-static int jfail(jp *j, const char *what) {
-  if (!j->failed) snprintf(j->err, j->errlen, "JSON offset %zu: %s", (size_t)(j->p - j->s), what);
-  j->failed = true;
-  return -EINVAL;
-}
-
-static void jws(jp *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static int hex4(const char *p, unsigned *v) {
-  *v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = p[i];
-    unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-                 : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                 : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-                                        : 16u;
-    if (d > 15) return -1;
-    *v = *v << 4 | d;
-  }
-  return 0;
-}
-
-static size_t utf8_put(char *o, unsigned cp) {
-  if (cp < 0x80) return o[0] = (char)cp, 1;
-  if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
-  if (cp < 0x10000)
-    return o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 63)),
-           o[2] = (char)(0x80 | (cp & 63)), 3;
-  return o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | (cp >> 12 & 63)),
-         o[2] = (char)(0x80 | (cp >> 6 & 63)), o[3] = (char)(0x80 | (cp & 63)), 4;
-}
-
-/* Parse a string literal at j->p (which is at '"') into a malloc'd copy. */
-static int jstring(jp *j, char **out) {
-  j->p++;
-  const char *start = j->p;
-  size_t cap = 1;
-  for (const char *q = start; q < j->end && *q != '"'; q++) {
-    cap++;
-    if (*q == '\\') q++;
-  }
-  char *buf = malloc(cap * 4 + 1); /* an escape never grows past 4 bytes per input byte */
-  if (!buf) return jfail(j, "out of memory");
-  size_t n = 0;
-  while (j->p < j->end && *j->p != '"') {
-    unsigned char c = (unsigned char)*j->p;
-    if (c < 0x20) {
-      free(buf);
-      return jfail(j, "control character in string");
-    }
-    if (c != '\\') {
-      buf[n++] = (char)c;
-      j->p++;
-      continue;
-    }
-    if (j->end - j->p < 2) break;
-    char e = j->p[1];
-    j->p += 2;
-    switch (e) {
-      case '"':
-        buf[n++] = '"';
-        break;
-      case '\\':
-        buf[n++] = '\\';
-        break;
-      case '/':
-        buf[n++] = '/';
-        break;
-      case 'b':
-        buf[n++] = '\b';
-        break;
-      case 'f':
-        buf[n++] = '\f';
-        break;
-      case 'n':
-        buf[n++] = '\n';
-        break;
-      case 'r':
-        buf[n++] = '\r';
-        break;
-      case 't':
-        buf[n++] = '\t';
-        break;
-      case 'u': {
-        unsigned cp, lo;
-        if (j->end - j->p < 4 || hex4(j->p, &cp)) {
-          free(buf);
-          return jfail(j, "bad \\u escape");
-        }
-        j->p += 4;
-        if (cp >= 0xD800 && cp < 0xDC00 && j->end - j->p >= 6 && j->p[0] == '\\' &&
-            j->p[1] == 'u' && hex4(j->p + 2, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          j->p += 6;
-        }
-        n += utf8_put(buf + n, cp);
-        break;
-      }
-      default:
-        free(buf);
-        return jfail(j, "bad escape");
-    }
-  }
-  if (j->p >= j->end) {
-    free(buf);
-    return jfail(j, "unterminated string");
-  }
-  j->p++;
-  buf[n] = 0;
-  *out = buf;
-  return 0;
-}
-
-static int jvalue(jp *j, ea__json *v, int depth);
-
-static int jcontainer(jp *j, ea__json *v, int depth, bool obj) {
-  char close = obj ? '}' : ']';
-  j->p++;
-  jws(j);
-  ea__json **tail = &v->child;
-  if (j->p < j->end && *j->p == close) {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    ea__json *c = calloc(1, sizeof *c);
-    if (!c) return jfail(j, "out of memory");
-    *tail = c;
-    tail = &c->next;
-    v->n++;
-    jws(j);
-    if (obj) {
-      if (j->p >= j->end || *j->p != '"') return jfail(j, "expected a member name");
-      if (jstring(j, &c->key)) return -EINVAL;
-      jws(j);
-      if (j->p >= j->end || *j->p != ':') return jfail(j, "expected ':'");
-      j->p++;
-    }
-    if (jvalue(j, c, depth + 1)) return -EINVAL;
-    jws(j);
-    if (j->p < j->end && *j->p == ',') {
-      j->p++;
-      continue;
-    }
-    if (j->p < j->end && *j->p == close) {
-      j->p++;
-      return 0;
-    }
-    return jfail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-  }
-}
-
-static int jvalue(jp *j, ea__json *v, int depth) {
-  if (depth > JSON_MAX_DEPTH) return jfail(j, "nested too deep");
-  jws(j);
-  if (j->p >= j->end) return jfail(j, "unexpected end");
-  char c = *j->p;
-  if (c == '{') return v->type = EA__J_OBJ, jcontainer(j, v, depth, true);
-  if (c == '[') return v->type = EA__J_ARR, jcontainer(j, v, depth, false);
-  if (c == '"') return v->type = EA__J_STR, jstring(j, &v->text);
-  static const struct {
-    const char *lit;
-    ea__jtype t;
-    bool b;
-  } lits[] = {{"true", EA__J_BOOL, true}, {"false", EA__J_BOOL, false}, {"null", EA__J_NULL, 0}};
-  for (size_t i = 0; i < 3; i++) {
-    size_t l = strlen(lits[i].lit);
-    if ((size_t)(j->end - j->p) >= l && memcmp(j->p, lits[i].lit, l) == 0) {
-      v->type = lits[i].t;
-      v->b = lits[i].b;
-      v->text = strdup(lits[i].lit);
-      j->p += l;
-      return v->text ? 0 : jfail(j, "out of memory");
-    }
-  }
-  const char *s = j->p;
-  while (j->p < j->end && strchr("+-0123456789.eE", *j->p)) j->p++;
-  if (j->p == s) return jfail(j, "unexpected character");
-  v->type = EA__J_NUM;
-  v->text = strndup(s, (size_t)(j->p - s));
-  if (!v->text) return jfail(j, "out of memory");
-  char *end;
-  v->num = strtod(v->text, &end);
-  if (*end) return jfail(j, "bad number");
-  return 0;
-}
-
-void ea__json_free(ea__json *j) {
-  while (j) {
-    ea__json *next = j->next;
-    ea__json_free(j->child);
-    free(j->key);
-    free(j->text);
-    free(j);
-    j = next;
-  }
-}
-
-int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen) {
-  jp j = {.s = s, .p = s, .end = s + len, .err = err, .errlen = errlen};
-  ea__json *root = calloc(1, sizeof *root);
-  if (!root) return -ENOMEM;
-  int rc = jvalue(&j, root, 0);
-  if (rc == 0) {
-    jws(&j);
-    if (j.p != j.end) rc = jfail(&j, "trailing characters");
-  }
-  if (rc) {
-    ea__json_free(root);
-    return rc;
-  }
-  *out = root;
-  return 0;
-}
-
-const ea__json *ea__json_get(const ea__json *j, const char *path) {
-  while (j && *path) {
-    const char *dot = strchr(path, '.');
-    size_t l = dot ? (size_t)(dot - path) : strlen(path);
-    const ea__json *c = NULL;
-    if (j->type == EA__J_OBJ)
-      for (c = j->child; c; c = c->next)
-        if (strlen(c->key) == l && memcmp(c->key, path, l) == 0) break;
-    j = c;
-    path += l + (dot != NULL);
-  }
-  return j;
-}
-
-const char *ea__json_str(const ea__json *j, const char *path, const char *dflt) {
-  const ea__json *v = ea__json_get(j, path);
-  return v && v->text ? v->text : dflt;
-}
-
-double ea__json_num(const ea__json *j, const char *path, double dflt) {
-  const ea__json *v = ea__json_get(j, path);
-  if (v && v->type == EA__J_NUM) return v->num;
-  if (v && v->type == EA__J_BOOL) return v->b;
-  return dflt;
-}
 
 /* ---- server ------------------------------------------------------------------ */
 
@@ -411,7 +69,7 @@ struct aconn {
   bool overlong; /* line exceeded ADMIN_LINE_MAX: discard up to its end */
   size_t len;
   char line[ADMIN_LINE_MAX + 1];
-  ea__sb out;
+  char *out; /* the answer being written: compact JSON and "\n" */
 };
 
 static void admin_maybe_free(ea__admin *a) {
@@ -432,7 +90,7 @@ static void aconn_closed(uv_handle_t *h) {
     a->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   a->nconns--;
-  ea__sb_free(&c->out);
+  free(c->out);
   free(c);
   admin_maybe_free(a);
 }
@@ -449,38 +107,49 @@ static void aconn_written(uv_write_t *w, int status) {
   aconn_close(w->data);
 }
 
-static void aconn_reply(aconn *c) {
-  if (c->answered) return;
+/* Send doc (released here) as the answer, then close.  No document, or
+ * one that cannot be written out (out of memory): close without one. */
+static void aconn_reply(aconn *c, json_t *doc) {
+  if (c->answered) {
+    json_decref(doc);
+    return;
+  }
   c->answered = true;
   uv_read_stop((uv_stream_t *)&c->pipe);
   uv_timer_stop(&c->timer);
-  if (c->out.oom || c->out.len == 0) {
+  char *text = doc ? ea__json_dump(doc) : NULL;
+  json_decref(doc);
+  size_t n = text ? strlen(text) : 0;
+  char *line = n ? realloc(text, n + 2) : NULL;
+  if (!line) {
+    free(text);
     aconn_close(c);
     return;
   }
-  ea__sb_puts(&c->out, "\n");
-  uv_buf_t b = uv_buf_init(c->out.buf, (unsigned)c->out.len);
+  memcpy(line + n, "\n", 2);
+  c->out = line;
+  uv_buf_t b = uv_buf_init(c->out, (unsigned)(n + 1));
   if (uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &b, 1, aconn_written) < 0) aconn_close(c);
 }
 
 static void aconn_error(aconn *c, const char *msg) {
-  ea__sb_free(&c->out);
-  ea__sb_puts(&c->out, "{\"error\":");
-  ea__sb_json_str(&c->out, msg);
-  ea__sb_puts(&c->out, "}");
-  aconn_reply(c);
+  aconn_reply(c, ea__json_error(msg));
 }
 
-static void help_answer(ea__admin *a, ea__sb *out) {
-  ea__sb_puts(out, "{\"commands\":[");
-  for (size_t i = 0; i < a->ncmds; i++) {
-    ea__sb_printf(out, "%s{\"name\":", i ? "," : "");
-    ea__sb_json_str(out, a->cmds[i].name);
-    ea__sb_puts(out, ",\"help\":");
-    ea__sb_json_str(out, a->cmds[i].help);
-    ea__sb_puts(out, "}");
+static json_t *help_answer(ea__admin *a) {
+  ea__jb b = {0};
+  json_t *doc = json_object();
+  json_t *cmds = ea__jb_arr(&b, doc, "commands");
+  for (size_t i = 0; i <= a->ncmds; i++) {
+    json_t *c = ea__jb_obj(&b, cmds, NULL);
+    ea__jb_str(&b, c, "name", i < a->ncmds ? a->cmds[i].name : "help");
+    ea__jb_str(&b, c, "help", i < a->ncmds ? a->cmds[i].help : "list the commands");
   }
-  ea__sb_puts(out, ",{\"name\":\"help\",\"help\":\"list the commands\"}]}");
+  if (b.oom) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
 }
 
 static void aconn_dispatch(aconn *c) {
@@ -492,14 +161,14 @@ static void aconn_dispatch(aconn *c) {
   *end = 0;
   while (*args == ' ') args++;
   if (strcmp(line, "help") == 0) {
-    help_answer(a, &c->out);
-    aconn_reply(c);
+    aconn_reply(c, help_answer(a));
     return;
   }
   for (size_t i = 0; i < a->ncmds; i++) {
     if (strcmp(a->cmds[i].name, line) != 0) continue;
-    a->cmds[i].fn(a->ctx, args, &c->out);
-    aconn_reply(c);
+    json_t *doc = NULL;
+    a->cmds[i].fn(a->ctx, args, &doc);
+    aconn_reply(c, doc);
     return;
   }
   char msg[160];

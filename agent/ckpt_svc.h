@@ -18,7 +18,7 @@
  * writes the MANIFEST that names all of them; nothing is copied between
  * nodes.
  *
- * Where the agent hooks in (agent.c / control.c):
+ * Where the agent hooks in (ckpt_glue.c, workers.c / control.c):
  *   - on a worker's CKPT_STAGED or CKPT_SKIPPED: ea__ckpt_svc_on_worker();
  *     the supervisor must read packets with ea_ipc_recv_packet so the
  *     memfd arrives in m->fd (borrowed here, dup'd);

@@ -34,7 +34,7 @@
  * outlives its connection.  ea__ctl_close() closes everything and calls
  * `closed` once the last handle is gone.
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include "ea_log.h"
 #include "ea_rdzv.h"

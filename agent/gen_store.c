@@ -18,7 +18,7 @@
  * A file that does not parse is an error at start, not a silent zero: a
  * zero would let the node obey an older plan than one it already ran.
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -567,51 +567,47 @@ bool ea__job_ended(const ea__job *J, uint8_t *kind, int *code) {
   return true;
 }
 
-static void json_failure(ea_sb *o, const ea__job_failure *f) {
-  ea_sb_printf(o, "{\"gen\":%" PRIu64 ",\"rank\":%u,\"node\":", f->gen, f->rank);
-  ea_sb_json_str(o, f->node);
-  if (f->has_code)
-    ea_sb_printf(o, ",\"exit_code\":%u,\"signal\":null", f->code);
-  else
-    ea_sb_printf(o, ",\"exit_code\":null,\"signal\":%u", f->signal);
-  ea_sb_printf(o, ",\"source\":\"%s\",\"message\":",
-               f->source == EA__JOB_SRC_ERROR_FILE ? "error_file"
-               : f->source == EA__JOB_SRC_STDERR   ? "stderr"
-                                                   : "none");
-  ea_sb_json_str(o, f->message);
-  ea_sb_puts(o, "}");
+/* A JSON string of any bytes (node names come off the network): jansson
+ * refuses invalid UTF-8, so such bytes become '?'. */
+static json_t *jstr(const char *s) {
+  json_t *v = json_string(s ? s : "");
+  if (v) return v;
+  char *c = strdup(s);
+  if (!c) return NULL;
+  for (char *p = c; *p; p++)
+    if ((unsigned char)*p >= 0x80) *p = '?';
+  v = json_string(c);
+  free(c);
+  return v;
 }
 
-void ea__job_status(const ea__job *J, ea_sb *o) {
-  ea_sb_printf(o, "{\"protocol\":\"%s\",\"command\":", ea__mode_name(J->o.mode));
-  ea_sb_json_str(o, J->command);
+static json_t *json_failure(const ea__job_failure *f) {
+  return json_pack("{s:I, s:i, s:o, s:o, s:o, s:s, s:o}", "gen", (json_int_t)f->gen, "rank",
+                   (int)f->rank, "node", jstr(f->node), "exit_code",
+                   f->has_code ? json_integer(f->code) : json_null(), "signal",
+                   f->has_code ? json_null() : json_integer(f->signal), "source",
+                   f->source == EA__JOB_SRC_ERROR_FILE ? "error_file"
+                   : f->source == EA__JOB_SRC_STDERR   ? "stderr"
+                                                       : "none",
+                   "message", jstr(f->message));
+}
+
+json_t *ea__job_status(const ea__job *J) {
   const char *state = !J->ended ? "running" : J->kind == EA__JOB_SUCCESS ? "finished" : "failed";
-  ea_sb_printf(o, ",\"state\":\"%s\",\"outcome\":", state);
-  if (J->ended)
-    ea_sb_json_str(o, ea__job_kind_str(J->kind));
-  else
-    ea_sb_puts(o, "null");
-  if (J->ended)
-    ea_sb_printf(o, ",\"exit_code\":%d,\"reason\":", J->code);
-  else
-    ea_sb_puts(o, ",\"exit_code\":null,\"reason\":");
-  ea_sb_json_str(o, J->ended ? J->reason : "");
-  ea_sb_printf(o, ",\"restarts\":%" PRIu64 ",\"max_restarts\":", J->restarts);
-  if (J->o.mode == EA__MODE_TORCHRUN)
-    ea_sb_printf(o, "%u", J->o.max_restarts);
-  else
-    ea_sb_puts(o, "null");
-  ea_sb_puts(o, ",\"failure\":");
   const ea__job_failure *f =
       J->ended && J->end_has_failure ? &J->end_fail : J->have_fail ? &J->fail : NULL;
-  if (f)
-    json_failure(o, f);
-  else
-    ea_sb_puts(o, "null");
-  ea_sb_printf(o, ",\"done_here\":%s,\"churn\":{\"count\":%u,\"reason\":",
-               J->done_gen ? "true" : "false", J->churn);
-  ea_sb_json_str(o, J->churn ? J->churn_why : "");
-  ea_sb_printf(o, ",\"wait_ms\":%" PRIu64 "}}", J->churn_wait);
+  json_t *churn = json_pack("{s:i, s:o, s:I}", "count", (int)J->churn, "reason",
+                            jstr(J->churn ? J->churn_why : ""), "wait_ms",
+                            (json_int_t)J->churn_wait);
+  return json_pack(
+      "{s:s, s:o, s:s, s:o, s:o, s:o, s:I, s:o, s:o, s:b, s:o}", "protocol",
+      ea__mode_name(J->o.mode), "command", jstr(J->command), "state", state, "outcome",
+      J->ended ? json_string(ea__job_kind_str(J->kind)) : json_null(), "exit_code",
+      J->ended ? json_integer(J->code) : json_null(), "reason", jstr(J->ended ? J->reason : ""),
+      "restarts", (json_int_t)J->restarts, "max_restarts",
+      J->o.mode == EA__MODE_TORCHRUN ? json_integer(J->o.max_restarts) : json_null(), "failure",
+      f ? json_failure(f) : json_null(), "done_here", J->done_gen != 0, "churn",
+      churn ? churn : json_null());
 }
 
 static void timer_closed(uv_handle_t *h) {

@@ -53,6 +53,7 @@
 
 #include "ea_base.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -188,8 +189,9 @@ void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why);
 bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len);
 /* ended: the job is over (and how: kind, exit code). */
 bool ea__job_ended(const ea__job *J, uint8_t *kind, int *code);
-/* "job": {...} (a JSON object, appended to o). */
-void ea__job_status(const ea__job *J, ea_sb *o);
+/* The "job" object of the status document (a new reference; NULL when
+ * out of memory). */
+json_t *ea__job_status(const ea__job *J);
 void ea__job_free(ea__job *J);
 
 #endif

@@ -11,7 +11,7 @@
  * loader's "file:line: key: problem" message; runtime failures exit 1.
  * This is the only file that may call exit().
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include "ea_ckpt.h"
 #include "ea_log.h"

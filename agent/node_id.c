@@ -13,7 +13,7 @@
  * Everything here blocks and is called before the loop starts, except
  * ea__write_file_atomic, which the agent runs on the libuv thread pool.
  */
-#include "agent.h"
+#include "agent_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

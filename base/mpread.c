@@ -1,4 +1,4 @@
-/* A bounded msgpack pull reader for the gossip decoders (see mpread.h for why
+/* A bounded msgpack pull reader for the gossip decoders (see ea_mpread.h for why
  * msgpack-c's own unpacker is not used on network input).  Each reader looks
  * at the type byte, checks that the whole header and payload lie before
  * `end`, and only then moves the cursor, so a failed read leaves the cursor on

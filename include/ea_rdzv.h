@@ -51,7 +51,8 @@
  * node, so 2^18 ranks and EA_RDZV_MAX_NODES nodes (≈ 15 MB) stay inside one
  * EA_WIRE_MAX_FRAME (16 MiB) TCP frame. */
 #define EA_RDZV_MAX_WORLD (1u << 18)
-/* NCCL_UNIQUE_ID_BYTES (= EA_COMM_NCCL_ID_BYTES; checked in agent/rdzv.c). */
+/* NCCL_UNIQUE_ID_BYTES (= EA_COMM_NCCL_ID_BYTES; checked in agent/workers.c,
+ * where plans become the workers' orders: rdzv/ does not know train/). */
 #define EA_RDZV_NCCL_ID_BYTES 128
 /* Room for a reason string shown by `status`. */
 #define EA_RDZV_REASON_MAX 160
@@ -72,6 +73,29 @@ int ea_rdzv_gen_cmp(const ea_rdzv_gen *a, const ea_rdzv_gen *b);
 uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g);
 /* "7" or "7/1f2e3d4c" (term / first 8 hex digits of the controller id). */
 void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap);
+
+/* The 64-bit form, taken apart and put together.  Everything that handles
+ * the u64 (meta.last_gen, plan and IPC generations, step-S.gen-G directory
+ * names) asks these instead of shifting bits itself:
+ *
+ *   63                              16 15               0
+ *   +---------------------------------+------------------+
+ *   | term (48 bits)                  | ctrl.b[0] b[1]   |
+ *   +---------------------------------+------------------+
+ */
+#define EA_RDZV_GEN64_CTRL_BITS 16
+/* term << 16 | ctrl16, where ctrl16 is the controller id's first two bytes
+ * (big endian).  ea_rdzv_gen_u64(g) = pack(g->term, those of g->ctrl), or 0
+ * for term 0. */
+uint64_t ea_rdzv_gen64_pack(uint64_t term, uint16_t ctrl16);
+/* The term of a 64-bit generation (0: none). */
+uint64_t ea_rdzv_gen64_term(uint64_t g64);
+/* Its controller part: the first two bytes of the controller id. */
+uint16_t ea_rdzv_gen64_ctrl(uint64_t g64);
+/* The generation a 64-bit form names, as far as it tells: the term and the
+ * controller id's first two bytes, its other 14 bytes zero (term 0: all
+ * zero).  ea_rdzv_gen_u64(out) == g64 for every g64 ea_rdzv_gen_u64 returns. */
+void ea_rdzv_gen64_unpack(uint64_t g64, ea_rdzv_gen *out);
 
 /* ---- plans ------------------------------------------------------------- */
 
@@ -339,6 +363,26 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r);
 uint64_t ea_rdzv_last_gen(const ea_rdzv *r);
 /* The plan being run, or NULL.  Valid until the next call into the core. */
 const ea_rdzv_plan *ea_rdzv_running(const ea_rdzv *r);
+
+/* The controller election: the one answer on this node to "who is the
+ * controller, and may it act?".  The core computes it with ea_elect() over
+ * the view last given to ea_rdzv_view() and the quorum rule over the last
+ * formed generation (distributed.quorum), after every call; callers ask
+ * here instead of electing again.
+ *
+ *   have, controller  the alive or suspect, non-observer member with the
+ *                     lowest id — named whether or not it has a quorum (the
+ *                     quorum never changes *who*, only whether it may act);
+ *   has_quorum        true under quorum: none, before any generation formed,
+ *                     and while a majority of the last formed generation
+ *                     (graceful leavers not counted) is alive in the view;
+ *   eligible          eligible members alive in the view;
+ *   reason            why this one / why none, and the quorum count
+ *                     ("…; quorum 2 of 3", "no quorum: 1 of 3; …").
+ *
+ * NULL until the first ea_rdzv_view().  Valid until the next call into the
+ * core. */
+const ea_election *ea_rdzv_election(const ea_rdzv *r);
 
 typedef enum {
   EA_RDZV_IDLE = 0,     /* in no generation (spare, or waiting for one) */

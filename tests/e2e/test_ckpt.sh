@@ -277,7 +277,7 @@ pass "resumed from $want at world 2 (digest $old_digest, first step $first_step,
 say "3. crash points: 20 SIGKILLs of an agent while checkpoints are written"
 # A killed member is replaced by a new one (fresh data dir and id), as a
 # spot instance is: a member that failed a formation sits out the next
-# rendezvous timeout (agent/rdzv.c), so restarting the same identity would
+# rendezvous timeout (rdzv/rdzv.c), so restarting the same identity would
 # cost that timeout each round.
 launch r3 --join "${AGENT_ADDR[r1]}" "${RJOB[@]}"
 ALIVE=(r1 r2 r3)

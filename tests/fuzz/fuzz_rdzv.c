@@ -1,6 +1,6 @@
 /* libFuzzer harness for the rendezvous control-message decoder
- * (agent/rdzv_wire.c over base/mpread.c), and for the state machine
- * behind it (agent/rdzv.c): whatever decodes is fed to fresh cores.
+ * (rdzv/rdzv_wire.c over base/mpread.c), and for the state machine
+ * behind it (rdzv/rdzv.c): whatever decodes is fed to fresh cores.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
  * a failed decode names a field and leaves nothing allocated; whatever

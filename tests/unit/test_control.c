@@ -18,7 +18,7 @@
 #include "ea_rdzv.h"
 #include "ea_transport.h"
 
-#include "agent.h"
+#include "agent_int.h"
 
 #include <arpa/inet.h>
 #include <check.h>

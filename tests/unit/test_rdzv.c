@@ -110,6 +110,27 @@ START_TEST(test_gen_order) {
 }
 END_TEST
 
+START_TEST(test_gen64_parts) {
+  ea_rdzv_gen a = {.term = 7}, none = {0}, back;
+  a.ctrl.b[0] = 0x41;
+  a.ctrl.b[1] = 0xa0;
+  a.ctrl.b[2] = 0xee; /* beyond what the 64-bit form keeps */
+  uint64_t g = ea_rdzv_gen_u64(&a);
+  ck_assert_uint_eq(g, ea_rdzv_gen64_pack(7, 0x41a0));
+  ck_assert_uint_eq(ea_rdzv_gen64_term(g), 7);
+  ck_assert_uint_eq(ea_rdzv_gen64_ctrl(g), 0x41a0);
+  ea_rdzv_gen64_unpack(g, &back);
+  ck_assert_uint_eq(back.term, 7);
+  ck_assert_uint_eq(back.ctrl.b[0], 0x41);
+  ck_assert_uint_eq(back.ctrl.b[1], 0xa0);
+  ck_assert_uint_eq(back.ctrl.b[2], 0);
+  ck_assert_uint_eq(ea_rdzv_gen_u64(&back), g);
+  ea_rdzv_gen64_unpack(ea_rdzv_gen_u64(&none), &back);
+  ck_assert_int_eq(ea_rdzv_gen_cmp(&back, &none), 0);
+  ck_assert_uint_eq(ea_rdzv_gen64_term(0), 0);
+}
+END_TEST
+
 /* ---- codec ---------------------------------------------------------------- */
 
 static ea_addr mkaddr(uint8_t last, uint16_t port) {
@@ -896,6 +917,58 @@ START_TEST(test_partition_minority_pauses) {
 }
 END_TEST
 
+/* The election the core exposes: nothing before the first view; without a
+ * quorum it still names the lowest-id member (the agent's checkpoint
+ * controller and report target) and says why it may not act. */
+static void nop_send(void *ctx, const ea_node_id *to, const ea_addr *c, const ea_rdzv_msg *m) {
+  (void)ctx, (void)to, (void)c, (void)m;
+}
+static void nop_order(void *ctx, const ea_rdzv_order *o) { (void)ctx, (void)o; }
+static void nop_persist(void *ctx, const ea_rdzv_gen *g) { (void)ctx, (void)g; }
+
+START_TEST(test_election_exposed) {
+  ea_rdzv_config c = cfg_std();
+  ea_node_id self = {{1}};
+  ea_rdzv_io io = {.send = nop_send, .order = nop_order, .persist = nop_persist};
+  ea_rdzv *r = ea_rdzv_new(&c, &self, NULL, &io, 1, 0);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_ptr_null(ea_rdzv_election(r));
+  ea_member me = {.id = self, .state = EA_STATE_ALIVE, .incarnation = 1};
+  snprintf(me.meta.role, sizeof me.meta.role, "worker");
+  ea_rdzv_view(r, 1, &me, 1);
+  const ea_election *el = ea_rdzv_election(r);
+  ck_assert_ptr_nonnull(el);
+  ck_assert(el->have && el->has_quorum);
+  ck_assert_int_eq(ea_node_id_cmp(&el->controller, &self), 0);
+  ck_assert_uint_eq(el->eligible, 1);
+  ea_rdzv_free(r);
+
+  h_sim *h = h_new(h_seed("election_exposed"), 5, &c, true);
+  settle_all(h, 5);
+  int groups[5] = {1, 1, 0, 0, 0};
+  h_partition(h, groups);
+  h_run_until(h, h->now + 10000);
+  NO_VIOLATION(h);
+  for (int i = 0; i < 5; i++) {
+    el = ea_rdzv_election(h->a[i].r);
+    ck_assert_ptr_nonnull(el);
+    ck_assert(el->have);
+    ea_rdzv_status st = status_of(h, i);
+    ck_assert_int_eq(el->has_quorum, st.has_quorum);
+    ck_assert_int_eq(ea_node_id_cmp(&el->controller, &st.controller_id), 0);
+    if (i < 2) { /* the minority: n0 is named, without a quorum */
+      ck_assert_int_eq(ea_node_id_cmp(&el->controller, &h->a[0].id), 0);
+      ck_assert(!el->has_quorum);
+      ck_assert_msg(strstr(el->reason, "no quorum: 2 of 5"), "%s", el->reason);
+    } else {
+      ck_assert_int_eq(ea_node_id_cmp(&el->controller, &h->a[2].id), 0);
+      ck_assert(el->has_quorum);
+    }
+  }
+  h_free(h);
+}
+END_TEST
+
 START_TEST(test_partition_quorum_none) {
   ea_rdzv_config c = cfg_std();
   c.quorum_none = true;
@@ -1319,6 +1392,7 @@ static Suite *rdzv_suite(void) {
     const TTest *test;
   } cases[] = {
       {"gen_order", test_gen_order},
+      {"gen64_parts", test_gen64_parts},
       {"codec_roundtrip", test_codec_roundtrip},
       {"codec_rejects", test_codec_rejects},
       {"cold_start", test_cold_start},
@@ -1333,6 +1407,7 @@ static Suite *rdzv_suite(void) {
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
       {"partition_quorum_none", test_partition_quorum_none},
+      {"election_exposed", test_election_exposed},
       {"drain", test_drain},
       {"drain_controller", test_drain_controller},
       {"drain_below_min_nodes", test_drain_below_min_nodes},

@@ -37,10 +37,16 @@
  * (the Redis cluster bus's "do it once per loop turn" habit).  Timers are
  * plain deadlines compared with now; ea_rdzv_next_deadline() tells the
  * driver when to call ea_rdzv_tick() next.
+ *
+ * Why one file of ~2000 lines: it is one state machine.  Both halves read
+ * and write the same struct (the view, the generation numbers, the
+ * formation in progress, the exclusions), and settle() iterates them
+ * together to a fixpoint, so a split by half would share the whole struct
+ * through a header and hide the order of evaluation that the invariants
+ * above depend on.  The codec, which shares nothing with it, is
+ * rdzv_wire.c.
  */
 #include "ea_rdzv.h"
-
-#include "ea_comm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -48,8 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-_Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id size");
 
 /* A REPORT (failure, drain, idle member) or QUERY is re-sent this often
  * until it has an effect.  One second is five default SWIM probe intervals:
@@ -129,8 +133,9 @@ struct ea_rdzv {
   /* the membership view, sorted by id */
   ea_member *view;
   size_t nview, capview;
+  bool viewed; /* a view has been given: el names someone's answer */
   bool el_dirty;
-  ea_election el;
+  ea_election el; /* the election, quorum included: ea_rdzv_election() */
   char self_name[EA_NAME_MAX];
 
   /* generation numbers */
@@ -273,7 +278,28 @@ uint64_t ea_rdzv_gen_u64(const ea_rdzv_gen *g) {
    * same-term controllers tie here with probability 2^-16; they then compare
    * equal, which workers treat as "not newer" and the formation retries. */
   uint16_t hi = (uint16_t)(g->ctrl.b[0] << 8 | g->ctrl.b[1]);
-  return g->term << 16 | hi;
+  return ea_rdzv_gen64_pack(g->term, hi);
+}
+
+uint64_t ea_rdzv_gen64_pack(uint64_t term, uint16_t ctrl16) {
+  return term << EA_RDZV_GEN64_CTRL_BITS | ctrl16;
+}
+
+uint64_t ea_rdzv_gen64_term(uint64_t g64) {
+  return g64 >> EA_RDZV_GEN64_CTRL_BITS;
+}
+
+uint16_t ea_rdzv_gen64_ctrl(uint64_t g64) {
+  return (uint16_t)g64;
+}
+
+void ea_rdzv_gen64_unpack(uint64_t g64, ea_rdzv_gen *out) {
+  memset(out, 0, sizeof *out);
+  out->term = ea_rdzv_gen64_term(g64);
+  if (out->term == 0) return; /* "none" carries no controller */
+  uint16_t c = ea_rdzv_gen64_ctrl(g64);
+  out->ctrl.b[0] = (uint8_t)(c >> 8);
+  out->ctrl.b[1] = (uint8_t)c;
 }
 
 void ea_rdzv_gen_str(const ea_rdzv_gen *g, char *out, size_t cap) {
@@ -1885,6 +1911,7 @@ void ea_rdzv_view(ea_rdzv *r, uint64_t now_ms, const ea_member *members, size_t 
   }
   if (n) memcpy(r->view, members, n * sizeof *members);
   r->nview = n;
+  r->viewed = true;
   qsort(r->view, n, sizeof *r->view, cmp_member);
   const ea_member *me = view_find(r, &r->self);
   if (me) snprintf(r->self_name, sizeof r->self_name, "%s", me->meta.name);
@@ -2043,6 +2070,11 @@ const char *ea_rdzv_phase_str(uint8_t phase) {
     default:
       return "?";
   }
+}
+
+const ea_election *ea_rdzv_election(const ea_rdzv *r) {
+  /* settle() ends every entry point with elect(), so el is current here. */
+  return r->viewed ? &r->el : NULL;
 }
 
 void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {

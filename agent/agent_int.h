@@ -1,0 +1,519 @@
+/* agent_int.h — the one internal header of agent/ (libuv's uv-common.h
+ * habit): what the module's files share and nothing outside agent/ may
+ * include.  Reached by an include path (-Iagent), never by "../".
+ *
+ *   the agent's options and entry point    main.c → agent.c
+ *   data directory, node identity, peers   node_id.c
+ *   control channel                        control.c
+ *   the persisted generation               gen_store.c
+ *   JSON (on jansson), both ends           json.c
+ *   admin socket                           admin.c
+ *   the running agent's internals          agent.c (start-up, the loop),
+ *                                          workers.c (orders, messages),
+ *                                          ckpt_glue.c (checkpoints),
+ *                                          drain.c (drain, shutdown),
+ *                                          status.c (the status document)
+ *
+ * The worker supervisor (supervisor.h) and the checkpoint flow
+ * (ckpt_svc.h) keep headers of their own: each is a component with its
+ * own contract and its own tests, and this header includes both.
+ */
+#ifndef EA_AGENT_INT_H
+#define EA_AGENT_INT_H
+
+#include "ckpt_svc.h"
+#include "job.h"
+#include "launch.h"
+#include "output.h"
+#include "supervisor.h"
+
+#include "ea_comm.h"
+#include "ea_config.h"
+#include "ea_ipc.h"
+#include "ea_rdzv.h"
+#include "ea_train.h"
+#include "ea_transport.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include <uv.h>
+
+/* The documented gossip port (docs/operations.md) on every interface. */
+#define EA__DEFAULT_BIND "0.0.0.0:7000"
+#define EA__DEFAULT_DATA_DIR "./elastic-agent-data"
+#define EA__ADMIN_SOCK "admin.sock"
+#define EA__PEERS_FILE "peers"
+#define EA__NODE_ID_FILE "node-id"
+#define EA__LOCK_FILE "lock"
+
+/* ---- the agent (agent.c) ------------------------------------------------ */
+
+typedef struct {
+  ea_config cfg;                 /* defaults, then the file, then flags */
+  char config_path[EA_PATH_MAX]; /* "" = built-in defaults only */
+  char bind[256];
+  char advertise[256]; /* "" = derived from bind */
+  char control_bind[256]; /* "" = the bind address, port + 1 (0 stays 0) */
+  char join[4096];     /* "host:port,…"; "" = none */
+  char name[EA_NAME_MAX];
+  char data_dir[EA_PATH_MAX];
+  char key_file[EA_PATH_MAX]; /* "" = no cluster key */
+  char role[EA_ROLE_MAX];     /* "worker" | "observer" */
+  char tags[EA_TAGS_MAX];
+  /* --resume-from: the checkpoint the first cold start loads (a spec of
+   * ea_ckpt_resolve: a step, "step-S.gen-G", a path or "latest"); "" =
+   * checkpoint.resume_from_last decides. */
+  char resume_from[EA_PATH_MAX];
+  /* `run … -- PROGRAM ARG…`: the workers' program, exec'd without a shell
+   * (argc 0: none; compute.worker_command is the shell form).  Borrowed:
+   * must outlive ea__agent_run. */
+  int worker_argc;
+  char **worker_argv;
+} ea__agent_opts;
+
+/* Fills defaults: bind 0.0.0.0:7000, name = hostname, data dir
+ * ./elastic-agent-data, role worker, config defaults. */
+void ea__agent_opts_default(ea__agent_opts *o);
+
+/* Run the agent (gossip, control channel, generations, workers) until it
+ * has left — after the job ended, after SIGTERM/SIGINT or a drain — and
+ * return the process exit status: 0 (the job succeeded, or this node was
+ * drained), the job's failure code (job.h: 3 restarts exhausted, 4
+ * min_nodes not reached, 5 final checkpoint failed), 2 for a start-up
+ * value that cannot work (a --resume-from that does not resolve, a program
+ * given twice, a key refused in this launch mode), 1 when it could not
+ * start (the log says why). */
+int ea__agent_run(const ea__agent_opts *o);
+
+/* Upper bound (ms) on the time from a member's crash to every other member
+ * seeing it dead, for a cluster of n members under cfg, no loss.  The
+ * worst-case derivation is in status.c and docs/operations.md. */
+uint64_t ea__detection_bound_ms(const ea_swim_config *cfg, size_t n);
+
+/* ---- data directory (node_id.c) ----------------------------------------- */
+
+/* mkdir -p dir; the last component is created 0700. */
+int ea__data_dir_prepare(const char *dir, char *err, size_t errlen);
+/* Take an exclusive lock on <dir>/lock (held until the process exits or
+ * *fd is closed); -EBUSY when another agent holds it. */
+int ea__data_dir_lock(const char *dir, int *fd, char *err, size_t errlen);
+/* Read <dir>/node-id, or create it (random, written and fsynced before it
+ * is returned).  *created tells which. */
+int ea__node_id_load(const char *dir, ea_node_id *id, bool *created, char *err, size_t errlen);
+/* Write data to path atomically: path.tmp, fsync, rename, fsync dir.
+ * Blocking: call it off the loop (uv_queue_work) or before the loop runs. */
+int ea__write_file_atomic(const char *path, const void *data, size_t len, int mode);
+/* Read the remembered peers file ("ADDR NAME" per line) into a malloc'd
+ * array; a missing file is 0 peers.  Malformed lines are skipped. */
+int ea__peers_load(const char *dir, ea_addr **out, size_t *n);
+
+/* ---- control channel (control.c) -----------------------------------------
+ * Rendezvous messages between agents: a TCP listener of its own (default:
+ * the gossip port + 1, advertised in meta.control), one cached outgoing
+ * connection per peer, frames [u32 BE length][0xEA msg | 0xEB sealed msg]
+ * as drawn in ea_rdzv.h.  Best effort: a frame that cannot be delivered is
+ * dropped and counted.  Callbacks run on the loop; the message passed to
+ * on_msg is valid for the duration of the call only. */
+
+typedef struct ea__ctl ea__ctl;
+typedef void (*ea__ctl_recv_fn)(void *ctx, const ea_rdzv_msg *m);
+
+typedef struct {
+  uint64_t frames_in, frames_out, bytes_in, bytes_out;
+  uint64_t dropped_malformed;       /* did not decode, or a zero length */
+  uint64_t dropped_unauthenticated; /* failed to open, or sealed/unsealed mismatch */
+  uint64_t dropped_oversize;        /* a length over the frame limit */
+  uint64_t send_errors;             /* connect/write failed, queue full, no address */
+  uint64_t encode_errors;           /* a message the codec refused */
+  uint64_t connects, accepted;      /* outgoing connections made, incoming accepted */
+  uint64_t conns_out, conns_in;     /* open now */
+} ea__ctl_stats;
+
+/* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
+ * every frame; NULL: none.  On failure returns a negative errno with a
+ * one-line reason in err, and nothing is left open once the loop runs. */
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key,
+                  ea__ctl_recv_fn on_msg, void *ctx, ea__ctl **out, char *err, size_t errlen);
+const ea_addr *ea__ctl_bound(const ea__ctl *c);
+/* Send m to node `to` at addr (encoded and sealed now; m may go away after
+ * the call).  Never fails loudly: undeliverable frames are counted. */
+void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const ea_rdzv_msg *m);
+/* The same for a message of another codec that shares the channel (its
+ * plaintext starts with 0xEA and its types are not the rendezvous's, like
+ * ckpt_wire.c's): framed, sealed and sent as is. */
+void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr,
+                        const uint8_t *plain, size_t len);
+/* Offer every opened frame (plaintext, 0xEA first; valid during the call)
+ * to fn first; a frame fn returns true for is consumed, the rest are
+ * decoded as rendezvous messages.  Called with the ctx of ea__ctl_start. */
+typedef bool (*ea__ctl_frame_fn)(void *ctx, const uint8_t *plain, size_t len);
+void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn);
+void ea__ctl_stats_get(const ea__ctl *c, ea__ctl_stats *out);
+/* Close the listener and every connection; closed(ctx) runs once all are
+ * closed and the channel is freed.  Sends after this are ignored. */
+void ea__ctl_close(ea__ctl *c, void (*closed)(void *ctx), void *ctx);
+
+/* ---- the persisted generation (gen_store.c) -------------------------------
+ * <data-dir>/generation holds the newest generation number this node
+ * accepted or issued, as "TERM CONTROLLER-ID-HEX", written atomically
+ * (ea__write_file_atomic) before the number is acted on or advertised. */
+
+#define EA__GEN_FILE "generation"
+
+/* Read it: a missing file is term 0 (none) and returns 0; a malformed one
+ * returns -EINVAL with a sentence naming the file and line in err. */
+int ea__gen_load(const char *dir, ea_rdzv_gen *g, char *err, size_t errlen);
+/* The file's contents for g, NUL-terminated; returns its length, or
+ * -ENOSPC when cap is too small. */
+int ea__gen_format(const ea_rdzv_gen *g, char *buf, size_t cap);
+
+/* ---- JSON (json.c, on jansson) -------------------------------------------
+ *
+ * Writing: a document is a jansson value; build it with the ea__jb_*
+ * setters, which tolerate running out of memory anywhere: the first
+ * failure sets b->oom, later calls still release what they are handed, and
+ * the builder checks b->oom once at the end. */
+
+typedef struct {
+  bool oom; /* something could not be allocated: the document has holes */
+} ea__jb;
+
+/* Set key of object o to v (append v to array o when key is NULL), taking
+ * v's reference.  v NULL (a constructor ran out of memory), o NULL or a
+ * failed set: b->oom. */
+void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v);
+/* A new empty object / array set at key of o (appended when key is NULL);
+ * borrowed (o holds it); NULL once b->oom. */
+json_t *ea__jb_obj(ea__jb *b, json_t *o, const char *key);
+json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key);
+/* Typed setters (key NULL: append to the array o).  Strings may be any
+ * bytes (member names come from the network): invalid UTF-8 becomes
+ * U+FFFD, NULL is "".  u64 is exact up to INT64_MAX (a real past it, which
+ * no counter reaches).  fixed is a
+ * real rounded to `decimals` places like printf's "%.Nf" (N ≤ 6), null
+ * when not finite; it prints without trailing zeros. */
+void ea__jb_str(ea__jb *b, json_t *o, const char *key, const char *s);
+void ea__jb_u64(ea__jb *b, json_t *o, const char *key, uint64_t v);
+void ea__jb_int(ea__jb *b, json_t *o, const char *key, int64_t v);
+void ea__jb_bool(ea__jb *b, json_t *o, const char *key, bool v);
+void ea__jb_fixed(ea__jb *b, json_t *o, const char *key, double v, int decimals);
+void ea__jb_null(ea__jb *b, json_t *o, const char *key);
+/* {"error": msg}, or NULL when out of memory. */
+json_t *ea__json_error(const char *msg);
+/* doc as one line of compact JSON ("k":v, no spaces), malloc'd and
+ * NUL-terminated, free() it; NULL when out of memory. */
+char *ea__json_dump(const json_t *doc);
+
+/* Reading (the CLI): a read-only DOM of a parsed document. */
+
+typedef enum { EA__J_NULL, EA__J_BOOL, EA__J_NUM, EA__J_STR, EA__J_ARR, EA__J_OBJ } ea__jtype;
+
+typedef struct ea__json {
+  ea__jtype type;
+  char *key;  /* name of this value inside its object, else NULL */
+  char *text; /* STR: the string; NUM: its literal as our writer prints it;
+                 BOOL/NULL: "true", "false", "null" */
+  bool b;
+  double num;
+  struct ea__json *child, *next; /* first element/member, next sibling */
+  size_t n;                      /* number of elements/members */
+} ea__json;
+
+/* Parse one JSON document (nesting ≤ 64).  Returns 0 or -EINVAL with a
+ * message naming the offset (or -ENOMEM). */
+int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen);
+void ea__json_free(ea__json *j);
+/* Look up a dotted path of object keys ("counters.transport.packets_in"). */
+const ea__json *ea__json_get(const ea__json *j, const char *path);
+/* A string (or a number's literal, or "true"/"false"/"null") at path. */
+const char *ea__json_str(const ea__json *j, const char *path, const char *dflt);
+double ea__json_num(const ea__json *j, const char *path, double dflt);
+
+/* ---- admin socket (admin.c) ----------------------------------------------
+ * Protocol: the client connects to <data-dir>/admin.sock, writes one line
+ * "COMMAND [ARGS]\n" and reads one JSON document until the server closes.
+ * Errors are {"error": "..."}.  New commands are new table entries (agent.c
+ * has "status" and "drain NAME").  A connection that sends no full line within 5 s, or
+ * a line over 1 KiB, is answered with an error and closed. */
+
+/* Answer args with a JSON document in *out (owned by the caller, which
+ * sends and releases it): return 0, or a negative errno with an
+ * {"error":…} document in *out.  *out NULL (out of memory): the connection
+ * is closed without an answer. */
+typedef int (*ea__admin_fn)(void *ctx, const char *args, json_t **out);
+
+typedef struct {
+  const char *name;
+  const char *help;
+  ea__admin_fn fn;
+} ea__admin_cmd;
+
+typedef struct ea__admin ea__admin;
+
+/* Listen on path (mode 0600).  A stale socket file nobody answers on is
+ * replaced; a live one is -EADDRINUSE.  cmds must outlive the server. */
+int ea__admin_start(uv_loop_t *loop, const char *path, const ea__admin_cmd *cmds, size_t ncmds,
+                    void *ctx, ea__admin **out, char *err, size_t errlen);
+/* Stop listening, unlink the socket, close every connection; closed(ctx)
+ * runs when the last handle is closed and the server is freed. */
+void ea__admin_close(ea__admin *a, void (*closed)(void *ctx), void *ctx);
+
+/* Client side (blocking; for the CLI, never on the loop): send line, read
+ * the answer into *resp (malloc'd, NUL-terminated).  Errors are negative
+ * errnos with a sentence in err ("no agent is running …"). */
+int ea__admin_request(const char *path, const char *line, int timeout_ms, char **resp, size_t *len,
+                      char *err, size_t errlen);
+
+/* ---- the running agent (agent.c, workers.c, ckpt_glue.c, drain.c, status.c)
+ *
+ * One ea__agent per process, heap memory owned by ea__agent_run() from
+ * start to the return of uv_run.  Everything below runs on its loop
+ * thread.  The rules that bind the files together:
+ *   - after every call into the rendezvous core, call ea__agent_core_done()
+ *     (the core's io callbacks only flag what must not run inside it);
+ *   - a callback checks a->phase first: after EA__PHASE_CLOSING nothing
+ *     but handle closes may happen;
+ *   - the controller is ea_rdzv_election()'s answer, never a second
+ *     election (agent.c, elect_update, says why that keeps behaviour). */
+
+typedef struct ea__agent ea__agent;
+
+/* Where the agent is on its way from start to exit: running, draining
+ * (the group re-forms without us), stopping its workers, leaving (LEFT is
+ * being broadcast), closing its handles (drain.c walks these). */
+typedef enum {
+  EA__PHASE_RUNNING,
+  EA__PHASE_DRAINING,
+  EA__PHASE_STOPPING,
+  EA__PHASE_LEAVING,
+  EA__PHASE_CLOSING
+} ea__agent_phase;
+
+typedef enum {
+  EA__W_STARTING, /* spawned, no HELLO yet */
+  EA__W_IDLE,     /* said HELLO, in no generation */
+  EA__W_PREPARING,
+  EA__W_READY,
+  EA__W_TRAINING, /* committed; steps flowing */
+  EA__W_FAILED,   /* its communicator broke; keeps its state */
+  EA__W_PAUSED,
+  EA__W_DONE, /* reached train.steps */
+  EA__W_EXITED,
+} ea__wstate; /* what the agent knows of worker k (workers.c) */
+
+/* One worker slot as `status` shows it. */
+typedef struct {
+  int pid;
+  ea__wstate state;
+  uint64_t gen;       /* newest generation told (PREPARE/COMMIT), u64 form */
+  uint64_t next_step; /* steps it has completed */
+  double loss;
+  bool has_loss;
+  uint64_t digest;
+  double step_s;
+  uint32_t restarts;
+  bool fail_pending; /* could not be told something: report it failed */
+  char comm[EA_COMM_ADDR_MAX];
+  uint64_t done_gen; /* it finished in this generation (DONE, or exit 0): the job's end */
+} ea__agent_wk;
+
+/* What `status` shows about checkpoints.  Commits are known to the node
+ * that was controller when they happened; every node also reads LATEST
+ * (off the loop) after each shard it writes, so all of them can say which
+ * checkpoint is the newest, one checkpoint late at worst. */
+typedef struct {
+  /* as controller: checkpoints of the whole job */
+  uint64_t started, committed, failed, skipped, stale, bytes;
+  bool have_last;
+  uint64_t last_step, last_gen;
+  double last_persist_s, last_write_s, last_commit_s, last_stall_s, last_wait_s;
+  char last_error[512];
+  /* this node's shards (the rest is in ea__ckpt_svc_stats) */
+  double shard_write_s, shard_stall_s;
+  /* shard reports: sent to the controller, delivered to our own
+   * controller directly, received over the control channel, dropped (no
+   * controller known, or a report for a controller we no longer are) */
+  uint64_t reports_sent, reports_local, reports_in, reports_dropped, reports_bad;
+  /* DIR/LATEST, read off the loop */
+  char latest[EA_CKPT_NAME_MAX];
+  bool latest_busy, latest_again;
+  /* cold start */
+  bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
+  bool loaded;
+  char loaded_name[EA_CKPT_NAME_MAX];
+  uint64_t loaded_step, loaded_digest;
+  uint32_t loaded_fallbacks;
+  double loaded_s;
+  char loaded_why[EA_IPC_TEXT_MAX];
+} ea__agent_ck;
+
+struct ea__agent {
+  uv_loop_t loop;
+  const ea__agent_opts *o;
+  ea_transport *tr;
+  ea__admin *admin;
+  ea__ctl *ctl;
+  ea_rdzv *rdzv;
+  ea__sup *sup;
+  uv_signal_t sigterm, sigint;
+  uv_idle_t settle; /* runs the post-change work once, right after the change */
+  uv_timer_t peers_timer, rdzv_timer, drain_timer;
+  bool handles_open;
+  ea__agent_phase phase;
+  int signals;
+  bool members_dirty, peers_dirty, peers_busy;
+  uint64_t peers_last_ms;
+  /* The controller last logged (elect_update): for the log line only; who
+   * the controller is, is ea_rdzv_election()'s answer. */
+  bool ctrl_logged, ctrl_logged_have;
+  ea_node_id ctrl_logged_id;
+  ea_node_id id;
+  char idhex[33];
+  char sock_path[EA_PATH_MAX + 32];
+  char peers_path[EA_PATH_MAX + 32];
+  char gen_path[EA_PATH_MAX + 32];
+  char job_path[EA_PATH_MAX + 32];
+  uint64_t start_ms;
+  bool joined;
+  int join_failures;
+  ea_meta meta; /* ours, as last given to the transport */
+
+  /* ---- generations ---- */
+  ea_comm_backend backend;
+  uint32_t wpn;
+  ea__agent_wk *w;      /* wpn entries (none for an observer) */
+  ea_ipc_msg *ipc; /* scratch: ~50 KiB, off the stack */
+  bool draining_seen, drained_order;
+  bool persist_failed; /* io.persist could not even start: tell the core */
+  ea_rdzv_gen persist_failed_gen;
+  int persist_failed_rc;
+  char drained_why[EA_RDZV_REASON_MAX];
+  char reason_shape[EA_RDZV_REASON_MAX];
+  struct {
+    bool active;
+    ea_rdzv_gen gen;
+    uint64_t g64;
+    uint32_t rank_base, world;
+    uint64_t at_ms; /* when the workers were told */
+  } prep;
+  struct {
+    bool active;
+    ea_rdzv_gen gen;
+    uint64_t g64;
+    uint32_t rank_base, world, nnodes;
+    bool first_step_seen;
+    uint64_t commit_ms;
+  } run;
+  uint64_t stall_ms; /* training stopped here at this time (0: it did not) */
+  char stall_why[96];
+  uint64_t progress_ms, progress_step;
+  double last_loss;
+  bool has_loss;
+  uint64_t last_formation_ms, last_stall_ms;
+  uint64_t gens_committed, recoveries, worker_failures, worker_restarts;
+
+  /* ---- checkpoints ---- */
+  char ckpt_dir[EA_PATH_MAX];  /* checkpoint.dir, resolved and absolute */
+  ea__ckpt_svc *ckpt_svc;      /* our workers' shards to files */
+  ea__ckpt_ctl *ckpt_ctl;      /* shard reports to MANIFESTs: while we are controller */
+  bool have_dims;              /* the built-in trainer: the manifest's tensor table */
+  ea_model_dims dims;
+  ea__agent_ck ck;
+
+  /* ---- the program and the job (job_glue.c: launch.c, output.c, job.c) ---- */
+  ea__mode mode;
+  ea__launch *launch;  /* restart mode (torchrun): a generation's processes */
+  ea__out *out;        /* restart mode: the programs' output */
+  ea__job *job;        /* when the job is over, in every mode */
+  int exit_status;     /* what ea__agent_run returns once the loop is done */
+  ea_node_id *run_ids; /* the running plan's nodes (restart mode: is a peer lost?) */
+  uint32_t nrun_ids;
+  char workers_dir[EA_PATH_MAX + 16];
+};
+
+/* agent.c: the loop */
+static inline uint64_t ea__agent_now_ms(ea__agent *a) {
+  return uv_now(&a->loop);
+}
+/* Precise milliseconds for durations that are logged (the loop's cached
+ * time can be a whole callback behind). */
+static inline uint64_t ea__agent_mono_ms(void) {
+  return uv_hrtime() / 1000000u;
+}
+static inline const char *ea__agent_member_name(const ea_member *m) {
+  return m && m->meta.name[0] ? m->meta.name : "?";
+}
+static inline const ea_member *ea__agent_find_member(ea__agent *a, const ea_node_id *id) {
+  return ea_swim_find(ea_transport_swim(a->tr), id);
+}
+/* Report what the core's io callbacks could not, act on orders that must
+ * not run inside it, advertise the generation we run, re-arm its timer. */
+void ea__agent_core_done(ea__agent *a);
+/* Training stood still from now on (the first reason is kept). */
+void ea__agent_stall(ea__agent *a, const char *why);
+
+/* workers.c: orders to the workers and what they say */
+const char *ea__agent_wstate_str(ea__wstate s);
+bool ea__agent_workers_running(const ea__agent *a);
+/* io.order of the rendezvous core: runs inside the core. */
+void ea__agent_io_order(void *ctx, const ea_rdzv_order *o);
+/* The checkpoint service, the supervisor and every worker (observers:
+ * none).  A negative errno with a sentence in err. */
+int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen);
+
+/* ckpt_glue.c: the live checkpoint flow wired to the loop */
+int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen);
+/* Own an ea__ckpt_ctl exactly while the election names us. */
+void ea__agent_ckpt_ctl_update(ea__agent *a);
+/* The control channel's frame hook: checkpoint reports. */
+bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len);
+/* A worker staged or skipped a checkpoint (CKPT_STAGED, CKPT_SKIPPED). */
+void ea__agent_ckpt_from_worker(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
+/* The sync root's worker loaded a checkpoint (CKPT_LOADED). */
+void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
+/* checkpoint.dir made absolute into out (before the loop runs). */
+int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, char *err,
+                               size_t errlen);
+/* Raise *g above every generation already in dir (before the loop runs). */
+void ea__agent_ckpt_gen_floor(const char *dir, ea_rdzv_gen *g);
+
+/* drain.c: drain, stop, leave, close */
+void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows);
+void ea__agent_stop_and_leave(ea__agent *a, bool kill, const char *why);
+void ea__agent_leave_now(ea__agent *a);
+/* Close every handle; uv_run returns once they are closed. */
+void ea__agent_shutdown(ea__agent *a);
+void ea__agent_on_signal(uv_signal_t *h, int signum);
+/* Admin command "drain NAME". */
+int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out);
+
+/* status.c: admin command "status" */
+int ea__agent_cmd_status(void *ctx, const char *args, json_t **out);
+
+/* job_glue.c: the launch mode, restart mode's processes, the job's end */
+/* Before anything starts: mode, keys that do nothing in it, old key names,
+ * a --resume-from that cannot resolve (*usage: exit status 2). */
+int ea__agent_job_preflight(ea__agent *a, bool *usage, char *err, size_t errlen);
+int ea__agent_job_start(ea__agent *a, char *err, size_t errlen);
+/* Restart mode, once the supervisor exists: the launcher and the output
+ * capture; no worker starts before a generation commits. */
+int ea__agent_restart_start(ea__agent *a, char *err, size_t errlen);
+/* From io.order (inside the core): PREPARE / COMMIT in restart mode. */
+void ea__agent_restart_prepare(ea__agent *a, const ea_rdzv_order *o);
+void ea__agent_restart_commit(ea__agent *a, const ea_rdzv_plan *p, uint32_t node, const char *g);
+/* Every local worker finished in the running generation: tell the job. */
+void ea__agent_local_done_check(ea__agent *a, uint64_t step);
+/* After every core call (ea__agent_core_done): the job sees what we see. */
+void ea__agent_job_sync(ea__agent *a);
+/* The control channel's frame hook for job messages. */
+bool ea__agent_job_frame(void *ctx, const uint8_t *plain, size_t len);
+/* builtin: a checkpoint failed for good (as controller). */
+void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why);
+/* "job" of the status document. */
+void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc);
+/* Shutdown: free the launcher, the capture and the job. */
+void ea__agent_job_close(ea__agent *a);
+
+#endif

@@ -1,0 +1,310 @@
+/* JSON for both ends of the admin socket, on jansson.
+ *
+ * The agent writes its answers (the `status` document, `drain`, `help`,
+ * errors) as jansson values and sends them as one line of compact JSON; the
+ * CLI reads them back.  jansson does the grammar, the escaping and the
+ * UTF-8 checks; this file adds only what our documents need on top:
+ *
+ *   - typed setters that survive running out of memory anywhere in a large
+ *     document: the first failure sets a sticky flag in an ea__jb, every
+ *     later call still frees what it is handed, and the builder looks at
+ *     the flag once at the end (an answer with holes is never sent);
+ *   - strings from the network (member names, addresses, reasons) that may
+ *     not be valid UTF-8: invalid bytes become U+FFFD, so the document stays
+ *     valid for strict parsers whatever a peer put in its name;
+ *   - reals printed like printf's "%.Nf" values they replace (rounded to N
+ *     decimals, written with 15 significant digits — DBL_DIG, so the text is
+ *     the shortest that reads back to the same double), unsigned 64-bit
+ *     counters written exactly;
+ *   - the small read-only DOM (ea__json) the CLI walks to print `status`
+ *     for people, built from jansson's parse: values keep their literal text
+ *     so 64-bit counters print exactly, and nesting is bounded.
+ */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Nesting the reader accepts: our documents nest 4 deep. */
+#define JSON_MAX_DEPTH 64
+/* Significant digits of a written real: DBL_DIG.  Every real we write was
+ * rounded to at most 6 decimals first, so 15 digits print it exactly as
+ * "%.Nf" would, minus trailing zeros. */
+#define JSON_REAL_DIGITS 15
+
+/* ---- writing ----------------------------------------------------------------- */
+
+void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v) {
+  int rc = -1;
+  if (v && o)
+    rc = key ? json_object_set_new(o, key, v) : json_array_append_new(o, v);
+  else
+    json_decref(v);
+  if (rc < 0) b->oom = true;
+}
+
+/* Set the new container c at key of o; o then holds the reference, and c
+ * is returned borrowed — or NULL once anything failed. */
+static json_t *child(ea__jb *b, json_t *o, const char *key, json_t *c) {
+  ea__jb_set(b, o, key, c);
+  return b->oom ? NULL : c;
+}
+
+json_t *ea__jb_obj(ea__jb *b, json_t *o, const char *key) {
+  return child(b, o, key, json_object());
+}
+
+json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key) {
+  return child(b, o, key, json_array());
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one
+ * (overlong forms, surrogates and code points past U+10FFFF are not). */
+static size_t utf8_len(const unsigned char *p) {
+  if (p[0] < 0x80) return 1;
+  size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
+  if (p[0] > 0xF4) return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xC0) != 0x80) return 0;
+  if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
+  if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
+  return n;
+}
+
+static json_t *jv_str(const char *s) {
+  if (!s) s = "";
+  json_t *v = json_string(s);
+  if (v) return v;
+  /* Not valid UTF-8 (or out of memory): replace what is not. */
+  size_t len = strlen(s);
+  char *t = malloc(len * 3 + 1); /* a byte becomes at most U+FFFD's 3 */
+  if (!t) return NULL;
+  char *o = t;
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = utf8_len(p);
+    if (n == 0) {
+      memcpy(o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      p++;
+    } else {
+      memcpy(o, p, n);
+      o += n;
+      p += n;
+    }
+  }
+  *o = 0;
+  v = json_string(t);
+  free(t);
+  return v;
+}
+
+static json_t *jv_u64(uint64_t v) {
+  /* json_int_t is signed; counters never reach 2^63, but one that did
+   * would print as a large real rather than a negative integer. */
+  if (v > (uint64_t)INT64_MAX) return json_real((double)v);
+  return json_integer((json_int_t)v);
+}
+
+static json_t *jv_fixed(double v, int decimals) {
+  if (!isfinite(v)) return json_null();
+  double scale = pow(10.0, decimals);
+  double r = round(v * scale) / scale;
+  if (!isfinite(r)) r = v;            /* too large to scale: already integral */
+  return json_real(r == 0 ? 0.0 : r); /* no "-0.0" */
+}
+
+void ea__jb_str(ea__jb *b, json_t *o, const char *key, const char *s) {
+  ea__jb_set(b, o, key, jv_str(s));
+}
+
+void ea__jb_u64(ea__jb *b, json_t *o, const char *key, uint64_t v) {
+  ea__jb_set(b, o, key, jv_u64(v));
+}
+
+void ea__jb_int(ea__jb *b, json_t *o, const char *key, int64_t v) {
+  ea__jb_set(b, o, key, json_integer((json_int_t)v));
+}
+
+void ea__jb_bool(ea__jb *b, json_t *o, const char *key, bool v) {
+  ea__jb_set(b, o, key, json_boolean(v));
+}
+
+void ea__jb_fixed(ea__jb *b, json_t *o, const char *key, double v, int decimals) {
+  ea__jb_set(b, o, key, jv_fixed(v, decimals));
+}
+
+void ea__jb_null(ea__jb *b, json_t *o, const char *key) {
+  ea__jb_set(b, o, key, json_null());
+}
+
+char *ea__json_dump(const json_t *doc) {
+  /* Measured, then written into our own malloc'd buffer: the caller frees
+   * it with free() whatever allocator jansson was given. */
+  const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(JSON_REAL_DIGITS);
+  size_t n = json_dumpb(doc, NULL, 0, flags);
+  char *s = n ? malloc(n + 1) : NULL;
+  if (!s || json_dumpb(doc, s, n, flags) != n) {
+    free(s);
+    return NULL;
+  }
+  s[n] = 0;
+  return s;
+}
+
+json_t *ea__json_error(const char *msg) {
+  ea__jb b = {0};
+  json_t *d = json_object();
+  ea__jb_str(&b, d, "error", msg);
+  if (b.oom) {
+    json_decref(d);
+    return NULL;
+  }
+  return d;
+}
+
+/* ---- reading ----------------------------------------------------------------- */
+
+/* The literal text of a number as our writer prints it: integers as they
+ * are, reals with the fewest digits that read back to the same double
+ * (15 for everything we write), in jansson's spelling: a ".0" when that
+ * looks like an integer, no '+' or leading zeros in an exponent. */
+static char *number_text(const json_t *v) {
+  char buf[64];
+  if (json_is_integer(v)) {
+    snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    return strdup(buf);
+  }
+  double d = json_real_value(v);
+  snprintf(buf, sizeof buf, "%.*g", JSON_REAL_DIGITS, d);
+  if (strtod(buf, NULL) != d) snprintf(buf, sizeof buf, "%.17g", d);
+  char *e = strchr(buf, 'e');
+  if (e) {
+    char *digits = e + 1 + (e[1] == '-');
+    char *from = e[1] == '+' ? e + 2 : digits;
+    while (from[0] == '0' && from[1]) from++;
+    memmove(e[1] == '+' ? e + 1 : digits, from, strlen(from) + 1);
+  } else if (!strchr(buf, '.')) {
+    strcat(buf, ".0");
+  }
+  return strdup(buf);
+}
+
+/* Copy jansson's value v into the ea__json node out (type, text, children). */
+static int convert(const json_t *v, ea__json *out, int depth, char *err, size_t errlen) {
+  if (depth > JSON_MAX_DEPTH) {
+    snprintf(err, errlen, "JSON nested deeper than %d", JSON_MAX_DEPTH);
+    return -EINVAL;
+  }
+  switch (json_typeof(v)) {
+    case JSON_OBJECT:
+    case JSON_ARRAY: {
+      bool obj = json_is_object(v);
+      out->type = obj ? EA__J_OBJ : EA__J_ARR;
+      ea__json **tail = &out->child;
+      const char *key;
+      json_t *c;
+      size_t i = 0, n = obj ? json_object_size(v) : json_array_size(v);
+      void *it = obj ? json_object_iter((json_t *)v) : NULL;
+      for (; i < n; i++) {
+        if (obj) {
+          key = json_object_iter_key(it);
+          c = json_object_iter_value(it);
+          it = json_object_iter_next((json_t *)v, it);
+        } else {
+          key = NULL;
+          c = json_array_get(v, i);
+        }
+        ea__json *e = calloc(1, sizeof *e);
+        if (!e) return -ENOMEM;
+        *tail = e;
+        tail = &e->next;
+        out->n++;
+        if (key && !(e->key = strdup(key))) return -ENOMEM;
+        int rc = convert(c, e, depth + 1, err, errlen);
+        if (rc) return rc;
+      }
+      return 0;
+    }
+    case JSON_STRING:
+      out->type = EA__J_STR;
+      out->text = strdup(json_string_value(v));
+      break;
+    case JSON_INTEGER:
+    case JSON_REAL:
+      out->type = EA__J_NUM;
+      out->num = json_number_value(v);
+      out->text = number_text(v);
+      break;
+    case JSON_TRUE:
+    case JSON_FALSE:
+      out->type = EA__J_BOOL;
+      out->b = json_is_true(v);
+      out->text = strdup(out->b ? "true" : "false");
+      break;
+    default:
+      out->type = EA__J_NULL;
+      out->text = strdup("null");
+      break;
+  }
+  return out->text ? 0 : -ENOMEM;
+}
+
+void ea__json_free(ea__json *j) {
+  while (j) {
+    ea__json *next = j->next;
+    ea__json_free(j->child);
+    free(j->key);
+    free(j->text);
+    free(j);
+    j = next;
+  }
+}
+
+int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen) {
+  json_error_t je;
+  json_t *doc = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  if (!doc) {
+    snprintf(err, errlen, "JSON offset %d: %s", je.position, je.text);
+    return -EINVAL;
+  }
+  ea__json *root = calloc(1, sizeof *root);
+  int rc = root ? convert(doc, root, 0, err, errlen) : -ENOMEM;
+  json_decref(doc);
+  if (rc) {
+    if (rc == -ENOMEM) snprintf(err, errlen, "out of memory");
+    ea__json_free(root);
+    return rc;
+  }
+  *out = root;
+  return 0;
+}
+
+const ea__json *ea__json_get(const ea__json *j, const char *path) {
+  while (j && *path) {
+    const char *dot = strchr(path, '.');
+    size_t l = dot ? (size_t)(dot - path) : strlen(path);
+    const ea__json *c = NULL;
+    if (j->type == EA__J_OBJ)
+      for (c = j->child; c; c = c->next)
+        if (strlen(c->key) == l && memcmp(c->key, path, l) == 0) break;
+    j = c;
+    path += l + (dot != NULL);
+  }
+  return j;
+}
+
+const char *ea__json_str(const ea__json *j, const char *path, const char *dflt) {
+  const ea__json *v = ea__json_get(j, path);
+  return v && v->text ? v->text : dflt;
+}
+
+double ea__json_num(const ea__json *j, const char *path, double dflt) {
+  const ea__json *v = ea__json_get(j, path);
+  if (v && v->type == EA__J_NUM) return v->num;
+  if (v && v->type == EA__J_BOOL) return v->b;
+  return dflt;
+}

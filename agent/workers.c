@@ -1,0 +1,499 @@
+/* The agent's side of its workers: the orders the rendezvous core gives
+ * (PREPARE, COMMIT, PAUSE) turned into IPC messages for each local worker,
+ * and what the workers say back (HELLO, READY, STEP, FAILED, …) turned
+ * into reports to the core, log lines and the per-worker state `status`
+ * shows.  A worker's exit is a failure report at once (the fastest failure
+ * signal there is), then a restart, until runtime.max_restarts is spent
+ * and the node drains.  In restart mode (torchrun) the orders go to the
+ * launcher instead (job_glue.c, launch.c) and a worker's exit is its
+ * generation's business, not a local restart.
+ *
+ * Everything here runs on the loop: the supervisor (supervisor.c) delivers
+ * messages and exits from its callbacks, never from inside a send, and
+ * io.order runs inside the core, so it only talks to the workers; what it
+ * cannot do there (a worker that cannot be told) is flagged for
+ * ea__agent_core_done().
+ */
+#include "agent_int.h"
+
+#include "ea_log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One `progress` line per this long while training: a person following
+ * the log sees the job move without a line per step (steps of the built-in
+ * model take milliseconds; per-step lines are at debug level). */
+#define PROGRESS_INTERVAL_MS 10000
+
+/* A plan's NCCL unique id is copied into a COMMIT as is (order_commit). */
+_Static_assert(EA_RDZV_NCCL_ID_BYTES == EA_COMM_NCCL_ID_BYTES, "NCCL unique id size");
+
+const char *ea__agent_wstate_str(ea__wstate s) {
+  static const char *const n[] = {"starting", "idle",   "preparing", "ready", "training",
+                                  "failed",   "paused", "done",      "exited"};
+  return s <= EA__W_EXITED ? n[s] : "?";
+}
+
+bool ea__agent_workers_running(const ea__agent *a) {
+  for (uint32_t k = 0; a->sup && k < a->wpn; k++)
+    if (ea__sup_running(a->sup, k)) return true;
+  return false;
+}
+
+/* ---- orders to the workers ------------------------------------------------------- */
+
+/* Send one message to worker k.  A worker that is not running will get the
+ * current order when it says HELLO; one that cannot be told (its socket
+ * is full or closed) is reported failed after the core call returns. */
+static void wsend(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
+  int rc = ea__sup_send(a->sup, k, m);
+  if (rc == 0 || rc == -ESRCH) return;
+  ea_log(EA_LOG_WARN, "worker", "worker %u: cannot send %s: %s", k, ea_ipc_type_name(m->type),
+         strerror(-rc));
+  a->w[k].fail_pending = true;
+}
+
+static void send_prepare(ea__agent *a, uint32_t k) {
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_PREPARE);
+  m->gen = a->prep.g64;
+  /* Now, not at a boundary: the order does not say whether the old
+   * communicator is still healthy (a join) or stuck on a partitioned peer
+   * (a failure), and waiting out a stuck allreduce costs the op timeout.
+   * For a join the core has already waited for a step boundary before
+   * ordering this, so at most the step in flight is recomputed. */
+  m->at_boundary = false;
+  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->prep.rank_base == 0 && k == 0;
+  a->w[k].gen = a->prep.g64;
+  if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED)
+    a->w[k].state = EA__W_PREPARING;
+  wsend(a, k, m);
+}
+
+static void order_prepare(ea__agent *a, const ea_rdzv_order *o) {
+  char g[48];
+  ea_rdzv_gen_str(&o->gen, g, sizeof g);
+  a->prep.active = true;
+  a->prep.gen = o->gen;
+  a->prep.g64 = ea_rdzv_gen_u64(&o->gen);
+  a->prep.rank_base = o->rank_base;
+  a->prep.world = o->world;
+  a->prep.at_ms = ea__agent_mono_ms();
+  a->run.active = false;
+  ea__agent_stall(a, "a new generation");
+  ea_log(EA_LOG_INFO, "generation", "prepare gen=%s world=%u ranks=%u-%u", g, o->world,
+         o->rank_base, o->rank_base + o->wpn - 1);
+  if (a->job) ea__job_local_done(a->job, 0, 0);
+  if (a->launch) {
+    ea__agent_restart_prepare(a, o);
+    return;
+  }
+  for (uint32_t k = 0; k < a->wpn; k++) send_prepare(a, k);
+}
+
+static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
+  const ea_rdzv_plan *p = o->plan;
+  char g[48];
+  ea_rdzv_gen_str(&p->gen, g, sizeof g);
+  int me = -1;
+  for (uint32_t i = 0; i < p->nnodes; i++)
+    if (ea_node_id_cmp(&p->nodes[i].id, &a->id) == 0) me = (int)i;
+  if (me < 0 || p->wpn != a->wpn) { /* the core checked this; be loud if not */
+    ea_log(EA_LOG_ERROR, "generation", "commit gen=%s does not include this node", g);
+    return;
+  }
+  uint64_t t = ea__agent_mono_ms();
+  a->run.active = true;
+  a->run.gen = p->gen;
+  a->run.g64 = ea_rdzv_gen_u64(&p->gen);
+  a->run.rank_base = (uint32_t)me * p->wpn;
+  a->run.world = p->world;
+  a->run.nnodes = p->nnodes;
+  a->run.first_step_seen = false;
+  a->run.commit_ms = t;
+  a->prep.active = false;
+  a->gens_committed++;
+  a->last_formation_ms = a->prep.at_ms ? t - a->prep.at_ms : 0;
+  a->last_stall_ms = a->stall_ms ? t - a->stall_ms : 0;
+  if (a->launch) {
+    ea__agent_restart_commit(a, p, (uint32_t)me, g);
+    return;
+  }
+
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_COMMIT);
+  m->gen = a->run.g64;
+  m->world = p->world;
+  m->sync_root = p->has_sync ? p->sync_rank : 0;
+  m->backend = a->backend;
+  m->timeout_ms = a->o->cfg.distributed.communication_timeout_seconds * 1000u;
+  bool ok = true;
+  if (a->backend == EA_COMM_TCP) {
+    if (p->world > EA_IPC_MAX_PEERS) {
+      ea_log(EA_LOG_ERROR, "generation",
+             "gen=%s: world %u is larger than the tcp backend's %u ranks; use nccl", g, p->world,
+             EA_IPC_MAX_PEERS);
+      ok = false;
+    }
+    for (uint32_t r = 0; ok && r < p->world; r++)
+      ea_addr_str(&p->ranks[r].listen, m->peers[r], sizeof m->peers[r]);
+    m->npeers = ok ? p->world : 0;
+  } else {
+    if (!p->has_nccl_id) {
+      ea_log(EA_LOG_ERROR, "generation", "gen=%s: nccl plan without a unique id", g);
+      ok = false;
+    }
+    m->has_nccl_id = p->has_nccl_id;
+    memcpy(m->nccl_id, p->nccl_id, sizeof m->nccl_id);
+  }
+  /* Checkpoints: every rank stages its shard after each multiple of the
+   * interval; with no live state anywhere (a cold start) the sync root
+   * loads one first.  --resume-from names it for the first cold start
+   * only: after training ran from it, a cold start takes the newest. */
+  const ea_config *cfg = &a->o->cfg;
+  m->ckpt_interval = cfg->checkpoint.save_interval_steps;
+  m->ckpt_skip = m->ckpt_interval && strcmp(cfg->checkpoint.busy_policy, "skip") == 0;
+  memcpy(m->ckpt_dir, a->ckpt_dir, sizeof m->ckpt_dir);
+  const char *resume = NULL;
+  if (!p->has_sync) {
+    if (a->o->resume_from[0] && !a->ck.resume_done)
+      resume = a->o->resume_from;
+    else if (cfg->checkpoint.resume_from_last)
+      resume = "latest";
+  }
+  if (resume) {
+    memcpy(m->resume, resume, strlen(resume) + 1);
+    m->ckpt_verify_size = strcmp(cfg->checkpoint.verify_on_resume, "size") == 0;
+  }
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    a->w[k].gen = a->run.g64;
+    if (!ok) {
+      a->w[k].fail_pending = true;
+      continue;
+    }
+    m->rank = a->run.rank_base + k;
+    a->w[k].state = EA__W_TRAINING;
+    wsend(a, k, m);
+  }
+
+  /* One line per generation: who, as which ranks, from which state, and
+   * how long training stood still on this node. */
+  char names[512];
+  size_t off = 0;
+  names[0] = 0;
+  for (uint32_t i = 0; i < p->nnodes && off + 2 < sizeof names; i++) {
+    int w = snprintf(names + off, sizeof names - off, "%s%s", i ? "," : "",
+                     p->nodes[i].name[0] ? p->nodes[i].name : "?");
+    if (w < 0) break;
+    off += (size_t)w < sizeof names - off ? (size_t)w : sizeof names - off - 1;
+  }
+  char sync[64];
+  if (p->has_sync)
+    snprintf(sync, sizeof sync, "rank %u at step %" PRIu64, p->sync_rank, p->sync_step);
+  else if (resume)
+    snprintf(sync, sizeof sync, "none (no live state): resume %.30s", resume);
+  else
+    snprintf(sync, sizeof sync, "none (no live state)");
+  ea_log(EA_LOG_INFO, "generation",
+         "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
+         " stalled_ms=%" PRIu64 "%s%s",
+         g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
+         a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
+         a->stall_ms ? a->stall_why : "");
+}
+
+static void order_pause(ea__agent *a, const char *why) {
+  ea_ipc_msg *m = a->ipc;
+  ea_ipc_msg_init(m, EA_IPC_PAUSE);
+  snprintf(m->reason, sizeof m->reason, "%s", why ? why : "paused");
+  a->run.active = false;
+  a->prep.active = false;
+  ea__agent_stall(a, "paused");
+  /* A lost quorum is worth a warning; a formation abandoned for a newer
+   * one (every recovery from a crash has one) is not. */
+  ea_log(why && strncmp(why, "no quorum", 9) == 0 ? EA_LOG_WARN : EA_LOG_INFO, "generation",
+         "paused: %s", why ? why : "?");
+  if (a->launch) { /* a torchrun program cannot wait without its group */
+    ea__launch_stop_all(a->launch, a->o->cfg.runtime.stop_grace_seconds * 1000u);
+    return;
+  }
+  for (uint32_t k = 0; k < a->wpn; k++) wsend(a, k, m);
+}
+
+/* io.order: runs inside the core; talks to the workers only. */
+void ea__agent_io_order(void *ctx, const ea_rdzv_order *o) {
+  ea__agent *a = ctx;
+  if (a->phase == EA__PHASE_CLOSING) return;
+  switch (o->kind) {
+    case EA_RDZV_DO_PREPARE:
+      if (a->sup) order_prepare(a, o);
+      break;
+    case EA_RDZV_DO_COMMIT:
+      if (a->sup) order_commit(a, o);
+      break;
+    case EA_RDZV_DO_PAUSE:
+      if (a->sup) order_pause(a, o->why);
+      break;
+    case EA_RDZV_DO_DRAINED:
+      a->run.active = a->prep.active = false;
+      a->drained_order = true;
+      snprintf(a->drained_why, sizeof a->drained_why, "%s", o->why ? o->why : "drained");
+      break;
+    default:
+      break;
+  }
+}
+
+/* ---- what the workers say ---------------------------------------------------------- */
+
+static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
+  if (ea_log_enabled(EA_LOG_DEBUG))
+    ea_log(EA_LOG_DEBUG, "step",
+           "worker=%u gen=%" PRIu64 " rank=%u world=%u step=%" PRIu64
+           " loss=%.6f digest=%016" PRIx64 " ms=%.2f",
+           k, m->gen, a->run.rank_base + k, a->run.world, m->step, m->loss, m->digest,
+           m->seconds * 1e3);
+  if (!a->run.first_step_seen && a->run.active && m->gen == a->run.g64) {
+    a->run.first_step_seen = true;
+    uint64_t t = ea__agent_mono_ms();
+    char g[48];
+    ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
+    if (a->gens_committed == 1) {
+      ea_log(EA_LOG_INFO, "recovery", "training started gen=%s world=%u step=%" PRIu64, g,
+             a->run.world, m->step);
+    } else if (a->stall_ms) {
+      a->recoveries++;
+      ea_log(EA_LOG_INFO, "recovery",
+             "training again gen=%s world=%u step=%" PRIu64 " after=%s stalled_ms=%" PRIu64
+             " commit_to_step_ms=%" PRIu64,
+             g, a->run.world, m->step, a->stall_why, t - a->stall_ms, t - a->run.commit_ms);
+    } else {
+      ea_log(EA_LOG_INFO, "recovery", "training gen=%s world=%u step=%" PRIu64, g, a->run.world,
+             m->step);
+    }
+    a->stall_ms = 0;
+  }
+  uint64_t now = ea__agent_now_ms(a);
+  if (k == 0 && now - a->progress_ms >= PROGRESS_INTERVAL_MS) {
+    double rate =
+        a->progress_ms && m->step > a->progress_step
+            ? (double)(m->step - a->progress_step) * 1000.0 / (double)(now - a->progress_ms)
+            : 0.0;
+    ea_log(EA_LOG_INFO, "progress",
+           "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
+           ea_rdzv_gen64_term(m->gen),
+           a->run.world, m->step, m->loss, rate);
+    a->progress_ms = now;
+    a->progress_step = m->step;
+  }
+}
+
+static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
+  ea__agent *a = ctx;
+  if (a->phase == EA__PHASE_CLOSING || k >= a->wpn) return;
+  ea__agent_wk *w = &a->w[k];
+  uint64_t now = ea__agent_now_ms(a);
+  /* The checkpoint messages sit outside the enum (ea_ipc.h says why). */
+  if ((int)m->type == EA_IPC_CKPT_STAGED || (int)m->type == EA_IPC_CKPT_SKIPPED) {
+    ea__agent_ckpt_from_worker(a, k, m);
+    return;
+  }
+  if ((int)m->type == EA_IPC_CKPT_LOADED) {
+    ea__agent_ckpt_loaded(a, k, m);
+    return;
+  }
+  switch (m->type) {
+    case EA_IPC_HELLO:
+      w->pid = (int)m->pid;
+      w->state = EA__W_IDLE;
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      snprintf(w->comm, sizeof w->comm, "%s", m->comm_addr);
+      ea_log(EA_LOG_INFO, "worker", "worker %u hello pid=%" PRIu64 " comm=%s step=%" PRIu64, k,
+             m->pid, m->comm_addr, m->next_step);
+      /* Spawned while a generation forms: the order may have gone out
+       * before it could read (then it is queued in its socket already). */
+      if (a->prep.active && w->gen != a->prep.g64 && a->phase <= EA__PHASE_DRAINING)
+        send_prepare(a, k);
+      break;
+    case EA_IPC_READY: {
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      if (!a->prep.active || m->gen != a->prep.g64) {
+        ea_log(EA_LOG_DEBUG, "worker", "worker %u ready for gen %" PRIu64 ": not the one prepared",
+               k, m->gen);
+        break;
+      }
+      ea_addr la;
+      if (ea_addr_parse(m->comm_addr, 0, &la) < 0 || la.port == 0) {
+        ea_log(EA_LOG_ERROR, "worker",
+               "worker %u: comm address '%s' is not a numeric ip:port (set EA_COMM_BIND)", k,
+               m->comm_addr);
+        w->state = EA__W_FAILED;
+        ea_rdzv_worker_failed(a->rdzv, now, k);
+        ea__agent_core_done(a);
+        break;
+      }
+      w->state = EA__W_READY;
+      ea_log(EA_LOG_DEBUG, "worker",
+             "worker %u ready gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64, k, m->gen,
+             m->next_step, m->digest);
+      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, m->next_step,
+                           m->has_nccl_id ? m->nccl_id : NULL);
+      ea__agent_core_done(a);
+      break;
+    }
+    case EA_IPC_STEP:
+      a->ck.resume_done = true; /* training runs: a --resume-from has been acted on */
+      w->next_step = m->step + 1;
+      w->loss = m->loss;
+      w->has_loss = true;
+      w->digest = m->digest;
+      w->step_s = m->seconds;
+      if (w->state != EA__W_PREPARING && w->state != EA__W_READY) w->state = EA__W_TRAINING;
+      a->last_loss = m->loss;
+      a->has_loss = true;
+      log_step(a, k, m);
+      ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
+      ea__agent_core_done(a);
+      break;
+    case EA_IPC_FAILED:
+      w->next_step = m->next_step;
+      if (m->gen != w->gen) {
+        /* About a communicator we already told it to abandon. */
+        ea_log(EA_LOG_INFO, "worker", "worker %u: gen %" PRIu64 " ended: %s (superseded)", k,
+               m->gen, m->message);
+        break;
+      }
+      w->state = EA__W_FAILED;
+      a->worker_failures++;
+      ea__agent_stall(a, "a worker's communicator failed");
+      ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s", k,
+             m->gen, m->next_step, m->message);
+      ea_rdzv_worker_failed(a->rdzv, now, k);
+      ea__agent_core_done(a);
+      break;
+    case EA_IPC_ABORTED:
+      w->state = EA__W_PAUSED;
+      w->next_step = m->next_step;
+      break;
+    case EA_IPC_DONE:
+      w->next_step = m->next_step;
+      w->digest = m->digest;
+      if (w->state != EA__W_DONE)
+        ea_log(EA_LOG_INFO, "train", "worker %u finished: step=%" PRIu64 " digest=%016" PRIx64, k,
+               m->next_step, m->digest);
+      w->state = EA__W_DONE;
+      w->done_gen = m->gen;
+      ea__agent_local_done_check(a, m->next_step);
+      break;
+    case EA_IPC_EXITING:
+      ea_log(m->code ? EA_LOG_WARN : EA_LOG_INFO, "worker", "worker %u exiting code=%d: %s", k,
+             m->code, m->reason);
+      break;
+    default:
+      break;
+  }
+}
+
+static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
+  ea__agent *a = ctx;
+  if (k >= a->wpn) return;
+  ea__agent_wk *w = &a->w[k];
+  w->state = EA__W_EXITED;
+  w->pid = 0;
+  w->gen = 0; /* its successor has been told nothing */
+  if (a->phase >= EA__PHASE_STOPPING) {
+    if (a->phase == EA__PHASE_STOPPING && !ea__agent_workers_running(a)) {
+      ea_log(EA_LOG_INFO, "leave", "workers stopped; leaving the cluster");
+      ea__agent_leave_now(a);
+    }
+    return;
+  }
+  if (a->launch) { /* restart mode: launch.c tells finished from failed */
+    ea__launch_on_exit(a->launch, k, status, sig);
+    return;
+  }
+  if (a->mode == EA__MODE_LIBRARY && status == 0 && sig == 0 && a->run.active) {
+    /* A program that exits 0 has finished (it re-forms in place otherwise). */
+    w->state = EA__W_DONE;
+    w->done_gen = a->run.g64;
+    ea_log(EA_LOG_INFO, "worker", "worker %u finished (exit status 0)", k);
+    ea__agent_local_done_check(a, w->next_step);
+    return;
+  }
+  a->worker_failures++;
+  ea__agent_stall(a, "a worker exited");
+  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d", k, status,
+         sig);
+  ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
+  ea__agent_core_done(a);
+  if (a->phase >= EA__PHASE_STOPPING) return; /* the report drained us */
+  uint32_t max = a->o->cfg.runtime.max_restarts;
+  if (w->restarts >= max) {
+    ea_log(EA_LOG_ERROR, "worker",
+           "worker %u failed %u time%s after %u restart%s (runtime.max_restarts): draining "
+           "this node",
+           k, w->restarts + 1, w->restarts ? "s" : "", w->restarts, w->restarts == 1 ? "" : "s");
+    ea__agent_begin_drain(a, "a worker kept failing", false);
+    return;
+  }
+  w->restarts++;
+  a->worker_restarts++;
+  w->state = EA__W_STARTING;
+  int rc = ea__sup_start(a->sup, k);
+  ea_log(rc ? EA_LOG_ERROR : EA_LOG_INFO, "worker", "worker %u restart %u of %u%s%s", k,
+         w->restarts, max, rc ? ": " : "", rc ? strerror(-rc) : "");
+  if (rc) {
+    w->state = EA__W_EXITED;
+    ea__agent_begin_drain(a, "a worker cannot be restarted", false);
+  }
+}
+
+/* ---- start ------------------------------------------------------------------------ */
+
+int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
+  if (strcmp(a->o->role, "observer") == 0) {
+    a->wpn = 0; /* observers never train (ea_rdzv never picks them) */
+    return 0;
+  }
+  a->ipc = malloc(sizeof *a->ipc);
+  a->w = calloc(a->wpn, sizeof *a->w);
+  if (!a->ipc || !a->w) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  /* Workers listen on the address the cluster knows this node by. */
+  ea_addr cb = *ea_transport_addr(a->tr);
+  cb.port = 0;
+  char bind[80];
+  ea_addr_str(&cb, bind, sizeof bind);
+  uint32_t grace = a->o->cfg.runtime.stop_grace_seconds * 1000u;
+  ea__sup_opts so = {.workers = a->wpn,
+                     .worker_command = a->o->cfg.compute.worker_command,
+                     .argv = a->o->worker_argc > 0 ? a->o->worker_argv : NULL,
+                     .no_ipc = a->mode == EA__MODE_TORCHRUN,
+                     .config_path = a->job_path,
+                     .comm_bind = bind,
+                     .stop_grace_ms = grace,
+                     .term_grace_ms = grace};
+  ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
+  int rc = ea__agent_ckpt_start(a, err, errlen);
+  if (rc < 0) return rc;
+  rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
+  if (rc < 0) {
+    snprintf(err, errlen, "worker supervisor: %s", strerror(-rc));
+    return rc;
+  }
+  if (a->mode == EA__MODE_TORCHRUN) return ea__agent_restart_start(a, err, errlen);
+  rc = ea__sup_start_all(a->sup);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot start the workers: %s", uv_strerror(rc));
+    return rc;
+  }
+  return 0;
+}
