@@ -165,9 +165,13 @@ START_TEST(defaults_are_documented_and_valid) {
   ck_assert_str_eq(c->logging.level, "info");
   ck_assert_str_eq(c->logging.format, "text");
   ck_assert_str_eq(c->logging.file, "");
-  ck_assert_uint_eq(c->runtime.failure_retry_times, 3);
+  ck_assert_str_eq(c->compute.protocol, "auto");
+  ck_assert_uint_eq(c->runtime.max_restarts, 3);
   ck_assert_uint_eq(c->runtime.rendezvous_timeout_seconds, 30);
   ck_assert_uint_eq(c->runtime.join_retry_max_ms, 5000);
+  ck_assert_uint_eq(c->runtime.stop_grace_seconds, 5);
+  ck_assert_uint_eq(c->runtime.lost_peer_grace_ms, 500);
+  ck_assert_uint_eq(c->aliases_used, 0);
   ea_swim_config swim;
   ea_swim_config_default(&swim);
   ck_assert_int_eq(memcmp(&c->membership, &swim, sizeof swim), 0);
@@ -241,7 +245,7 @@ START_TEST(example_has_every_key_and_loads_to_defaults) {
   char *dump = dump_alloc(def);
   key_info *keys = calloc(MAX_KEYS, sizeof *keys);
   size_t n = dump_keys(dump, keys, MAX_KEYS);
-  ck_assert_uint_eq(n, 49); /* the keys of include/ea_config.h, counted by hand */
+  ck_assert_uint_eq(n, 52); /* the keys of include/ea_config.h, counted by hand */
   char *text = read_text("examples/job.yaml", NULL);
   for (size_t i = 0; i < n; i++) {
     char sec[64], line[128];
@@ -358,6 +362,70 @@ START_TEST(empty_files_give_defaults) {
   ck_assert_int_eq(memcmp(c, def, sizeof *c), 0);
   free(c);
   free(def);
+}
+END_TEST
+
+/* runtime.failure_retry_times is the old name of runtime.max_restarts: it
+ * loads and sets the same field, is remembered for one warning, is neither
+ * dumped nor hashed, and giving both names is a duplicate. */
+START_TEST(old_key_name_still_works) {
+  ea_config *c = cfg_new(), *def = cfg_new();
+  char err[512] = "", note[256];
+  ck_assert_int_eq(ea_config_deprecations(c, note, sizeof note), 0);
+  ck_assert_str_eq(note, "");
+  write_job("runtime:\n  failure_retry_times: 7\n");
+  ck_assert_msg(ea_config_load(c, g_path, err, sizeof err) == 0, "%s", err);
+  ck_assert_uint_eq(c->runtime.max_restarts, 7);
+  ck_assert_int_eq(ea_config_deprecations(c, note, sizeof note), 1);
+  ck_assert_str_eq(note, "runtime.failure_retry_times is the old name of runtime.max_restarts");
+  char *dump = dump_alloc(c);
+  ck_assert_ptr_null(strstr(dump, "\n  failure_retry_times:"));
+  ck_assert_ptr_nonnull(strstr(dump, "\n  max_restarts: 7\n"));
+  free(dump);
+  /* the same value under the new name hashes the same */
+  ck_assert_int_eq(ea_config_set(def, "runtime.max_restarts", "7", err, sizeof err), 0);
+  ck_assert_uint_eq(ea_config_hash(c), ea_config_hash(def));
+  ck_assert_int_eq(ea_config_deprecations(def, note, sizeof note), 0);
+  /* --set with the old name */
+  ck_assert_int_eq(ea_config_set(def, "runtime.failure_retry_times", "9", err, sizeof err), 0);
+  ck_assert_uint_eq(def->runtime.max_restarts, 9);
+  ck_assert_int_eq(ea_config_deprecations(def, note, sizeof note), 1);
+  /* both names in one file */
+  ea_config *e = cfg_new();
+  write_job("runtime:\n  max_restarts: 2\n  failure_retry_times: 5\n");
+  ck_assert_int_eq(ea_config_load(e, g_path, err, sizeof err), -EINVAL);
+  char want[600];
+  snprintf(want, sizeof want,
+           "%s:3: runtime.failure_retry_times: duplicate key (first given on line 2 under another "
+           "name)",
+           g_path);
+  ck_assert_str_eq(err, want);
+  ck_assert_uint_eq(e->runtime.max_restarts, 3);
+  free(e);
+  free(def);
+  free(c);
+}
+END_TEST
+
+/* ea_config_changed_keys names exactly the keys of a section that differ
+ * from the defaults (what a launch mode warns about). */
+START_TEST(changed_keys_of_a_section) {
+  ea_config *c = cfg_new();
+  char err[256], out[512];
+  ck_assert_int_eq(ea_config_changed_keys(c, "train", out, sizeof out), 0);
+  ck_assert_str_eq(out, "");
+  ck_assert_int_eq(ea_config_set(c, "train.steps", "10", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_set(c, "train.lr", "0.5", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_set(c, "checkpoint.keep_last", "4", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_changed_keys(c, "train", out, sizeof out), 2);
+  ck_assert_str_eq(out, "train.steps, train.lr");
+  ck_assert_int_eq(ea_config_changed_keys(c, "checkpoint", out, sizeof out), 1);
+  ck_assert_str_eq(out, "checkpoint.keep_last");
+  /* set back to the default: no longer changed */
+  ck_assert_int_eq(ea_config_set(c, "train.lr", "0.003", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_changed_keys(c, "train", out, sizeof out), 1);
+  ck_assert_int_eq(ea_config_changed_keys(c, "nosuch", out, sizeof out), 0);
+  free(c);
 }
 END_TEST
 
@@ -991,6 +1059,8 @@ static Suite *config_suite(void) {
   tcase_add_loop_test(tc, empty_files_give_defaults, 0,
                       (int)(sizeof empty_files / sizeof empty_files[0]));
   tcase_add_test(tc, load_overlays_only_given_keys);
+  tcase_add_test(tc, old_key_name_still_works);
+  tcase_add_test(tc, changed_keys_of_a_section);
   tcase_add_test(tc, booleans_accept_yaml_words);
   tcase_add_loop_test(tc, bad_file_exact_message, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
   tcase_add_test(tc, error_after_good_keys_leaves_config_unchanged);
