@@ -172,6 +172,10 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_stall_s = e->stall_seconds;
       k->last_wait_s = e->wait_seconds;
       if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
+      /* The built-in job may be over now (its final checkpoint): the job
+       * module judges and, as controller, tells the others (no call back
+       * into the checkpoint code). */
+      ea__agent_job_sync(a);
       break;
     case EA__CKPT_EV_FAILED:
     case EA__CKPT_EV_STALE:

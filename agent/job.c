@@ -498,10 +498,10 @@ static void churn_check(ea__job *J, const ea_rdzv_status *st) {
   if (J->have_fail) ea__job_failure_str(&J->fail, fs, sizeof fs);
   ea_log(EA_LOG_ERROR, "alert",
          "generation churn: %u generations in a row failed within %u s of their commit: %s%s%s; "
-         "each next one waits longer (now %" PRIu64 " ms, at most "
+         "each next restart waits longer (the next up to %" PRIu64 " ms, at most %u ms: "
          "runtime.rendezvous_timeout_seconds)",
          st->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, st->churn_why, fs[0] ? "; latest: " : "", fs,
-         st->churn_wait_ms);
+         ea_rdzv_churn_delay_ms(st->churn + 1, J->o.churn_cap_ms, UINT64_MAX), J->o.churn_cap_ms);
 }
 
 void ea__job_update(ea__job *J, const ea__job_view *v) {

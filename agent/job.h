@@ -157,6 +157,7 @@ typedef struct {
   uint64_t train_steps; /* builtin: the last step */
   bool ckpt_on;         /* builtin: checkpoints are taken (the final one counts) */
   uint32_t max_restarts;
+  uint32_t churn_cap_ms; /* the longest back-off (runtime.rendezvous_timeout_seconds) */
   ea_node_id self;
   const char *name;
 } ea__job_opts;

@@ -230,6 +230,7 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                      .train_steps = a->o->cfg.train.steps,
                      .ckpt_on = a->o->cfg.checkpoint.save_interval_steps > 0,
                      .max_restarts = a->o->cfg.runtime.max_restarts,
+                     .churn_cap_ms = a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u,
                      .self = a->id,
                      .name = a->o->name};
   ea__job_cbs jc = {.send = job_send, .end = job_end};

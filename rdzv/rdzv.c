@@ -201,8 +201,9 @@ struct ea_rdzv {
     uint64_t deadline;
     uint64_t resend_at; /* PREPARE again to whoever has not answered */
     /* It re-forms the same nodes after a worker failed: the plan counts one
-     * more restart (ea_rdzv_plan.restarts). */
+     * more restart (ea_rdzv_plan.restarts), and churn becomes churn_next. */
     bool restart;
+    uint32_t churn_next;
     uint64_t restarts_seen; /* the most any READY of it knew */
   } f;
   /* The last plan we committed, for a member whose COMMIT was lost: its
@@ -234,11 +235,16 @@ struct ea_rdzv {
   uint64_t formed_at; /* when we learned the formed generation (its commit) */
   /* The restart count of the newest plan known here (ea_rdzv_plan.restarts). */
   uint64_t restarts;
-  /* Churn damping (EA_RDZV_CHURN_WINDOW_MS): the streak, its number and
-   * reason, and no formation after a failure before churn_until. */
+  /* Churn damping (EA_RDZV_CHURN_WINDOW_MS): restarts in a row whose
+   * generation failed soon after its commit (churn), the streak's number
+   * and latest reason; the formed generation broke at broken_at, soon
+   * (short_lived) or not, and its restart waits a delay jittered by
+   * churn_jit, drawn once per break. */
   uint32_t churn;
-  uint64_t churn_streak, churn_until;
+  uint64_t churn_streak;
   char churn_why[96];
+  uint64_t broken_at, churn_jit;
+  bool short_lived;
   /* The job was given up (sticky: nothing more is formed). */
   uint8_t job_fail;
   char job_why[EA_RDZV_REASON_MAX];
@@ -1101,6 +1107,15 @@ static void commit(ea_rdzv *r) {
   ea_rdzv_plan *p = &m.plan;
   p->restarts = restarts;
   r->restarts = restarts;
+  /* The churn streak: a restart extends it (or starts one), anything else
+   * (a membership change, a join) ends it. */
+  if (r->f.restart) {
+    if (r->f.churn_next == 1) r->churn_streak++;
+    r->churn = r->f.churn_next;
+    snprintf(r->churn_why, sizeof r->churn_why, "%s", r->broken_why);
+  } else {
+    r->churn = 0;
+  }
   p->gen = r->f.gen;
   p->nnodes = n;
   p->wpn = wpn;
@@ -1247,20 +1262,23 @@ uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64) 
   return d / 2 + r64 % (d - d / 2); /* in [d/2, d) */
 }
 
-/* The formed generation broke by a worker failure (`why`): extend the churn
- * streak if it did so soon after its commit for the reason the last one
- * did, else start a new streak with it. */
-static void churn_note(ea_rdzv *r, const char *why) {
-  bool soon = r->formed_at && r->now - r->formed_at <= EA_RDZV_CHURN_WINDOW_MS;
-  if (soon && r->churn && strcmp(r->churn_why, why) == 0) {
-    r->churn++;
-  } else {
-    r->churn = 1;
-    r->churn_streak++;
-    snprintf(r->churn_why, sizeof r->churn_why, "%s", why);
-  }
-  r->churn_until = r->now + ea_rdzv_churn_delay_ms(r->churn, r->cfg.rendezvous_timeout_ms,
-                                                   rng_next(r));
+/* The formed generation broke by a worker failure: note when, and whether
+ * soon after its commit (a restart of it extends the churn streak). */
+static void churn_note(ea_rdzv *r) {
+  r->broken_at = r->now;
+  r->short_lived = r->formed_at && r->now - r->formed_at <= EA_RDZV_CHURN_WINDOW_MS;
+  r->churn_jit = rng_next(r);
+}
+
+/* The streak a restart of the broken formed generation would make, and
+ * when it may start (no sooner than its delay after the break). */
+static uint32_t churn_next(const ea_rdzv *r) {
+  return r->short_lived ? r->churn + 1 : 1;
+}
+
+static uint64_t churn_until(const ea_rdzv *r) {
+  return r->broken_at +
+         ea_rdzv_churn_delay_ms(churn_next(r), r->cfg.rendezvous_timeout_ms, r->churn_jit);
 }
 
 /* Give the job up: nothing more is formed; the agent tells everyone. */
@@ -1317,7 +1335,7 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
       fmt(r->broken_why, sizeof r->broken_why, "%s reported a failure", who);
       if (!r->broken_by_failure) {
         r->broken_by_failure = true;
-        churn_note(r, r->broken_why);
+        churn_note(r);
       }
     } else if (!((m->flags & EA_RDZV_F_RUNNING) && gen_eq(&m->gen, &r->formed)) &&
                !(m->flags & EA_RDZV_F_PREPARING) &&
@@ -1607,6 +1625,10 @@ static bool ctrl_step(ea_rdzv *r) {
   if (r->churn && !r->formed_broken && r->formed_at &&
       r->now - r->formed_at > EA_RDZV_CHURN_WINDOW_MS)
     r->churn = 0;
+  /* The same nodes again after a worker failed: a restart (counted when it
+   * commits).  A node lost (or excluded) makes it a membership change,
+   * which is neither counted nor damped. */
+  bool restart = r->formed_broken && r->broken_by_failure;
   bool minn_wait = false;
   uint32_t minn_have = 0;
   if (r->formed.term == 0) {
@@ -1649,18 +1671,15 @@ static bool ctrl_step(ea_rdzv *r) {
       if (lost) stop_formed(r, true);
       minn_wait = true;
       minn_have = nd;
-    } else if (r->churn >= 2 && r->now < r->churn_until) {
+    } else if ((restart = restart && nsurv == r->nformed) && r->now < churn_until(r)) {
       fmt(why, cap,
-          "backing off %" PRIu64 " ms: %u generations in a row failed within %u s of their "
-          "commit (%s)",
-          r->churn_until - r->now, r->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, r->churn_why);
+          "backing off %" PRIu64 " ms before restart %u in a row of a generation that failed "
+          "within %u s of its commit (%s)",
+          churn_until(r) - r->now, churn_next(r), EA_RDZV_CHURN_WINDOW_MS / 1000, r->broken_why);
     } else {
-      /* The same nodes again after a worker failed: a restart (counted
-       * when it commits).  A node lost (or excluded) makes it a membership
-       * change instead. */
-      bool restart = r->broken_by_failure && nsurv == r->nformed;
       start_formation(r, draft, nd, false);
       r->f.restart = restart && r->f.phase;
+      r->f.churn_next = churn_next(r);
       changed = true;
     }
   } else if (njoin > 0 && nsurv < maxn) {
@@ -2027,10 +2046,8 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
   if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
   for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
-  if (r->churn) {
-    soonest(&d, now, r->churn_until);
-    if (r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
-  }
+  if (r->formed_broken && r->broken_by_failure) soonest(&d, now, churn_until(r));
+  if (r->churn && r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
   if (r->minn_since) soonest(&d, now, r->minn_since + r->cfg.min_nodes_timeout_ms);
   return d;
 }
@@ -2110,7 +2127,7 @@ void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
   out->churn = r->churn;
   out->churn_streak = r->churn_streak;
   snprintf(out->churn_why, sizeof out->churn_why, "%s", r->churn_why);
-  out->churn_wait_ms = r->churn >= 2 && r->formed_broken && r->churn_until > r->now
-                           ? r->churn_until - r->now
+  out->churn_wait_ms = r->formed_broken && r->broken_by_failure && churn_until(r) > r->now
+                           ? churn_until(r) - r->now
                            : 0;
 }

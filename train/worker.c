@@ -395,13 +395,16 @@ static void ckpt_skipped(worker *w, uint64_t step, const char *fmt, ...) {
 /* The trainer has just completed `step` steps: stage this rank's shard of
  * that state if a checkpoint is due. */
 static void maybe_checkpoint(worker *w, uint64_t step) {
-  if (!w->ckpt_interval || step % w->ckpt_interval) return;
+  /* The last step is always saved: the job ends there (job.h: success is
+   * train.steps reached with its final checkpoint committed). */
+  const bool last = step == w->steps;
+  if (!w->ckpt_interval || (step % w->ckpt_interval && !last)) return;
   const double t0 = now_s();
   double waited = 0;
   pthread_mutex_lock(&w->mu);
   if (w->ckpt_inflight) {
     const uint64_t prev = w->ckpt_inflight_step;
-    if (w->ckpt_skip) {
+    if (w->ckpt_skip && !last) { /* the final one waits: nothing follows it */
       pthread_mutex_unlock(&w->mu);
       ckpt_skipped(w, step, "busy: step %" PRIu64 " is still being written", prev);
       return;
