@@ -246,6 +246,7 @@ typedef struct {
   int exit_status;          /* as from waitpid */
   bool expect_exit0;        /* drained / SIGTERMed: must exit 0 */
   bool expect_death;        /* we killed it (or armed it to die) */
+  bool finished;            /* exited 0 after logging "job finished" (the job reached its end) */
   char ckpt_fault[64];      /* EA_CKPT_FAULT for the next start ("" = none) */
   char gossip[64];
   ea__chaos_status st;      /* last status answered */

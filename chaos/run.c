@@ -205,6 +205,42 @@ static bool running(const ea__chaos_node *n) {
   return n && n->pid > 0;
 }
 
+/* An agent exits 0 by itself when the job reached train.steps (agent/job.c):
+ * its log then says "job finished", and its workers' last lines say where
+ * they finished ("worker K finished: step=S digest=D").  Those stand in for
+ * the status the agent can no longer answer.  Reads the log's last 256 KiB. */
+static bool finished_from_log(ea__chaos_node *n) {
+  char path[CH_PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/agent.%d.log", n->dir, n->starts - 1);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > 256 * 1024) fseek(f, -256 * 1024, SEEK_END);
+  char line[2048];
+  bool fin = false;
+  while (fgets(line, sizeof line, f)) {
+    if (strstr(line, " job finished: ")) fin = true;
+    unsigned k;
+    unsigned long long step;
+    char dig[20];
+    const char *p = strstr(line, " train worker ");
+    if (p && sscanf(p, " train worker %u finished: step=%llu digest=%19s", &k, &step, dig) == 3 &&
+        k < CH_MAX_WPN) {
+      snprintf(n->st.w[k].state, sizeof n->st.w[k].state, "done");
+      n->st.w[k].step = step;
+      snprintf(n->st.w[k].digest, sizeof n->st.w[k].digest, "%s", dig);
+      if (k >= n->st.nworkers) n->st.nworkers = k + 1;
+    }
+  }
+  fclose(f);
+  return fin;
+}
+
+static bool any_finished(const ea__chaos_run *r) {
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].finished) return true;
+  return false;
+}
+
 static void on_reap(void *ctx, pid_t pid, int status) {
   ea__chaos_run *r = ctx;
   for (size_t i = 0; i < r->nnodes; i++) {
@@ -225,7 +261,11 @@ static void on_reap(void *ctx, pid_t pid, int status) {
     else
       snprintf(how, sizeof how, "status 0x%x", status);
     ea__chaos_logf(r, "agent %s (pid %d) ended: %s", n->name, (int)pid, how);
-    if (n->expect_exit0) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !n->expect_death &&
+        finished_from_log(n)) {
+      n->finished = true; /* the job ended: every agent leaves, exit 0 */
+      ea__chaos_logf(r, "agent %s: the job finished", n->name);
+    } else if (n->expect_exit0) {
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         ea__chaos_violate(r, EA__I_CLEAN_EXIT, "agent %s was drained/SIGTERMed and should exit 0: %s",
                           n->name, how);
@@ -451,7 +491,7 @@ static void check_cluster(ea__chaos_run *r) {
   /* The cluster's step never falls back by more than the one step a
    * departed node may have finished alone. */
   uint64_t cs = cluster_step(r);
-  if (cs + 1 < r->max_cluster_step) {
+  if (cs + 1 < r->max_cluster_step && !any_finished(r)) {
     ea__chaos_violate(r, EA__I_PROGRESS, "the highest step held by a live worker fell from %llu to %llu",
                       (unsigned long long)r->max_cluster_step, (unsigned long long)cs);
     r->max_cluster_step = cs;
@@ -1410,6 +1450,7 @@ static bool cond_done(ea__chaos_run *r, void *ctx) {
   (void)ctx;
   for (int s = 1; s <= r->o.nagents; s++) {
     ea__chaos_node *n = slot_node(r, s);
+    if (n && n->finished && all_done(r, &n->st)) continue; /* ended with the job */
     if (!running(n) || !n->st.ok || !all_done(r, &n->st)) return false;
   }
   return true;
