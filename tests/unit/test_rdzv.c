@@ -1383,6 +1383,253 @@ START_TEST(test_random_faults) {
 }
 END_TEST
 
+/* ---- restart mode: restart count, max_restarts, churn, min_nodes -------------- */
+
+/* The first PREPARE (for a generation newer than `after`) after `since`. */
+typedef struct {
+  ea_rdzv_gen after;
+  uint64_t since, at;
+  bool seen;
+} prep_watch;
+
+static h_verdict watch_first_prepare(h_sim *h, int from, int to, const ea_rdzv_msg *m, void *ctx) {
+  (void)from;
+  (void)to;
+  prep_watch *w = ctx;
+  if (!w->seen && m->type == EA_RDZV_PREPARE && ea_rdzv_gen_cmp(&m->gen, &w->after) > 0 &&
+      h->now >= w->since) {
+    w->seen = true;
+    w->at = h->now;
+  }
+  return H_DELIVER;
+}
+
+static ea_rdzv_config cfg_restart(uint32_t max_restarts) {
+  ea_rdzv_config c = cfg_std();
+  c.restart_mode = true;
+  c.max_restarts = max_restarts;
+  return c;
+}
+
+static int controller_of(const h_sim *h) {
+  for (int i = 0; i < h->n; i++)
+    if (h->a[i].up && status_of(h, i).controller) return i;
+  return -1;
+}
+
+START_TEST(test_restarts_counted_and_exhausted) {
+  /* A worker failure re-forms the same nodes: one restart more, in every
+   * member's plan.  A node lost is a membership change: not counted, even
+   * when the survivors' workers fail before gossip says it is dead (as a
+   * torchrun program's gloo calls do).  Past max_restarts the controller
+   * gives the job up instead of committing: nothing newer forms. */
+  ea_rdzv_config c = cfg_restart(2);
+  h_sim *h = h_new(h_seed("restarts_counted"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 4);
+  ck_assert_uint_eq(ea_rdzv_running(h->a[0].r)->restarts, 0);
+  h_fail_worker(h, 1, 0);
+  g = settle_after(h, g, 20000);
+  for (int i = 0; i < 4; i++) {
+    const ea_rdzv_plan *p = ea_rdzv_running(h->a[i].r);
+    ck_assert_uint_eq(p->nnodes, 4);
+    ck_assert_uint_eq(p->restarts, 1);
+    ck_assert_uint_eq(status_of(h, i).restarts, 1);
+  }
+  /* node 3 dies and the others' workers fail at once, before detection */
+  h_crash(h, 3);
+  for (int i = 0; i < 3; i++) h_fail_worker(h, i, 0);
+  g = settle_after(h, g, 20000);
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[0].r);
+  ck_assert_uint_eq(p->nnodes, 3);
+  ck_assert_uint_eq(p->restarts, 1);
+  h_fail_worker(h, 2, 1);
+  g = settle_after(h, g, 20000);
+  ck_assert_uint_eq(ea_rdzv_running(h->a[0].r)->restarts, 2);
+  size_t plans = h->nplans;
+  int ctl = controller_of(h);
+  ck_assert_int_ge(ctl, 0);
+  ck_assert_uint_eq(status_of(h, ctl).job_failed, EA_RDZV_JOB_OK);
+  h_fail_worker(h, 0, 0);
+  h_run_until(h, h->now + 20000);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, plans); /* nothing newer committed */
+  ea_rdzv_status st = status_of(h, ctl);
+  ck_assert_uint_eq(st.job_failed, EA_RDZV_JOB_RESTARTS);
+  ck_assert_msg(strstr(st.job_why, "restarts exhausted: a worker failed after 2 restarts "
+                                   "(runtime.max_restarts 2)") != NULL,
+                "%s", st.job_why);
+  ck_assert_msg(strncmp(st.reason, "job failed: restarts exhausted", 30) == 0, "%s", st.reason);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_churn_delay_bounds) {
+  uint64_t x = h_seed("churn_delay_bounds");
+  ck_assert_uint_eq(ea_rdzv_churn_delay_ms(0, 30000, 7), 0);
+  ck_assert_uint_eq(ea_rdzv_churn_delay_ms(1, 30000, 7), 0);
+  ck_assert_uint_eq(ea_rdzv_churn_delay_ms(5, 0, 7), 0);
+  /* streak k ≥ 2: in [d/2, d) with d = 500 · 2^(k-2), at most cap */
+  const struct {
+    uint32_t k;
+    uint64_t cap, lo, hi;
+  } want[] = {{2, 30000, 250, 500},     {3, 30000, 500, 1000},   {4, 30000, 1000, 2000},
+              {7, 30000, 8000, 16000},  {8, 30000, 15000, 30000}, {40, 30000, 15000, 30000},
+              {6, 3000, 1500, 3000},    {2, 300, 150, 300}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int t = 0; t < 2000; t++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      uint64_t d = ea_rdzv_churn_delay_ms(want[i].k, want[i].cap, x);
+      if (d < lo) lo = d;
+      if (d > hi) hi = d;
+    }
+    ck_assert_msg(lo >= want[i].lo && hi < want[i].hi, "streak %u cap %" PRIu64 ": [%" PRIu64
+                  ", %" PRIu64 "] not in [%" PRIu64 ", %" PRIu64 ")", want[i].k, want[i].cap, lo,
+                  hi, want[i].lo, want[i].hi);
+    /* the jitter spreads: two thousand draws cover most of the range */
+    ck_assert_uint_gt(hi - lo, (want[i].hi - want[i].lo) * 9 / 10);
+  }
+  ck_assert_uint_eq(ea_rdzv_churn_delay_ms(2, 30000, 0), 250);
+}
+END_TEST
+
+START_TEST(test_churn_backs_off) {
+  /* A generation that fails right after every commit: the first restart is
+   * immediate, each further one waits its back-off (rendezvous timeout
+   * 3000 ms caps it), the streak keeps one number; a generation that lives
+   * past the churn window ends it, and the next failure restarts at once. */
+  ea_rdzv_config c = cfg_restart(1000);
+  h_sim *h = h_new(h_seed("churn_backs_off"), 3, &c, true);
+  ea_rdzv_gen g = settle_all(h, 3);
+  prep_watch w;
+  h->filter = watch_first_prepare;
+  h->filter_ctx = &w;
+  const uint64_t lo[] = {0, 250, 500, 1000, 1500, 1500, 1500};
+  const uint64_t hi[] = {200, 500 + 200, 1000 + 200, 2000 + 200, 3000 + 200, 3000 + 200, 3000 + 200};
+  uint64_t streak = 0;
+  for (int k = 0; k < 7; k++) {
+    w = (prep_watch){.after = g, .since = h->now};
+    uint64_t t = h->now;
+    h_fail_worker(h, (k % 3), 1);
+    g = settle_after(h, g, 20000);
+    ck_assert(w.seen);
+    uint64_t gap = w.at - t;
+    ck_assert_msg(gap >= lo[k] && gap < hi[k], "restart %d: prepared %" PRIu64 " ms after the failure, want [%" PRIu64 ", %" PRIu64 ")", k + 1, gap, lo[k], hi[k]);
+    ea_rdzv_status st = status_of(h, controller_of(h));
+    ck_assert_uint_eq(st.churn, (uint32_t)k + 1);
+    if (k == 0) streak = st.churn_streak;
+    ck_assert_uint_eq(st.churn_streak, streak);
+    ck_assert_uint_eq(st.restarts, (uint64_t)k + 1);
+  }
+  h_run_until(h, h->now + EA_RDZV_CHURN_WINDOW_MS + 1000);
+  ck_assert_uint_eq(status_of(h, controller_of(h)).churn, 0);
+  w = (prep_watch){.after = g, .since = h->now};
+  uint64_t t = h->now;
+  h_fail_worker(h, 0, 0);
+  g = settle_after(h, g, 20000);
+  ck_assert_uint_lt(w.at - t, 200);
+  ea_rdzv_status st = status_of(h, controller_of(h));
+  ck_assert_uint_eq(st.churn, 1);
+  ck_assert_uint_eq(st.churn_streak, streak + 1);
+  NO_VIOLATION(h);
+  h->filter = NULL;
+  h_free(h);
+}
+END_TEST
+
+static bool ctl_waits_min_nodes(h_sim *h, void *arg) {
+  (void)arg;
+  int c = controller_of(h);
+  return c >= 0 && strncmp(status_of(h, c).reason, "waiting for min_nodes", 21) == 0;
+}
+
+START_TEST(test_min_nodes_timeout) {
+  /* Two of three needed nodes: the controller gives the job up once it has
+   * waited min_nodes_timeout_ms, not before (boundaries in virtual time);
+   * a third node arriving in time forms the job instead. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  c.min_nodes_timeout_ms = 5000;
+  h_sim *h = h_new(h_seed("min_nodes_timeout"), 3, &c, true);
+  h_start(h, 0);
+  h_start(h, 1);
+  ck_assert(h_run_cond(h, 10000, ctl_waits_min_nodes, NULL));
+  uint64_t t0 = h->now;
+  int ctl = controller_of(h);
+  h_run_until(h, t0 + 4900);
+  ck_assert_uint_eq(status_of(h, ctl).job_failed, EA_RDZV_JOB_OK);
+  h_run_until(h, t0 + 5100);
+  ea_rdzv_status st = status_of(h, ctl);
+  ck_assert_uint_eq(st.job_failed, EA_RDZV_JOB_MIN_NODES);
+  ck_assert_msg(strstr(st.job_why, "min_nodes not reached: 2 of 3 nodes for 5 s") != NULL, "%s",
+                st.job_why);
+  /* sticky: a node arriving now does not revive the job */
+  h_start(h, 2);
+  h_run_until(h, h->now + 10000);
+  ck_assert_uint_eq(h->nplans, 0);
+  h_free(h);
+
+  h = h_new(h_seed("min_nodes_in_time"), 3, &c, true);
+  h_start(h, 0);
+  h_start(h, 1);
+  ck_assert(h_run_cond(h, 10000, ctl_waits_min_nodes, NULL));
+  h_run_until(h, h->now + 4000);
+  h_start(h, 2);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, h->now + 20000, h_cond_settled, &g));
+  h_run_until(h, h->now + 10000);
+  for (int i = 0; i < 3; i++) ck_assert_uint_eq(status_of(h, i).job_failed, EA_RDZV_JOB_OK);
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_codec_restart_count) {
+  /* READY and COMMIT carry the restart count as an extra last element,
+   * only when it is not 0: a message of a job that never restarted has the
+   * old shape (older agents decode it), and an extra element of 0 is
+   * refused. */
+  ea_rdzv_msg m, d;
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_READY;
+  fill_gen(&m.gen, 5, 1);
+  m.nworkers = 1;
+  m.workers[0].listen = mkaddr(1, 29500);
+  m.restarts = 7;
+  d = roundtrip(&m);
+  ck_assert_uint_eq(d.restarts, 7);
+  uint8_t *b0, *b1;
+  size_t n0, n1;
+  ea_rdzv_node nodes[1];
+  ea_rdzv_worker ranks[2];
+  memset(nodes, 0, sizeof nodes);
+  memset(nodes[0].id.b, 0x33, 16);
+  ranks[0] = (ea_rdzv_worker){mkaddr(1, 41234), 0};
+  ranks[1] = (ea_rdzv_worker){mkaddr(1, 0), 0};
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_COMMIT;
+  fill_gen(&m.gen, 6, 2);
+  m.plan = (ea_rdzv_plan){.gen = m.gen, .nnodes = 1, .wpn = 2, .world = 2, .nodes = nodes, .ranks = ranks};
+  ck_assert_int_eq(ea_rdzv_encode(&m, &b0, &n0), 0);
+  m.plan.restarts = 1;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &b1, &n1), 0);
+  ck_assert_uint_eq(n1, n0 + 1); /* one positive fixint more */
+  d = roundtrip(&m);
+  ck_assert_uint_eq(d.plan.restarts, 1);
+  ck_assert(ea_addr_eq(&d.plan.ranks[0].listen, &ranks[0].listen)); /* MASTER_ADDR:PORT */
+  ea_rdzv_msg_release(&d);
+  ea_rdzv_msg o;
+  ck_assert_int_eq(ea_rdzv_decode(b0, n0, &o, NULL), 0);
+  ck_assert_uint_eq(o.plan.restarts, 0);
+  ea_rdzv_msg_release(&o);
+  ck_assert_uint_eq(b1[n1 - 1], 1);
+  b1[n1 - 1] = 0;
+  ck_assert_str_eq(decode_err(b1, n1), "restarts");
+  free(b0);
+  free(b1);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------- */
 
 static Suite *rdzv_suite(void) {
@@ -1414,6 +1661,11 @@ static Suite *rdzv_suite(void) {
       {"drain_all", test_drain_all},
       {"persist_before_send", test_persist_before_send},
       {"random_faults", test_random_faults},
+      {"restarts_counted_and_exhausted", test_restarts_counted_and_exhausted},
+      {"churn_delay_bounds", test_churn_delay_bounds},
+      {"churn_backs_off", test_churn_backs_off},
+      {"min_nodes_timeout", test_min_nodes_timeout},
+      {"codec_restart_count", test_codec_restart_count},
   };
   Suite *s = suite_create("rdzv");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
