@@ -70,7 +70,7 @@ static bool msg_same(const ea_rdzv_msg *a, const ea_rdzv_msg *b) {
              a->boundary == b->boundary;
     case EA_RDZV_READY:
       if (a->nworkers != b->nworkers || a->has_nccl_id != b->has_nccl_id ||
-          !gen_same(&a->formed, &b->formed))
+          !gen_same(&a->formed, &b->formed) || a->restarts != b->restarts)
         return false;
       for (uint32_t i = 0; i < a->nworkers; i++)
         if (!worker_same(&a->workers[i], &b->workers[i])) return false;
@@ -80,7 +80,7 @@ static bool msg_same(const ea_rdzv_msg *a, const ea_rdzv_msg *b) {
       if (p->nnodes != q->nnodes || p->wpn != q->wpn || p->world != q->world ||
           p->has_sync != q->has_sync || (p->has_sync && p->sync_rank != q->sync_rank) ||
           p->sync_step != q->sync_step || p->has_nccl_id != q->has_nccl_id ||
-          !gen_same(&p->gen, &q->gen))
+          !gen_same(&p->gen, &q->gen) || p->restarts != q->restarts)
         return false;
       if (p->has_nccl_id && memcmp(p->nccl_id, q->nccl_id, sizeof p->nccl_id)) return false;
       for (uint32_t i = 0; i < p->nnodes; i++)
@@ -249,6 +249,9 @@ int main(int argc, char **argv) {
   m.has_nccl_id = true;
   memset(m.nccl_id, 0x5a, sizeof m.nccl_id);
   put("ready", &m);
+  m.restarts = 2;
+  put("ready-restarts", &m);
+  m.restarts = 0;
 
   ea_rdzv_node nodes[2];
   ea_rdzv_worker ranks[4];
@@ -274,6 +277,10 @@ int main(int argc, char **argv) {
                           .sync_rank = 0,
                           .sync_step = 3};
   put("commit", &m);
+  /* restart mode: the job's restart count as the extra last element */
+  m.plan.restarts = 3;
+  put("commit-restarts", &m);
+  m.plan.restarts = 0;
 
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_NACK;
