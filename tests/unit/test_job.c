@@ -1,0 +1,458 @@
+/* Check suite for the pure pieces of the user-program support: the launch
+ * mode and the keys a mode refuses or warns about (agent/launch.c), the
+ * torchrun environment a worker gets, the MASTER_PORT picker, the job's exit
+ * codes and failure lines, the torchelastic error-file parser (agent/job.c),
+ * the job messages' codec (agent/job_wire.c) and the output line splitter
+ * (agent/output.c).  The processes themselves are tested end to end by
+ * tests/e2e/test_torchrun.sh and test_job.sh. */
+#include "job.h"
+#include "launch.h"
+#include "output.h"
+
+#include "ea_wire.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- launch mode and keys --------------------------------------------------------- */
+
+START_TEST(mode_from_protocol_and_program) {
+  ea_config c;
+  ea_config_default(&c);
+  char err[512];
+  ea__mode m;
+  char *argv[] = {"python3", "train.py", NULL};
+  ck_assert_int_eq(ea__launch_mode(&c, 0, NULL, &m, err, sizeof err), 0);
+  ck_assert_int_eq(m, EA__MODE_BUILTIN);
+  ck_assert_int_eq(ea__launch_mode(&c, 2, argv, &m, err, sizeof err), 0);
+  ck_assert_int_eq(m, EA__MODE_TORCHRUN); /* auto with a program */
+  snprintf(c.compute.worker_command, sizeof c.compute.worker_command, "python3 train.py");
+  ck_assert_int_eq(ea__launch_mode(&c, 0, NULL, &m, err, sizeof err), 0);
+  ck_assert_int_eq(m, EA__MODE_TORCHRUN);
+  /* given twice */
+  ck_assert_int_eq(ea__launch_mode(&c, 2, argv, &m, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "the program is given twice"));
+  snprintf(c.compute.protocol, sizeof c.compute.protocol, "library");
+  ck_assert_int_eq(ea__launch_mode(&c, 0, NULL, &m, err, sizeof err), 0);
+  ck_assert_int_eq(m, EA__MODE_LIBRARY);
+  snprintf(c.compute.protocol, sizeof c.compute.protocol, "builtin");
+  ck_assert_int_eq(ea__launch_mode(&c, 0, NULL, &m, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "compute.protocol builtin runs the built-in trainer"));
+  c.compute.worker_command[0] = 0;
+  snprintf(c.compute.protocol, sizeof c.compute.protocol, "torchrun");
+  ck_assert_int_eq(ea__launch_mode(&c, 0, NULL, &m, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "compute.protocol torchrun needs a program"));
+  ck_assert_str_eq(ea__mode_name(EA__MODE_TORCHRUN), "torchrun");
+  ck_assert_str_eq(ea__mode_name(EA__MODE_LIBRARY), "library");
+  ck_assert_str_eq(ea__mode_name(EA__MODE_BUILTIN), "builtin");
+}
+END_TEST
+
+START_TEST(keys_that_do_nothing) {
+  ea_config c;
+  ea_config_default(&c);
+  char warn[1024], err[512];
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_str_eq(warn, ""); /* defaults: nothing to say */
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, true, warn, sizeof warn, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "--resume-from names a checkpoint of the built-in trainer"));
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, true, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_set(&c, "train.steps", "10", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_set(&c, "checkpoint.save_interval_steps", "5", err, sizeof err), 0);
+  ck_assert_int_eq(ea_config_set(&c, "distributed.global_batch", "128", err, sizeof err), 0);
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_msg(strstr(warn, "train.steps do nothing in torchrun mode (the program trains itself)"), "%s", warn);
+  ck_assert_msg(strstr(warn, "checkpoint.save_interval_steps do nothing in torchrun mode"), "%s", warn);
+  ck_assert_msg(strstr(warn, "distributed.global_batch do nothing in torchrun mode"), "%s", warn);
+  /* the built-in trainer uses all of them */
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_str_eq(warn, "");
+  ck_assert_int_eq(ea_config_set(&c, "runtime.lost_peer_grace_ms", "100", err, sizeof err), 0);
+  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_msg(strstr(warn, "runtime.lost_peer_grace_ms does nothing in builtin mode"), "%s", warn);
+}
+END_TEST
+
+/* ---- the torchrun environment ------------------------------------------------------ */
+
+static ea__torch_env env_of(uint32_t rank, uint32_t local, uint32_t wpn, uint32_t node,
+                            uint32_t nodes) {
+  return (ea__torch_env){.rank = rank,
+                         .local_rank = local,
+                         .world = wpn * nodes,
+                         .local_world = wpn,
+                         .group_rank = node,
+                         .group_world = nodes,
+                         .master_addr = "10.0.0.7",
+                         .master_port = 41234,
+                         .restart_count = 2,
+                         .max_restarts = 3,
+                         .run_id = "job7",
+                         .error_file = "/data/workers/gen-9/rank-5.error.json",
+                         .generation = 9,
+                         .node_name = "gpu-3",
+                         .data_dir = "/data"};
+}
+
+START_TEST(env_has_the_torchrun_contract) {
+  char *base[] = {"PATH=/usr/bin", "RANK=99", "EA_IPC_FD=3", "MASTER_PORT=1", "HOME=/root", NULL};
+  ea__torch_env e = env_of(5, 1, 4, 1, 3);
+  char **env = NULL;
+  ck_assert_int_eq(ea__launch_env(&e, base, &env), 0);
+  const struct {
+    const char *k, *v;
+  } want[] = {{"RANK", "5"},
+              {"LOCAL_RANK", "1"},
+              {"WORLD_SIZE", "12"},
+              {"LOCAL_WORLD_SIZE", "4"},
+              {"GROUP_RANK", "1"},
+              {"GROUP_WORLD_SIZE", "3"},
+              {"ROLE_NAME", "default"},
+              {"ROLE_RANK", "5"},
+              {"ROLE_WORLD_SIZE", "12"},
+              {"MASTER_ADDR", "10.0.0.7"},
+              {"MASTER_PORT", "41234"},
+              {"TORCHELASTIC_RESTART_COUNT", "2"},
+              {"TORCHELASTIC_MAX_RESTARTS", "3"},
+              {"TORCHELASTIC_RUN_ID", "job7"},
+              {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+              {"TORCHELASTIC_ERROR_FILE", "/data/workers/gen-9/rank-5.error.json"},
+              {"EA_GENERATION", "9"},
+              {"EA_NODE_NAME", "gpu-3"},
+              {"EA_DATA_DIR", "/data"},
+              {"OMP_NUM_THREADS", "1"},
+              {"PYTHONUNBUFFERED", "1"},
+              {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+              {"PATH", "/usr/bin"},
+              {"HOME", "/root"}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const char *v = ea__env_get(env, want[i].k);
+    ck_assert_msg(v != NULL, "%s missing", want[i].k);
+    ck_assert_msg(strcmp(v, want[i].v) == 0, "%s=%s, want %s", want[i].k, v, want[i].v);
+  }
+  /* every name once: ours replace the agent's own, the built-in protocol's are gone */
+  size_t n = 0;
+  for (; env[n]; n++) {
+    ck_assert_msg(strncmp(env[n], "EA_IPC_FD=", 10) != 0, "EA_IPC_FD leaked");
+    size_t l = strcspn(env[n], "=");
+    for (size_t j = 0; j < n; j++)
+      ck_assert_msg(strncmp(env[j], env[n], l + 1) != 0, "%.*s twice", (int)l, env[n]);
+  }
+  ck_assert_uint_eq(n, sizeof want / sizeof want[0]);
+  for (size_t i = 0; ea__torch_env_names[i]; i++)
+    ck_assert_msg(ea__env_get(env, ea__torch_env_names[i]), "%s", ea__torch_env_names[i]);
+  ea__env_free(env);
+}
+END_TEST
+
+START_TEST(env_keeps_the_operators_choices) {
+  /* OMP_NUM_THREADS only when unset and more than one worker per node;
+   * PYTHONUNBUFFERED and NCCL_ASYNC_ERROR_HANDLING only when unset. */
+  char *base[] = {"OMP_NUM_THREADS=8", "PYTHONUNBUFFERED=0", NULL};
+  ea__torch_env e = env_of(0, 0, 2, 0, 1);
+  char **env = NULL;
+  ck_assert_int_eq(ea__launch_env(&e, base, &env), 0);
+  ck_assert_str_eq(ea__env_get(env, "OMP_NUM_THREADS"), "8");
+  ck_assert_str_eq(ea__env_get(env, "PYTHONUNBUFFERED"), "0");
+  ea__env_free(env);
+  char *none[] = {NULL};
+  e = env_of(0, 0, 1, 0, 1);
+  ck_assert_int_eq(ea__launch_env(&e, none, &env), 0);
+  ck_assert_ptr_null(ea__env_get(env, "OMP_NUM_THREADS")); /* one worker per node */
+  ea__env_free(env);
+}
+END_TEST
+
+START_TEST(contiguous_ranks_per_node) {
+  /* Node g holds ranks g·wpn .. g·wpn+wpn-1, local rank k = rank − g·wpn,
+   * as torchrun numbers them. */
+  char *none[] = {NULL};
+  for (uint32_t node = 0; node < 3; node++)
+    for (uint32_t k = 0; k < 4; k++) {
+      ea__torch_env e = env_of(node * 4 + k, k, 4, node, 3);
+      char **env = NULL;
+      ck_assert_int_eq(ea__launch_env(&e, none, &env), 0);
+      char want[16];
+      snprintf(want, sizeof want, "%u", node * 4 + k);
+      ck_assert_str_eq(ea__env_get(env, "RANK"), want);
+      snprintf(want, sizeof want, "%u", k);
+      ck_assert_str_eq(ea__env_get(env, "LOCAL_RANK"), want);
+      snprintf(want, sizeof want, "%u", node);
+      ck_assert_str_eq(ea__env_get(env, "GROUP_RANK"), want);
+      ea__env_free(env);
+    }
+}
+END_TEST
+
+START_TEST(master_port_is_free_and_fresh) {
+  ea_addr lo = {.family = 4};
+  lo.ip[0] = 127, lo.ip[3] = 1;
+  uint16_t p1 = 0, p2 = 0;
+  ck_assert_int_eq(ea__launch_free_port(&lo, 0, &p1), 0);
+  ck_assert_uint_gt(p1, 0);
+  /* nobody listens on it: we can bind it */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(p1)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  close(fd);
+  /* the next generation's differs from the last */
+  for (int i = 0; i < 20; i++) {
+    ck_assert_int_eq(ea__launch_free_port(&lo, p1, &p2), 0);
+    ck_assert_uint_ne(p2, p1);
+  }
+  char host[64];
+  ea__addr_host(&lo, host, sizeof host);
+  ck_assert_str_eq(host, "127.0.0.1");
+}
+END_TEST
+
+/* ---- exit codes and failures ---------------------------------------------------------- */
+
+START_TEST(exit_codes) {
+  ck_assert_int_eq(ea__job_exit_code(EA__JOB_SUCCESS), 0);
+  ck_assert_int_eq(ea__job_exit_code(EA__JOB_RESTARTS), 3);
+  ck_assert_int_eq(ea__job_exit_code(EA__JOB_MIN_NODES), 4);
+  ck_assert_int_eq(ea__job_exit_code(EA__JOB_FINAL_CKPT), 5);
+  ck_assert_int_eq(ea__job_exit_code(0), 1);
+  ck_assert_int_eq(ea__job_exit_code(99), 1);
+  /* every failure code differs from success, start (1) and usage (2) */
+  for (uint8_t k = EA__JOB_RESTARTS; k <= EA__JOB_FINAL_CKPT; k++) {
+    int c = ea__job_exit_code(k);
+    ck_assert_int_gt(c, EA__EXIT_USAGE);
+    ck_assert_int_lt(c, 126); /* below the shell's own codes */
+    for (uint8_t j = EA__JOB_RESTARTS; j < k; j++) ck_assert_int_ne(c, ea__job_exit_code(j));
+  }
+  ck_assert_uint_eq(ea__job_kind_of_rdzv(EA_RDZV_JOB_RESTARTS), EA__JOB_RESTARTS);
+  ck_assert_uint_eq(ea__job_kind_of_rdzv(EA_RDZV_JOB_MIN_NODES), EA__JOB_MIN_NODES);
+  ck_assert_uint_eq(ea__job_kind_of_rdzv(EA_RDZV_JOB_OK), 0);
+  ck_assert_str_eq(ea__job_kind_str(EA__JOB_SUCCESS), "succeeded");
+  ck_assert_str_eq(ea__job_kind_str(EA__JOB_RESTARTS), "restarts exhausted");
+}
+END_TEST
+
+START_TEST(error_file_parsed) {
+  char out[EA__JOB_MSG_MAX];
+  /* what torch 1.13's @record writes */
+  const char *rec =
+      "{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": {\"py_callstack\": "
+      "\"Traceback (most recent call last):\\n  File \\\"t.py\\\", line 9, in main\\n    raise "
+      "RuntimeError('boom')\\nRuntimeError: boom\\n\", \"timestamp\": \"1796159001\"}}}";
+  ck_assert_int_eq(ea__job_parse_error_file(rec, strlen(rec), out, sizeof out), 0);
+  ck_assert_str_eq(out, "RuntimeError: boom");
+  /* a message that does not end the traceback gets its last line */
+  const char *rec2 =
+      "{\"message\": {\"message\": \"ChildFailedError\", \"extraInfo\": {\"py_callstack\": "
+      "\"a\\nb\\nValueError: bad shape\\n\"}}}";
+  ck_assert_int_eq(ea__job_parse_error_file(rec2, strlen(rec2), out, sizeof out), 0);
+  ck_assert_str_eq(out, "ChildFailedError\nValueError: bad shape");
+  /* the flat form */
+  const char *flat = "{\"message\": \"disk full\"}";
+  ck_assert_int_eq(ea__job_parse_error_file(flat, strlen(flat), out, sizeof out), 0);
+  ck_assert_str_eq(out, "disk full");
+  /* not JSON: its first line, -EINVAL */
+  const char *junk = "segfault in foo\nmore";
+  ck_assert_int_eq(ea__job_parse_error_file(junk, strlen(junk), out, sizeof out), -EINVAL);
+  ck_assert_str_eq(out, "segfault in foo");
+  ck_assert_int_eq(ea__job_parse_error_file("", 0, out, sizeof out), -EINVAL);
+  ck_assert_str_eq(out, "");
+  /* bounded */
+  char small[8];
+  ck_assert_int_eq(ea__job_parse_error_file(rec, strlen(rec), small, sizeof small), 0);
+  ck_assert_str_eq(small, "Runtime");
+}
+END_TEST
+
+START_TEST(failure_lines) {
+  ea__job_failure f = {.rank = 3, .has_code = true, .code = 1, .source = EA__JOB_SRC_ERROR_FILE};
+  snprintf(f.node, sizeof f.node, "n2");
+  snprintf(f.message, sizeof f.message, "RuntimeError: boom\nValueError: x");
+  char line[EA__JOB_MSG_MAX + 256];
+  ea__job_failure_str(&f, line, sizeof line);
+  ck_assert_str_eq(line, "rank 3 on n2 exited with code 1: RuntimeError: boom | ValueError: x");
+  f.has_code = false;
+  f.code = 0;
+  f.signal = SIGKILL;
+  f.source = EA__JOB_SRC_STDERR;
+  snprintf(f.message, sizeof f.message, "last words");
+  ea__job_failure_str(&f, line, sizeof line);
+  ck_assert_str_eq(line, "rank 3 on n2 was killed by signal 9 (Killed): last words (last lines of "
+                         "its stderr)");
+  f.message[0] = 0;
+  f.source = EA__JOB_SRC_NONE;
+  ea__job_failure_str(&f, line, sizeof line);
+  ck_assert_str_eq(line, "rank 3 on n2 was killed by signal 9 (Killed)");
+}
+END_TEST
+
+/* ---- the job's messages --------------------------------------------------------------- */
+
+static ea__job_msg job_roundtrip(const ea__job_msg *m) {
+  uint8_t buf[EA__JOB_WIRE_MAX];
+  size_t len = 0;
+  ck_assert_int_eq(ea__job_encode(m, buf, sizeof buf, &len), 0);
+  ck_assert(ea__job_wire_is(buf, len));
+  ea__job_msg d;
+  const char *err = NULL;
+  ck_assert_msg(ea__job_decode(buf, len, &d, &err) == 0, "decode: %s", err);
+  return d;
+}
+
+START_TEST(job_codec_roundtrip) {
+  ea__job_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_EXIT;
+  memset(m.src.b, 7, 16);
+  m.f = (ea__job_failure){.gen = 123456789, .rank = 17, .has_code = true, .code = 255,
+                          .source = EA__JOB_SRC_ERROR_FILE, .at_ms = 1796159001885ull};
+  snprintf(m.f.node, sizeof m.f.node, "node-é");
+  memset(m.f.message, 'x', sizeof m.f.message - 1); /* the longest message */
+  ea__job_msg d = job_roundtrip(&m);
+  ck_assert_int_eq(d.type, EA__JOB_EXIT);
+  ck_assert_int_eq(memcmp(d.src.b, m.src.b, 16), 0);
+  ck_assert_uint_eq(d.f.gen, m.f.gen);
+  ck_assert_uint_eq(d.f.rank, 17);
+  ck_assert(d.f.has_code);
+  ck_assert_uint_eq(d.f.code, 255);
+  ck_assert_uint_eq(d.f.at_ms, m.f.at_ms);
+  ck_assert_str_eq(d.f.node, m.f.node);
+  ck_assert_str_eq(d.f.message, m.f.message);
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_DONE;
+  m.gen = 1ull << 40;
+  m.step = 250;
+  d = job_roundtrip(&m);
+  ck_assert_uint_eq(d.gen, m.gen);
+  ck_assert_uint_eq(d.step, 250);
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_END;
+  m.kind = EA__JOB_MIN_NODES;
+  snprintf(m.reason, sizeof m.reason, "min_nodes not reached: 1 of 2 nodes for 30 s");
+  d = job_roundtrip(&m);
+  ck_assert_uint_eq(d.kind, EA__JOB_MIN_NODES);
+  ck_assert_str_eq(d.reason, m.reason);
+  ck_assert(!d.has_failure);
+  m.has_failure = true;
+  m.f = (ea__job_failure){.rank = 1, .signal = 11};
+  memset(m.reason, 'r', sizeof m.reason - 1);
+  d = job_roundtrip(&m);
+  ck_assert(d.has_failure);
+  ck_assert(!d.f.has_code);
+  ck_assert_uint_eq(d.f.signal, 11);
+}
+END_TEST
+
+START_TEST(job_codec_rejects) {
+  ea__job_msg m;
+  memset(&m, 0, sizeof m);
+  uint8_t buf[EA__JOB_WIRE_MAX];
+  size_t len;
+  m.type = EA__JOB_DONE; /* generation 0 */
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.type = EA__JOB_EXIT; /* no code and no signal */
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.f.has_code = true;
+  m.f.signal = 9; /* both */
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.f.signal = 0;
+  ck_assert_int_eq(ea__job_encode(&m, buf, 10, &len), -EMSGSIZE);
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), 0);
+  /* every strict prefix fails, naming a field; the message is left zeroed */
+  for (size_t n = 0; n < len; n++) {
+    ea__job_msg d;
+    const char *err = NULL;
+    ck_assert_int_eq(ea__job_decode(buf, n, &d, &err), -EA_EWIRE);
+    ck_assert_ptr_nonnull(err);
+    static const ea__job_msg zero;
+    ck_assert_int_eq(memcmp(&d, &zero, sizeof d), 0);
+  }
+  /* trailing bytes */
+  buf[len] = 0xc0;
+  ea__job_msg d;
+  const char *err = NULL;
+  ck_assert_int_eq(ea__job_decode(buf, len + 1, &d, &err), -EA_EWIRE);
+  ck_assert_str_eq(err, "trailing bytes");
+  /* another codec's frame is not ours (the checkpoint reports use 0x2x) */
+  buf[3] = 0x20;
+  ck_assert(!ea__job_wire_is(buf, len));
+}
+END_TEST
+
+/* ---- output lines ------------------------------------------------------------------------ */
+
+typedef struct {
+  char lines[8][EA__OUT_LINE_MAX + 1];
+  bool cut[8];
+  int n;
+} got_lines;
+
+static void grab(void *ctx, const char *line, size_t len, bool cut) {
+  got_lines *g = ctx;
+  ck_assert_int_lt(g->n, 8);
+  ck_assert_uint_eq(strlen(line), len);
+  memcpy(g->lines[g->n], line, len + 1);
+  g->cut[g->n++] = cut;
+}
+
+START_TEST(lines_split_and_bounded) {
+  ea__linebuf lb = {0};
+  got_lines g = {0};
+  const char *in = "step 1\r\nstep 2\npart";
+  ea__linebuf_feed(&lb, in, strlen(in), grab, &g);
+  ck_assert_int_eq(g.n, 2);
+  ck_assert_str_eq(g.lines[0], "step 1"); /* \r\n as one end of line */
+  ck_assert_str_eq(g.lines[1], "step 2");
+  ea__linebuf_feed(&lb, "ial\x1b[31m red\n", 13, grab, &g);
+  ck_assert_int_eq(g.n, 3);
+  ck_assert_str_eq(g.lines[2], "partial?[31m red"); /* one line, escapes defused */
+  /* a line longer than the bound comes in pieces, marked */
+  char *big = malloc(EA__OUT_LINE_MAX * 2 + 10);
+  memset(big, 'a', EA__OUT_LINE_MAX * 2 + 10);
+  ea__linebuf_feed(&lb, big, EA__OUT_LINE_MAX * 2 + 10, grab, &g);
+  ck_assert_int_eq(g.n, 5);
+  ck_assert(g.cut[3] && g.cut[4]);
+  ck_assert_uint_eq(strlen(g.lines[3]), EA__OUT_LINE_MAX);
+  ea__linebuf_flush(&lb, grab, &g);
+  ck_assert_int_eq(g.n, 6);
+  ck_assert_uint_eq(strlen(g.lines[5]), 10);
+  ck_assert(!g.cut[5]);
+  ea__linebuf_flush(&lb, grab, &g); /* nothing left */
+  ck_assert_int_eq(g.n, 6);
+  free(big);
+}
+END_TEST
+
+static Suite *job_suite(void) {
+  Suite *s = suite_create("job");
+  TCase *tc = tcase_create("job");
+  tcase_add_test(tc, mode_from_protocol_and_program);
+  tcase_add_test(tc, keys_that_do_nothing);
+  tcase_add_test(tc, env_has_the_torchrun_contract);
+  tcase_add_test(tc, env_keeps_the_operators_choices);
+  tcase_add_test(tc, contiguous_ranks_per_node);
+  tcase_add_test(tc, master_port_is_free_and_fresh);
+  tcase_add_test(tc, exit_codes);
+  tcase_add_test(tc, error_file_parsed);
+  tcase_add_test(tc, failure_lines);
+  tcase_add_test(tc, job_codec_roundtrip);
+  tcase_add_test(tc, job_codec_rejects);
+  tcase_add_test(tc, lines_split_and_bounded);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(job_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
