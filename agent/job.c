@@ -197,7 +197,7 @@ struct ea__job {
   ea_node_id *done_ids;
   size_t ndone, capdone;
   bool have_fail;
-  ea__job_failure fail;         /* first failure of the formed generation, or the latest */
+  ea__job_failure fail; /* first failure of the formed generation, or the latest */
   uint64_t ckpt_failed_step;
   char ckpt_why[EA__JOB_REASON_MAX];
 
@@ -498,7 +498,8 @@ static void churn_check(ea__job *J, const ea_rdzv_status *st) {
   if (J->have_fail) ea__job_failure_str(&J->fail, fs, sizeof fs);
   ea_log(EA_LOG_ERROR, "alert",
          "generation churn: %u generations in a row failed within %u s of their commit: %s%s%s; "
-         "each next restart waits longer (the next up to %" PRIu64 " ms, at most %u ms: "
+         "each next restart waits longer (the next up to %" PRIu64
+         " ms, at most %u ms: "
          "runtime.rendezvous_timeout_seconds)",
          st->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, st->churn_why, fs[0] ? "; latest: " : "", fs,
          ea_rdzv_churn_delay_ms(st->churn + 1, J->o.churn_cap_ms, UINT64_MAX), J->o.churn_cap_ms);
@@ -594,20 +595,21 @@ static json_t *json_failure(const ea__job_failure *f) {
 
 json_t *ea__job_status(const ea__job *J) {
   const char *state = !J->ended ? "running" : J->kind == EA__JOB_SUCCESS ? "finished" : "failed";
-  const ea__job_failure *f =
-      J->ended && J->end_has_failure ? &J->end_fail : J->have_fail ? &J->fail : NULL;
-  json_t *churn = json_pack("{s:i, s:o, s:I}", "count", (int)J->churn, "reason",
-                            jstr(J->churn ? J->churn_why : ""), "wait_ms",
-                            (json_int_t)J->churn_wait);
-  return json_pack(
-      "{s:s, s:o, s:s, s:o, s:o, s:o, s:I, s:o, s:o, s:b, s:o}", "protocol",
-      ea__mode_name(J->o.mode), "command", jstr(J->command), "state", state, "outcome",
-      J->ended ? json_string(ea__job_kind_str(J->kind)) : json_null(), "exit_code",
-      J->ended ? json_integer(J->code) : json_null(), "reason", jstr(J->ended ? J->reason : ""),
-      "restarts", (json_int_t)J->restarts, "max_restarts",
-      J->o.mode == EA__MODE_TORCHRUN ? json_integer(J->o.max_restarts) : json_null(), "failure",
-      f ? json_failure(f) : json_null(), "done_here", J->done_gen != 0, "churn",
-      churn ? churn : json_null());
+  const ea__job_failure *f = J->ended && J->end_has_failure ? &J->end_fail
+                             : J->have_fail                 ? &J->fail
+                                                            : NULL;
+  json_t *churn =
+      json_pack("{s:i, s:o, s:I}", "count", (int)J->churn, "reason",
+                jstr(J->churn ? J->churn_why : ""), "wait_ms", (json_int_t)J->churn_wait);
+  return json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:I, s:o, s:o, s:b, s:o}", "protocol",
+                   ea__mode_name(J->o.mode), "command", jstr(J->command), "state", state, "outcome",
+                   J->ended ? json_string(ea__job_kind_str(J->kind)) : json_null(), "exit_code",
+                   J->ended ? json_integer(J->code) : json_null(), "reason",
+                   jstr(J->ended ? J->reason : ""), "restarts", (json_int_t)J->restarts,
+                   "max_restarts",
+                   J->o.mode == EA__MODE_TORCHRUN ? json_integer(J->o.max_restarts) : json_null(),
+                   "failure", f ? json_failure(f) : json_null(), "done_here", J->done_gen != 0,
+                   "churn", churn ? churn : json_null());
 }
 
 static void timer_closed(uv_handle_t *h) {

@@ -94,7 +94,7 @@ typedef struct {
   uint64_t gen; /* 64-bit form */
   uint32_t rank;
   char node[EA_NAME_MAX];
-  bool has_code;  /* exited with `code`; else a signal ended it */
+  bool has_code; /* exited with `code`; else a signal ended it */
   uint8_t code;
   uint32_t signal;
   uint8_t source; /* EA__JOB_SRC_* */

@@ -128,8 +128,9 @@ static void restart_exited(void *ctx, const ea__launch_exit *x) {
   uint32_t k = x->local;
   if (a->out) ea__out_drain(a->out, k);
   if (!a->run.active || x->gen != a->run.g64 || k >= a->wpn) {
-    ea_log(EA_LOG_INFO, "worker", "rank %u of an older generation exited status=%" PRId64 " signal=%d",
-           x->rank, x->status, x->signal);
+    ea_log(EA_LOG_INFO, "worker",
+           "rank %u of an older generation exited status=%" PRId64 " signal=%d", x->rank, x->status,
+           x->signal);
     return;
   }
   ea__agent_wk *w = &a->w[k];
@@ -200,7 +201,8 @@ void ea__agent_job_sync(ea__agent *a) {
 static void job_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len) {
   ea__agent *a = ctx;
   const ea_member *m = a->tr ? ea__agent_find_member(a, to) : NULL;
-  if (m && a->ctl && a->phase < EA__PHASE_CLOSING) ea__ctl_send_bytes(a->ctl, to, &m->meta.control, buf, len);
+  if (m && a->ctl && a->phase < EA__PHASE_CLOSING)
+    ea__ctl_send_bytes(a->ctl, to, &m->meta.control, buf, len);
 }
 
 /* job.end: the job is over; this agent leaves and exits with its code. */
@@ -209,7 +211,8 @@ static void job_end(void *ctx, uint8_t kind, int code) {
   a->exit_status = code;
   if (a->phase >= EA__PHASE_STOPPING) return;
   if (a->launch) ea__launch_stop_all(a->launch, a->o->cfg.runtime.stop_grace_seconds * 1000u);
-  ea__agent_stop_and_leave(a, false, kind == EA__JOB_SUCCESS ? "the job finished" : "the job failed");
+  ea__agent_stop_and_leave(a, false,
+                           kind == EA__JOB_SUCCESS ? "the job finished" : "the job failed");
 }
 
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {

@@ -84,10 +84,11 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
   }
   if (strcmp(p, "builtin") == 0) {
     if (prog) {
-      snprintf(err, errlen,
-               "compute.protocol builtin runs the built-in trainer, but a program is given (%.60s); "
-               "use torchrun or library for it",
-               shell ? c->compute.worker_command : argv[0]);
+      snprintf(
+          err, errlen,
+          "compute.protocol builtin runs the built-in trainer, but a program is given (%.60s); "
+          "use torchrun or library for it",
+          shell ? c->compute.worker_command : argv[0]);
       return -EINVAL;
     }
     *mode = EA__MODE_BUILTIN;
@@ -114,8 +115,8 @@ static void append(char *out, size_t cap, const char *s) {
   if (n < cap) snprintf(out + n, cap - n, "%s%s", n ? "; " : "", s);
 }
 
-int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn,
-                          size_t wcap, char *err, size_t errlen) {
+int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn, size_t wcap,
+                          char *err, size_t errlen) {
   if (wcap) warn[0] = 0;
   if (resume_from && m != EA__MODE_BUILTIN) {
     snprintf(err, errlen,
@@ -143,10 +144,14 @@ int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char
     ea_config def;
     ea_config_default(&def);
     keys[0] = 0;
-    if (c->distributed.global_batch != def.distributed.global_batch) append(keys, sizeof keys, "distributed.global_batch");
-    if (c->distributed.micro_batch != def.distributed.micro_batch) append(keys, sizeof keys, "distributed.micro_batch");
-    if (strcmp(c->distributed.backend, def.distributed.backend) != 0) append(keys, sizeof keys, "distributed.backend");
-    if (c->distributed.communication_timeout_seconds != def.distributed.communication_timeout_seconds)
+    if (c->distributed.global_batch != def.distributed.global_batch)
+      append(keys, sizeof keys, "distributed.global_batch");
+    if (c->distributed.micro_batch != def.distributed.micro_batch)
+      append(keys, sizeof keys, "distributed.micro_batch");
+    if (strcmp(c->distributed.backend, def.distributed.backend) != 0)
+      append(keys, sizeof keys, "distributed.backend");
+    if (c->distributed.communication_timeout_seconds !=
+        def.distributed.communication_timeout_seconds)
       append(keys, sizeof keys, "distributed.communication_timeout_seconds");
     if (keys[0]) {
       snprintf(line, sizeof line,
@@ -169,12 +174,26 @@ int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char
 
 /* ---- the environment ------------------------------------------------------------ */
 
-const char *const ea__torch_env_names[] = {
-    "RANK",        "LOCAL_RANK",         "WORLD_SIZE",   "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",  "GROUP_WORLD_SIZE",   "ROLE_NAME",    "ROLE_RANK",
-    "ROLE_WORLD_SIZE", "MASTER_ADDR",    "MASTER_PORT",  "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE", "EA_GENERATION", "EA_NODE_NAME", "EA_DATA_DIR", NULL};
+const char *const ea__torch_env_names[] = {"RANK",
+                                           "LOCAL_RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_WORLD_SIZE",
+                                           "GROUP_RANK",
+                                           "GROUP_WORLD_SIZE",
+                                           "ROLE_NAME",
+                                           "ROLE_RANK",
+                                           "ROLE_WORLD_SIZE",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "TORCHELASTIC_RESTART_COUNT",
+                                           "TORCHELASTIC_MAX_RESTARTS",
+                                           "TORCHELASTIC_RUN_ID",
+                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                           "TORCHELASTIC_ERROR_FILE",
+                                           "EA_GENERATION",
+                                           "EA_NODE_NAME",
+                                           "EA_DATA_DIR",
+                                           NULL};
 
 /* Names of the built-in protocol a torchrun program must not see (it has
  * no fd 3). */
@@ -227,10 +246,10 @@ int ea__launch_env(const ea__torch_env *e, char *const *base, char ***out) {
   }
   size_t first = n;
   int rc = 0;
-#define PUT(...)                                                   \
-  do {                                                             \
+#define PUT(...)                                                     \
+  do {                                                               \
     if (rc == 0 && asprintf(&env[n], __VA_ARGS__) < 0) rc = -ENOMEM; \
-    if (rc == 0) n++;                                              \
+    if (rc == 0) n++;                                                \
   } while (0)
   PUT("RANK=%u", e->rank);
   PUT("LOCAL_RANK=%u", e->local_rank);
@@ -341,7 +360,7 @@ struct ea__launch {
 
 typedef struct {
   uv_work_t w;
-  char *root; /* DATA/workers */
+  char *root;         /* DATA/workers */
   uint64_t keep_from; /* remove gen-T with T below this */
 } prune_job;
 
@@ -558,7 +577,8 @@ int ea__launch_commit(ea__launch *L, const ea_rdzv_plan *p, uint32_t node, uint6
   }
   if (first == 0)
     ea_log(EA_LOG_INFO, "launch",
-           "gen=%" PRIu64 ": started ranks %u-%u of %u (MASTER_ADDR=%s MASTER_PORT=%u "
+           "gen=%" PRIu64
+           ": started ranks %u-%u of %u (MASTER_ADDR=%s MASTER_PORT=%u "
            "TORCHELASTIC_RESTART_COUNT=%" PRIu64 ")",
            p->gen.term, node * p->wpn, node * p->wpn + p->wpn - 1, p->world, host,
            p->ranks[0].listen.port, p->restarts);
@@ -578,7 +598,8 @@ bool ea__launch_on_exit(ea__launch *L, uint32_t k, int64_t status, int sig) {
   s->running = false;
   s->stopping = false;
   if (mine && L->cb.exited) {
-    ea__launch_exit x = {.local = k, .rank = s->rank, .gen = L->gen, .status = status, .signal = sig};
+    ea__launch_exit x = {
+        .local = k, .rank = s->rank, .gen = L->gen, .status = status, .signal = sig};
     L->cb.exited(L->ctx, &x);
   }
   if (L->preparing) uv_timer_start(&L->kick, on_kick, 0, 0);

@@ -52,8 +52,8 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
  * the defaults in torchrun or library mode, distributed.global_batch and
  * micro_batch in torchrun mode, runtime.lost_peer_grace_ms outside torchrun
  * mode. */
-int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn,
-                          size_t wcap, char *err, size_t errlen);
+int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn, size_t wcap,
+                          char *err, size_t errlen);
 
 /* ---- the torchrun environment --------------------------------------------- */
 

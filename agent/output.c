@@ -106,7 +106,7 @@ struct ea__out {
   uv_loop_t *loop;
   char *root;
   uint32_t slots;
-  capture **cur; /* per slot: the latest process's record, while it lives */
+  capture **cur;   /* per slot: the latest process's record, while it lives */
   tail_ring *tail; /* per slot */
   capture *all;
   bool closing;
@@ -242,7 +242,8 @@ static void emit_line(void *ctx, const char *line, size_t len, bool cut) {
   if (now - c->win_ms >= 1000) {
     if (c->skipped)
       ea_log(EA_LOG_INFO, "worker",
-             "[rank %u] … %" PRIu64 " line%s not copied here (more than %u a second); every line "
+             "[rank %u] … %" PRIu64
+             " line%s not copied here (more than %u a second); every line "
              "is in %s/gen-%" PRIu64 "/rank-%u.stdout and .stderr",
              c->rank, c->skipped, c->skipped == 1 ? "" : "s", EA__OUT_LOG_PER_S, o->root, c->term,
              c->rank);
@@ -277,7 +278,8 @@ static void stream_eof(stream *s) {
   if (s->dropped && s->fd >= 0 && !s->write_failed) {
     char note[160];
     int n = snprintf(note, sizeof note,
-                     "\n[elastic-agent: %" PRIu64 " bytes of output were not written here: the "
+                     "\n[elastic-agent: %" PRIu64
+                     " bytes of output were not written here: the "
                      "disk did not keep up]\n",
                      s->dropped);
     s->dropped = 0;

@@ -60,24 +60,34 @@ START_TEST(keys_that_do_nothing) {
   ea_config c;
   ea_config_default(&c);
   char warn[1024], err[512];
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
   ck_assert_str_eq(warn, ""); /* defaults: nothing to say */
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, true, warn, sizeof warn, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_TORCHRUN, true, warn, sizeof warn, err, sizeof err),
+      -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "--resume-from names a checkpoint of the built-in trainer"));
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, true, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_BUILTIN, true, warn, sizeof warn, err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "train.steps", "10", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "checkpoint.save_interval_steps", "5", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "distributed.global_batch", "128", err, sizeof err), 0);
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
-  ck_assert_msg(strstr(warn, "train.steps do nothing in torchrun mode (the program trains itself)"), "%s", warn);
-  ck_assert_msg(strstr(warn, "checkpoint.save_interval_steps do nothing in torchrun mode"), "%s", warn);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_TORCHRUN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_msg(strstr(warn, "train.steps do nothing in torchrun mode (the program trains itself)"),
+                "%s", warn);
+  ck_assert_msg(strstr(warn, "checkpoint.save_interval_steps do nothing in torchrun mode"), "%s",
+                warn);
   ck_assert_msg(strstr(warn, "distributed.global_batch do nothing in torchrun mode"), "%s", warn);
   /* the built-in trainer uses all of them */
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
   ck_assert_str_eq(warn, "");
   ck_assert_int_eq(ea_config_set(&c, "runtime.lost_peer_grace_ms", "100", err, sizeof err), 0);
-  ck_assert_int_eq(ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
-  ck_assert_msg(strstr(warn, "runtime.lost_peer_grace_ms does nothing in builtin mode"), "%s", warn);
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_BUILTIN, false, warn, sizeof warn, err, sizeof err), 0);
+  ck_assert_msg(strstr(warn, "runtime.lost_peer_grace_ms does nothing in builtin mode"), "%s",
+                warn);
 }
 END_TEST
 
@@ -284,8 +294,9 @@ START_TEST(failure_lines) {
   f.source = EA__JOB_SRC_STDERR;
   snprintf(f.message, sizeof f.message, "last words");
   ea__job_failure_str(&f, line, sizeof line);
-  ck_assert_str_eq(line, "rank 3 on n2 was killed by signal 9 (Killed): last words (last lines of "
-                         "its stderr)");
+  ck_assert_str_eq(line,
+                   "rank 3 on n2 was killed by signal 9 (Killed): last words (last lines of "
+                   "its stderr)");
   f.message[0] = 0;
   f.source = EA__JOB_SRC_NONE;
   ea__job_failure_str(&f, line, sizeof line);
@@ -311,8 +322,12 @@ START_TEST(job_codec_roundtrip) {
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_EXIT;
   memset(m.src.b, 7, 16);
-  m.f = (ea__job_failure){.gen = 123456789, .rank = 17, .has_code = true, .code = 255,
-                          .source = EA__JOB_SRC_ERROR_FILE, .at_ms = 1796159001885ull};
+  m.f = (ea__job_failure){.gen = 123456789,
+                          .rank = 17,
+                          .has_code = true,
+                          .code = 255,
+                          .source = EA__JOB_SRC_ERROR_FILE,
+                          .at_ms = 1796159001885ull};
   snprintf(m.f.node, sizeof m.f.node, "node-é");
   memset(m.f.message, 'x', sizeof m.f.message - 1); /* the longest message */
   ea__job_msg d = job_roundtrip(&m);
