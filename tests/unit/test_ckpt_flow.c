@@ -1551,6 +1551,14 @@ START_TEST(test_resume_cold_start_at_w2) {
   memcpy(live, T.steps, sizeof live);
   printf("  phase 1 (W=3) reached step %" PRId64 "; newest checkpoint: step %" PRIu64 "\n",
          phase1_max, s);
+  /* The state the in-process W=2 reference starts from, read now: phase 2
+   * commits checkpoints of its own, and on a loaded machine it trains far
+   * enough past `until` before the STOP lands for retention (keep_last 3)
+   * to delete this one. */
+  uint64_t total;
+  char name[EA_CKPT_NAME_MAX];
+  ea_ckpt_dir_name(name, sizeof name, s, 1);
+  uint8_t *state = read_state(name, &total);
 
   /* cold start: two new processes, generation 2, resume "latest" */
   open_services(3);
@@ -1580,10 +1588,6 @@ START_TEST(test_resume_cold_start_at_w2) {
                   T.steps[k].loss, live[k].loss);
   }
   /* bit-exact against W=2 from the same checkpoint, in process */
-  uint64_t total;
-  char name[EA_CKPT_NAME_MAX];
-  ea_ckpt_dir_name(name, sizeof name, s, 1);
-  uint8_t *state = read_state(name, &total);
   const uint64_t n = until - s + 1;
   double *loss = malloc(n * sizeof *loss);
   uint64_t *dig = malloc(n * sizeof *dig);
