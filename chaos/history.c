@@ -34,6 +34,8 @@
  */
 #include "chaos.h"
 
+#include "ea_ckpt.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -566,8 +568,8 @@ static int on_ckpt(pctx *c, int64_t ts, const char *msg, const char *end) {
   if (l >= sizeof nm) l = sizeof nm - 1;
   memcpy(nm, name, l);
   nm[l] = 0;
-  unsigned long long s, g;
-  if (sscanf(nm, "step-%llu.gen-%llu", &s, &g) != 2) return 0;
+  uint64_t s, g;
+  if (ea_ckpt_parse_dir_name(nm, &s, &g) < 0) return 0;
   GROW(h->ck, h->nck, h->capck, 32);
   ea__chaos_ckev *k = &h->ck[h->nck++];
   k->t_ms = ts;

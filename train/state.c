@@ -19,8 +19,9 @@
  * The live checkpoint flow adds three things at the end: the layout from
  * the model dims alone (the controller writes a manifest without a
  * trainer), staging a shard range with its hash in one pass, and resuming
- * from a checkpoint directory through the ckpt reader, falling back past
- * damaged checkpoints.
+ * from a checkpoint directory: ckpt/'s resume search (ea_ckpt_search_resume)
+ * picks the candidates and falls back past damaged ones, this file says
+ * whether one loads, and the ckpt reader reads it.
  */
 #include "ea_train.h"
 
@@ -681,11 +682,38 @@ static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_c
   info->world_size = m->world_size;
 }
 
-static void note_fallback(ea_trainer_resume_info *info, const char *name, const char *why)
+/* The trainer's part in the ckpt/ resume search: a checkpoint must also
+ * load into this trainer. */
+typedef struct {
+  ea_trainer *t;
+  ea_trainer_resume_info *info;
+  uint32_t fallbacks;             /* counted even when info is NULL */
+  char misfit[EA_CKPT_NAME_MAX];  /* the checkpoint that does not fit */
+  char misfit_why[512];
+} resume_ctx;
+
+static int accept_loads(void *arg, const ea_ckpt_candidate *c, char *why, size_t whylen)
 {
-  if (!info) return;
+  resume_ctx *x = arg;
+  int r = load_one(x->t, c->path, c->manifest, why, whylen);
+  if (r == 0) return 0;
+  if (r == -EINVAL) { /* no fallback: an older one would not fit either */
+    snprintf(x->misfit, sizeof x->misfit, "%s", c->name);
+    snprintf(x->misfit_why, sizeof x->misfit_why, "%s", why);
+    return -EINVAL;
+  }
+  return 1; /* damaged: try an older one */
+}
+
+static void note_fallback(void *arg, const char *name, const char *why, bool superseded)
+{
+  resume_ctx *x = arg;
+  if (superseded) return; /* an abandoned timeline, not damage */
+  x->fallbacks++;
+  if (!x->info) return;
   /* Bounded precision: the reason is cut to what the field holds. */
-  if (info->fallbacks++ == 0) snprintf(info->why, sizeof info->why, "%.63s: %.440s", name, why);
+  if (x->info->fallbacks++ == 0)
+    snprintf(x->info->why, sizeof x->info->why, "%.63s: %.440s", name, why);
 }
 
 int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool verify_full,
@@ -720,50 +748,23 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
     return rc;
   }
 
-  ea_ckpt_entry *e = NULL;
-  size_t n = 0;
-  rc = ea_ckpt_list(dir, &e, &n);
-  if (rc) {
-    free(res);
+  resume_ctx x = {.t = t, .info = info};
+  const ea_ckpt_resume_hooks hooks = {.accept = accept_loads, .skipped = note_fallback, .arg = &x};
+  rc = ea_ckpt_search_resume(dir, mode, &hooks, res);
+  if (rc == 0) {
+    fill_info(info, res->name, &res->manifest);
+  } else if (!res->listed) {
     seterr(err, errlen, "no checkpoint: %s: %s", dir, strerror(-rc));
-    return rc == -ENOENT ? -ENOENT : rc;
-  }
-  rc = -ENOENT;
-  for (size_t i = 0; i < n && rc != 0; i++) {
-    if (!e[i].has_manifest) continue; /* a save in progress or a leftover: not a checkpoint */
-    if (e[i].superseded) continue;    /* an abandoned timeline, not damage */
-    if (!e[i].complete) {
-      note_fallback(info, e[i].name, e[i].error);
-      rc = -EBADMSG;
-      continue;
-    }
-    int r = ea_ckpt_resolve(dir, e[i].name, mode, res);
-    if (r) {
-      note_fallback(info, e[i].name, res->n_skipped ? res->skipped[0].reason : strerror(-r));
-      rc = -EBADMSG;
-      continue;
-    }
-    r = load_one(t, res->path, &res->manifest, e2, sizeof e2);
-    if (r == 0) {
-      fill_info(info, e[i].name, &res->manifest);
-      rc = 0;
-    } else if (r == -EINVAL) {
-      seterr(err, errlen, "resume from %s: %s", e[i].name, e2);
-      rc = -EINVAL;
-      ea_ckpt_resume_close(res);
-      break;
-    } else {
-      note_fallback(info, e[i].name, e2);
-      rc = -EBADMSG;
-    }
-    ea_ckpt_resume_close(res);
-  }
-  if (rc == -ENOENT)
+  } else if (rc == -EINVAL) {
+    seterr(err, errlen, "resume from %s: %s", x.misfit, x.misfit_why);
+  } else if (rc == -ENOENT && x.fallbacks == 0) {
     seterr(err, errlen, "no checkpoint in %s", dir);
-  else if (rc == -EBADMSG)
+  } else if (rc == -ENOENT) {
+    rc = -EBADMSG;
     seterr(err, errlen, "no checkpoint in %s verifies and loads; %s", dir,
            info ? info->why : "all are damaged");
-  free(e);
+  }
+  ea_ckpt_resume_close(res);
   free(res);
   if (info) info->seconds = mono_s() - t0;
   return rc;
