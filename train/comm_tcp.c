@@ -574,67 +574,6 @@ static int tcp_connect(ea_comm *c) {
   return 0;
 }
 
-/* ---- reductions ------------------------------------------------------------- */
-
-/* Reductions in GCC/clang vector types, 16 bytes per step (one SSE
- * register on baseline x86-64; 32-byte vectors made gcc scalarize the max
- * comparisons without AVX, checked in the disassembly).  Plain
- * loops are not enough: gcc's -O2 "very cheap" vectorizer leaves a loop of
- * unknown trip count scalar (checked with -fopt-info-vec), and a scalar add
- * is ~4× slower than the chunk arrives over loopback.  Unaligned loads and
- * stores go through memcpy (movups).  The tail is scalar with the same
- * expression, so results do not depend on where a chunk starts.  max keeps
- * the local operand unless the received one compares greater, in both
- * forms (so NaN handling is the same everywhere).  Integer sums wrap. */
-typedef float vf32 __attribute__((vector_size(16)));
-typedef double vf64 __attribute__((vector_size(16)));
-typedef int64_t vi64 __attribute__((vector_size(16)));
-typedef int32_t vi32 __attribute__((vector_size(16)));
-typedef uint64_t vu64 __attribute__((vector_size(16)));
-
-#define VSUM(VT, MT, a, b) ((a) + (b))
-#define VMAX(VT, MT, a, b) ((VT)(((MT)(a) & ~(MT)((b) > (a))) | ((MT)(b) & (MT)((b) > (a)))))
-#define SSUM(a, b) ((a) + (b))
-#define SMAX(a, b) ((b) > (a) ? (b) : (a))
-
-#define DEFINE_RED(name, T, VT, MT, VOP, SOP)                                \
-  static void name(T *restrict d, const T *restrict s, size_t n) {           \
-    const size_t per = sizeof(VT) / sizeof(T);                               \
-    size_t i = 0;                                                            \
-    for (; i + per <= n; i += per) {                                         \
-      VT a, b;                                                               \
-      memcpy(&a, d + i, sizeof a);                                           \
-      memcpy(&b, s + i, sizeof b);                                           \
-      a = VOP(VT, MT, a, b);                                                 \
-      memcpy(d + i, &a, sizeof a);                                           \
-    }                                                                        \
-    for (; i < n; i++) d[i] = SOP(d[i], s[i]);                               \
-  }
-DEFINE_RED(red_sum_f32, float, vf32, vi32, VSUM, SSUM)
-DEFINE_RED(red_sum_f64, double, vf64, vi64, VSUM, SSUM)
-/* Two's complement wrap through the unsigned view: no signed overflow UB. */
-DEFINE_RED(red_sum_i64, uint64_t, vu64, vu64, VSUM, SSUM)
-DEFINE_RED(red_max_f32, float, vf32, vi32, VMAX, SMAX)
-DEFINE_RED(red_max_f64, double, vf64, vi64, VMAX, SMAX)
-DEFINE_RED(red_max_i64, int64_t, vi64, vi64, VMAX, SMAX)
-
-static void reduce(void *d, const void *s, size_t bytes, ea_comm_dtype dt, ea_comm_op op) {
-  switch (dt) {
-  case EA_COMM_F32:
-    if (op == EA_COMM_SUM) red_sum_f32(d, s, bytes / 4);
-    else red_max_f32(d, s, bytes / 4);
-    break;
-  case EA_COMM_F64:
-    if (op == EA_COMM_SUM) red_sum_f64(d, s, bytes / 8);
-    else red_max_f64(d, s, bytes / 8);
-    break;
-  case EA_COMM_I64:
-    if (op == EA_COMM_SUM) red_sum_i64(d, s, bytes / 8);
-    else red_max_i64(d, s, bytes / 8);
-    break;
-  }
-}
-
 /* ---- the op engine ------------------------------------------------------------ */
 
 typedef struct {
@@ -734,7 +673,7 @@ static ssize_t pump_recv(ea_comm *c, tcp_be *b, int fd, engine *e) {
       if (n > 0) {
         e->rstaged += (size_t)n;
         if (e->rstaged == chunk) {
-          reduce(e->buf + s->roff + e->rdone, b->stage, chunk, e->dt, e->op);
+          ea__ring_reduce(e->buf + s->roff + e->rdone, b->stage, chunk, e->dt, e->op);
           e->rdone += chunk;
           e->rstaged = 0;
         }
@@ -857,13 +796,11 @@ static step *steps_get(tcp_be *b, size_t n) {
   return b->steps;
 }
 
-/* Segment j of count elements split W ways: the first count%W segments get
- * one extra element.  Returned in bytes. */
+/* Segment j of the buffer in bytes (ring.c splits it in elements). */
 static void segment(size_t count, uint32_t W, uint32_t j, size_t es, size_t *off, size_t *len) {
-  size_t q = count / W, rem = count % W;
-  size_t start = q * j + (j < rem ? j : rem);
-  *off = start * es;
-  *len = (q + (j < rem ? 1 : 0)) * es;
+  ea__ring_segment(count, W, j, off, len);
+  *off *= es;
+  *len *= es;
 }
 
 static int ring_allreduce(ea_comm *c, void *buf, size_t count, ea_comm_dtype dt, ea_comm_op op,
@@ -874,16 +811,18 @@ static int ring_allreduce(ea_comm *c, void *buf, size_t count, ea_comm_dtype dt,
   step *s = steps_get(b, nsteps);
   if (!s) return -ENOMEM;
   for (uint32_t k = 0; k < W - 1; k++) {
-    /* reduce-scatter: send segment r−k, receive and add segment r−k−1 */
+    /* reduce-scatter (ring.c's schedule, which ea_comm_ring_reduce follows
+     * too): send one segment right, receive the next from the left and add
+     * it into our own */
     step *t = &s[k];
-    segment(count, W, (r + W - k) % W, es, &t->soff, &t->slen);
-    segment(count, W, (r + 2 * W - k - 1) % W, es, &t->roff, &t->rlen);
+    segment(count, W, ea__ring_rs_send(r, W, k), es, &t->soff, &t->slen);
+    segment(count, W, ea__ring_rs_recv(r, W, k), es, &t->roff, &t->rlen);
     t->rmode = RECV_REDUCE;
     t->dep = (long)k - 1;
-    /* allgather: send segment r+1−k, receive (copy) segment r−k */
+    /* allgather: pass the fully reduced segments round once (copies) */
     t = &s[W - 1 + k];
-    segment(count, W, (r + 1 + W - k) % W, es, &t->soff, &t->slen);
-    segment(count, W, (r + W - k) % W, es, &t->roff, &t->rlen);
+    segment(count, W, ea__ring_ag_send(r, W, k), es, &t->soff, &t->slen);
+    segment(count, W, ea__ring_ag_recv(r, W, k), es, &t->roff, &t->rlen);
     t->rmode = RECV_COPY;
     t->dep = (long)(W - 1 + k) - 1;
   }
