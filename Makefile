@@ -15,7 +15,7 @@ BUILD    ?= build
 BINDIR   ?= bin
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
-PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas
+PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 

@@ -4,8 +4,7 @@
  *
  *   main.c      command line, phases of a run, exit status
  *   util.c      clock, rng, strings, files, child commands
- *   json.c      a small bounded JSON reader (the agents' status documents)
- *   status.c    one `status` over an agent's admin socket, parsed
+ *   status.c    one `status` over an agent's admin socket, parsed (jansson)
  *   proc.c      agent processes: spawn (own session, optional netns), signal,
  *               reap, find their workers
  *   net.c       network namespaces, veth + bridge, nftables partitions/loss
@@ -99,31 +98,6 @@ void ea__chaos_json_str(ea__chaos_str *s, const char *t); /* quoted, escaped */
 void ea__chaos_xml_str(ea__chaos_str *s, const char *t);  /* escaped for XML text/attrs */
 void ea__chaos_str_free(ea__chaos_str *s);
 
-/* ---- json.c --------------------------------------------------------------- */
-
-typedef enum { EA__CJ_NULL, EA__CJ_BOOL, EA__CJ_NUM, EA__CJ_STR, EA__CJ_ARR, EA__CJ_OBJ } ea__cj_type;
-
-typedef struct ea__cj {
-  ea__cj_type type;
-  bool b;
-  double num;
-  char *str;             /* strings unescaped; numbers keep their text */
-  size_t n;              /* items of an array / members of an object */
-  struct ea__cj **items;
-  char **keys;           /* objects only */
-} ea__cj;
-
-/* Parses [buf, buf+len); depth ≤ 64.  NULL on error with err naming the
- * offset and the problem.  Free with ea__cj_free. */
-ea__cj *ea__cj_parse(const char *buf, size_t len, char *err, size_t errlen);
-void ea__cj_free(ea__cj *v);
-/* Dotted path ("generation.phase"); NULL if absent. */
-const ea__cj *ea__cj_path(const ea__cj *v, const char *path);
-const char *ea__cj_str(const ea__cj *v, const char *path, const char *def);
-double ea__cj_num(const ea__cj *v, const char *path, double def);
-uint64_t ea__cj_u64(const ea__cj *v, const char *path, uint64_t def);
-bool ea__cj_bool(const ea__cj *v, const char *path, bool def);
-
 /* ---- status.c ------------------------------------------------------------- */
 
 typedef struct {
@@ -164,7 +138,10 @@ uint64_t ea__chaos_gen_from_str(const char *s);
 /* One `status` over the admin socket at sock_path, within timeout_ms. */
 int ea__chaos_status_query(const char *sock_path, int timeout_ms, ea__chaos_status *st);
 /* Fill st from an already parsed document (exposed for the tests). */
-int ea__chaos_status_from_json(const ea__cj *j, ea__chaos_status *st);
+/* The fields the harness watches, from one status document (the JSON the
+ * admin socket answers and `elastic-agent status --json` prints).  0, or
+ * -EPROTO with st->err saying why (not JSON, or no generation in it). */
+int ea__chaos_status_parse(const char *buf, size_t len, ea__chaos_status *st);
 
 /* ---- schedule.c ----------------------------------------------------------- */
 

@@ -7,7 +7,7 @@ set -euo pipefail
 declare -A pc=(
   [libuv]=libuv1-dev [msgpack]=libmsgpack-dev [yaml-0.1]=libyaml-dev
   [libxxhash]=libxxhash-dev [liburing]=liburing-dev [check]=check
-  [libsodium]=libsodium-dev [openblas]=libopenblas-dev
+  [libsodium]=libsodium-dev [openblas]=libopenblas-dev [jansson]=libjansson-dev
 )
 declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables)
 
