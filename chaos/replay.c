@@ -47,7 +47,8 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int make_trainer(const ea_config *cfg, ea_data **data, ea_trainer **t, char *err, size_t errlen) {
+static int make_trainer(const ea_config *cfg, ea_data **data, ea_trainer **t, char *err,
+                        size_t errlen) {
   ea_train_config tc;
   int rc = ea_train_config_from(&tc, cfg, err, errlen);
   if (rc < 0) return rc;
@@ -136,7 +137,8 @@ static void exact_replay(ea__chaos_run *r) {
   if (x->replay_rc == 0)
     x->replay_rc = ea_data_open(r->cfg.train.data, &data, x->replay_err, sizeof x->replay_err);
   if (x->replay_rc == 0)
-    x->replay_rc = ea_train_replay_new(&tc, data, maxw, nth, &rp, x->replay_err, sizeof x->replay_err);
+    x->replay_rc =
+        ea_train_replay_new(&tc, data, maxw, nth, &rp, x->replay_err, sizeof x->replay_err);
   for (uint64_t s = 0; x->replay_rc == 0 && s < nsteps && !ea__chaos_interrupted; s++) {
     ea_train_stats st;
     int rc = ea_train_replay_step(rp, world[s] ? world[s] : 1, &st);
@@ -153,7 +155,8 @@ static void exact_replay(ea__chaos_run *r) {
     if (mine != live) {
       x->first_mismatch = (int64_t)s;
       snprintf(x->mismatch, sizeof x->mismatch,
-               "step %" PRIu64 " (world %u): the cluster logged params digest %016" PRIx64 " (loss %.6f), a "
+               "step %" PRIu64 " (world %u): the cluster logged params digest %016" PRIx64
+               " (loss %.6f), a "
                "fault-free replay of the same world sizes gives %016" PRIx64 " (loss %.6f)",
                s, world[s], live, live_loss, mine, st.loss);
       break;
@@ -197,7 +200,8 @@ void ea__chaos_replay_check(ea__chaos_run *r) {
   if (!ea__chaos_lineage_digest(r, N - 1, NULL, &cl)) return;
   x->final_loss_cluster = cl;
   x->final_loss_ref = x->ref_loss[N - 1];
-  x->final_rel_diff = fabs(x->final_loss_cluster - x->final_loss_ref) / fmax(fabs(x->final_loss_ref), 1e-12);
+  x->final_rel_diff =
+      fabs(x->final_loss_cluster - x->final_loss_ref) / fmax(fabs(x->final_loss_ref), 1e-12);
   x->window = N < LOSS_WINDOW ? N : LOSS_WINDOW;
   double a = 0, b = 0;
   for (uint64_t s = N - x->window; s < N; s++) {
@@ -210,7 +214,9 @@ void ea__chaos_replay_check(ea__chaos_run *r) {
   x->digest_equal_ref = r->final_digest_known && r->final_digest == x->ref_digest;
   if (!(x->window_rel_diff <= r->o.loss_tol))
     ea__chaos_violate(r, EA__I_REFERENCE,
-                      "mean loss of the last %" PRIu64 " steps %.6f vs the W=1 reference's %.6f: relative "
+                      "mean loss of the last %" PRIu64
+                      " steps %.6f vs the W=1 reference's %.6f: relative "
                       "difference %.3g > %.3g",
-                      x->window, a / (double)x->window, b / (double)x->window, x->window_rel_diff, r->o.loss_tol);
+                      x->window, a / (double)x->window, b / (double)x->window, x->window_rel_diff,
+                      r->o.loss_tol);
 }

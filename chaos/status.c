@@ -190,7 +190,8 @@ int ea__chaos_status_query(const char *sock_path, int timeout_ms, ea__chaos_stat
   if (fd < 0) return -errno;
   int64_t deadline = ea__chaos_mono_ms() + timeout_ms;
   int rc = 0;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS && errno != EAGAIN) {
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS &&
+      errno != EAGAIN) {
     rc = -errno;
     snprintf(st->err, sizeof st->err, "connect: %s", strerror(errno));
     close(fd);

@@ -313,4 +313,3 @@ int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_pr
   close(lk);
   return rc;
 }
-

@@ -38,12 +38,12 @@ struct ea_comm {
   uint32_t rank, world;
   uint64_t generation;
   uint32_t timeout_ms, init_timeout_ms;
-  atomic_int aborted;   /* set by ea_comm_abort, read by the op thread */
-  int error;            /* sticky, op thread only */
+  atomic_int aborted; /* set by ea_comm_abort, read by the op thread */
+  int error;          /* sticky, op thread only */
   int connected;
-  uint64_t op_seq;      /* ops started on this communicator */
-  ea_comm_stats stats;  /* op thread only */
-  void *be;             /* backend state */
+  uint64_t op_seq;     /* ops started on this communicator */
+  ea_comm_stats stats; /* op thread only */
+  void *be;            /* backend state */
 };
 
 /* Backend constructors: fill c->vt and c->be from plan (no I/O). */

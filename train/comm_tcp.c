@@ -104,7 +104,9 @@ static void put32(uint8_t *p, uint32_t v) {
 static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t get16(const uint8_t *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
 static uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
@@ -134,7 +136,7 @@ typedef struct {
   int listen_fd, own_listen;
   char right_addr[EA_COMM_ADDR_MAX];
   char self_addr[EA_COMM_ADDR_MAX];
-  uint8_t *stage;               /* CHUNK_BYTES, reduction staging */
+  uint8_t *stage; /* CHUNK_BYTES, reduction staging */
   step *steps;
   size_t steps_cap;
 } tcp_be;
@@ -428,8 +430,10 @@ static int tcp_connect(ea_comm *c) {
         break;
       }
       coff = 0;
-      if (connect(cfd, (struct sockaddr *)&rss, rlen) == 0) cstate = CONN_HELLO;
-      else if (errno == EINPROGRESS) cstate = CONN_CONNECTING;
+      if (connect(cfd, (struct sockaddr *)&rss, rlen) == 0)
+        cstate = CONN_HELLO;
+      else if (errno == EINPROGRESS)
+        cstate = CONN_CONNECTING;
       else {
         close(cfd);
         cfd = -1;
@@ -471,8 +475,8 @@ static int tcp_connect(ea_comm *c) {
      * pending array indices in pfd are still the ones we built). */
     for (int i = npend - 1; i >= 0; i--) {
       if (!pfd[pi + i].revents) continue;
-      ssize_t got = recv(pend[i].fd, pend[i].buf + pend[i].got, HELLO_BYTES - pend[i].got,
-                         MSG_DONTWAIT);
+      ssize_t got =
+          recv(pend[i].fd, pend[i].buf + pend[i].got, HELLO_BYTES - pend[i].got, MSG_DONTWAIT);
       int drop = 0, take = 0;
       if (got > 0) {
         pend[i].got += (size_t)got;
@@ -482,8 +486,10 @@ static int tcp_connect(ea_comm *c) {
             rc = v;
             break;
           }
-          if (v == 1) take = 1;
-          else drop = 1;
+          if (v == 1)
+            take = 1;
+          else
+            drop = 1;
         }
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         drop = 1;
@@ -519,17 +525,22 @@ static int tcp_connect(ea_comm *c) {
       }
       if (!err && cstate == CONN_HELLO) {
         ssize_t w = send(cfd, chello + coff, HELLO_BYTES - coff, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) coff += (size_t)w;
-        else if (w < 0 && errno != EAGAIN && errno != EINTR) err = errno;
+        if (w > 0)
+          coff += (size_t)w;
+        else if (w < 0 && errno != EAGAIN && errno != EINTR)
+          err = errno;
         if (coff == HELLO_BYTES) {
           cstate = CONN_ACK;
           coff = 0;
         }
       } else if (!err && cstate == CONN_ACK) {
         ssize_t got = recv(cfd, cack + coff, HELLO_BYTES - coff, MSG_DONTWAIT);
-        if (got > 0) coff += (size_t)got;
-        else if (got == 0) err = ECONNRESET;
-        else if (errno != EAGAIN && errno != EINTR) err = errno;
+        if (got > 0)
+          coff += (size_t)got;
+        else if (got == 0)
+          err = ECONNRESET;
+        else if (errno != EAGAIN && errno != EINTR)
+          err = errno;
         if (coff == HELLO_BYTES) {
           if (get32(cack) != HELLO_MAGIC || get16(cack + 6) != KIND_ACK) {
             rc = -EPROTO;
@@ -621,11 +632,14 @@ static ssize_t pump_send(ea_comm *c, int fd, engine *e) {
     }
     size_t limit = s->slen;
     if (s->dep >= 0) {
-      if (e->rt < (size_t)s->dep) limit = 0;
-      else if (e->rt == (size_t)s->dep) limit = e->rdone;
+      if (e->rt < (size_t)s->dep)
+        limit = 0;
+      else if (e->rt == (size_t)s->dep)
+        limit = e->rdone;
     }
     if (limit <= e->sdone) break; /* waiting for the left neighbour's data */
-    ssize_t n = send(fd, e->buf + s->soff + e->sdone, limit - e->sdone, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        send(fd, e->buf + s->soff + e->sdone, limit - e->sdone, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno != EAGAIN && errno != EINTR) return wire_err(errno);
       e->sfull = errno == EAGAIN;
@@ -694,8 +708,12 @@ static ssize_t pump_recv(ea_comm *c, tcp_be *b, int fd, engine *e) {
   return total;
 }
 
-static int send_pending(const engine *e) { return e->shoff < OPHDR_BYTES || e->st < e->nsteps; }
-static int recv_pending(const engine *e) { return e->rhoff < OPHDR_BYTES || e->rt < e->nsteps; }
+static int send_pending(const engine *e) {
+  return e->shoff < OPHDR_BYTES || e->st < e->nsteps;
+}
+static int recv_pending(const engine *e) {
+  return e->rhoff < OPHDR_BYTES || e->rt < e->nsteps;
+}
 
 /* Can the send side write right now (as opposed to waiting on the left)? */
 static int send_ready(const engine *e) {

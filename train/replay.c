@@ -133,8 +133,8 @@ int ea_train_replay_new(const ea_train_config *c, const ea_data *data, uint32_t 
   /* Start the helpers; if one cannot start, run with those that did (the
    * caller's thread alone computes every rank, at worst). */
   unsigned started = 1;
-  while (started < threads && pthread_create(&rp->h[started].th, NULL, helper_main,
-                                             &rp->h[started]) == 0)
+  while (started < threads &&
+         pthread_create(&rp->h[started].th, NULL, helper_main, &rp->h[started]) == 0)
     started++;
   rp->nth = started;
   pthread_barrier_init(&rp->start, NULL, started);
@@ -159,8 +159,8 @@ int ea_train_replay_step(ea_train_replay *rp, uint32_t world, ea_train_stats *st
   for (unsigned j = 1; j < rp->nth; j++)
     if (rp->h[j].rc && !rc) rc = rp->h[j].rc;
   if (rc == 0)
-    rc = ea_comm_ring_reduce(rp->reduced, (const void *const *)rp->parts, world, rp->n,
-                             EA_COMM_F32, EA_COMM_SUM);
+    rc = ea_comm_ring_reduce(rp->reduced, (const void *const *)rp->parts, world, rp->n, EA_COMM_F32,
+                             EA_COMM_SUM);
   pthread_barrier_wait(&rp->reduced_ready);
   ea_train_stats st = {0};
   int rc2 = apply_reduced(rp, m, &st);

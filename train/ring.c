@@ -44,18 +44,18 @@ typedef uint64_t vu64 __attribute__((vector_size(16)));
 #define SSUM(a, b) ((a) + (b))
 #define SMAX(a, b) ((b) > (a) ? (b) : (a))
 
-#define DEFINE_RED(name, T, VT, MT, VOP, SOP)                                \
-  static void name(T *restrict d, const T *restrict s, size_t n) {           \
-    const size_t per = sizeof(VT) / sizeof(T);                               \
-    size_t i = 0;                                                            \
-    for (; i + per <= n; i += per) {                                         \
-      VT a, b;                                                               \
-      memcpy(&a, d + i, sizeof a);                                           \
-      memcpy(&b, s + i, sizeof b);                                           \
-      a = VOP(VT, MT, a, b);                                                 \
-      memcpy(d + i, &a, sizeof a);                                           \
-    }                                                                        \
-    for (; i < n; i++) d[i] = SOP(d[i], s[i]);                               \
+#define DEFINE_RED(name, T, VT, MT, VOP, SOP)                      \
+  static void name(T *restrict d, const T *restrict s, size_t n) { \
+    const size_t per = sizeof(VT) / sizeof(T);                     \
+    size_t i = 0;                                                  \
+    for (; i + per <= n; i += per) {                               \
+      VT a, b;                                                     \
+      memcpy(&a, d + i, sizeof a);                                 \
+      memcpy(&b, s + i, sizeof b);                                 \
+      a = VOP(VT, MT, a, b);                                       \
+      memcpy(d + i, &a, sizeof a);                                 \
+    }                                                              \
+    for (; i < n; i++) d[i] = SOP(d[i], s[i]);                     \
   }
 DEFINE_RED(red_sum_f32, float, vf32, vi32, VSUM, SSUM)
 DEFINE_RED(red_sum_f64, double, vf64, vi64, VSUM, SSUM)
@@ -67,18 +67,24 @@ DEFINE_RED(red_max_i64, int64_t, vi64, vi64, VMAX, SMAX)
 
 void ea__ring_reduce(void *d, const void *s, size_t bytes, ea_comm_dtype dt, ea_comm_op op) {
   switch (dt) {
-  case EA_COMM_F32:
-    if (op == EA_COMM_SUM) red_sum_f32(d, s, bytes / 4);
-    else red_max_f32(d, s, bytes / 4);
-    break;
-  case EA_COMM_F64:
-    if (op == EA_COMM_SUM) red_sum_f64(d, s, bytes / 8);
-    else red_max_f64(d, s, bytes / 8);
-    break;
-  case EA_COMM_I64:
-    if (op == EA_COMM_SUM) red_sum_i64(d, s, bytes / 8);
-    else red_max_i64(d, s, bytes / 8);
-    break;
+    case EA_COMM_F32:
+      if (op == EA_COMM_SUM)
+        red_sum_f32(d, s, bytes / 4);
+      else
+        red_max_f32(d, s, bytes / 4);
+      break;
+    case EA_COMM_F64:
+      if (op == EA_COMM_SUM)
+        red_sum_f64(d, s, bytes / 8);
+      else
+        red_max_f64(d, s, bytes / 8);
+      break;
+    case EA_COMM_I64:
+      if (op == EA_COMM_SUM)
+        red_sum_i64(d, s, bytes / 8);
+      else
+        red_max_i64(d, s, bytes / 8);
+      break;
   }
 }
 
