@@ -45,7 +45,7 @@ uint64_t ea_rng_next(ea_rng *r) {
 }
 
 uint32_t ea_rng_below(ea_rng *r, uint64_t bound) {
-  if (bound == 0) return 0;
+  if (bound <= 1) return 0; /* one choice: nothing to draw */
   /* Lemire, "Fast random integer generation in an interval" (2019): the high
    * half of x·bound is uniform once the low half's biased zone is rejected. */
   uint64_t x = (ea_rng_next(r) >> 32) * bound;
