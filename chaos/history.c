@@ -137,8 +137,8 @@ struct ea__chaos_history {
 };
 
 /* Room for one more element, or return -ENOMEM from the caller. */
-#define GROW(arr, n, cap)                                         \
-  do {                                                            \
+#define GROW(arr, n, cap)                                             \
+  do {                                                                \
     if (EA_ARRAY_RESERVE((arr), (cap), (n) + 1) != 0) return -ENOMEM; \
   } while (0)
 
@@ -333,8 +333,8 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_DIGEST,
                       "generation %" PRIu64 "/%04" PRIx64 " step %" PRIu64 ": %s rank %" PRIu64
                       " logged params digest %016" PRIx64 ", another rank %016" PRIx64,
-                      ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen), step, nodename(c), rank, digest,
-                      g->dig[step - g->base]);
+                      ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen), step, nodename(c),
+                      rank, digest, g->dig[step - g->base]);
   }
   if (rank < MAX_RANKS) {
     if (!g->rank_seen[rank] || step > g->rank_last[rank]) g->rank_last[rank] = step;
@@ -346,7 +346,8 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_ONE_GEN,
                       "%s logged step %" PRIu64 " of generation %" PRIu64 "/%04" PRIx64
                       " after committing generation %" PRIu64 "/%04" PRIx64,
-                      nodename(c), step, ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen), ea_rdzv_gen64_term(c->committed_max),
+                      nodename(c), step, ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen),
+                      ea_rdzv_gen64_term(c->committed_max),
                       (uint64_t)ea_rdzv_gen64_ctrl(c->committed_max));
   }
   proc *p = &h->procs[c->cur[widx]];
@@ -355,7 +356,8 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
       ea__chaos_violate(r, EA__I_ONE_GEN,
                         "%s worker %" PRIu64 " ran generation %" PRIu64 "/%04" PRIx64
                         " (step %" PRIu64 ") after generation %" PRIu64 "/%04" PRIx64,
-                        nodename(c), widx, ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen), step, ea_rdzv_gen64_term(p->last_gen),
+                        nodename(c), widx, ea_rdzv_gen64_term(gen),
+                        (uint64_t)ea_rdzv_gen64_ctrl(gen), step, ea_rdzv_gen64_term(p->last_gen),
                         (uint64_t)ea_rdzv_gen64_ctrl(p->last_gen));
     } else if (step <= p->last_step) {
       ea__chaos_violate(r, EA__I_ONCE,
@@ -415,7 +417,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
       ea__chaos_violate(r, EA__I_GEN_GROWS,
                         "%s prepared generation %s after generation %" PRIu64 "/%04" PRIx64
                         " (agent start %d)",
-                        n->name, gs, ea_rdzv_gen64_term(c->prepared_max), (uint64_t)ea_rdzv_gen64_ctrl(c->prepared_max), c->start_k);
+                        n->name, gs, ea_rdzv_gen64_term(c->prepared_max),
+                        (uint64_t)ea_rdzv_gen64_ctrl(c->prepared_max), c->start_k);
     if (g > c->prepared_max) c->prepared_max = g;
     return 0;
   }
@@ -460,7 +463,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
   if (gen <= c->committed_max)
     ea__chaos_violate(r, EA__I_GEN_GROWS,
                       "%s committed generation %s after generation %" PRIu64 "/%04" PRIx64,
-                      nodename(c), gs, ea_rdzv_gen64_term(c->committed_max), (uint64_t)ea_rdzv_gen64_ctrl(c->committed_max));
+                      nodename(c), gs, ea_rdzv_gen64_term(c->committed_max),
+                      (uint64_t)ea_rdzv_gen64_ctrl(c->committed_max));
   if (gen > c->committed_max) c->committed_max = gen;
   /* Is this node the state-sync source?  Rank R lives on node R / wpn. */
   if (sync_rank >= 0 && c->wpn && (uint32_t)sync_rank / c->wpn == rank_base / c->wpn) {
@@ -687,15 +691,16 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
                       "generation %" PRIu64 "/%04" PRIx64 " started at step %" PRIu64
                       " but its state-sync source (%s worker %d) had last completed step %" PRIu64
                       " (generation %" PRIu64 ")",
-                      ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), start, r->nodes[p->node].name, p->widx,
-                      prev->last, ea_rdzv_gen64_term(prev->gen));
+                      ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), start,
+                      r->nodes[p->node].name, p->widx, prev->last, ea_rdzv_gen64_term(prev->gen));
   }
   if (g->have_ready && g->ready_digest != prev->last_digest) {
-    ea__chaos_violate(
-        r, EA__I_ONCE,
-        "generation %" PRIu64 "/%04" PRIx64 ": its state-sync source reported digest %016" PRIx64
-        " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
-        ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->ready_digest, prev->last_digest, prev->last);
+    ea__chaos_violate(r, EA__I_ONCE,
+                      "generation %" PRIu64 "/%04" PRIx64
+                      ": its state-sync source reported digest %016" PRIx64
+                      " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
+                      ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen),
+                      g->ready_digest, prev->last_digest, prev->last);
   }
   return find_gen(h, prev->gen);
 }
@@ -742,7 +747,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "%" PRIu64 " step(s) of the final history in generation %" PRIu64
                         "/%04" PRIx64 " were logged by no rank, the first is step %" PRIu64,
-                        missing, ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), first_missing);
+                        missing, ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen),
+                        first_missing);
     if (g->lineage) {
       ea__chaos_violate(r, EA__I_ONCE, "the final history passes generation %" PRIu64 " twice",
                         ea_rdzv_gen64_term(g->gen));
@@ -758,7 +764,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "generation %" PRIu64 "/%04" PRIx64 " trained steps %" PRIu64 "..%" PRIu64
                         " that its successor also trained: two generations trained the same steps",
-                        ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), upto + 1, last);
+                        ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), upto + 1,
+                        last);
     if (from == 0) break;
     char why[400];
     int pred = predecessor(r, h, cur, why, sizeof why);
@@ -805,8 +812,9 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
           ea__chaos_violate(r, EA__I_ONCE,
                             "generations %" PRIu64 "/%04" PRIx64 " and %" PRIu64 "/%04" PRIx64
                             " both trained %" PRIu64 " of steps %" PRIu64 "..%" PRIu64,
-                            ea_rdzv_gen64_term(a->gen), (uint64_t)ea_rdzv_gen64_ctrl(a->gen), ea_rdzv_gen64_term(b->gen), (uint64_t)ea_rdzv_gen64_ctrl(b->gen), both, lo,
-                            hi);
+                            ea_rdzv_gen64_term(a->gen), (uint64_t)ea_rdzv_gen64_ctrl(a->gen),
+                            ea_rdzv_gen64_term(b->gen), (uint64_t)ea_rdzv_gen64_ctrl(b->gen), both,
+                            lo, hi);
       }
   }
   /* In each generation every rank logged every step until the first of

@@ -136,8 +136,7 @@ int ea__chaos_net_rules(ea__chaos_run *r, const uint32_t *drop_from, int loss_pc
       ea_sb_puts(&f, " } drop\n");
     }
     if (loss_pct > 0)
-      ea_sb_printf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n",
-                        loss_pct);
+      ea_sb_printf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n", loss_pct);
     char path[CH_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/nft-s%d", r->o.work, s);
     int rc = ea__chaos_write_file(path, f.buf ? f.buf : "", f.len);

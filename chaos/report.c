@@ -184,7 +184,7 @@ static void json_phase(ea_sb *s, const ea__chaos_phase *p) {
   ea_sb_puts(s, ",\"seen_by_polling_ms\":");
   jms(s, p->observed ? p->t_seen : -1, p->t_start);
   ea_sb_printf(s, ",\"generation\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":",
-                    ea_rdzv_gen64_term(p->gen), (uint64_t)ea_rdzv_gen64_ctrl(p->gen), p->world);
+               ea_rdzv_gen64_term(p->gen), (uint64_t)ea_rdzv_gen64_ctrl(p->gen), p->world);
   ea_sb_json_str(s, p->nodes);
   ea_sb_puts(s, "}");
 }
@@ -205,21 +205,19 @@ static const char *ep_state(int st) {
 static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nrows) {
   double t0 = (double)r->t0;
   ea_sb_puts(s, "{\n\"tool\":\"elastic-chaos\",");
-  ea_sb_printf(s,
-                    "\"version\":\"%s\",\"seed\":%" PRIu64 ",\"agents\":%d,\"duration_ms\":%lld,",
-                    EA_VERSION, r->o.seed, r->o.nagents, (long long)r->o.duration_ms);
+  ea_sb_printf(s, "\"version\":\"%s\",\"seed\":%" PRIu64 ",\"agents\":%d,\"duration_ms\":%lld,",
+               EA_VERSION, r->o.seed, r->o.nagents, (long long)r->o.duration_ms);
   ea_sb_printf(s, "\"mode\":\"%s\",\"work_dir\":", r->o.netns ? "netns" : "loopback");
   ea_sb_json_str(s, r->o.work);
   ea_sb_puts(s, ",\"config\":");
   ea_sb_json_str(s, r->o.config[0] ? r->o.config : "(built-in)");
   ea_sb_printf(s,
-                    ",\"target_steps\":%" PRIu64
-                    ",\"calibrated_steps_per_s\":%.1f,\"recovery_bound_ms\":%lld,"
-                    "\"wall_s\":%.1f,\"ok\":%s,\"interrupted\":%s,",
-                    r->target_steps, r->calib_rate, (long long)r->bound_ms,
-                    r->t_end > r->t0 ? (double)(r->t_end - r->t0) / 1000.0 : 0.0,
-                    ea__chaos_all_ok(r) ? "true" : "false",
-                    ea__chaos_interrupted ? "true" : "false");
+               ",\"target_steps\":%" PRIu64
+               ",\"calibrated_steps_per_s\":%.1f,\"recovery_bound_ms\":%lld,"
+               "\"wall_s\":%.1f,\"ok\":%s,\"interrupted\":%s,",
+               r->target_steps, r->calib_rate, (long long)r->bound_ms,
+               r->t_end > r->t0 ? (double)(r->t_end - r->t0) / 1000.0 : 0.0,
+               ea__chaos_all_ok(r) ? "true" : "false", ea__chaos_interrupted ? "true" : "false");
   ea_sb_puts(s, "\"aborted\":");
   if (r->aborted)
     ea_sb_json_str(s, r->abort_why);
@@ -243,16 +241,15 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     const ea__chaos_episode *e = &r->eps[i];
     char desc[256];
     ea__chaos_fault_str(&e->f, desc, sizeof desc);
-    ea_sb_printf(s,
-                      "%s\n {\"index\":%zu,\"kind\":\"%s\",\"at_fraction\":%.4f,\"description\":",
-                      i ? "," : "", i + 1, ea__chaos_kind_name(e->f.kind), e->f.frac);
+    ea_sb_printf(s, "%s\n {\"index\":%zu,\"kind\":\"%s\",\"at_fraction\":%.4f,\"description\":",
+                 i ? "," : "", i + 1, ea__chaos_kind_name(e->f.kind), e->f.frac);
     ea_sb_json_str(s, desc);
     ea_sb_printf(s, ",\"state\":\"%s\",\"skip_reason\":", ep_state(e->state));
     ea_sb_json_str(s, e->skip_reason);
     ea_sb_puts(s, ",\"victim\":");
     ea_sb_json_str(s, e->victim);
     ea_sb_printf(s, ",\"victim_was_controller\":%s,\"newcomer\":",
-                      e->victim_was_controller ? "true" : "false");
+                 e->victim_was_controller ? "true" : "false");
     ea_sb_json_str(s, e->newcomer);
     ea_sb_puts(s, ",\"minority\":");
     ea_sb_json_str(s, e->minority);
@@ -277,9 +274,8 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   ea_sb_puts(s, "],\n\"recovery\":[");
   for (int i = 0; i < nrows; i++) {
     row w = rows[i];
-    ea_sb_printf(
-        s, "%s\n {\"kind\":\"%s\",\"phase\":\"%s\",\"n\":%d,\"detection_ms\":{\"median\":",
-        i ? "," : "", w.kind, w.phase, w.n);
+    ea_sb_printf(s, "%s\n {\"kind\":\"%s\",\"phase\":\"%s\",\"n\":%d,\"detection_ms\":{\"median\":",
+                 i ? "," : "", w.kind, w.phase, w.n);
     jnum(s, median(w.det, w.ndet));
     ea_sb_puts(s, ",\"max\":");
     jnum(s, maxv(w.det, w.ndet));
@@ -302,7 +298,7 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     const char *skip = inv_skip(r, inv);
     int n = nviol(r, inv);
     ea_sb_printf(s, "%s\n {\"name\":\"%s\",\"description\":", inv ? "," : "",
-                      ea__chaos_inv_name(inv));
+                 ea__chaos_inv_name(inv));
     ea_sb_json_str(s, ea__chaos_inv_desc(inv));
     ea_sb_printf(s, ",\"ok\":%s,\"skipped\":", n == 0 ? "true" : "false");
     if (skip && n == 0)
@@ -314,7 +310,7 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     for (size_t i = 0; i < r->nviol; i++) {
       if (r->viol[i].inv != inv) continue;
       ea_sb_printf(s, "%s{\"t_s\":%.3f,\"message\":", k++ ? "," : "",
-                        ((double)r->viol[i].t_ms - t0) / 1000.0);
+                   ((double)r->viol[i].t_ms - t0) / 1000.0);
       ea_sb_json_str(s, r->viol[i].msg);
       ea_sb_puts(s, "}");
     }
@@ -322,24 +318,24 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   }
   const ea__chaos_refres *x = &r->ref;
   ea_sb_printf(s,
-                    "],\n\"reference\":{\"w1\":{\"done\":%s,\"steps\":%" PRIu64
-                    ",\"digest\":\"%016" PRIx64 "\",\"seconds\":%.1f,\"final_loss\":",
-                    x->ref_done && x->ref_rc == 0 ? "true" : "false", x->ref_steps, x->ref_digest,
-                    x->ref_seconds);
+               "],\n\"reference\":{\"w1\":{\"done\":%s,\"steps\":%" PRIu64
+               ",\"digest\":\"%016" PRIx64 "\",\"seconds\":%.1f,\"final_loss\":",
+               x->ref_done && x->ref_rc == 0 ? "true" : "false", x->ref_steps, x->ref_digest,
+               x->ref_seconds);
   jnum(s, x->final_loss_ref);
   ea_sb_puts(s, ",\"cluster_final_loss\":");
   jnum(s, x->final_loss_cluster);
   ea_sb_printf(s,
-                    ",\"final_rel_diff\":%.3g,\"window\":%" PRIu64
-                    ",\"window_rel_diff\":%.3g,\"tolerance\":%.3g,"
-                    "\"digest_equal\":%s},",
-                    x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
-                    x->digest_equal_ref ? "true" : "false");
+               ",\"final_rel_diff\":%.3g,\"window\":%" PRIu64
+               ",\"window_rel_diff\":%.3g,\"tolerance\":%.3g,"
+               "\"digest_equal\":%s},",
+               x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
+               x->digest_equal_ref ? "true" : "false");
   ea_sb_printf(s,
-                    "\"exact_replay\":{\"ran\":%s,\"steps\":%" PRIu64 ",\"digest\":\"%016" PRIx64
-                    "\",\"first_mismatch\":%lld,\"seconds\":%.1f,\"message\":",
-                    x->replay_done ? "true" : "false", x->replay_steps, x->replay_digest,
-                    (long long)x->first_mismatch, x->replay_seconds);
+               "\"exact_replay\":{\"ran\":%s,\"steps\":%" PRIu64 ",\"digest\":\"%016" PRIx64
+               "\",\"first_mismatch\":%lld,\"seconds\":%.1f,\"message\":",
+               x->replay_done ? "true" : "false", x->replay_steps, x->replay_digest,
+               (long long)x->first_mismatch, x->replay_seconds);
   ea_sb_json_str(s, x->first_mismatch >= 0 ? x->mismatch : x->replay_err);
   ea_sb_puts(s, "},\"cluster_final_digest\":");
   ea_sb_json_str(s, r->final_digest_known ? r->final_digest_str : "");
@@ -359,10 +355,10 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   ea_sb_puts(s, ",\"list\":[");
   for (size_t i = 0; i < r->nckpts; i++) {
     const ea__chaos_ckpt *c = &r->ckpts[i];
-    ea_sb_printf(
-        s, "%s{\"name\":\"%s\",\"world\":%u,\"verified\":%s,\"matches_live\":%s,\"error\":",
-        i ? "," : "", c->name, c->world, c->verified ? "true" : "false",
-        c->live_known ? (c->live_match ? "true" : "false") : "null");
+    ea_sb_printf(s,
+                 "%s{\"name\":\"%s\",\"world\":%u,\"verified\":%s,\"matches_live\":%s,\"error\":",
+                 i ? "," : "", c->name, c->world, c->verified ? "true" : "false",
+                 c->live_known ? (c->live_match ? "true" : "false") : "null");
     ea_sb_json_str(s, c->err);
     ea_sb_puts(s, "}");
   }
@@ -370,15 +366,15 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv)) {
     ea_sb_printf(s,
-                      "{\"step_records\":%" PRIu64 ",\"final_history_steps\":%" PRIu64
-                      ",\"orphan_steps\":%" PRIu64 ",\"log_bytes\":%" PRIu64
-                      ",\"parse_seconds\":%.2f,\"generations\":[",
-                      hv.records, hv.lineage_steps, hv.orphan_steps, hv.log_bytes,
-                      hv.parse_seconds);
+                 "{\"step_records\":%" PRIu64 ",\"final_history_steps\":%" PRIu64
+                 ",\"orphan_steps\":%" PRIu64 ",\"log_bytes\":%" PRIu64
+                 ",\"parse_seconds\":%.2f,\"generations\":[",
+                 hv.records, hv.lineage_steps, hv.orphan_steps, hv.log_bytes, hv.parse_seconds);
     for (size_t i = 0; i < hv.ngens; i++) {
       const ea__chaos_genview *g = &hv.gens[i];
-      ea_sb_printf(s, "%s\n {\"gen\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":",
-                        i ? "," : "", ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
+      ea_sb_printf(
+          s, "%s\n {\"gen\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":", i ? "," : "",
+          ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
       ea_sb_json_str(s, g->nodes);
       ea_sb_printf(s, ",\"committed_s\":");
       if (g->t_commit >= 0)
@@ -391,7 +387,7 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
         ea_sb_puts(s, ",\"steps\":null");
       if (g->lineage)
         ea_sb_printf(s, ",\"final_history\":[%" PRIu64 ",%" PRIu64 "]}", g->lineage_from,
-                          g->lineage_to);
+                     g->lineage_to);
       else
         ea_sb_puts(s, ",\"final_history\":null}");
     }
@@ -420,29 +416,29 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     notrun += r->eps[i].state == EA__EP_NOT_RUN;
   }
   ea_sb_printf(s,
-                    "elastic-chaos seed %" PRIu64
-                    ": %d agents (%s), %zu faults scheduled: %d injected, %d skipped, %d not run\n",
-                    r->o.seed, r->o.nagents, r->o.netns ? "network namespaces" : "loopback",
-                    r->neps, r->injected, skipped, notrun);
+               "elastic-chaos seed %" PRIu64
+               ": %d agents (%s), %zu faults scheduled: %d injected, %d skipped, %d not run\n",
+               r->o.seed, r->o.nagents, r->o.netns ? "network namespaces" : "loopback", r->neps,
+               r->injected, skipped, notrun);
   if (r->t_done)
     ea_sb_printf(s, "training reached step %" PRIu64 " after %.1f s; final params digest %s\n",
-                      r->target_steps, (double)(r->t_done - r->t0) / 1000.0, r->final_digest_str);
+                 r->target_steps, (double)(r->t_done - r->t0) / 1000.0, r->final_digest_str);
   else
     ea_sb_printf(s, "training did NOT reach step %" PRIu64 "%s%s\n", r->target_steps,
-                      r->aborted ? ": " : "", r->aborted ? r->abort_why : "");
+                 r->aborted ? ": " : "", r->aborted ? r->abort_why : "");
   if (!r->o.netns)
     ea_sb_puts(s,
-                   "partitions and packet loss: skipped (need --netns, as root: one network "
-                   "namespace per agent)\n");
+               "partitions and packet loss: skipped (need --netns, as root: one network "
+               "namespace per agent)\n");
   ea_sb_puts(s, "packet delay: not available (this kernel has no sch_netem)\n");
   for (size_t i = 0; i < r->neps; i++)
     if (r->eps[i].state == EA__EP_SKIPPED || r->eps[i].state == EA__EP_NOT_RUN)
       ea_sb_printf(s, "  fault #%zu %s %s: %s\n", i + 1, ea__chaos_kind_name(r->eps[i].f.kind),
-                        r->eps[i].state == EA__EP_SKIPPED ? "skipped" : "not run",
-                        r->eps[i].skip_reason);
+                   r->eps[i].state == EA__EP_SKIPPED ? "skipped" : "not run",
+                   r->eps[i].skip_reason);
   ea_sb_puts(s, "\nrecovery, ms from the fault (or the heal / restore): median (max)\n");
-  ea_sb_printf(s, "  %-16s %-22s %3s  %-13s %-13s %-13s %s\n", "kind", "phase", "n",
-                    "detection", "re-formation", "first step", "steps lost");
+  ea_sb_printf(s, "  %-16s %-22s %3s  %-13s %-13s %-13s %s\n", "kind", "phase", "n", "detection",
+               "re-formation", "first step", "steps lost");
   for (int i = 0; i < nrows; i++) {
     row w = rows[i];
     char d[32], f[32], st[32], l[32];
@@ -450,8 +446,7 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     fmt_stat(f, sizeof f, w.ref, w.nref);
     fmt_stat(st, sizeof st, w.first, w.nfirst);
     fmt_stat(l, sizeof l, w.lost, w.nlost);
-    ea_sb_printf(s, "  %-16s %-22s %3d  %-13s %-13s %-13s %s\n", w.kind, w.phase, w.n, d, f,
-                      st, l);
+    ea_sb_printf(s, "  %-16s %-22s %3d  %-13s %-13s %-13s %s\n", w.kind, w.phase, w.n, d, f, st, l);
   }
   ea_sb_puts(s, "\ninvariants\n");
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
@@ -459,17 +454,17 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     const char *skip = inv_skip(r, inv);
     if (n)
       ea_sb_printf(s, "  FAIL %-22s %s: %d violation%s\n", ea__chaos_inv_name(inv),
-                        ea__chaos_inv_desc(inv), n, n == 1 ? "" : "s");
+                   ea__chaos_inv_desc(inv), n, n == 1 ? "" : "s");
     else if (skip)
-      ea_sb_printf(s, "  skip %-22s %s (%s)\n", ea__chaos_inv_name(inv),
-                        ea__chaos_inv_desc(inv), skip);
+      ea_sb_printf(s, "  skip %-22s %s (%s)\n", ea__chaos_inv_name(inv), ea__chaos_inv_desc(inv),
+                   skip);
     else
       ea_sb_printf(s, "  ok   %-22s %s\n", ea__chaos_inv_name(inv), ea__chaos_inv_desc(inv));
     int k = 0;
     for (size_t i = 0; i < r->nviol && k < 10; i++)
       if (r->viol[i].inv == inv) {
         ea_sb_printf(s, "         - [%.1fs] %s\n",
-                          ((double)r->viol[i].t_ms - (double)r->t0) / 1000.0, r->viol[i].msg);
+                     ((double)r->viol[i].t_ms - (double)r->t0) / 1000.0, r->viol[i].msg);
         k++;
       }
   }
@@ -477,26 +472,24 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   ea_sb_puts(s, "\nreference\n");
   if (x->replay_done && x->first_mismatch < 0)
     ea_sb_printf(s,
-                      "  exact replay of the final history (%" PRIu64
-                      " steps at the world sizes the cluster used, "
-                      "ring summation order): bit-identical at every step; final digest %016" PRIx64
-                      " (%.1f s)\n",
-                      x->replay_steps, x->replay_digest, x->replay_seconds);
+                 "  exact replay of the final history (%" PRIu64
+                 " steps at the world sizes the cluster used, "
+                 "ring summation order): bit-identical at every step; final digest %016" PRIx64
+                 " (%.1f s)\n",
+                 x->replay_steps, x->replay_digest, x->replay_seconds);
   else if (x->first_mismatch >= 0)
     ea_sb_printf(s, "  exact replay DIVERGES: %s\n", x->mismatch);
   else
-    ea_sb_printf(s, "  exact replay: not run%s%s\n", x->replay_err[0] ? ": " : "",
-                      x->replay_err);
+    ea_sb_printf(s, "  exact replay: not run%s%s\n", x->replay_err[0] ? ": " : "", x->replay_err);
   if (x->window)
-    ea_sb_printf(
-        s,
-        "  W=1 reference (%" PRIu64
-        " steps, no faults, %.1f s): final loss %.6f vs cluster %.6f "
-        "(rel %.2g); mean of the last %" PRIu64
-        " steps rel diff %.2g (tolerance %.2g); params digest %s\n",
-        x->ref_steps, x->ref_seconds, x->final_loss_ref, x->final_loss_cluster, x->final_rel_diff,
-        x->window, x->window_rel_diff, r->o.loss_tol,
-        x->digest_equal_ref ? "equal" : "differs (expected: W=1 sums in another order)");
+    ea_sb_printf(s,
+                 "  W=1 reference (%" PRIu64
+                 " steps, no faults, %.1f s): final loss %.6f vs cluster %.6f "
+                 "(rel %.2g); mean of the last %" PRIu64
+                 " steps rel diff %.2g (tolerance %.2g); params digest %s\n",
+                 x->ref_steps, x->ref_seconds, x->final_loss_ref, x->final_loss_cluster,
+                 x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
+                 x->digest_equal_ref ? "equal" : "differs (expected: W=1 sums in another order)");
   ea_sb_puts(s, "\ncheckpoints\n");
   if (!r->ckpt_available) {
     ea_sb_printf(s, "  not checked: %s\n", r->ckpt_why);
@@ -516,12 +509,12 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv))
     ea_sb_printf(s,
-                      "\nhistory: %" PRIu64
-                      " step lines (%.1f MB of logs, parsed in %.1f s), %zu generations, "
-                      "final history %" PRIu64 " steps, %" PRIu64
-                      " computed steps discarded with their node\n",
-                      hv.records, (double)hv.log_bytes / 1e6, hv.parse_seconds, hv.ngens,
-                      hv.lineage_steps, hv.orphan_steps);
+                 "\nhistory: %" PRIu64
+                 " step lines (%.1f MB of logs, parsed in %.1f s), %zu generations, "
+                 "final history %" PRIu64 " steps, %" PRIu64
+                 " computed steps discarded with their node\n",
+                 hv.records, (double)hv.log_bytes / 1e6, hv.parse_seconds, hv.ngens,
+                 hv.lineage_steps, hv.orphan_steps);
 }
 
 /* ---- JUnit --------------------------------------------------------------------- */
@@ -560,12 +553,12 @@ static void write_junit(const ea__chaos_run *r, ea_sb *s) {
       r->o.seed, r->o.nagents, r->o.netns ? "netns" : "loopback", r->target_steps);
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
     ea_sb_printf(s, "<testcase classname=\"elastic-chaos.invariants\" name=\"%s\" time=\"0\">",
-                      ea__chaos_inv_name(inv));
+                 ea__chaos_inv_name(inv));
     int n = nviol(r, inv);
     const char *skip = inv_skip(r, inv);
     if (n) {
       ea_sb_printf(s, "<failure message=\"%d violation%s\" type=\"invariant\">", n,
-                        n == 1 ? "" : "s");
+                   n == 1 ? "" : "s");
       for (size_t i = 0; i < r->nviol; i++)
         if (r->viol[i].inv == inv) {
           ea__chaos_xml_str(s, r->viol[i].msg);
@@ -594,7 +587,7 @@ static void write_junit(const ea__chaos_run *r, ea_sb *s) {
       ea_sb_puts(s, "\"/>");
     } else if ((e->deg.expected && e->deg.timed_out) || (e->res.expected && e->res.timed_out)) {
       ea_sb_printf(s, "<failure message=\"not recovered within %.1f s\" type=\"hang\">",
-                        (double)r->bound_ms / 1000.0);
+                   (double)r->bound_ms / 1000.0);
       ea__chaos_xml_str(s, e->note);
       ea_sb_puts(s, "</failure>");
     }
@@ -642,11 +635,10 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
       "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n",
       SVG_W, height, SVG_W, height);
-  ea_sb_puts(
-      s,
-      "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-      "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#333\" "
-      "fill-opacity=\"0.55\"/></pattern></defs>\n");
+  ea_sb_puts(s,
+             "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+             "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#333\" "
+             "fill-opacity=\"0.55\"/></pattern></defs>\n");
   ea_sb_printf(s, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", SVG_W, height);
   ea_sb_printf(
       s,
@@ -662,16 +654,15 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
   ea_sb_printf(
       s, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f7f7f7\" stroke=\"#ccc\"/>\n",
       SVG_L, py0, SVG_W - SVG_L - SVG_R, SVG_PROG_H);
-  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text>\n", SVG_L - 6,
-                    py0 + 10);
-  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRIu64 "</text>\n",
-                    SVG_L - 6, py0 + 24, maxstep);
+  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text>\n", SVG_L - 6, py0 + 10);
+  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRIu64 "</text>\n", SVG_L - 6,
+               py0 + 24, maxstep);
   ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", SVG_L - 6, py1);
   if (r->nprog) {
     ea_sb_puts(s, "<polyline fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"1.5\" points=\"");
     for (size_t i = 0; i < r->nprog; i++)
       ea_sb_printf(s, "%.1f,%.1f ", xpos(r, r->prog[i].t_ms),
-                        py1 - (double)r->prog[i].step / (double)maxstep * (SVG_PROG_H - 8));
+                   py1 - (double)r->prog[i].step / (double)maxstep * (SVG_PROG_H - 8));
     ea_sb_puts(s, "\"><title>highest step held by a live worker</title></polyline>\n");
   }
   ea__chaos_histview hv;
@@ -683,15 +674,16 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
       if (g->t_commit < 0) continue;
       double x = xpos(r, g->t_commit);
       ea_sb_printf(s,
-                        "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#6a8fd8\" "
-                        "stroke-width=\"0.7\" "
-                        "stroke-dasharray=\"2,2\"><title>generation %" PRIu64 "/%04" PRIx64
-                        " committed: world %u (",
-                        x, py0, x, bottom, ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
+                   "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#6a8fd8\" "
+                   "stroke-width=\"0.7\" "
+                   "stroke-dasharray=\"2,2\"><title>generation %" PRIu64 "/%04" PRIx64
+                   " committed: world %u (",
+                   x, py0, x, bottom, ea_rdzv_gen64_term(g->gen),
+                   (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
       ea__chaos_xml_str(s, g->nodes);
       if (g->trained)
-        ea_sb_printf(s, "), trained steps %" PRIu64 "..%" PRIu64 "%s</title></line>\n",
-                          g->start, g->last, g->lineage ? "" : " (off the final history)");
+        ea_sb_printf(s, "), trained steps %" PRIu64 "..%" PRIu64 "%s</title></line>\n", g->start,
+                     g->last, g->lineage ? "" : " (off the final history)");
       else
         ea_sb_puts(s, "), trained no step</title></line>\n");
     }
@@ -700,24 +692,24 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
       double x = xpos(r, c->t_ms), y = py1 - (double)c->step / (double)maxstep * (SVG_PROG_H - 8);
       if (c->kind == 0)
         ea_sb_printf(s,
-                          "<path d=\"M%.1f %.1f l4 4 l-4 4 l-4 -4 z\" "
-                          "fill=\"#2a9d3a\"><title>checkpoint step %" PRIu64
-                          " committed</title></path>\n",
-                          x, y - 4, c->step);
+                     "<path d=\"M%.1f %.1f l4 4 l-4 4 l-4 -4 z\" "
+                     "fill=\"#2a9d3a\"><title>checkpoint step %" PRIu64
+                     " committed</title></path>\n",
+                     x, y - 4, c->step);
       else
         ea_sb_printf(s,
-                          "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\" "
-                          "text-anchor=\"middle\">×<title>checkpoint step %" PRIu64
-                          " %s</title></text>\n",
-                          x, y, c->step, c->kind == 1 ? "failed" : "refused (stale)");
+                     "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\" "
+                     "text-anchor=\"middle\">×<title>checkpoint step %" PRIu64
+                     " %s</title></text>\n",
+                     x, y, c->step, c->kind == 1 ? "failed" : "refused (stale)");
     }
   }
   /* Node rows. */
   for (int k = 0; k < nrows; k++) {
     const ea__chaos_node *n = &r->nodes[order[k]];
     int y = rows_top + k * SVG_ROW_H;
-    ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", SVG_L - 6,
-                      y + 14, n->name);
+    ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", SVG_L - 6, y + 14,
+                 n->name);
     ea_sb_printf(
         s,
         "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#eee\"/>\n",
@@ -745,16 +737,15 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
         snprintf(col, sizeof col, "#dcdcdc");
       double x0 = xpos(r, a->t_ms), x1 = xpos(r, tend);
       if (x1 - x0 < 0.5) x1 = x0 + 0.5;
-      ea_sb_printf(s,
-                        "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
-                        "fill=\"%s\"><title>%s: %s gen %" PRIu64 " world %u step %" PRIu64
-                        "%s</title></rect>\n",
-                        x0, y + 3, x1 - x0, SVG_ROW_H - 6, col, n->name, a->phase, ea_rdzv_gen64_term(a->gen),
-                        a->world, a->step, a->controller ? " (controller)" : "");
+      ea_sb_printf(
+          s,
+          "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+          "fill=\"%s\"><title>%s: %s gen %" PRIu64 " world %u step %" PRIu64 "%s</title></rect>\n",
+          x0, y + 3, x1 - x0, SVG_ROW_H - 6, col, n->name, a->phase, ea_rdzv_gen64_term(a->gen),
+          a->world, a->step, a->controller ? " (controller)" : "");
       if (a->controller)
-        ea_sb_printf(s,
-                          "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"2\" fill=\"#111\"/>\n",
-                          x0, y + SVG_ROW_H - 4, x1 - x0);
+        ea_sb_printf(s, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"2\" fill=\"#111\"/>\n",
+                     x0, y + SVG_ROW_H - 4, x1 - x0);
     }
     for (size_t q = 0; q < r->nspans; q++) {
       const ea__chaos_span *sp = &r->spans[q];
@@ -782,19 +773,18 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
     char desc[256];
     ea__chaos_fault_str(&e->f, desc, sizeof desc);
     ea_sb_printf(s,
-                      "<g><line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
-                      "stroke-width=\"1.5\"/>",
-                      x, py0 - 6, x, bottom);
+                 "<g><line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
+                 "stroke-width=\"1.5\"/>",
+                 x, py0 - 6, x, bottom);
     ea_sb_printf(s,
-                      "<text x=\"%.1f\" y=\"%d\" fill=\"#d00\" text-anchor=\"middle\" "
-                      "font-weight=\"bold\">%zu</text>",
-                      x, py0 - 8, i + 1);
+                 "<text x=\"%.1f\" y=\"%d\" fill=\"#d00\" text-anchor=\"middle\" "
+                 "font-weight=\"bold\">%zu</text>",
+                 x, py0 - 8, i + 1);
     ea_sb_printf(s, "<title>#%zu ", i + 1);
     ea__chaos_xml_str(s, desc);
     ea_sb_printf(s, " → %s at step %" PRIu64, e->victim, e->step_at_inject);
     if (e->deg.t_reform >= 0)
-      ea_sb_printf(s, "; re-formed after %lld ms",
-                        (long long)(e->deg.t_reform - e->deg.t_start));
+      ea_sb_printf(s, "; re-formed after %lld ms", (long long)(e->deg.t_reform - e->deg.t_start));
     ea_sb_puts(s, "</title></g>\n");
     if (e->t_heal) {
       double xh = xpos(r, e->t_heal);
@@ -811,10 +801,10 @@ static void write_svg(const ea__chaos_run *r, ea_sb *s) {
   for (double t = 0; t <= span; t += tick) {
     double x = xpos(r, r->t0 + (int64_t)(t * 1000));
     ea_sb_printf(s,
-                      "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999\"/><text "
-                      "x=\"%.1f\" y=\"%d\" "
-                      "text-anchor=\"middle\">%.0f s</text>\n",
-                      x, bottom + 2, x, bottom + 7, x, bottom + 19, t);
+                 "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999\"/><text "
+                 "x=\"%.1f\" y=\"%d\" "
+                 "text-anchor=\"middle\">%.0f s</text>\n",
+                 x, bottom + 2, x, bottom + 7, x, bottom + 19, t);
   }
   int ly = bottom + 40;
   ea_sb_printf(

@@ -182,7 +182,7 @@ static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int
   snprintf(n->sock, sizeof n->sock, "%s/admin.sock", n->data);
   if (ea__chaos_mkdirs(n->data, 0700) < 0) return NULL;
   uint64_t a = ea_mix64(r->o.seed ^ ((uint64_t)s << 40) ^ ((uint64_t)gen_of_slot << 20) ^
-                               (uint64_t)(unsigned char)prefix[0]);
+                        (uint64_t)(unsigned char)prefix[0]);
   uint64_t b = ea_mix64(a ^ 0x6e6f64652d696400ull);
   snprintf(n->idhex, sizeof n->idhex, "%016llx%016llx", (unsigned long long)a,
            (unsigned long long)b);
@@ -386,11 +386,12 @@ static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_stat
   }
   if (st->durable) {
     if (st->durable < n->max_durable)
-      ea__chaos_violate(
-          r, EA__I_GEN_GROWS, "%s's persisted generation went back from %llu/%04llx to %llu/%04llx",
-          n->name, (unsigned long long)ea_rdzv_gen64_term(n->max_durable),
-          (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(n->max_durable), (unsigned long long)ea_rdzv_gen64_term(st->durable),
-          (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(st->durable));
+      ea__chaos_violate(r, EA__I_GEN_GROWS,
+                        "%s's persisted generation went back from %llu/%04llx to %llu/%04llx",
+                        n->name, (unsigned long long)ea_rdzv_gen64_term(n->max_durable),
+                        (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(n->max_durable),
+                        (unsigned long long)ea_rdzv_gen64_term(st->durable),
+                        (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(st->durable));
     if (st->durable > n->max_durable) n->max_durable = st->durable;
   }
   if (st->has_ckpt && !r->ckpt_available) {
@@ -408,7 +409,8 @@ static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_stat
         "(phase %s, generation %llu/%04llx, world %u)",
         n->name, (double)(st->t_ms - r->partition_since) / 1000.0,
         (unsigned long long)n->steps_at_partition, (unsigned long long)st->last_step, st->phase,
-        (unsigned long long)(ea_rdzv_gen64_term(st->gen)), (unsigned long long)((uint64_t)ea_rdzv_gen64_ctrl(st->gen)), st->world);
+        (unsigned long long)(ea_rdzv_gen64_term(st->gen)),
+        (unsigned long long)((uint64_t)ea_rdzv_gen64_ctrl(st->gen)), st->world);
     n->steps_at_partition = st->last_step; /* report each further run once */
   }
 }
@@ -615,8 +617,8 @@ static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_
     p->world = w->world_out;
     ea__chaos_say(r, "  %s: world %u, generation %llu/%04llx, step %llu (%.2f s)", what,
                   w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
-                  (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out), (unsigned long long)w->step_out,
-                  (double)(p->t_seen - t_start) / 1000.0);
+                  (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
+                  (unsigned long long)w->step_out, (double)(p->t_seen - t_start) / 1000.0);
   } else if (expected && !ea__chaos_interrupted) {
     p->timed_out = true;
   }
@@ -814,8 +816,8 @@ static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t
         p->world = w->world_out;
         ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)",
                       w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
-                      (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out), (unsigned long long)w->step_out,
-                      (double)(p->t_seen - p->t_start) / 1000.0);
+                      (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
+                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
       }
     } else {
       wait_until(r, ea__chaos_mono_ms() + (t_end - now), never, NULL);

@@ -315,4 +315,3 @@ void ea__chaos_xml_str(ea_sb *s, const char *t) {
     }
   }
 }
-

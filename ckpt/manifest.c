@@ -207,30 +207,32 @@ int ea_ckpt_manifest_format(const ea_ckpt_manifest *m, char **out, size_t *len, 
   char ts[32];
   fmt_time(ts, sizeof ts, m->created);
   ea_sb_printf(&b,
-            "# elastic-agent checkpoint manifest; see docs/checkpoints.md\n"
-            "format %u\nstep %" PRIu64 "\ngeneration %" PRIu64
-            "\nworld_size %u\n"
-            "total_bytes %" PRIu64 "\nconfig_hash %016" PRIx64
-            "\nagent_version %s\n"
-            "created %s\nhash xxh3-64\ntensors %u\n",
-            m->format_version, m->step, m->generation, m->world_size, m->total_bytes,
-            m->config_hash, m->agent_version, ts, m->n_tensors);
+               "# elastic-agent checkpoint manifest; see docs/checkpoints.md\n"
+               "format %u\nstep %" PRIu64 "\ngeneration %" PRIu64
+               "\nworld_size %u\n"
+               "total_bytes %" PRIu64 "\nconfig_hash %016" PRIx64
+               "\nagent_version %s\n"
+               "created %s\nhash xxh3-64\ntensors %u\n",
+               m->format_version, m->step, m->generation, m->world_size, m->total_bytes,
+               m->config_hash, m->agent_version, ts, m->n_tensors);
   for (uint32_t i = 0; i < m->n_tensors; i++) {
     const ea_ckpt_tensor *t = &m->tensors[i];
     ea_sb_printf(&b, "tensor %s %s ", t->name, t->dtype);
     if (t->ndim == 0) ea_sb_printf(&b, "-");
-    for (uint32_t d = 0; d < t->ndim; d++) ea_sb_printf(&b, "%s%" PRIu64, d ? "x" : "", t->shape[d]);
+    for (uint32_t d = 0; d < t->ndim; d++)
+      ea_sb_printf(&b, "%s%" PRIu64, d ? "x" : "", t->shape[d]);
     ea_sb_printf(&b, " %" PRIu64 " %" PRIu64 "\n", t->offset, t->length);
   }
   ea_sb_printf(&b, "shards %u\n", m->world_size);
   for (uint32_t r = 0; r < m->world_size; r++) {
     const ea_ckpt_shard *s = &m->shards[r];
-    ea_sb_printf(&b, "shard %u %s %" PRIu64 " %" PRIu64 " %016" PRIx64 " %" PRIu64 " %u", r, s->file,
-              s->offset, s->length, s->hash, s->block_size, s->n_blocks);
+    ea_sb_printf(&b, "shard %u %s %" PRIu64 " %" PRIu64 " %016" PRIx64 " %" PRIu64 " %u", r,
+                 s->file, s->offset, s->length, s->hash, s->block_size, s->n_blocks);
     for (uint32_t k = 0; k < s->n_blocks; k++) ea_sb_printf(&b, " %016" PRIx64, s->block_hash[k]);
     ea_sb_printf(&b, "\n");
   }
-  if (!b.oom) ea_sb_printf(&b, "end %016" PRIx64 "\n", (uint64_t)XXH3_64bits_dispatch(b.buf, b.len));
+  if (!b.oom)
+    ea_sb_printf(&b, "end %016" PRIx64 "\n", (uint64_t)XXH3_64bits_dispatch(b.buf, b.len));
   if (b.oom) {
     ea_sb_free(&b);
     return -ENOMEM;

@@ -46,12 +46,12 @@ void ea_sb_free(ea_sb *b);  /* back to the zero state */
  * *p and *cap are unchanged.  New slots are not initialised. */
 int ea_array_reserve(void **p, size_t *cap, size_t need, size_t elem, size_t init);
 /* The typed form for any T *arr with a size_t cap; evaluates to the rc. */
-#define EA_ARRAY_RESERVE(arr, cap, need)                                        \
-  __extension__({                                                             \
-    void *p_ = (arr);                                                         \
-    int rc_ = ea_array_reserve(&p_, &(cap), (need), sizeof *(arr), 0);        \
-    if (rc_ == 0) (arr) = p_;                                                 \
-    rc_;                                                                      \
+#define EA_ARRAY_RESERVE(arr, cap, need)                               \
+  __extension__({                                                      \
+    void *p_ = (arr);                                                  \
+    int rc_ = ea_array_reserve(&p_, &(cap), (need), sizeof *(arr), 0); \
+    if (rc_ == 0) (arr) = p_;                                          \
+    rc_;                                                               \
   })
 
 /* ---- random numbers (base/rng.c) -----------------------------------------
