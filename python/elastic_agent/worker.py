@@ -599,7 +599,7 @@ class Worker:
         if self._interrupted():
             raise Interrupted()
 
-    def _ckpt_skipped(self, step: int, reason: str) -> None:
+    def _skip_ckpt(self, step: int, reason: str) -> None:
         self._ckpt_skipped += 1
         log.warning("checkpoint of step %d skipped: %s", step, reason)
         self._send({"type": "ckpt_skipped", "gen": self.gen, "step": step, "rank": self.rank,
@@ -638,7 +638,7 @@ class Worker:
                                        if timed_out else "interrupted while waiting for step %d" % prev)
                     waited = time.monotonic() - t0
         if skip_reason is not None:
-            self._ckpt_skipped(step, skip_reason)
+            self._skip_ckpt(step, skip_reason)
             return
         t1 = time.monotonic()
         try:
@@ -646,7 +646,7 @@ class Worker:
             lo, hi = split_range(flat.total, self.world, self.rank)
             h, _ = self._stager.stage(flat, lo, hi)
         except (OSError, StateError) as e:
-            self._ckpt_skipped(step, "staging: %s" % e)
+            self._skip_ckpt(step, "staging: %s" % e)
             return
         stall = time.monotonic() - t1
         msg = {"type": "ckpt_staged", "gen": self.gen, "step": step, "rank": self.rank,
