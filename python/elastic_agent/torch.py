@@ -223,7 +223,7 @@ class TorchState(State):
         p = "extras." + name
         if isinstance(v, torch.Tensor):
             refs.append(_ref(p, v))
-            return TensorName(p)
+            return {"value": TensorName(p)}
         if isinstance(v, torch.nn.Module):
             return {"module": _split(dict(v.state_dict()), p, refs)}
         if _stateful(v):
@@ -385,25 +385,29 @@ def _inet_sockets(skip_local_port: int) -> Set[Tuple[int, int]]:
     return out
 
 
-def _shutdown(socks: Iterable[Tuple[int, int]]) -> int:
-    """shutdown(SHUT_RDWR) each socket still open under the same inode; the
-    fds stay open (their owner closes them)."""
-    n = 0
-    for fd, ino in socks:
+#: How long a peer has to read our FIN before the connection may reset: its
+#: gloo thread reads at once; 50 ms covers a loaded machine's scheduling.
+GRACE_S = 0.05
+
+
+def _shut(s: socket.socket, how: int) -> None:
+    try:
+        s.shutdown(how)
+    except OSError:
+        pass  # already reset, or closed
+
+
+def _shut_all(held: Iterable[socket.socket], how: int) -> None:
+    for s in held:
+        _shut(s, how)
+
+
+def _close_all(held: Iterable[socket.socket]) -> None:
+    for s in held:
         try:
-            if os.fstat(fd).st_ino != ino:
-                continue
-            s = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-            n += 1
+            s.close()
         except OSError:
             pass
-        finally:
-            s.close()
-    return n
 
 
 def _split_addr(addr: str) -> Tuple[str, int]:
@@ -440,7 +444,7 @@ def _iface_of(ip: str) -> Optional[str]:
     return None
 
 
-def _sum_hook(_state: Any, bucket: Any) -> Any:
+def _sum_hook(_state, bucket):  # no annotations: DDP checks the bucket's
     """A DDP comm hook that sums (DDP's default divides by the world size)."""
     fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
@@ -473,6 +477,7 @@ class TorchBackend(Backend):
         self._client: Any = None
         self._store_port = -1
         self._ddp: Dict[int, Any] = {}
+        self._held: Dict[int, socket.socket] = {}
         self.rank = 0
         self.world = 1
 
@@ -527,28 +532,60 @@ class TorchBackend(Backend):
                 self._socks = _inet_sockets(self._store_port) - self._before
                 aborted = self._aborted
             if aborted or not ok:
-                _shutdown(self._socks)
+                _shut_all(self._hold(self._socks), socket.SHUT_RDWR)
         if aborted:
             raise CommError("aborted while forming", errno.ECANCELED)
         self.name = be
         self.rank, self.world = plan["rank"], plan["world"]
         self.device = torch.device("cuda", torch.cuda.current_device()) if be == "nccl" else torch.device("cpu")
 
+    def _hold(self, socks: Iterable[Tuple[int, int]]) -> List[socket.socket]:
+        """Our own dups of the group's sockets: while we hold one, gloo's
+        close(2) of its fd does not close the connection, so we choose when
+        the peer sees FIN (see abort)."""
+        out = []
+        with self._lock:
+            for fd, ino in socks:
+                s = self._held.get(ino)
+                if s is None:
+                    try:
+                        if os.fstat(fd).st_ino != ino:
+                            continue
+                        s = socket.socket(fileno=os.dup(fd))
+                    except OSError:
+                        continue
+                    self._held[ino] = s
+                out.append(s)
+        return out
+
     def abort(self) -> None:
+        """Two phases, because of how gloo 1.13 fails: a send whose write(2)
+        returns EPIPE/ECONNRESET is queued and never failed, so its collective
+        waits out the timeout.  1) shutdown(SHUT_RD): our reads see EOF at
+        once and our collective fails, while our writes still succeed and a
+        peer's writes to us are still accepted (no RST).  2) GRACE_S later,
+        when our gloo has closed the pair, shutdown(SHUT_WR): the peers read
+        EOF and fail too."""
         with self._lock:
             self._aborted = True
-            if self._forming:
-                socks = _inet_sockets(self._store_port) - self._before
-            else:
-                socks = set(self._socks)
-        n = _shutdown(socks)
-        if n and self.name == "nccl":
-            log.info("abort: store sockets shut; an NCCL collective in flight ends at its timeout")
+            socks = (_inet_sockets(self._store_port) - self._before) if self._forming else set(self._socks)
+        held = self._hold(socks)
+        for s in held:
+            _shut(s, socket.SHUT_RD)
+        if held:
+            t = threading.Timer(GRACE_S, _shut_all, [held, socket.SHUT_WR])
+            t.daemon = True
+            t.start()
+            if self.name == "nccl":
+                log.info("abort: store sockets shut; an NCCL collective in flight ends at its timeout")
 
     def teardown(self) -> None:
         with self._lock:
             socks, self._socks = self._socks, set()
-        _shutdown(socks)  # peers see us gone now, even if the program still holds a DDP
+        # FIN first, with our receive side open: a neighbour already in the
+        # next collective reads EOF and fails at once, and its writes to us
+        # are still accepted, so none of them can hit gloo's lost-send case.
+        _shut_all(self._hold(socks), socket.SHUT_WR)
         if self._ddp:
             alive = [weakref.ref(d) for d in self._ddp.values()]
             self._ddp.clear()
@@ -563,6 +600,11 @@ class TorchBackend(Backend):
         with self._lock:
             self.gen = None
             self._aborted = False
+            held, self._held = list(self._held.values()), {}
+        if held:  # the connections close GRACE_S later, after the peers read our FIN
+            t = threading.Timer(GRACE_S, _close_all, [held])
+            t.daemon = True
+            t.start()
 
     def close(self) -> None:
         self.teardown()

@@ -269,12 +269,16 @@ class Worker:
     agent connection (default: ``EA_IPC_FD``; without one the program runs
     alone at world 1, which is handy for development); ``digest_every``: put
     the parameters' digest into every N-th step report (0: never; hashing
-    is ~0.1 ms per MB with libxxhash).
+    is ~0.1 ms per MB with libxxhash); ``stop_grace``: after STOP, SIGTERM or
+    the agent's end of the socket closing, how long the program's thread may
+    take to come out of the aborted collective before the process exits
+    anyway (0: wait for ever).
     """
 
     def __init__(self, state: State, backend: Optional[Backend] = None, *,
                  conn: Optional[AgentConnection] = None, digest_every: int = 1,
-                 handle_sigterm: bool = True, environ: Optional[Mapping[str, str]] = None) -> None:
+                 handle_sigterm: bool = True, stop_grace: float = 3.0,
+                 environ: Optional[Mapping[str, str]] = None) -> None:
         self.state = state
         env = os.environ if environ is None else environ
         self._env = env
@@ -317,6 +321,9 @@ class Worker:
         self._old_wakeup = None
         self._old_sigterm: Any = None
         self._started = False
+        self.stop_grace = stop_grace
+        self._watchdog: Optional[threading.Timer] = None
+        self._stop_handled = False
 
     # ---- messages --------------------------------------------------------------
 
@@ -336,7 +343,34 @@ class Worker:
             self._stop = True
             self._agent_gone = True
             self.backend.abort()
+            self._arm_stop_watchdog()
             self._cv.notify_all()
+
+    def _arm_stop_watchdog(self) -> None:
+        """Caller holds _mu.  The process must go: if the program's thread is
+        still inside the aborted collective after ``stop_grace`` seconds
+        (gloo can lose a send and wait out its timeout; see elastic_agent.torch),
+        end the process from here, saying so."""
+        if self._watchdog is not None or not self.stop_grace:
+            return
+        self._watchdog = threading.Timer(self.stop_grace, self._stop_deadline)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _stop_deadline(self) -> None:
+        with self._mu:
+            if self._stop_handled:
+                return
+            self._stop_handled = True
+            gone, term = self._agent_gone, self._sigterm or _sigterm_seen[0]
+        code = 1 if gone else (143 if term else 0)
+        log.warning("the program did not return within %.1f s of the abort (stuck in a collective?): "
+                    "exiting with %d", self.stop_grace, code)
+        if not gone:
+            self._send({"type": "exiting", "reason": _clip("%s: the program did not return within %.1f s"
+                                                          % ("SIGTERM" if term else "stop", self.stop_grace)),
+                        "code": code})
+        os._exit(code)
 
     # ---- the reader thread -------------------------------------------------------
 
@@ -369,6 +403,7 @@ class Worker:
             elif t == "stop":
                 self._stop = True
                 self.backend.abort()
+                self._arm_stop_watchdog()
             elif t == "ckpt_done":
                 if self._ckpt_inflight is None or m["step"] != self._ckpt_inflight:
                     log.warning("ckpt_done for step %d with none in flight, ignored", m["step"])
@@ -387,6 +422,7 @@ class Worker:
                 self._stop = True
                 self._sigterm = True
                 self.backend.abort()
+                self._arm_stop_watchdog()
                 self._cv.notify_all()
 
     def _read_loop(self) -> None:
@@ -744,6 +780,8 @@ class Worker:
                     "digest": self.state.params_digest()})
 
     def _close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         try:
             self._teardown()
         except Exception as e:
@@ -803,6 +841,12 @@ class Worker:
             while True:
                 ev, arg = self._next_event()
                 if ev == "stop":
+                    with self._mu:
+                        if self._stop_handled:  # the watchdog is ending the process
+                            return
+                        self._stop_handled = True
+                    if self._watchdog is not None:
+                        self._watchdog.cancel()
                     self._teardown()
                     if self._agent_gone:
                         raise AgentGone("the agent closed the connection")
@@ -898,7 +942,7 @@ def run(state: State, fn: Optional[Callable[..., Any]] = None, **options: Any):
         train()
 
     or directly: ``elastic_agent.run(state, train)``.  ``options`` go to
-    :class:`Worker` (backend, digest_every, conn, handle_sigterm).  The call
+    :class:`Worker` (backend, digest_every, conn, handle_sigterm, stop_grace).  The call
     returns when the agent says STOP (after training is over), with the loop's
     last return value.  Raises AgentGone when the agent disappears,
     SystemExit(143) after SIGTERM, and the program's own exceptions (after

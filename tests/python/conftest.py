@@ -108,8 +108,10 @@ def agent():
 class Procs:
     """Worker processes started with a FakeAgent each; all killed at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_dir: str) -> None:
         self.procs: List[subprocess.Popen] = []
+        self.log_dir = log_dir
+        self.logs: List[str] = []
 
     def start(self, script: str, args: List[str], env: Dict[str, str], fa: FakeAgent,
               local_rank: int = 0) -> subprocess.Popen:
@@ -123,10 +125,13 @@ class Procs:
             os.dup2(child, 3)
             os.setpgid(0, 0)  # its own process group, as the agent starts workers
 
-        p = subprocess.Popen([sys.executable, script] + args, env=e, preexec_fn=to_fd3,
-                             close_fds=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        path = os.path.join(self.log_dir, "worker-%d.log" % len(self.procs))
+        with open(path, "wb") as out:
+            p = subprocess.Popen([sys.executable, script] + args, env=e, preexec_fn=to_fd3,
+                                 close_fds=False, stdout=out, stderr=subprocess.STDOUT)
         fa.child.close()  # the worker holds it now
         self.procs.append(p)
+        self.logs.append(path)
         return p
 
     def kill_all(self) -> None:
@@ -141,12 +146,19 @@ class Procs:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-            if p.stdout:
-                p.stdout.close()
+
+    def dump(self) -> None:
+        """The workers' output (shown by pytest when a test failed)."""
+        for path, p in zip(self.logs, self.procs):
+            with open(path, errors="replace") as f:
+                lines = f.read().splitlines()
+            print("---- %s (pid %d, status %s), last lines:" % (os.path.basename(path), p.pid, p.returncode))
+            print("\n".join(lines[-25:]))
 
 
 @pytest.fixture
-def procs():
-    ps = Procs()
+def procs(tmp_path):
+    ps = Procs(str(tmp_path))
     yield ps
     ps.kill_all()
+    ps.dump()
