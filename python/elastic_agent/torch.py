@@ -18,18 +18,29 @@ NCCL where CUDA is (the COMMIT's optional ``torch_backend`` overrides).
 **Abort.**  torch 1.13 cannot abort a process group, and a gloo collective
 whose peer is frozen (SIGSTOP, a partition) blocks until the group's
 timeout.  But gloo's transport fails an operation at once when its socket
-is shut down ("Connection closed by peer"), so the library records the TCP
-sockets that appeared while the group formed (gloo's pairs and the store
-client: new, connected, not our store server's) and ``shutdown(2)``s them
-to abort — what the built-in tcp ring does to itself.  This works from the
-reader thread while the program's thread is blocked inside the collective,
-and at teardown it makes a neighbour that is already waiting in the next
-collective fail at once instead of after the timeout.  NCCL has no such
-handle in 1.13 (no ``ncclCommAbort`` from Python): an NCCL collective stuck
-on a frozen peer ends at the group's timeout, where
+reads end-of-file, so the library records the TCP sockets that appeared
+while the group formed (gloo's pairs and the store client: new, connected,
+not our store server's) and aborts through them — what the built-in tcp
+ring does to itself — from the reader thread, while the program's thread
+is blocked inside the collective.  In two phases, because gloo 1.13 loses a
+send whose write(2) fails with EPIPE/ECONNRESET (it is queued, never failed,
+and its collective waits out the timeout): first ``shutdown(SHUT_RD)`` on a
+dup of each socket — our reads see EOF and our collective fails, while our
+writes still succeed and the peers' writes are still accepted; then, 50 ms
+later (:data:`GRACE_S`), ``shutdown(SHUT_WR)`` — the peers read EOF and fail
+too.  Holding the dup keeps gloo's own close(2) from resetting the
+connection meanwhile.  A plain teardown (no collective in flight) sends FIN
+first and closes 50 ms later, so that a neighbour already in the next
+collective fails at once.  What remains: a rank whose write raced its
+peer's death (SIGKILL resets the connection) can still hit gloo's lost send
+and wait out the timeout; it then reports ``failed`` (-ETIMEDOUT) and the
+generation re-forms — bounded by ``communication_timeout_seconds``.
+
+NCCL has no such handle in 1.13 (no ``ncclCommAbort`` from Python): an
+NCCL collective stuck on a frozen peer ends at the group's timeout, where
 ``NCCL_ASYNC_ERROR_HANDLING=1`` (set unless the user set it) tears the
 process down; the agent then restarts it and it receives the state like a
-joiner.
+joiner.  (Untested here: no GPU.)
 
 **Gradients.**  The fixed global batch B is split by :meth:`Generation.shard`;
 for the trajectory not to depend on the world size, each rank's loss is its

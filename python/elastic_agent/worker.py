@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import random
 import select
@@ -324,6 +325,7 @@ class Worker:
         self.stop_grace = stop_grace
         self._watchdog: Optional[threading.Timer] = None
         self._stop_handled = False
+        self._warned_nan = False
 
     # ---- messages --------------------------------------------------------------
 
@@ -620,6 +622,9 @@ class Worker:
         step = st.step
         st.step += 1
         st._applied = False
+        if not math.isfinite(loss) and not self._warned_nan:
+            self._warned_nan = True  # the agent alerts on every such report
+            log.warning("gen=%d step %d: the loss is %r", g.gen, step, loss)
         if self._conn is None:
             return
         every = self.digest_every

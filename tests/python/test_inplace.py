@@ -52,9 +52,9 @@ class Cluster:
         self.p: List = []
         self.cursor: Dict[int, int] = {}
 
-    def spawn(self, env=None) -> int:
+    def spawn(self, env=None, script: str = WORKER) -> int:
         a = FakeAgent()
-        p = self.procs.start(WORKER, [], dict(env or {}), a)
+        p = self.procs.start(script, [], dict(env or {}), a)
         self.agents.append(a)
         self.p.append(p)
         self.cursor[len(self.agents) - 1] = 0
