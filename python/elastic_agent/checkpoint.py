@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -265,6 +264,3 @@ def read_state(r: Resolved) -> bytearray:
     mv.release()
     return buf
 
-
-def now() -> float:
-    return time.monotonic()

@@ -21,7 +21,6 @@ PYDIR = os.path.join(ROOT, "python")
 if PYDIR not in sys.path:
     sys.path.insert(0, PYDIR)
 
-from elastic_agent import protocol  # noqa: E402
 from elastic_agent.connection import AgentConnection  # noqa: E402
 
 # Every test's seed is printed and can be replayed: EA_SEED=… pytest …

@@ -17,48 +17,26 @@ from elastic_agent.errors import StateError  # noqa: E402
 from elastic_agent.torch import TorchState  # noqa: E402
 from elastic_agent.xxh3 import xxh3_64  # noqa: E402
 
-BUILD = r"""
-import random, torch
-def build(seed, train_steps=3):
-    torch.manual_seed(seed)
-    random.seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
-                                torch.nn.Linear(5, 2))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    emb = torch.nn.Embedding(4, 3)
-    from elastic_agent.torch import TorchState
-    st = TorchState(model=model, optimizer=opt, sched=sched, emb=emb, mask=torch.ones(3, dtype=torch.bool),
-                    epoch=1, cfg={"lr": 0.01, "sizes": (6, 5, 2), "name": "tiny", 7: [1, None]})
-    g = torch.Generator().manual_seed(seed + 1)
-    for _ in range(train_steps):
-        x = torch.randn(8, 6, generator=g)
-        loss = model(x).pow(2).mean() + emb.weight.sum() * 0
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        st.step += 1
-    return st
-"""
-exec(BUILD)  # noqa: S102 - the same builder the child process runs
+from torch_build import build  # noqa: E402
 
 
 def test_two_independently_built_states_lay_out_identically():
-    a, b = build(SEED), build(SEED)  # noqa: F821
+    a, b = build(SEED), build(SEED)
     fa, fb = bytes(a.flat().to_bytes()), bytes(b.flat().to_bytes())
     assert fa == fb
     # …and in another process, under another hash seed (dict order, set order)
-    child = BUILD + "\nimport sys\nfrom elastic_agent.xxh3 import xxh3_64\n" \
-        "print(xxh3_64(bytes(build(%d).flat().to_bytes())))\n" % SEED
+    child = ("from torch_build import build\nfrom elastic_agent.xxh3 import xxh3_64\n"
+             "print(xxh3_64(bytes(build(%d).flat().to_bytes())))\n" % SEED)
+    here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=PYDIR, PYTHONHASHSEED=str(SEED % 1000 + 1)))
+                         env=dict(os.environ, PYTHONPATH=PYDIR + ":" + here,
+                                  PYTHONHASHSEED=str(SEED % 1000 + 1)))
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == xxh3_64(fa)
 
 
 def test_the_layout_names_every_tensor():
-    st = build(SEED)  # noqa: F821
+    st = build(SEED)
     names = [s.name for s in st.flat().specs]
     assert names[:8] == ["model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
                          "model.1.running_mean", "model.1.running_var", "model.1.num_batches_tracked",
@@ -70,9 +48,9 @@ def test_the_layout_names_every_tensor():
 
 
 def test_restore_of_flatten_is_bit_exact():
-    src = build(SEED)  # noqa: F821
+    src = build(SEED)
     flat = src.flat().to_bytes()
-    dst = build(SEED + 99, train_steps=0)  # noqa: F821 - other values, no optimizer state yet
+    dst = build(SEED + 99, train_steps=0)  # other values, no optimizer state yet
     assert bytes(dst.flat().to_bytes()) != bytes(flat)
     dst.load(flat)
     assert bytes(dst.flat().to_bytes()) == bytes(flat)
@@ -97,7 +75,7 @@ def test_restore_of_flatten_is_bit_exact():
 
 
 def test_digests():
-    st = build(SEED)  # noqa: F821
+    st = build(SEED)
     raw = b"".join(t.detach().contiguous().numpy().tobytes() for t in st.model.state_dict().values())
     assert st.params_digest() == xxh3_64(raw)
     d = st.sync_digest()
@@ -110,7 +88,7 @@ def test_digests():
 
 
 def test_a_mismatching_model_is_named():
-    flat = build(SEED).flat().to_bytes()  # noqa: F821
+    flat = build(SEED).flat().to_bytes()
     torch.manual_seed(0)
     other = TorchState(model=torch.nn.Sequential(torch.nn.Linear(6, 4)))
     with pytest.raises(StateError) as ei:
@@ -125,7 +103,7 @@ def test_a_mismatching_model_is_named():
 
 
 def test_commit_restore_and_the_applied_step():
-    st = build(SEED)  # noqa: F821
+    st = build(SEED)
     st.commit()
     snap = bytes(st.flat().to_bytes())
     x = torch.ones(2, 6)

@@ -18,10 +18,9 @@ import threading
 import time
 
 import msgpack
-import pytest
 
 from ckpt_util import write_checkpoint
-from conftest import PYDIR, FakeAgent, wait_for
+from conftest import PYDIR, FakeAgent
 from elastic_agent import ObjectState, split_range
 from elastic_agent.connection import AgentConnection
 from elastic_agent.errors import AgentGone, CommError
