@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import StateError
-from .layout import FlatState, TensorName, TensorRef, pack_meta, parse_header, unpack_meta
+from .layout import FlatState, TensorName, TensorRef, TensorSpec, pack_meta, parse_header, unpack_meta
 from .xxh3 import Hasher
 
 __all__ = ["State", "ObjectState", "META"]
@@ -86,6 +86,14 @@ class State:
         meta = pack_meta({"step": self.step, **tree})
         refs.append(TensorRef(META, "u8", (len(meta),), meta))
         return FlatState(refs)
+
+    def flatten(self) -> bytearray:
+        """The state as bytes in the "ea-state-1" layout (a copy)."""
+        return self.flat().to_bytes()
+
+    def layout(self) -> List[TensorSpec]:
+        """The tensor table: (name, dtype, shape, offset, length) of each tensor."""
+        return self.flat().specs
 
     def load(self, buf: Any, what: str = "state") -> None:
         """Replace this state with the flat state in ``buf`` (bytes-like).

@@ -118,7 +118,8 @@ class Procs:
         e = dict(os.environ)
         e.update(env)
         e.update({"EA_IPC_FD": "3", "EA_LOCAL_RANK": str(local_rank), "EA_COMM_BIND": "127.0.0.1:0",
-                  "PYTHONPATH": PYDIR, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
+                  "PYTHONPATH": PYDIR, "OMP_NUM_THREADS": "1"})
+        e.pop("GLOO_SOCKET_IFNAME", None)  # the library picks the interface of EA_COMM_BIND
 
         def to_fd3() -> None:  # the worker finds the agent's socket on fd 3
             os.dup2(child, 3)

@@ -49,7 +49,8 @@ def test_the_layout_names_every_tensor():
 
 def test_restore_of_flatten_is_bit_exact():
     src = build(SEED)
-    flat = src.flat().to_bytes()
+    flat = src.flatten()
+    assert [(t.name, t.dtype, t.shape) for t in src.layout()][0] == ("model.0.weight", "f32", (5, 6))
     dst = build(SEED + 99, train_steps=0)  # other values, no optimizer state yet
     assert bytes(dst.flat().to_bytes()) != bytes(flat)
     dst.load(flat)
