@@ -61,7 +61,9 @@ void ea_sb_putn(ea_sb *b, const char *s, size_t n) {
   b->buf[b->len] = 0;
 }
 
-void ea_sb_puts(ea_sb *b, const char *s) { ea_sb_putn(b, s, strlen(s)); }
+void ea_sb_puts(ea_sb *b, const char *s) {
+  ea_sb_putn(b, s, strlen(s));
+}
 
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one
  * (overlong forms, surrogates and code points past U+10FFFF included). */

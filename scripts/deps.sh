@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages elastic-agent needs, only when pkg-config (or the
 # command) cannot find them already.  Called by `make check`, `make demo`, …
-# Set EA_DEPS_EXTRA="fio" to add the benchmark baselines.  Debian's PyTorch,
-# msgpack and pytest are for /usr/bin/python3: tests/e2e/test_torchrun.sh runs
-# an unmodified torchrun-style DDP script (gloo) under the agents.
+# Set EA_DEPS_EXTRA="fio python3-torch" to add the benchmark baselines.
 set -euo pipefail
 
 declare -A pc=(
@@ -21,8 +19,9 @@ done
 for c in "${!cmd[@]}"; do
   command -v "$c" >/dev/null 2>&1 || missing+=("${cmd[$c]}")
 done
-debs=(python3-torch python3-msgpack python3-pytest)
-for p in "${debs[@]}" ${EA_DEPS_EXTRA:-}; do
+# Python packages the tests use, for Debian's /usr/bin/python3 (not a pyenv
+# shim): the client package's tests and the PyTorch end-to-end tests.
+for p in python3-msgpack python3-pytest python3-torch ${EA_DEPS_EXTRA:-}; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
