@@ -256,8 +256,7 @@ static void on_reap(void *ctx, pid_t pid, int status) {
     else
       snprintf(how, sizeof how, "status 0x%x", status);
     ea__chaos_logf(r, "agent %s (pid %d) ended: %s", n->name, (int)pid, how);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !n->expect_death &&
-        finished_from_log(n)) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !n->expect_death && finished_from_log(n)) {
       n->finished = true; /* the job ended: every agent leaves, exit 0 */
       ea__chaos_logf(r, "agent %s: the job finished", n->name);
     } else if (n->expect_exit0) {
