@@ -47,6 +47,7 @@
  * rdzv_wire.c.
  */
 #include "ea_rdzv.h"
+#include "ea_base.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -127,7 +128,7 @@ struct ea_rdzv {
   ea_rdzv_config cfg;
   ea_node_id self;
   ea_rdzv_io io;
-  uint64_t rng;
+  ea_rng rng; /* back-off jitter */
   uint64_t now;
 
   /* the membership view, sorted by id */
@@ -336,14 +337,7 @@ static int find_id(const ea_node_id *ids, uint32_t n, const ea_node_id *id) {
   return -1;
 }
 
-static uint64_t rng_next(ea_rdzv *r) { /* xorshift64* */
-  uint64_t x = r->rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  r->rng = x;
-  return x * 2685821657736338717ull;
-}
+static uint64_t rng_next(ea_rdzv *r) { return ea_rng_next(&r->rng); }
 
 static int cmp_member(const void *a, const void *b) {
   return ea_node_id_cmp(&((const ea_member *)a)->id, &((const ea_member *)b)->id);
@@ -980,7 +974,7 @@ static uint64_t backoff(ea_rdzv *r) {
   uint64_t d = RETRY_BASE_MS;
   for (uint32_t i = 1; i < r->nfail && d < r->cfg.rendezvous_timeout_ms; i++) d *= 2;
   if (d > r->cfg.rendezvous_timeout_ms) d = r->cfg.rendezvous_timeout_ms;
-  return d / 2 + rng_next(r) % (d / 2 + 1);
+  return d / 2 + ea_rng_below(&r->rng, d / 2 + 1);
 }
 
 /* The formation failed because of the given members: leave them out for
@@ -1884,7 +1878,7 @@ ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
   r->cfg = *cfg;
   r->self = *self;
   r->io = *io;
-  r->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  ea_rng_seed(&r->rng, seed, EA_RNG_RDZV, 0);
   r->now = now_ms;
   if (persisted && persisted->term) {
     r->durable = r->accepted = r->seen = r->want = *persisted;

@@ -270,12 +270,7 @@ static int rd_addr(ea__mpr *r, ea_addr *a, const char *field, const char **err) 
 
 /* A NUL-free string of at most EA_NAME_MAX-1 bytes into a C string. */
 static int rd_name(ea__mpr *r, char out[EA_NAME_MAX], const char *field, const char **err) {
-  const uint8_t *p;
-  size_t n;
-  TRY(ea__mpr_str(r, EA_NAME_MAX - 1, &p, &n), field);
-  NEED(memchr(p, 0, n) == NULL, field);
-  memcpy(out, p, n);
-  out[n] = 0;
+  TRY(ea__mpr_cstr(r, out, EA_NAME_MAX), field);
   return 0;
 }
 
