@@ -77,6 +77,7 @@ enum {
   EA_RNG_TRANSPORT = 5, /* transport: seed retry jitter */
   EA_RNG_RDZV = 6,      /* rendezvous: back-off jitter */
   EA_RNG_FAULTS = 7,    /* checkpoint fault injection: torn writes */
+  EA_RNG_JOB = 8,       /* job end: which peers relay the outcome */
   /* the chaos harness seeds (seed, its stream number, EA_RNG_CHAOS_INDEX) */
 };
 #define EA_RNG_CHAOS_INDEX 0x43484153u /* "CHAS" */
