@@ -586,6 +586,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   }
   ea__agent_ckpt_gen_floor(a->ckpt_dir, &persisted);
   worker_environment(o);
+  ea_log_set_job(o->cfg.experiment.name);
 
   uv_loop_init(&a->loop);
   a->start_ms = uv_now(&a->loop);
@@ -631,6 +632,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     a->handles_open = true;
     rc = ea__agent_workers_start(a, err, sizeof err);
   }
+  if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err); /* ea__agent_shutdown closes what started */
   } else {
@@ -643,8 +645,9 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_addr_str(ea_transport_control(a->tr), caddr, sizeof caddr);
     ea_log(EA_LOG_INFO, "listen",
            "name=%s id=%s gossip=%s (udp) push-pull=%s (tcp) control=%s (tcp) admin=%s "
-           "version=%s role=%s",
-           o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role);
+           "version=%s role=%s job=%s",
+           o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role,
+           o->cfg.experiment.name);
     ea_log(EA_LOG_INFO, "start",
            "job: %u worker%s per node (%s), min_nodes %u, max_nodes %u, backend %s, %" PRIu64
            " steps, global batch %u; workers load %s",

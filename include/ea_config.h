@@ -57,6 +57,7 @@ typedef struct {
   struct {
     uint32_t failure_retry_times;     /* 3 */
     uint32_t rendezvous_timeout_seconds; /* 30 */
+    uint32_t stall_timeout_seconds;   /* a running generation with no step this long: 300 */
     uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
   } runtime;
   ea_swim_config membership;     /* see ea_swim_config_default */

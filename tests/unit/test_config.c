@@ -570,16 +570,16 @@ static const struct {
     {"train:\n  data:\n", "2: train.data: must not be empty"},
     {"experiment:\n  name: \"a\\0b\"\n", "2: experiment.name: contains a NUL byte"},
     {"observability:\n  metrics_listen: localhost\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found localhost"},
     {"observability:\n  metrics_listen: \"::1:9400\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \"::1:9400\""},
     {"observability:\n  metrics_listen: \"127.0.0.1:65536\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \"127.0.0.1:65536\""},
     {"observability:\n  metrics_listen: \":9400\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \":9400\""},
 };
 
