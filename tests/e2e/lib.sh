@@ -75,8 +75,10 @@ start_agent() {
   shift
   dir=$EA_TMP/$name
   mkdir -p "$dir"
-  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" "$@" \
-    >"$dir/log" 2>&1 </dev/null &
+  # Metrics off unless the script asks (a --set in "$@" comes later and
+  # wins): many agents on one host cannot all have the default port.
+  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" \
+    --set observability.metrics_listen= "$@" >"$dir/log" 2>&1 </dev/null &
   local pid=$!
   EA_PGIDS+=("$pid")
   AGENT_PID[$name]=$pid
