@@ -58,4 +58,45 @@ int ea_array_reserve(void **p, size_t *cap, size_t need, size_t elem, size_t ini
     rc_;                                                                      \
   })
 
+/* ---- random numbers (base/rng.c) -----------------------------------------
+ * xoshiro256** 1.0 seeded through splitmix64: fast, 256 bits of state, and
+ * documented well enough that another implementation can replay a stream
+ * exactly (the trainer's data order depends on it: docs/trainer.md).  Not
+ * for secrets (keys and nonces come from libsodium).
+ *
+ * A stream is named by (seed, domain, index): its four state words are
+ * successive splitmix64 outputs starting from
+ *     seed ^ mix64(domain·0x9E3779B97F4A7C15 + index)
+ * so each user draws from its own domain and two users given the same seed
+ * never share a stream. */
+typedef struct {
+  uint64_t s[4];
+} ea_rng;
+
+enum {
+  EA_RNG_INIT = 1,      /* trainer: parameter init (index 0) */
+  EA_RNG_EPOCH = 2,     /* trainer: the data order (index = epoch) */
+  EA_RNG_SWIM = 3,      /* gossip core: probe order, member picks, phases */
+  EA_RNG_SIM = 4,       /* simulator: loss, delay */
+  EA_RNG_TRANSPORT = 5, /* transport: seed retry jitter */
+  EA_RNG_RDZV = 6,      /* rendezvous: back-off jitter */
+  EA_RNG_FAULTS = 7,    /* checkpoint fault injection: torn writes */
+};
+
+/* splitmix64's finaliser: a bijective 64-bit hash. */
+uint64_t ea_mix64(uint64_t z);
+/* One splitmix64 step: advances *x and returns the mixed value (for one-off
+ * derivations, such as a seed per simulated node). */
+uint64_t ea_splitmix64(uint64_t *x);
+void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index);
+uint64_t ea_rng_next(ea_rng *r);
+/* Uniform in [0, bound) for 1 ≤ bound ≤ 2^32, exact (Lemire's multiply-shift
+ * with rejection on the high 32 bits of each draw); bound 0 gives 0 and
+ * draws nothing. */
+uint32_t ea_rng_below(ea_rng *r, uint64_t bound);
+/* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
+float ea_rng_unit(ea_rng *r);
+/* Uniform in [0, 1) with 53 random bits. */
+double ea_rng_double(ea_rng *r);
+
 #endif

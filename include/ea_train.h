@@ -41,29 +41,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---------------------------------------------------------------------------
- * PRNG: xoshiro256** seeded through splitmix64.  Used for parameter init and
- * the per-epoch permutations; documented so other implementations can replay
- * the exact data order (docs/trainer.md).
- */
-typedef struct {
-  uint64_t s[4];
-} ea_rng;
+#include "ea_base.h"
 
-/* Seed a stream identified by (seed, domain, index): the four state words
- * are successive splitmix64 outputs starting from
- *     seed ^ mix64(domain·0x9E3779B97F4A7C15 + index)
- * where mix64 is splitmix64's finaliser.  Domains: EA_RNG_INIT (index 0)
- * for parameters, EA_RNG_EPOCH (index = epoch) for the data order. */
-#define EA_RNG_INIT 1u
-#define EA_RNG_EPOCH 2u
-void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index);
-uint64_t ea_rng_next(ea_rng *r);
-/* Uniform in [0, bound) for 1 ≤ bound ≤ 2^32, exact (Lemire's multiply-shift
- * with rejection on the high 32 bits of each draw). */
-uint32_t ea_rng_below(ea_rng *r, uint64_t bound);
-/* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
-float ea_rng_unit(ea_rng *r);
+/* The PRNG (ea_rng: parameter init, the per-epoch permutations) is base's,
+ * in ea_base.h, domains EA_RNG_INIT and EA_RNG_EPOCH. */
 
 /* ---------------------------------------------------------------------------
  * Data: bytes of a file, or of every regular file under a directory.

@@ -18,6 +18,8 @@
  */
 #include "sim.h"
 
+#include "ea_base.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -80,7 +82,7 @@ typedef struct {
 struct ea_sim {
   ea_sim_config cfg;
   uint64_t now;
-  uint64_t rng[4];
+  ea_rng rng;
   node *nodes; /* compact: the hot per-event lookups stay in cache */
   ea_meta *metas;
   size_t n;
@@ -110,35 +112,16 @@ struct ea_sim {
   ea_sim_stats st;
 };
 
-/* ---- randomness (xoshiro256**, seeded by splitmix64) ---- */
+/* ---- randomness: base's ea_rng, domain EA_RNG_SIM ---- */
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rnd(ea_sim *sim) { return ea_rng_next(&sim->rng); }
 
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rnd(ea_sim *sim) {
-  uint64_t *s = sim->rng;
-  uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return res;
-}
-
-static double rnd01(ea_sim *sim) { return (double)(rnd(sim) >> 11) * 0x1.0p-53; }
+static double rnd01(ea_sim *sim) { return ea_rng_double(&sim->rng); }
 
 static uint32_t delay(ea_sim *sim) {
   uint32_t lo = sim->cfg.delay_min_ms, hi = sim->cfg.delay_max_ms;
   if (hi <= lo) return lo;
-  return lo + (uint32_t)(((unsigned __int128)rnd(sim) * (hi - lo + 1)) >> 64);
+  return lo + ea_rng_below(&sim->rng, (uint64_t)(hi - lo) + 1);
 }
 
 uint64_t ea_sim_env_seed(void) {
@@ -147,7 +130,7 @@ uint64_t ea_sim_env_seed(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   uint64_t x = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec;
-  return splitmix(&x) & 0xffffffffffffULL; /* short enough to type back in */
+  return ea_splitmix64(&x) & 0xffffffffffffULL; /* short enough to type back in */
 }
 
 /* ---- event queue: far heap + timing wheel ---- */
@@ -579,7 +562,7 @@ static int start_core(ea_sim *sim, node *nd) {
   ea_swim_io io = {.ctx = nd, .send = io_send, .sync = io_sync,
                    .on_change = sim->obs ? io_change : NULL};
   uint64_t x = sim->cfg.seed ^ ((uint64_t)nd->idx << 20) ^ ((uint64_t)nd->epoch << 48);
-  uint64_t seed = splitmix(&x);
+  uint64_t seed = ea_splitmix64(&x);
   nd->core = ea_swim_new(&sim->cfg.swim, &nd->id, &sim->metas[nd->idx], &io, seed, sim->now);
   if (!nd->core) return -ENOMEM;
   nd->status = N_UP;
@@ -600,8 +583,7 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
   sim->n = c->n;
   sim->pool_free = NIL;
   for (uint32_t b = 0; b < WHEEL_MS; b++) sim->whead[b] = NIL;
-  uint64_t x = c->seed;
-  for (int i = 0; i < 4; i++) sim->rng[i] = splitmix(&x);
+  ea_rng_seed(&sim->rng, c->seed, EA_RNG_SIM, 0);
   sim->nodes = calloc(c->n ? c->n : 1, sizeof *sim->nodes);
   sim->metas = calloc(c->n ? c->n : 1, sizeof *sim->metas);
   sim->rx = malloc(sizeof *sim->rx);

@@ -20,7 +20,7 @@
  * The core is pure.  It never reads a clock (time arrives as now_ms), never
  * touches a socket (an ea_msg leaves through io->send, a push-pull through
  * io->sync and comes back through ea_swim_merge), never calls a random
- * device (a xoshiro256** generator seeded by the caller picks probe orders
+ * device (base's ea_rng, seeded by the caller, picks probe orders
  * and gossip targets), and never logs (io->on_change reports every change).
  * That is what lets one implementation run in the agent on libuv and, by
  * the thousand, in membership/sim.c in virtual time, where a test can state
@@ -41,10 +41,11 @@
  * that comes back therefore returns with a higher incarnation and is
  * re-added as alive.
  *
- * Probing is randomized round-robin: the probe list is shuffled at the end
- * of every round and newcomers are inserted at random positions, so every
- * member is probed by every other once per round (a worst-case bound SWIM's
- * pure random choice lacks) while the order stays unpredictable.  A probe is
+ * Probing is randomized round-robin (swim_probelist.c): the probe list is
+ * shuffled at the end of every round and newcomers are inserted at random
+ * positions, so every member is probed by every other once per round (a
+ * worst-case bound SWIM's pure random choice lacks) while the order stays
+ * unpredictable.  A probe is
  * PING → ACK(seq); after probe_timeout without an ack we send PING_REQ to k
  * random alive members, who ping the target, relay its ack, and send a NACK
  * if they hear nothing within 4/5 of their probe timeout (Lifeguard §IV-B:
@@ -71,8 +72,8 @@
  * every member suspects others, and every suspicion and refutation goes to
  * all N — and probing more slowly is what drains it.
  *
- * The suspicion timer (memberlist's formula), with N = members alive or
- * suspect in our view, ourselves included:
+ * The suspicion timer (memberlist's formula; swim_suspicion.c), with
+ * N = members alive or suspect in our view, ourselves included:
  *     min = suspicion_mult · log10(max(N,10)) · probe_interval
  *     max = suspicion_max_mult · min
  *     K   = suspicion_mult − 2  (0 when N − 2 < K: too few members to confirm)
@@ -83,9 +84,9 @@
  * positive under packet loss, waits the full max; a real crash is confirmed
  * by every member that probes it and falls to min.
  *
- * Dissemination: every accepted change is queued once per member (a newer
- * update about the same member replaces the older), sent least-transmitted
- * first and newest first among equals, and dropped after
+ * Dissemination (swim_queue.c): every accepted change is queued once per
+ * member (a newer update about the same member replaces the older), sent
+ * least-transmitted first and newest first among equals, and dropped after
  * retransmit_mult · ceil(log10(N+1)) transmissions.  Updates ride on every
  * ping, ack, ping-req and nack until the packet reaches cfg->max_packet
  * (exact sizes from ea_wire_update_size / ea_wire_msg_base_size), and while
@@ -161,39 +162,61 @@
  * ε = 1e-4); lower bound 150 − 5 + 1083 = 1228 ms; expected
  * 237 + 1083 + 275 ≈ 1.6 s; the simulator measures p50 1.3 s, p99 2.2 s.
  *
- * DATA STRUCTURES
+ * DATA STRUCTURES (each in a file of its own, behind a private header)
  *
  * The simulator runs 5000 of these cores in one process, so nothing here is
  * O(N) per packet.  Members live in a dense array indexed through an
- * open-addressing hash on the id; the probe list, the dissemination queue
- * (a binary heap of 16-byte handles over a pool) and the suspicion timers
- * (an indexed heap) refer to members by index and are fixed up on the rare
- * swap-remove when a member is reaped; reap deadlines are FIFO because
- * dead_reclaim_ms is a constant.  Metadata is interned process-wide and
- * reference counted: 5000 views of 5000 members share 5000 copies of
- * ea_meta instead of 25 million.  The public ea_member view is materialized
- * on request (ea_swim_members copies the table; ea_swim_find fills one of a
- * small ring of slots).  A digest of the table (XOR of a hash of each
- * member's id, incarnation and state) lets the simulator skip push-pulls
- * between identical views, and a running total of the export's encoded size
- * lets it count their bytes without building them.
+ * open-addressing map on the id (swim_idmap.c, which reads the ids from the
+ * array rather than storing them twice).  The probe order (swim_probelist.c,
+ * randomized round-robin), the dissemination queue (swim_queue.c, a pool
+ * ordered by (transmissions, age)) and the suspicion timers
+ * (swim_suspicion.c, a pool ordered by deadline) refer to members by index,
+ * each member holds its handle into each of them (the probe list and the
+ * queue keep it current through a slot callback), and all are fixed up on
+ * the rare swap-remove when a member is reaped (reap_member).  The queue
+ * and the timers are ordered by the same indexed binary heap (swim_heap.c).
+ * None of these files sees struct ea_swim.  Reap deadlines stay here, a
+ * FIFO ring, because dead_reclaim_ms is a constant.
+ * Metadata is interned process-wide and reference counted (swim_meta.c):
+ * 5000 views of 5000 members share 5000 copies of ea_meta instead of 25
+ * million.  The public ea_member view is materialized on request
+ * (ea_swim_members copies the table; ea_swim_find fills one of a small ring
+ * of slots).  A digest of the table (XOR of a hash of each member's id,
+ * incarnation and state) lets the simulator skip push-pulls between
+ * identical views, and a running total of the export's encoded size lets it
+ * count their bytes without building them.
+ *
+ * WHY THIS FILE IS STILL OVER 1000 LINES
+ *
+ * What is left is the protocol, and it is one state machine over one
+ * struct: set_state, add_member and reap_member keep the id map, the
+ * probe, queue and timer handles, the live and alive counts, the digest and
+ * the export size in step, and apply, probing, the relays and the tick all
+ * lean on those invariants.  Splitting it further (memberlist puts its
+ * packet handlers in net.go) would mean publishing struct ea_swim to
+ * several files and turning a dozen static helpers into an internal API,
+ * so that no one file could be read to check an invariant.  A seventh of
+ * the file is this comment.
  */
+#include "ea_base.h"
 #include "ea_membership.h"
+
+#include "swim_idmap.h"
+#include "swim_int.h"
+#include "swim_meta.h"
+#include "swim_probelist.h"
+#include "swim_queue.h"
+#include "swim_suspicion.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NONE UINT32_MAX
+#define NONE EA__NONE
 #define NEVER UINT64_MAX
 
-/* Distinct confirmations remembered per suspicion: K is suspicion_mult − 2
- * (2 at our defaults, memberlist's too); a config asking for more than this
- * is clamped, which only means the timer reaches min after 16 confirmers. */
-#define SUSP_K_MAX 16
 /* Ping-reqs we relay at once.  Each costs a few hundred bytes; a node asked
  * for more than this is either under attack or the cluster is collapsing,
  * and refusing (the requester then sees a missing nack) is the right signal. */
@@ -210,195 +233,20 @@
 #define NACK_NUM 4
 #define NACK_DEN 5
 
-/* ---- interned metadata ------------------------------------------------- */
-
-typedef struct meta_blob {
-  struct meta_blob *next; /* hash chain */
-  uint64_t hash;
-  _Atomic uint32_t refs;
-  uint32_t wire_extra; /* encoded meta size − 1 (the nil it replaces) */
-  ea_meta m; /* canonical: strings NUL-padded, unused address bytes zero */
-} meta_blob;
-
-static struct {
-  pthread_mutex_t lock;
-  meta_blob **tab;
-  size_t cap, count;
-} interned = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
-
-static void canon_str(char *dst, const char *src, size_t cap) {
-  size_t n = strnlen(src, cap - 1);
-  memcpy(dst, src, n);
-}
-
-static void canon_addr(ea_addr *dst, const ea_addr *src) {
-  dst->family = src->family;
-  dst->port = src->port;
-  if (src->family == 4) memcpy(dst->ip, src->ip, 4);
-  else if (src->family == 6) memcpy(dst->ip, src->ip, 16);
-}
-
-static void canon_meta(ea_meta *c, const ea_meta *m) {
-  memset(c, 0, sizeof *c);
-  canon_str(c->name, m->name, sizeof c->name);
-  canon_addr(&c->gossip, &m->gossip);
-  canon_addr(&c->control, &m->control);
-  canon_str(c->role, m->role, sizeof c->role);
-  canon_str(c->tags, m->tags, sizeof c->tags);
-  canon_str(c->version, m->version, sizeof c->version);
-  c->last_gen = m->last_gen;
-}
-
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static uint64_t meta_hash(const ea_meta *c) {
-  const uint8_t *p = (const uint8_t *)c;
-  uint64_t h = 0x9e3779b97f4a7c15ULL;
-  size_t i = 0;
-  for (; i + 8 <= sizeof *c; i += 8) {
-    uint64_t w;
-    memcpy(&w, p + i, 8);
-    h = (h ^ mix64(w + i)) * 0x100000001b3ULL;
-  }
-  for (; i < sizeof *c; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return mix64(h);
-}
-
-/* Take a reference on an existing blob (caller already holds one). */
-static meta_blob *blob_retain(meta_blob *b) {
-  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-  return b;
-}
-
-static void blob_release(meta_blob *b) {
-  if (!b) return;
-  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-  /* We took it to zero; intern() never revives a zero-ref blob, so nobody
-   * else can reach it except through the table, which we now unlink. */
-  pthread_mutex_lock(&interned.lock);
-  meta_blob **pp = &interned.tab[b->hash & (interned.cap - 1)];
-  while (*pp && *pp != b) pp = &(*pp)->next;
-  if (*pp) *pp = b->next;
-  interned.count--;
-  pthread_mutex_unlock(&interned.lock);
-  free(b);
-}
-
-static int intern_grow(void) {
-  size_t ncap = interned.cap ? interned.cap * 2 : 1024;
-  meta_blob **nt = calloc(ncap, sizeof *nt);
-  if (!nt) return -ENOMEM;
-  for (size_t i = 0; i < interned.cap; i++) {
-    meta_blob *b = interned.tab[i];
-    while (b) {
-      meta_blob *nx = b->next;
-      b->next = nt[b->hash & (ncap - 1)];
-      nt[b->hash & (ncap - 1)] = b;
-      b = nx;
-    }
-  }
-  free(interned.tab);
-  interned.tab = nt;
-  interned.cap = ncap;
-  return 0;
-}
-
-/* A referenced blob equal to m, or NULL on allocation failure. */
-static meta_blob *blob_intern(const ea_meta *m) {
-  ea_meta c;
-  canon_meta(&c, m);
-  uint64_t h = meta_hash(&c);
-  meta_blob *r = NULL;
-  pthread_mutex_lock(&interned.lock);
-  if (interned.cap) {
-    for (meta_blob *b = interned.tab[h & (interned.cap - 1)]; b; b = b->next) {
-      if (b->hash != h || memcmp(&b->m, &c, sizeof c) != 0) continue;
-      /* Revive only a live blob: one at zero is being freed by its releaser. */
-      uint32_t cur = atomic_load_explicit(&b->refs, memory_order_relaxed);
-      while (cur > 0 && !atomic_compare_exchange_weak(&b->refs, &cur, cur + 1)) {
-      }
-      if (cur > 0) {
-        r = b;
-        break;
-      }
-    }
-  }
-  if (!r && (interned.count + 1 <= interned.cap || intern_grow() == 0)) {
-    r = malloc(sizeof *r);
-    if (r) {
-      r->hash = h;
-      atomic_init(&r->refs, 1);
-      r->m = c;
-      ea_update u;
-      memset(&u, 0, sizeof u);
-      size_t without = ea_wire_update_size(&u);
-      u.has_meta = true;
-      u.meta = c;
-      r->wire_extra = (uint32_t)(ea_wire_update_size(&u) - without);
-      r->next = interned.tab[h & (interned.cap - 1)];
-      interned.tab[h & (interned.cap - 1)] = r;
-      interned.count++;
-    }
-  }
-  pthread_mutex_unlock(&interned.lock);
-  return r;
-}
-
-static size_t rec_bytes(uint8_t state, uint32_t inc, const meta_blob *b) {
-  ea_update u;
-  memset(&u, 0, sizeof u);
-  u.state = state;
-  u.incarnation = inc;
-  return ea_wire_update_size(&u) + (b ? b->wire_extra : 0);
-}
-
 /* ---- the core's types -------------------------------------------------- */
 
 typedef struct {
-  ea_node_id id;
+  ea_node_id id; /* first: the id map reads it from here (swim_idmap.h) */
   uint32_t inc;
   uint8_t state;
   uint32_t probe_pos; /* index into probe list, NONE for self */
-  uint32_t susp;      /* index into susp pool, NONE unless SUSPECT */
-  uint32_t qpos;      /* its entry in the dissemination pool, or NONE */
+  uint32_t susp;      /* its suspicion timer, NONE unless SUSPECT */
+  uint32_t qpos;      /* its entry in the dissemination queue, or NONE */
   uint64_t since;
-  meta_blob *meta;
+  ea__meta_blob *meta;
 } member;
 
-typedef struct {
-  ea_node_id id, from;
-  uint32_t inc;
-  uint8_t state;
-  uint8_t transmits;
-  uint16_t size; /* encoded size, cached */
-  uint32_t midx; /* member it is about (for member.qpos) */
-  uint32_t hpos; /* position in the heap; next free entry while unused */
-  uint64_t order; /* enqueue sequence: larger is newer */
-  meta_blob *meta; /* ALIVE only; referenced */
-} qent;
-
-/* Heap item: the ordering key and the pool entry.  Sifting moves 16 bytes,
- * not the 90-byte entry (a node under heavy loss holds hundreds of them). */
-typedef struct {
-  uint64_t key;
-  uint32_t e;
-} qitem;
-
-typedef struct {
-  uint32_t midx;
-  uint32_t hpos; /* position in susp heap, NONE when free */
-  uint32_t next_free;
-  uint32_t k, n, nfrom;
-  uint64_t start, deadline, min, max;
-  ea_node_id from[SUSP_K_MAX + 1];
-} susp;
+_Static_assert(offsetof(member, id) == 0, "ea__idmap reads the id at the record's start");
 
 typedef struct {
   uint64_t deadline, since;
@@ -413,10 +261,6 @@ typedef struct {
   ea_node_id target;
   uint64_t deadline;   /* nack due */
 } relay;
-
-typedef struct {
-  uint64_t s[4];
-} rng;
 
 /* Hot fields first: with 5000 cores in one simulator process every event
  * lands on a cold core, and each cache line touched is a miss. */
@@ -438,7 +282,7 @@ struct ea_swim {
   uint32_t seq;
   uint32_t health;
   bool intro; /* our probes carry our own ALIVE until this round ends (after a join) */
-  uint32_t nq, nsheap, reap_len, nrelays, prio_len;
+  uint32_t reap_len, nrelays, prio_len;
   bool left;
   bool last_prio; /* the current probe came from prio: next is round-robin */
   bool accused;   /* set by apply_self: answer the packet's sender directly */
@@ -446,32 +290,20 @@ struct ea_swim {
   ea_node_id self_id;
   ea_swim_io io;
 
-  /* member table + id hash */
+  /* member table + id map */
   member *mem;
   uint32_t nmem, capmem;
-  uint32_t *slots; /* midx+1, 0 = empty */
-  uint32_t slot_mask;
+  ea__idmap ids;
   uint32_t nlive;  /* alive + suspect, self included */
   uint32_t nalive; /* alive, self included */
   uint64_t digest; /* XOR of rec_hash over the table: equal views, equal digests */
   uint64_t xbytes; /* encoded size of ea_swim_export()'s records, kept current */
 
-  /* randomized round-robin */
-  uint32_t *plist;
-  uint32_t nplist, capplist, cursor;
-  rng r;
+  ea__plist pl; /* randomized round-robin (swim_probelist.h) */
+  ea_rng r;
 
-  /* dissemination queue: binary heap of qitem over a pool of qent */
-  qitem *qheap;
-  qent *qpool;
-  uint32_t capq, qfree;
-  uint64_t qorder;
-  size_t upd_min_size;
-
-  /* suspicions: pool + heap by deadline */
-  susp *sp;
-  uint32_t nsp, capsp, sp_free;
-  uint32_t *sheap;
+  ea__bq q;          /* dissemination queue */
+  ea__susp_set susp; /* suspicion timers */
 
   /* reaping: FIFO ring (deadlines are monotone) */
   reap_ent *reap;
@@ -502,50 +334,22 @@ struct ea_swim {
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(rng *r) { /* xoshiro256** */
-  uint64_t *s = r->s;
-  uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return res;
-}
-
-static uint32_t rng_below(rng *r, uint32_t n) {
-  return (uint32_t)(((unsigned __int128)rng_next(r) * n) >> 64);
-}
-
 static bool id_eq(const ea_node_id *a, const ea_node_id *b) { return memcmp(a, b, sizeof *a) == 0; }
 
-static uint64_t id_hash(const ea_node_id *id) {
-  uint64_t a, b;
-  memcpy(&a, id->b, 8);
-  memcpy(&b, id->b + 8, 8);
-  return mix64(a ^ rotl(b, 29));
-}
-
-static uint64_t mix64(uint64_t x);
-static uint64_t id_hash(const ea_node_id *id);
 /* One member's (id, incarnation, state), for the table digest. */
 static uint64_t rec_hash(const ea_node_id *id, uint32_t inc, uint8_t state) {
-  return mix64(id_hash(id) ^ (((uint64_t)inc << 8 | state) * 0x9e3779b97f4a7c15ULL));
+  return ea__mix64(ea__id_hash(id) ^ (((uint64_t)inc << 8 | state) * 0x9e3779b97f4a7c15ULL));
 }
 
 /* Encoded size of one member's export record (state, incarnation, two ids,
  * metadata), without building it. */
-static size_t rec_bytes(uint8_t state, uint32_t inc, const struct meta_blob *b);
+static size_t rec_bytes(uint8_t state, uint32_t inc, const ea__meta_blob *b) {
+  ea_update u;
+  memset(&u, 0, sizeof u);
+  u.state = state;
+  u.incarnation = inc;
+  return ea_wire_update_size(&u) + (b ? b->wire_extra : 0);
+}
 
 static bool is_live(uint8_t st) { return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT; }
 
@@ -555,11 +359,7 @@ static uint32_t scale(const ea_swim *s) { return s->health + 1; }
 
 /* ceil(log10(n+1)) · retransmit_mult, memberlist's retransmitLimit. */
 static uint32_t retransmit_limit(const ea_swim *s) {
-  uint32_t n = s->nlive, d = 0;
-  for (uint64_t p = 1; p < (uint64_t)n + 1; p *= 10) d++;
-  uint32_t lim = s->cfg.retransmit_mult * (d ? d : 1);
-  if (lim < 1) lim = 1;
-  return lim > 255 ? 255 : lim;
+  return ea__bq_limit(s->cfg.retransmit_mult, s->nlive);
 }
 
 /* memberlist's pushPullScale: double the interval for every doubling of the
@@ -578,208 +378,22 @@ static uint64_t pp_due(const ea_swim *s) {
   return s->created + 1 + (uint64_t)((1.0 - s->pp_phase) * (double)iv);
 }
 
-static void susp_bounds(const ea_swim *s, uint32_t n, uint64_t *mn, uint64_t *mx) {
-  double scale_n = log10((double)(n > 10 ? n : 10));
-  uint64_t m = (uint64_t)floor((double)s->cfg.suspicion_mult * scale_n * s->cfg.probe_interval_ms);
-  if (m < 1) m = 1;
-  *mn = m;
-  *mx = (uint64_t)(s->cfg.suspicion_max_mult ? s->cfg.suspicion_max_mult : 1) * m;
-}
-
-/* ---- id hash ------------------------------------------------------------ */
-
 static uint32_t find_idx(const ea_swim *s, const ea_node_id *id) {
-  uint32_t i = (uint32_t)id_hash(id) & s->slot_mask;
-  for (;;) {
-    uint32_t v = s->slots[i];
-    if (!v) return NONE;
-    if (id_eq(&s->mem[v - 1].id, id)) return v - 1;
-    i = (i + 1) & s->slot_mask;
-  }
+  return ea__idmap_find(&s->ids, s->mem, sizeof *s->mem, id);
 }
 
-static uint32_t *slot_of(ea_swim *s, const ea_node_id *id) {
-  uint32_t i = (uint32_t)id_hash(id) & s->slot_mask;
-  for (;;) {
-    uint32_t v = s->slots[i];
-    if (!v) return NULL;
-    if (id_eq(&s->mem[v - 1].id, id)) return &s->slots[i];
-    i = (i + 1) & s->slot_mask;
-  }
-}
+/* ---- dissemination (the queue itself: swim_queue.c) ----------------------- */
 
-static void slot_put(uint32_t *slots, uint32_t mask, const ea_node_id *id, uint32_t midx) {
-  uint32_t i = (uint32_t)id_hash(id) & mask;
-  while (slots[i]) i = (i + 1) & mask;
-  slots[i] = midx + 1;
-}
-
-static int slots_grow(ea_swim *s) {
-  uint32_t ncap = (s->slot_mask + 1) * 2;
-  uint32_t *ns = calloc(ncap, sizeof *ns);
-  if (!ns) return -ENOMEM;
-  for (uint32_t i = 0; i < s->nmem; i++) slot_put(ns, ncap - 1, &s->mem[i].id, i);
-  free(s->slots);
-  s->slots = ns;
-  s->slot_mask = ncap - 1;
-  return 0;
-}
-
-/* Linear-probing delete with backward shift (no tombstones). */
-static void slot_del(ea_swim *s, const ea_node_id *id) {
-  uint32_t mask = s->slot_mask;
-  uint32_t *p = slot_of(s, id);
-  if (!p) return;
-  uint32_t i = (uint32_t)(p - s->slots), j = i;
-  for (;;) {
-    j = (j + 1) & mask;
-    if (!s->slots[j]) break;
-    uint32_t k = (uint32_t)id_hash(&s->mem[s->slots[j] - 1].id) & mask;
-    /* Move j back into the hole at i unless its home k lies cyclically in (i, j]. */
-    bool keep = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
-    if (keep) continue;
-    s->slots[i] = s->slots[j];
-    i = j;
-  }
-  s->slots[i] = 0;
-}
-
-/* ---- dissemination queue (indexed binary heap) -------------------------- */
-
-/* Fewer transmissions first, then newer first: the key orders exactly so. */
-static uint64_t q_key(const qent *e) {
-  return (uint64_t)e->transmits << 56 | (~e->order & ((1ULL << 56) - 1));
-}
-
-static void q_place(ea_swim *s, uint32_t pos, qitem it) {
-  s->qheap[pos] = it;
-  s->qpool[it.e].hpos = pos;
-}
-
-static void q_up(ea_swim *s, uint32_t pos) {
-  qitem it = s->qheap[pos];
-  while (pos > 0) {
-    uint32_t par = (pos - 1) / 2;
-    if (s->qheap[par].key <= it.key) break;
-    q_place(s, pos, s->qheap[par]);
-    pos = par;
-  }
-  q_place(s, pos, it);
-}
-
-static void q_down(ea_swim *s, uint32_t pos) {
-  qitem it = s->qheap[pos];
-  for (;;) {
-    uint32_t c = 2 * pos + 1;
-    if (c >= s->nq) break;
-    if (c + 1 < s->nq && s->qheap[c + 1].key < s->qheap[c].key) c++;
-    if (s->qheap[c].key >= it.key) break;
-    q_place(s, pos, s->qheap[c]);
-    pos = c;
-  }
-  q_place(s, pos, it);
-}
-
-/* Unlink pool entry k from the heap (the entry and member.qpos stay). */
-static void q_detach(ea_swim *s, uint32_t k) {
-  uint32_t pos = s->qpool[k].hpos;
-  s->nq--;
-  if (pos < s->nq) {
-    q_place(s, pos, s->qheap[s->nq]);
-    if (pos > 0 && s->qheap[pos].key < s->qheap[(pos - 1) / 2].key) q_up(s, pos);
-    else q_down(s, pos);
-  }
-}
-
-/* Link a detached entry back, at its current key. */
-static void q_attach(ea_swim *s, uint32_t k) {
-  s->nq++;
-  q_place(s, s->nq - 1, (qitem){q_key(&s->qpool[k]), k});
-  q_up(s, s->nq - 1);
-}
-
-static void q_release_slot(ea_swim *s, uint32_t k) {
-  s->mem[s->qpool[k].midx].qpos = NONE;
-  s->qpool[k].hpos = s->qfree; /* onto the free list */
-  s->qfree = k;
-}
-
-/* Take pool entry k out of the queue; returns it (caller owns its meta
- * reference). */
-static qent q_take(ea_swim *s, uint32_t k) {
-  qent e = s->qpool[k];
-  q_detach(s, k);
-  q_release_slot(s, k);
-  return e;
-}
-
-static int q_push(ea_swim *s, const qent *e) {
-  if (s->qfree == NONE) {
-    uint32_t nc = s->capq ? s->capq * 2 : 64;
-    qent *np = realloc(s->qpool, (size_t)nc * sizeof *np);
-    if (!np) return -ENOMEM;
-    s->qpool = np;
-    qitem *nh = realloc(s->qheap, (size_t)nc * sizeof *nh);
-    if (!nh) return -ENOMEM;
-    s->qheap = nh;
-    for (uint32_t k = nc; k-- > s->capq;) {
-      s->qpool[k].hpos = s->qfree;
-      s->qfree = k;
-    }
-    s->capq = nc;
-  }
-  uint32_t k = s->qfree;
-  s->qfree = s->qpool[k].hpos;
-  s->qpool[k] = *e;
-  s->mem[e->midx].qpos = k;
-  s->nq++;
-  q_place(s, s->nq - 1, (qitem){q_key(e), k});
-  q_up(s, s->nq - 1);
-  return 0;
-}
-
-static void fill_update(const qent *e, ea_update *u) {
-  u->state = e->state;
-  u->incarnation = e->inc;
-  u->id = e->id;
-  u->from = e->from;
-  u->has_meta = e->meta != NULL;
-  if (e->meta) u->meta = e->meta->m;
-}
+/* Where the queue keeps each member's entry handle. */
+static uint32_t *qpos_of(void *ctx, uint32_t midx) { return &((ea_swim *)ctx)->mem[midx].qpos; }
 
 /* Queue news about member midx; a newer update replaces any queued one. */
 static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
                     const ea_node_id *from) {
   member *m = &s->mem[midx];
-  qent e = {.id = m->id, .from = *from, .inc = inc, .state = state, .midx = midx,
-            .order = ++s->qorder};
-  if (state == EA_STATE_ALIVE && m->meta) e.meta = blob_retain(m->meta);
-  ea_update u;
-  u.state = state;
-  u.incarnation = inc;
-  u.id = e.id;
-  u.from = e.from;
-  u.has_meta = false;
-  size_t sz = ea_wire_update_size(&u);
-  if (e.meta) {
-    ea_update um;
-    fill_update(&e, &um);
-    sz = ea_wire_update_size(&um);
-  }
-  e.size = (uint16_t)(sz > UINT16_MAX ? UINT16_MAX : sz);
-  if (m->qpos != NONE) {
-    qent old = q_take(s, m->qpos);
-    blob_release(old.meta);
-  }
-  if (s->nq == 0 && s->gossip_at < now) s->gossip_at = now; /* news goes out at once */
-  if (q_push(s, &e) != 0) blob_release(e.meta);
-}
-
-static void q_clear(ea_swim *s) {
-  while (s->nq) {
-    qent e = q_take(s, s->qheap[s->nq - 1].e);
-    blob_release(e.meta);
-  }
+  /* Empty once m's older entry is replaced: news goes out at once. */
+  if (ea__bq_len(&s->q) == (m->qpos != NONE ? 1u : 0u) && s->gossip_at < now) s->gossip_at = now;
+  ea__bq_push(&s->q, midx, &m->id, from, state, inc, m->meta);
 }
 
 /* Append queued updates to msg (already holding `used` bytes) until the
@@ -787,160 +401,44 @@ static void q_clear(ea_swim *s) {
  * one transmission and leaves the queue at its retransmit limit. */
 static void q_fill(ea_swim *s, ea_msg *msg, size_t used) {
   size_t budget = s->cfg.max_packet;
-  if (used >= budget || s->nq == 0) return;
-  size_t left = budget - used;
-  uint32_t lim = retransmit_limit(s);
-  uint32_t taken[EA_WIRE_MAX_UPDATES + 8];
-  bool incl[EA_WIRE_MAX_UPDATES + 8];
-  uint32_t nt = 0, misfits = 0;
-  /* Entries are unlinked from the heap while the packet is filled (so none
-   * is picked twice) and relinked with their new count after: pool slots and
-   * member.qpos stay put, which keeps this off the member table.  Past 8
-   * updates that did not fit, stop looking for smaller ones: the packet is
-   * as good as full, and a long queue would make this O(queue). */
-  while (s->nq && misfits < 8 && msg->nupdates < EA_WIRE_MAX_UPDATES && left >= s->upd_min_size) {
-    uint32_t k = s->qheap[0].e;
-    q_detach(s, k);
-    qent *e = &s->qpool[k];
-    incl[nt] = e->size <= left;
-    if (incl[nt]) {
-      fill_update(e, &msg->updates[msg->nupdates++]);
-      left -= e->size;
-      s->st.updates_sent++;
-    } else {
-      misfits++;
-    }
-    taken[nt++] = k;
-  }
-  for (uint32_t i = 0; i < nt; i++) {
-    qent *e = &s->qpool[taken[i]];
-    if (incl[i] && ++e->transmits >= lim) {
-      blob_release(e->meta);
-      q_release_slot(s, taken[i]);
-      continue;
-    }
-    q_attach(s, taken[i]);
-  }
+  if (used >= budget || ea__bq_len(&s->q) == 0) return;
+  s->st.updates_sent += ea__bq_fill(&s->q, msg, budget - used, retransmit_limit(s));
 }
 
-/* ---- suspicion timers ---------------------------------------------------- */
-
-static bool sh_less(const ea_swim *s, uint32_t a, uint32_t b) {
-  return s->sp[a].deadline < s->sp[b].deadline;
+/* Our own ALIVE, as the queue would send it, for packets that carry it
+ * outside the queue (introductions, direct refutations). */
+static void self_alive(const ea_swim *s, ea_update *u) {
+  const member *self = &s->mem[s->self_idx];
+  u->state = EA_STATE_ALIVE;
+  u->incarnation = self->inc;
+  u->id = self->id;
+  u->from = self->id;
+  u->has_meta = self->meta != NULL;
+  if (self->meta) u->meta = self->meta->m;
 }
 
-static void sh_set(ea_swim *s, uint32_t pos, uint32_t si) {
-  s->sheap[pos] = si;
-  s->sp[si].hpos = pos;
-}
-
-static void sh_up(ea_swim *s, uint32_t pos) {
-  uint32_t si = s->sheap[pos];
-  while (pos > 0) {
-    uint32_t par = (pos - 1) / 2;
-    if (!sh_less(s, si, s->sheap[par])) break;
-    sh_set(s, pos, s->sheap[par]);
-    pos = par;
-  }
-  sh_set(s, pos, si);
-}
-
-static void sh_down(ea_swim *s, uint32_t pos) {
-  uint32_t si = s->sheap[pos];
-  for (;;) {
-    uint32_t c = 2 * pos + 1;
-    if (c >= s->nsheap) break;
-    if (c + 1 < s->nsheap && sh_less(s, s->sheap[c + 1], s->sheap[c])) c++;
-    if (!sh_less(s, s->sheap[c], si)) break;
-    sh_set(s, pos, s->sheap[c]);
-    pos = c;
-  }
-  sh_set(s, pos, si);
-}
-
-static void susp_free(ea_swim *s, uint32_t si) {
-  susp *p = &s->sp[si];
-  uint32_t pos = p->hpos;
-  s->nsheap--;
-  if (pos < s->nsheap) {
-    sh_set(s, pos, s->sheap[s->nsheap]);
-    if (pos > 0 && sh_less(s, s->sheap[pos], s->sheap[(pos - 1) / 2])) sh_up(s, pos);
-    else sh_down(s, pos);
-  }
-  p->hpos = NONE;
-  p->next_free = s->sp_free;
-  s->sp_free = si;
-}
+/* ---- suspicion (the timers themselves: swim_suspicion.c) ------------------ */
 
 static void susp_cancel(ea_swim *s, uint32_t midx) {
   member *m = &s->mem[midx];
   if (m->susp == NONE) return;
-  susp_free(s, m->susp);
+  ea__susp_cancel(&s->susp, m->susp);
   m->susp = NONE;
-}
-
-static uint64_t susp_timeout(const susp *p) {
-  if (p->k == 0) return p->min;
-  double frac = log((double)p->n + 1.0) / log((double)p->k + 1.0);
-  double raw = (double)p->max - frac * (double)(p->max - p->min);
-  uint64_t t = raw <= 0 ? 0 : (uint64_t)floor(raw);
-  return t < p->min ? p->min : t;
 }
 
 static int susp_start(ea_swim *s, uint64_t now, uint32_t midx, const ea_node_id *from) {
   susp_cancel(s, midx);
-  uint32_t si;
-  if (s->sp_free != NONE) {
-    si = s->sp_free;
-    s->sp_free = s->sp[si].next_free;
-  } else {
-    if (s->nsp == s->capsp) {
-      uint32_t nc = s->capsp ? s->capsp * 2 : 16;
-      susp *np = realloc(s->sp, (size_t)nc * sizeof *np);
-      if (!np) return -ENOMEM;
-      s->sp = np;
-      uint32_t *nh = realloc(s->sheap, (size_t)nc * sizeof *nh);
-      if (!nh) return -ENOMEM;
-      s->sheap = nh;
-      s->capsp = nc;
-    }
-    si = s->nsp++;
-  }
-  susp *p = &s->sp[si];
-  memset(p, 0, sizeof *p);
-  p->midx = midx;
-  p->start = now;
-  uint32_t n = s->nlive;
-  susp_bounds(s, n, &p->min, &p->max);
-  uint32_t k = s->cfg.suspicion_mult > 2 ? s->cfg.suspicion_mult - 2 : 0;
-  if (k > SUSP_K_MAX) k = SUSP_K_MAX;
-  if (n < 2 || n - 2 < k) k = 0;
-  p->k = k;
-  p->from[0] = *from;
-  p->nfrom = 1;
-  p->deadline = now + (k == 0 ? p->min : p->max);
-  s->sheap[s->nsheap] = si;
-  p->hpos = s->nsheap++;
-  sh_up(s, p->hpos);
-  s->mem[midx].susp = si;
-  return 0;
+  uint64_t mn, mx;
+  ea__susp_bounds(&s->cfg, s->nlive, &mn, &mx);
+  return ea__susp_start(&s->susp, now, midx, from, mn, mx, ea__susp_k(&s->cfg, s->nlive),
+                        &s->mem[midx].susp);
 }
 
 /* A SUSPECT update from `from` about a member we already suspect.  Returns
  * true when it was a new independent confirmation (worth re-gossiping). */
 static bool susp_confirm(ea_swim *s, uint32_t midx, const ea_node_id *from) {
   uint32_t si = s->mem[midx].susp;
-  if (si == NONE) return false;
-  susp *p = &s->sp[si];
-  if (p->n >= p->k) return false;
-  for (uint32_t i = 0; i < p->nfrom; i++)
-    if (id_eq(&p->from[i], from)) return false;
-  p->from[p->nfrom++] = *from;
-  p->n++;
-  p->deadline = p->start + susp_timeout(p);
-  sh_up(s, p->hpos);
-  sh_down(s, p->hpos);
-  return true;
+  return si != NONE && ea__susp_confirm(&s->susp, si, from);
 }
 
 /* ---- member table ------------------------------------------------------- */
@@ -986,7 +484,7 @@ static int reap_push(ea_swim *s, uint64_t deadline, uint64_t since, const ea_nod
 /* Change a member's (state, incarnation, meta) and keep every index and
  * counter in step.  newmeta is borrowed (retained here when it changes). */
 static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint32_t inc,
-                      meta_blob *newmeta) {
+                      ea__meta_blob *newmeta) {
   member *m = &s->mem[midx];
   uint8_t old = m->state;
   bool meta_changed = newmeta && newmeta != m->meta;
@@ -998,8 +496,8 @@ static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint3
   m->inc = inc;
   m->state = st;
   if (meta_changed) {
-    blob_release(m->meta);
-    m->meta = blob_retain(newmeta);
+    ea__meta_release(m->meta);
+    m->meta = ea__meta_retain(newmeta);
   }
   s->xbytes += rec_bytes(st, inc, m->meta);
   if (old != st) {
@@ -1010,70 +508,18 @@ static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint3
   if (old != st || meta_changed) notify(s, midx, old);
 }
 
-static int plist_insert_random(ea_swim *s, uint32_t midx) {
-  if (s->nplist == s->capplist) {
-    uint32_t nc = s->capplist ? s->capplist * 2 : 64;
-    uint32_t *np = realloc(s->plist, (size_t)nc * sizeof *np);
-    if (!np) return -ENOMEM;
-    s->plist = np;
-    s->capplist = nc;
-  }
-  /* memberlist: append, then swap with a random position, so a newcomer's
-   * place in the current round is as random as everyone else's. */
-  uint32_t pos = rng_below(&s->r, s->nplist + 1);
-  uint32_t last = s->nplist++;
-  if (pos != last) {
-    uint32_t other = s->plist[pos];
-    s->plist[last] = other;
-    s->mem[other].probe_pos = last;
-  }
-  s->plist[pos] = midx;
-  s->mem[midx].probe_pos = pos;
-  return 0;
+/* The probe list's hooks: each member's position, and our generator (every
+ * draw from one seeded stream, so the simulator replays). */
+static uint32_t *ppos_of(void *ctx, uint32_t midx) {
+  return &((ea_swim *)ctx)->mem[midx].probe_pos;
 }
-
-static void plist_remove(ea_swim *s, uint32_t midx) {
-  uint32_t p = s->mem[midx].probe_pos;
-  if (p == NONE) return;
-  uint32_t last = s->nplist - 1;
-  if (p < s->cursor) {
-    /* Keep the "already probed this round" prefix intact: fill the hole
-     * with the prefix's last entry, and that slot with the list's last. */
-    uint32_t c = s->cursor - 1;
-    if (c != p) {
-      s->plist[p] = s->plist[c];
-      s->mem[s->plist[p]].probe_pos = p;
-    }
-    if (last != c) {
-      s->plist[c] = s->plist[last];
-      s->mem[s->plist[c]].probe_pos = c;
-    }
-    s->cursor--;
-  } else if (p != last) {
-    s->plist[p] = s->plist[last];
-    s->mem[s->plist[p]].probe_pos = p;
-  }
-  s->nplist--;
-  s->mem[midx].probe_pos = NONE;
-}
+static uint32_t draw_below(void *ctx, uint32_t n) { return ea_rng_below(&((ea_swim *)ctx)->r, n); }
 
 /* After the join that taught us the cluster: one full round of probes, each
  * carrying our ALIVE (see probe_start), starting now. */
 static void intro_start(ea_swim *s) {
-  s->intro = s->nplist > 0;
-  s->cursor = 0; /* the list is already in random order (random insertion) */
-}
-
-static void plist_shuffle(ea_swim *s) {
-  s->intro = false; /* a round is complete */
-  for (uint32_t i = s->nplist; i > 1; i--) {
-    uint32_t j = rng_below(&s->r, i);
-    uint32_t t = s->plist[i - 1];
-    s->plist[i - 1] = s->plist[j];
-    s->plist[j] = t;
-  }
-  for (uint32_t i = 0; i < s->nplist; i++) s->mem[s->plist[i]].probe_pos = i;
-  s->cursor = 0;
+  s->intro = s->pl.n > 0;
+  ea__plist_restart(&s->pl); /* the list is already in random order (random insertion) */
 }
 
 /* Room for `more` members without reallocating mid-merge (a 5000-record
@@ -1087,20 +533,13 @@ static void reserve(ea_swim *s, uint32_t more) {
       s->capmem = want;
     }
   }
-  if (want > s->capplist) {
-    uint32_t *np = realloc(s->plist, (size_t)want * sizeof *np);
-    if (np) {
-      s->plist = np;
-      s->capplist = want;
-    }
-  }
-  while ((uint64_t)want * 2 > (uint64_t)s->slot_mask + 1)
-    if (slots_grow(s) != 0) break;
+  ea__plist_reserve(&s->pl, want);
+  ea__idmap_reserve(&s->ids, s->mem, sizeof *s->mem, s->nmem, want);
 }
 
 /* Add a member (not in the table).  Returns its index or NONE. */
 static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8_t st, uint32_t inc,
-                           meta_blob *meta) {
+                           ea__meta_blob *meta) {
   if (s->nmem == s->capmem) {
     uint32_t nc = s->capmem ? s->capmem * 2 : 16;
     member *nm = realloc(s->mem, (size_t)nc * sizeof *nm);
@@ -1108,7 +547,7 @@ static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8
     s->mem = nm;
     s->capmem = nc;
   }
-  if ((s->nmem + 1) * 2 > s->slot_mask + 1 && slots_grow(s) != 0) return NONE;
+  if (ea__idmap_reserve(&s->ids, s->mem, sizeof *s->mem, s->nmem, s->nmem + 1) != 0) return NONE;
   uint32_t midx = s->nmem++;
   member *m = &s->mem[midx];
   memset(m, 0, sizeof *m);
@@ -1119,13 +558,13 @@ static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8
   m->susp = NONE;
   m->qpos = NONE;
   m->since = now;
-  m->meta = meta ? blob_retain(meta) : NULL;
-  slot_put(s->slots, s->slot_mask, id, midx);
+  m->meta = meta ? ea__meta_retain(meta) : NULL;
+  ea__idmap_put(&s->ids, id, midx);
   s->digest ^= rec_hash(id, inc, st);
   s->xbytes += rec_bytes(st, inc, m->meta);
   if (is_live(st)) s->nlive++;
   if (st == EA_STATE_ALIVE) s->nalive++;
-  if (!id_eq(id, &s->self_id)) plist_insert_random(s, midx);
+  if (!id_eq(id, &s->self_id)) ea__plist_insert(&s->pl, midx);
   return midx;
 }
 
@@ -1133,26 +572,22 @@ static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8
  * every structure that refers to the moved one by index. */
 static void reap_member(ea_swim *s, uint32_t midx) {
   member *m = &s->mem[midx];
-  if (m->qpos != NONE) {
-    qent e = q_take(s, m->qpos);
-    blob_release(e.meta);
-  }
+  if (m->qpos != NONE) ea__bq_drop(&s->q, m->qpos);
   susp_cancel(s, midx);
-  plist_remove(s, midx);
-  slot_del(s, &m->id);
+  ea__plist_remove(&s->pl, midx);
+  ea__idmap_del(&s->ids, s->mem, sizeof *s->mem, &m->id);
   s->digest ^= rec_hash(&m->id, m->inc, m->state);
   s->xbytes -= rec_bytes(m->state, m->inc, m->meta);
   if (is_live(m->state)) s->nlive--;
   if (m->state == EA_STATE_ALIVE) s->nalive--;
-  blob_release(m->meta);
+  ea__meta_release(m->meta);
   uint32_t last = s->nmem - 1;
   if (midx != last) {
     *m = s->mem[last];
-    uint32_t *slot = slot_of(s, &m->id);
-    if (slot) *slot = midx + 1;
-    if (m->probe_pos != NONE) s->plist[m->probe_pos] = midx;
-    if (m->qpos != NONE) s->qpool[m->qpos].midx = midx;
-    if (m->susp != NONE) s->sp[m->susp].midx = midx;
+    ea__idmap_move(&s->ids, s->mem, sizeof *s->mem, &m->id, midx);
+    if (m->probe_pos != NONE) ea__plist_rekey(&s->pl, m->probe_pos, midx);
+    if (m->qpos != NONE) ea__bq_rekey(&s->q, m->qpos, midx);
+    if (m->susp != NONE) ea__susp_at(&s->susp, m->susp)->key = midx;
     if (last == s->self_idx) s->self_idx = midx;
   }
   s->nmem--;
@@ -1198,7 +633,7 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
    !(skip && id_eq(&s->mem[(mi)].id, skip)))
   while (got < want && tries < 8 * want + 8) {
     tries++;
-    uint32_t mi = rng_below(&s->r, s->nmem);
+    uint32_t mi = ea_rng_below(&s->r, s->nmem);
     if (!PICK_OK(mi)) continue;
     bool dup = false;
     for (uint32_t i = 0; i < got; i++) dup |= out[i] == mi;
@@ -1216,7 +651,7 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
       seen++;
       if (got < want) out[got++] = mi;
       else {
-        uint32_t j = rng_below(&s->r, seen);
+        uint32_t j = ea_rng_below(&s->r, seen);
         if (j < want - base) out[base + j] = mi;
       }
     }
@@ -1234,17 +669,10 @@ typedef struct {
   uint32_t inc;
   ea_node_id id, from;
   const ea_meta *meta; /* may be NULL */
-  meta_blob *blob;     /* when the caller already holds an interned copy */
+  ea__meta_blob *blob; /* when the caller already holds an interned copy */
 } rec;
 
 static int rank_of(uint8_t st) { return st; /* ALIVE < SUSPECT < DEAD < LEFT */ }
-
-static bool meta_same(const meta_blob *b, const ea_meta *m) {
-  if (!b) return false;
-  ea_meta c;
-  canon_meta(&c, m);
-  return memcmp(&b->m, &c, sizeof c) == 0;
-}
 
 static void refute(ea_swim *s, uint64_t now, uint32_t accused) {
   member *self = &s->mem[s->self_idx];
@@ -1264,7 +692,8 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
   if (r->state == EA_STATE_ALIVE) {
     /* Someone holds a newer incarnation of us (we restarted), or the same
      * incarnation with other metadata: out-shout it. */
-    if (r->inc > self->inc || (r->inc == self->inc && r->meta && !meta_same(self->meta, r->meta)))
+    if (r->inc > self->inc ||
+        (r->inc == self->inc && r->meta && !ea__meta_same(self->meta, r->meta)))
       refute(s, now, r->inc);
     return;
   }
@@ -1303,7 +732,7 @@ static void recheck_push(ea_swim *s, uint64_t due, uint32_t midx) {
 static void suspect_noted(ea_swim *s, uint64_t now, uint32_t midx) {
   uint32_t si = s->mem[midx].susp;
   if (si == NONE) return;
-  recheck_push(s, now + s->sp[si].min / 2, midx);
+  recheck_push(s, now + ea__susp_at(&s->susp, si)->min / 2, midx);
 }
 
 static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
@@ -1318,11 +747,11 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
     if (!is_live(r->state) || !r->meta) return;
     /* r->blob is borrowed; an interned one is ours to drop after add_member
      * took its own reference (atomics cost, at 25 million adds). */
-    meta_blob *owned = r->blob ? NULL : blob_intern(r->meta);
-    meta_blob *b = r->blob ? r->blob : owned;
+    ea__meta_blob *owned = r->blob ? NULL : ea__meta_intern(r->meta);
+    ea__meta_blob *b = r->blob ? r->blob : owned;
     if (!b) return;
     mi = add_member(s, now, &r->id, r->state, r->inc, b);
-    blob_release(owned);
+    ea__meta_release(owned);
     if (mi == NONE) return;
     if (r->state == EA_STATE_SUSPECT) {
       susp_start(s, now, mi, &r->from);
@@ -1345,13 +774,13 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
     return;
   }
   /* Newer.  ALIVE brings (possibly new) metadata. */
-  meta_blob *b = NULL, *owned = NULL;
+  ea__meta_blob *b = NULL, *owned = NULL;
   if (r->state == EA_STATE_ALIVE && r->meta) {
     if (r->blob) b = r->blob;
-    else if (!meta_same(m->meta, r->meta)) b = owned = blob_intern(r->meta);
+    else if (!ea__meta_same(m->meta, r->meta)) b = owned = ea__meta_intern(r->meta);
   }
   set_state(s, now, mi, r->state, r->inc, b);
-  blob_release(owned);
+  ea__meta_release(owned);
   if (r->state == EA_STATE_SUSPECT) {
     susp_start(s, now, mi, &r->from);
     suspect_noted(s, now, mi);
@@ -1410,12 +839,12 @@ static void buddy_update(const ea_swim *s, uint32_t mi, ea_update *u) {
  * pass it on — typically because heavy loss makes every member suspect
  * others — and each further probe we send adds to it. */
 static bool backlogged(const ea_swim *s) {
-  if (s->nq == 0) return false;
+  if (ea__bq_len(&s->q) == 0) return false;
   uint64_t per_iv = 2 + (uint64_t)s->cfg.gossip_nodes *
                             ((s->cfg.probe_interval_ms + s->cfg.gossip_interval_ms - 1) /
                              s->cfg.gossip_interval_ms);
-  uint64_t cap = per_iv * (s->cfg.max_packet / (2 * s->upd_min_size)); /* ~2× the smallest */
-  return (uint64_t)s->nq * retransmit_limit(s) > cap;
+  uint64_t cap = per_iv * (s->cfg.max_packet / (2 * s->q.min_size)); /* ~2× the smallest */
+  return (uint64_t)ea__bq_len(&s->q) * retransmit_limit(s) > cap;
 }
 
 static void probe_start(ea_swim *s, uint64_t now) {
@@ -1445,12 +874,11 @@ static void probe_start(ea_swim *s, uint64_t now) {
     s->last_prio = true;
     recheck_push(s, now + 2 * iv, c); /* again, while it stays suspect */
   }
-  for (uint32_t steps = 0; mi == NONE && steps <= s->nplist; steps++) {
-    if (s->cursor >= s->nplist) {
-      if (s->nplist == 0) break;
-      plist_shuffle(s);
-    }
-    uint32_t c = s->plist[s->cursor++];
+  for (uint32_t steps = 0; mi == NONE && steps <= s->pl.n; steps++) {
+    bool new_round;
+    uint32_t c = ea__plist_next(&s->pl, &new_round);
+    if (new_round) s->intro = false; /* a round is complete */
+    if (c == NONE) break;
     if (s->mem[c].state != EA_STATE_LEFT && s->mem[c].meta) {
       mi = c;
       break;
@@ -1474,12 +902,7 @@ static void probe_start(ea_swim *s, uint64_t now) {
   /* A newcomer introduces itself on every probe of its first round: the
    * round-robin reaches each member exactly once, so a member that missed
    * our ALIVE in a burst of joins learns it directly within one round. */
-  if (s->intro) {
-    const member *self = &s->mem[s->self_idx];
-    qent e = {.id = self->id, .from = self->id, .inc = self->inc, .state = EA_STATE_ALIVE,
-              .meta = self->meta};
-    fill_update(&e, &msg->updates[msg->nupdates++]);
-  }
+  if (s->intro) self_alive(s, &msg->updates[msg->nupdates++]);
   s->st.pings_sent++;
   msg_send(s, &s->probe.addr, msg);
 }
@@ -1527,29 +950,26 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   if (s->cfg.awareness_max == 0) s->cfg.awareness_max = 1;
   if (s->cfg.max_packet == 0) s->cfg.max_packet = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD;
   s->io = *io;
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) s->r.s[i] = splitmix(&x);
+  ea_rng_seed(&s->r, seed, EA_RNG_SWIM, 0);
   s->self_id = *self;
-  s->sp_free = NONE;
-  s->qfree = NONE;
+  ea__susp_init(&s->susp);
+  ea__bq_init(&s->q, qpos_of, s);
+  ea__plist_init(&s->pl, ppos_of, draw_below, s);
   s->msg = malloc(sizeof *s->msg);
-  s->slots = calloc(16, sizeof *s->slots);
-  s->slot_mask = 15;
-  meta_blob *b = blob_intern(self_meta);
-  if (!s->msg || !s->slots || !b) {
-    blob_release(b);
+  int ids_rc = ea__idmap_init(&s->ids, 16);
+  ea__meta_blob *b = ea__meta_intern(self_meta);
+  if (!s->msg || ids_rc != 0 || !b) {
+    ea__meta_release(b);
     ea_swim_free(s);
     return NULL;
   }
   s->self_idx = add_member(s, now_ms, self, EA_STATE_ALIVE, 0, b);
-  blob_release(b);
+  ea__meta_release(b);
   if (s->self_idx == NONE) {
     ea_swim_free(s);
     return NULL;
   }
   refresh_self_view(s);
-  ea_update u = {.state = EA_STATE_DEAD};
-  s->upd_min_size = ea_wire_update_size(&u);
   /* Announce ourselves (memberlist does the same): once a join has taught
    * us some members, our own ALIVE spreads from us as well as from the seed,
    * which is what keeps a burst of simultaneous joins from leaving
@@ -1557,29 +977,26 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, 0, self);
   /* Stagger the loops so that a cluster started at once does not probe and
    * push-pull in lockstep. */
-  s->probe_at = now_ms + rng_below(&s->r, s->cfg.probe_interval_ms);
+  s->probe_at = now_ms + ea_rng_below(&s->r, s->cfg.probe_interval_ms);
   s->gossip_at = now_ms;
   /* The first push-pull falls at a random fraction of the (cluster-size
    * scaled) interval, re-evaluated as the cluster grows, so 5000 nodes
    * started together spread their exchanges over the whole interval. */
   s->created = now_ms;
   s->pp_last = NEVER;
-  s->pp_phase = (double)(rng_next(&s->r) >> 11) * 0x1.0p-53;
+  s->pp_phase = ea_rng_double(&s->r);
   s->pp_at = s->cfg.push_pull_interval_ms ? pp_due(s) : NEVER;
   return s;
 }
 
 void ea_swim_free(ea_swim *s) {
   if (!s) return;
-  for (uint32_t i = 0; i < s->nq; i++) blob_release(s->qpool[s->qheap[i].e].meta);
-  for (uint32_t i = 0; i < s->nmem; i++) blob_release(s->mem[i].meta);
-  free(s->qpool);
-  free(s->qheap);
+  ea__bq_close(&s->q);
+  for (uint32_t i = 0; i < s->nmem; i++) ea__meta_release(s->mem[i].meta);
   free(s->mem);
-  free(s->slots);
-  free(s->plist);
-  free(s->sp);
-  free(s->sheap);
+  ea__idmap_close(&s->ids);
+  ea__plist_close(&s->pl);
+  ea__susp_close(&s->susp);
   free(s->reap);
   free(s->msg);
   free(s->view);
@@ -1609,7 +1026,7 @@ static void left_update(const ea_swim *s, ea_update *u) {
 void ea_swim_leave(ea_swim *s, uint64_t now_ms) {
   if (s->left) return;
   member *self = &s->mem[s->self_idx];
-  q_clear(s);
+  ea__bq_clear(&s->q);
   set_state(s, now_ms, s->self_idx, EA_STATE_LEFT, self->inc, NULL);
   s->left = true;
   s->probe.active = false;
@@ -1632,23 +1049,23 @@ void ea_swim_leave(ea_swim *s, uint64_t now_ms) {
 
 void ea_swim_set_meta(ea_swim *s, uint64_t now_ms, const ea_meta *meta) {
   if (s->left) return;
-  meta_blob *b = blob_intern(meta);
+  ea__meta_blob *b = ea__meta_intern(meta);
   if (!b) return;
   member *self = &s->mem[s->self_idx];
   set_state(s, now_ms, s->self_idx, EA_STATE_ALIVE, self->inc + 1, b);
-  blob_release(b);
+  ea__meta_release(b);
   refresh_self_view(s);
   enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, s->mem[s->self_idx].inc, &s->self_id);
 }
 
 uint64_t ea_swim_next_deadline(const ea_swim *s) {
   uint64_t d = NEVER;
-  if (s->nq) d = s->gossip_at;
+  if (ea__bq_len(&s->q)) d = s->gossip_at;
   if (s->left) return d;
   d = umin(d, s->probe_at);
   if (s->probe.active && !s->probe.acked && !s->probe.indirect) d = umin(d, s->probe.timeout_at);
   d = umin(d, s->pp_at);
-  if (s->nsheap) d = umin(d, s->sp[s->sheap[0]].deadline);
+  if (ea__susp_count(&s->susp)) d = umin(d, ea__susp_first(&s->susp)->deadline);
   if (s->reap_len) d = umin(d, s->reap[s->reap_head].deadline);
   for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++)
     if (s->relays[i].used) d = umin(d, s->relays[i].deadline);
@@ -1659,7 +1076,7 @@ static void gossip_round(ea_swim *s, uint64_t now) {
   uint32_t g = s->cfg.gossip_nodes, pick[64];
   if (g > 64) g = 64;
   uint32_t n = pick_random(s, g, false, NULL, pick);
-  for (uint32_t i = 0; i < n && s->nq; i++) {
+  for (uint32_t i = 0; i < n && ea__bq_len(&s->q); i++) {
     ea_msg *msg = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
     q_fill(s, msg, ea_wire_msg_base_size(msg));
     if (msg->nupdates == 0) break;
@@ -1681,8 +1098,9 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       msg_send(s, &rl->reply_to, msg);
     }
     /* Suspicions that ran out. */
-    while (s->nsheap && s->sp[s->sheap[0]].deadline <= now) {
-      uint32_t mi = s->sp[s->sheap[0]].midx;
+    const ea__susp *first;
+    while ((first = ea__susp_first(&s->susp)) && first->deadline <= now) {
+      uint32_t mi = first->key;
       member *m = &s->mem[mi];
       uint32_t inc = m->inc;
       set_state(s, now, mi, EA_STATE_DEAD, inc, NULL); /* frees the timer */
@@ -1716,7 +1134,7 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       s->pp_at = pp_due(s);
     }
   }
-  if (s->nq && now >= s->gossip_at) gossip_round(s, now);
+  if (ea__bq_len(&s->q) && now >= s->gossip_at) gossip_round(s, now);
   return ea_swim_next_deadline(s);
 }
 
@@ -1819,10 +1237,7 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
    * partition the accusers are exactly the ones we consider dead. */
   if (s->accused && m->type != EA_MSG_PING) {
     ea_msg *out = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
-    const member *self = &s->mem[s->self_idx];
-    qent e = {.id = self->id, .from = self->id, .inc = self->inc, .state = EA_STATE_ALIVE,
-              .meta = self->meta};
-    fill_update(&e, &out->updates[out->nupdates++]);
+    self_alive(s, &out->updates[out->nupdates++]);
     s->st.msgs_out++; /* just the refutation: the queue has its own copy */
     s->io.send(s->io.ctx, from, out);
   }
@@ -1877,7 +1292,7 @@ int ea_swim_export(const ea_swim *s, ea_update **ups, size_t *n) {
     u->state = m->state;
     u->incarnation = m->inc;
     u->id = m->id;
-    u->from = (m->susp != NONE) ? s->sp[m->susp].from[0] : s->self_id;
+    u->from = (m->susp != NONE) ? s->susp.sp[m->susp].from[0] : s->self_id;
     u->has_meta = true;
     u->meta = m->meta->m;
   }
@@ -1917,7 +1332,7 @@ void ea__swim_merge_core(ea_swim *dst, uint64_t now_ms, const ea_swim *src) {
     const member *m = &src->mem[i];
     if (!m->meta) continue;
     rec r = {.state = m->state, .inc = m->inc, .id = m->id, .meta = &m->meta->m, .blob = m->meta};
-    r.from = (m->susp != NONE) ? src->sp[m->susp].from[0] : src->self_id;
+    r.from = (m->susp != NONE) ? src->susp.sp[m->susp].from[0] : src->self_id;
     apply(dst, now_ms, &r, origin);
   }
   if (origin == ORIG_MERGE_FRESH) intro_start(dst);
@@ -1982,7 +1397,7 @@ void ea_swim_stats_get(const ea_swim *s, ea_swim_stats *out) {
 }
 
 void ea_swim_suspicion_bounds(const ea_swim *s, uint64_t *min_ms, uint64_t *max_ms) {
-  susp_bounds(s, s->nlive, min_ms, max_ms);
+  ea__susp_bounds(&s->cfg, s->nlive, min_ms, max_ms);
 }
 
 const char *ea_member_state_str(uint8_t state) {

@@ -19,6 +19,7 @@
  * inside `sync`, and exports our state later from the connect callback.
  */
 #include "ea_transport.h"
+#include "ea_base.h"
 
 #include "ea_log.h"
 
@@ -78,7 +79,7 @@ struct ea_transport {
   void (*on_join)(void *ctx, int ok, const char *via);
   uint32_t sync_timeout_ms;
   uint32_t join_retry_max_ms;
-  uint64_t rng;
+  ea_rng rng; /* seed retry jitter */
 
   uv_udp_t udp;
   uv_tcp_t listener;
@@ -158,13 +159,6 @@ struct conn {
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static uint64_t rng_next(ea_transport *t) {
-  /* splitmix64: the jitter needs spread, not secrecy. */
-  uint64_t z = (t->rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 void ea_addr_from_sockaddr(const struct sockaddr *sa, ea_addr *out) {
   memset(out, 0, sizeof *out);
@@ -834,7 +828,7 @@ static void join_attempt_failed(ea_transport *t) {
     return;
   }
   uint32_t b = t->join.backoff_ms;
-  uint32_t delay = b / 2 + (uint32_t)(rng_next(t) % (b / 2 + 1)); /* "equal jitter" */
+  uint32_t delay = b / 2 + ea_rng_below(&t->rng, b / 2 + 1); /* "equal jitter" */
   ea_log(EA_LOG_WARN, "join", "attempt %u failed: %s; retrying in %u ms", t->join.attempt,
          t->join.why[0] ? t->join.why : "no address to try", delay);
   if (t->on_join) t->on_join(t->ctx, 0, t->join.why);
@@ -1189,7 +1183,7 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   t->on_join = o->on_join;
   t->sync_timeout_ms = o->sync_timeout_ms ? o->sync_timeout_ms : EA_TRANSPORT_SYNC_TIMEOUT_MS;
   t->join_retry_max_ms = o->join_retry_max_ms ? o->join_retry_max_ms : 5000;
-  t->rng = o->seed ^ 0x5eed;
+  ea_rng_seed(&t->rng, o->seed, EA_RNG_TRANSPORT, 0);
   t->have_key = o->key != NULL;
   if (o->key) memcpy(t->key, o->key, EA_KEY_BYTES);
   /* The datagram on the wire must fit EA_WIRE_MAX_PACKET with the seal. */

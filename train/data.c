@@ -13,8 +13,9 @@
  * cursor equal to the step number, whatever the world size; ranks only
  * choose which slice of the step's B indices they compute.
  *
- * The PRNG (splitmix64 → xoshiro256**) lives here because the data order is
- * where its exact definition matters most; model init reuses it.
+ * The PRNG is base's (ea_rng, splitmix64 → xoshiro256**, domain
+ * EA_RNG_EPOCH); its exact definition is in ea_base.h because the data order
+ * depends on every bit of it.
  */
 #include "ea_train.h"
 
@@ -28,64 +29,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxh_x86dispatch.h>
-
-/* ---- PRNG --------------------------------------------------------------- */
-
-static uint64_t mix64(uint64_t z) /* splitmix64's finaliser */
-{
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *x)
-{
-  *x += 0x9E3779B97F4A7C15ull;
-  return mix64(*x);
-}
-
-void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index)
-{
-  uint64_t x = seed ^ mix64(domain * 0x9E3779B97F4A7C15ull + index);
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-  /* xoshiro's only bad state is all zeros; splitmix64 outputs four zeros
-   * for no seed, but make the invariant explicit. */
-  if ((r->s[0] | r->s[1] | r->s[2] | r->s[3]) == 0) r->s[0] = 1;
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t ea_rng_next(ea_rng *r) /* xoshiro256** 1.0 */
-{
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-uint32_t ea_rng_below(ea_rng *r, uint64_t bound)
-{
-  /* Lemire, "Fast random integer generation in an interval" (2019): the high
-   * half of x·bound is uniform once the low half's biased zone is rejected. */
-  uint64_t x = (ea_rng_next(r) >> 32) * bound;
-  uint32_t lo = (uint32_t)x;
-  if (lo < bound) {
-    uint32_t thresh = (uint32_t)((0x100000000ull - bound) % bound);
-    while (lo < thresh) {
-      x = (ea_rng_next(r) >> 32) * bound;
-      lo = (uint32_t)x;
-    }
-  }
-  return (uint32_t)(x >> 32);
-}
-
-float ea_rng_unit(ea_rng *r) { return (float)(ea_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
 
 /* ---- corpus ------------------------------------------------------------- */
 

@@ -1,0 +1,154 @@
+/* swim_queue.c — the dissemination queue (its promises: swim_queue.h).
+ *
+ * SWIM spreads news by piggybacking it on the probe traffic, so the order
+ * in which queued updates go out decides how fast a death or a refutation
+ * reaches everyone.  Entries live in a pool (stable indices, so the core
+ * can keep one handle per member for O(1) invalidation) and the pool is
+ * ordered by an indexed heap on one 64-bit key:
+ *     key = transmits << 56 | (~order & (2^56 − 1))
+ * fewer transmissions first, then larger enqueue sequence (newer) first.
+ * 2^56 enqueues per core is beyond any run, and transmits ≤ 255.
+ */
+#include "swim_queue.h"
+
+#include "ea_membership.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fewer transmissions first, then newer first: the key orders exactly so. */
+static uint64_t q_key(const ea__qent *e) {
+  return (uint64_t)e->transmits << 56 | (~e->order & ((1ULL << 56) - 1));
+}
+
+void ea__bq_init(ea__bq *q, ea__bq_slot_fn slot, void *ctx) {
+  memset(q, 0, sizeof *q);
+  ea__heap_init(&q->heap);
+  q->free = EA__NONE;
+  q->slot = slot;
+  q->ctx = ctx;
+  ea_update u = {.state = EA_STATE_DEAD};
+  q->min_size = ea_wire_update_size(&u);
+}
+
+void ea__bq_close(ea__bq *q) {
+  for (uint32_t i = 0; i < q->heap.n; i++) ea__meta_release(q->pool[q->heap.items[i].id].meta);
+  ea__heap_close(&q->heap);
+  free(q->pool);
+  q->pool = NULL;
+  q->cap = 0;
+  q->free = EA__NONE;
+}
+
+/* Give pool entry k back: the owner's handle is cleared, the entry goes on
+ * the free list (it must already be out of the heap). */
+static void release_slot(ea__bq *q, uint32_t k) {
+  *q->slot(q->ctx, q->pool[k].key) = EA__NONE;
+  q->pool[k].next_free = q->free;
+  q->free = k;
+}
+
+void ea__bq_drop(ea__bq *q, uint32_t k) {
+  ea__meta_blob *meta = q->pool[k].meta;
+  ea__heap_remove(&q->heap, k);
+  release_slot(q, k);
+  ea__meta_release(meta);
+}
+
+void ea__bq_rekey(ea__bq *q, uint32_t k, uint32_t key) { q->pool[k].key = key; }
+
+void ea__bq_clear(ea__bq *q) {
+  while (q->heap.n) ea__bq_drop(q, q->heap.items[q->heap.n - 1].id);
+}
+
+static void fill_update(const ea__qent *e, ea_update *u) {
+  u->state = e->state;
+  u->incarnation = e->inc;
+  u->id = e->id;
+  u->from = e->from;
+  u->has_meta = e->meta != NULL;
+  if (e->meta) u->meta = e->meta->m;
+}
+
+static int push_entry(ea__bq *q, const ea__qent *e) {
+  if (q->free == EA__NONE) {
+    uint32_t nc = q->cap ? q->cap * 2 : 64;
+    ea__qent *np = realloc(q->pool, (size_t)nc * sizeof *np);
+    if (!np) return -ENOMEM;
+    q->pool = np;
+    if (ea__heap_reserve(&q->heap, nc) != 0) return -ENOMEM;
+    for (uint32_t k = nc; k-- > q->cap;) {
+      q->pool[k].next_free = q->free;
+      q->free = k;
+    }
+    q->cap = nc;
+  }
+  uint32_t k = q->free;
+  q->free = q->pool[k].next_free;
+  q->pool[k] = *e;
+  *q->slot(q->ctx, e->key) = k;
+  ea__heap_push(&q->heap, k, q_key(e));
+  return 0;
+}
+
+int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
+                uint8_t state, uint32_t inc, ea__meta_blob *meta) {
+  ea__qent e = {.id = *id, .from = *from, .inc = inc, .state = state, .key = key,
+                .order = ++q->order};
+  if (state == EA_STATE_ALIVE && meta) e.meta = ea__meta_retain(meta);
+  ea_update u;
+  u.state = state;
+  u.incarnation = inc;
+  u.id = e.id;
+  u.from = e.from;
+  u.has_meta = false;
+  size_t sz = ea_wire_update_size(&u);
+  if (e.meta) {
+    ea_update um;
+    fill_update(&e, &um);
+    sz = ea_wire_update_size(&um);
+  }
+  e.size = (uint16_t)(sz > UINT16_MAX ? UINT16_MAX : sz);
+  uint32_t old = *q->slot(q->ctx, key);
+  if (old != EA__NONE) ea__bq_drop(q, old);
+  int rc = push_entry(q, &e);
+  if (rc != 0) ea__meta_release(e.meta);
+  return rc;
+}
+
+uint32_t ea__bq_fill(ea__bq *q, ea_msg *msg, size_t left, uint32_t limit) {
+  uint32_t taken[EA_WIRE_MAX_UPDATES + 8];
+  bool incl[EA_WIRE_MAX_UPDATES + 8];
+  uint32_t nt = 0, misfits = 0, added = 0;
+  /* Entries are unlinked from the heap while the packet is filled (so none
+   * is picked twice) and relinked with their new count after: pool slots and
+   * the owner's handles stay put, which keeps this off the member table.
+   * Past 8 updates that did not fit, stop looking for smaller ones: the
+   * packet is as good as full, and a long queue would make this O(queue). */
+  while (q->heap.n && misfits < 8 && msg->nupdates < EA_WIRE_MAX_UPDATES && left >= q->min_size) {
+    uint32_t k = q->heap.items[0].id;
+    ea__heap_remove(&q->heap, k);
+    ea__qent *e = &q->pool[k];
+    incl[nt] = e->size <= left;
+    if (incl[nt]) {
+      fill_update(e, &msg->updates[msg->nupdates++]);
+      left -= e->size;
+      added++;
+    } else {
+      misfits++;
+    }
+    taken[nt++] = k;
+  }
+  for (uint32_t i = 0; i < nt; i++) {
+    ea__qent *e = &q->pool[taken[i]];
+    if (incl[i] && ++e->transmits >= limit) {
+      ea__meta_release(e->meta);
+      release_slot(q, taken[i]);
+      continue;
+    }
+    ea__heap_push(&q->heap, taken[i], q_key(e));
+  }
+  return added;
+}
