@@ -528,6 +528,7 @@ static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed,
 
 int ea__agent_run(const ea__agent_opts *o) {
   char err[EA_PATH_MAX + 256];
+  ea_log_set_job(o->cfg.experiment.name); /* a field of every JSON line from here on */
   int rc = ea__data_dir_prepare(o->data_dir, err, sizeof err);
   int lock_fd = -1;
   if (rc == 0) rc = ea__data_dir_lock(o->data_dir, &lock_fd, err, sizeof err);
@@ -586,7 +587,6 @@ int ea__agent_run(const ea__agent_opts *o) {
   }
   ea__agent_ckpt_gen_floor(a->ckpt_dir, &persisted);
   worker_environment(o);
-  ea_log_set_job(o->cfg.experiment.name);
 
   uv_loop_init(&a->loop);
   a->start_ms = uv_now(&a->loop);

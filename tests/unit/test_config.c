@@ -671,6 +671,10 @@ START_TEST(set_overrides) {
   ck_assert(c->train.lr == 2.5e-4);
   SET_OK("observability.metrics_listen", "");
   ck_assert_str_eq(c->observability.metrics_listen, "");
+  SET_OK("observability.metrics_listen", "127.0.0.1:0"); /* a free port, logged */
+  ck_assert_str_eq(c->observability.metrics_listen, "127.0.0.1:0");
+  SET_OK("runtime.stall_timeout_seconds", "4");
+  ck_assert_uint_eq(c->runtime.stall_timeout_seconds, 4);
   SET_OK("logging.file", "yes"); /* a string key takes the word as written */
   ck_assert_str_eq(c->logging.file, "yes");
   SET_OK("membership.push_pull_interval_ms", "0");
