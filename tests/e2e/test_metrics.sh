@@ -98,11 +98,13 @@ for n in n1 n2 n3; do
     fail "$n: world size 3 with job and node labels: $(grep world_size <<<"$page")"
   grep -q "^elastic_agent_members{job=\"metrics-e2e\",node=\"$n\",state=\"alive\"} 3$" <<<"$page" ||
     fail "$n: 3 alive members: $(grep members <<<"$page")"
-  grep -q "^elastic_agent_ready{job=\"metrics-e2e\",node=\"$n\"} 1$" <<<"$page" || fail "$n: ready 1"
   c=$(awk '$1 ~ /^elastic_agent_is_controller\{/ { print $2 }' <<<"$page")
   ctrl=$((ctrl + c))
   gens+=("$(awk '$1 ~ /^elastic_agent_generation\{/ { print $2 }' <<<"$page")")
   echo "$page" >"$EA_TMP/$n.metrics"
+done
+for n in n1 n2 n3; do
+  wait_for 20 mval_eq "$n" elastic_agent_ready 1 || fail "$n: elastic_agent_ready $(mval "$n" elastic_agent_ready)"
 done
 assert_eq "$ctrl" 1 "controllers among n1 n2 n3"
 assert_eq "${gens[1]} ${gens[2]}" "${gens[0]} ${gens[0]}" "generation on n1 n2 n3"
