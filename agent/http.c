@@ -107,16 +107,16 @@ static enum MHD_Result answer(struct MHD_Connection *c, unsigned code, char *tex
     code = MHD_HTTP_INTERNAL_SERVER_ERROR;
     len = 0;
   }
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer(len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE
-                                                                          : MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (!r) {
     free(text);
     return MHD_NO;
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-  if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
   enum MHD_Result ok = MHD_queue_response(c, code, r);
   MHD_destroy_response(r);
   return ok;
@@ -135,9 +135,8 @@ static enum MHD_Result answer_text(struct MHD_Connection *c, unsigned code, cons
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
   ea__http *h = cls;
   (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
   atomic_fetch_add(&h->requests, 1);
@@ -152,8 +151,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                        "/healthz  200 while the agent's loop answers\n"
                        "/readyz   200 while joined and training makes steps; else 503 and why\n");
   if (!metrics && !healthz && !readyz)
-    return answer_text(c, MHD_HTTP_NOT_FOUND, "not found: %.200s (try /metrics, /healthz, /readyz)\n",
-                       url);
+    return answer_text(c, MHD_HTTP_NOT_FOUND,
+                       "not found: %.200s (try /metrics, /healthz, /readyz)\n", url);
   held *x = held_get(h);
   if (!x) return answer_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "starting\n");
   const ea__mx_snap *s = x->s;
@@ -203,8 +202,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* HOST:PORT → host and port strings; IPv6 in brackets. */
-static int split_listen(const char *spec, char *host, size_t hostlen, char *port,
-                        size_t portlen) {
+static int split_listen(const char *spec, char *host, size_t hostlen, char *port, size_t portlen) {
   const char *colon = strrchr(spec, ':');
   if (!colon || colon == spec || !colon[1]) return -EINVAL;
   const char *h = spec;
@@ -228,9 +226,8 @@ static int listen_socket(const char *spec, int *fdp, char *bound, size_t boundle
     snprintf(err, errlen, "cannot parse '%s' as HOST:PORT", spec);
     return -EINVAL;
   }
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *res = NULL;
   int g = getaddrinfo(host, port, &hints, &res);
   if (g != 0) {

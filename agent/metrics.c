@@ -84,8 +84,7 @@ const char *ea__alert_kind_str(ea__alert_kind k) {
 
 /* Formations take milliseconds here (README, "Figures") and at most
  * runtime.rendezvous_timeout_seconds (30 s by default). */
-static const double formation_le[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                      0.5,   1,    2.5,   5,    10,  30};
+static const double formation_le[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 /* A checkpoint of the default model persists in milliseconds; one of a
  * large model on a network file system in minutes. */
 static const double persist_le[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -234,8 +233,7 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
   ea_sb_puts(b, "\",id=\"");
   put_label_value(b, s->id);
   ea_sb_puts(b, "\"} 1\n");
-  gauge(b, s, "elastic_agent_start_time_seconds", "Unix time the agent started.",
-        s->start_time_s);
+  gauge(b, s, "elastic_agent_start_time_seconds", "Unix time the agent started.", s->start_time_s);
   gauge(b, s, "elastic_agent_ready",
         "1 when /readyz answers 200: joined and, with workers, training in a generation "
         "making steps.",
@@ -252,8 +250,8 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
   /* generations */
   gauge(b, s, "elastic_agent_generation",
         "Term of the generation this node trains in; 0 when none.", (double)s->generation);
-  gauge(b, s, "elastic_agent_world_size", "Ranks in the generation this node trains in; 0 when none.",
-        s->world);
+  gauge(b, s, "elastic_agent_world_size",
+        "Ranks in the generation this node trains in; 0 when none.", s->world);
   counter(b, s, "elastic_agent_generations_committed_total",
           "Generations this node has run (committed with this node in them).", s->gens_committed);
   family(b, "elastic_agent_formations_total", "counter",
@@ -266,10 +264,10 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
             "PREPARE to COMMIT of each generation this node ran.", &s->formation);
 
   /* training */
-  gauge(b, s, "elastic_agent_training_step",
-        "Steps completed by this node's most advanced worker.", (double)s->step);
-  gauge(b, s, "elastic_agent_training_steps_per_second",
-        "Steps per second over the last 10 s.", s->steps_per_s);
+  gauge(b, s, "elastic_agent_training_step", "Steps completed by this node's most advanced worker.",
+        (double)s->step);
+  gauge(b, s, "elastic_agent_training_steps_per_second", "Steps per second over the last 10 s.",
+        s->steps_per_s);
   if (s->has_loss)
     gauge(b, s, "elastic_agent_training_loss", "Loss of the last step a local worker completed.",
           s->loss);
@@ -456,7 +454,8 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
     mx->stalled_since_ms = since;
     ea__agent_alert_count(a, EA__ALERT_STALLED);
     ea_log(EA_LOG_ERROR, "alert",
-           "stalled gen=%s world=%u step=%" PRIu64 ": no step for %.1f s "
+           "stalled gen=%s world=%u step=%" PRIu64
+           ": no step for %.1f s "
            "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
            g, a->run.world, step, (double)(now - since) / 1000.0,
            a->o->cfg.runtime.stall_timeout_seconds);
@@ -469,7 +468,8 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
 
   /* the newest checkpoint, and when we learned of it */
   uint64_t cs = 0, cg = 0;
-  if (ea__agent_ckpt_newest(a, &cs, &cg) && (!mx->ck_have || cs != mx->ck_step || cg != mx->ck_gen)) {
+  if (ea__agent_ckpt_newest(a, &cs, &cg) &&
+      (!mx->ck_have || cs != mx->ck_step || cg != mx->ck_gen)) {
     mx->ck_have = true;
     mx->ck_step = cs;
     mx->ck_gen = cg;
@@ -632,7 +632,8 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
   mx->a = a;
   mx->start_wall_s = wall_now_s();
   mx->step_ms = ea__agent_mono_ms();
-  mx->formation = (ea__mx_hist){.le = formation_le, .n = sizeof formation_le / sizeof *formation_le};
+  mx->formation =
+      (ea__mx_hist){.le = formation_le, .n = sizeof formation_le / sizeof *formation_le};
   mx->persist = (ea__mx_hist){.le = persist_le, .n = sizeof persist_le / sizeof *persist_le};
   uv_timer_init(&a->loop, &mx->timer);
   mx->timer.data = mx;
@@ -652,8 +653,9 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
              "observability.metrics_listen to a free HOST:PORT, or \"\" to turn them off)",
              e);
     } else {
-      ea_log(EA_LOG_INFO, "listen", "metrics=http://%s/metrics health=/healthz ready=/readyz job=%s",
-             mx->addr, a->o->cfg.experiment.name);
+      ea_log(EA_LOG_INFO, "listen",
+             "metrics=http://%s/metrics health=/healthz ready=/readyz job=%s", mx->addr,
+             a->o->cfg.experiment.name);
     }
   }
   on_tick(&mx->timer); /* a first snapshot before the first request */
