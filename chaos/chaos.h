@@ -4,8 +4,7 @@
  *
  *   main.c      command line, phases of a run, exit status
  *   util.c      clock, rng, strings, files, child commands
- *   json.c      a small bounded JSON reader (the agents' status documents)
- *   status.c    one `status` over an agent's admin socket, parsed
+ *   status.c    one `status` over an agent's admin socket, parsed (jansson)
  *   proc.c      agent processes: spawn (own session, optional netns), signal,
  *               reap, find their workers
  *   net.c       network namespaces, veth + bridge, nftables partitions/loss
@@ -53,8 +52,8 @@
 
 /* ---- util.c --------------------------------------------------------------- */
 
-int64_t ea__chaos_now_ms(void);   /* CLOCK_REALTIME, ms */
-int64_t ea__chaos_mono_ms(void);  /* CLOCK_MONOTONIC, ms */
+int64_t ea__chaos_now_ms(void);  /* CLOCK_REALTIME, ms */
+int64_t ea__chaos_mono_ms(void); /* CLOCK_MONOTONIC, ms */
 void ea__chaos_sleep_ms(int ms);
 /* "2026-11-30T01:45:26.978Z" (the first len bytes of s) → epoch ms; -1 if
  * malformed. */
@@ -70,8 +69,8 @@ typedef struct {
 } ea__chaos_rng;
 void ea__chaos_rng_seed(ea__chaos_rng *r, uint64_t seed, uint64_t stream);
 uint64_t ea__chaos_rng_next(ea__chaos_rng *r);
-double ea__chaos_rng_unit(ea__chaos_rng *r);                      /* [0,1) */
-uint32_t ea__chaos_rng_below(ea__chaos_rng *r, uint32_t bound);   /* [0,bound) */
+double ea__chaos_rng_unit(ea__chaos_rng *r);                    /* [0,1) */
+uint32_t ea__chaos_rng_below(ea__chaos_rng *r, uint32_t bound); /* [0,bound) */
 uint64_t ea__chaos_mix64(uint64_t x);
 
 int ea__chaos_mkdirs(const char *path, int mode);
@@ -93,36 +92,12 @@ typedef struct {
   char *buf;
   size_t len, cap;
 } ea__chaos_str;
-void ea__chaos_sprintf(ea__chaos_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ea__chaos_sprintf(ea__chaos_str *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void ea__chaos_puts(ea__chaos_str *s, const char *t);
 void ea__chaos_json_str(ea__chaos_str *s, const char *t); /* quoted, escaped */
 void ea__chaos_xml_str(ea__chaos_str *s, const char *t);  /* escaped for XML text/attrs */
 void ea__chaos_str_free(ea__chaos_str *s);
-
-/* ---- json.c --------------------------------------------------------------- */
-
-typedef enum { EA__CJ_NULL, EA__CJ_BOOL, EA__CJ_NUM, EA__CJ_STR, EA__CJ_ARR, EA__CJ_OBJ } ea__cj_type;
-
-typedef struct ea__cj {
-  ea__cj_type type;
-  bool b;
-  double num;
-  char *str;             /* strings unescaped; numbers keep their text */
-  size_t n;              /* items of an array / members of an object */
-  struct ea__cj **items;
-  char **keys;           /* objects only */
-} ea__cj;
-
-/* Parses [buf, buf+len); depth ≤ 64.  NULL on error with err naming the
- * offset and the problem.  Free with ea__cj_free. */
-ea__cj *ea__cj_parse(const char *buf, size_t len, char *err, size_t errlen);
-void ea__cj_free(ea__cj *v);
-/* Dotted path ("generation.phase"); NULL if absent. */
-const ea__cj *ea__cj_path(const ea__cj *v, const char *path);
-const char *ea__cj_str(const ea__cj *v, const char *path, const char *def);
-double ea__cj_num(const ea__cj *v, const char *path, double def);
-uint64_t ea__cj_u64(const ea__cj *v, const char *path, uint64_t def);
-bool ea__cj_bool(const ea__cj *v, const char *path, bool def);
 
 /* ---- status.c ------------------------------------------------------------- */
 
@@ -154,7 +129,7 @@ typedef struct {
   uint64_t detection_bound_ms;
   uint32_t nworkers;
   ea__chaos_wstat w[CH_MAX_WPN];
-  bool has_ckpt;        /* the document has checkpoint fields */
+  bool has_ckpt; /* the document has checkpoint fields */
   char reason[160];
 } ea__chaos_status;
 
@@ -164,7 +139,10 @@ uint64_t ea__chaos_gen_from_str(const char *s);
 /* One `status` over the admin socket at sock_path, within timeout_ms. */
 int ea__chaos_status_query(const char *sock_path, int timeout_ms, ea__chaos_status *st);
 /* Fill st from an already parsed document (exposed for the tests). */
-int ea__chaos_status_from_json(const ea__cj *j, ea__chaos_status *st);
+/* The fields the harness watches, from one status document (the JSON the
+ * admin socket answers and `elastic-agent status --json` prints).  0, or
+ * -EPROTO with st->err saying why (not JSON, or no generation in it). */
+int ea__chaos_status_parse(const char *buf, size_t len, ea__chaos_status *st);
 
 /* ---- schedule.c ----------------------------------------------------------- */
 
@@ -191,22 +169,22 @@ bool ea__chaos_kind_needs_ckpt(int kind);
 
 typedef struct {
   int kind;
-  double frac;         /* fires once training passed this fraction of the steps */
-  int slot;            /* target slot (1-based); 0 = decided at run time (controller) */
-  bool fresh;          /* restore as a fresh node (new data dir, id, name) */
-  bool whole_node;     /* pause: the workers too */
-  bool remove_by_drain;/* join: the newcomer leaves by `drain` (else SIGTERM) */
-  int dur_ms;          /* pause / partition / loss length */
-  int loss_pct;        /* loss */
-  uint32_t minority;   /* split: bit s set = slot s is on the minority side */
-  int nth;             /* ckpt-kill: the shard write that dies (1-based) */
+  double frac;          /* fires once training passed this fraction of the steps */
+  int slot;             /* target slot (1-based); 0 = decided at run time (controller) */
+  bool fresh;           /* restore as a fresh node (new data dir, id, name) */
+  bool whole_node;      /* pause: the workers too */
+  bool remove_by_drain; /* join: the newcomer leaves by `drain` (else SIGTERM) */
+  int dur_ms;           /* pause / partition / loss length */
+  int loss_pct;         /* loss */
+  uint32_t minority;    /* split: bit s set = slot s is on the minority side */
+  int nth;              /* ckpt-kill: the shard write that dies (1-based) */
 } ea__chaos_fault;
 
 typedef struct {
   uint64_t seed;
   int nagents;
   int64_t duration_ms;
-  uint32_t kinds;      /* bit k: kind k may be scheduled */
+  uint32_t kinds; /* bit k: kind k may be scheduled */
   int min_faults;
 } ea__chaos_sched_opts;
 
@@ -232,29 +210,29 @@ typedef struct {
 typedef struct {
   char name[CH_NAME_MAX];
   int slot;
-  int gen_of_slot;          /* 0 for the first node of a slot, 1 for its first replacement … */
-  char dir[240];            /* WORK/<name> */
-  char data[248];           /* WORK/<name>/d */
-  char sock[272];           /* WORK/<name>/d/admin.sock */
+  int gen_of_slot; /* 0 for the first node of a slot, 1 for its first replacement … */
+  char dir[240];   /* WORK/<name> */
+  char data[248];  /* WORK/<name>/d */
+  char sock[272];  /* WORK/<name>/d/admin.sock */
   char idhex[33];
-  pid_t pid;                /* the agent while it runs, else 0 */
-  int starts;               /* agent processes started (log file agent.<k>.log) */
-  bool stopped;             /* SIGSTOPped by us */
+  pid_t pid;    /* the agent while it runs, else 0 */
+  int starts;   /* agent processes started (log file agent.<k>.log) */
+  bool stopped; /* SIGSTOPped by us */
   bool stopped_workers;
-  bool retired;             /* replaced by a fresh node, never started again */
+  bool retired; /* replaced by a fresh node, never started again */
   int64_t start_ms, exit_ms;
-  int exit_status;          /* as from waitpid */
-  bool expect_exit0;        /* drained / SIGTERMed: must exit 0 */
-  bool expect_death;        /* we killed it (or armed it to die) */
-  char ckpt_fault[64];      /* EA_CKPT_FAULT for the next start ("" = none) */
+  int exit_status;     /* as from waitpid */
+  bool expect_exit0;   /* drained / SIGTERMed: must exit 0 */
+  bool expect_death;   /* we killed it (or armed it to die) */
+  char ckpt_fault[64]; /* EA_CKPT_FAULT for the next start ("" = none) */
   char gossip[64];
-  ea__chaos_status st;      /* last status answered */
-  uint64_t max_gen_seen;    /* per agent process: running gen only grows */
-  uint64_t max_durable;     /* per data dir, across restarts */
+  ea__chaos_status st;   /* last status answered */
+  uint64_t max_gen_seen; /* per agent process: running gen only grows */
+  uint64_t max_durable;  /* per data dir, across restarts */
   uint64_t steps_at_partition;
   ea__chaos_sample *samples;
   size_t nsamples, capsamples;
-  int64_t down_since;       /* not running since (for the timeline) */
+  int64_t down_since; /* not running since (for the timeline) */
 } ea__chaos_node;
 
 /* A time interval of a node's life for the timeline. */
@@ -268,14 +246,14 @@ typedef struct {
  * without the victim (or with a newcomer for a join), "restored" the full
  * cluster again. */
 typedef struct {
-  bool expected;   /* this phase must happen for the fault to count as recovered */
-  bool observed;   /* seen while polling */
+  bool expected; /* this phase must happen for the fault to count as recovered */
+  bool observed; /* seen while polling */
   bool timed_out;
   int64_t t_start; /* the event the phase measures from (inject, heal, restore) */
   int64_t t_seen;  /* polling saw it */
   /* From the logs (post-mortem), -1 when not found: */
   int64_t t_detect, t_reform, t_first_step;
-  uint64_t gen;    /* the generation that recovered (u64) */
+  uint64_t gen; /* the generation that recovered (u64) */
   uint32_t world;
   char nodes[256]; /* its members */
   int64_t bound_ms;
@@ -287,32 +265,32 @@ typedef struct {
   ea__chaos_fault f;
   int state;
   char skip_reason[200];
-  char victim[CH_NAME_MAX];     /* node name */
-  char newcomer[CH_NAME_MAX];   /* node started by the restore or the join */
+  char victim[CH_NAME_MAX];   /* node name */
+  char newcomer[CH_NAME_MAX]; /* node started by the restore or the join */
   bool victim_was_controller;
-  char minority[128];           /* split: the minority side's names */
+  char minority[128]; /* split: the minority side's names */
   int64_t t_inject, t_heal, t_restore, t_end;
   uint64_t step_at_inject, gen_at_inject;
   ea__chaos_phase deg, res;
-  int64_t steps_lost;           /* -1 unknown */
+  int64_t steps_lost; /* -1 unknown */
   char note[300];
 } ea__chaos_episode;
 
 typedef enum {
-  EA__I_TARGET = 0,  /* training reaches the target step */
-  EA__I_PROGRESS,    /* the committed step only grows */
-  EA__I_ONCE,        /* every step completed once in the final history */
-  EA__I_DIGEST,      /* ranks of a generation agree on every step's params */
-  EA__I_REFERENCE,   /* final params = the reference run's */
-  EA__I_ONE_GEN,     /* a member never runs two generations */
-  EA__I_GEN_GROWS,   /* generation numbers only grow */
-  EA__I_ONE_PLAN,    /* every node that commits a generation got the same plan */
-  EA__I_CONTROLLER,  /* never two controllers acting with quorum at once */
-  EA__I_MINORITY,    /* a minority side never trains */
-  EA__I_CKPT,        /* committed checkpoints verify and resume to the live state */
-  EA__I_RECOVERY,    /* every fault recovered within its bound */
-  EA__I_CLEAN_EXIT,  /* drained / SIGTERMed agents exit 0 */
-  EA__I_COVERAGE,    /* the schedule ran: at least min_faults injected */
+  EA__I_TARGET = 0, /* training reaches the target step */
+  EA__I_PROGRESS,   /* the committed step only grows */
+  EA__I_ONCE,       /* every step completed once in the final history */
+  EA__I_DIGEST,     /* ranks of a generation agree on every step's params */
+  EA__I_REFERENCE,  /* final params = the reference run's */
+  EA__I_ONE_GEN,    /* a member never runs two generations */
+  EA__I_GEN_GROWS,  /* generation numbers only grow */
+  EA__I_ONE_PLAN,   /* every node that commits a generation got the same plan */
+  EA__I_CONTROLLER, /* never two controllers acting with quorum at once */
+  EA__I_MINORITY,   /* a minority side never trains */
+  EA__I_CKPT,       /* committed checkpoints verify and resume to the live state */
+  EA__I_RECOVERY,   /* every fault recovered within its bound */
+  EA__I_CLEAN_EXIT, /* drained / SIGTERMed agents exit 0 */
+  EA__I_COVERAGE,   /* the schedule ran: at least min_faults injected */
   EA__I_COUNT
 } ea__chaos_inv;
 
@@ -336,16 +314,16 @@ typedef struct {
   bool verbose;
   uint32_t kinds;
   int min_faults;
-  uint64_t steps;          /* 0 = calibrate */
+  uint64_t steps;            /* 0 = calibrate */
   int64_t recovery_bound_ms; /* 0 = derived from the configuration */
   char config[CH_PATH_MAX];  /* user's job file, "" = the built-in job */
   char agent_bin[CH_PATH_MAX];
-  char work[CH_WORK_MAX];    /* "" = mkdtemp under /tmp */
-  char out[CH_PATH_MAX];     /* reports */
+  char work[CH_WORK_MAX]; /* "" = mkdtemp under /tmp */
+  char out[CH_PATH_MAX];  /* reports */
   char junit[CH_PATH_MAX];
   char json[CH_PATH_MAX];
   char svg[CH_PATH_MAX];
-  double loss_tol;           /* relative, final loss vs the W=1 reference */
+  double loss_tol; /* relative, final loss vs the W=1 reference */
   bool no_replay;
 } ea__chaos_opts;
 
@@ -356,8 +334,8 @@ typedef struct {
   int ref_rc;
   char ref_err[256];
   uint64_t ref_steps;
-  float *ref_loss;          /* ref_steps entries */
-  uint64_t ref_digest;      /* params after the last step */
+  float *ref_loss;     /* ref_steps entries */
+  uint64_t ref_digest; /* params after the last step */
   double ref_seconds;
   /* exact replay of the lineage's world sizes */
   bool replay_done;
@@ -365,14 +343,14 @@ typedef struct {
   char replay_err[256];
   uint64_t replay_steps;
   uint64_t replay_digest;
-  int64_t first_mismatch;   /* -1 none */
+  int64_t first_mismatch; /* -1 none */
   char mismatch[300];
   double replay_seconds;
   /* final comparison */
   double final_loss_cluster, final_loss_ref, final_rel_diff;
-  double window_rel_diff;   /* mean loss of the last window */
+  double window_rel_diff; /* mean loss of the last window */
   uint64_t window;
-  bool digest_equal_ref;    /* cluster final digest == W=1 reference digest */
+  bool digest_equal_ref; /* cluster final digest == W=1 reference digest */
 } ea__chaos_refres;
 
 /* Checkpoint observations (ckcheck.c). */
@@ -393,30 +371,30 @@ struct ea__chaos_history; /* history.c */
 
 typedef struct ea__chaos_run {
   ea__chaos_opts o;
-  ea_config cfg;            /* the job every agent runs */
+  ea_config cfg; /* the job every agent runs */
   char job_path[240];
   char ckpt_dir[240];
-  char log_path[240];       /* the harness's own log (commands it ran) */
+  char log_path[240]; /* the harness's own log (commands it ran) */
   FILE *log;
-  int64_t t0;               /* first agent start */
+  int64_t t0; /* first agent start */
   int64_t t_end;
   /* network */
   int runid;
-  int subnet;               /* third/fourth octet index of 198.18.0.0/15 */
+  int subnet; /* third/fourth octet index of 198.18.0.0/15 */
   char ns_br[32];
   char ns[CH_MAX_SLOTS + 1][32];
   char ip[CH_MAX_SLOTS + 1][20];
   bool net_up;
-  uint32_t cut_slots;       /* slots currently cut off / with rules */
+  uint32_t cut_slots; /* slots currently cut off / with rules */
   /* nodes */
   ea__chaos_node *nodes;
   size_t nnodes;
   int slot_node[CH_MAX_SLOTS + 1]; /* index into nodes of the slot's current node, -1 */
-  int nslots;               /* nagents + 1 (the spare) */
+  int nslots;                      /* nagents + 1 (the spare) */
   /* capabilities */
   bool ckpt_available;
   char ckpt_why[200];
-  bool tmpfs_ckpt;          /* checkpoint dir is a tmpfs we mounted (disk-full) */
+  bool tmpfs_ckpt; /* checkpoint dir is a tmpfs we mounted (disk-full) */
   /* schedule and what happened */
   ea__chaos_fault *sched;
   size_t nsched;
@@ -434,26 +412,26 @@ typedef struct ea__chaos_run {
   uint32_t minority_mask;    /* slots of the minority side while partitioned */
   int64_t majority_reformed; /* the majority side formed without the minority */
   /* rates and bounds */
-  double calib_rate;         /* steps/s measured by the calibration cluster */
+  double calib_rate; /* steps/s measured by the calibration cluster */
   uint64_t target_steps;
-  int64_t bound_ms;          /* a fault's degraded phase, a heal */
-  int64_t bound_restore_ms;  /* taking a node back (+ one rendezvous timeout) */
+  int64_t bound_ms;         /* a fault's degraded phase, a heal */
+  int64_t bound_restore_ms; /* taking a node back (+ one rendezvous timeout) */
   uint64_t detection_bound_ms;
-  int64_t t_done;            /* training reached the target (polling) */
-  uint64_t final_digest;     /* the digest every final worker reported */
+  int64_t t_done;        /* training reached the target (polling) */
+  uint64_t final_digest; /* the digest every final worker reported */
   bool final_digest_known;
   char final_digest_str[20];
   double final_loss;
   /* timeline extras */
   ea__chaos_span *spans;
   size_t nspans, capspans;
-  ea__chaos_sample *prog;    /* cluster progress: t, highest step */
+  ea__chaos_sample *prog; /* cluster progress: t, highest step */
   size_t nprog, capprog;
   int64_t ctrl_violation_at; /* last two-controllers violation (one per episode) */
   /* checkpoints */
   ea__chaos_ckpt *ckpts;
   size_t nckpts, capckpts;
-  int ckpt_failed_events;    /* "ckpt failed" lines in the logs */
+  int ckpt_failed_events; /* "ckpt failed" lines in the logs */
   bool resume_checked;
   bool resume_ok;
   char resume_msg[300];
@@ -519,8 +497,7 @@ int ea__chaos_history_check(ea__chaos_run *r);
 /* The lineage (final history) after history_check: world size and params
  * digest of step s (0-based) for s < *nsteps.  NULL when none. */
 const uint32_t *ea__chaos_lineage_world(const ea__chaos_run *r, uint64_t *nsteps);
-bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest,
-                              float *loss);
+bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest, float *loss);
 /* Params digest after step `step` as generation `gen` logged it. */
 bool ea__chaos_gen_digest(const ea__chaos_run *r, uint64_t gen, uint64_t step, uint64_t *digest);
 void ea__chaos_history_free(struct ea__chaos_history *h);
@@ -549,7 +526,7 @@ typedef struct {
   const ea__chaos_genview *gens;
   size_t nckev;
   const ea__chaos_ckev *ckev;
-  uint64_t records;      /* step lines parsed */
+  uint64_t records; /* step lines parsed */
   uint64_t lineage_steps;
   uint64_t orphan_steps; /* computed, then discarded with their node */
   uint64_t log_bytes;

@@ -51,7 +51,8 @@ static void inspect(ea__chaos_run *r, ea__chaos_ckpt *c) {
   }
   if (rc < 0) {
     snprintf(c->err, sizeof c->err, "verify: %.280s", rep.msg[0] ? rep.msg : strerror(-rc));
-    ea__chaos_violate(r, EA__I_CKPT, "committed checkpoint %s does not verify: %s", c->name, c->err);
+    ea__chaos_violate(r, EA__I_CKPT, "committed checkpoint %s does not verify: %s", c->name,
+                      c->err);
     return;
   }
   c->verified = true;
@@ -85,7 +86,8 @@ static void inspect(ea__chaos_run *r, ea__chaos_ckpt *c) {
   }
   if (rc < 0) {
     snprintf(c->err, sizeof c->err, "read: %.280s", err);
-    ea__chaos_violate(r, EA__I_CKPT, "checkpoint %s verified but could not be read back: %s", c->name, err);
+    ea__chaos_violate(r, EA__I_CKPT, "checkpoint %s verified but could not be read back: %s",
+                      c->name, err);
     return;
   }
   ea_state_info info;
@@ -100,8 +102,10 @@ static void inspect(ea__chaos_run *r, ea__chaos_ckpt *c) {
     return;
   }
   if (info.step != c->step)
-    ea__chaos_violate(r, EA__I_CKPT, "checkpoint %s holds the state of step %" PRIu64, c->name, info.step);
-  c->digest = XXH3_64bits((const char *)buf + EA_STATE_HEADER_BYTES, (size_t)info.nparams * sizeof(float));
+    ea__chaos_violate(r, EA__I_CKPT, "checkpoint %s holds the state of step %" PRIu64, c->name,
+                      info.step);
+  c->digest =
+      XXH3_64bits((const char *)buf + EA_STATE_HEADER_BYTES, (size_t)info.nparams * sizeof(float));
   c->state_ok = true;
   free(buf);
 }
@@ -130,7 +134,8 @@ void ea__chaos_ckpt_scan(ea__chaos_run *r) {
   }
   free(ents);
   char latest[EA_CKPT_NAME_MAX];
-  if (ea_ckpt_read_latest(r->ckpt_dir, latest, sizeof latest) == 0 && strcmp(latest, r->latest_seen) != 0) {
+  if (ea_ckpt_read_latest(r->ckpt_dir, latest, sizeof latest) == 0 &&
+      strcmp(latest, r->latest_seen) != 0) {
     uint64_t s, g;
     if (ea_ckpt_parse_dir_name(latest, &s, &g) == 0) {
       if (r->latest_seen[0] && (g < r->latest_gen || (g == r->latest_gen && s < r->latest_step)))
@@ -176,7 +181,9 @@ void ea__chaos_ckpt_final(ea__chaos_run *r) {
   if (rc == -ENOENT) {
     snprintf(r->resume_msg, sizeof r->resume_msg, "no checkpoint to resume from");
     r->resume_ok = r->nckpts == 0;
-    if (r->nckpts) ea__chaos_violate(r, EA__I_CKPT, "checkpoints were committed, but none is left to resume from");
+    if (r->nckpts)
+      ea__chaos_violate(r, EA__I_CKPT,
+                        "checkpoints were committed, but none is left to resume from");
   } else if (rc < 0) {
     snprintf(r->resume_msg, sizeof r->resume_msg, "resume failed: %.250s", err);
     ea__chaos_violate(r, EA__I_CKPT, "resuming the newest checkpoint failed: %s", err);
@@ -185,12 +192,13 @@ void ea__chaos_ckpt_final(ea__chaos_run *r) {
     bool known = info.step > 0 && ea__chaos_gen_digest(r, info.generation, info.step - 1, &live);
     r->resume_ok = known && live == dig;
     snprintf(r->resume_msg, sizeof r->resume_msg,
-             "resumed %s (step %" PRIu64 ", world %u, %u newer passed over): params digest %016" PRIx64
-             "%s%016" PRIx64,
+             "resumed %s (step %" PRIu64
+             ", world %u, %u newer passed over): params digest %016" PRIx64 "%s%016" PRIx64,
              info.name, info.step, info.world_size, info.fallbacks, dig,
              known ? (live == dig ? " = live " : " != live ") : ", live digest unknown ", live);
     if (info.fallbacks)
-      ea__chaos_violate(r, EA__I_CKPT, "resume passed over %u newer checkpoint(s): %s", info.fallbacks, info.why);
+      ea__chaos_violate(r, EA__I_CKPT, "resume passed over %u newer checkpoint(s): %s",
+                        info.fallbacks, info.why);
     if (known && live != dig) ea__chaos_violate(r, EA__I_CKPT, "%s", r->resume_msg);
   }
   ea_trainer_free(t);

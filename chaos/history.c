@@ -34,6 +34,8 @@
  */
 #include "chaos.h"
 
+#include "ea_ckpt.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -51,8 +53,8 @@ typedef struct {
 } seg;
 
 typedef struct {
-  int node;      /* index in r->nodes */
-  int start_k;   /* agent process (log file) */
+  int node;    /* index in r->nodes */
+  int start_k; /* agent process (log file) */
   int widx;
   uint64_t pid;
   seg *segs;
@@ -132,15 +134,15 @@ struct ea__chaos_history {
   size_t nprobes;
 };
 
-#define GROW(arr, n, cap, init)                                  \
-  do {                                                           \
-    if ((n) == (cap)) {                                          \
-      size_t nc_ = (cap) ? (cap) * 2 : (init);                   \
-      void *np_ = realloc((arr), nc_ * sizeof *(arr));           \
-      if (!np_) return -ENOMEM;                                  \
-      (arr) = np_;                                               \
-      (cap) = nc_;                                               \
-    }                                                            \
+#define GROW(arr, n, cap, init)                        \
+  do {                                                 \
+    if ((n) == (cap)) {                                \
+      size_t nc_ = (cap) ? (cap)*2 : (init);           \
+      void *np_ = realloc((arr), nc_ * sizeof *(arr)); \
+      if (!np_) return -ENOMEM;                        \
+      (arr) = np_;                                     \
+      (cap) = nc_;                                     \
+    }                                                  \
   } while (0)
 
 static int gen_index(struct ea__chaos_history *h, uint64_t gen) {
@@ -284,10 +286,10 @@ typedef struct {
   struct ea__chaos_history *h;
   int node;
   int start_k;
-  size_t next_probe; /* a log file's lines are in time order */
-  int cur[CH_MAX_WPN];     /* current process of each local worker, -1 none */
-  uint64_t committed_max;  /* newest generation this agent committed */
-  uint64_t prepared_max;   /* newest generation this agent prepared */
+  size_t next_probe;      /* a log file's lines are in time order */
+  int cur[CH_MAX_WPN];    /* current process of each local worker, -1 none */
+  uint64_t committed_max; /* newest generation this agent committed */
+  uint64_t prepared_max;  /* newest generation this agent prepared */
   uint32_t wpn;
   bool ones_reported;
 } pctx;
@@ -312,9 +314,10 @@ static const char *nodename(const pctx *c) {
 static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
   uint64_t widx, gen, rank, world, step, digest;
   char lossb[32];
-  if (!kv_u64(msg, end, "worker", &widx) || !kv_u64(msg, end, "gen", &gen) || !kv_u64(msg, end, "rank", &rank) ||
-      !kv_u64(msg, end, "world", &world) || !kv_u64(msg, end, "step", &step) ||
-      !kv_hex(msg, end, "digest", &digest) || !kv(msg, end, "loss", lossb, sizeof lossb))
+  if (!kv_u64(msg, end, "worker", &widx) || !kv_u64(msg, end, "gen", &gen) ||
+      !kv_u64(msg, end, "rank", &rank) || !kv_u64(msg, end, "world", &world) ||
+      !kv_u64(msg, end, "step", &step) || !kv_hex(msg, end, "digest", &digest) ||
+      !kv(msg, end, "loss", lossb, sizeof lossb))
     return 0;
   ea__chaos_run *r = c->r;
   struct ea__chaos_history *h = c->h;
@@ -339,7 +342,8 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_DIGEST,
                       "generation %" PRIu64 "/%04" PRIx64 " step %" PRIu64 ": %s rank %" PRIu64
                       " logged params digest %016" PRIx64 ", another rank %016" PRIx64,
-                      gen >> 16, gen & 0xffff, step, nodename(c), rank, digest, g->dig[step - g->base]);
+                      gen >> 16, gen & 0xffff, step, nodename(c), rank, digest,
+                      g->dig[step - g->base]);
   }
   if (rank < MAX_RANKS) {
     if (!g->rank_seen[rank] || step > g->rank_last[rank]) g->rank_last[rank] = step;
@@ -351,15 +355,17 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_ONE_GEN,
                       "%s logged step %" PRIu64 " of generation %" PRIu64 "/%04" PRIx64
                       " after committing generation %" PRIu64 "/%04" PRIx64,
-                      nodename(c), step, gen >> 16, gen & 0xffff, c->committed_max >> 16, c->committed_max & 0xffff);
+                      nodename(c), step, gen >> 16, gen & 0xffff, c->committed_max >> 16,
+                      c->committed_max & 0xffff);
   }
   proc *p = &h->procs[c->cur[widx]];
   if (p->any) {
     if (gen < p->last_gen) {
       ea__chaos_violate(r, EA__I_ONE_GEN,
-                        "%s worker %" PRIu64 " ran generation %" PRIu64 "/%04" PRIx64 " (step %" PRIu64
-                        ") after generation %" PRIu64 "/%04" PRIx64,
-                        nodename(c), widx, gen >> 16, gen & 0xffff, step, p->last_gen >> 16, p->last_gen & 0xffff);
+                        "%s worker %" PRIu64 " ran generation %" PRIu64 "/%04" PRIx64
+                        " (step %" PRIu64 ") after generation %" PRIu64 "/%04" PRIx64,
+                        nodename(c), widx, gen >> 16, gen & 0xffff, step, p->last_gen >> 16,
+                        p->last_gen & 0xffff);
     } else if (step <= p->last_step) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "%s worker %" PRIu64 " completed step %" PRIu64 " (generation %" PRIu64
@@ -389,7 +395,8 @@ static void names_sorted(const char *list, char *out, size_t cap) {
   char tmp[512], *items[CH_MAX_SLOTS * 4];
   int n = 0;
   snprintf(tmp, sizeof tmp, "%s", list);
-  for (char *s = strtok(tmp, ","); s && n < (int)(sizeof items / sizeof items[0]); s = strtok(NULL, ","))
+  for (char *s = strtok(tmp, ","); s && n < (int)(sizeof items / sizeof items[0]);
+       s = strtok(NULL, ","))
     items[n++] = s;
   for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && strcmp(items[j - 1], items[j]) > 0; j--) {
@@ -415,7 +422,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
      * the polled one; this is the logged one). */
     if (g && g <= c->prepared_max)
       ea__chaos_violate(r, EA__I_GEN_GROWS,
-                        "%s prepared generation %s after generation %" PRIu64 "/%04" PRIx64 " (agent start %d)",
+                        "%s prepared generation %s after generation %" PRIu64 "/%04" PRIx64
+                        " (agent start %d)",
                         n->name, gs, c->prepared_max >> 16, c->prepared_max & 0xffff, c->start_k);
     if (g > c->prepared_max) c->prepared_max = g;
     return 0;
@@ -442,7 +450,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
   if (gi < 0) return -ENOMEM;
   hgen *g = &h->gens[gi];
   char plan[700];
-  snprintf(plan, sizeof plan, "world=%" PRIu64 " nodes=%s sync=%d@%" PRIu64, world, nodes, sync_rank, sync_step);
+  snprintf(plan, sizeof plan, "world=%" PRIu64 " nodes=%s sync=%d@%" PRIu64, world, nodes,
+           sync_rank, sync_step);
   if (!g->committed) {
     g->committed = true;
     snprintf(g->nodes, sizeof g->nodes, "%s", nodes);
@@ -453,14 +462,14 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
     snprintf(g->plan_node, sizeof g->plan_node, "%s", nodename(c));
   } else if (strcmp(g->plan, plan) != 0 && !g->plan_reported) {
     g->plan_reported = true;
-    ea__chaos_violate(r, EA__I_ONE_PLAN, "generation %s: %s committed {%s} but %s committed {%s}", gs,
-                      g->plan_node, g->plan, nodename(c), plan);
+    ea__chaos_violate(r, EA__I_ONE_PLAN, "generation %s: %s committed {%s} but %s committed {%s}",
+                      gs, g->plan_node, g->plan, nodename(c), plan);
   }
   if (g->t_commit < 0 || ts < g->t_commit) g->t_commit = ts;
   if (gen <= c->committed_max)
     ea__chaos_violate(r, EA__I_GEN_GROWS,
-                      "%s committed generation %s after generation %" PRIu64 "/%04" PRIx64, nodename(c), gs,
-                      c->committed_max >> 16, c->committed_max & 0xffff);
+                      "%s committed generation %s after generation %" PRIu64 "/%04" PRIx64,
+                      nodename(c), gs, c->committed_max >> 16, c->committed_max & 0xffff);
   if (gen > c->committed_max) c->committed_max = gen;
   /* Is this node the state-sync source?  Rank R lives on node R / wpn. */
   if (sync_rank >= 0 && c->wpn && (uint32_t)sync_rank / c->wpn == rank_base / c->wpn) {
@@ -495,7 +504,8 @@ static int on_worker(pctx *c, int64_t ts, const char *node_tok, size_t node_len,
     } else if (g->start != step && !g->start_reported) {
       g->start_reported = true;
       ea__chaos_violate(c->r, EA__I_ONCE,
-                        "generation %" PRIu64 ": ranks started from different steps after the state sync "
+                        "generation %" PRIu64
+                        ": ranks started from different steps after the state sync "
                         "(%" PRIu64 " and %" PRIu64 ", %.*s)",
                         gen >> 16, g->start, step, (int)node_len, node_tok);
     }
@@ -537,7 +547,8 @@ static int on_worker(pctx *c, int64_t ts, const char *node_tok, size_t node_len,
 static int on_member(pctx *c, int64_t ts, const char *msg, const char *end) {
   struct ea__chaos_history *h = c->h;
   char name[CH_NAME_MAX], state[40];
-  if (!kv(msg, end, "name", name, sizeof name) || !kv(msg, end, "state", state, sizeof state)) return 0;
+  if (!kv(msg, end, "name", name, sizeof name) || !kv(msg, end, "state", state, sizeof state))
+    return 0;
   char *arrow = strstr(state, "->");
   if (!arrow) return 0;
   *arrow = 0;
@@ -566,8 +577,8 @@ static int on_ckpt(pctx *c, int64_t ts, const char *msg, const char *end) {
   if (l >= sizeof nm) l = sizeof nm - 1;
   memcpy(nm, name, l);
   nm[l] = 0;
-  unsigned long long s, g;
-  if (sscanf(nm, "step-%llu.gen-%llu", &s, &g) != 2) return 0;
+  uint64_t s, g;
+  if (ea_ckpt_parse_dir_name(nm, &s, &g) < 0) return 0;
   GROW(h->ck, h->nck, h->capck, 32);
   ea__chaos_ckev *k = &h->ck[h->nck++];
   k->t_ms = ts;
@@ -579,14 +590,18 @@ static int on_ckpt(pctx *c, int64_t ts, const char *msg, const char *end) {
   return 0;
 }
 
-static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, int start_k, const char *path,
-                      uint64_t *prepared_max) {
+static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, int start_k,
+                      const char *path, uint64_t *prepared_max) {
   char *buf;
   size_t len;
   int rc = ea__chaos_read_file(path, &buf, &len);
   if (rc < 0) return rc == -ENOENT ? 0 : rc;
   h->log_bytes += len;
-  pctx c = {.r = r, .h = h, .node = node, .start_k = start_k, .wpn = r->cfg.compute.workers_per_node,
+  pctx c = {.r = r,
+            .h = h,
+            .node = node,
+            .start_k = start_k,
+            .wpn = r->cfg.compute.workers_per_node,
             .prepared_max = *prepared_max};
   for (int k = 0; k < CH_MAX_WPN; k++) c.cur[k] = -1;
   const char *p = buf, *end = buf + len;
@@ -626,12 +641,15 @@ static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, i
           rc = on_ckpt(&c, ts, msg, le);
         else if (evlen == 5 && memcmp(ev, "alert", 5) == 0 && starts(msg, le, "checkpoint "))
           rc = on_ckpt(&c, ts, msg + 11, le); /* failed / stale checkpoints are alerts */
-        else if ((evlen == 5 && memcmp(ev, "drain", 5) == 0) || (evlen == 5 && memcmp(ev, "leave", 5) == 0)) {
+        else if ((evlen == 5 && memcmp(ev, "drain", 5) == 0) ||
+                 (evlen == 5 && memcmp(ev, "leave", 5) == 0)) {
           if (h->nev == h->capev) {
             size_t nc = h->capev ? h->capev * 2 : 64;
             evrec *ne = realloc(h->ev, nc * sizeof *ne);
-            if (!ne) rc = -ENOMEM;
-            else h->ev = ne, h->capev = nc;
+            if (!ne)
+              rc = -ENOMEM;
+            else
+              h->ev = ne, h->capev = nc;
           }
           if (rc == 0) h->ev[h->nev++] = (evrec){.ts = ts, .node = node, .kind = 2};
         }
@@ -654,13 +672,15 @@ static int find_gen(const struct ea__chaos_history *h, uint64_t gen) {
 
 /* The generation the state of generation gi came from, or -1 (initial
  * state, or unknown: *why says). */
-static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, char *why, size_t cap) {
+static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, char *why,
+                       size_t cap) {
   hgen *g = &h->gens[gi];
   uint64_t start = g->have_start ? g->start : gen_first(g);
   why[0] = 0;
   if (start == 0) return -1;
   if (g->root_proc < 0) {
-    snprintf(why, cap, "the state-sync source of generation %" PRIu64 " is unknown (no commit line with it)",
+    snprintf(why, cap,
+             "the state-sync source of generation %" PRIu64 " is unknown (no commit line with it)",
              g->gen >> 16);
     return -2;
   }
@@ -672,7 +692,8 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
   }
   if (!prev) {
     snprintf(why, cap,
-             "generation %" PRIu64 " started at step %" PRIu64 " from %s worker %d, which had trained nothing "
+             "generation %" PRIu64 " started at step %" PRIu64
+             " from %s worker %d, which had trained nothing "
              "before (a checkpoint resume?)",
              g->gen >> 16, start, r->nodes[p->node].name, p->widx);
     return -2;
@@ -682,14 +703,15 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
                       "generation %" PRIu64 "/%04" PRIx64 " started at step %" PRIu64
                       " but its state-sync source (%s worker %d) had last completed step %" PRIu64
                       " (generation %" PRIu64 ")",
-                      g->gen >> 16, g->gen & 0xffff, start, r->nodes[p->node].name, p->widx, prev->last,
-                      prev->gen >> 16);
+                      g->gen >> 16, g->gen & 0xffff, start, r->nodes[p->node].name, p->widx,
+                      prev->last, prev->gen >> 16);
   }
   if (g->have_ready && g->ready_digest != prev->last_digest) {
-    ea__chaos_violate(r, EA__I_ONCE,
-                      "generation %" PRIu64 "/%04" PRIx64 ": its state-sync source reported digest %016" PRIx64
-                      " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
-                      g->gen >> 16, g->gen & 0xffff, g->ready_digest, prev->last_digest, prev->last);
+    ea__chaos_violate(
+        r, EA__I_ONCE,
+        "generation %" PRIu64 "/%04" PRIx64 ": its state-sync source reported digest %016" PRIx64
+        " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
+        g->gen >> 16, g->gen & 0xffff, g->ready_digest, prev->last_digest, prev->last);
   }
   return find_gen(h, prev->gen);
 }
@@ -721,7 +743,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
     hgen *g = &h->gens[cur];
     uint64_t start = g->have_start ? g->start : gen_first(g);
     if (start > upto + 1) {
-      ea__chaos_violate(r, EA__I_ONCE, "steps %" PRIu64 "..%" PRIu64 " are missing from the final history",
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "steps %" PRIu64 "..%" PRIu64 " are missing from the final history",
                         upto + 1, start - 1);
     }
     uint64_t from = start, missing = 0, first_missing = 0;
@@ -733,11 +756,12 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
     }
     if (missing)
       ea__chaos_violate(r, EA__I_ONCE,
-                        "%" PRIu64 " step(s) of the final history in generation %" PRIu64 "/%04" PRIx64
-                        " were logged by no rank, the first is step %" PRIu64,
+                        "%" PRIu64 " step(s) of the final history in generation %" PRIu64
+                        "/%04" PRIx64 " were logged by no rank, the first is step %" PRIu64,
                         missing, g->gen >> 16, g->gen & 0xffff, first_missing);
     if (g->lineage) {
-      ea__chaos_violate(r, EA__I_ONCE, "the final history passes generation %" PRIu64 " twice", g->gen >> 16);
+      ea__chaos_violate(r, EA__I_ONCE, "the final history passes generation %" PRIu64 " twice",
+                        g->gen >> 16);
       break;
     }
     g->lineage = true;
@@ -768,7 +792,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
     if (!h->lin_world[s]) {
       uint64_t e = s;
       while (e + 1 < total && !h->lin_world[e + 1]) e++;
-      ea__chaos_violate(r, EA__I_ONCE, "steps %" PRIu64 "..%" PRIu64 " are not in the final history", s, e);
+      ea__chaos_violate(r, EA__I_ONCE,
+                        "steps %" PRIu64 "..%" PRIu64 " are not in the final history", s, e);
       s = e;
     }
   /* Generations off the final history that trained: their steps are lost
@@ -796,7 +821,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
           ea__chaos_violate(r, EA__I_ONCE,
                             "generations %" PRIu64 "/%04" PRIx64 " and %" PRIu64 "/%04" PRIx64
                             " both trained %" PRIu64 " of steps %" PRIu64 "..%" PRIu64,
-                            a->gen >> 16, a->gen & 0xffff, b->gen >> 16, b->gen & 0xffff, both, lo, hi);
+                            a->gen >> 16, a->gen & 0xffff, b->gen >> 16, b->gen & 0xffff, both, lo,
+                            hi);
       }
   }
   /* In each generation every rank logged every step until the first of
@@ -815,7 +841,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
     for (uint64_t s = gen_first(g); s <= stop; s++)
       if (gen_has(g, s) && g->cnt[s - g->base] < g->world && g->cnt[s - g->base] != 255) {
         ea__chaos_violate(r, EA__I_DIGEST,
-                          "generation %" PRIu64 " (world %u) step %" PRIu64 " was logged by %u ranks only",
+                          "generation %" PRIu64 " (world %u) step %" PRIu64
+                          " was logged by %u ranks only",
                           g->gen >> 16, g->world, s, g->cnt[s - g->base]);
         break;
       }
@@ -849,8 +876,8 @@ static int commit_after(struct ea__chaos_history *h, int64_t t, const char *node
   return best;
 }
 
-static int64_t first_member(struct ea__chaos_history *h, int64_t t, const char *members, const char *to,
-                            const char *not_observer) {
+static int64_t first_member(struct ea__chaos_history *h, int64_t t, const char *members,
+                            const char *to, const char *not_observer) {
   int64_t best = -1;
   for (size_t i = 0; i < h->nmem; i++) {
     memev *m = &h->mem[i];
@@ -861,7 +888,8 @@ static int64_t first_member(struct ea__chaos_history *h, int64_t t, const char *
   return best;
 }
 
-static int64_t first_event(ea__chaos_run *r, struct ea__chaos_history *h, int64_t t, const char *node, int kind) {
+static int64_t first_event(ea__chaos_run *r, struct ea__chaos_history *h, int64_t t,
+                           const char *node, int kind) {
   int64_t best = -1;
   for (size_t i = 0; i < h->nev; i++) {
     evrec *e = &h->ev[i];
@@ -895,8 +923,8 @@ static void disk_times(struct ea__chaos_history *h, ea__chaos_episode *e) {
   e->steps_lost = 0;
 }
 
-static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos_episode *e, ea__chaos_phase *p,
-                        bool restored) {
+static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos_episode *e,
+                        ea__chaos_phase *p, bool restored) {
   if (e->f.kind == EA__F_DISK_FULL) {
     if (!restored) disk_times(h, e);
     return;
@@ -924,7 +952,8 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
       hgen *o = &h->gens[i];
       if (o->gen >= g->gen || !o->len || o->ts_last < e->t_inject - 1000) continue;
       uint64_t last = gen_last(o);
-      if (last + 1 > start && (int64_t)(last + 1 - start) > lost) lost = (int64_t)(last + 1 - start);
+      if (last + 1 > start && (int64_t)(last + 1 - start) > lost)
+        lost = (int64_t)(last + 1 - start);
     }
     if (!restored || e->steps_lost < 0 || lost > e->steps_lost) e->steps_lost = lost;
   } else {
@@ -941,16 +970,22 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
       break;
     case EA__F_DRAIN:
     case EA__F_SIGTERM:
-      if (!restored) p->t_detect = first_event(r, h, e->t_inject, victim, 2);
-      else p->t_detect = first_member(h, p->t_start, e->newcomer, "alive", e->newcomer);
+      if (!restored)
+        p->t_detect = first_event(r, h, e->t_inject, victim, 2);
+      else
+        p->t_detect = first_member(h, p->t_start, e->newcomer, "alive", e->newcomer);
       break;
     case EA__F_JOIN:
-      if (!restored) p->t_detect = first_member(h, p->t_start, victim, "alive", victim);
-      else p->t_detect = first_event(r, h, p->t_start, victim, 2);
+      if (!restored)
+        p->t_detect = first_member(h, p->t_start, victim, "alive", victim);
+      else
+        p->t_detect = first_event(r, h, p->t_start, victim, 2);
       break;
     case EA__F_SPLIT:
-      if (!restored) p->t_detect = first_member(h, p->t_start, e->minority, "dead", e->minority);
-      else p->t_detect = first_member(h, p->t_start, e->minority, "alive", e->minority);
+      if (!restored)
+        p->t_detect = first_member(h, p->t_start, e->minority, "dead", e->minority);
+      else
+        p->t_detect = first_member(h, p->t_start, e->minority, "alive", e->minority);
       break;
     case EA__F_LOSS:
       p->t_detect = -1;
@@ -1046,7 +1081,8 @@ const uint32_t *ea__chaos_lineage_world(const ea__chaos_run *r, uint64_t *nsteps
   return r->hist->lin_world;
 }
 
-bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest, float *loss) {
+bool ea__chaos_lineage_digest(const ea__chaos_run *r, uint64_t step, uint64_t *digest,
+                              float *loss) {
   const struct ea__chaos_history *h = r->hist;
   if (!h) return false;
   for (size_t i = 0; i < h->ngens; i++) {

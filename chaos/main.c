@@ -42,32 +42,35 @@
 #define DEFAULT_LOSS_TOL 0.02
 
 static void usage(FILE *f, const char *prog) {
-  fprintf(f,
-          "usage: %s [options]\n"
-          "Launches N elastic-agent processes on this machine, trains the built-in model (or your job),\n"
-          "injects a seeded schedule of faults, and checks that training recovered with nothing lost.\n"
-          "\n"
-          "  --agents N           agents (default 5)\n"
-          "  --duration D         about how long to run: 90s, 2m, 30m (default 2m)\n"
-          "  --seed S             schedule seed (default: random, printed); same seed, same schedule\n"
-          "  --config FILE        your job file (default: a built-in small model)\n"
-          "  --netns              one network namespace per agent (root): real partitions and loss\n"
-          "  --faults LIST        kinds to schedule, comma-separated (default: all):\n"
-          "                       node-crash worker-kill controller-kill pause drain sigterm join\n"
-          "                       isolate split loss (--netns) ckpt-kill disk-full (checkpoints)\n"
-          "  --min-faults N       at least N faults (default 10)\n"
-          "  --steps N            train.steps (default: calibrated to last about --duration)\n"
-          "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"
-          "  --loss-tol X         final loss vs the W=1 reference, relative (default %.2g)\n"
-          "  --agent PATH         the elastic-agent binary (default: next to this one)\n"
-          "  --work DIR           where the agents' data dirs and logs go (default /tmp/ea-chaos.XXXXXX)\n"
-          "  --out DIR            reports: report.json, summary.txt, timeline.svg (default chaos-out)\n"
-          "  --json FILE  --svg FILE  --junit FILE   explicit report paths\n"
-          "  --keep               keep the work dir even when everything passed\n"
-          "  --no-replay          skip the bit-exact replay of the final history\n"
-          "  --dry-run            print the schedule and exit\n"
-          "Exit status: 0 every invariant held, 1 a violation, 2 usage, 3 setup failed.\n",
-          prog, DEFAULT_LOSS_TOL);
+  fprintf(
+      f,
+      "usage: %s [options]\n"
+      "Launches N elastic-agent processes on this machine, trains the built-in model (or your "
+      "job),\n"
+      "injects a seeded schedule of faults, and checks that training recovered with nothing lost.\n"
+      "\n"
+      "  --agents N           agents (default 5)\n"
+      "  --duration D         about how long to run: 90s, 2m, 30m (default 2m)\n"
+      "  --seed S             schedule seed (default: random, printed); same seed, same schedule\n"
+      "  --config FILE        your job file (default: a built-in small model)\n"
+      "  --netns              one network namespace per agent (root): real partitions and loss\n"
+      "  --faults LIST        kinds to schedule, comma-separated (default: all):\n"
+      "                       node-crash worker-kill controller-kill pause drain sigterm join\n"
+      "                       isolate split loss (--netns) ckpt-kill disk-full (checkpoints)\n"
+      "  --min-faults N       at least N faults (default 10)\n"
+      "  --steps N            train.steps (default: calibrated to last about --duration)\n"
+      "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"
+      "  --loss-tol X         final loss vs the W=1 reference, relative (default %.2g)\n"
+      "  --agent PATH         the elastic-agent binary (default: next to this one)\n"
+      "  --work DIR           where the agents' data dirs and logs go (default "
+      "/tmp/ea-chaos.XXXXXX)\n"
+      "  --out DIR            reports: report.json, summary.txt, timeline.svg (default chaos-out)\n"
+      "  --json FILE  --svg FILE  --junit FILE   explicit report paths\n"
+      "  --keep               keep the work dir even when everything passed\n"
+      "  --no-replay          skip the bit-exact replay of the final history\n"
+      "  --dry-run            print the schedule and exit\n"
+      "Exit status: 0 every invariant held, 1 a violation, 2 usage, 3 setup failed.\n",
+      prog, DEFAULT_LOSS_TOL);
 }
 
 static void on_signal(int sig) {
@@ -120,27 +123,59 @@ int main(int argc, char **argv) {
   bool have_seed = false;
   const char *prog = "elastic-chaos";
 
-  enum { O_AGENTS = 256, O_DURATION, O_SEED, O_CONFIG, O_NETNS, O_FAULTS, O_MINF, O_STEPS, O_BOUND, O_TOL,
-         O_AGENT, O_WORK, O_OUT, O_JSON, O_SVG, O_JUNIT, O_KEEP, O_NOREPLAY, O_DRY, O_HELP, O_VERSION };
-  static const struct option opts[] = {
-      {"agents", required_argument, 0, O_AGENTS},   {"duration", required_argument, 0, O_DURATION},
-      {"seed", required_argument, 0, O_SEED},       {"config", required_argument, 0, O_CONFIG},
-      {"netns", no_argument, 0, O_NETNS},           {"faults", required_argument, 0, O_FAULTS},
-      {"min-faults", required_argument, 0, O_MINF}, {"steps", required_argument, 0, O_STEPS},
-      {"recovery-bound", required_argument, 0, O_BOUND}, {"loss-tol", required_argument, 0, O_TOL},
-      {"agent", required_argument, 0, O_AGENT},     {"work", required_argument, 0, O_WORK},
-      {"out", required_argument, 0, O_OUT},         {"json", required_argument, 0, O_JSON},
-      {"svg", required_argument, 0, O_SVG},         {"junit", required_argument, 0, O_JUNIT},
-      {"keep", no_argument, 0, O_KEEP},             {"no-replay", no_argument, 0, O_NOREPLAY},
-      {"dry-run", no_argument, 0, O_DRY},           {"help", no_argument, 0, O_HELP},
-      {"version", no_argument, 0, O_VERSION},       {0, 0, 0, 0}};
+  enum {
+    O_AGENTS = 256,
+    O_DURATION,
+    O_SEED,
+    O_CONFIG,
+    O_NETNS,
+    O_FAULTS,
+    O_MINF,
+    O_STEPS,
+    O_BOUND,
+    O_TOL,
+    O_AGENT,
+    O_WORK,
+    O_OUT,
+    O_JSON,
+    O_SVG,
+    O_JUNIT,
+    O_KEEP,
+    O_NOREPLAY,
+    O_DRY,
+    O_HELP,
+    O_VERSION
+  };
+  static const struct option opts[] = {{"agents", required_argument, 0, O_AGENTS},
+                                       {"duration", required_argument, 0, O_DURATION},
+                                       {"seed", required_argument, 0, O_SEED},
+                                       {"config", required_argument, 0, O_CONFIG},
+                                       {"netns", no_argument, 0, O_NETNS},
+                                       {"faults", required_argument, 0, O_FAULTS},
+                                       {"min-faults", required_argument, 0, O_MINF},
+                                       {"steps", required_argument, 0, O_STEPS},
+                                       {"recovery-bound", required_argument, 0, O_BOUND},
+                                       {"loss-tol", required_argument, 0, O_TOL},
+                                       {"agent", required_argument, 0, O_AGENT},
+                                       {"work", required_argument, 0, O_WORK},
+                                       {"out", required_argument, 0, O_OUT},
+                                       {"json", required_argument, 0, O_JSON},
+                                       {"svg", required_argument, 0, O_SVG},
+                                       {"junit", required_argument, 0, O_JUNIT},
+                                       {"keep", no_argument, 0, O_KEEP},
+                                       {"no-replay", no_argument, 0, O_NOREPLAY},
+                                       {"dry-run", no_argument, 0, O_DRY},
+                                       {"help", no_argument, 0, O_HELP},
+                                       {"version", no_argument, 0, O_VERSION},
+                                       {0, 0, 0, 0}};
   int c;
   uint64_t v;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case O_AGENTS:
         if (parse_u64(optarg, &v) || v < 2 || v > CH_MAX_SLOTS - 1) {
-          fprintf(stderr, "%s: --agents: expected 2..%d, got '%s'\n", prog, CH_MAX_SLOTS - 1, optarg);
+          fprintf(stderr, "%s: --agents: expected 2..%d, got '%s'\n", prog, CH_MAX_SLOTS - 1,
+                  optarg);
           return 2;
         }
         o->nagents = (int)v;
@@ -148,8 +183,9 @@ int main(int argc, char **argv) {
       case O_DURATION:
         o->duration_ms = ea__chaos_parse_duration(optarg);
         if (o->duration_ms < 5000) {
-          fprintf(stderr, "%s: --duration: expected a duration of at least 5s (90s, 2m, 1h), got '%s'\n", prog,
-                  optarg);
+          fprintf(stderr,
+                  "%s: --duration: expected a duration of at least 5s (90s, 2m, 1h), got '%s'\n",
+                  prog, optarg);
           return 2;
         }
         break;
@@ -196,7 +232,8 @@ int main(int argc, char **argv) {
       case O_BOUND:
         o->recovery_bound_ms = ea__chaos_parse_duration(optarg);
         if (o->recovery_bound_ms < 100) {
-          fprintf(stderr, "%s: --recovery-bound: expected a duration (20s), got '%s'\n", prog, optarg);
+          fprintf(stderr, "%s: --recovery-bound: expected a duration (20s), got '%s'\n", prog,
+                  optarg);
           return 2;
         }
         break;
@@ -215,7 +252,8 @@ int main(int argc, char **argv) {
       case O_WORK:
         if (strlen(optarg) >= 60) {
           /* admin.sock paths under it must fit sun_path (108 bytes) */
-          fprintf(stderr, "%s: --work: keep it under 60 characters (got %zu)\n", prog, strlen(optarg));
+          fprintf(stderr, "%s: --work: keep it under 60 characters (got %zu)\n", prog,
+                  strlen(optarg));
           return 2;
         }
         snprintf(o->work, sizeof o->work, "%s", optarg);
@@ -258,11 +296,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (o->netns && geteuid() != 0) {
-    fprintf(stderr, "%s: --netns needs root (it creates network namespaces and nftables rules)\n", prog);
+    fprintf(stderr, "%s: --netns needs root (it creates network namespaces and nftables rules)\n",
+            prog);
     return 2;
   }
   if (!have_seed) {
-    if (getrandom(&o->seed, sizeof o->seed, 0) != sizeof o->seed) o->seed = (uint64_t)getpid() * 2654435761u;
+    if (getrandom(&o->seed, sizeof o->seed, 0) != sizeof o->seed)
+      o->seed = (uint64_t)getpid() * 2654435761u;
     o->seed %= 1000000000; /* short enough to retype */
   }
   /* Partitions and loss need namespaces; without them they are left out of
@@ -272,36 +312,46 @@ int main(int argc, char **argv) {
     for (int k = 0; k < EA__F_NKINDS; k++)
       if (ea__chaos_kind_needs_netns(k)) sched_kinds &= ~(1u << k);
   if (!sched_kinds) {
-    fprintf(stderr, "%s: no fault kind left to schedule (partitions and loss need --netns)\n", prog);
+    fprintf(stderr, "%s: no fault kind left to schedule (partitions and loss need --netns)\n",
+            prog);
     return 2;
   }
-  ea__chaos_sched_opts so = {.seed = o->seed, .nagents = o->nagents, .duration_ms = o->duration_ms,
-                             .kinds = sched_kinds, .min_faults = o->min_faults};
+  ea__chaos_sched_opts so = {.seed = o->seed,
+                             .nagents = o->nagents,
+                             .duration_ms = o->duration_ms,
+                             .kinds = sched_kinds,
+                             .min_faults = o->min_faults};
   int rc = ea__chaos_schedule(&so, &r->sched, &r->nsched);
   if (rc < 0) {
     fprintf(stderr, "%s: cannot build the schedule: %s\n", prog, strerror(-rc));
     return 2;
   }
-  printf("elastic-chaos seed %" PRIu64 " (replay: --seed %" PRIu64 "), %d agents, %s, about %.0f s\n", o->seed,
-         o->seed, o->nagents, o->netns ? "network namespaces" : "loopback", o->duration_ms / 1000.0);
-  printf("schedule (%zu faults; each fires once training passed its fraction and the cluster is whole):\n",
-         r->nsched);
+  printf("elastic-chaos seed %" PRIu64 " (replay: --seed %" PRIu64
+         "), %d agents, %s, about %.0f s\n",
+         o->seed, o->seed, o->nagents, o->netns ? "network namespaces" : "loopback",
+         o->duration_ms / 1000.0);
+  printf(
+      "schedule (%zu faults; each fires once training passed its fraction and the cluster is "
+      "whole):\n",
+      r->nsched);
   for (size_t i = 0; i < r->nsched; i++) {
     char d[256];
     ea__chaos_fault_str(&r->sched[i], d, sizeof d);
     printf("  #%-3zu at %4.1f%%  %s\n", i + 1, r->sched[i].frac * 100.0, d);
   }
   if (!o->netns)
-    printf("not scheduled: isolate, split, loss (need --netns, as root); packet delay is not available here "
-           "(no sch_netem)\n");
+    printf(
+        "not scheduled: isolate, split, loss (need --netns, as root); packet delay is not "
+        "available here "
+        "(no sch_netem)\n");
   fflush(stdout);
   if (o->dry_run) {
     free(r->sched);
     return 0;
   }
   if (access(o->agent_bin, X_OK) != 0) {
-    fprintf(stderr, "%s: agent binary %s: %s (build it with make, or pass --agent)\n", prog, o->agent_bin,
-            strerror(errno));
+    fprintf(stderr, "%s: agent binary %s: %s (build it with make, or pass --agent)\n", prog,
+            o->agent_bin, strerror(errno));
     free(r->sched);
     return 3;
   }
@@ -331,7 +381,8 @@ int main(int argc, char **argv) {
    * dir and the named network namespaces (bind mounts under /run/netns)
    * then live only as long as the harness and its agents, even if the
    * harness is killed before it can clean up. */
-  if (geteuid() == 0 && unshare(CLONE_NEWNS) == 0) mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  if (geteuid() == 0 && unshare(CLONE_NEWNS) == 0)
+    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 
   char err[1024];
   rc = ea__chaos_setup(r, err, sizeof err);
@@ -341,7 +392,8 @@ int main(int argc, char **argv) {
     ea__chaos_run_free(r);
     return 3;
   }
-  printf("work dir %s; job %s%s\n", o->work, r->job_path, r->tmpfs_ckpt ? " (checkpoints on a tmpfs)" : "");
+  printf("work dir %s; job %s%s\n", o->work, r->job_path,
+         r->tmpfs_ckpt ? " (checkpoints on a tmpfs)" : "");
   if (o->steps) {
     r->target_steps = o->steps;
   } else {
@@ -362,8 +414,10 @@ int main(int argc, char **argv) {
      * old identity sits out one rendezvous timeout first). */
     double train_s = (double)o->duration_ms / 1000.0 - 10.0;
     if (train_s < 5) train_s = 5;
-    double need_s = 0, rdzv = r->cfg.runtime.rendezvous_timeout_seconds, back = r->cfg.distributed.scale_up_delay_ms / 1000.0 + 1.5;
-    double interval = r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps / rate : 1;
+    double need_s = 0, rdzv = r->cfg.runtime.rendezvous_timeout_seconds,
+           back = r->cfg.distributed.scale_up_delay_ms / 1000.0 + 1.5;
+    double interval =
+        r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps / rate : 1;
     for (size_t i = 0; i < r->nsched; i++) {
       const ea__chaos_fault *f = &r->sched[i];
       if (ea__chaos_kind_needs_ckpt(f->kind) && !r->ckpt_available) continue;
@@ -389,14 +443,17 @@ int main(int argc, char **argv) {
     need_s /= SCHEDULE_SHARE;
     r->target_steps = (uint64_t)(rate * (need_s > train_s ? need_s : train_s));
     if (r->target_steps < 200) r->target_steps = 200;
-    printf("calibrated: %.0f steps/s with %d agents; the schedule needs about %.0f s of training → train.steps = "
-           "%" PRIu64 "\n",
-           rate, o->nagents, need_s, r->target_steps);
+    printf(
+        "calibrated: %.0f steps/s with %d agents; the schedule needs about %.0f s of training → "
+        "train.steps = "
+        "%" PRIu64 "\n",
+        rate, o->nagents, need_s, r->target_steps);
   }
   char steps[32], e2[256];
   snprintf(steps, sizeof steps, "%" PRIu64, r->target_steps);
   ea_config_set(&r->cfg, "train.steps", steps, e2, sizeof e2);
-  if (ea__chaos_reference_start(r) < 0) fprintf(stderr, "%s: cannot start the reference thread\n", prog);
+  if (ea__chaos_reference_start(r) < 0)
+    fprintf(stderr, "%s: cannot start the reference thread\n", prog);
   ea__chaos_execute(r);
   ea__chaos_say(r, "reading the agents' logs ...");
   ea__chaos_history_check(r);
@@ -409,8 +466,8 @@ int main(int argc, char **argv) {
     ea__chaos_reference_join(r);
   }
   if (!ea__chaos_interrupted && r->injected < o->min_faults)
-    ea__chaos_violate(r, EA__I_COVERAGE, "%d faults injected, fewer than --min-faults %d", r->injected,
-                      o->min_faults);
+    ea__chaos_violate(r, EA__I_COVERAGE, "%d faults injected, fewer than --min-faults %d",
+                      r->injected, o->min_faults);
   if (!r->t_end) r->t_end = ea__chaos_now_ms();
   ea__chaos_report(r);
   bool ok = ea__chaos_all_ok(r);

@@ -45,7 +45,8 @@ int ea__chaos_net_up(ea__chaos_run *r, char *err, size_t errlen) {
   int x = r->subnet;
   for (int s = 1; s <= r->nslots; s++) {
     snprintf(r->ns[s], sizeof r->ns[s], "eac%ds%d", r->runid, s);
-    snprintf(r->ip[s], sizeof r->ip[s], "198.%u.%u.%u", 18u + x / 256u, x % 256u, 10u + (unsigned)s % 64u);
+    snprintf(r->ip[s], sizeof r->ip[s], "198.%u.%u.%u", 18u + x / 256u, x % 256u,
+             10u + (unsigned)s % 64u);
   }
   r->net_up = true; /* from here on teardown removes whatever exists */
   int rc;
@@ -57,8 +58,9 @@ int ea__chaos_net_up(ea__chaos_run *r, char *err, size_t errlen) {
   if ((rc = ip_cmd(r, err, errlen, a3))) return rc;
   char nft_path[CH_PATH_MAX + 16];
   snprintf(nft_path, sizeof nft_path, "%s/nft-init", r->o.work);
-  const char *init = "add table inet chaos\n"
-                     "add chain inet chaos input { type filter hook input priority 0 ; policy accept ; }\n";
+  const char *init =
+      "add table inet chaos\n"
+      "add chain inet chaos input { type filter hook input priority 0 ; policy accept ; }\n";
   if ((rc = ea__chaos_write_file(nft_path, init, strlen(init)))) {
     snprintf(err, errlen, "write %s: %s", nft_path, strerror(-rc));
     return rc;
@@ -69,8 +71,8 @@ int ea__chaos_net_up(ea__chaos_run *r, char *err, size_t errlen) {
     snprintf(cidr, sizeof cidr, "%s/24", r->ip[s]);
     const char *b1[] = {"ip", "netns", "add", r->ns[s], NULL};
     if ((rc = ip_cmd(r, err, errlen, b1))) return rc;
-    const char *b2[] = {"ip", "-n", r->ns_br, "link", "add", port, "type", "veth", "peer", "name",
-                        "eth0", "netns", r->ns[s], NULL};
+    const char *b2[] = {"ip",   "-n",   r->ns_br, "link", "add",   port,     "type",
+                        "veth", "peer", "name",   "eth0", "netns", r->ns[s], NULL};
     if ((rc = ip_cmd(r, err, errlen, b2))) return rc;
     const char *b3[] = {"ip", "-n", r->ns_br, "link", "set", port, "master", "br0", "up", NULL};
     if ((rc = ip_cmd(r, err, errlen, b3))) return rc;
@@ -95,7 +97,8 @@ int ea__chaos_net_up(ea__chaos_run *r, char *err, size_t errlen) {
     int prc = ea__chaos_cmd(r->ns[s], pa, r->log_path, 5000, NULL, 0);
     if (prc == 127) break; /* no ping binary: the cluster will tell */
     if (prc != 0) {
-      snprintf(err, errlen, "%s cannot reach %s over the bridge (ping: %d)", r->ns[s], r->ip[1], prc);
+      snprintf(err, errlen, "%s cannot reach %s over the bridge (ping: %d)", r->ns[s], r->ip[1],
+               prc);
       return -EHOSTUNREACH;
     }
   }
@@ -133,7 +136,8 @@ int ea__chaos_net_rules(ea__chaos_run *r, const uint32_t *drop_from, int loss_pc
       ea__chaos_puts(&f, " } drop\n");
     }
     if (loss_pct > 0)
-      ea__chaos_sprintf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n", loss_pct);
+      ea__chaos_sprintf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n",
+                        loss_pct);
     char path[CH_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/nft-s%d", r->o.work, s);
     int rc = ea__chaos_write_file(path, f.buf ? f.buf : "", f.len);

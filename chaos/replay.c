@@ -12,14 +12,13 @@
  *    digest equality is reported for what it is.
  *
  *  * The exact replay: after the run, the final history says which world
- *    size trained each step.  The replay computes every rank's gradient
- *    sum for that world size and adds them in the tcp ring's order (segment
- *    j of the buffer is reduced g_j + g_{j+1} + … + g_{j-1}, the order
- *    train/comm_tcp.c's reduce-scatter uses), then applies the update.  A
- *    fault-free run of the same world sizes is then bit-identical to the
- *    cluster, so the params digest is compared at *every* step: the first
- *    step where they differ pinpoints a lost, repeated or corrupted step or
- *    a bad state hand-off.
+ *    size trained each step, and train/'s replay (ea_train_replay_step)
+ *    runs each step at that world size, every rank's gradient sum added in
+ *    the tcp ring's own order (ea_comm_ring_reduce, the schedule the ring
+ *    runs: the harness keeps no copy of it).  A fault-free run of the same
+ *    world sizes is then bit-identical to the cluster, so the params digest
+ *    is compared at *every* step: the first step where they differ
+ *    pinpoints a lost, repeated or corrupted step or a bad state hand-off.
  *
  * Both use the same OpenBLAS kernels as the workers: main() re-executes
  * the harness with the OPENBLAS_CORETYPE the agent gives its workers, since
@@ -48,7 +47,8 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int make_trainer(const ea_config *cfg, ea_data **data, ea_trainer **t, char *err, size_t errlen) {
+static int make_trainer(const ea_config *cfg, ea_data **data, ea_trainer **t, char *err,
+                        size_t errlen) {
   ea_train_config tc;
   int rc = ea_train_config_from(&tc, cfg, err, errlen);
   if (rc < 0) return rc;
@@ -109,94 +109,10 @@ void ea__chaos_reference_join(ea__chaos_run *r) {
   r->ref_started = false;
 }
 
-/* The replay computes the W ranks of a step on up to REPLAY_THREADS
- * threads, each with a trainer of its own holding the same state: every
- * trainer applies the same reduced gradient, so they stay bit-identical
- * (the update is deterministic).  Two threads: the replay is as much
- * compute as the whole cluster did, and this machine has two cores. */
+/* The replay shares the ranks of a step among REPLAY_THREADS threads (the
+ * harness's included): the replay is as much compute as the whole cluster
+ * did, and this machine has two cores. */
 #define REPLAY_THREADS 2
-
-typedef struct replay replay;
-
-typedef struct {
-  replay *rp;
-  int idx;
-  ea_data *data;
-  ea_trainer *t;
-  pthread_t th;
-  int rc;
-} helper;
-
-struct replay {
-  int nth;
-  helper h[REPLAY_THREADS];
-  pthread_barrier_t start, parts_done, reduced_ready;
-  uint32_t W;
-  bool quit;
-  float **parts;
-  float *reduced;
-  size_t n;
-};
-
-/* Thread j's share of a step: ranks j, j+nth, … into parts[]. */
-static int compute_share(replay *rp, helper *h) {
-  size_t n;
-  float *g = ea_trainer_grad_buffer(h->t, &n);
-  for (uint32_t k = (uint32_t)h->idx; k < rp->W; k += (uint32_t)rp->nth) {
-    int rc = ea_trainer_compute(h->t, k, rp->W);
-    if (rc < 0) return rc;
-    memcpy(rp->parts[k], g, n * sizeof *g);
-  }
-  return 0;
-}
-
-static int apply_reduced(replay *rp, helper *h, ea_train_stats *st) {
-  size_t n;
-  float *g = ea_trainer_grad_buffer(h->t, &n);
-  if (g != rp->reduced) memcpy(g, rp->reduced, n * sizeof *g);
-  return ea_trainer_apply(h->t, st);
-}
-
-static void *helper_main(void *arg) {
-  helper *h = arg;
-  replay *rp = h->rp;
-  for (;;) {
-    pthread_barrier_wait(&rp->start);
-    if (rp->quit) break;
-    int rc = compute_share(rp, h);
-    if (rc < 0 && !h->rc) h->rc = rc;
-    pthread_barrier_wait(&rp->parts_done);
-    pthread_barrier_wait(&rp->reduced_ready);
-    ea_train_stats st;
-    rc = apply_reduced(rp, h, &st);
-    if (rc < 0 && !h->rc) h->rc = rc;
-  }
-  return NULL;
-}
-
-/* One step as a ring of W ranks computes it: every rank's sum, then each
- * segment j of the buffer reduced g_j + g_{j+1} + … + g_{j-1}. */
-static int ring_step(replay *rp, uint32_t W, ea_train_stats *st) {
-  helper *m = &rp->h[0];
-  rp->W = W;
-  pthread_barrier_wait(&rp->start);
-  int rc = compute_share(rp, m);
-  pthread_barrier_wait(&rp->parts_done);
-  for (int j = 1; j < rp->nth; j++)
-    if (rp->h[j].rc && !rc) rc = rp->h[j].rc;
-  size_t n = rp->n, q = n / W, rem = n % W;
-  for (uint32_t j = 0; j < W; j++) {
-    size_t start = q * j + (j < rem ? j : rem), len = q + (j < rem ? 1 : 0);
-    for (size_t i = start; i < start + len; i++) {
-      float acc = rp->parts[j][i];
-      for (uint32_t k = 1; k < W; k++) acc = acc + rp->parts[(j + k) % W][i];
-      rp->reduced[i] = acc;
-    }
-  }
-  pthread_barrier_wait(&rp->reduced_ready);
-  int rc2 = apply_reduced(rp, m, st);
-  return rc ? rc : rc2;
-}
 
 static void exact_replay(ea__chaos_run *r) {
   ea__chaos_refres *x = &r->ref;
@@ -212,46 +128,20 @@ static void exact_replay(ea__chaos_run *r) {
   uint32_t maxw = 1;
   for (uint64_t s = 0; s < nsteps; s++)
     if (world[s] > maxw) maxw = world[s];
-  replay rp = {0};
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  rp.nth = (int)(cpus < REPLAY_THREADS ? (cpus > 0 ? cpus : 1) : REPLAY_THREADS);
-  if ((uint32_t)rp.nth > maxw) rp.nth = (int)maxw;
-  int started = 0;
-  for (int j = 0; j < rp.nth; j++) {
-    rp.h[j].rp = &rp;
-    rp.h[j].idx = j;
-    x->replay_rc = make_trainer(&r->cfg, &rp.h[j].data, &rp.h[j].t, x->replay_err, sizeof x->replay_err);
-    if (x->replay_rc < 0) break;
-  }
-  if (x->replay_rc == 0) {
-    ea_trainer_grad_buffer(rp.h[0].t, &rp.n);
-    rp.parts = calloc(maxw, sizeof *rp.parts);
-    rp.reduced = malloc(rp.n * sizeof(float));
-    for (uint32_t k = 0; rp.parts && k < maxw; k++) rp.parts[k] = malloc(rp.n * sizeof(float));
-    if (!rp.parts || !rp.reduced || !rp.parts[maxw - 1]) x->replay_rc = -ENOMEM;
-  }
-  bool barriers = false;
-  if (x->replay_rc == 0) {
-    /* REPLAY_THREADS is 2: one helper.  If it cannot start, the main
-     * thread computes every rank itself. */
-    pthread_barrier_init(&rp.start, NULL, (unsigned)rp.nth);
-    pthread_barrier_init(&rp.parts_done, NULL, (unsigned)rp.nth);
-    pthread_barrier_init(&rp.reduced_ready, NULL, (unsigned)rp.nth);
-    barriers = true;
-    if (rp.nth > 1 && pthread_create(&rp.h[1].th, NULL, helper_main, &rp.h[1]) == 0) started = 1;
-    if (rp.nth > 1 && !started) {
-      pthread_barrier_destroy(&rp.start);
-      pthread_barrier_destroy(&rp.parts_done);
-      pthread_barrier_destroy(&rp.reduced_ready);
-      rp.nth = 1;
-      pthread_barrier_init(&rp.start, NULL, 1);
-      pthread_barrier_init(&rp.parts_done, NULL, 1);
-      pthread_barrier_init(&rp.reduced_ready, NULL, 1);
-    }
-  }
+  unsigned nth = (unsigned)(cpus < REPLAY_THREADS ? (cpus > 0 ? cpus : 1) : REPLAY_THREADS);
+  ea_train_config tc;
+  ea_data *data = NULL;
+  ea_train_replay *rp = NULL;
+  x->replay_rc = ea_train_config_from(&tc, &r->cfg, x->replay_err, sizeof x->replay_err);
+  if (x->replay_rc == 0)
+    x->replay_rc = ea_data_open(r->cfg.train.data, &data, x->replay_err, sizeof x->replay_err);
+  if (x->replay_rc == 0)
+    x->replay_rc =
+        ea_train_replay_new(&tc, data, maxw, nth, &rp, x->replay_err, sizeof x->replay_err);
   for (uint64_t s = 0; x->replay_rc == 0 && s < nsteps && !ea__chaos_interrupted; s++) {
     ea_train_stats st;
-    int rc = ring_step(&rp, world[s] ? world[s] : 1, &st);
+    int rc = ea_train_replay_step(rp, world[s] ? world[s] : 1, &st);
     if (rc < 0) {
       x->replay_rc = rc;
       snprintf(x->replay_err, sizeof x->replay_err, "step %" PRIu64 ": %s", s, strerror(-rc));
@@ -261,35 +151,20 @@ static void exact_replay(ea__chaos_run *r) {
     uint64_t live;
     float live_loss;
     if (!ea__chaos_lineage_digest(r, s, &live, &live_loss)) continue;
-    uint64_t mine = ea_trainer_params_digest(rp.h[0].t);
+    uint64_t mine = ea_trainer_params_digest(ea_train_replay_trainer(rp));
     if (mine != live) {
       x->first_mismatch = (int64_t)s;
       snprintf(x->mismatch, sizeof x->mismatch,
-               "step %" PRIu64 " (world %u): the cluster logged params digest %016" PRIx64 " (loss %.6f), a "
+               "step %" PRIu64 " (world %u): the cluster logged params digest %016" PRIx64
+               " (loss %.6f), a "
                "fault-free replay of the same world sizes gives %016" PRIx64 " (loss %.6f)",
                s, world[s], live, live_loss, mine, st.loss);
       break;
     }
   }
-  if (started) {
-    rp.quit = true;
-    pthread_barrier_wait(&rp.start);
-  }
-  for (int j = 1; j <= started; j++) pthread_join(rp.h[j].th, NULL);
-  if (rp.nth > 0 && rp.h[0].t) x->replay_digest = ea_trainer_params_digest(rp.h[0].t);
-  if (rp.parts)
-    for (uint32_t k = 0; k < maxw; k++) free(rp.parts[k]);
-  free(rp.parts);
-  free(rp.reduced);
-  for (int j = 0; j < REPLAY_THREADS; j++) {
-    if (rp.h[j].t) ea_trainer_free(rp.h[j].t);
-    if (rp.h[j].data) ea_data_close(rp.h[j].data);
-  }
-  if (barriers) {
-    pthread_barrier_destroy(&rp.start);
-    pthread_barrier_destroy(&rp.parts_done);
-    pthread_barrier_destroy(&rp.reduced_ready);
-  }
+  if (rp) x->replay_digest = ea_trainer_params_digest(ea_train_replay_trainer(rp));
+  ea_train_replay_free(rp);
+  ea_data_close(data);
   x->replay_seconds = mono_s() - t0;
   x->replay_done = x->replay_rc == 0;
 }
@@ -325,7 +200,8 @@ void ea__chaos_replay_check(ea__chaos_run *r) {
   if (!ea__chaos_lineage_digest(r, N - 1, NULL, &cl)) return;
   x->final_loss_cluster = cl;
   x->final_loss_ref = x->ref_loss[N - 1];
-  x->final_rel_diff = fabs(x->final_loss_cluster - x->final_loss_ref) / fmax(fabs(x->final_loss_ref), 1e-12);
+  x->final_rel_diff =
+      fabs(x->final_loss_cluster - x->final_loss_ref) / fmax(fabs(x->final_loss_ref), 1e-12);
   x->window = N < LOSS_WINDOW ? N : LOSS_WINDOW;
   double a = 0, b = 0;
   for (uint64_t s = N - x->window; s < N; s++) {
@@ -338,7 +214,9 @@ void ea__chaos_replay_check(ea__chaos_run *r) {
   x->digest_equal_ref = r->final_digest_known && r->final_digest == x->ref_digest;
   if (!(x->window_rel_diff <= r->o.loss_tol))
     ea__chaos_violate(r, EA__I_REFERENCE,
-                      "mean loss of the last %" PRIu64 " steps %.6f vs the W=1 reference's %.6f: relative "
+                      "mean loss of the last %" PRIu64
+                      " steps %.6f vs the W=1 reference's %.6f: relative "
                       "difference %.3g > %.3g",
-                      x->window, a / (double)x->window, b / (double)x->window, x->window_rel_diff, r->o.loss_tol);
+                      x->window, a / (double)x->window, b / (double)x->window, x->window_rel_diff,
+                      r->o.loss_tol);
 }

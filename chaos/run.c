@@ -58,10 +58,13 @@ volatile int ea__chaos_interrupted;
  * well under a second, and a loaded machine adds seconds. */
 #define BOUND_SLACK_MS 5000
 
-static const char *const inv_names[EA__I_COUNT] = {
-    "target_step",     "step_only_grows", "each_step_once",   "ranks_agree",   "matches_reference",
-    "one_generation",  "generations_grow", "one_plan",        "one_controller", "minority_never_trains",
-    "checkpoints",     "recovery_bound",  "clean_exit",       "coverage"};
+static const char *const inv_names[EA__I_COUNT] = {"target_step",       "step_only_grows",
+                                                   "each_step_once",    "ranks_agree",
+                                                   "matches_reference", "one_generation",
+                                                   "generations_grow",  "one_plan",
+                                                   "one_controller",    "minority_never_trains",
+                                                   "checkpoints",       "recovery_bound",
+                                                   "clean_exit",        "coverage"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -191,7 +194,8 @@ static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int
   uint64_t a = ea__chaos_mix64(r->o.seed ^ ((uint64_t)s << 40) ^ ((uint64_t)gen_of_slot << 20) ^
                                (uint64_t)(unsigned char)prefix[0]);
   uint64_t b = ea__chaos_mix64(a ^ 0x6e6f64652d696400ull);
-  snprintf(n->idhex, sizeof n->idhex, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+  snprintf(n->idhex, sizeof n->idhex, "%016llx%016llx", (unsigned long long)a,
+           (unsigned long long)b);
   char path[CH_PATH_MAX + 16], line[40];
   snprintf(path, sizeof path, "%s/node-id", n->data);
   int l = snprintf(line, sizeof line, "%s\n", n->idhex);
@@ -221,17 +225,19 @@ static void on_reap(void *ctx, pid_t pid, int status) {
     if (WIFEXITED(status))
       snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
-      snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+      snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(status),
+               strsignal(WTERMSIG(status)));
     else
       snprintf(how, sizeof how, "status 0x%x", status);
     ea__chaos_logf(r, "agent %s (pid %d) ended: %s", n->name, (int)pid, how);
     if (n->expect_exit0) {
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        ea__chaos_violate(r, EA__I_CLEAN_EXIT, "agent %s was drained/SIGTERMed and should exit 0: %s",
-                          n->name, how);
+        ea__chaos_violate(r, EA__I_CLEAN_EXIT,
+                          "agent %s was drained/SIGTERMed and should exit 0: %s", n->name, how);
     } else if (!n->expect_death) {
-      ea__chaos_violate(r, EA__I_CLEAN_EXIT, "agent %s died without being told to: %s (log %s/agent.%d.log)",
-                        n->name, how, n->dir, n->starts - 1);
+      ea__chaos_violate(r, EA__I_CLEAN_EXIT,
+                        "agent %s died without being told to: %s (log %s/agent.%d.log)", n->name,
+                        how, n->dir, n->starts - 1);
     }
     n->expect_exit0 = false;
     n->expect_death = false;
@@ -387,35 +393,38 @@ static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_stat
    * data dir, across restarts). */
   if (st->gen) {
     if (st->gen < n->max_gen_seen)
-      ea__chaos_violate(r, EA__I_GEN_GROWS, "%s runs generation %llu/%04llx after %llu/%04llx", n->name,
-                        (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff),
+      ea__chaos_violate(r, EA__I_GEN_GROWS, "%s runs generation %llu/%04llx after %llu/%04llx",
+                        n->name, (unsigned long long)(st->gen >> 16),
+                        (unsigned long long)(st->gen & 0xffff),
                         (unsigned long long)(n->max_gen_seen >> 16),
                         (unsigned long long)(n->max_gen_seen & 0xffff));
     if (st->gen > n->max_gen_seen) n->max_gen_seen = st->gen;
   }
   if (st->durable) {
     if (st->durable < n->max_durable)
-      ea__chaos_violate(r, EA__I_GEN_GROWS,
-                        "%s's persisted generation went back from %llu/%04llx to %llu/%04llx", n->name,
-                        (unsigned long long)(n->max_durable >> 16),
-                        (unsigned long long)(n->max_durable & 0xffff),
-                        (unsigned long long)(st->durable >> 16), (unsigned long long)(st->durable & 0xffff));
+      ea__chaos_violate(
+          r, EA__I_GEN_GROWS, "%s's persisted generation went back from %llu/%04llx to %llu/%04llx",
+          n->name, (unsigned long long)(n->max_durable >> 16),
+          (unsigned long long)(n->max_durable & 0xffff), (unsigned long long)(st->durable >> 16),
+          (unsigned long long)(st->durable & 0xffff));
     if (st->durable > n->max_durable) n->max_durable = st->durable;
   }
   if (st->has_ckpt && !r->ckpt_available) {
     r->ckpt_available = true;
-    ea__chaos_say(r, "the agents report checkpoint fields in status: checkpoint checks and faults enabled");
+    ea__chaos_say(
+        r, "the agents report checkpoint fields in status: checkpoint checks and faults enabled");
   }
   /* Minority side of a partition: once the partition is on, its nodes may
    * finish the step in flight and nothing more (under quorum: majority). */
-  if (r->partition_since && (r->minority_mask & (1u << n->slot)) && st->last_step > n->steps_at_partition + 1 &&
-      strcmp(r->cfg.distributed.quorum, "none") != 0) {
-    ea__chaos_violate(r, EA__I_MINORITY,
-                      "%s, on the minority side of the partition since %.1f s, trained from step %llu to %llu "
-                      "(phase %s, generation %llu/%04llx, world %u)",
-                      n->name, (double)(st->t_ms - r->partition_since) / 1000.0,
-                      (unsigned long long)n->steps_at_partition, (unsigned long long)st->last_step, st->phase,
-                      (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff), st->world);
+  if (r->partition_since && (r->minority_mask & (1u << n->slot)) &&
+      st->last_step > n->steps_at_partition + 1 && strcmp(r->cfg.distributed.quorum, "none") != 0) {
+    ea__chaos_violate(
+        r, EA__I_MINORITY,
+        "%s, on the minority side of the partition since %.1f s, trained from step %llu to %llu "
+        "(phase %s, generation %llu/%04llx, world %u)",
+        n->name, (double)(st->t_ms - r->partition_since) / 1000.0,
+        (unsigned long long)n->steps_at_partition, (unsigned long long)st->last_step, st->phase,
+        (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff), st->world);
     n->steps_at_partition = st->last_step; /* report each further run once */
   }
 }
@@ -434,15 +443,16 @@ static void check_cluster(ea__chaos_run *r) {
     if (!running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) continue;
     if (n->st.controller && n->st.has_quorum) {
       nctrl++;
-      if (off < sizeof names - 32) off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", n->name);
+      if (off < sizeof names - 32)
+        off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "", n->name);
     }
   }
   int64_t grace = (int64_t)(r->detection_bound_ms ? r->detection_bound_ms : 4150) + 1000;
   if (nctrl >= 2 && strcmp(r->cfg.distributed.quorum, "none") != 0) {
     if (!r->two_ctrl_since) r->two_ctrl_since = now;
     if (now - r->two_ctrl_since > grace && r->ctrl_violation_at < r->two_ctrl_since) {
-      ea__chaos_violate(r, EA__I_CONTROLLER, "%d controllers acting with quorum for %.1f s: %s", nctrl,
-                        (double)(now - r->two_ctrl_since) / 1000.0, names);
+      ea__chaos_violate(r, EA__I_CONTROLLER, "%d controllers acting with quorum for %.1f s: %s",
+                        nctrl, (double)(now - r->two_ctrl_since) / 1000.0, names);
       r->ctrl_violation_at = now;
     }
   } else {
@@ -452,7 +462,8 @@ static void check_cluster(ea__chaos_run *r) {
    * departed node may have finished alone. */
   uint64_t cs = cluster_step(r);
   if (cs + 1 < r->max_cluster_step) {
-    ea__chaos_violate(r, EA__I_PROGRESS, "the highest step held by a live worker fell from %llu to %llu",
+    ea__chaos_violate(r, EA__I_PROGRESS,
+                      "the highest step held by a live worker fell from %llu to %llu",
                       (unsigned long long)r->max_cluster_step, (unsigned long long)cs);
     r->max_cluster_step = cs;
   }
@@ -483,7 +494,8 @@ static void tick(ea__chaos_run *r) {
       check_node(r, n, &st);
       n->st = st;
       if (st.gossip[0]) snprintf(n->gossip, sizeof n->gossip, "%s", st.gossip);
-      if (st.detection_bound_ms > r->detection_bound_ms) r->detection_bound_ms = st.detection_bound_ms;
+      if (st.detection_bound_ms > r->detection_bound_ms)
+        r->detection_bound_ms = st.detection_bound_ms;
       sample(n, &st);
     } else {
       n->st.ok = false;
@@ -522,13 +534,13 @@ static bool never(ea__chaos_run *r, void *ctx) {
 typedef struct {
   char names[CH_MAX_SLOTS * 2][CH_NAME_MAX];
   int n;
-  uint64_t gen_after;   /* the generation must be newer than this ... */
-  bool strictly;        /* ... (or at least this, when false) */
-  uint64_t step_after;  /* and training past this step */
+  uint64_t gen_after;      /* the generation must be newer than this ... */
+  bool strictly;           /* ... (or at least this, when false) */
+  uint64_t step_after;     /* and training past this step */
   const char *worker_node; /* worker-kill: this node's worker ... */
   uint32_t worker_idx;
   uint32_t restarts_before; /* ... was restarted */
-  const char *gone;     /* and this node's agent has exited (drain, SIGTERM) */
+  const char *gone;         /* and this node's agent has exited (drain, SIGTERM) */
   uint64_t gen_out;
   uint32_t world_out;
   uint64_t step_out;
@@ -567,7 +579,8 @@ static bool cond_formed(ea__chaos_run *r, void *ctx) {
   if (maxstep <= w->step_after && !done) return false;
   if (w->worker_node) {
     ea__chaos_node *n = find_node(r, w->worker_node);
-    if (!n || w->worker_idx >= n->st.nworkers || n->st.w[w->worker_idx].restarts <= w->restarts_before)
+    if (!n || w->worker_idx >= n->st.nworkers ||
+        n->st.w[w->worker_idx].restarts <= w->restarts_before)
       return false;
   }
   if (w->gone) {
@@ -603,8 +616,8 @@ static void want_str(const want *w, char *out, size_t cap) {
 }
 
 /* Run one phase: wait for w, with the bound; fill p. */
-static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_start, bool expected,
-                       const char *what) {
+static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_start,
+                       bool expected, const char *what) {
   p->expected = expected;
   p->t_start = t_start;
   /* A node coming back may first sit out one rendezvous timeout (it was
@@ -620,9 +633,10 @@ static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_
     p->t_seen = ea__chaos_now_ms();
     p->gen = w->gen_out;
     p->world = w->world_out;
-    ea__chaos_say(r, "  %s: world %u, generation %llu/%04llx, step %llu (%.2f s)", what, w->world_out,
-                  (unsigned long long)(w->gen_out >> 16), (unsigned long long)(w->gen_out & 0xffff),
-                  (unsigned long long)w->step_out, (double)(p->t_seen - t_start) / 1000.0);
+    ea__chaos_say(r, "  %s: world %u, generation %llu/%04llx, step %llu (%.2f s)", what,
+                  w->world_out, (unsigned long long)(w->gen_out >> 16),
+                  (unsigned long long)(w->gen_out & 0xffff), (unsigned long long)w->step_out,
+                  (double)(p->t_seen - t_start) / 1000.0);
   } else if (expected && !ea__chaos_interrupted) {
     p->timed_out = true;
   }
@@ -641,8 +655,9 @@ static void cluster_state(ea__chaos_run *r, const want *w, char *out, size_t cap
     else if (!n->st.ok)
       off += (size_t)snprintf(out + off, cap - off, "%s%s: no status", i ? "; " : "", n->name);
     else
-      off += (size_t)snprintf(out + off, cap - off, "%s%s: %s gen %llu world %u step %llu (%s)", i ? "; " : "",
-                              n->name, n->st.phase, (unsigned long long)(n->st.gen >> 16), n->st.world,
+      off += (size_t)snprintf(out + off, cap - off, "%s%s: %s gen %llu world %u step %llu (%s)",
+                              i ? "; " : "", n->name, n->st.phase,
+                              (unsigned long long)(n->st.gen >> 16), n->st.world,
                               (unsigned long long)n->st.last_step, n->st.reason);
   }
 }
@@ -651,9 +666,10 @@ static void hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase, cons
   char st[900];
   cluster_state(r, w, st, sizeof st);
   int64_t bound = strncmp(phase, "restored", 8) == 0 ? r->bound_restore_ms : r->bound_ms;
-  ea__chaos_violate(r, EA__I_RECOVERY, "fault #%d (%s%s%s): the %s phase did not complete within %.1f s; %s",
-                    (int)(e - r->eps) + 1, ea__chaos_kind_name(e->f.kind), e->victim[0] ? " of " : "",
-                    e->victim, phase, (double)bound / 1000.0, st);
+  ea__chaos_violate(r, EA__I_RECOVERY,
+                    "fault #%d (%s%s%s): the %s phase did not complete within %.1f s; %s",
+                    (int)(e - r->eps) + 1, ea__chaos_kind_name(e->f.kind),
+                    e->victim[0] ? " of " : "", e->victim, phase, (double)bound / 1000.0, st);
 }
 
 /* ---- the cluster as a whole ------------------------------------------------- */
@@ -687,14 +703,15 @@ static ea__chaos_node *replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
   old->retired = true;
   int g = 0;
   for (size_t i = 0; i < r->nnodes; i++)
-    if (r->nodes[i].slot == old->slot && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
+    if (r->nodes[i].slot == old->slot && r->nodes[i].gen_of_slot >= g)
+      g = r->nodes[i].gen_of_slot + 1;
   return node_new(r, "n", old->slot, g);
 }
 
 /* ---- episodes --------------------------------------------------------------- */
 
-static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *victim, bool fresh,
-                             uint64_t gen_after, uint64_t step_after) {
+static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *victim,
+                             bool fresh, uint64_t gen_after, uint64_t step_after) {
   ea__chaos_node *back = victim;
   if (fresh) {
     back = replace_fresh(r, victim);
@@ -706,7 +723,8 @@ static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_n
   back->ckpt_fault[0] = 0;
   snprintf(e->newcomer, sizeof e->newcomer, "%s", back->name);
   e->t_restore = ea__chaos_now_ms();
-  ea__chaos_say(r, "  restore: %s %s", back->name, fresh ? "(fresh node: new disk, new id)" : "(same data dir)");
+  ea__chaos_say(r, "  restore: %s %s", back->name,
+                fresh ? "(fresh node: new disk, new id)" : "(same data dir)");
   node_start(r, back);
   want w;
   want_set(&w, r, NULL, NULL);
@@ -750,8 +768,8 @@ static void run_remove(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
       out[strcspn(out, "\n")] = 0;
       ea__chaos_logf(r, "drain %s via %s: rc %d: %s", v->name, via->name, rc, out);
       if (rc != 0)
-        ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` through %s failed (%d): %s", v->name,
-                          via->name, rc, out);
+        ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` through %s failed (%d): %s",
+                          v->name, via->name, rc, out);
       break;
     }
     default:
@@ -766,7 +784,8 @@ static void run_remove(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
       wait_gone(r, v, 5000);
     }
   }
-  if (running(v) && (f->kind == EA__F_NODE_CRASH || f->kind == EA__F_CONTROLLER_KILL)) wait_gone(r, v, 5000);
+  if (running(v) && (f->kind == EA__F_NODE_CRASH || f->kind == EA__F_CONTROLLER_KILL))
+    wait_gone(r, v, 5000);
   restore_and_wait(r, e, v, f->fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
                    e->deg.observed ? cluster_step(r) : e->step_at_inject);
 }
@@ -813,9 +832,10 @@ static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t
         p->t_seen = ea__chaos_now_ms();
         p->gen = w->gen_out;
         p->world = w->world_out;
-        ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)", w->world_out,
-                      (unsigned long long)(w->gen_out >> 16), (unsigned long long)(w->gen_out & 0xffff),
-                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
+        ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)",
+                      w->world_out, (unsigned long long)(w->gen_out >> 16),
+                      (unsigned long long)(w->gen_out & 0xffff), (unsigned long long)w->step_out,
+                      (double)(p->t_seen - p->t_start) / 1000.0);
       }
     } else {
       wait_until(r, ea__chaos_mono_ms() + (t_end - now), never, NULL);
@@ -850,7 +870,8 @@ static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v)
     e->deg.timed_out = true;
   }
   if (!e->deg.observed)
-    snprintf(e->note, sizeof e->note, "no re-formation during the %.1f s pause", f->dur_ms / 1000.0);
+    snprintf(e->note, sizeof e->note, "no re-formation during the %.1f s pause",
+             f->dur_ms / 1000.0);
   want_set(&w, r, NULL, NULL);
   w.gen_after = e->gen_at_inject;
   w.strictly = false;
@@ -867,12 +888,14 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
   if (minority) {
     uint32_t all = 0;
     for (int s = 1; s <= r->nslots; s++) all |= 1u << s;
-    for (int s = 1; s <= r->nslots; s++) drop[s] = (minority & (1u << s)) ? (all & ~minority) : minority;
+    for (int s = 1; s <= r->nslots; s++)
+      drop[s] = (minority & (1u << s)) ? (all & ~minority) : minority;
     for (int s = 1; s <= r->o.nagents; s++) {
       ea__chaos_node *n = slot_node(r, s);
       if (!n) continue;
       if (minority & (1u << s))
-        off += (size_t)snprintf(e->minority + off, sizeof e->minority - off, "%s%s", off ? "," : "", n->name);
+        off += (size_t)snprintf(e->minority + off, sizeof e->minority - off, "%s%s", off ? "," : "",
+                                n->name);
       else
         snprintf(w.names[w.n++], CH_NAME_MAX, "%s", n->name);
     }
@@ -897,8 +920,9 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
       ea__chaos_node *n = slot_node(r, s);
       if (!n || !(minority & (1u << s))) continue;
       ea__chaos_status st;
-      n->steps_at_partition =
-          ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0 ? st.last_step : n->st.last_step;
+      n->steps_at_partition = ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0
+                                  ? st.last_step
+                                  : n->st.last_step;
       add_span(r, n->name, e->t_inject, e->t_inject + f->dur_ms, 2);
     }
     r->partition_since = ea__chaos_now_ms();
@@ -944,19 +968,22 @@ static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
   w.step_after = e->step_at_inject;
   e->t_inject = ea__chaos_now_ms();
   node_start(r, n);
-  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "grown")) hang(r, e, "grown (the newcomer trains)", &w);
+  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "grown"))
+    hang(r, e, "grown (the newcomer trains)", &w);
   /* Scale back in. */
   uint64_t g1 = e->deg.observed ? e->deg.gen : e->gen_at_inject;
   e->t_restore = ea__chaos_now_ms();
   n->expect_death = n->expect_exit0 = true;
   if (e->f.remove_by_drain) {
     ea__chaos_node *via = slot_node(r, 1);
-    char *argv[] = {r->o.agent_bin, "drain", n->name, "--data-dir", via ? via->data : n->data, NULL};
+    char *argv[] = {
+        r->o.agent_bin, "drain", n->name, "--data-dir", via ? via->data : n->data, NULL};
     char out[512];
     int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
     out[strcspn(out, "\n")] = 0;
     if (rc != 0)
-      ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` failed (%d): %s", n->name, rc, out);
+      ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` failed (%d): %s", n->name, rc,
+                        out);
   } else {
     node_signal(r, n, SIGTERM, false);
   }
@@ -1007,12 +1034,13 @@ static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node
     hang(r, e, "restored (the armed node rejoins before its checkpoint)", &w);
     return;
   }
-  uint64_t interval = r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  uint64_t interval =
+      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
   double rate = r->calib_rate > 1 ? r->calib_rate : 100;
   int64_t wait_ms = (int64_t)((double)interval * (e->f.nth + 1) / rate * 1000.0 * 3) + r->bound_ms;
   if (!wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_dead, v)) {
-    snprintf(e->note, sizeof e->note, "%s did not die at its shard write #%d within %.1f s", v->name, e->f.nth,
-             wait_ms / 1000.0);
+    snprintf(e->note, sizeof e->note, "%s did not die at its shard write #%d within %.1f s",
+             v->name, e->f.nth, wait_ms / 1000.0);
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason, "%.199s", e->note);
     v->expect_death = true;
@@ -1029,7 +1057,8 @@ static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node
   w.strictly = true;
   w.step_after = 0;
   if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) hang(r, e, "degraded", &w);
-  restore_and_wait(r, e, v, e->f.fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject, cluster_step(r));
+  restore_and_wait(r, e, v, e->f.fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
+                   cluster_step(r));
 }
 
 static int fill_disk(const char *dir, char *path, size_t cap) {
@@ -1067,11 +1096,13 @@ static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
   uint64_t s_full = cluster_step(r);
   e->t_heal = ea__chaos_now_ms();
   unlink(ballast);
-  snprintf(e->note, sizeof e->note, "trained from step %llu to %llu with a full disk; LATEST %llu -> %llu",
-           (unsigned long long)e->step_at_inject, (unsigned long long)s_full, (unsigned long long)latest_before,
-           (unsigned long long)r->latest_step);
+  snprintf(e->note, sizeof e->note,
+           "trained from step %llu to %llu with a full disk; LATEST %llu -> %llu",
+           (unsigned long long)e->step_at_inject, (unsigned long long)s_full,
+           (unsigned long long)latest_before, (unsigned long long)r->latest_step);
   if (s_full <= e->step_at_inject + 1)
-    ea__chaos_violate(r, EA__I_RECOVERY, "training stood still while the checkpoint disk was full (step %llu)",
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "training stood still while the checkpoint disk was full (step %llu)",
                       (unsigned long long)s_full);
   /* Freed: the next checkpoint must commit. */
   uint64_t after = r->latest_step > s_full ? r->latest_step : s_full;
@@ -1079,7 +1110,8 @@ static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
   e->res.t_start = e->t_heal;
   e->res.bound_ms = r->bound_ms;
   e->res.t_detect = e->res.t_reform = e->res.t_first_step = -1;
-  uint64_t interval = r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  uint64_t interval =
+      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
   double rate = r->calib_rate > 1 ? r->calib_rate : 100;
   int64_t wait_ms = (int64_t)((double)interval * 2 / rate * 1000.0) + r->bound_ms;
   if (wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_new_ckpt, &after)) {
@@ -1089,7 +1121,8 @@ static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
                   (unsigned long long)r->latest_step);
   } else {
     e->res.timed_out = true;
-    ea__chaos_violate(r, EA__I_RECOVERY, "no checkpoint committed within %.1f s after the disk was freed",
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "no checkpoint committed within %.1f s after the disk was freed",
                       wait_ms / 1000.0);
   }
 }
@@ -1100,8 +1133,9 @@ static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
   ea__chaos_fault_str(f, desc, sizeof desc);
   if (ea__chaos_kind_needs_netns(f->kind) && !r->o.netns) {
     e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason,
-             "needs --netns (root): on one loopback interface a partition or loss cannot be made real");
+    snprintf(
+        e->skip_reason, sizeof e->skip_reason,
+        "needs --netns (root): on one loopback interface a partition or loss cannot be made real");
   } else if (ea__chaos_kind_needs_ckpt(f->kind) && !r->ckpt_available) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason, "%s", r->ckpt_why);
@@ -1111,12 +1145,12 @@ static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
              "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
   } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
     e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "compute.max_nodes is %u: a joiner would only be a spare",
-             r->cfg.compute.max_nodes);
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "compute.max_nodes is %u: a joiner would only be a spare", r->cfg.compute.max_nodes);
   }
   if (e->state == EA__EP_SKIPPED) {
-    ea__chaos_say(r, "fault #%d %s: skipped: %s", (int)(e - r->eps) + 1, ea__chaos_kind_name(f->kind),
-                  e->skip_reason);
+    ea__chaos_say(r, "fault #%d %s: skipped: %s", (int)(e - r->eps) + 1,
+                  ea__chaos_kind_name(f->kind), e->skip_reason);
     return;
   }
   if (!ensure_whole(r)) {
@@ -1126,10 +1160,12 @@ static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
     want_set(&w, r, NULL, NULL);
     char st[900];
     cluster_state(r, &w, st, sizeof st);
-    ea__chaos_violate(r, EA__I_RECOVERY, "before fault #%d the cluster did not return to world %u: %s",
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "before fault #%d the cluster did not return to world %u: %s",
                       (int)(e - r->eps) + 1, (unsigned)r->o.nagents * wpn(r), st);
     r->aborted = true;
-    snprintf(r->abort_why, sizeof r->abort_why, "the cluster did not return to world %u before fault #%d",
+    snprintf(r->abort_why, sizeof r->abort_why,
+             "the cluster did not return to world %u before fault #%d",
              (unsigned)r->o.nagents * wpn(r), (int)(e - r->eps) + 1);
     return;
   }
@@ -1145,7 +1181,8 @@ static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
     }
     if (!v) {
       e->state = EA__EP_SKIPPED;
-      snprintf(e->skip_reason, sizeof e->skip_reason, "no agent said it was controller with quorum");
+      snprintf(e->skip_reason, sizeof e->skip_reason,
+               "no agent said it was controller with quorum");
       return;
     }
   } else if (f->slot >= 1 && f->slot <= r->o.nagents) {
@@ -1312,7 +1349,8 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
   /* A full disk needs a small file system of its own: a tmpfs big enough
    * for keep_last + 3 checkpoints of this model's state. */
   if (geteuid() == 0) {
-    ea_model_dims d = {r->cfg.train.context, r->cfg.train.embed_dim, r->cfg.train.hidden, r->cfg.train.layers};
+    ea_model_dims d = {r->cfg.train.context, r->cfg.train.embed_dim, r->cfg.train.hidden,
+                       r->cfg.train.layers};
     uint64_t state = 0;
     if (ea_state_layout(&d, &state, NULL) == 0) {
       uint64_t size = state * (r->cfg.checkpoint.keep_last + 3) + (1u << 20);
@@ -1353,7 +1391,8 @@ int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen
   for (int s = 1; s <= r->o.nagents; s++) {
     ea__chaos_node *n = node_new(r, "c", s, 0);
     if (!n || node_start(r, n) < 0) {
-      snprintf(err, errlen, "calibration: cannot start agent %d (see %s/c%d/agent.0.log)", s, r->o.work, s);
+      snprintf(err, errlen, "calibration: cannot start agent %d (see %s/c%d/agent.0.log)", s,
+               r->o.work, s);
       stop_all(r);
       return -EIO;
     }
@@ -1364,8 +1403,8 @@ int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen
     want_set(&w, r, NULL, NULL);
     char st[900];
     cluster_state(r, &w, st, sizeof st);
-    snprintf(err, errlen, "calibration: %d agents did not form one generation within 60 s: %s", r->o.nagents,
-             st);
+    snprintf(err, errlen, "calibration: %d agents did not form one generation within 60 s: %s",
+             r->o.nagents, st);
     rc = -ETIMEDOUT;
   } else {
     /* Half a second to settle, then three seconds of steady training. */
@@ -1426,7 +1465,8 @@ int ea__chaos_execute(ea__chaos_run *r) {
   int64_t scale = r->cfg.distributed.scale_up_delay_ms;
   r->bound_ms = r->o.recovery_bound_ms;
   ea__chaos_say(r, "starting %d agents (%s), target %llu steps", r->o.nagents,
-                r->o.netns ? "one network namespace each" : "loopback", (unsigned long long)r->target_steps);
+                r->o.netns ? "one network namespace each" : "loopback",
+                (unsigned long long)r->target_steps);
   for (int s = 1; s <= r->o.nagents; s++) {
     ea__chaos_node *n = node_new(r, "n", s, 0);
     if (!n || node_start(r, n) < 0) {
@@ -1441,7 +1481,8 @@ int ea__chaos_execute(ea__chaos_run *r) {
     want_set(&w, r, NULL, NULL);
     char st[900];
     cluster_state(r, &w, st, sizeof st);
-    ea__chaos_violate(r, EA__I_RECOVERY, "the first generation of world %u did not form within 60 s: %s",
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "the first generation of world %u did not form within 60 s: %s",
                       (unsigned)r->o.nagents * wpn(r), st);
     r->aborted = true;
     snprintf(r->abort_why, sizeof r->abort_why, "the cluster never formed");
@@ -1453,14 +1494,17 @@ int ea__chaos_execute(ea__chaos_run *r) {
   r->bound_restore_ms = r->bound_ms + (int64_t)r->cfg.runtime.rendezvous_timeout_seconds * 1000;
   if (!r->ckpt_available && !r->ckpt_why[0])
     snprintf(r->ckpt_why, sizeof r->ckpt_why,
-             "the agents' status has no checkpoint fields yet (the checkpoint flow is not wired into the "
+             "the agents' status has no checkpoint fields yet (the checkpoint flow is not wired "
+             "into the "
              "agent): checkpoint faults and checks cannot run");
-  ea__chaos_say(r, "world %u trains; recovery bound %.1f s (detection %llu ms + batching %lld ms + comm "
-                "timeout %u s + %d ms), %.1f s to take a node back (+ rendezvous timeout %u s)",
-                (unsigned)r->o.nagents * wpn(r), (double)r->bound_ms / 1000.0,
-                (unsigned long long)r->detection_bound_ms, (long long)scale,
-                r->cfg.distributed.communication_timeout_seconds, BOUND_SLACK_MS,
-                (double)r->bound_restore_ms / 1000.0, r->cfg.runtime.rendezvous_timeout_seconds);
+  ea__chaos_say(
+      r,
+      "world %u trains; recovery bound %.1f s (detection %llu ms + batching %lld ms + comm "
+      "timeout %u s + %d ms), %.1f s to take a node back (+ rendezvous timeout %u s)",
+      (unsigned)r->o.nagents * wpn(r), (double)r->bound_ms / 1000.0,
+      (unsigned long long)r->detection_bound_ms, (long long)scale,
+      r->cfg.distributed.communication_timeout_seconds, BOUND_SLACK_MS,
+      (double)r->bound_restore_ms / 1000.0, r->cfg.runtime.rendezvous_timeout_seconds);
   for (size_t i = 0; i < r->neps && !ea__chaos_interrupted && !r->aborted; i++) {
     ea__chaos_episode *e = &r->eps[i];
     uint64_t trigger = (uint64_t)(e->f.frac * (double)r->target_steps);
@@ -1472,7 +1516,8 @@ int ea__chaos_execute(ea__chaos_run *r) {
         if (wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_progress, &trigger)) break;
         if (ea__chaos_interrupted) break;
         if (cluster_step(r) <= before) {
-          ea__chaos_violate(r, EA__I_RECOVERY, "training stood still at step %llu for %.1f s between faults",
+          ea__chaos_violate(r, EA__I_RECOVERY,
+                            "training stood still at step %llu for %.1f s between faults",
                             (unsigned long long)before, (double)r->bound_ms / 1000.0);
           break;
         }
@@ -1494,8 +1539,10 @@ int ea__chaos_execute(ea__chaos_run *r) {
     fill_slots(r);
     uint64_t now_step = cluster_step(r);
     double rate = r->calib_rate > 1 ? r->calib_rate : 100;
-    int64_t limit = (int64_t)((double)(r->target_steps - (now_step < r->target_steps ? now_step : r->target_steps)) /
-                              rate * 3000.0) + 60000;
+    int64_t limit = (int64_t)((double)(r->target_steps -
+                                       (now_step < r->target_steps ? now_step : r->target_steps)) /
+                              rate * 3000.0) +
+                    60000;
     if (wait_until(r, ea__chaos_mono_ms() + limit, cond_done, NULL)) {
       r->t_done = ea__chaos_now_ms();
       /* Every final worker reports the digest of the same final params. */
@@ -1513,10 +1560,11 @@ int ea__chaos_execute(ea__chaos_run *r) {
         }
       }
       if (!same)
-        ea__chaos_violate(r, EA__I_DIGEST, "the final workers report different params digests at step %llu",
+        ea__chaos_violate(r, EA__I_DIGEST,
+                          "the final workers report different params digests at step %llu",
                           (unsigned long long)r->target_steps);
-      ea__chaos_say(r, "training reached step %llu; final params digest %s", (unsigned long long)r->target_steps,
-                    r->final_digest_str);
+      ea__chaos_say(r, "training reached step %llu; final params digest %s",
+                    (unsigned long long)r->target_steps, r->final_digest_str);
     } else if (!ea__chaos_interrupted) {
       want w;
       want_set(&w, r, NULL, NULL);

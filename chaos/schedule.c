@@ -169,13 +169,15 @@ int ea__chaos_schedule(const ea__chaos_sched_opts *o, ea__chaos_fault **out, siz
 
 void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
   const char *k = ea__chaos_kind_name(f->kind);
-  const char *back = f->fresh ? "then a fresh node replaces it" : "then it restarts on its data dir";
+  const char *back =
+      f->fresh ? "then a fresh node replaces it" : "then it restarts on its data dir";
   switch (f->kind) {
     case EA__F_NODE_CRASH:
       snprintf(out, cap, "%s: SIGKILL agent+workers of slot %d; %s", k, f->slot, back);
       break;
     case EA__F_WORKER_KILL:
-      snprintf(out, cap, "%s: SIGKILL one worker process of slot %d (its agent restarts it)", k, f->slot);
+      snprintf(out, cap, "%s: SIGKILL one worker process of slot %d (its agent restarts it)", k,
+               f->slot);
       break;
     case EA__F_CONTROLLER_KILL:
       snprintf(out, cap, "%s: SIGKILL the controller's agent+workers; %s", k, back);

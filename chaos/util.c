@@ -66,8 +66,8 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
 
 int64_t ea__chaos_parse_ts(const char *s, size_t len) {
   /* 2026-11-30T01:45:26.978Z */
-  if (len < 24 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
-      s[16] != ':' || s[19] != '.' || s[23] != 'Z')
+  if (len < 24 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+      s[19] != '.' || s[23] != 'Z')
     return -1;
   int y = digits(s, 4), mo = digits(s + 5, 2), d = digits(s + 8, 2), h = digits(s + 11, 2),
       mi = digits(s + 14, 2), se = digits(s + 17, 2), ms = digits(s + 20, 3);

@@ -30,8 +30,13 @@
  *
  * One global state under one mutex: faults are a process-wide concern (the
  * environment variable arms a whole process), and contention is nil next to
- * the system calls being wrapped. */
-#include "faults.h"
+ * the system calls being wrapped.
+ *
+ * Only the fault layer lives here.  The helpers the ckpt/ files share are
+ * in files named for them: sys.c (error text, clock, O_DIRECT alignment),
+ * hasher.c (the shard hash), layout.c (names and paths), lock.c (the
+ * directory lock). */
+#include "ckpt_int.h"
 
 #include "ea_ckpt.h"
 
@@ -40,119 +45,11 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-#include <xxh_x86dispatch.h>
-
-/* ---- helpers ------------------------------------------------------------ */
-
-const char *ea__ck_strerror(int err) {
-  if (err < 0) err = -err;
-  const char *s = strerrordesc_np(err);
-  return s ? s : "unknown error";
-}
-
-void ea__ck_seterr(char *err, size_t cap, const char *fmt, ...) {
-  if (!err || cap == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, cap, fmt, ap);
-  va_end(ap);
-}
-
-int ea__ck_join(char *out, size_t cap, const char *dir, const char *name) {
-  size_t dl = strlen(dir);
-  while (dl > 1 && dir[dl - 1] == '/') dl--;
-  int n = snprintf(out, cap, "%.*s/%s", (int)dl, dir, name);
-  if (n < 0 || (size_t)n >= cap) return -ENAMETOOLONG;
-  return 0;
-}
-
-double ea__ck_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int ea__ck_dio_align(int fd, uint32_t *align, uint32_t *mem_align) {
-  struct statx stx;
-  memset(&stx, 0, sizeof stx);
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 && (stx.stx_mask & STATX_DIOALIGN)) {
-    if (stx.stx_dio_offset_align == 0) return 0;
-    *align = stx.stx_dio_offset_align;
-    *mem_align = stx.stx_dio_mem_align ? stx.stx_dio_mem_align : stx.stx_dio_offset_align;
-    return 1;
-  }
-  /* No report: 4096 is the largest logical block size of common devices,
-   * hence valid for all of them (a 512-byte device accepts 4096 too). */
-  *align = 4096;
-  *mem_align = 4096;
-  return 1;
-}
-
-uint64_t ea_ckpt_block_size(uint64_t length) {
-  uint64_t want = (length + EA_CKPT_MAX_BLOCKS - 1) / EA_CKPT_MAX_BLOCKS;
-  uint64_t bs = EA_CKPT_MIN_BLOCK;
-  while (bs < want) bs <<= 1;
-  return bs;
-}
-
-int ea__ck_hasher_init(ea__ck_hasher *h, uint64_t length, uint64_t *blocks) {
-  memset(h, 0, sizeof *h);
-  h->whole = XXH3_createState();
-  h->block = XXH3_createState();
-  if (!h->whole || !h->block) {
-    ea__ck_hasher_free(h);
-    return -ENOMEM;
-  }
-  XXH3_64bits_reset(h->whole);
-  XXH3_64bits_reset(h->block);
-  h->length = length;
-  h->block_size = ea_ckpt_block_size(length);
-  h->blocks = blocks;
-  return 0;
-}
-
-/* Pieces of 64 KiB, so the second hash (the block's) reads the bytes from
- * L2, where the first one just left them (every x86 core since 2008 has at
- * least 256 KiB of L2). */
-#define HASH_PIECE (64u << 10)
-
-void ea__ck_hasher_feed(ea__ck_hasher *h, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n > 0) {
-    uint64_t room = h->block_size - h->pos % h->block_size;
-    size_t k = n < HASH_PIECE ? n : HASH_PIECE;
-    if (k > room) k = (size_t)room;
-    XXH3_64bits_update_dispatch(h->whole, b, k);
-    XXH3_64bits_update_dispatch(h->block, b, k);
-    h->pos += k;
-    b += k;
-    n -= k;
-    if (h->pos % h->block_size == 0) {
-      if (h->n_blocks < EA_CKPT_MAX_BLOCKS) h->blocks[h->n_blocks++] = XXH3_64bits_digest(h->block);
-      XXH3_64bits_reset(h->block);
-    }
-  }
-}
-
-uint64_t ea__ck_hasher_final(ea__ck_hasher *h, uint32_t *n_blocks) {
-  if (h->pos % h->block_size != 0 && h->n_blocks < EA_CKPT_MAX_BLOCKS)
-    h->blocks[h->n_blocks++] = XXH3_64bits_digest(h->block);
-  if (n_blocks) *n_blocks = h->n_blocks;
-  return XXH3_64bits_digest(h->whole);
-}
-
-void ea__ck_hasher_free(ea__ck_hasher *h) {
-  if (h->whole) XXH3_freeState(h->whole);
-  if (h->block) XXH3_freeState(h->block);
-  h->whole = h->block = NULL;
-}
 
 /* ---- fault points -------------------------------------------------------- */
 

@@ -26,8 +26,9 @@
  * old one is told it is stale whatever became of its files.  The wait for
  * the lock is bounded; why a holder frozen inside a commit may still finish
  * it safely is argued above ea_ckpt_commit. */
+#include "ckpt_int.h"
+
 #include "ea_ckpt.h"
-#include "faults.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -582,7 +583,7 @@ bad:
 int ea_ckpt_manifest_load(const char *ckpt_path, ea_ckpt_manifest *m, char *err, size_t errlen) {
   memset(m, 0, sizeof *m);
   char path[EA_CKPT_PATH_MAX];
-  int rc = ea__ck_join(path, sizeof path, ckpt_path, "MANIFEST");
+  int rc = ea__ck_manifest_path(path, sizeof path, ckpt_path, false);
   if (rc < 0) {
     ea__ck_seterr(err, errlen, "%s/MANIFEST: path too long", ckpt_path);
     return rc;
@@ -721,8 +722,8 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
   }
   if ((rc = ea_ckpt_dir_name(name, sizeof name, m->step, m->generation)) < 0 ||
       (rc = ea__ck_join(ckpt, sizeof ckpt, dir, name)) < 0 ||
-      (rc = ea__ck_join(tmp, sizeof tmp, ckpt, "MANIFEST.tmp")) < 0 ||
-      (rc = ea__ck_join(fin, sizeof fin, ckpt, "MANIFEST")) < 0) {
+      (rc = ea__ck_manifest_path(tmp, sizeof tmp, ckpt, true)) < 0 ||
+      (rc = ea__ck_manifest_path(fin, sizeof fin, ckpt, false)) < 0) {
     ea__ck_seterr(err, errlen, "commit %s: path too long", dir);
     return rc;
   }
@@ -777,12 +778,12 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
               (m->generation == cg && m->step > cs);
   if (move) {
     char ltmp[EA_CKPT_PATH_MAX], lfin[EA_CKPT_PATH_MAX], line[EA_CKPT_NAME_MAX + 2];
-    if ((rc = ea__ck_join(ltmp, sizeof ltmp, dir, "LATEST.tmp")) < 0 ||
-        (rc = ea__ck_join(lfin, sizeof lfin, dir, "LATEST")) < 0) {
+    if ((rc = ea__ck_latest_path(ltmp, sizeof ltmp, dir, true)) < 0 ||
+        (rc = ea__ck_latest_path(lfin, sizeof lfin, dir, false)) < 0) {
       ea__ck_seterr(err, errlen, "commit %s: path too long", dir);
       goto out;
     }
-    int ll = snprintf(line, sizeof line, "%s\n", name);
+    int ll = ea__ck_latest_line(line, sizeof line, name); /* name fits: it was built above */
     if ((rc = ea__fs_write_file(ltmp, line, (size_t)ll, err, errlen)) < 0) {
       ea__fs_unlink(ltmp);
       goto out;

@@ -20,8 +20,9 @@
  * shard carries one hash per block (ea_ckpt_block_size), and the report
  * names the shard file and the byte range of the damaged blocks, both as
  * file offsets and as state offsets. */
+#include "ckpt_int.h"
+
 #include "ea_ckpt.h"
-#include "faults.h"
 
 #include <errno.h>
 #include <fcntl.h>

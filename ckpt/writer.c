@@ -28,8 +28,9 @@
  *
  * Every file operation passes through faults.c so that the tests can fail or
  * tear any one of them. */
+#include "ckpt_int.h"
+
 #include "ea_ckpt.h"
-#include "faults.h"
 
 #include <errno.h>
 #include <fcntl.h>

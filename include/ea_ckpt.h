@@ -23,7 +23,8 @@
  *               ea_ckpt_retain(DIR, keep_last, ...)  delete old + leftovers
  *
  * Resume: ea_ckpt_find_resume() (newest complete checkpoint that verifies,
- * falling back and recording why) or ea_ckpt_resolve() (--resume-from
+ * falling back and recording why; ea_ckpt_search_resume() when the caller
+ * also has a say, e.g. "and it loads") or ea_ckpt_resolve() (--resume-from
  * PATH|STEP), then ea_ckpt_reader_* to read any byte range of the state at
  * any world size.
  *
@@ -343,6 +344,8 @@ typedef struct {
   char path[EA_CKPT_PATH_MAX]; /* the chosen step directory */
   char name[EA_CKPT_NAME_MAX];
   ea_ckpt_manifest manifest; /* owned: ea_ckpt_resume_close */
+  bool listed;               /* a search listed DIR (false: it returned
+                                ea_ckpt_list's error) */
   uint32_t n_skipped;        /* newer candidates that were passed over */
   struct {
     char name[EA_CKPT_NAME_MAX];
@@ -350,9 +353,46 @@ typedef struct {
   } skipped[EA_CKPT_RESUME_MAX_SKIPPED];
 } ea_ckpt_resume;
 
-/* The newest complete, non-superseded checkpoint of DIR (step, then
- * generation) that verifies with `mode`; newer ones that fail are recorded
- * in out->skipped with the shard and byte range.  -ENOENT when none. */
+/* A checkpoint the resume search found complete and verified, offered to
+ * the caller's accept hook.  Valid for the duration of the call only. */
+typedef struct {
+  const char *name;                 /* "step-<s>.gen-<g>" */
+  const char *path;                 /* DIR/name */
+  const ea_ckpt_manifest *manifest; /* parsed and verified */
+} ea_ckpt_candidate;
+
+/* The caller's part in a resume search; every member is optional.
+ *   accept   is offered each candidate that verified, newest first, and
+ *            decides: 0 takes it (the search ends, out holds it); > 0
+ *            passes over it with the reason written to why (recorded like
+ *            damage, and the search goes on to older ones); < 0 ends the
+ *            search with that error (why is the caller's to keep: nothing
+ *            is recorded).  NULL takes the first that verifies.
+ *   skipped  is told about every checkpoint passed over, newest first,
+ *            with the reason, and whether it was superseded (an abandoned
+ *            timeline, not damage); out->skipped keeps only the first
+ *            EA_CKPT_RESUME_MAX_SKIPPED of them, this sees them all.
+ * arg is passed to both; why is the search's buffer (whylen bytes, "" on
+ * entry). */
+typedef struct {
+  int (*accept)(void *arg, const ea_ckpt_candidate *c, char *why, size_t whylen);
+  void (*skipped)(void *arg, const char *name, const char *why, bool superseded);
+  void *arg;
+} ea_ckpt_resume_hooks;
+
+/* The one resume-candidate search: DIR's checkpoints newest first (step,
+ * then generation); a step directory without MANIFEST is no candidate (a
+ * save in progress or a leftover) and is passed over silently; an
+ * incomplete or superseded one, one that does not verify with `mode`, or
+ * one accept passes over is recorded in out->skipped (verification names
+ * the shard and byte range) and the search goes on.  Returns 0 (out holds
+ * the one taken: ea_ckpt_resume_close), -ENOENT when none was taken,
+ * accept's negative error, or ea_ckpt_list's (out->listed false).  hooks
+ * may be NULL. */
+int ea_ckpt_search_resume(const char *dir, ea_ckpt_verify_mode mode,
+                          const ea_ckpt_resume_hooks *hooks, ea_ckpt_resume *out);
+/* The newest complete, non-superseded checkpoint of DIR that verifies with
+ * `mode` (ea_ckpt_search_resume without hooks).  -ENOENT when none. */
 int ea_ckpt_find_resume(const char *dir, ea_ckpt_verify_mode mode, ea_ckpt_resume *out);
 /* --resume-from: spec is NULL/""/"latest" (as find_resume), a step number
  * ("1200": the newest generation of that step), a directory name

@@ -122,6 +122,18 @@ int ea_comm_init(const ea_comm_plan *plan, ea_comm **out);
  * count, dtype and op).  Integer sums wrap (two's complement).  count 0 is a
  * valid no-op that still checks the communicator's state. */
 int ea_comm_allreduce(ea_comm *c, void *buf, size_t count, ea_comm_dtype dtype, ea_comm_op op);
+/* The tcp ring's result, computed in one process: out[i] becomes what
+ * every rank holds after an allreduce on a tcp ring of `world` ranks in
+ * which rank r passed parts[r] — bit for bit, because it follows the
+ * ring's own schedule with its own kernels (segment j of the buffer is
+ * reduced g_j, then g_{j+1} ⊕ that, …, around the ring, each rank's own
+ * operand first).  For replaying a W-rank job without W processes (the
+ * chaos harness, tests).  parts[0..world) hold count elements each; out
+ * must not overlap them.  0, or -EINVAL for a bad argument.  The nccl
+ * backend sums in its own order, which this does not reproduce. */
+int ea_comm_ring_reduce(void *out, const void *const *parts, uint32_t world, size_t count,
+                        ea_comm_dtype dtype, ea_comm_op op);
+
 /* Copy bytes of root's buf into every other rank's buf. */
 int ea_comm_broadcast(ea_comm *c, void *buf, size_t bytes, uint32_t root);
 /* Returns on any rank only after every rank has entered the barrier. */

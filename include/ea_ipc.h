@@ -255,7 +255,10 @@ int ea_ipc_send_fd(int sock, const ea_ipc_msg *m, int fd);
  * than cap means it was cut and must be dropped), 0 at end of stream, or a
  * negative errno (-EAGAIN: nothing there).  *fd (may be NULL) gets the fd
  * that came with it (close-on-exec, caller owns it) or -1; extra fds are
- * closed, and so is any fd when fd is NULL. */
+ * closed, and so is any fd when fd is NULL.  Every packet the other side
+ * sent before it closed is returned before end of stream, even when it
+ * closed with packets of ours unread (Linux then reports ECONNRESET ahead
+ * of them; that report is read past). */
 ssize_t ea_ipc_recv_packet(int sock, void *buf, size_t cap, int *fd);
 /* Wait up to timeout_ms (−1: forever) for one packet and decode it.
  * -ETIMEDOUT, -ECONNRESET at end of stream (the other side closed), -EMSGSIZE

@@ -241,6 +241,39 @@ int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_lo
 uint64_t ea_trainer_params_digest(const ea_trainer *t);
 
 /* ---------------------------------------------------------------------------
+ * Replay: a data-parallel job of any world size, in one process, bit for
+ * bit as W workers on the tcp backend run it: each step computes every
+ * rank's gradient sum (ea_trainer_compute), adds the W sums in the tcp
+ * ring's order (ea_comm_ring_reduce in ea_comm.h, the schedule the ring
+ * itself runs) and applies the result (ea_trainer_apply).  The world size
+ * may change from step to step, as in an elastic job.  For checking a
+ * cluster's trajectory step by step (the chaos harness) and for tests.
+ *
+ * Up to `threads` threads (the caller's included; at most max_world) share
+ * the ranks of a step, each with a trainer of its own on the same state;
+ * if a helper thread cannot start, the others do its share.  data is
+ * borrowed, must outlive the replay, and is only read (an ea_data does not
+ * change once open, so the replay's threads share it).  One caller thread
+ * drives a replay.
+ */
+typedef struct ea_train_replay ea_train_replay;
+/* Trainers for c at step 0 (as ea_trainer_new), for steps of world size
+ * 1..max_world.  err names the bad field.  0, -EINVAL, -ENOMEM. */
+int ea_train_replay_new(const ea_train_config *c, const ea_data *data, uint32_t max_world,
+                        unsigned threads, ea_train_replay **out, char *err, size_t errlen);
+/* One step at world size `world` (1..max_world); stats as ea_trainer_apply
+ * gives them (may be NULL).  -EINVAL for a bad world, else compute's or
+ * apply's error (-EDOM: not finite). */
+int ea_train_replay_step(ea_train_replay *r, uint32_t world, ea_train_stats *stats);
+/* Load a serialized state (ea_trainer_state_load) into every trainer, to
+ * replay from a checkpoint instead of from step 0. */
+int ea_train_replay_load_state(ea_train_replay *r, const void *buf, size_t len, char *err,
+                               size_t errlen);
+/* The replayed state (step, params digest, …); owned by the replay. */
+const ea_trainer *ea_train_replay_trainer(const ea_train_replay *r);
+void ea_train_replay_free(ea_train_replay *r);
+
+/* ---------------------------------------------------------------------------
  * Training state: one flat little-endian byte layout
  *
  *   offset  size

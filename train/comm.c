@@ -34,8 +34,10 @@ void ea_comm_plan_init(ea_comm_plan *p) {
 
 const char *ea_comm_backend_name(ea_comm_backend b) {
   switch (b) {
-  case EA_COMM_TCP: return "tcp";
-  case EA_COMM_NCCL: return "nccl";
+    case EA_COMM_TCP:
+      return "tcp";
+    case EA_COMM_NCCL:
+      return "nccl";
   }
   return "?";
 }
@@ -50,18 +52,25 @@ bool ea_comm_nccl_available(void) {
 
 int ea_comm_backend_parse(const char *s, ea_comm_backend *out) {
   if (!s || !out) return -EINVAL;
-  if (strcasecmp(s, "tcp") == 0) *out = EA_COMM_TCP;
-  else if (strcasecmp(s, "nccl") == 0) *out = EA_COMM_NCCL;
-  else if (strcasecmp(s, "auto") == 0) *out = ea_comm_nccl_available() ? EA_COMM_NCCL : EA_COMM_TCP;
-  else return -EINVAL;
+  if (strcasecmp(s, "tcp") == 0)
+    *out = EA_COMM_TCP;
+  else if (strcasecmp(s, "nccl") == 0)
+    *out = EA_COMM_NCCL;
+  else if (strcasecmp(s, "auto") == 0)
+    *out = ea_comm_nccl_available() ? EA_COMM_NCCL : EA_COMM_TCP;
+  else
+    return -EINVAL;
   return 0;
 }
 
 size_t ea_comm_dtype_size(ea_comm_dtype dt) {
   switch (dt) {
-  case EA_COMM_F32: return 4;
-  case EA_COMM_F64: return 8;
-  case EA_COMM_I64: return 8;
+    case EA_COMM_F32:
+      return 4;
+    case EA_COMM_F64:
+      return 8;
+    case EA_COMM_I64:
+      return 8;
   }
   return 0;
 }
@@ -90,15 +99,18 @@ int ea_comm_new(const ea_comm_plan *plan, ea_comm **out) {
   atomic_init(&c->aborted, 0);
   int rc;
   switch (plan->backend) {
-  case EA_COMM_TCP: rc = ea__comm_tcp_new(c, plan); break;
-  case EA_COMM_NCCL:
+    case EA_COMM_TCP:
+      rc = ea__comm_tcp_new(c, plan);
+      break;
+    case EA_COMM_NCCL:
 #ifdef EA_HAVE_NCCL
-    rc = ea__comm_nccl_new(c, plan);
+      rc = ea__comm_nccl_new(c, plan);
 #else
-    rc = -EOPNOTSUPP;
+      rc = -EOPNOTSUPP;
 #endif
-    break;
-  default: rc = -EINVAL;
+      break;
+    default:
+      rc = -EINVAL;
   }
   if (rc < 0) {
     free(c);
@@ -141,8 +153,10 @@ int ea_comm_connect(ea_comm *c) {
   if (rc == 0) {
     c->connected = 1;
     /* An abort that landed just as the connect finished still wins. */
-    if (atomic_load_explicit(&c->aborted, memory_order_acquire)) rc = -ECANCELED;
-    else return 0;
+    if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+      rc = -ECANCELED;
+    else
+      return 0;
   }
   return settle(c, rc);
 }
@@ -226,10 +240,18 @@ void ea_comm_free(ea_comm *c) {
   free(c);
 }
 
-uint32_t ea_comm_rank(const ea_comm *c) { return c->rank; }
-uint32_t ea_comm_world(const ea_comm *c) { return c->world; }
-uint64_t ea_comm_generation(const ea_comm *c) { return c->generation; }
-ea_comm_backend ea_comm_get_backend(const ea_comm *c) { return c->backend; }
+uint32_t ea_comm_rank(const ea_comm *c) {
+  return c->rank;
+}
+uint32_t ea_comm_world(const ea_comm *c) {
+  return c->world;
+}
+uint64_t ea_comm_generation(const ea_comm *c) {
+  return c->generation;
+}
+ea_comm_backend ea_comm_get_backend(const ea_comm *c) {
+  return c->backend;
+}
 
 void ea_comm_get_stats(const ea_comm *c, ea_comm_stats *st) {
   *st = c->stats;

@@ -60,15 +60,15 @@
 #define POLL_SLEEP_NS 50000L
 
 typedef struct {
-  pthread_mutex_t mu;     /* serializes NCCL calls on `comm` (see above) */
-  ncclComm_t comm;        /* NULL once aborted and freed */
-  int revoked;            /* ncclCommRevoke issued */
-  int ready;              /* init finished: the abort thread may act on comm */
+  pthread_mutex_t mu; /* serializes NCCL calls on `comm` (see above) */
+  ncclComm_t comm;    /* NULL once aborted and freed */
+  int revoked;        /* ncclCommRevoke issued */
+  int ready;          /* init finished: the abort thread may act on comm */
   int device;
   cudaStream_t stream;
-  void *scratch;          /* device staging for host buffers */
+  void *scratch; /* device staging for host buffers */
   size_t scratch_cap;
-  void *one;              /* 8 device bytes for the barrier */
+  void *one; /* 8 device bytes for the barrier */
   ncclUniqueId id;
 } nccl_be;
 
@@ -76,27 +76,37 @@ static const ea__comm_vt nccl_vt;
 
 static int from_cuda(cudaError_t e) {
   switch (e) {
-  case cudaSuccess: return 0;
-  case cudaErrorMemoryAllocation: return -ENOMEM;
-  case cudaErrorInvalidValue: return -EINVAL;
-  case cudaErrorNoDevice:
-  case cudaErrorInsufficientDriver: /* what a machine without a GPU driver says */
-  case cudaErrorInvalidDevice: return -ENODEV;
-  default: return -EIO;
+    case cudaSuccess:
+      return 0;
+    case cudaErrorMemoryAllocation:
+      return -ENOMEM;
+    case cudaErrorInvalidValue:
+      return -EINVAL;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver: /* what a machine without a GPU driver says */
+    case cudaErrorInvalidDevice:
+      return -ENODEV;
+    default:
+      return -EIO;
   }
 }
 
 static int from_nccl(ncclResult_t r) {
   switch (r) {
-  case ncclSuccess: return 0;
-  case ncclInProgress: return -EINPROGRESS;
-  case ncclInvalidArgument:
-  case ncclInvalidUsage: return -EINVAL;
-  case ncclRemoteError:
-  case ncclSystemError: return -ECONNRESET; /* a peer or the network failed */
-  case ncclUnhandledCudaError:
-  case ncclInternalError:
-  default: return -EIO;
+    case ncclSuccess:
+      return 0;
+    case ncclInProgress:
+      return -EINPROGRESS;
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return -EINVAL;
+    case ncclRemoteError:
+    case ncclSystemError:
+      return -ECONNRESET; /* a peer or the network failed */
+    case ncclUnhandledCudaError:
+    case ncclInternalError:
+    default:
+      return -EIO;
   }
 }
 
@@ -182,8 +192,10 @@ static int nccl_connect(ea_comm *c) {
     rc = wait_state(&c->aborted, b, b->comm, deadline);
   }
   pthread_mutex_lock(&b->mu);
-  if (rc < 0) kill_comm_locked(b); /* a half-made communicator is useless */
-  else b->ready = 1;
+  if (rc < 0)
+    kill_comm_locked(b); /* a half-made communicator is useless */
+  else
+    b->ready = 1;
   pthread_mutex_unlock(&b->mu);
   return rc;
 }
@@ -230,9 +242,12 @@ static int scratch_get(nccl_be *b, size_t bytes) {
 
 static ncclDataType_t nccl_dtype(ea_comm_dtype dt) {
   switch (dt) {
-  case EA_COMM_F32: return ncclFloat32;
-  case EA_COMM_F64: return ncclFloat64;
-  case EA_COMM_I64: return ncclInt64;
+    case EA_COMM_F32:
+      return ncclFloat32;
+    case EA_COMM_F64:
+      return ncclFloat64;
+    case EA_COMM_I64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
@@ -259,16 +274,20 @@ static int run_coll(ea_comm *c, int kind, void *buf, size_t count, ea_comm_dtype
   }
   pthread_mutex_lock(&b->mu);
   ncclResult_t r;
-  if (!b->comm) r = ncclInvalidUsage;
+  if (!b->comm)
+    r = ncclInvalidUsage;
   else if (kind == K_ALLREDUCE)
     r = ncclAllReduce(dev, dev, count, nccl_dtype(dt), op == EA_COMM_SUM ? ncclSum : ncclMax,
                       b->comm, b->stream);
-  else r = ncclBroadcast(dev, dev, count, ncclUint8, (int)root, b->comm, b->stream);
+  else
+    r = ncclBroadcast(dev, dev, count, ncclUint8, (int)root, b->comm, b->stream);
   ncclComm_t comm = b->comm;
   pthread_mutex_unlock(&b->mu);
   if (!comm) return -ECANCELED;
-  if (r == ncclInProgress) rc = wait_state(&c->aborted, b, comm, deadline);
-  else rc = from_nccl(r);
+  if (r == ncclInProgress)
+    rc = wait_state(&c->aborted, b, comm, deadline);
+  else
+    rc = from_nccl(r);
   if (rc == 0) rc = wait_op(c, b, deadline);
   if (rc == 0 && host) {
     /* The stream is idle (checked above), so this copy cannot wait on the
@@ -368,7 +387,8 @@ static int nccl_shrink(ea_comm *c, const uint32_t *excluded, size_t n, uint64_t 
     pthread_mutex_unlock(&b->mu);
     if (r == ncclInProgress || r == ncclSuccess)
       rc = wait_state(&nc->aborted, nb, nb->comm, deadline);
-    else rc = from_nccl(r);
+    else
+      rc = from_nccl(r);
   }
   free(ex);
   if (rc < 0) {
@@ -415,8 +435,10 @@ static void nccl_destroy(ea_comm *c) {
           nap(&polls);
       }
     }
-    if (st == ncclSuccess) ncclCommDestroy(b->comm);
-    else ncclCommAbort(b->comm);
+    if (st == ncclSuccess)
+      ncclCommDestroy(b->comm);
+    else
+      ncclCommAbort(b->comm);
     b->comm = NULL;
   }
   pthread_mutex_unlock(&b->mu);

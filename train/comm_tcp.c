@@ -104,7 +104,9 @@ static void put32(uint8_t *p, uint32_t v) {
 static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t get16(const uint8_t *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
 static uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
@@ -134,7 +136,7 @@ typedef struct {
   int listen_fd, own_listen;
   char right_addr[EA_COMM_ADDR_MAX];
   char self_addr[EA_COMM_ADDR_MAX];
-  uint8_t *stage;               /* CHUNK_BYTES, reduction staging */
+  uint8_t *stage; /* CHUNK_BYTES, reduction staging */
   step *steps;
   size_t steps_cap;
 } tcp_be;
@@ -428,8 +430,10 @@ static int tcp_connect(ea_comm *c) {
         break;
       }
       coff = 0;
-      if (connect(cfd, (struct sockaddr *)&rss, rlen) == 0) cstate = CONN_HELLO;
-      else if (errno == EINPROGRESS) cstate = CONN_CONNECTING;
+      if (connect(cfd, (struct sockaddr *)&rss, rlen) == 0)
+        cstate = CONN_HELLO;
+      else if (errno == EINPROGRESS)
+        cstate = CONN_CONNECTING;
       else {
         close(cfd);
         cfd = -1;
@@ -471,8 +475,8 @@ static int tcp_connect(ea_comm *c) {
      * pending array indices in pfd are still the ones we built). */
     for (int i = npend - 1; i >= 0; i--) {
       if (!pfd[pi + i].revents) continue;
-      ssize_t got = recv(pend[i].fd, pend[i].buf + pend[i].got, HELLO_BYTES - pend[i].got,
-                         MSG_DONTWAIT);
+      ssize_t got =
+          recv(pend[i].fd, pend[i].buf + pend[i].got, HELLO_BYTES - pend[i].got, MSG_DONTWAIT);
       int drop = 0, take = 0;
       if (got > 0) {
         pend[i].got += (size_t)got;
@@ -482,8 +486,10 @@ static int tcp_connect(ea_comm *c) {
             rc = v;
             break;
           }
-          if (v == 1) take = 1;
-          else drop = 1;
+          if (v == 1)
+            take = 1;
+          else
+            drop = 1;
         }
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         drop = 1;
@@ -519,17 +525,22 @@ static int tcp_connect(ea_comm *c) {
       }
       if (!err && cstate == CONN_HELLO) {
         ssize_t w = send(cfd, chello + coff, HELLO_BYTES - coff, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) coff += (size_t)w;
-        else if (w < 0 && errno != EAGAIN && errno != EINTR) err = errno;
+        if (w > 0)
+          coff += (size_t)w;
+        else if (w < 0 && errno != EAGAIN && errno != EINTR)
+          err = errno;
         if (coff == HELLO_BYTES) {
           cstate = CONN_ACK;
           coff = 0;
         }
       } else if (!err && cstate == CONN_ACK) {
         ssize_t got = recv(cfd, cack + coff, HELLO_BYTES - coff, MSG_DONTWAIT);
-        if (got > 0) coff += (size_t)got;
-        else if (got == 0) err = ECONNRESET;
-        else if (errno != EAGAIN && errno != EINTR) err = errno;
+        if (got > 0)
+          coff += (size_t)got;
+        else if (got == 0)
+          err = ECONNRESET;
+        else if (errno != EAGAIN && errno != EINTR)
+          err = errno;
         if (coff == HELLO_BYTES) {
           if (get32(cack) != HELLO_MAGIC || get16(cack + 6) != KIND_ACK) {
             rc = -EPROTO;
@@ -572,67 +583,6 @@ static int tcp_connect(ea_comm *c) {
   /* An abort that ran before the store saw no sockets to shut down. */
   if (atomic_load(&c->aborted)) shut_both(b);
   return 0;
-}
-
-/* ---- reductions ------------------------------------------------------------- */
-
-/* Reductions in GCC/clang vector types, 16 bytes per step (one SSE
- * register on baseline x86-64; 32-byte vectors made gcc scalarize the max
- * comparisons without AVX, checked in the disassembly).  Plain
- * loops are not enough: gcc's -O2 "very cheap" vectorizer leaves a loop of
- * unknown trip count scalar (checked with -fopt-info-vec), and a scalar add
- * is ~4× slower than the chunk arrives over loopback.  Unaligned loads and
- * stores go through memcpy (movups).  The tail is scalar with the same
- * expression, so results do not depend on where a chunk starts.  max keeps
- * the local operand unless the received one compares greater, in both
- * forms (so NaN handling is the same everywhere).  Integer sums wrap. */
-typedef float vf32 __attribute__((vector_size(16)));
-typedef double vf64 __attribute__((vector_size(16)));
-typedef int64_t vi64 __attribute__((vector_size(16)));
-typedef int32_t vi32 __attribute__((vector_size(16)));
-typedef uint64_t vu64 __attribute__((vector_size(16)));
-
-#define VSUM(VT, MT, a, b) ((a) + (b))
-#define VMAX(VT, MT, a, b) ((VT)(((MT)(a) & ~(MT)((b) > (a))) | ((MT)(b) & (MT)((b) > (a)))))
-#define SSUM(a, b) ((a) + (b))
-#define SMAX(a, b) ((b) > (a) ? (b) : (a))
-
-#define DEFINE_RED(name, T, VT, MT, VOP, SOP)                                \
-  static void name(T *restrict d, const T *restrict s, size_t n) {           \
-    const size_t per = sizeof(VT) / sizeof(T);                               \
-    size_t i = 0;                                                            \
-    for (; i + per <= n; i += per) {                                         \
-      VT a, b;                                                               \
-      memcpy(&a, d + i, sizeof a);                                           \
-      memcpy(&b, s + i, sizeof b);                                           \
-      a = VOP(VT, MT, a, b);                                                 \
-      memcpy(d + i, &a, sizeof a);                                           \
-    }                                                                        \
-    for (; i < n; i++) d[i] = SOP(d[i], s[i]);                               \
-  }
-DEFINE_RED(red_sum_f32, float, vf32, vi32, VSUM, SSUM)
-DEFINE_RED(red_sum_f64, double, vf64, vi64, VSUM, SSUM)
-/* Two's complement wrap through the unsigned view: no signed overflow UB. */
-DEFINE_RED(red_sum_i64, uint64_t, vu64, vu64, VSUM, SSUM)
-DEFINE_RED(red_max_f32, float, vf32, vi32, VMAX, SMAX)
-DEFINE_RED(red_max_f64, double, vf64, vi64, VMAX, SMAX)
-DEFINE_RED(red_max_i64, int64_t, vi64, vi64, VMAX, SMAX)
-
-static void reduce(void *d, const void *s, size_t bytes, ea_comm_dtype dt, ea_comm_op op) {
-  switch (dt) {
-  case EA_COMM_F32:
-    if (op == EA_COMM_SUM) red_sum_f32(d, s, bytes / 4);
-    else red_max_f32(d, s, bytes / 4);
-    break;
-  case EA_COMM_F64:
-    if (op == EA_COMM_SUM) red_sum_f64(d, s, bytes / 8);
-    else red_max_f64(d, s, bytes / 8);
-    break;
-  case EA_COMM_I64:
-    if (op == EA_COMM_SUM) red_sum_i64(d, s, bytes / 8);
-    else red_max_i64(d, s, bytes / 8);
-    break;
-  }
 }
 
 /* ---- the op engine ------------------------------------------------------------ */
@@ -682,11 +632,14 @@ static ssize_t pump_send(ea_comm *c, int fd, engine *e) {
     }
     size_t limit = s->slen;
     if (s->dep >= 0) {
-      if (e->rt < (size_t)s->dep) limit = 0;
-      else if (e->rt == (size_t)s->dep) limit = e->rdone;
+      if (e->rt < (size_t)s->dep)
+        limit = 0;
+      else if (e->rt == (size_t)s->dep)
+        limit = e->rdone;
     }
     if (limit <= e->sdone) break; /* waiting for the left neighbour's data */
-    ssize_t n = send(fd, e->buf + s->soff + e->sdone, limit - e->sdone, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        send(fd, e->buf + s->soff + e->sdone, limit - e->sdone, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno != EAGAIN && errno != EINTR) return wire_err(errno);
       e->sfull = errno == EAGAIN;
@@ -734,7 +687,7 @@ static ssize_t pump_recv(ea_comm *c, tcp_be *b, int fd, engine *e) {
       if (n > 0) {
         e->rstaged += (size_t)n;
         if (e->rstaged == chunk) {
-          reduce(e->buf + s->roff + e->rdone, b->stage, chunk, e->dt, e->op);
+          ea__ring_reduce(e->buf + s->roff + e->rdone, b->stage, chunk, e->dt, e->op);
           e->rdone += chunk;
           e->rstaged = 0;
         }
@@ -755,8 +708,12 @@ static ssize_t pump_recv(ea_comm *c, tcp_be *b, int fd, engine *e) {
   return total;
 }
 
-static int send_pending(const engine *e) { return e->shoff < OPHDR_BYTES || e->st < e->nsteps; }
-static int recv_pending(const engine *e) { return e->rhoff < OPHDR_BYTES || e->rt < e->nsteps; }
+static int send_pending(const engine *e) {
+  return e->shoff < OPHDR_BYTES || e->st < e->nsteps;
+}
+static int recv_pending(const engine *e) {
+  return e->rhoff < OPHDR_BYTES || e->rt < e->nsteps;
+}
 
 /* Can the send side write right now (as opposed to waiting on the left)? */
 static int send_ready(const engine *e) {
@@ -857,13 +814,11 @@ static step *steps_get(tcp_be *b, size_t n) {
   return b->steps;
 }
 
-/* Segment j of count elements split W ways: the first count%W segments get
- * one extra element.  Returned in bytes. */
+/* Segment j of the buffer in bytes (ring.c splits it in elements). */
 static void segment(size_t count, uint32_t W, uint32_t j, size_t es, size_t *off, size_t *len) {
-  size_t q = count / W, rem = count % W;
-  size_t start = q * j + (j < rem ? j : rem);
-  *off = start * es;
-  *len = (q + (j < rem ? 1 : 0)) * es;
+  ea__ring_segment(count, W, j, off, len);
+  *off *= es;
+  *len *= es;
 }
 
 static int ring_allreduce(ea_comm *c, void *buf, size_t count, ea_comm_dtype dt, ea_comm_op op,
@@ -874,16 +829,18 @@ static int ring_allreduce(ea_comm *c, void *buf, size_t count, ea_comm_dtype dt,
   step *s = steps_get(b, nsteps);
   if (!s) return -ENOMEM;
   for (uint32_t k = 0; k < W - 1; k++) {
-    /* reduce-scatter: send segment r−k, receive and add segment r−k−1 */
+    /* reduce-scatter (ring.c's schedule, which ea_comm_ring_reduce follows
+     * too): send one segment right, receive the next from the left and add
+     * it into our own */
     step *t = &s[k];
-    segment(count, W, (r + W - k) % W, es, &t->soff, &t->slen);
-    segment(count, W, (r + 2 * W - k - 1) % W, es, &t->roff, &t->rlen);
+    segment(count, W, ea__ring_rs_send(r, W, k), es, &t->soff, &t->slen);
+    segment(count, W, ea__ring_rs_recv(r, W, k), es, &t->roff, &t->rlen);
     t->rmode = RECV_REDUCE;
     t->dep = (long)k - 1;
-    /* allgather: send segment r+1−k, receive (copy) segment r−k */
+    /* allgather: pass the fully reduced segments round once (copies) */
     t = &s[W - 1 + k];
-    segment(count, W, (r + 1 + W - k) % W, es, &t->soff, &t->slen);
-    segment(count, W, (r + W - k) % W, es, &t->roff, &t->rlen);
+    segment(count, W, ea__ring_ag_send(r, W, k), es, &t->soff, &t->slen);
+    segment(count, W, ea__ring_ag_recv(r, W, k), es, &t->roff, &t->rlen);
     t->rmode = RECV_COPY;
     t->dep = (long)(W - 1 + k) - 1;
   }

@@ -48,7 +48,10 @@ typedef struct {
 typedef struct {
   file_ent *files;
   size_t nfiles, capfiles;
-  struct { dev_t dev; ino_t ino; } *dirs; /* every directory entered: loop guard */
+  struct {
+    dev_t dev;
+    ino_t ino;
+  } * dirs; /* every directory entered: loop guard */
   size_t ndirs, capdirs;
   size_t nskipped;
   char *err;
@@ -59,8 +62,7 @@ typedef struct {
  * bind-mount maze the inode check cannot see) from exhausting the stack. */
 #define WALK_MAX_DEPTH 64
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
@@ -68,8 +70,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
   va_end(ap);
 }
 
-static int add_file(walk *w, const char *path, const struct stat *st)
-{
+static int add_file(walk *w, const char *path, const struct stat *st) {
   if (w->nfiles == w->capfiles) {
     size_t cap = w->capfiles ? w->capfiles * 2 : 32;
     file_ent *f = realloc(w->files, cap * sizeof *f);
@@ -83,13 +84,11 @@ static int add_file(walk *w, const char *path, const struct stat *st)
   return 0;
 }
 
-static int cmp_dirent(const struct dirent **a, const struct dirent **b)
-{
+static int cmp_dirent(const struct dirent **a, const struct dirent **b) {
   return strcmp((*a)->d_name, (*b)->d_name);
 }
 
-static int walk_dir(walk *w, const char *dir, const struct stat *dst, int depth)
-{
+static int walk_dir(walk *w, const char *dir, const struct stat *dst, int depth) {
   for (size_t i = 0; i < w->ndirs; i++)
     if (w->dirs[i].dev == dst->st_dev && w->dirs[i].ino == dst->st_ino) {
       w->nskipped++;
@@ -145,24 +144,21 @@ static int walk_dir(walk *w, const char *dir, const struct stat *dst, int depth)
   return rc;
 }
 
-static int cmp_ident(const void *a, const void *b)
-{
+static int cmp_ident(const void *a, const void *b) {
   const file_ent *x = a, *y = b;
   if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
   if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
   return strcmp(x->path, y->path);
 }
 
-static int cmp_path(const void *a, const void *b)
-{
+static int cmp_path(const void *a, const void *b) {
   return strcmp(((const file_ent *)a)->path, ((const file_ent *)b)->path);
 }
 
 /* Append the file's bytes.  O_NONBLOCK + fstat guard against the path having
  * been swapped for a fifo since stat (open would otherwise block). */
 static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, char *err,
-                     size_t errlen)
-{
+                     size_t errlen) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     int e = -errno;
@@ -176,7 +172,8 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, 
   }
   if ((uint64_t)st.st_size > EA_DATA_MAX_BYTES - *len) {
     close(fd);
-    seterr(err, errlen, "%s: corpus exceeds %llu bytes", path, (unsigned long long)EA_DATA_MAX_BYTES);
+    seterr(err, errlen, "%s: corpus exceeds %llu bytes", path,
+           (unsigned long long)EA_DATA_MAX_BYTES);
     return -EFBIG;
   }
   size_t want = (size_t)st.st_size;
@@ -209,14 +206,12 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, 
   return 0;
 }
 
-static int data_finish(ea_data *d)
-{
+static int data_finish(ea_data *d) {
   d->hash = XXH3_64bits_dispatch(d->bytes, d->len);
   return 0;
 }
 
-int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen)
-{
+int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen) {
   *out = NULL;
   if (!path || !*path) {
     seterr(err, errlen, "train.data: empty path");
@@ -247,7 +242,8 @@ int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen)
     if (w.nfiles > 1) qsort(w.files, w.nfiles, sizeof *w.files, cmp_ident);
     size_t keep = 0;
     for (size_t i = 0; i < w.nfiles; i++) {
-      if (keep > 0 && w.files[keep - 1].dev == w.files[i].dev && w.files[keep - 1].ino == w.files[i].ino) {
+      if (keep > 0 && w.files[keep - 1].dev == w.files[i].dev &&
+          w.files[keep - 1].ino == w.files[i].ino) {
         free(w.files[i].path);
         w.nskipped++;
         continue;
@@ -280,8 +276,7 @@ int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen)
   return rc;
 }
 
-int ea_data_from_memory(const void *bytes, size_t len, ea_data **out)
-{
+int ea_data_from_memory(const void *bytes, size_t len, ea_data **out) {
   *out = NULL;
   if (len == 0) return -ENODATA;
   if (len > EA_DATA_MAX_BYTES) return -EFBIG;
@@ -300,21 +295,30 @@ int ea_data_from_memory(const void *bytes, size_t len, ea_data **out)
   return 0;
 }
 
-void ea_data_close(ea_data *d)
-{
+void ea_data_close(ea_data *d) {
   if (!d) return;
   free(d->bytes);
   free(d);
 }
 
-size_t ea_data_size(const ea_data *d) { return d->len; }
-const uint8_t *ea_data_bytes(const ea_data *d) { return d->bytes; }
-uint64_t ea_data_hash(const ea_data *d) { return d->hash; }
-size_t ea_data_nfiles(const ea_data *d) { return d->nfiles; }
-size_t ea_data_nskipped(const ea_data *d) { return d->nskipped; }
+size_t ea_data_size(const ea_data *d) {
+  return d->len;
+}
+const uint8_t *ea_data_bytes(const ea_data *d) {
+  return d->bytes;
+}
+uint64_t ea_data_hash(const ea_data *d) {
+  return d->hash;
+}
+size_t ea_data_nfiles(const ea_data *d) {
+  return d->nfiles;
+}
+size_t ea_data_nskipped(const ea_data *d) {
+  return d->nskipped;
+}
 
-void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *ctx, uint8_t *target)
-{
+void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *ctx,
+                    uint8_t *target) {
   /* Zero padding before the start keeps every position a sample (n samples
    * per epoch, n = bytes), matching "the data cursor is the step". */
   uint32_t pad = pos < context ? context - pos : 0;
@@ -326,8 +330,7 @@ void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *c
 /* ---- elastic order ------------------------------------------------------ */
 
 void ea_train_rank_range(uint64_t step, uint32_t global_batch, uint32_t rank, uint32_t world,
-                         uint64_t *begin, uint64_t *end)
-{
+                         uint64_t *begin, uint64_t *end) {
   /* rank·B < 2^64 since both are 32-bit: no overflow in the split. */
   uint64_t base = step * (uint64_t)global_batch;
   *begin = base + (uint64_t)rank * global_batch / world;
@@ -342,8 +345,7 @@ struct ea_sampler {
   uint32_t *perm;
 };
 
-int ea_sampler_new(const ea_data *d, uint64_t seed, ea_sampler **out)
-{
+int ea_sampler_new(const ea_data *d, uint64_t seed, ea_sampler **out) {
   *out = NULL;
   ea_sampler *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
@@ -358,15 +360,13 @@ int ea_sampler_new(const ea_data *d, uint64_t seed, ea_sampler **out)
   return 0;
 }
 
-void ea_sampler_free(ea_sampler *s)
-{
+void ea_sampler_free(ea_sampler *s) {
   if (!s) return;
   free(s->perm);
   free(s);
 }
 
-static void build_perm(ea_sampler *s, uint64_t epoch)
-{
+static void build_perm(ea_sampler *s, uint64_t epoch) {
   size_t n = s->d->len;
   for (size_t i = 0; i < n; i++) s->perm[i] = (uint32_t)i;
   ea_rng r;
@@ -381,8 +381,7 @@ static void build_perm(ea_sampler *s, uint64_t epoch)
   s->have = 1;
 }
 
-uint32_t ea_sampler_position(ea_sampler *s, uint64_t g)
-{
+uint32_t ea_sampler_position(ea_sampler *s, uint64_t g) {
   uint64_t n = s->d->len;
   uint64_t e = g / n;
   if (!s->have || s->epoch != e) build_perm(s, e);

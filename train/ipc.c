@@ -805,6 +805,18 @@ ssize_t ea_ipc_recv_packet(int sock, void *buf, size_t cap, int *fd) {
   ssize_t n;
   do n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
+  /* A peer that closed while packets we had sent it were still unread
+   * (a worker exiting after STOP with a CKPT_DONE in its queue) makes Linux
+   * set ECONNRESET on our end, and the next receive reports that error
+   * *before* the packets the peer sent ahead of closing, which are still
+   * queued: its last words (EXITING, DONE, FAILED).  Reporting clears the
+   * error, so receive once more: a queued packet, or 0 when none is left
+   * (the peer is gone, so that is end of stream). */
+  if (n < 0 && errno == ECONNRESET) {
+    mh.msg_controllen = sizeof ctl.b;
+    do n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+  }
   if (n < 0) return -errno;
   /* Whatever fds came are ours now: keep the first, close the rest. */
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {

@@ -33,26 +33,25 @@
 struct ea_model {
   ea_model_dims d;
   uint32_t max_rows;
-  uint32_t in0;          /* C·E */
+  uint32_t in0; /* C·E */
   size_t nparams;
-  float *params;         /* nparams */
-  float *grads;          /* nparams + 1 (loss-sum slot) */
+  float *params; /* nparams */
+  float *grads;  /* nparams + 1 (loss-sum slot) */
   ea_tensor t[3 + 2 * EA_MODEL_MAX_LAYERS];
   size_t ntensors;
   /* tensor indices */
   size_t ti_embed, ti_w[EA_MODEL_MAX_LAYERS], ti_b[EA_MODEL_MAX_LAYERS], ti_ow, ti_ob;
   /* activations for one micro-batch, saved for backward */
-  float *x0;                           /* rows × C·E */
-  float *pre[EA_MODEL_MAX_LAYERS];     /* rows × H, before GELU */
-  float *act[EA_MODEL_MAX_LAYERS];     /* rows × H, after GELU */
-  float *tnh[EA_MODEL_MAX_LAYERS];     /* rows × H, tanh(u) of GELU, for backward */
-  float *logits;                       /* rows × 256, then dlogits */
-  float *s0, *s1;                      /* rows × max(H, C·E) backward scratch */
-  float *ones;                         /* rows of 1: column sums for bias grads */
+  float *x0;                       /* rows × C·E */
+  float *pre[EA_MODEL_MAX_LAYERS]; /* rows × H, before GELU */
+  float *act[EA_MODEL_MAX_LAYERS]; /* rows × H, after GELU */
+  float *tnh[EA_MODEL_MAX_LAYERS]; /* rows × H, tanh(u) of GELU, for backward */
+  float *logits;                   /* rows × 256, then dlogits */
+  float *s0, *s1;                  /* rows × max(H, C·E) backward scratch */
+  float *ones;                     /* rows of 1: column sums for bias grads */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
@@ -61,8 +60,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 static size_t add_tensor(ea_model *m, const char *name, uint64_t rows, uint64_t cols, uint32_t ndim,
-                         bool decay)
-{
+                         bool decay) {
   size_t i = m->ntensors++;
   ea_tensor *t = &m->t[i];
   snprintf(t->name, sizeof t->name, "%s", name);
@@ -76,8 +74,7 @@ static size_t add_tensor(ea_model *m, const char *name, uint64_t rows, uint64_t 
   return i;
 }
 
-static int check_dims(const ea_model_dims *d, uint32_t max_rows, char *err, size_t errlen)
-{
+static int check_dims(const ea_model_dims *d, uint32_t max_rows, char *err, size_t errlen) {
   if (d->context < 1 || d->context > EA_MODEL_MAX_CONTEXT) {
     seterr(err, errlen, "train.context: %u not in [1, %u]", d->context, EA_MODEL_MAX_CONTEXT);
     return -EINVAL;
@@ -107,8 +104,8 @@ static int check_dims(const ea_model_dims *d, uint32_t max_rows, char *err, size
   return 0;
 }
 
-int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char *err, size_t errlen)
-{
+int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char *err,
+                 size_t errlen) {
   *out = NULL;
   int rc = check_dims(d, max_rows, err, errlen);
   if (rc) return rc;
@@ -154,8 +151,7 @@ int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char
   return 0;
 }
 
-void ea_model_free(ea_model *m)
-{
+void ea_model_free(ea_model *m) {
   if (!m) return;
   free(m->params);
   free(m->grads);
@@ -172,16 +168,14 @@ void ea_model_free(ea_model *m)
   free(m);
 }
 
-static void init_uniform(ea_rng *r, float *p, size_t n, float std)
-{
+static void init_uniform(ea_rng *r, float *p, size_t n, float std) {
   /* U(−a, a) has std a/√3.  Scaled uniform, not Box–Muller, because it needs
    * no libm: every machine produces the same bits from the same seed. */
   float a = std * 1.7320508f;
   for (size_t i = 0; i < n; i++) p[i] = (2.0f * ea_rng_unit(r) - 1.0f) * a;
 }
 
-void ea_model_init(ea_model *m, uint64_t seed)
-{
+void ea_model_init(ea_model *m, uint64_t seed) {
   ea_rng r;
   ea_rng_seed(&r, seed, EA_RNG_INIT, 0);
   memset(m->params, 0, m->nparams * sizeof(float)); /* biases start at 0 */
@@ -202,26 +196,41 @@ void ea_model_init(ea_model *m, uint64_t seed)
   ea_model_zero_grads(m);
 }
 
-size_t ea_model_nparams(const ea_model *m) { return m->nparams; }
-const ea_model_dims *ea_model_get_dims(const ea_model *m) { return &m->d; }
-float *ea_model_params(ea_model *m) { return m->params; }
-float *ea_model_grads(ea_model *m) { return m->grads; }
-void ea_model_zero_grads(ea_model *m) { memset(m->grads, 0, (m->nparams + 1) * sizeof(float)); }
-size_t ea_model_ntensors(const ea_model *m) { return m->ntensors; }
-const ea_tensor *ea_model_tensor(const ea_model *m, size_t i) { return i < m->ntensors ? &m->t[i] : NULL; }
+size_t ea_model_nparams(const ea_model *m) {
+  return m->nparams;
+}
+const ea_model_dims *ea_model_get_dims(const ea_model *m) {
+  return &m->d;
+}
+float *ea_model_params(ea_model *m) {
+  return m->params;
+}
+float *ea_model_grads(ea_model *m) {
+  return m->grads;
+}
+void ea_model_zero_grads(ea_model *m) {
+  memset(m->grads, 0, (m->nparams + 1) * sizeof(float));
+}
+size_t ea_model_ntensors(const ea_model *m) {
+  return m->ntensors;
+}
+const ea_tensor *ea_model_tensor(const ea_model *m, size_t i) {
+  return i < m->ntensors ? &m->t[i] : NULL;
+}
 
-void ea_train_blas_threads(int n) { openblas_set_num_threads(n); }
+void ea_train_blas_threads(int n) {
+  openblas_set_num_threads(n);
+}
 
 /* OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than its release,
  * e.g. family 6 model 207, and falls back to its Prescott (SSE3) kernels:
  * measured 6× slower per training step than SkylakeX on such a machine.
  * The kernel set is chosen when the library loads, so the fix is an
  * environment variable for the next process. */
-const char *ea_train_blas_coretype_hint(void)
-{
-  static const char *const generic[] = {"prescott", "core2", "penryn", "dunnington", "nehalem",
-                                         "atom", "katmai", "coppermine", "northwood", "banias",
-                                         "unknown"};
+const char *ea_train_blas_coretype_hint(void) {
+  static const char *const generic[] = {"prescott",  "core2",  "penryn", "dunnington",
+                                        "nehalem",   "atom",   "katmai", "coppermine",
+                                        "northwood", "banias", "unknown"};
   const char *core = openblas_get_corename();
   bool is_generic = core == NULL;
   for (size_t i = 0; core && i < sizeof generic / sizeof *generic; i++)
@@ -246,36 +255,34 @@ const char *ea_train_blas_coretype_hint(void)
 #define GELU_K 0.7978845608f /* sqrt(2/π) */
 #define GELU_C 0.044715f
 
-static inline float gelu_tanh(float x)
-{
+static inline float gelu_tanh(float x) {
   float u = GELU_K * (x + GELU_C * x * x * x);
   return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-static inline float gelu_grad(float x, float t)
-{
+static inline float gelu_grad(float x, float t) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
 
 /* Y[rows×out] = X[rows×in]·W[in×out] + b (bias copied into each row, then
  * the product accumulated onto it with beta = 1). */
-static void linear(const float *X, const float *W, const float *b, float *Y, int rows, int in, int out)
-{
+static void linear(const float *X, const float *W, const float *b, float *Y, int rows, int in,
+                   int out) {
   for (int r = 0; r < rows; r++) memcpy(Y + (size_t)r * out, b, (size_t)out * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in, 1.0f, X, in, W, out, 1.0f, Y,
-              out);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in, 1.0f, X, in, W, out, 1.0f,
+              Y, out);
 }
 
-static double forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, int rows, bool for_backward)
-{
+static double forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, int rows,
+                      bool for_backward) {
   const ea_model_dims *d = &m->d;
   const int E = (int)d->embed_dim, H = (int)d->hidden, in0 = (int)m->in0;
   const float *emb = m->params + m->t[m->ti_embed].offset;
 
   for (int r = 0; r < rows; r++)
     for (uint32_t c = 0; c < d->context; c++)
-      memcpy(m->x0 + (size_t)r * in0 + (size_t)c * E, emb + (size_t)ctx[(size_t)r * d->context + c] * E,
-             (size_t)E * sizeof(float));
+      memcpy(m->x0 + (size_t)r * in0 + (size_t)c * E,
+             emb + (size_t)ctx[(size_t)r * d->context + c] * E, (size_t)E * sizeof(float));
 
   const float *x = m->x0;
   int in = in0;
@@ -293,8 +300,8 @@ static double forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, i
     x = act;
     in = H;
   }
-  linear(x, m->params + m->t[m->ti_ow].offset, m->params + m->t[m->ti_ob].offset, m->logits, rows, H,
-         EA_VOCAB);
+  linear(x, m->params + m->t[m->ti_ow].offset, m->params + m->t[m->ti_ob].offset, m->logits, rows,
+         H, EA_VOCAB);
 
   /* Log-softmax with the max subtracted; on the way, turn logits into
    * dlogits = softmax − onehot (the SUM convention: no 1/rows).  Terms more
@@ -323,8 +330,7 @@ static double forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, i
   return loss;
 }
 
-static void backward(ea_model *m, const uint8_t *ctx, int rows)
-{
+static void backward(ea_model *m, const uint8_t *ctx, int rows) {
   const ea_model_dims *d = &m->d;
   const int E = (int)d->embed_dim, H = (int)d->hidden, in0 = (int)m->in0;
   const int L = (int)d->layers;
@@ -332,10 +338,10 @@ static void backward(ea_model *m, const uint8_t *ctx, int rows)
 
   /* output layer: dWo += A^T·dZ, dbo += 1^T·dZ, dA = dZ·Wo^T */
   const float *A = m->act[L - 1];
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, EA_VOCAB, rows, 1.0f, A, H, m->logits, EA_VOCAB,
-              1.0f, g + m->t[m->ti_ow].offset, EA_VOCAB);
-  cblas_sgemv(CblasRowMajor, CblasTrans, rows, EA_VOCAB, 1.0f, m->logits, EA_VOCAB, m->ones, 1, 1.0f,
-              g + m->t[m->ti_ob].offset, 1);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, EA_VOCAB, rows, 1.0f, A, H, m->logits,
+              EA_VOCAB, 1.0f, g + m->t[m->ti_ow].offset, EA_VOCAB);
+  cblas_sgemv(CblasRowMajor, CblasTrans, rows, EA_VOCAB, 1.0f, m->logits, EA_VOCAB, m->ones, 1,
+              1.0f, g + m->t[m->ti_ob].offset, 1);
   float *dA = m->s0, *dX = m->s1;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, H, EA_VOCAB, 1.0f, m->logits, EA_VOCAB,
               m->params + m->t[m->ti_ow].offset, EA_VOCAB, 0.0f, dA, H);
@@ -366,9 +372,8 @@ static void backward(ea_model *m, const uint8_t *ctx, int rows)
     }
 }
 
-int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
-                              double *loss_sum)
-{
+int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *targets,
+                              uint32_t rows, double *loss_sum) {
   if (rows > m->max_rows) return -EINVAL;
   if (rows == 0) return 0;
   *loss_sum += forward(m, ctx, targets, (int)rows, true);
@@ -377,8 +382,7 @@ int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *ta
 }
 
 int ea_model_forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
-                     double *loss_sum)
-{
+                     double *loss_sum) {
   if (rows > m->max_rows) return -EINVAL;
   if (rows == 0) return 0;
   *loss_sum += forward(m, ctx, targets, (int)rows, false);

@@ -20,8 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
@@ -30,8 +29,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* b^t by repeated squaring: exact operation sequence, no pow(). */
-static double ipow(double b, uint64_t t)
-{
+static double ipow(double b, uint64_t t) {
   double r = 1.0;
   while (t) {
     if (t & 1) r *= b;
@@ -46,9 +44,8 @@ static double ipow(double b, uint64_t t)
  * measured a quarter of a step.  sqrtps/divps round exactly like their
  * scalar forms and the operation order is the same in both paths, so the
  * vector lanes and the scalar tail produce the same bits for an element. */
-void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                     size_t n, const ea_adamw_args *a)
-{
+void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const ea_adamw_args *a) {
   const float b1 = a->beta1, b2 = a->beta2;
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   const float bc1 = (float)(1.0 - ipow(a->beta1, a->t));
@@ -58,17 +55,20 @@ void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict
   const float s = a->grad_scale, eps = a->eps;
   size_t i = 0;
 #ifdef __SSE2__
-  const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), vc1 = _mm_set1_ps(c1), vc2 = _mm_set1_ps(c2);
+  const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), vc1 = _mm_set1_ps(c1),
+               vc2 = _mm_set1_ps(c2);
   const __m128 vbc2 = _mm_set1_ps(bc2_sqrt), vstep = _mm_set1_ps(step), vdecay = _mm_set1_ps(decay);
   const __m128 vs = _mm_set1_ps(s), veps = _mm_set1_ps(eps);
   for (; i + 4 <= n; i += 4) {
     __m128 gi = _mm_mul_ps(_mm_loadu_ps(g + i), vs);
     __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(vc1, gi));
-    __m128 vi = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(_mm_mul_ps(vc2, gi), gi));
+    __m128 vi =
+        _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(_mm_mul_ps(vc2, gi), gi));
     _mm_storeu_ps(m + i, mi);
     _mm_storeu_ps(v + i, vi);
     __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), vbc2), veps);
-    __m128 pi = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + i), vdecay), _mm_mul_ps(vstep, _mm_div_ps(mi, denom)));
+    __m128 pi = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + i), vdecay),
+                           _mm_mul_ps(vstep, _mm_div_ps(mi, denom)));
     _mm_storeu_ps(p + i, pi);
   }
 #endif
@@ -86,8 +86,7 @@ void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict
 /* cos(π·x) for x in [0, 1]: −sin(π(x − ½)) with |π(x − ½)| ≤ π/2, by the
  * Taylor series of sin to the x^23 term (truncation < (π/2)^25/25! ≈ 1e-22,
  * far below a double's ulp).  Plain + and ×, so identical on every libm. */
-static double cospi01(double x)
-{
+static double cospi01(double x) {
   double y = 3.14159265358979323846 * (x - 0.5), y2 = y * y;
   double term = y, sum = y;
   for (int k = 1; k <= 11; k++) {
@@ -97,8 +96,7 @@ static double cospi01(double x)
   return -sum;
 }
 
-double ea_train_lr(const ea_train_config *c, uint64_t step)
-{
+double ea_train_lr(const ea_train_config *c, uint64_t step) {
   if (step < c->warmup_steps) return c->lr * (double)(step + 1) / (double)c->warmup_steps;
   double p = 1.0;
   if (c->steps > c->warmup_steps) {
@@ -109,8 +107,7 @@ double ea_train_lr(const ea_train_config *c, uint64_t step)
   return c->lr * (floor + (1.0 - floor) * 0.5 * (1.0 + cospi01(p)));
 }
 
-void ea_train_config_default(ea_train_config *c)
-{
+void ea_train_config_default(ea_train_config *c) {
   memset(c, 0, sizeof *c);
   /* Model and batch: the ea_config defaults (train.*, distributed.*). */
   c->model.context = 16;
@@ -137,14 +134,14 @@ void ea_train_config_default(ea_train_config *c)
   c->seed = 1234; /* experiment.seed default */
 }
 
-int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen)
-{
+int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen) {
   if (c->model.context < 1 || c->model.context > EA_MODEL_MAX_CONTEXT) {
     seterr(err, errlen, "train.context: %u not in [1, %u]", c->model.context, EA_MODEL_MAX_CONTEXT);
     return -EINVAL;
   }
   if (c->model.embed_dim < 1 || c->model.embed_dim > EA_MODEL_MAX_WIDTH) {
-    seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", c->model.embed_dim, EA_MODEL_MAX_WIDTH);
+    seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", c->model.embed_dim,
+           EA_MODEL_MAX_WIDTH);
     return -EINVAL;
   }
   if (c->model.hidden < 1 || c->model.hidden > EA_MODEL_MAX_WIDTH) {
@@ -186,8 +183,7 @@ int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen)
   return 0;
 }
 
-int ea_train_config_from(ea_train_config *c, const ea_config *cfg, char *err, size_t errlen)
-{
+int ea_train_config_from(ea_train_config *c, const ea_config *cfg, char *err, size_t errlen) {
   ea_train_config_default(c);
   if (strcmp(cfg->train.model, "byte-mlp") != 0) {
     seterr(err, errlen, "train.model: \"%s\" is not a built-in model (byte-mlp)", cfg->train.model);

@@ -19,8 +19,9 @@
  * The live checkpoint flow adds three things at the end: the layout from
  * the model dims alone (the controller writes a manifest without a
  * trainer), staging a shard range with its hash in one pass, and resuming
- * from a checkpoint directory through the ckpt reader, falling back past
- * damaged checkpoints.
+ * from a checkpoint directory: ckpt/'s resume search (ea_ckpt_search_resume)
+ * picks the candidates and falls back past damaged ones, this file says
+ * whether one loads, and the ckpt reader reads it.
  */
 #include "ea_train.h"
 
@@ -42,14 +43,13 @@ struct ea_trainer {
   const ea_data *data;
   ea_model *model;
   ea_sampler *sampler;
-  float *opt;        /* 2·P: adam m, then adam v — one array, one state */
-  uint64_t step;     /* next step to compute; = updates applied */
-  uint8_t *ctx;      /* micro_batch × context */
-  uint8_t *tgt;      /* micro_batch */
+  float *opt;    /* 2·P: adam m, then adam v — one array, one state */
+  uint64_t step; /* next step to compute; = updates applied */
+  uint8_t *ctx;  /* micro_batch × context */
+  uint8_t *tgt;  /* micro_batch */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
@@ -58,8 +58,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **out, char *err,
-                   size_t errlen)
-{
+                   size_t errlen) {
   *out = NULL;
   int rc = ea_train_config_validate(c, err, errlen);
   if (rc) return rc;
@@ -85,8 +84,7 @@ int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **o
   return 0;
 }
 
-void ea_trainer_free(ea_trainer *t)
-{
+void ea_trainer_free(ea_trainer *t) {
   if (!t) return;
   ea_model_free(t->model);
   ea_sampler_free(t->sampler);
@@ -96,18 +94,22 @@ void ea_trainer_free(ea_trainer *t)
   free(t);
 }
 
-const ea_train_config *ea_trainer_config(const ea_trainer *t) { return &t->c; }
-ea_model *ea_trainer_model(ea_trainer *t) { return t->model; }
-uint64_t ea_trainer_step(const ea_trainer *t) { return t->step; }
+const ea_train_config *ea_trainer_config(const ea_trainer *t) {
+  return &t->c;
+}
+ea_model *ea_trainer_model(ea_trainer *t) {
+  return t->model;
+}
+uint64_t ea_trainer_step(const ea_trainer *t) {
+  return t->step;
+}
 
-float *ea_trainer_grad_buffer(ea_trainer *t, size_t *count)
-{
+float *ea_trainer_grad_buffer(ea_trainer *t, size_t *count) {
   if (count) *count = ea_model_nparams(t->model) + 1;
   return ea_model_grads(t->model);
 }
 
-int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world)
-{
+int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world) {
   if (world == 0 || rank >= world) return -EINVAL;
   const uint32_t C = t->c.model.context, mb = t->c.micro_batch;
   uint64_t begin, end;
@@ -129,8 +131,7 @@ int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world)
   return 0;
 }
 
-int ea_trainer_apply(ea_trainer *t, ea_train_stats *stats)
-{
+int ea_trainer_apply(ea_trainer *t, ea_train_stats *stats) {
   const size_t P = ea_model_nparams(t->model);
   const float *g = ea_model_grads(t->model);
   const double B = t->c.global_batch;
@@ -165,14 +166,12 @@ int ea_trainer_apply(ea_trainer *t, ea_train_stats *stats)
   return 0;
 }
 
-int ea_trainer_step_local(ea_trainer *t, ea_train_stats *stats)
-{
+int ea_trainer_step_local(ea_trainer *t, ea_train_stats *stats) {
   int rc = ea_trainer_compute(t, 0, 1);
   return rc ? rc : ea_trainer_apply(t, stats);
 }
 
-int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_loss)
-{
+int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_loss) {
   const size_t n = ea_data_size(t->data);
   if (count == 0 || pos >= n || count > n - pos) return -ERANGE;
   const uint32_t C = t->c.model.context, mb = t->c.micro_batch;
@@ -189,9 +188,9 @@ int ea_trainer_eval(ea_trainer *t, uint32_t pos, uint32_t count, double *mean_lo
   return 0;
 }
 
-uint64_t ea_trainer_params_digest(const ea_trainer *t)
-{
-  return XXH3_64bits_dispatch(ea_model_params(t->model), ea_model_nparams(t->model) * sizeof(float));
+uint64_t ea_trainer_params_digest(const ea_trainer *t) {
+  return XXH3_64bits_dispatch(ea_model_params(t->model),
+                              ea_model_nparams(t->model) * sizeof(float));
 }
 
 /* ---- serialized layout -------------------------------------------------- */
@@ -229,33 +228,31 @@ struct ea_state_header_layout {
   uint8_t reserved[32];
   uint64_t header_digest;
 };
-static_assert(sizeof(struct ea_state_header_layout) == EA_STATE_HEADER_BYTES, "header is 128 bytes");
+static_assert(sizeof(struct ea_state_header_layout) == EA_STATE_HEADER_BYTES,
+              "header is 128 bytes");
 static_assert(offsetof(struct ea_state_header_layout, version) == H_VERSION, "version");
 static_assert(offsetof(struct ea_state_header_layout, vocab) == H_VOCAB, "vocab");
 static_assert(offsetof(struct ea_state_header_layout, global_batch) == H_BATCH, "global_batch");
 static_assert(offsetof(struct ea_state_header_layout, nparams) == H_NPARAMS, "nparams");
 static_assert(offsetof(struct ea_state_header_layout, data_hash) == H_DATA_HASH, "data_hash");
-static_assert(offsetof(struct ea_state_header_layout, payload_digest) == H_PAYLOAD_DIGEST, "payload");
+static_assert(offsetof(struct ea_state_header_layout, payload_digest) == H_PAYLOAD_DIGEST,
+              "payload");
 static_assert(offsetof(struct ea_state_header_layout, reserved) == H_RESERVED, "reserved");
 static_assert(offsetof(struct ea_state_header_layout, header_digest) == H_HEADER_DIGEST, "digest");
 static_assert(sizeof(EA_STATE_MAGIC) == 8, "magic is 8 bytes with its NUL");
 
-static void put32(uint8_t *p, uint32_t v)
-{
+static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static void put64(uint8_t *p, uint64_t v)
-{
+static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static uint32_t get32(const uint8_t *p)
-{
+static uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
   return v;
 }
-static uint64_t get64(const uint8_t *p)
-{
+static uint64_t get64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
   return v;
@@ -265,14 +262,12 @@ static uint64_t get64(const uint8_t *p)
  * which is every machine this agent targets. */
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "state layout is little-endian");
 
-uint64_t ea_trainer_state_size(const ea_trainer *t)
-{
+uint64_t ea_trainer_state_size(const ea_trainer *t) {
   return EA_STATE_HEADER_BYTES + 3ull * ea_model_nparams(t->model) * sizeof(float);
 }
 
 /* Payload in memory: params (model), then m and v (one array). */
-static uint64_t payload_digest(const ea_trainer *t)
-{
+static uint64_t payload_digest(const ea_trainer *t) {
   const size_t P = ea_model_nparams(t->model);
   XXH3_state_t st;
   memset(&st, 0, sizeof st); /* XXH3_INITSTATE-equivalent for a stack state */
@@ -282,8 +277,7 @@ static uint64_t payload_digest(const ea_trainer *t)
   return XXH3_64bits_digest(&st);
 }
 
-static void build_header(const ea_trainer *t, uint8_t h[EA_STATE_HEADER_BYTES])
-{
+static void build_header(const ea_trainer *t, uint8_t h[EA_STATE_HEADER_BYTES]) {
   memset(h, 0, EA_STATE_HEADER_BYTES);
   memcpy(h + H_MAGIC, EA_STATE_MAGIC, 8);
   put32(h + H_VERSION, EA_STATE_VERSION);
@@ -303,8 +297,7 @@ static void build_header(const ea_trainer *t, uint8_t h[EA_STATE_HEADER_BYTES])
   put64(h + H_HEADER_DIGEST, XXH3_64bits_dispatch(h, H_HEADER_DIGEST));
 }
 
-int ea_trainer_state_read(const ea_trainer *t, uint64_t offset, void *dst, size_t len)
-{
+int ea_trainer_state_read(const ea_trainer *t, uint64_t offset, void *dst, size_t len) {
   const uint64_t size = ea_trainer_state_size(t);
   if (offset > size || len > size - offset) return -ERANGE;
   uint8_t *out = dst;
@@ -339,16 +332,14 @@ int ea_trainer_state_read(const ea_trainer *t, uint64_t offset, void *dst, size_
   return 0;
 }
 
-int ea_trainer_state_serialize(const ea_trainer *t, void *buf, size_t cap)
-{
+int ea_trainer_state_serialize(const ea_trainer *t, void *buf, size_t cap) {
   uint64_t size = ea_trainer_state_size(t);
   if (cap < size) return -ENOSPC;
   return ea_trainer_state_read(t, 0, buf, (size_t)size);
 }
 
 int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_info *out, char *err,
-                   size_t errlen)
-{
+                   size_t errlen) {
   const uint8_t *h = buf;
   if (len < EA_STATE_HEADER_BYTES) {
     seterr(err, errlen, "state: length: %zu bytes, shorter than the %u-byte header", len,
@@ -361,7 +352,8 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
   }
   uint32_t version = get32(h + H_VERSION);
   if (version != EA_STATE_VERSION) {
-    seterr(err, errlen, "state: version: %u, this build reads version %u", version, EA_STATE_VERSION);
+    seterr(err, errlen, "state: version: %u, this build reads version %u", version,
+           EA_STATE_VERSION);
     return -EPROTONOSUPPORT;
   }
   uint32_t hb = get32(h + H_HEADER_BYTES);
@@ -404,8 +396,9 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
            d->context, d->embed_dim, d->hidden, d->layers);
     return -EBADMSG;
   }
-  uint64_t want = (uint64_t)EA_VOCAB * d->embed_dim + (uint64_t)d->context * d->embed_dim * d->hidden +
-                  d->hidden + (uint64_t)(d->layers - 1) * ((uint64_t)d->hidden * d->hidden + d->hidden) +
+  uint64_t want = (uint64_t)EA_VOCAB * d->embed_dim +
+                  (uint64_t)d->context * d->embed_dim * d->hidden + d->hidden +
+                  (uint64_t)(d->layers - 1) * ((uint64_t)d->hidden * d->hidden + d->hidden) +
                   (uint64_t)d->hidden * EA_VOCAB + EA_VOCAB;
   if (in.nparams != want) {
     seterr(err, errlen, "state: nparams: %llu, dims imply %llu", (unsigned long long)in.nparams,
@@ -429,17 +422,16 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
   return 0;
 }
 
-#define MISMATCH(field, a, b)                                                                          \
-  do {                                                                                                 \
-    if ((a) != (b)) {                                                                                  \
-      seterr(err, errlen, "state: %s: state has %llu, trainer has %llu", field, (unsigned long long)(a), \
-             (unsigned long long)(b));                                                                 \
-      return -EINVAL;                                                                                  \
-    }                                                                                                  \
+#define MISMATCH(field, a, b)                                                   \
+  do {                                                                          \
+    if ((a) != (b)) {                                                           \
+      seterr(err, errlen, "state: %s: state has %llu, trainer has %llu", field, \
+             (unsigned long long)(a), (unsigned long long)(b));                 \
+      return -EINVAL;                                                           \
+    }                                                                           \
   } while (0)
 
-int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err, size_t errlen)
-{
+int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err, size_t errlen) {
   ea_state_info in;
   int rc = ea_state_parse(buf, len, true, &in, err, errlen);
   if (rc) return rc;
@@ -461,10 +453,11 @@ int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err,
   return 0;
 }
 
-size_t ea_trainer_state_ntensors(const ea_trainer *t) { return 1 + 3 * ea_model_ntensors(t->model); }
+size_t ea_trainer_state_ntensors(const ea_trainer *t) {
+  return 1 + 3 * ea_model_ntensors(t->model);
+}
 
-int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out)
-{
+int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out) {
   const size_t nt = ea_model_ntensors(t->model);
   if (i >= 1 + 3 * nt) return -ERANGE;
   memset(out, 0, sizeof *out);
@@ -486,7 +479,8 @@ int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out)
   out->ndim = ti->ndim;
   out->shape[0] = ti->shape[0];
   out->shape[1] = ti->shape[1];
-  out->offset = EA_STATE_HEADER_BYTES + (k * ea_model_nparams(t->model) + ti->offset) * sizeof(float);
+  out->offset =
+      EA_STATE_HEADER_BYTES + (k * ea_model_nparams(t->model) + ti->offset) * sizeof(float);
   out->bytes = ti->count * sizeof(float);
   return 0;
 }
@@ -496,8 +490,7 @@ int ea_trainer_state_tensor(const ea_trainer *t, size_t i, ea_state_tensor *out)
 /* The model's tensor table as train/model.c builds it (embed, then per
  * layer hL.w and hL.b, then out.w and out.b), recomputed without allocating
  * a model; test_ckpt_flow checks the two agree for several shapes. */
-static int model_tensor_from_dims(const ea_model_dims *d, size_t i, ea_tensor *out)
-{
+static int model_tensor_from_dims(const ea_model_dims *d, size_t i, ea_tensor *out) {
   const size_t n = 3 + 2 * (size_t)d->layers;
   if (i >= n) return -ERANGE;
   memset(out, 0, sizeof *out);
@@ -541,30 +534,26 @@ static int model_tensor_from_dims(const ea_model_dims *d, size_t i, ea_tensor *o
   return 0;
 }
 
-static bool dims_ok(const ea_model_dims *d)
-{
+static bool dims_ok(const ea_model_dims *d) {
   return d->context >= 1 && d->context <= EA_MODEL_MAX_CONTEXT && d->embed_dim >= 1 &&
          d->embed_dim <= EA_MODEL_MAX_WIDTH && d->hidden >= 1 && d->hidden <= EA_MODEL_MAX_WIDTH &&
          d->layers >= 1 && d->layers <= EA_MODEL_MAX_LAYERS;
 }
 
-static uint64_t nparams_from_dims(const ea_model_dims *d)
-{
+static uint64_t nparams_from_dims(const ea_model_dims *d) {
   ea_tensor last;
   model_tensor_from_dims(d, 2 + 2 * (size_t)d->layers, &last);
   return last.offset + last.count;
 }
 
-int ea_state_layout(const ea_model_dims *d, uint64_t *total_bytes, size_t *ntensors)
-{
+int ea_state_layout(const ea_model_dims *d, uint64_t *total_bytes, size_t *ntensors) {
   if (!dims_ok(d)) return -EINVAL;
   if (total_bytes) *total_bytes = EA_STATE_HEADER_BYTES + 12 * nparams_from_dims(d);
   if (ntensors) *ntensors = 1 + 3 * (3 + 2 * (size_t)d->layers);
   return 0;
 }
 
-int ea_state_layout_tensor(const ea_model_dims *d, size_t i, ea_state_tensor *out)
-{
+int ea_state_layout_tensor(const ea_model_dims *d, size_t i, ea_state_tensor *out) {
   if (!dims_ok(d)) return -EINVAL;
   const size_t nt = 3 + 2 * (size_t)d->layers;
   if (i >= 1 + 3 * nt) return -ERANGE;
@@ -600,8 +589,7 @@ int ea_state_layout_tensor(const ea_model_dims *d, size_t i, ea_state_tensor *ou
 #define STAGE_PIECE (256u << 10)
 
 int ea_trainer_state_stage(const ea_trainer *t, uint64_t offset, void *dst, size_t len,
-                           uint64_t *hash)
-{
+                           uint64_t *hash) {
   const uint64_t size = ea_trainer_state_size(t);
   if (offset > size || len > size - offset) return -ERANGE;
   XXH3_state_t st;
@@ -633,8 +621,7 @@ int ea_trainer_state_stage(const ea_trainer *t, uint64_t offset, void *dst, size
 
 _Static_assert(EA_TRAIN_CKPT_NAME_MAX == EA_CKPT_NAME_MAX, "resume info name size");
 
-static double mono_s(void)
-{
+static double mono_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -644,12 +631,13 @@ static double mono_s(void)
  * -EINVAL: it does not fit this trainer; anything else: it is damaged or
  * unreadable. */
 static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, char *err,
-                    size_t errlen)
-{
+                    size_t errlen) {
   const uint64_t size = ea_trainer_state_size(t);
   if (m->total_bytes != size) {
-    seterr(err, errlen, "state size: checkpoint holds %llu bytes, this trainer's state is %llu "
-           "(model dims differ)", (unsigned long long)m->total_bytes, (unsigned long long)size);
+    seterr(err, errlen,
+           "state size: checkpoint holds %llu bytes, this trainer's state is %llu "
+           "(model dims differ)",
+           (unsigned long long)m->total_bytes, (unsigned long long)size);
     return -EINVAL;
   }
   uint8_t *buf = malloc(size);
@@ -672,8 +660,7 @@ static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, 
   return rc;
 }
 
-static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_ckpt_manifest *m)
-{
+static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_ckpt_manifest *m) {
   if (!info) return;
   snprintf(info->name, sizeof info->name, "%s", name);
   info->step = m->step;
@@ -681,16 +668,40 @@ static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_c
   info->world_size = m->world_size;
 }
 
-static void note_fallback(ea_trainer_resume_info *info, const char *name, const char *why)
-{
-  if (!info) return;
+/* The trainer's part in the ckpt/ resume search: a checkpoint must also
+ * load into this trainer. */
+typedef struct {
+  ea_trainer *t;
+  ea_trainer_resume_info *info;
+  uint32_t fallbacks;            /* counted even when info is NULL */
+  char misfit[EA_CKPT_NAME_MAX]; /* the checkpoint that does not fit */
+  char misfit_why[512];
+} resume_ctx;
+
+static int accept_loads(void *arg, const ea_ckpt_candidate *c, char *why, size_t whylen) {
+  resume_ctx *x = arg;
+  int r = load_one(x->t, c->path, c->manifest, why, whylen);
+  if (r == 0) return 0;
+  if (r == -EINVAL) { /* no fallback: an older one would not fit either */
+    snprintf(x->misfit, sizeof x->misfit, "%s", c->name);
+    snprintf(x->misfit_why, sizeof x->misfit_why, "%s", why);
+    return -EINVAL;
+  }
+  return 1; /* damaged: try an older one */
+}
+
+static void note_fallback(void *arg, const char *name, const char *why, bool superseded) {
+  resume_ctx *x = arg;
+  if (superseded) return; /* an abandoned timeline, not damage */
+  x->fallbacks++;
+  if (!x->info) return;
   /* Bounded precision: the reason is cut to what the field holds. */
-  if (info->fallbacks++ == 0) snprintf(info->why, sizeof info->why, "%.63s: %.440s", name, why);
+  if (x->info->fallbacks++ == 0)
+    snprintf(x->info->why, sizeof x->info->why, "%.63s: %.440s", name, why);
 }
 
 int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool verify_full,
-                      ea_trainer_resume_info *info, char *err, size_t errlen)
-{
+                      ea_trainer_resume_info *info, char *err, size_t errlen) {
   const double t0 = mono_s();
   if (info) memset(info, 0, sizeof *info);
   const ea_ckpt_verify_mode mode = verify_full ? EA_CKPT_VERIFY_FULL : EA_CKPT_VERIFY_SIZE;
@@ -720,50 +731,23 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
     return rc;
   }
 
-  ea_ckpt_entry *e = NULL;
-  size_t n = 0;
-  rc = ea_ckpt_list(dir, &e, &n);
-  if (rc) {
-    free(res);
+  resume_ctx x = {.t = t, .info = info};
+  const ea_ckpt_resume_hooks hooks = {.accept = accept_loads, .skipped = note_fallback, .arg = &x};
+  rc = ea_ckpt_search_resume(dir, mode, &hooks, res);
+  if (rc == 0) {
+    fill_info(info, res->name, &res->manifest);
+  } else if (!res->listed) {
     seterr(err, errlen, "no checkpoint: %s: %s", dir, strerror(-rc));
-    return rc == -ENOENT ? -ENOENT : rc;
-  }
-  rc = -ENOENT;
-  for (size_t i = 0; i < n && rc != 0; i++) {
-    if (!e[i].has_manifest) continue; /* a save in progress or a leftover: not a checkpoint */
-    if (e[i].superseded) continue;    /* an abandoned timeline, not damage */
-    if (!e[i].complete) {
-      note_fallback(info, e[i].name, e[i].error);
-      rc = -EBADMSG;
-      continue;
-    }
-    int r = ea_ckpt_resolve(dir, e[i].name, mode, res);
-    if (r) {
-      note_fallback(info, e[i].name, res->n_skipped ? res->skipped[0].reason : strerror(-r));
-      rc = -EBADMSG;
-      continue;
-    }
-    r = load_one(t, res->path, &res->manifest, e2, sizeof e2);
-    if (r == 0) {
-      fill_info(info, e[i].name, &res->manifest);
-      rc = 0;
-    } else if (r == -EINVAL) {
-      seterr(err, errlen, "resume from %s: %s", e[i].name, e2);
-      rc = -EINVAL;
-      ea_ckpt_resume_close(res);
-      break;
-    } else {
-      note_fallback(info, e[i].name, e2);
-      rc = -EBADMSG;
-    }
-    ea_ckpt_resume_close(res);
-  }
-  if (rc == -ENOENT)
+  } else if (rc == -EINVAL) {
+    seterr(err, errlen, "resume from %s: %s", x.misfit, x.misfit_why);
+  } else if (rc == -ENOENT && x.fallbacks == 0) {
     seterr(err, errlen, "no checkpoint in %s", dir);
-  else if (rc == -EBADMSG)
+  } else if (rc == -ENOENT) {
+    rc = -EBADMSG;
     seterr(err, errlen, "no checkpoint in %s verifies and loads; %s", dir,
            info ? info->why : "all are damaged");
-  free(e);
+  }
+  ea_ckpt_resume_close(res);
   free(res);
   if (info) info->seconds = mono_s() - t0;
   return rc;

@@ -22,6 +22,10 @@
  *     a byte range containing the flip no larger than one hash block; a
  *     truncated shard is found by size verify, with the missing range;
  *     resume then falls back to the previous checkpoint and says why;
+ *   - the resume search offers its caller only what verified, newest first,
+ *     records the caller's refusals like damage, tells the skip hook about
+ *     every checkpoint passed over (superseded ones flagged), and ends with
+ *     the caller's error when the caller says stop;
  *   - generation fencing: an older generation's commit is refused (-ESTALE)
  *     and writes no MANIFEST; LATEST only moves forward; a second commit of
  *     the same checkpoint is -EEXIST; a newer generation at a lower step
@@ -750,6 +754,98 @@ static bool exists(const char *name) {
   return access(p, F_OK) == 0;
 }
 
+/* What the search told the hooks. */
+typedef struct {
+  int offers;
+  char offered[4][EA_CKPT_NAME_MAX];
+  int refuse;  /* the accept hook: > 0 passes over the first offer, < 0 stops at it */
+  int nskip;
+  char skipped[8][EA_CKPT_NAME_MAX];
+  bool superseded[8];
+} hook_log;
+
+static int hook_accept(void *arg, const ea_ckpt_candidate *c, char *why, size_t whylen) {
+  hook_log *h = arg;
+  ck_assert_int_lt(h->offers, 4);
+  ck_assert_ptr_nonnull(c->manifest);
+  ck_assert_msg(strstr(c->path, c->name), "%s is not under %s", c->name, c->path);
+  snprintf(h->offered[h->offers], sizeof h->offered[0], "%s", c->name);
+  if (h->offers++ == 0 && h->refuse) {
+    snprintf(why, whylen, "refused by the caller");
+    return h->refuse;
+  }
+  return 0;
+}
+
+static void hook_skipped(void *arg, const char *name, const char *why, bool superseded) {
+  hook_log *h = arg;
+  ck_assert_int_lt(h->nskip, 8);
+  ck_assert(why && *why);
+  snprintf(h->skipped[h->nskip], sizeof h->skipped[0], "%s", name);
+  h->superseded[h->nskip++] = superseded;
+}
+
+START_TEST(test_resume_search_hooks) {
+  /* newest first: 20.gen-1 (superseded by 15.gen-2), 15.gen-2 (damaged),
+   * 12.gen-2, 10.gen-1 */
+  uint64_t total = (3u << 20) + 11;
+  uint8_t *state = random_bytes(total, 5);
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 20, 1, 2, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 12, 2, 2, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 15, 2, 2, state, total, 0), 0);
+  char ck[512], sh[600];
+  path_in(ck, sizeof ck, "step-15.gen-2");
+  snprintf(sh, sizeof sh, "%s/shard-0-of-2.bin", ck);
+  flip_byte(sh, 4242);
+  ea_ckpt_resume rs;
+
+  /* no hooks: what find_resume does */
+  ck_assert_int_eq(ea_ckpt_search_resume(g_dir, EA_CKPT_VERIFY_FULL, NULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-12.gen-2");
+  ck_assert(rs.listed);
+  ck_assert_uint_eq(rs.n_skipped, 2);
+  ea_ckpt_resume_close(&rs);
+
+  /* the caller passes over 12.gen-2: recorded like damage, 10.gen-1 taken */
+  hook_log h = {.refuse = 1};
+  ea_ckpt_resume_hooks hk = {.accept = hook_accept, .skipped = hook_skipped, .arg = &h};
+  ck_assert_int_eq(ea_ckpt_search_resume(g_dir, EA_CKPT_VERIFY_FULL, &hk, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-10.gen-1");
+  ck_assert_uint_eq(rs.manifest.step, 10);
+  ck_assert_int_eq(h.offers, 2); /* only what verified */
+  ck_assert_str_eq(h.offered[0], "step-12.gen-2");
+  ck_assert_str_eq(h.offered[1], "step-10.gen-1");
+  ck_assert_int_eq(h.nskip, 3);
+  ck_assert_str_eq(h.skipped[0], "step-20.gen-1");
+  ck_assert(h.superseded[0]);
+  ck_assert_str_eq(h.skipped[1], "step-15.gen-2");
+  ck_assert(!h.superseded[1]);
+  ck_assert_str_eq(h.skipped[2], "step-12.gen-2");
+  ck_assert(!h.superseded[2]);
+  ck_assert_uint_eq(rs.n_skipped, 3);
+  ck_assert_msg(strstr(rs.skipped[1].reason, "shard-0-of-2.bin"), "%s", rs.skipped[1].reason);
+  ck_assert_str_eq(rs.skipped[2].reason, "refused by the caller");
+  ea_ckpt_resume_close(&rs);
+
+  /* the caller stops the search: its error, nothing taken or recorded for it */
+  h = (hook_log){.refuse = -EINVAL};
+  ck_assert_int_eq(ea_ckpt_search_resume(g_dir, EA_CKPT_VERIFY_FULL, &hk, &rs), -EINVAL);
+  ck_assert_int_eq(h.offers, 1);
+  ck_assert_int_eq(h.nskip, 2);
+  ck_assert_uint_eq(rs.n_skipped, 2);
+  ea_ckpt_resume_close(&rs);
+
+  /* no directory: the listing's error, and not listed */
+  char none[600];
+  snprintf(none, sizeof none, "%s/none", g_dir);
+  ck_assert_int_eq(ea_ckpt_search_resume(none, EA_CKPT_VERIFY_FULL, &hk, &rs), -ENOENT);
+  ck_assert(!rs.listed);
+  ea_ckpt_resume_close(&rs);
+  free(state);
+}
+END_TEST
+
 START_TEST(test_generation_fencing) {
   uint64_t total = 100003;
   uint8_t *state = random_bytes(total, 3);
@@ -1386,6 +1482,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_manifest_roundtrip);
   tcase_add_test(tc, test_read_any_world);
   tcase_add_test(tc, test_verify_detects_damage);
+  tcase_add_test(tc, test_resume_search_hooks);
   tcase_add_test(tc, test_generation_fencing);
   tcase_add_test(tc, test_fencing_race);
   tcase_add_test(tc, test_retention);

@@ -1488,32 +1488,25 @@ START_TEST(test_flow_w3_checkpoints_commit_and_verify) {
 }
 END_TEST
 
-/* In-process W=2 from a state: the tcp ring adds exactly two floats per
- * element for W=2 (a+b = b+a), so this is bit-identical to the workers. */
+/* W=2 from a serialized state, in process: train/'s replay, which sums
+ * the two ranks in the tcp ring's order as the workers do. */
 static void w2_reference(const uint8_t *state, uint64_t total, uint64_t steps, double *loss,
                          uint64_t *digest) {
   ea_data *d;
-  ea_trainer *a = trainer_for(&T.cfg, &d), *b;
   ea_train_config tc;
   char err[200];
   ck_assert_int_eq(ea_train_config_from(&tc, &T.cfg, err, sizeof err), 0);
-  ck_assert_int_eq(ea_trainer_new(&tc, d, &b, err, sizeof err), 0);
-  ck_assert_msg(ea_trainer_state_load(a, state, total, err, sizeof err) == 0, "%s", err);
-  ck_assert_int_eq(ea_trainer_state_load(b, state, total, err, sizeof err), 0);
+  ck_assert_int_eq(ea_data_open(T.cfg.train.data, &d, err, sizeof err), 0);
+  ea_train_replay *rp;
+  ck_assert_msg(ea_train_replay_new(&tc, d, 2, 1, &rp, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(ea_train_replay_load_state(rp, state, total, err, sizeof err) == 0, "%s", err);
   for (uint64_t k = 0; k < steps; k++) {
-    ck_assert_int_eq(ea_trainer_compute(a, 0, 2), 0);
-    ck_assert_int_eq(ea_trainer_compute(b, 1, 2), 0);
-    size_t n;
-    float *ga = ea_trainer_grad_buffer(a, &n), *gb = ea_trainer_grad_buffer(b, NULL);
-    for (size_t i = 0; i < n; i++) ga[i] = gb[i] = ga[i] + gb[i];
-    ea_train_stats sa, sb;
-    ck_assert_int_eq(ea_trainer_apply(a, &sa), 0);
-    ck_assert_int_eq(ea_trainer_apply(b, &sb), 0);
-    loss[k] = sa.loss;
-    digest[k] = ea_trainer_params_digest(a);
+    ea_train_stats st;
+    ck_assert_int_eq(ea_train_replay_step(rp, 2, &st), 0);
+    loss[k] = st.loss;
+    digest[k] = ea_trainer_params_digest(ea_train_replay_trainer(rp));
   }
-  ea_trainer_free(a);
-  ea_trainer_free(b);
+  ea_train_replay_free(rp);
   ea_data_close(d);
 }
 
@@ -1551,6 +1544,14 @@ START_TEST(test_resume_cold_start_at_w2) {
   memcpy(live, T.steps, sizeof live);
   printf("  phase 1 (W=3) reached step %" PRId64 "; newest checkpoint: step %" PRIu64 "\n",
          phase1_max, s);
+  /* The state the in-process W=2 reference starts from, read now: phase 2
+   * commits checkpoints of its own, and on a loaded machine it trains far
+   * enough past `until` before the STOP lands for retention (keep_last 3)
+   * to delete this one. */
+  uint64_t total;
+  char name[EA_CKPT_NAME_MAX];
+  ea_ckpt_dir_name(name, sizeof name, s, 1);
+  uint8_t *state = read_state(name, &total);
 
   /* cold start: two new processes, generation 2, resume "latest" */
   open_services(3);
@@ -1580,10 +1581,6 @@ START_TEST(test_resume_cold_start_at_w2) {
                   T.steps[k].loss, live[k].loss);
   }
   /* bit-exact against W=2 from the same checkpoint, in process */
-  uint64_t total;
-  char name[EA_CKPT_NAME_MAX];
-  ea_ckpt_dir_name(name, sizeof name, s, 1);
-  uint8_t *state = read_state(name, &total);
   const uint64_t n = until - s + 1;
   double *loss = malloc(n * sizeof *loss);
   uint64_t *dig = malloc(n * sizeof *dig);

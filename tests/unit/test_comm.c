@@ -5,8 +5,9 @@
  * The promises asserted here:
  *   - allreduce (f32/f64/i64 × sum/max) for W = 1,2,3,5,8 and counts 1, 3,
  *     1023, 1000003 (64 MiB for W = 2 and 3) equals a serial reference
- *     (floats within rounding, integers and max exactly) and is bitwise
- *     identical on every rank;
+ *     (floats within rounding, integers and max exactly), is bitwise
+ *     identical on every rank, and bitwise equal to ea_comm_ring_reduce
+ *     (the ring's order, as exported for replays);
  *   - broadcast from several roots for the same W and sizes;
  *   - a barrier releases no rank before the last one arrives;
  *   - ranks running different ops fail with -EPROTO, and stay failed;
@@ -272,6 +273,19 @@ static void verify_ar(rank_ctx *x, int W, const ar_case *cs, size_t n) {
     for (int r = 1; r < W; r++)
       ck_assert_msg(memcmp(x[0].res[k], x[r].res[k], bytes) == 0,
                     "W=%d case %zu: rank %d differs from rank 0", W, k, r);
+    /* and it is what ea_comm_ring_reduce says the ring computes, bit for bit */
+    void *parts[MAXW], *want = malloc(bytes ? bytes : 1);
+    for (int r = 0; r < W; r++) {
+      parts[r] = malloc(bytes ? bytes : 1);
+      fill(parts[r], cs[k].dt, cs[k].count, 1000 + k, (uint32_t)r);
+    }
+    ck_assert_int_eq(ea_comm_ring_reduce(want, (const void *const *)parts, (uint32_t)W,
+                                         cs[k].count, cs[k].dt, cs[k].op),
+                     0);
+    ck_assert_msg(memcmp(want, x[0].res[k], bytes) == 0,
+                  "W=%d case %zu: the ring differs from ea_comm_ring_reduce", W, k);
+    for (int r = 0; r < W; r++) free(parts[r]);
+    free(want);
   }
 }
 

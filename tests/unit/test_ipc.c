@@ -9,7 +9,7 @@
  * the decoder would reject and never writes past its buffer; the largest
  * COMMIT fits one packet; over a real SOCK_SEQPACKET pair, recv times out,
  * sees end of stream, and drops an oversized packet without losing the next
- * one.  A seeded mutation run (EA_SEED=… replays) must never crash and must
+ * one; a peer's last packets are read even when it closed with ours unread.  A seeded mutation run (EA_SEED=… replays) must never crash and must
  * either reject with a message or decode to something that re-encodes.
  */
 #include "ea_ipc.h"
@@ -526,6 +526,47 @@ START_TEST(test_socketpair_send_recv) {
 }
 END_TEST
 
+START_TEST(test_last_packets_survive_unread_close) {
+  /* A worker that exits with a packet of ours unread (a CKPT_DONE that came
+   * after its reader stopped) still gets its last packets to us: Linux
+   * reports ECONNRESET first, and recv reads past it to EXITING, then to
+   * end of stream. */
+  int sv[2];
+  ck_assert_int_eq(ea_ipc_socketpair(sv), 0);
+  ea_ipc_msg *a = msg_new(), *b = msg_new();
+  char err[200] = "";
+  fill(a, EA_IPC_STOP, false);
+  ck_assert_int_eq(ea_ipc_send(sv[0], a), 0); /* never read by sv[1] */
+  fill(a, EA_IPC_DONE, true);
+  ck_assert_int_eq(ea_ipc_send(sv[1], a), 0);
+  fill(a, EA_IPC_EXITING, true);
+  ck_assert_int_eq(ea_ipc_send(sv[1], a), 0);
+  close(sv[1]);
+  ck_assert_msg(ea_ipc_recv(sv[0], b, 1000, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(b->type, EA_IPC_DONE);
+  ck_assert_msg(ea_ipc_recv(sv[0], b, 1000, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(b->type, EA_IPC_EXITING);
+  fill(a, EA_IPC_EXITING, true);
+  ck_assert(memcmp(a, b, sizeof *a) == 0);
+  ck_assert_int_eq(ea_ipc_recv(sv[0], b, 1000, err, sizeof err), -ECONNRESET);
+  /* the raw reader (the agent's supervisor) sees the same */
+  ck_assert_int_eq(ea_ipc_socketpair(sv), 0);
+  fill(a, EA_IPC_STOP, false);
+  ck_assert_int_eq(ea_ipc_send(sv[0], a), 0);
+  fill(a, EA_IPC_EXITING, true);
+  ck_assert_int_eq(ea_ipc_send(sv[1], a), 0);
+  close(sv[1]);
+  uint8_t raw[EA_IPC_MAX_MSG];
+  int fd = -2;
+  ck_assert_int_gt(ea_ipc_recv_packet(sv[0], raw, sizeof raw, &fd), 0);
+  ck_assert_int_eq(fd, -1);
+  ck_assert_int_eq(ea_ipc_recv_packet(sv[0], raw, sizeof raw, &fd), 0);
+  close(sv[0]);
+  free(a);
+  free(b);
+}
+END_TEST
+
 static Suite *ipc_suite(void) {
   Suite *s = suite_create("ipc");
   TCase *tc = tcase_create("codec");
@@ -540,6 +581,7 @@ static Suite *ipc_suite(void) {
   tcase_add_test(tc, test_largest_commit_fits);
   tcase_add_test(tc, test_mutations_never_crash);
   tcase_add_test(tc, test_socketpair_send_recv);
+  tcase_add_test(tc, test_last_packets_survive_unread_close);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,13 +1,17 @@
 /* test_train.c — the built-in trainer's promises: correct gradients, a
  * trajectory that does not depend on the world size, an exact partition of
- * every step's samples, a loss that falls on the default data, and a state
- * that round-trips bit for bit and refuses what does not fit.
+ * every step's samples, a loss that falls on the default data, a state
+ * that round-trips bit for bit and refuses what does not fit, and a replay
+ * (any world size, in one process) that is exactly compute + the tcp
+ * ring's sum + apply at every step, whatever its thread count.
  *
  * Randomised cases print their seed; EA_SEED=<n> replays one.  The default
  * corpus is /usr/share/common-licenses (EA_TRAIN_DATA overrides; the repo's
  * include/ is the fallback when neither exists).
  */
 #include "ea_train.h"
+
+#include "ea_comm.h"
 
 #include <check.h>
 #include <errno.h>
@@ -617,6 +621,85 @@ START_TEST(test_more_ranks_than_samples)
 }
 END_TEST
 
+START_TEST(test_replay_is_the_ring)
+{
+  /* train/'s replay: a step at world size W is every rank's compute, the
+   * tcp ring's sum (ea_comm_ring_reduce) and apply, bit for bit; threads
+   * change nothing; W=1 is ea_trainer_step_local. */
+  ea_data *d = open_default_data();
+  ea_train_config c;
+  ea_train_config_default(&c);
+  c.model = (ea_model_dims){.context = 4, .embed_dim = 4, .hidden = 16, .layers = 1};
+  c.global_batch = 30;
+  c.micro_batch = 4;
+  ea_train_replay *one, *two;
+  char err[200];
+  ck_assert_msg(ea_train_replay_new(&c, d, 5, 1, &one, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(ea_train_replay_new(&c, d, 5, 2, &two, err, sizeof err) == 0, "%s", err);
+  ea_trainer *local = make_trainer(&c, d), *manual[5];
+  for (int r = 0; r < 5; r++) manual[r] = make_trainer(&c, d);
+  size_t n;
+  ea_trainer_grad_buffer(local, &n);
+  float *parts[5], *sum = malloc(n * sizeof *sum);
+  for (int r = 0; r < 5; r++) parts[r] = malloc(n * sizeof(float));
+  const uint32_t worlds[] = {1, 3, 3, 2, 5, 1, 4, 4, 2, 3};
+  for (size_t s = 0; s < sizeof worlds / sizeof worlds[0]; s++) {
+    const uint32_t W = worlds[s];
+    ea_train_stats a, b, m;
+    ck_assert_int_eq(ea_train_replay_step(one, W, &a), 0);
+    ck_assert_int_eq(ea_train_replay_step(two, W, &b), 0);
+    for (uint32_t r = 0; r < W; r++) {
+      ck_assert_int_eq(ea_trainer_compute(manual[r], r, W), 0);
+      memcpy(parts[r], ea_trainer_grad_buffer(manual[r], NULL), n * sizeof(float));
+    }
+    ck_assert_int_eq(ea_comm_ring_reduce(sum, (const void *const *)parts, W, n, EA_COMM_F32,
+                                         EA_COMM_SUM),
+                     0);
+    for (int r = 0; r < 5; r++) {
+      memcpy(ea_trainer_grad_buffer(manual[r], NULL), sum, n * sizeof(float));
+      ck_assert_int_eq(ea_trainer_apply(manual[r], r == 0 ? &m : NULL), 0);
+    }
+    const uint64_t da = ea_trainer_params_digest(ea_train_replay_trainer(one));
+    ck_assert_msg(da == ea_trainer_params_digest(ea_train_replay_trainer(two)),
+                  "step %zu (W=%u): 1 and 2 threads differ", s, W);
+    ck_assert_msg(da == ea_trainer_params_digest(manual[0]),
+                  "step %zu (W=%u): the replay is not compute + ring sum + apply", s, W);
+    ck_assert(a.loss == b.loss && a.loss == m.loss);
+  }
+  ck_assert_uint_eq(ea_trainer_step(ea_train_replay_trainer(one)), 10);
+  ck_assert_int_eq(ea_train_replay_step(one, 0, NULL), -EINVAL);
+  ck_assert_int_eq(ea_train_replay_step(one, 6, NULL), -EINVAL);
+  ea_train_replay_free(two);
+  /* W=1 throughout is the local step, and a loaded state replays on */
+  ea_train_replay_free(one);
+  ck_assert_int_eq(ea_train_replay_new(&c, d, 1, 4, &one, err, sizeof err), 0);
+  for (int s = 0; s < 6; s++) {
+    ea_train_stats a, l;
+    ck_assert_int_eq(ea_train_replay_step(one, 1, &a), 0);
+    ck_assert_int_eq(ea_trainer_step_local(local, &l), 0);
+    ck_assert(a.loss == l.loss);
+    ck_assert(ea_trainer_params_digest(ea_train_replay_trainer(one)) ==
+              ea_trainer_params_digest(local));
+  }
+  uint64_t size = ea_trainer_state_size(local);
+  uint8_t *state = malloc(size);
+  ck_assert_int_eq(ea_trainer_state_serialize(manual[0], state, size), 0);
+  ck_assert_msg(ea_train_replay_load_state(one, state, size, err, sizeof err) == 0, "%s", err);
+  ck_assert_uint_eq(ea_trainer_step(ea_train_replay_trainer(one)), 10);
+  ck_assert(ea_trainer_params_digest(ea_train_replay_trainer(one)) ==
+            ea_trainer_params_digest(manual[0]));
+  free(state);
+  ea_train_replay_free(one);
+  ea_trainer_free(local);
+  for (int r = 0; r < 5; r++) {
+    ea_trainer_free(manual[r]);
+    free(parts[r]);
+  }
+  free(sum);
+  ea_data_close(d);
+}
+END_TEST
+
 START_TEST(test_loss_decreases)
 {
   ea_data *d = open_default_data();
@@ -867,6 +950,7 @@ static Suite *train_suite(void)
   tcase_add_test(tc, test_config_from_job_file);
   tcase_add_test(tc, test_world_size_invariance);
   tcase_add_test(tc, test_more_ranks_than_samples);
+  tcase_add_test(tc, test_replay_is_the_ring);
   tcase_add_test(tc, test_loss_decreases);
   tcase_add_test(tc, test_apply_refuses_non_finite);
   tcase_add_test(tc, test_state_roundtrip);

@@ -1,22 +1,27 @@
-/* faults.h — the file-operation layer of ckpt/ (internal).
+/* ckpt_int.h — what the files of ckpt/ share (internal; not a public
+ * header).  One header for the module, in sections by the file that
+ * defines them:
  *
- * Every operation of ckpt/ that changes the disk goes through one of these
- * wrappers, so that the fault-injection points ("open", "write", "fsync",
- * "rename", "torn") are counted in one place and the crash simulator (see
- * ea_ckpt_sim_begin in ea_ckpt.h) sees every write, fsync, creation and
- * rename.  Outside tests and chaos runs each wrapper costs one uncontended
- * mutex and a counter increment, noise next to the system call it wraps.
+ *   sys.c     error text, the monotonic clock, O_DIRECT alignment
+ *   hasher.c  the shard hash (whole + per block)
+ *   layout.c  names and paths of everything in a checkpoint directory
+ *   lock.c    the bounded flock of DIR/.lock
+ *   faults.c  the file-operation layer: every operation of ckpt/ that
+ *             changes the disk goes through one of its wrappers, so that
+ *             the fault-injection points ("open", "write", "fsync",
+ *             "rename", "torn") are counted in one place and the crash
+ *             simulator (ea_ckpt_sim_begin in ea_ckpt.h) sees every write,
+ *             fsync, creation and rename.  Outside tests and chaos runs each
+ *             wrapper costs one uncontended mutex and a counter increment,
+ *             noise next to the system call it wraps.
  *
- * All return 0 (or an fd) or a negative errno.  In the crashed state (after a
- * torn write) every wrapper that would change the disk fails with -EIO and
- * does nothing; close still closes.
- *
- * Also here, because the module has one internal header: small helpers
- * shared by the ckpt/ files (error text, paths, clock, O_DIRECT alignment,
- * the XXH3 block hasher, the directory lock).
+ * All return 0 (or an fd, or a documented count) or a negative errno.  In
+ * the fault layer's crashed state (after a torn write) every wrapper that
+ * would change the disk fails with -EIO and does nothing; close still
+ * closes.
  */
-#ifndef EA_CKPT_FAULTS_H
-#define EA_CKPT_FAULTS_H
+#ifndef EA_CKPT_INT_H
+#define EA_CKPT_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,16 +29,13 @@
 #include <sys/types.h>
 #include <xxhash.h>
 
-/* ---- helpers ------------------------------------------------------------ */
+/* ---- sys.c -------------------------------------------------------------- */
 
 /* Text for an errno (positive or negative); thread-safe. */
 const char *ea__ck_strerror(int err);
 /* snprintf into err (NULL or cap 0: ignored). */
 void ea__ck_seterr(char *err, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* out = dir + "/" + name, with dir's trailing slashes dropped.  0 or
- * -ENAMETOOLONG. */
-int ea__ck_join(char *out, size_t cap, const char *dir, const char *name);
 /* Monotonic seconds. */
 double ea__ck_now(void);
 
@@ -43,6 +45,8 @@ double ea__ck_now(void);
  * and *mem_align (buffer address), or 0 when the file system reports that
  * it does not support O_DIRECT on this file. */
 int ea__ck_dio_align(int fd, uint32_t *align, uint32_t *mem_align);
+
+/* ---- hasher.c ----------------------------------------------------------- */
 
 /* XXH3-64 of a whole shard plus one XXH3-64 per block of
  * ea_ckpt_block_size(length) bytes, fed in order in pieces of any size. */
@@ -58,12 +62,45 @@ void ea__ck_hasher_feed(ea__ck_hasher *h, const void *p, size_t n);
 uint64_t ea__ck_hasher_final(ea__ck_hasher *h, uint32_t *n_blocks);
 void ea__ck_hasher_free(ea__ck_hasher *h);
 
+/* ---- layout.c ----------------------------------------------------------- */
+
+/* File names inside DIR and inside a step directory (ea_ckpt.h draws the
+ * tree).  Step directory and shard names: ea_ckpt_dir_name,
+ * ea_ckpt_shard_name (public). */
+#define EA__CK_LATEST "LATEST"
+#define EA__CK_LATEST_TMP "LATEST.tmp"
+#define EA__CK_MANIFEST "MANIFEST"
+#define EA__CK_MANIFEST_TMP "MANIFEST.tmp"
+#define EA__CK_LOCK ".lock"
+
+/* out = dir + "/" + name, with dir's trailing slashes dropped.  0 or
+ * -ENAMETOOLONG (as are all the path builders below). */
+int ea__ck_join(char *out, size_t cap, const char *dir, const char *name);
+/* The directory holding path ("/a/b/" -> "/a", "b" -> ".", "/a" -> "/"). */
+int ea__ck_parent(char *out, size_t cap, const char *path);
+/* DIR/step-<s>.gen-<g> */
+int ea__ck_step_path(char *out, size_t cap, const char *dir, uint64_t step, uint64_t generation);
+/* CKPT/MANIFEST, or CKPT/MANIFEST.tmp when tmp (CKPT: a step directory). */
+int ea__ck_manifest_path(char *out, size_t cap, const char *ckpt_path, bool tmp);
+/* DIR/LATEST, or DIR/LATEST.tmp when tmp. */
+int ea__ck_latest_path(char *out, size_t cap, const char *dir, bool tmp);
+/* DIR/.lock */
+int ea__ck_lock_path(char *out, size_t cap, const char *dir);
+/* LATEST's content for a step directory name ("step-<s>.gen-<g>\n"):
+ * returns its length, or -ENAMETOOLONG. */
+int ea__ck_latest_line(char *out, size_t cap, const char *name);
+/* A canonical decimal (as in the directory names: no sign, no leading
+ * zero, nothing after it) into *v.  0 or -EINVAL. */
+int ea__ck_parse_u64(const char *s, uint64_t *v);
+
+/* ---- lock.c ------------------------------------------------------------- */
+
 /* flock(DIR/.lock, LOCK_EX|LOCK_NB) retried with backoff until the lock
  * timeout (EA_CKPT_LOCK_TIMEOUT_MS), creating the file; returns the fd
- * (close to unlock) or -ETIMEDOUT naming the holder.  Defined in store.c. */
+ * (close to unlock) or -ETIMEDOUT naming the holder. */
 int ea__ck_lock_dir(const char *dir, char *err, size_t cap);
 
-/* ---- wrapped operations ------------------------------------------------ */
+/* ---- faults.c: wrapped operations --------------------------------------- */
 
 /* open(2); counts as "open".  O_CREAT of a new file is recorded for the
  * crash simulator. */
