@@ -14,6 +14,7 @@
  * ea__write_file_atomic, which the agent runs on the libuv thread pool.
  */
 #include "agent_int.h"
+#include "ea_base.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -211,15 +212,7 @@ int ea__peers_load(const char *dir, ea_addr **out, size_t *n) {
     line[strcspn(line, " \t\r\n")] = 0;
     ea_addr a;
     if (!line[0] || ea_addr_parse(line, 0, &a) < 0 || a.port == 0) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 16;
-      ea_addr *na = realloc(*out, cap * sizeof *na);
-      if (!na) {
-        rc = -ENOMEM;
-        break;
-      }
-      *out = na;
-    }
+    if ((rc = EA_ARRAY_RESERVE(*out, cap, *n + 1)) != 0) break;
     (*out)[(*n)++] = a;
   }
   fclose(f);

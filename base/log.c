@@ -36,11 +36,17 @@ int ea_log_setup(const char *level, const char *format, const char *file) {
   return 0;
 }
 
-void ea_log_set_node(const char *name) { snprintf(g_node, sizeof g_node, "%s", name ? name : ""); }
+void ea_log_set_node(const char *name) {
+  snprintf(g_node, sizeof g_node, "%s", name ? name : "");
+}
 
-void ea_log_set_job(const char *name) { snprintf(g_job, sizeof g_job, "%s", name ? name : ""); }
+void ea_log_set_job(const char *name) {
+  snprintf(g_job, sizeof g_job, "%s", name ? name : "");
+}
 
-int ea_log_enabled(ea_log_level level) { return level >= g_level; }
+int ea_log_enabled(ea_log_level level) {
+  return level >= g_level;
+}
 
 /* Append s to out as a JSON string body (quotes and control bytes escaped). */
 static size_t json_escape(char *out, size_t cap, size_t pos, const char *s) {
@@ -81,8 +87,8 @@ void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap)
     pos = json_escape(line, sizeof line, pos, msg);
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\"}\n");
   } else {
-    pos = (size_t)snprintf(line, sizeof line, "%s %-5s %s%s%s %s\n", ts, level_names[level],
-                           g_node, *g_node ? " " : "", event, msg);
+    pos = (size_t)snprintf(line, sizeof line, "%s %-5s %s%s%s %s\n", ts, level_names[level], g_node,
+                           *g_node ? " " : "", event, msg);
   }
   if (pos >= sizeof line) pos = sizeof line - 1, line[pos - 1] = '\n';
   ssize_t w = write(g_fd, line, pos);

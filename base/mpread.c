@@ -17,7 +17,7 @@ static uint64_t be(const uint8_t *p, size_t n) {
 int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v) {
   if (r->pos >= r->end) return EA__MPR_EOF;
   uint8_t t = r->pos[0];
-  size_t w;      /* payload bytes after the type byte */
+  size_t w; /* payload bytes after the type byte */
   bool sgn = false;
   if (t <= 0x7f) {
     if (t > max) return EA__MPR_RANGE;
@@ -26,17 +26,37 @@ int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v) {
     return 0;
   }
   switch (t) {
-  case 0xcc: w = 1; break;
-  case 0xcd: w = 2; break;
-  case 0xce: w = 4; break;
-  case 0xcf: w = 8; break;
-  case 0xd0: w = 1; sgn = true; break;
-  case 0xd1: w = 2; sgn = true; break;
-  case 0xd2: w = 4; sgn = true; break;
-  case 0xd3: w = 8; sgn = true; break;
-  default:
-    /* negative fixint (0xe0..0xff) is an int, but never a valid value here */
-    return t >= 0xe0 ? EA__MPR_RANGE : EA__MPR_TYPE;
+    case 0xcc:
+      w = 1;
+      break;
+    case 0xcd:
+      w = 2;
+      break;
+    case 0xce:
+      w = 4;
+      break;
+    case 0xcf:
+      w = 8;
+      break;
+    case 0xd0:
+      w = 1;
+      sgn = true;
+      break;
+    case 0xd1:
+      w = 2;
+      sgn = true;
+      break;
+    case 0xd2:
+      w = 4;
+      sgn = true;
+      break;
+    case 0xd3:
+      w = 8;
+      sgn = true;
+      break;
+    default:
+      /* negative fixint (0xe0..0xff) is an int, but never a valid value here */
+      return t >= 0xe0 ? EA__MPR_RANGE : EA__MPR_TYPE;
   }
   if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
   uint64_t x = be(r->pos + 1, w);
@@ -88,10 +108,17 @@ int ea__mpr_str(ea__mpr *r, size_t max, const uint8_t **p, size_t *len) {
   size_t w;
   if ((t & 0xe0) == 0xa0) return take(r, 1, t & 0x1f, max, p, len);
   switch (t) {
-  case 0xd9: w = 1; break;
-  case 0xda: w = 2; break;
-  case 0xdb: w = 4; break;
-  default: return EA__MPR_TYPE;
+    case 0xd9:
+      w = 1;
+      break;
+    case 0xda:
+      w = 2;
+      break;
+    case 0xdb:
+      w = 4;
+      break;
+    default:
+      return EA__MPR_TYPE;
   }
   if (hdr_len(r, w, &n)) return EA__MPR_EOF;
   return take(r, 1 + w, n, max, p, len);
@@ -102,10 +129,17 @@ int ea__mpr_bin(ea__mpr *r, size_t max, const uint8_t **p, size_t *len) {
   uint64_t n;
   size_t w;
   switch (r->pos[0]) {
-  case 0xc4: w = 1; break;
-  case 0xc5: w = 2; break;
-  case 0xc6: w = 4; break;
-  default: return EA__MPR_TYPE;
+    case 0xc4:
+      w = 1;
+      break;
+    case 0xc5:
+      w = 2;
+      break;
+    case 0xc6:
+      w = 4;
+      break;
+    default:
+      return EA__MPR_TYPE;
   }
   if (hdr_len(r, w, &n)) return EA__MPR_EOF;
   return take(r, 1 + w, n, max, p, len);
@@ -122,9 +156,14 @@ int ea__mpr_array(ea__mpr *r, uint32_t *n) {
     return 0;
   }
   switch (t) {
-  case 0xdc: w = 2; break;
-  case 0xdd: w = 4; break;
-  default: return EA__MPR_TYPE;
+    case 0xdc:
+      w = 2;
+      break;
+    case 0xdd:
+      w = 4;
+      break;
+    default:
+      return EA__MPR_TYPE;
   }
   if (hdr_len(r, w, &x)) return EA__MPR_EOF;
   *n = (uint32_t)x;
@@ -408,7 +447,9 @@ const char *ea__mpr_strerror(int rc) {
   }
 }
 
-int ea__mpr_skip(ea__mpr *r, int max_depth) { return skip(r, 0, max_depth); }
+int ea__mpr_skip(ea__mpr *r, int max_depth) {
+  return skip(r, 0, max_depth);
+}
 
 int ea__mpr_cstr(ea__mpr *r, char *dst, size_t cap) {
   const uint8_t *p;

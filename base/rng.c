@@ -29,7 +29,9 @@ void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index) {
   if ((r->s[0] | r->s[1] | r->s[2] | r->s[3]) == 0) r->s[0] = 1;
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 uint64_t ea_rng_next(ea_rng *r) {
   uint64_t *s = r->s;
@@ -45,7 +47,7 @@ uint64_t ea_rng_next(ea_rng *r) {
 }
 
 uint32_t ea_rng_below(ea_rng *r, uint64_t bound) {
-  if (bound == 0) return 0;
+  if (bound <= 1) return 0; /* one choice: nothing to draw */
   /* Lemire, "Fast random integer generation in an interval" (2019): the high
    * half of x·bound is uniform once the low half's biased zone is rejected. */
   uint64_t x = (ea_rng_next(r) >> 32) * bound;
@@ -60,6 +62,10 @@ uint32_t ea_rng_below(ea_rng *r, uint64_t bound) {
   return (uint32_t)(x >> 32);
 }
 
-float ea_rng_unit(ea_rng *r) { return (float)(ea_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+float ea_rng_unit(ea_rng *r) {
+  return (float)(ea_rng_next(r) >> 40) * (1.0f / 16777216.0f);
+}
 
-double ea_rng_double(ea_rng *r) { return (double)(ea_rng_next(r) >> 11) * 0x1.0p-53; }
+double ea_rng_double(ea_rng *r) {
+  return (double)(ea_rng_next(r) >> 11) * 0x1.0p-53;
+}

@@ -61,7 +61,9 @@ void ea_sb_putn(ea_sb *b, const char *s, size_t n) {
   b->buf[b->len] = 0;
 }
 
-void ea_sb_puts(ea_sb *b, const char *s) { ea_sb_putn(b, s, strlen(s)); }
+void ea_sb_puts(ea_sb *b, const char *s) {
+  ea_sb_putn(b, s, strlen(s));
+}
 
 size_t ea_utf8_len(const unsigned char *p) {
   if (p[0] < 0x80) return 1;

@@ -76,11 +76,13 @@ static int run_rank(int W, int r, const char *const *peers, int lfd, size_t lo, 
   if (hi) buf = aligned_alloc(64, (hi + 63) / 64 * 64);
   if (!buf) return 1;
   if (r == 0) {
-    if (json) printf("{\"impl\": \"ea_tcp\", \"world\": %d, \"results\": [", W);
+    if (json)
+      printf("{\"impl\": \"ea_tcp\", \"world\": %d, \"results\": [", W);
     else
-      printf("# ea_comm tcp ring allreduce, float32 sum, W=%d (loopback)\n"
-             "%12s %6s %12s %12s %12s %12s\n",
-             W, "bytes", "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "cpu_us");
+      printf(
+          "# ea_comm tcp ring allreduce, float32 sum, W=%d (loopback)\n"
+          "%12s %6s %12s %12s %12s %12s\n",
+          W, "bytes", "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "cpu_us");
   }
   int first = 1;
   for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
@@ -115,10 +117,13 @@ static int run_rank(int W, int r, const char *const *peers, int lfd, size_t lo, 
     double alg = (double)bytes / med / 1e9, bus = alg * 2.0 * (W - 1) / W;
     if (r == 0) {
       if (json)
-        printf("%s\n  {\"bytes\": %zu, \"iters\": %d, \"time_us\": %.2f, \"algbw_gbps\": %.4f, "
-               "\"busbw_gbps\": %.4f, \"cpu_us\": %.1f}",
-               first ? "" : ",", bytes, iters, med * 1e6, alg, bus, cpu * 1e6);
-      else printf("%12zu %6d %12.1f %12.3f %12.3f %12.1f\n", bytes, iters, med * 1e6, alg, bus, cpu * 1e6);
+        printf(
+            "%s\n  {\"bytes\": %zu, \"iters\": %d, \"time_us\": %.2f, \"algbw_gbps\": %.4f, "
+            "\"busbw_gbps\": %.4f, \"cpu_us\": %.1f}",
+            first ? "" : ",", bytes, iters, med * 1e6, alg, bus, cpu * 1e6);
+      else
+        printf("%12zu %6d %12.1f %12.3f %12.3f %12.1f\n", bytes, iters, med * 1e6, alg, bus,
+               cpu * 1e6);
       fflush(stdout);
     }
     first = 0;
@@ -134,9 +139,12 @@ static int run_rank(int W, int r, const char *const *peers, int lfd, size_t lo, 
 static size_t parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  else if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  if (*end == 'K' || *end == 'k')
+    v *= 1024;
+  else if (*end == 'M' || *end == 'm')
+    v *= 1024 * 1024;
+  else if (*end == 'G' || *end == 'g')
+    v *= 1024.0 * 1024 * 1024;
   return (size_t)v;
 }
 
@@ -144,10 +152,14 @@ int main(int argc, char **argv) {
   int W = 2, json = 0;
   size_t lo = 1024, hi = 256u << 20;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-w") && i + 1 < argc) W = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--min") && i + 1 < argc) lo = parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "--max") && i + 1 < argc) hi = parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "--json")) json = 1;
+    if (!strcmp(argv[i], "-w") && i + 1 < argc)
+      W = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--min") && i + 1 < argc)
+      lo = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+      hi = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "--json"))
+      json = 1;
     else {
       fprintf(stderr, "usage: %s [-w W] [--min BYTES] [--max BYTES] [--json]\n", argv[0]);
       return 2;

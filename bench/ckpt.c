@@ -135,8 +135,8 @@ static void *shard_thread(void *arg) {
 /* One checkpoint of len bytes in `world` shards (one thread each when
  * world > 1), committed.  Returns seconds; *direct says whether O_DIRECT
  * was used. */
-static double persist(const uint8_t *d, uint64_t len, uint32_t world, uint64_t step,
-                      unsigned flags, uint32_t chunk, uint32_t qd, bool *direct) {
+static double persist(const uint8_t *d, uint64_t len, uint32_t world, uint64_t step, unsigned flags,
+                      uint32_t chunk, uint32_t qd, bool *direct) {
   char err[1024];
   shard_job jobs[NODE_WORKERS];
   pthread_t th[NODE_WORKERS];
@@ -237,8 +237,8 @@ static double mibs(uint64_t len, double s) {
 
 typedef struct {
   uint64_t mib;
-  double ours1, ours4, fio_w, plain;                /* MiB/s */
-  double verify, resume, fio_r;                     /* MiB/s */
+  double ours1, ours4, fio_w, plain; /* MiB/s */
+  double verify, resume, fio_r;      /* MiB/s */
   bool direct;
 } size_row;
 
@@ -323,8 +323,10 @@ static void fmt_rate(char *out, size_t cap, double v) {
 
 static void print_persist(const size_row *rows, int n) {
   printf("\n1. persist a checkpoint (MiB/s, median of %d)\n", g_repeats);
-  printf("| size | ours, 1 shard | ours, %d shards | fio write | pwrite+fsync | ours/fio | ours/pwrite |\n",
-         NODE_WORKERS);
+  printf(
+      "| size | ours, 1 shard | ours, %d shards | fio write | pwrite+fsync | ours/fio | "
+      "ours/pwrite |\n",
+      NODE_WORKERS);
   printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
     char f[32], a[32], b[32];
@@ -334,15 +336,17 @@ static void print_persist(const size_row *rows, int n) {
     printf("| %" PRIu64 " MiB | %.0f | %.0f | %s | %.0f | %s | %s |\n", rows[i].mib, rows[i].ours1,
            rows[i].ours4, f, rows[i].plain, a, b);
   }
-  printf("ours: prepare + write (%s, registered buffers, io_uring, XXH3 of every byte) + fsync + "
-         "commit (MANIFEST, LATEST); fio: its own bandwidth, final fsync included\n",
-         n && rows[0].direct ? "O_DIRECT" : "buffered");
+  printf(
+      "ours: prepare + write (%s, registered buffers, io_uring, XXH3 of every byte) + fsync + "
+      "commit (MANIFEST, LATEST); fio: its own bandwidth, final fsync included\n",
+      n && rows[0].direct ? "O_DIRECT" : "buffered");
 }
 
 static void print_resume(const size_row *rows, int n) {
   printf("\n2. read a checkpoint back, every byte hashed (MiB/s, median of %d)\n", g_repeats);
-  printf("| size | verify (1 pass) | resume: verify + read (2 passes) | fio read | verify/fio | "
-         "resume/fio |\n");
+  printf(
+      "| size | verify (1 pass) | resume: verify + read (2 passes) | fio read | verify/fio | "
+      "resume/fio |\n");
   printf("|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
     char f[32], a[32], b[32];
@@ -361,10 +365,9 @@ static ea_data *g_data;
 static ea_trainer *trainer(uint32_t context, uint32_t embed, uint32_t hidden, uint32_t layers) {
   if (!g_data) {
     /* A small corpus: the stall and the step rate do not depend on it. */
-    static const char *const words[] = {"the",   "agent", "writes", "a",     "shard",
-                                        "while", "ranks", "train",  "on",    "every",
-                                        "node",  "and",   "state",  "moves", "to",
-                                        "disk",  "with",  "one",    "copy",  "only"};
+    static const char *const words[] = {
+        "the",  "agent", "writes", "a",     "shard", "while", "ranks", "train", "on",   "every",
+        "node", "and",   "state",  "moves", "to",    "disk",  "with",  "one",   "copy", "only"};
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap);
     uint64_t x = 12345;
@@ -605,24 +608,26 @@ int main(int argc, char **argv) {
     }
     double b = median(base, g_repeats), o = median(ours, g_repeats), p = median(plain, g_repeats);
     double lo = median(ol, g_repeats), lp = median(pl, g_repeats);
-    printf("| no checkpoint | our persist: s | steps/s | steps lost | pwrite+fsync: s | steps/s | "
-           "steps lost | rate ours/none | lost ours/pwrite |\n"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf(
+        "| no checkpoint | our persist: s | steps/s | steps lost | pwrite+fsync: s | steps/s | "
+        "steps lost | rate ours/none | lost ours/pwrite |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     printf("| %.0f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.2f |\n", b,
-           median(ot, g_repeats), o, lo, median(pt, g_repeats), p, lp, o / b,
-           lp > 0 ? lo / lp : 0);
+           median(ot, g_repeats), o, lo, median(pt, g_repeats), p, lp, o / b, lp > 0 ? lo / lp : 0);
     ea_trainer_free(t);
   }
   loadavg("after table 3");
   free(d);
 
   /* 4: the stall */
-  printf("\n4. training stall per checkpoint: staging copy into the memfd vs a synchronous save "
-         "(median of %d)\n",
-         g_repeats);
-  printf("| model | state | stall W=1 | stall W=%d rank 0 | stall W=%d rank 1 | synchronous save "
-         "| sync/stall W=1 | sync/stall rank 1 |\n",
-         NODE_WORKERS, NODE_WORKERS);
+  printf(
+      "\n4. training stall per checkpoint: staging copy into the memfd vs a synchronous save "
+      "(median of %d)\n",
+      g_repeats);
+  printf(
+      "| model | state | stall W=1 | stall W=%d rank 0 | stall W=%d rank 1 | synchronous save "
+      "| sync/stall W=1 | sync/stall rank 1 |\n",
+      NODE_WORKERS, NODE_WORKERS);
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   {
     ea_trainer *t = trainer(16, 24, 256, 2);

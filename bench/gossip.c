@@ -57,12 +57,12 @@ static double cpu_s(void) {
 typedef struct {
   ea_sim *sim;
   size_t n;
-  long target;        /* node being joined or crashed, -1 none */
-  uint8_t *seen;      /* per observer: has the event about target happened */
+  long target;   /* node being joined or crashed, -1 none */
+  uint8_t *seen; /* per observer: has the event about target happened */
   size_t nseen;
-  int want_state;     /* ALIVE for a join, DEAD for a crash */
+  int want_state; /* ALIVE for a join, DEAD for a crash */
   uint64_t first_suspect, first_dead;
-  uint8_t *crashed;   /* per node: crashed on purpose (a DEAD about it is true) */
+  uint8_t *crashed;    /* per node: crashed on purpose (a DEAD about it is true) */
   uint8_t *false_dead; /* per node: declared DEAD by someone while alive */
   uint64_t false_events;
 } watch;
@@ -251,8 +251,8 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
     r->lossrun[li].wall = wall_s() - lw;
     r->lossrun[li].cpu = cpu_s() - lc;
     r->lossrun[li].loss = losses[li];
-    traffic(sim, &a, &b, (double)loss_ms[li] / 1000.0, &r->lossrun[li].pkts,
-            &r->lossrun[li].bytes, &r->lossrun[li].pp);
+    traffic(sim, &a, &b, (double)loss_ms[li] / 1000.0, &r->lossrun[li].pkts, &r->lossrun[li].bytes,
+            &r->lossrun[li].pp);
     r->lossrun[li].window_s = (double)loss_ms[li] / 1000.0;
     for (size_t i = 0; i <= n; i++) r->lossrun[li].false_members += w.false_dead[i];
     r->lossrun[li].false_events = w.false_events;
@@ -295,7 +295,9 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
  *   memberlist DefaultLANConfig: I = 1 s, α = 4 (β = 6), G = 200 ms, g = 3.
  *   SWIM paper: shown with our I (150 ms), to isolate the protocol.       */
 
-static double rounds(double n, double g) { return ceil(log(n) / log(g + 1) + log(n) / g); }
+static double rounds(double n, double g) {
+  return ceil(log(n) / log(g + 1) + log(n) / g);
+}
 
 static double expect_ms(double n, double I, double alpha, double G, double g, double d) {
   double tsusp = alpha > 0 ? floor(alpha * log10(n > 10 ? n : 10) * I) : 0;
@@ -303,16 +305,21 @@ static double expect_ms(double n, double I, double alpha, double G, double g, do
 }
 
 static void fmt_ms(char *out, size_t cap, double ms) {
-  if (isnan(ms)) snprintf(out, cap, "   n/a");
-  else if (ms >= 10000) snprintf(out, cap, "%5.1fs", ms / 1000);
-  else snprintf(out, cap, "%6.0f", ms);
+  if (isnan(ms))
+    snprintf(out, cap, "   n/a");
+  else if (ms >= 10000)
+    snprintf(out, cap, "%5.1fs", ms / 1000);
+  else
+    snprintf(out, cap, "%6.0f", ms);
 }
 
 int main(int argc, char **argv) {
   bool quick = false, full = false;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (strcmp(argv[i], "--full") == 0) full = true;
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (strcmp(argv[i], "--full") == 0)
+      full = true;
     else {
       fprintf(stderr, "usage: %s [--quick | --full]\n", argv[0]);
       return 2;
@@ -337,12 +344,13 @@ int main(int argc, char **argv) {
   uint64_t win_quick[3][2] = {{120000, 120000}, {60000, 20000}, {0, 0}};
   ea_swim_config c;
   ea_swim_config_default(&c);
-  printf("gossip: SWIM + Lifeguard in the simulator, default config (probe %u ms, timeout %u ms, "
-         "k=%u, suspicion %u×/%u×, retransmit %u, gossip %u ms × %u, push-pull %u s); "
-         "delay 1–5 ms; seed %" PRIu64 " (EA_SEED=%" PRIu64 " replays)\n\n",
-         c.probe_interval_ms, c.probe_timeout_ms, c.indirect_checks, c.suspicion_mult,
-         c.suspicion_max_mult, c.retransmit_mult, c.gossip_interval_ms, c.gossip_nodes,
-         c.push_pull_interval_ms / 1000, seed, seed);
+  printf(
+      "gossip: SWIM + Lifeguard in the simulator, default config (probe %u ms, timeout %u ms, "
+      "k=%u, suspicion %u×/%u×, retransmit %u, gossip %u ms × %u, push-pull %u s); "
+      "delay 1–5 ms; seed %" PRIu64 " (EA_SEED=%" PRIu64 " replays)\n\n",
+      c.probe_interval_ms, c.probe_timeout_ms, c.indirect_checks, c.suspicion_mult,
+      c.suspicion_max_mult, c.retransmit_mult, c.gossip_interval_ms, c.gossip_nodes,
+      c.push_pull_interval_ms / 1000, seed, seed);
   fflush(stdout);
 
   result res[3];
@@ -357,8 +365,8 @@ int main(int argc, char **argv) {
 
   double I = c.probe_interval_ms;
   printf("Dissemination and detection (virtual ms; periods = ms / probe interval)\n");
-  printf("%6s | %14s %14s | %15s %15s %15s %15s\n", "N", "join 99%", "join 100%",
-         "suspect p50/p99", "1st dead p50/99", "dead 99% p50/99", "dead all p50/99");
+  printf("%6s | %14s %14s | %15s %15s %15s %15s\n", "N", "join 99%", "join 100%", "suspect p50/p99",
+         "1st dead p50/99", "dead 99% p50/99", "dead all p50/99");
   for (int i = 0; i < nn; i++) {
     result *r = &res[i];
     char a[16], b[16], s1[16], s2[16], d1[16], d2[16], e1[16], e2[16], f1[16], f2[16];
@@ -392,8 +400,9 @@ int main(int argc, char **argv) {
     fmt_ms(o, sizeof o, pct(res[i].dead100, res[i].ncrash, 0.5));
     printf("%6zu | %12s %12s | %14s | %16s | %12s\n", res[i].n, a, b, m, s, o);
   }
-  printf("  (ours bound: probability ≥ 1 − 1e-3; SWIM paper base protocol has no suspicion, so it\n"
-         "   is fast and declares every member whose probe round is lost dead)\n");
+  printf(
+      "  (ours bound: probability ≥ 1 − 1e-3; SWIM paper base protocol has no suspicion, so it\n"
+      "   is fast and declares every member whose probe round is lost dead)\n");
 
   printf("\nFalse DEAD under loss, traffic per node per second, cost of the simulation\n");
   printf("%6s %5s %6s | %8s %10s %10s | %8s %9s %10s | %8s %8s\n", "N", "loss", "sim s", "suspect",
@@ -408,14 +417,15 @@ int main(int argc, char **argv) {
       snprintf(l, sizeof l, "%.0f%%", r->lossrun[li].loss * 100);
       printf("%6zu %5s %6.0f | %8" PRIu64 " %10" PRIu64 " %10" PRIu64
              " | %8.1f %9.0f %10.0f | %8.1f %8.1f\n",
-             r->n, l, r->lossrun[li].window_s, r->lossrun[li].suspicions, r->lossrun[li].false_members,
-             r->lossrun[li].false_events, r->lossrun[li].pkts, r->lossrun[li].bytes,
-             r->lossrun[li].pp, r->lossrun[li].wall, r->lossrun[li].cpu);
+             r->n, l, r->lossrun[li].window_s, r->lossrun[li].suspicions,
+             r->lossrun[li].false_members, r->lossrun[li].false_events, r->lossrun[li].pkts,
+             r->lossrun[li].bytes, r->lossrun[li].pp, r->lossrun[li].wall, r->lossrun[li].cpu);
     }
-    printf("%6zu %5s %6s | %8s %10s %10s | %8s %9s %10s | %8.1f %8.1f  (whole N)\n", r->n, "", "", "",
-           "", "", "", "", "", r->total_wall, r->total_cpu);
+    printf("%6zu %5s %6s | %8s %10s %10s | %8s %9s %10s | %8.1f %8.1f  (whole N)\n", r->n, "", "",
+           "", "", "", "", "", "", r->total_wall, r->total_cpu);
   }
-  printf("  suspect: suspicions raised; false DEAD: live members declared dead (views: DEAD\n"
-         "  transitions about them); pkts/s and UDP B/s: sent, before loss; TCP pp: push-pull.\n");
+  printf(
+      "  suspect: suspicions raised; false DEAD: live members declared dead (views: DEAD\n"
+      "  transitions about them); pkts/s and UDP B/s: sent, before loss; TCP pp: push-pull.\n");
   return 0;
 }

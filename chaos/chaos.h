@@ -3,7 +3,7 @@
  * from their status and logs that training recovered with nothing lost.
  *
  *   main.c      command line, phases of a run, exit status
- *   util.c      clock, rng, strings, files, child commands
+ *   util.c      clock, XML escaping, files, child commands
  *   status.c    one `status` over an agent's admin socket, parsed (jansson)
  *   proc.c      agent processes: spawn (own session, optional netns), signal,
  *               reap, find their workers
@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ea_base.h"
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -62,16 +64,8 @@ void ea__chaos_fmt_ts(int64_t ms, char *out, size_t cap); /* HH:MM:SS.mmm */
 /* "90", "90s", "2m", "1h30m", "1500ms" → milliseconds; -1 if malformed. */
 int64_t ea__chaos_parse_duration(const char *s);
 
-/* xoshiro256** seeded by splitmix64 (the same generator the trainer
- * documents), so a schedule can be replayed from its seed alone. */
-typedef struct {
-  uint64_t s[4];
-} ea__chaos_rng;
-void ea__chaos_rng_seed(ea__chaos_rng *r, uint64_t seed, uint64_t stream);
-uint64_t ea__chaos_rng_next(ea__chaos_rng *r);
-double ea__chaos_rng_unit(ea__chaos_rng *r);                    /* [0,1) */
-uint32_t ea__chaos_rng_below(ea__chaos_rng *r, uint32_t bound); /* [0,bound) */
-uint64_t ea__chaos_mix64(uint64_t x);
+/* Random numbers are base's ea_rng (ea_base.h): a schedule's stream k is
+ * ea_rng_seed(seed, k, EA_RNG_CHAOS_INDEX), so it replays from its seed. */
 
 int ea__chaos_mkdirs(const char *path, int mode);
 int ea__chaos_rmrf(const char *path);
@@ -87,17 +81,8 @@ int ea__chaos_read_file(const char *path, char **out, size_t *len);
 int ea__chaos_cmd(const char *ns, char *const argv[], const char *log, int timeout_ms, char *out,
                   size_t cap);
 
-/* A growable string. */
-typedef struct {
-  char *buf;
-  size_t len, cap;
-} ea__chaos_str;
-void ea__chaos_sprintf(ea__chaos_str *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void ea__chaos_puts(ea__chaos_str *s, const char *t);
-void ea__chaos_json_str(ea__chaos_str *s, const char *t); /* quoted, escaped */
-void ea__chaos_xml_str(ea__chaos_str *s, const char *t);  /* escaped for XML text/attrs */
-void ea__chaos_str_free(ea__chaos_str *s);
+/* Strings are base's ea_sb (ea_base.h); XML text/attribute escaping: */
+void ea__chaos_xml_str(ea_sb *s, const char *t);
 
 /* ---- status.c ------------------------------------------------------------- */
 

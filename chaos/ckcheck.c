@@ -14,6 +14,8 @@
  */
 #include "chaos.h"
 
+#include "ea_rdzv.h"
+
 #include "ea_ckpt.h"
 #include "ea_train.h"
 
@@ -117,13 +119,7 @@ void ea__chaos_ckpt_scan(ea__chaos_run *r) {
   for (size_t i = 0; i < n; i++) {
     ea_ckpt_entry *e = &ents[i];
     if (!e->complete || find(r, e->name)) continue;
-    if (r->nckpts == r->capckpts) {
-      size_t cap = r->capckpts ? r->capckpts * 2 : 32;
-      ea__chaos_ckpt *nc = realloc(r->ckpts, cap * sizeof *nc);
-      if (!nc) break;
-      r->ckpts = nc;
-      r->capckpts = cap;
-    }
+    if (EA_ARRAY_RESERVE(r->ckpts, r->capckpts, r->nckpts + 1) != 0) break;
     ea__chaos_ckpt *c = &r->ckpts[r->nckpts++];
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "%s", e->name);
@@ -160,7 +156,7 @@ void ea__chaos_ckpt_final(ea__chaos_run *r) {
       ea__chaos_violate(r, EA__I_CKPT,
                         "checkpoint %s holds params digest %016" PRIx64 ", but generation %" PRIu64
                         " logged %016" PRIx64 " after step %" PRIu64,
-                        c->name, c->digest, c->gen >> 16, live, c->step - 1);
+                        c->name, c->digest, ea_rdzv_gen64_term(c->gen), live, c->step - 1);
   }
   if (r->cfg.compute.worker_command[0]) return;
   /* Resume the newest, as a cold start would. */

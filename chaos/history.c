@@ -34,6 +34,8 @@
  */
 #include "chaos.h"
 
+#include "ea_rdzv.h"
+
 #include "ea_ckpt.h"
 
 #include <errno.h>
@@ -134,15 +136,10 @@ struct ea__chaos_history {
   size_t nprobes;
 };
 
-#define GROW(arr, n, cap, init)                        \
-  do {                                                 \
-    if ((n) == (cap)) {                                \
-      size_t nc_ = (cap) ? (cap)*2 : (init);           \
-      void *np_ = realloc((arr), nc_ * sizeof *(arr)); \
-      if (!np_) return -ENOMEM;                        \
-      (arr) = np_;                                     \
-      (cap) = nc_;                                     \
-    }                                                  \
+/* Room for one more element, or return -ENOMEM from the caller. */
+#define GROW(arr, n, cap)                                             \
+  do {                                                                \
+    if (EA_ARRAY_RESERVE((arr), (cap), (n) + 1) != 0) return -ENOMEM; \
   } while (0)
 
 static int gen_index(struct ea__chaos_history *h, uint64_t gen) {
@@ -150,13 +147,7 @@ static int gen_index(struct ea__chaos_history *h, uint64_t gen) {
    * finds the current one first. */
   for (size_t i = h->ngens; i-- > 0;)
     if (h->gens[i].gen == gen) return (int)i;
-  if (h->ngens == h->capgens) {
-    size_t nc = h->capgens ? h->capgens * 2 : 64;
-    hgen *ng = realloc(h->gens, nc * sizeof *ng);
-    if (!ng) return -1;
-    h->gens = ng;
-    h->capgens = nc;
-  }
+  if (EA_ARRAY_RESERVE(h->gens, h->capgens, h->ngens + 1) != 0) return -1;
   hgen *g = &h->gens[h->ngens];
   memset(g, 0, sizeof *g);
   g->gen = gen;
@@ -296,7 +287,7 @@ typedef struct {
 
 static int new_proc(pctx *c, int widx, uint64_t pid) {
   struct ea__chaos_history *h = c->h;
-  GROW(h->procs, h->nprocs, h->capprocs, 64);
+  GROW(h->procs, h->nprocs, h->capprocs);
   proc *p = &h->procs[h->nprocs];
   memset(p, 0, sizeof *p);
   p->node = c->node;
@@ -342,8 +333,8 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_DIGEST,
                       "generation %" PRIu64 "/%04" PRIx64 " step %" PRIu64 ": %s rank %" PRIu64
                       " logged params digest %016" PRIx64 ", another rank %016" PRIx64,
-                      gen >> 16, gen & 0xffff, step, nodename(c), rank, digest,
-                      g->dig[step - g->base]);
+                      ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen), step, nodename(c),
+                      rank, digest, g->dig[step - g->base]);
   }
   if (rank < MAX_RANKS) {
     if (!g->rank_seen[rank] || step > g->rank_last[rank]) g->rank_last[rank] = step;
@@ -355,8 +346,9 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
     ea__chaos_violate(r, EA__I_ONE_GEN,
                       "%s logged step %" PRIu64 " of generation %" PRIu64 "/%04" PRIx64
                       " after committing generation %" PRIu64 "/%04" PRIx64,
-                      nodename(c), step, gen >> 16, gen & 0xffff, c->committed_max >> 16,
-                      c->committed_max & 0xffff);
+                      nodename(c), step, ea_rdzv_gen64_term(gen), (uint64_t)ea_rdzv_gen64_ctrl(gen),
+                      ea_rdzv_gen64_term(c->committed_max),
+                      (uint64_t)ea_rdzv_gen64_ctrl(c->committed_max));
   }
   proc *p = &h->procs[c->cur[widx]];
   if (p->any) {
@@ -364,22 +356,23 @@ static int on_step(pctx *c, int64_t ts, const char *msg, const char *end) {
       ea__chaos_violate(r, EA__I_ONE_GEN,
                         "%s worker %" PRIu64 " ran generation %" PRIu64 "/%04" PRIx64
                         " (step %" PRIu64 ") after generation %" PRIu64 "/%04" PRIx64,
-                        nodename(c), widx, gen >> 16, gen & 0xffff, step, p->last_gen >> 16,
-                        p->last_gen & 0xffff);
+                        nodename(c), widx, ea_rdzv_gen64_term(gen),
+                        (uint64_t)ea_rdzv_gen64_ctrl(gen), step, ea_rdzv_gen64_term(p->last_gen),
+                        (uint64_t)ea_rdzv_gen64_ctrl(p->last_gen));
     } else if (step <= p->last_step) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "%s worker %" PRIu64 " completed step %" PRIu64 " (generation %" PRIu64
                         ") after step %" PRIu64 ": a step repeated or rolled back",
-                        nodename(c), widx, step, gen >> 16, p->last_step);
+                        nodename(c), widx, step, ea_rdzv_gen64_term(gen), p->last_step);
     } else if (gen == p->last_gen && step != p->last_step + 1) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "%s worker %" PRIu64 " jumped from step %" PRIu64 " to %" PRIu64
                         " inside generation %" PRIu64,
-                        nodename(c), widx, p->last_step, step, gen >> 16);
+                        nodename(c), widx, p->last_step, step, ea_rdzv_gen64_term(gen));
     }
   }
   if (!p->nsegs || p->segs[p->nsegs - 1].gen != gen) {
-    GROW(p->segs, p->nsegs, p->capsegs, 8);
+    GROW(p->segs, p->nsegs, p->capsegs);
     p->segs[p->nsegs++] = (seg){.gen = gen, .first = step, .last = step, .last_digest = digest};
   } else {
     p->segs[p->nsegs - 1].last = step;
@@ -424,7 +417,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
       ea__chaos_violate(r, EA__I_GEN_GROWS,
                         "%s prepared generation %s after generation %" PRIu64 "/%04" PRIx64
                         " (agent start %d)",
-                        n->name, gs, c->prepared_max >> 16, c->prepared_max & 0xffff, c->start_k);
+                        n->name, gs, ea_rdzv_gen64_term(c->prepared_max),
+                        (uint64_t)ea_rdzv_gen64_ctrl(c->prepared_max), c->start_k);
     if (g > c->prepared_max) c->prepared_max = g;
     return 0;
   }
@@ -469,7 +463,8 @@ static int on_generation(pctx *c, int64_t ts, const char *msg, const char *end) 
   if (gen <= c->committed_max)
     ea__chaos_violate(r, EA__I_GEN_GROWS,
                       "%s committed generation %s after generation %" PRIu64 "/%04" PRIx64,
-                      nodename(c), gs, c->committed_max >> 16, c->committed_max & 0xffff);
+                      nodename(c), gs, ea_rdzv_gen64_term(c->committed_max),
+                      (uint64_t)ea_rdzv_gen64_ctrl(c->committed_max));
   if (gen > c->committed_max) c->committed_max = gen;
   /* Is this node the state-sync source?  Rank R lives on node R / wpn. */
   if (sync_rank >= 0 && c->wpn && (uint32_t)sync_rank / c->wpn == rank_base / c->wpn) {
@@ -507,7 +502,7 @@ static int on_worker(pctx *c, int64_t ts, const char *node_tok, size_t node_len,
                         "generation %" PRIu64
                         ": ranks started from different steps after the state sync "
                         "(%" PRIu64 " and %" PRIu64 ", %.*s)",
-                        gen >> 16, g->start, step, (int)node_len, node_tok);
+                        ea_rdzv_gen64_term(gen), g->start, step, (int)node_len, node_tok);
     }
     return 0;
   }
@@ -538,7 +533,7 @@ static int on_worker(pctx *c, int64_t ts, const char *node_tok, size_t node_len,
   if (starts(p, end, "failed gen=")) kind = 0;
   if (starts(p, end, "failure: exited")) kind = 1;
   if (kind >= 0) {
-    GROW(h->ev, h->nev, h->capev, 64);
+    GROW(h->ev, h->nev, h->capev);
     h->ev[h->nev++] = (evrec){.ts = ts, .node = c->node, .kind = kind};
   }
   return 0;
@@ -554,7 +549,7 @@ static int on_member(pctx *c, int64_t ts, const char *msg, const char *end) {
   *arrow = 0;
   const char *to = arrow + 2;
   if (strcmp(state, to) == 0) return 0; /* refreshes (alive->alive) */
-  GROW(h->mem, h->nmem, h->capmem, 64);
+  GROW(h->mem, h->nmem, h->capmem);
   memev *m = &h->mem[h->nmem++];
   m->ts = ts;
   snprintf(m->observer, sizeof m->observer, "%s", nodename(c));
@@ -579,7 +574,7 @@ static int on_ckpt(pctx *c, int64_t ts, const char *msg, const char *end) {
   nm[l] = 0;
   uint64_t s, g;
   if (ea_ckpt_parse_dir_name(nm, &s, &g) < 0) return 0;
-  GROW(h->ck, h->nck, h->capck, 32);
+  GROW(h->ck, h->nck, h->capck);
   ea__chaos_ckev *k = &h->ck[h->nck++];
   k->t_ms = ts;
   k->step = s;
@@ -630,7 +625,7 @@ static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, i
         else if (evlen == 10 && memcmp(ev, "generation", 10) == 0) {
           rc = on_generation(&c, ts, msg, le);
           if (rc == 0 && starts(msg, le, "paused: no quorum")) {
-            GROW(h->ev, h->nev, h->capev, 64);
+            GROW(h->ev, h->nev, h->capev);
             h->ev[h->nev++] = (evrec){.ts = ts, .node = node, .kind = 3};
           }
         } else if (evlen == 6 && memcmp(ev, "worker", 6) == 0)
@@ -643,14 +638,7 @@ static int parse_file(ea__chaos_run *r, struct ea__chaos_history *h, int node, i
           rc = on_ckpt(&c, ts, msg + 11, le); /* failed / stale checkpoints are alerts */
         else if ((evlen == 5 && memcmp(ev, "drain", 5) == 0) ||
                  (evlen == 5 && memcmp(ev, "leave", 5) == 0)) {
-          if (h->nev == h->capev) {
-            size_t nc = h->capev ? h->capev * 2 : 64;
-            evrec *ne = realloc(h->ev, nc * sizeof *ne);
-            if (!ne)
-              rc = -ENOMEM;
-            else
-              h->ev = ne, h->capev = nc;
-          }
+          if (EA_ARRAY_RESERVE(h->ev, h->capev, h->nev + 1) != 0) rc = -ENOMEM;
           if (rc == 0) h->ev[h->nev++] = (evrec){.ts = ts, .node = node, .kind = 2};
         }
       }
@@ -681,7 +669,7 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
   if (g->root_proc < 0) {
     snprintf(why, cap,
              "the state-sync source of generation %" PRIu64 " is unknown (no commit line with it)",
-             g->gen >> 16);
+             ea_rdzv_gen64_term(g->gen));
     return -2;
   }
   proc *p = &h->procs[g->root_proc];
@@ -695,7 +683,7 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
              "generation %" PRIu64 " started at step %" PRIu64
              " from %s worker %d, which had trained nothing "
              "before (a checkpoint resume?)",
-             g->gen >> 16, start, r->nodes[p->node].name, p->widx);
+             ea_rdzv_gen64_term(g->gen), start, r->nodes[p->node].name, p->widx);
     return -2;
   }
   if (prev->last + 1 != start) {
@@ -703,15 +691,16 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
                       "generation %" PRIu64 "/%04" PRIx64 " started at step %" PRIu64
                       " but its state-sync source (%s worker %d) had last completed step %" PRIu64
                       " (generation %" PRIu64 ")",
-                      g->gen >> 16, g->gen & 0xffff, start, r->nodes[p->node].name, p->widx,
-                      prev->last, prev->gen >> 16);
+                      ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), start,
+                      r->nodes[p->node].name, p->widx, prev->last, ea_rdzv_gen64_term(prev->gen));
   }
   if (g->have_ready && g->ready_digest != prev->last_digest) {
-    ea__chaos_violate(
-        r, EA__I_ONCE,
-        "generation %" PRIu64 "/%04" PRIx64 ": its state-sync source reported digest %016" PRIx64
-        " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
-        g->gen >> 16, g->gen & 0xffff, g->ready_digest, prev->last_digest, prev->last);
+    ea__chaos_violate(r, EA__I_ONCE,
+                      "generation %" PRIu64 "/%04" PRIx64
+                      ": its state-sync source reported digest %016" PRIx64
+                      " when ready, but had logged %016" PRIx64 " after its last step %" PRIu64,
+                      ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen),
+                      g->ready_digest, prev->last_digest, prev->last);
   }
   return find_gen(h, prev->gen);
 }
@@ -758,10 +747,11 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "%" PRIu64 " step(s) of the final history in generation %" PRIu64
                         "/%04" PRIx64 " were logged by no rank, the first is step %" PRIu64,
-                        missing, g->gen >> 16, g->gen & 0xffff, first_missing);
+                        missing, ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen),
+                        first_missing);
     if (g->lineage) {
       ea__chaos_violate(r, EA__I_ONCE, "the final history passes generation %" PRIu64 " twice",
-                        g->gen >> 16);
+                        ea_rdzv_gen64_term(g->gen));
       break;
     }
     g->lineage = true;
@@ -774,7 +764,8 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
       ea__chaos_violate(r, EA__I_ONCE,
                         "generation %" PRIu64 "/%04" PRIx64 " trained steps %" PRIu64 "..%" PRIu64
                         " that its successor also trained: two generations trained the same steps",
-                        g->gen >> 16, g->gen & 0xffff, upto + 1, last);
+                        ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), upto + 1,
+                        last);
     if (from == 0) break;
     char why[400];
     int pred = predecessor(r, h, cur, why, sizeof why);
@@ -821,8 +812,9 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
           ea__chaos_violate(r, EA__I_ONCE,
                             "generations %" PRIu64 "/%04" PRIx64 " and %" PRIu64 "/%04" PRIx64
                             " both trained %" PRIu64 " of steps %" PRIu64 "..%" PRIu64,
-                            a->gen >> 16, a->gen & 0xffff, b->gen >> 16, b->gen & 0xffff, both, lo,
-                            hi);
+                            ea_rdzv_gen64_term(a->gen), (uint64_t)ea_rdzv_gen64_ctrl(a->gen),
+                            ea_rdzv_gen64_term(b->gen), (uint64_t)ea_rdzv_gen64_ctrl(b->gen), both,
+                            lo, hi);
       }
   }
   /* In each generation every rank logged every step until the first of
@@ -843,7 +835,7 @@ static void build_lineage(ea__chaos_run *r, struct ea__chaos_history *h) {
         ea__chaos_violate(r, EA__I_DIGEST,
                           "generation %" PRIu64 " (world %u) step %" PRIu64
                           " was logged by %u ranks only",
-                          g->gen >> 16, g->world, s, g->cnt[s - g->base]);
+                          ea_rdzv_gen64_term(g->gen), g->world, s, g->cnt[s - g->base]);
         break;
       }
   }

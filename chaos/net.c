@@ -122,27 +122,26 @@ void ea__chaos_net_down(ea__chaos_run *r) {
 int ea__chaos_net_rules(ea__chaos_run *r, const uint32_t *drop_from, int loss_pct) {
   int bad = 0;
   for (int s = 1; s <= r->nslots; s++) {
-    ea__chaos_str f = {0};
-    ea__chaos_puts(&f, "flush chain inet chaos input\n");
+    ea_sb f = {0};
+    ea_sb_puts(&f, "flush chain inet chaos input\n");
     uint32_t m = drop_from ? drop_from[s] : 0;
     if (m) {
-      ea__chaos_puts(&f, "add rule inet chaos input ip saddr { ");
+      ea_sb_puts(&f, "add rule inet chaos input ip saddr { ");
       bool first = true;
       for (int t = 1; t <= r->nslots; t++)
         if (m & (1u << t)) {
-          ea__chaos_sprintf(&f, "%s%s", first ? "" : ", ", r->ip[t]);
+          ea_sb_printf(&f, "%s%s", first ? "" : ", ", r->ip[t]);
           first = false;
         }
-      ea__chaos_puts(&f, " } drop\n");
+      ea_sb_puts(&f, " } drop\n");
     }
     if (loss_pct > 0)
-      ea__chaos_sprintf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n",
-                        loss_pct);
+      ea_sb_printf(&f, "add rule inet chaos input numgen random mod 100 < %d drop\n", loss_pct);
     char path[CH_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/nft-s%d", r->o.work, s);
     int rc = ea__chaos_write_file(path, f.buf ? f.buf : "", f.len);
     ea__chaos_logf(r, "nft %s:\n%s", r->ns[s], f.buf ? f.buf : "");
-    ea__chaos_str_free(&f);
+    ea_sb_free(&f);
     if (rc == 0) {
       char *a[] = {"nft", "-f", path, NULL};
       rc = ea__chaos_cmd(r->ns[s], a, r->log_path, NET_CMD_TIMEOUT_MS, NULL, 0);

@@ -18,6 +18,8 @@
  */
 #include "chaos.h"
 
+#include "ea_rdzv.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -155,36 +157,36 @@ bool ea__chaos_all_ok(const ea__chaos_run *r) {
 
 /* ---- JSON ---------------------------------------------------------------------- */
 
-static void jnum(ea__chaos_str *s, double v) {
+static void jnum(ea_sb *s, double v) {
   if (isnan(v) || isinf(v))
-    ea__chaos_puts(s, "null");
+    ea_sb_puts(s, "null");
   else
-    ea__chaos_sprintf(s, "%.1f", v);
+    ea_sb_printf(s, "%.1f", v);
 }
 
-static void jms(ea__chaos_str *s, int64_t t, int64_t from) {
+static void jms(ea_sb *s, int64_t t, int64_t from) {
   if (t < 0 || !from)
-    ea__chaos_puts(s, "null");
+    ea_sb_puts(s, "null");
   else
-    ea__chaos_sprintf(s, "%lld", (long long)(t - from));
+    ea_sb_printf(s, "%lld", (long long)(t - from));
 }
 
-static void json_phase(ea__chaos_str *s, const ea__chaos_phase *p) {
-  ea__chaos_sprintf(
+static void json_phase(ea_sb *s, const ea__chaos_phase *p) {
+  ea_sb_printf(
       s, "{\"expected\":%s,\"observed\":%s,\"timed_out\":%s,\"bound_ms\":%lld,\"detection_ms\":",
       p->expected ? "true" : "false", p->observed ? "true" : "false",
       p->timed_out ? "true" : "false", (long long)p->bound_ms);
   jms(s, p->t_detect, p->t_start);
-  ea__chaos_puts(s, ",\"reformation_ms\":");
+  ea_sb_puts(s, ",\"reformation_ms\":");
   jms(s, p->t_reform, p->t_start);
-  ea__chaos_puts(s, ",\"first_step_ms\":");
+  ea_sb_puts(s, ",\"first_step_ms\":");
   jms(s, p->t_first_step, p->t_start);
-  ea__chaos_puts(s, ",\"seen_by_polling_ms\":");
+  ea_sb_puts(s, ",\"seen_by_polling_ms\":");
   jms(s, p->observed ? p->t_seen : -1, p->t_start);
-  ea__chaos_sprintf(s, ",\"generation\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":",
-                    p->gen >> 16, p->gen & 0xffff, p->world);
-  ea__chaos_json_str(s, p->nodes);
-  ea__chaos_puts(s, "}");
+  ea_sb_printf(s, ",\"generation\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":",
+               ea_rdzv_gen64_term(p->gen), (uint64_t)ea_rdzv_gen64_ctrl(p->gen), p->world);
+  ea_sb_json_str(s, p->nodes);
+  ea_sb_puts(s, "}");
 }
 
 static const char *ep_state(int st) {
@@ -200,204 +202,200 @@ static const char *ep_state(int st) {
   }
 }
 
-static void write_json(const ea__chaos_run *r, ea__chaos_str *s, const row *rows, int nrows) {
+static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nrows) {
   double t0 = (double)r->t0;
-  ea__chaos_puts(s, "{\n\"tool\":\"elastic-chaos\",");
-  ea__chaos_sprintf(s,
-                    "\"version\":\"%s\",\"seed\":%" PRIu64 ",\"agents\":%d,\"duration_ms\":%lld,",
-                    EA_VERSION, r->o.seed, r->o.nagents, (long long)r->o.duration_ms);
-  ea__chaos_sprintf(s, "\"mode\":\"%s\",\"work_dir\":", r->o.netns ? "netns" : "loopback");
-  ea__chaos_json_str(s, r->o.work);
-  ea__chaos_puts(s, ",\"config\":");
-  ea__chaos_json_str(s, r->o.config[0] ? r->o.config : "(built-in)");
-  ea__chaos_sprintf(s,
-                    ",\"target_steps\":%" PRIu64
-                    ",\"calibrated_steps_per_s\":%.1f,\"recovery_bound_ms\":%lld,"
-                    "\"wall_s\":%.1f,\"ok\":%s,\"interrupted\":%s,",
-                    r->target_steps, r->calib_rate, (long long)r->bound_ms,
-                    r->t_end > r->t0 ? (double)(r->t_end - r->t0) / 1000.0 : 0.0,
-                    ea__chaos_all_ok(r) ? "true" : "false",
-                    ea__chaos_interrupted ? "true" : "false");
-  ea__chaos_puts(s, "\"aborted\":");
+  ea_sb_puts(s, "{\n\"tool\":\"elastic-chaos\",");
+  ea_sb_printf(s, "\"version\":\"%s\",\"seed\":%" PRIu64 ",\"agents\":%d,\"duration_ms\":%lld,",
+               EA_VERSION, r->o.seed, r->o.nagents, (long long)r->o.duration_ms);
+  ea_sb_printf(s, "\"mode\":\"%s\",\"work_dir\":", r->o.netns ? "netns" : "loopback");
+  ea_sb_json_str(s, r->o.work);
+  ea_sb_puts(s, ",\"config\":");
+  ea_sb_json_str(s, r->o.config[0] ? r->o.config : "(built-in)");
+  ea_sb_printf(s,
+               ",\"target_steps\":%" PRIu64
+               ",\"calibrated_steps_per_s\":%.1f,\"recovery_bound_ms\":%lld,"
+               "\"wall_s\":%.1f,\"ok\":%s,\"interrupted\":%s,",
+               r->target_steps, r->calib_rate, (long long)r->bound_ms,
+               r->t_end > r->t0 ? (double)(r->t_end - r->t0) / 1000.0 : 0.0,
+               ea__chaos_all_ok(r) ? "true" : "false", ea__chaos_interrupted ? "true" : "false");
+  ea_sb_puts(s, "\"aborted\":");
   if (r->aborted)
-    ea__chaos_json_str(s, r->abort_why);
+    ea_sb_json_str(s, r->abort_why);
   else
-    ea__chaos_puts(s, "null");
-  ea__chaos_sprintf(
+    ea_sb_puts(s, "null");
+  ea_sb_printf(
       s,
       ",\n\"job\":{\"context\":%u,\"embed_dim\":%u,\"hidden\":%u,\"layers\":%u,\"global_batch\":%u,"
       "\"micro_batch\":%u,\"workers_per_node\":%u,\"min_nodes\":%u,\"max_nodes\":%u,\"quorum\":",
       r->cfg.train.context, r->cfg.train.embed_dim, r->cfg.train.hidden, r->cfg.train.layers,
       r->cfg.distributed.global_batch, r->cfg.distributed.micro_batch,
       r->cfg.compute.workers_per_node, r->cfg.compute.min_nodes, r->cfg.compute.max_nodes);
-  ea__chaos_json_str(s, r->cfg.distributed.quorum);
-  ea__chaos_sprintf(
+  ea_sb_json_str(s, r->cfg.distributed.quorum);
+  ea_sb_printf(
       s,
       ",\"scale_up_delay_ms\":%u,\"communication_timeout_seconds\":%u,\"save_interval_steps\":%u},",
       r->cfg.distributed.scale_up_delay_ms, r->cfg.distributed.communication_timeout_seconds,
       r->cfg.checkpoint.save_interval_steps);
-  ea__chaos_puts(s, "\n\"faults\":[");
+  ea_sb_puts(s, "\n\"faults\":[");
   for (size_t i = 0; i < r->neps; i++) {
     const ea__chaos_episode *e = &r->eps[i];
     char desc[256];
     ea__chaos_fault_str(&e->f, desc, sizeof desc);
-    ea__chaos_sprintf(s,
-                      "%s\n {\"index\":%zu,\"kind\":\"%s\",\"at_fraction\":%.4f,\"description\":",
-                      i ? "," : "", i + 1, ea__chaos_kind_name(e->f.kind), e->f.frac);
-    ea__chaos_json_str(s, desc);
-    ea__chaos_sprintf(s, ",\"state\":\"%s\",\"skip_reason\":", ep_state(e->state));
-    ea__chaos_json_str(s, e->skip_reason);
-    ea__chaos_puts(s, ",\"victim\":");
-    ea__chaos_json_str(s, e->victim);
-    ea__chaos_sprintf(s, ",\"victim_was_controller\":%s,\"newcomer\":",
-                      e->victim_was_controller ? "true" : "false");
-    ea__chaos_json_str(s, e->newcomer);
-    ea__chaos_puts(s, ",\"minority\":");
-    ea__chaos_json_str(s, e->minority);
-    ea__chaos_puts(s, ",\"t_inject_s\":");
+    ea_sb_printf(s, "%s\n {\"index\":%zu,\"kind\":\"%s\",\"at_fraction\":%.4f,\"description\":",
+                 i ? "," : "", i + 1, ea__chaos_kind_name(e->f.kind), e->f.frac);
+    ea_sb_json_str(s, desc);
+    ea_sb_printf(s, ",\"state\":\"%s\",\"skip_reason\":", ep_state(e->state));
+    ea_sb_json_str(s, e->skip_reason);
+    ea_sb_puts(s, ",\"victim\":");
+    ea_sb_json_str(s, e->victim);
+    ea_sb_printf(s, ",\"victim_was_controller\":%s,\"newcomer\":",
+                 e->victim_was_controller ? "true" : "false");
+    ea_sb_json_str(s, e->newcomer);
+    ea_sb_puts(s, ",\"minority\":");
+    ea_sb_json_str(s, e->minority);
+    ea_sb_puts(s, ",\"t_inject_s\":");
     if (e->t_inject)
-      ea__chaos_sprintf(s, "%.3f", ((double)e->t_inject - t0) / 1000.0);
+      ea_sb_printf(s, "%.3f", ((double)e->t_inject - t0) / 1000.0);
     else
-      ea__chaos_puts(s, "null");
-    ea__chaos_sprintf(s, ",\"step_at_inject\":%" PRIu64 ",\"steps_lost\":", e->step_at_inject);
+      ea_sb_puts(s, "null");
+    ea_sb_printf(s, ",\"step_at_inject\":%" PRIu64 ",\"steps_lost\":", e->step_at_inject);
     if (e->steps_lost >= 0 && e->state == EA__EP_DONE)
-      ea__chaos_sprintf(s, "%lld", (long long)e->steps_lost);
+      ea_sb_printf(s, "%lld", (long long)e->steps_lost);
     else
-      ea__chaos_puts(s, "null");
-    ea__chaos_puts(s, ",\"degraded\":");
+      ea_sb_puts(s, "null");
+    ea_sb_puts(s, ",\"degraded\":");
     json_phase(s, &e->deg);
-    ea__chaos_puts(s, ",\"restored\":");
+    ea_sb_puts(s, ",\"restored\":");
     json_phase(s, &e->res);
-    ea__chaos_puts(s, ",\"note\":");
-    ea__chaos_json_str(s, e->note);
-    ea__chaos_puts(s, "}");
+    ea_sb_puts(s, ",\"note\":");
+    ea_sb_json_str(s, e->note);
+    ea_sb_puts(s, "}");
   }
-  ea__chaos_puts(s, "],\n\"recovery\":[");
+  ea_sb_puts(s, "],\n\"recovery\":[");
   for (int i = 0; i < nrows; i++) {
     row w = rows[i];
-    ea__chaos_sprintf(
-        s, "%s\n {\"kind\":\"%s\",\"phase\":\"%s\",\"n\":%d,\"detection_ms\":{\"median\":",
-        i ? "," : "", w.kind, w.phase, w.n);
+    ea_sb_printf(s, "%s\n {\"kind\":\"%s\",\"phase\":\"%s\",\"n\":%d,\"detection_ms\":{\"median\":",
+                 i ? "," : "", w.kind, w.phase, w.n);
     jnum(s, median(w.det, w.ndet));
-    ea__chaos_puts(s, ",\"max\":");
+    ea_sb_puts(s, ",\"max\":");
     jnum(s, maxv(w.det, w.ndet));
-    ea__chaos_puts(s, "},\"reformation_ms\":{\"median\":");
+    ea_sb_puts(s, "},\"reformation_ms\":{\"median\":");
     jnum(s, median(w.ref, w.nref));
-    ea__chaos_puts(s, ",\"max\":");
+    ea_sb_puts(s, ",\"max\":");
     jnum(s, maxv(w.ref, w.nref));
-    ea__chaos_puts(s, "},\"first_step_ms\":{\"median\":");
+    ea_sb_puts(s, "},\"first_step_ms\":{\"median\":");
     jnum(s, median(w.first, w.nfirst));
-    ea__chaos_puts(s, ",\"max\":");
+    ea_sb_puts(s, ",\"max\":");
     jnum(s, maxv(w.first, w.nfirst));
-    ea__chaos_puts(s, "},\"steps_lost\":{\"median\":");
+    ea_sb_puts(s, "},\"steps_lost\":{\"median\":");
     jnum(s, median(w.lost, w.nlost));
-    ea__chaos_puts(s, ",\"max\":");
+    ea_sb_puts(s, ",\"max\":");
     jnum(s, maxv(w.lost, w.nlost));
-    ea__chaos_puts(s, "}}");
+    ea_sb_puts(s, "}}");
   }
-  ea__chaos_puts(s, "],\n\"invariants\":[");
+  ea_sb_puts(s, "],\n\"invariants\":[");
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
     const char *skip = inv_skip(r, inv);
     int n = nviol(r, inv);
-    ea__chaos_sprintf(s, "%s\n {\"name\":\"%s\",\"description\":", inv ? "," : "",
-                      ea__chaos_inv_name(inv));
-    ea__chaos_json_str(s, ea__chaos_inv_desc(inv));
-    ea__chaos_sprintf(s, ",\"ok\":%s,\"skipped\":", n == 0 ? "true" : "false");
+    ea_sb_printf(s, "%s\n {\"name\":\"%s\",\"description\":", inv ? "," : "",
+                 ea__chaos_inv_name(inv));
+    ea_sb_json_str(s, ea__chaos_inv_desc(inv));
+    ea_sb_printf(s, ",\"ok\":%s,\"skipped\":", n == 0 ? "true" : "false");
     if (skip && n == 0)
-      ea__chaos_json_str(s, skip);
+      ea_sb_json_str(s, skip);
     else
-      ea__chaos_puts(s, "null");
-    ea__chaos_puts(s, ",\"violations\":[");
+      ea_sb_puts(s, "null");
+    ea_sb_puts(s, ",\"violations\":[");
     int k = 0;
     for (size_t i = 0; i < r->nviol; i++) {
       if (r->viol[i].inv != inv) continue;
-      ea__chaos_sprintf(s, "%s{\"t_s\":%.3f,\"message\":", k++ ? "," : "",
-                        ((double)r->viol[i].t_ms - t0) / 1000.0);
-      ea__chaos_json_str(s, r->viol[i].msg);
-      ea__chaos_puts(s, "}");
+      ea_sb_printf(s, "%s{\"t_s\":%.3f,\"message\":", k++ ? "," : "",
+                   ((double)r->viol[i].t_ms - t0) / 1000.0);
+      ea_sb_json_str(s, r->viol[i].msg);
+      ea_sb_puts(s, "}");
     }
-    ea__chaos_puts(s, "]}");
+    ea_sb_puts(s, "]}");
   }
   const ea__chaos_refres *x = &r->ref;
-  ea__chaos_sprintf(s,
-                    "],\n\"reference\":{\"w1\":{\"done\":%s,\"steps\":%" PRIu64
-                    ",\"digest\":\"%016" PRIx64 "\",\"seconds\":%.1f,\"final_loss\":",
-                    x->ref_done && x->ref_rc == 0 ? "true" : "false", x->ref_steps, x->ref_digest,
-                    x->ref_seconds);
+  ea_sb_printf(s,
+               "],\n\"reference\":{\"w1\":{\"done\":%s,\"steps\":%" PRIu64
+               ",\"digest\":\"%016" PRIx64 "\",\"seconds\":%.1f,\"final_loss\":",
+               x->ref_done && x->ref_rc == 0 ? "true" : "false", x->ref_steps, x->ref_digest,
+               x->ref_seconds);
   jnum(s, x->final_loss_ref);
-  ea__chaos_puts(s, ",\"cluster_final_loss\":");
+  ea_sb_puts(s, ",\"cluster_final_loss\":");
   jnum(s, x->final_loss_cluster);
-  ea__chaos_sprintf(s,
-                    ",\"final_rel_diff\":%.3g,\"window\":%" PRIu64
-                    ",\"window_rel_diff\":%.3g,\"tolerance\":%.3g,"
-                    "\"digest_equal\":%s},",
-                    x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
-                    x->digest_equal_ref ? "true" : "false");
-  ea__chaos_sprintf(s,
-                    "\"exact_replay\":{\"ran\":%s,\"steps\":%" PRIu64 ",\"digest\":\"%016" PRIx64
-                    "\",\"first_mismatch\":%lld,\"seconds\":%.1f,\"message\":",
-                    x->replay_done ? "true" : "false", x->replay_steps, x->replay_digest,
-                    (long long)x->first_mismatch, x->replay_seconds);
-  ea__chaos_json_str(s, x->first_mismatch >= 0 ? x->mismatch : x->replay_err);
-  ea__chaos_puts(s, "},\"cluster_final_digest\":");
-  ea__chaos_json_str(s, r->final_digest_known ? r->final_digest_str : "");
-  ea__chaos_puts(s, "},\n\"checkpoints\":{\"available\":");
-  ea__chaos_puts(s, r->ckpt_available ? "true" : "false");
-  ea__chaos_puts(s, ",\"why\":");
-  ea__chaos_json_str(s, r->ckpt_available ? "" : r->ckpt_why);
+  ea_sb_printf(s,
+               ",\"final_rel_diff\":%.3g,\"window\":%" PRIu64
+               ",\"window_rel_diff\":%.3g,\"tolerance\":%.3g,"
+               "\"digest_equal\":%s},",
+               x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
+               x->digest_equal_ref ? "true" : "false");
+  ea_sb_printf(s,
+               "\"exact_replay\":{\"ran\":%s,\"steps\":%" PRIu64 ",\"digest\":\"%016" PRIx64
+               "\",\"first_mismatch\":%lld,\"seconds\":%.1f,\"message\":",
+               x->replay_done ? "true" : "false", x->replay_steps, x->replay_digest,
+               (long long)x->first_mismatch, x->replay_seconds);
+  ea_sb_json_str(s, x->first_mismatch >= 0 ? x->mismatch : x->replay_err);
+  ea_sb_puts(s, "},\"cluster_final_digest\":");
+  ea_sb_json_str(s, r->final_digest_known ? r->final_digest_str : "");
+  ea_sb_puts(s, "},\n\"checkpoints\":{\"available\":");
+  ea_sb_puts(s, r->ckpt_available ? "true" : "false");
+  ea_sb_puts(s, ",\"why\":");
+  ea_sb_json_str(s, r->ckpt_available ? "" : r->ckpt_why);
   int verified = 0, matched = 0;
   for (size_t i = 0; i < r->nckpts; i++) {
     verified += r->ckpts[i].verified;
     matched += r->ckpts[i].live_match;
   }
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s, ",\"seen\":%zu,\"verified\":%d,\"match_live_state\":%d,\"failed_events\":%d,\"resume\":",
       r->nckpts, verified, matched, r->ckpt_failed_events);
-  ea__chaos_json_str(s, r->resume_msg);
-  ea__chaos_puts(s, ",\"list\":[");
+  ea_sb_json_str(s, r->resume_msg);
+  ea_sb_puts(s, ",\"list\":[");
   for (size_t i = 0; i < r->nckpts; i++) {
     const ea__chaos_ckpt *c = &r->ckpts[i];
-    ea__chaos_sprintf(
-        s, "%s{\"name\":\"%s\",\"world\":%u,\"verified\":%s,\"matches_live\":%s,\"error\":",
-        i ? "," : "", c->name, c->world, c->verified ? "true" : "false",
-        c->live_known ? (c->live_match ? "true" : "false") : "null");
-    ea__chaos_json_str(s, c->err);
-    ea__chaos_puts(s, "}");
+    ea_sb_printf(s,
+                 "%s{\"name\":\"%s\",\"world\":%u,\"verified\":%s,\"matches_live\":%s,\"error\":",
+                 i ? "," : "", c->name, c->world, c->verified ? "true" : "false",
+                 c->live_known ? (c->live_match ? "true" : "false") : "null");
+    ea_sb_json_str(s, c->err);
+    ea_sb_puts(s, "}");
   }
-  ea__chaos_puts(s, "]},\n\"history\":");
+  ea_sb_puts(s, "]},\n\"history\":");
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv)) {
-    ea__chaos_sprintf(s,
-                      "{\"step_records\":%" PRIu64 ",\"final_history_steps\":%" PRIu64
-                      ",\"orphan_steps\":%" PRIu64 ",\"log_bytes\":%" PRIu64
-                      ",\"parse_seconds\":%.2f,\"generations\":[",
-                      hv.records, hv.lineage_steps, hv.orphan_steps, hv.log_bytes,
-                      hv.parse_seconds);
+    ea_sb_printf(s,
+                 "{\"step_records\":%" PRIu64 ",\"final_history_steps\":%" PRIu64
+                 ",\"orphan_steps\":%" PRIu64 ",\"log_bytes\":%" PRIu64
+                 ",\"parse_seconds\":%.2f,\"generations\":[",
+                 hv.records, hv.lineage_steps, hv.orphan_steps, hv.log_bytes, hv.parse_seconds);
     for (size_t i = 0; i < hv.ngens; i++) {
       const ea__chaos_genview *g = &hv.gens[i];
-      ea__chaos_sprintf(s, "%s\n {\"gen\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":",
-                        i ? "," : "", g->gen >> 16, g->gen & 0xffff, g->world);
-      ea__chaos_json_str(s, g->nodes);
-      ea__chaos_sprintf(s, ",\"committed_s\":");
+      ea_sb_printf(
+          s, "%s\n {\"gen\":\"%" PRIu64 "/%04" PRIx64 "\",\"world\":%u,\"nodes\":", i ? "," : "",
+          ea_rdzv_gen64_term(g->gen), (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
+      ea_sb_json_str(s, g->nodes);
+      ea_sb_printf(s, ",\"committed_s\":");
       if (g->t_commit >= 0)
-        ea__chaos_sprintf(s, "%.3f", ((double)g->t_commit - t0) / 1000.0);
+        ea_sb_printf(s, "%.3f", ((double)g->t_commit - t0) / 1000.0);
       else
-        ea__chaos_puts(s, "null");
+        ea_sb_puts(s, "null");
       if (g->trained)
-        ea__chaos_sprintf(s, ",\"steps\":[%" PRIu64 ",%" PRIu64 "]", g->start, g->last);
+        ea_sb_printf(s, ",\"steps\":[%" PRIu64 ",%" PRIu64 "]", g->start, g->last);
       else
-        ea__chaos_puts(s, ",\"steps\":null");
+        ea_sb_puts(s, ",\"steps\":null");
       if (g->lineage)
-        ea__chaos_sprintf(s, ",\"final_history\":[%" PRIu64 ",%" PRIu64 "]}", g->lineage_from,
-                          g->lineage_to);
+        ea_sb_printf(s, ",\"final_history\":[%" PRIu64 ",%" PRIu64 "]}", g->lineage_from,
+                     g->lineage_to);
       else
-        ea__chaos_puts(s, ",\"final_history\":null}");
+        ea_sb_puts(s, ",\"final_history\":null}");
     }
-    ea__chaos_puts(s, "]}");
+    ea_sb_puts(s, "]}");
   } else {
-    ea__chaos_puts(s, "null");
+    ea_sb_puts(s, "null");
   }
-  ea__chaos_puts(s, "\n}\n");
+  ea_sb_puts(s, "\n}\n");
 }
 
 /* ---- text --------------------------------------------------------------------- */
@@ -411,36 +409,36 @@ static void fmt_stat(char *out, size_t cap, double *v, int n) {
   snprintf(out, cap, "%.0f (%.0f)", md, mx);
 }
 
-static void write_text(const ea__chaos_run *r, ea__chaos_str *s, const row *rows, int nrows) {
+static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nrows) {
   int skipped = 0, notrun = 0;
   for (size_t i = 0; i < r->neps; i++) {
     skipped += r->eps[i].state == EA__EP_SKIPPED;
     notrun += r->eps[i].state == EA__EP_NOT_RUN;
   }
-  ea__chaos_sprintf(s,
-                    "elastic-chaos seed %" PRIu64
-                    ": %d agents (%s), %zu faults scheduled: %d injected, %d skipped, %d not run\n",
-                    r->o.seed, r->o.nagents, r->o.netns ? "network namespaces" : "loopback",
-                    r->neps, r->injected, skipped, notrun);
+  ea_sb_printf(s,
+               "elastic-chaos seed %" PRIu64
+               ": %d agents (%s), %zu faults scheduled: %d injected, %d skipped, %d not run\n",
+               r->o.seed, r->o.nagents, r->o.netns ? "network namespaces" : "loopback", r->neps,
+               r->injected, skipped, notrun);
   if (r->t_done)
-    ea__chaos_sprintf(s, "training reached step %" PRIu64 " after %.1f s; final params digest %s\n",
-                      r->target_steps, (double)(r->t_done - r->t0) / 1000.0, r->final_digest_str);
+    ea_sb_printf(s, "training reached step %" PRIu64 " after %.1f s; final params digest %s\n",
+                 r->target_steps, (double)(r->t_done - r->t0) / 1000.0, r->final_digest_str);
   else
-    ea__chaos_sprintf(s, "training did NOT reach step %" PRIu64 "%s%s\n", r->target_steps,
-                      r->aborted ? ": " : "", r->aborted ? r->abort_why : "");
+    ea_sb_printf(s, "training did NOT reach step %" PRIu64 "%s%s\n", r->target_steps,
+                 r->aborted ? ": " : "", r->aborted ? r->abort_why : "");
   if (!r->o.netns)
-    ea__chaos_puts(s,
-                   "partitions and packet loss: skipped (need --netns, as root: one network "
-                   "namespace per agent)\n");
-  ea__chaos_puts(s, "packet delay: not available (this kernel has no sch_netem)\n");
+    ea_sb_puts(s,
+               "partitions and packet loss: skipped (need --netns, as root: one network "
+               "namespace per agent)\n");
+  ea_sb_puts(s, "packet delay: not available (this kernel has no sch_netem)\n");
   for (size_t i = 0; i < r->neps; i++)
     if (r->eps[i].state == EA__EP_SKIPPED || r->eps[i].state == EA__EP_NOT_RUN)
-      ea__chaos_sprintf(s, "  fault #%zu %s %s: %s\n", i + 1, ea__chaos_kind_name(r->eps[i].f.kind),
-                        r->eps[i].state == EA__EP_SKIPPED ? "skipped" : "not run",
-                        r->eps[i].skip_reason);
-  ea__chaos_puts(s, "\nrecovery, ms from the fault (or the heal / restore): median (max)\n");
-  ea__chaos_sprintf(s, "  %-16s %-22s %3s  %-13s %-13s %-13s %s\n", "kind", "phase", "n",
-                    "detection", "re-formation", "first step", "steps lost");
+      ea_sb_printf(s, "  fault #%zu %s %s: %s\n", i + 1, ea__chaos_kind_name(r->eps[i].f.kind),
+                   r->eps[i].state == EA__EP_SKIPPED ? "skipped" : "not run",
+                   r->eps[i].skip_reason);
+  ea_sb_puts(s, "\nrecovery, ms from the fault (or the heal / restore): median (max)\n");
+  ea_sb_printf(s, "  %-16s %-22s %3s  %-13s %-13s %-13s %s\n", "kind", "phase", "n", "detection",
+               "re-formation", "first step", "steps lost");
   for (int i = 0; i < nrows; i++) {
     row w = rows[i];
     char d[32], f[32], st[32], l[32];
@@ -448,56 +446,53 @@ static void write_text(const ea__chaos_run *r, ea__chaos_str *s, const row *rows
     fmt_stat(f, sizeof f, w.ref, w.nref);
     fmt_stat(st, sizeof st, w.first, w.nfirst);
     fmt_stat(l, sizeof l, w.lost, w.nlost);
-    ea__chaos_sprintf(s, "  %-16s %-22s %3d  %-13s %-13s %-13s %s\n", w.kind, w.phase, w.n, d, f,
-                      st, l);
+    ea_sb_printf(s, "  %-16s %-22s %3d  %-13s %-13s %-13s %s\n", w.kind, w.phase, w.n, d, f, st, l);
   }
-  ea__chaos_puts(s, "\ninvariants\n");
+  ea_sb_puts(s, "\ninvariants\n");
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
     int n = nviol(r, inv);
     const char *skip = inv_skip(r, inv);
     if (n)
-      ea__chaos_sprintf(s, "  FAIL %-22s %s: %d violation%s\n", ea__chaos_inv_name(inv),
-                        ea__chaos_inv_desc(inv), n, n == 1 ? "" : "s");
+      ea_sb_printf(s, "  FAIL %-22s %s: %d violation%s\n", ea__chaos_inv_name(inv),
+                   ea__chaos_inv_desc(inv), n, n == 1 ? "" : "s");
     else if (skip)
-      ea__chaos_sprintf(s, "  skip %-22s %s (%s)\n", ea__chaos_inv_name(inv),
-                        ea__chaos_inv_desc(inv), skip);
+      ea_sb_printf(s, "  skip %-22s %s (%s)\n", ea__chaos_inv_name(inv), ea__chaos_inv_desc(inv),
+                   skip);
     else
-      ea__chaos_sprintf(s, "  ok   %-22s %s\n", ea__chaos_inv_name(inv), ea__chaos_inv_desc(inv));
+      ea_sb_printf(s, "  ok   %-22s %s\n", ea__chaos_inv_name(inv), ea__chaos_inv_desc(inv));
     int k = 0;
     for (size_t i = 0; i < r->nviol && k < 10; i++)
       if (r->viol[i].inv == inv) {
-        ea__chaos_sprintf(s, "         - [%.1fs] %s\n",
-                          ((double)r->viol[i].t_ms - (double)r->t0) / 1000.0, r->viol[i].msg);
+        ea_sb_printf(s, "         - [%.1fs] %s\n",
+                     ((double)r->viol[i].t_ms - (double)r->t0) / 1000.0, r->viol[i].msg);
         k++;
       }
   }
   const ea__chaos_refres *x = &r->ref;
-  ea__chaos_puts(s, "\nreference\n");
+  ea_sb_puts(s, "\nreference\n");
   if (x->replay_done && x->first_mismatch < 0)
-    ea__chaos_sprintf(s,
-                      "  exact replay of the final history (%" PRIu64
-                      " steps at the world sizes the cluster used, "
-                      "ring summation order): bit-identical at every step; final digest %016" PRIx64
-                      " (%.1f s)\n",
-                      x->replay_steps, x->replay_digest, x->replay_seconds);
+    ea_sb_printf(s,
+                 "  exact replay of the final history (%" PRIu64
+                 " steps at the world sizes the cluster used, "
+                 "ring summation order): bit-identical at every step; final digest %016" PRIx64
+                 " (%.1f s)\n",
+                 x->replay_steps, x->replay_digest, x->replay_seconds);
   else if (x->first_mismatch >= 0)
-    ea__chaos_sprintf(s, "  exact replay DIVERGES: %s\n", x->mismatch);
+    ea_sb_printf(s, "  exact replay DIVERGES: %s\n", x->mismatch);
   else
-    ea__chaos_sprintf(s, "  exact replay: not run%s%s\n", x->replay_err[0] ? ": " : "",
-                      x->replay_err);
+    ea_sb_printf(s, "  exact replay: not run%s%s\n", x->replay_err[0] ? ": " : "", x->replay_err);
   if (x->window)
-    ea__chaos_sprintf(
-        s,
-        "  W=1 reference (%" PRIu64
-        " steps, no faults, %.1f s): final loss %.6f vs cluster %.6f "
-        "(rel %.2g); mean of the last %" PRIu64
-        " steps rel diff %.2g (tolerance %.2g); params digest %s\n",
-        x->ref_steps, x->ref_seconds, x->final_loss_ref, x->final_loss_cluster, x->final_rel_diff,
-        x->window, x->window_rel_diff, r->o.loss_tol,
-        x->digest_equal_ref ? "equal" : "differs (expected: W=1 sums in another order)");
-  ea__chaos_puts(s, "\ncheckpoints\n");
+    ea_sb_printf(s,
+                 "  W=1 reference (%" PRIu64
+                 " steps, no faults, %.1f s): final loss %.6f vs cluster %.6f "
+                 "(rel %.2g); mean of the last %" PRIu64
+                 " steps rel diff %.2g (tolerance %.2g); params digest %s\n",
+                 x->ref_steps, x->ref_seconds, x->final_loss_ref, x->final_loss_cluster,
+                 x->final_rel_diff, x->window, x->window_rel_diff, r->o.loss_tol,
+                 x->digest_equal_ref ? "equal" : "differs (expected: W=1 sums in another order)");
+  ea_sb_puts(s, "\ncheckpoints\n");
   if (!r->ckpt_available) {
-    ea__chaos_sprintf(s, "  not checked: %s\n", r->ckpt_why);
+    ea_sb_printf(s, "  not checked: %s\n", r->ckpt_why);
   } else {
     int verified = 0, matched = 0, known = 0;
     for (size_t i = 0; i < r->nckpts; i++) {
@@ -505,7 +500,7 @@ static void write_text(const ea__chaos_run *r, ea__chaos_str *s, const row *rows
       matched += r->ckpts[i].live_match;
       known += r->ckpts[i].live_known;
     }
-    ea__chaos_sprintf(
+    ea_sb_printf(
         s,
         "  %zu committed checkpoints seen, %d verified in full, %d of %d equal the live state; "
         "%d checkpoint failure events\n  %s\n",
@@ -513,18 +508,18 @@ static void write_text(const ea__chaos_run *r, ea__chaos_str *s, const row *rows
   }
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv))
-    ea__chaos_sprintf(s,
-                      "\nhistory: %" PRIu64
-                      " step lines (%.1f MB of logs, parsed in %.1f s), %zu generations, "
-                      "final history %" PRIu64 " steps, %" PRIu64
-                      " computed steps discarded with their node\n",
-                      hv.records, (double)hv.log_bytes / 1e6, hv.parse_seconds, hv.ngens,
-                      hv.lineage_steps, hv.orphan_steps);
+    ea_sb_printf(s,
+                 "\nhistory: %" PRIu64
+                 " step lines (%.1f MB of logs, parsed in %.1f s), %zu generations, "
+                 "final history %" PRIu64 " steps, %" PRIu64
+                 " computed steps discarded with their node\n",
+                 hv.records, (double)hv.log_bytes / 1e6, hv.parse_seconds, hv.ngens,
+                 hv.lineage_steps, hv.orphan_steps);
 }
 
 /* ---- JUnit --------------------------------------------------------------------- */
 
-static void write_junit(const ea__chaos_run *r, ea__chaos_str *s) {
+static void write_junit(const ea__chaos_run *r, ea_sb *s) {
   int tests = 0, failures = 0, skipped = 0;
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
     tests++;
@@ -542,13 +537,13 @@ static void write_junit(const ea__chaos_run *r, ea__chaos_str *s) {
       failures++;
   }
   double secs = r->t_end > r->t0 ? (double)(r->t_end - r->t0) / 1000.0 : 0;
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s,
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"elastic-chaos\" tests=\"%d\" "
       "failures=\"%d\" skipped=\"%d\" time=\"%.1f\">\n<testsuite name=\"elastic-chaos seed %" PRIu64
       "\" tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\" time=\"%.1f\">\n",
       tests, failures, skipped, secs, r->o.seed, tests, failures, skipped, secs);
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s,
       "<properties><property name=\"seed\" value=\"%" PRIu64
       "\"/><property name=\"agents\" value=\"%d\"/>"
@@ -557,25 +552,25 @@ static void write_junit(const ea__chaos_run *r, ea__chaos_str *s) {
       "</properties>\n",
       r->o.seed, r->o.nagents, r->o.netns ? "netns" : "loopback", r->target_steps);
   for (int inv = 0; inv < EA__I_COUNT; inv++) {
-    ea__chaos_sprintf(s, "<testcase classname=\"elastic-chaos.invariants\" name=\"%s\" time=\"0\">",
-                      ea__chaos_inv_name(inv));
+    ea_sb_printf(s, "<testcase classname=\"elastic-chaos.invariants\" name=\"%s\" time=\"0\">",
+                 ea__chaos_inv_name(inv));
     int n = nviol(r, inv);
     const char *skip = inv_skip(r, inv);
     if (n) {
-      ea__chaos_sprintf(s, "<failure message=\"%d violation%s\" type=\"invariant\">", n,
-                        n == 1 ? "" : "s");
+      ea_sb_printf(s, "<failure message=\"%d violation%s\" type=\"invariant\">", n,
+                   n == 1 ? "" : "s");
       for (size_t i = 0; i < r->nviol; i++)
         if (r->viol[i].inv == inv) {
           ea__chaos_xml_str(s, r->viol[i].msg);
-          ea__chaos_puts(s, "\n");
+          ea_sb_puts(s, "\n");
         }
-      ea__chaos_puts(s, "</failure>");
+      ea_sb_puts(s, "</failure>");
     } else if (skip) {
-      ea__chaos_puts(s, "<skipped message=\"");
+      ea_sb_puts(s, "<skipped message=\"");
       ea__chaos_xml_str(s, skip);
-      ea__chaos_puts(s, "\"/>");
+      ea_sb_puts(s, "\"/>");
     }
-    ea__chaos_puts(s, "</testcase>\n");
+    ea_sb_puts(s, "</testcase>\n");
   }
   for (size_t i = 0; i < r->neps; i++) {
     const ea__chaos_episode *e = &r->eps[i];
@@ -583,22 +578,22 @@ static void write_junit(const ea__chaos_run *r, ea__chaos_str *s) {
     snprintf(name, sizeof name, "#%02zu %s %s", i + 1, ea__chaos_kind_name(e->f.kind), e->victim);
     double t =
         e->t_end > e->t_inject && e->t_inject ? (double)(e->t_end - e->t_inject) / 1000.0 : 0;
-    ea__chaos_puts(s, "<testcase classname=\"elastic-chaos.faults\" name=\"");
+    ea_sb_puts(s, "<testcase classname=\"elastic-chaos.faults\" name=\"");
     ea__chaos_xml_str(s, name);
-    ea__chaos_sprintf(s, "\" time=\"%.2f\">", t);
+    ea_sb_printf(s, "\" time=\"%.2f\">", t);
     if (e->state != EA__EP_DONE) {
-      ea__chaos_puts(s, "<skipped message=\"");
+      ea_sb_puts(s, "<skipped message=\"");
       ea__chaos_xml_str(s, e->skip_reason);
-      ea__chaos_puts(s, "\"/>");
+      ea_sb_puts(s, "\"/>");
     } else if ((e->deg.expected && e->deg.timed_out) || (e->res.expected && e->res.timed_out)) {
-      ea__chaos_sprintf(s, "<failure message=\"not recovered within %.1f s\" type=\"hang\">",
-                        (double)r->bound_ms / 1000.0);
+      ea_sb_printf(s, "<failure message=\"not recovered within %.1f s\" type=\"hang\">",
+                   (double)r->bound_ms / 1000.0);
       ea__chaos_xml_str(s, e->note);
-      ea__chaos_puts(s, "</failure>");
+      ea_sb_puts(s, "</failure>");
     }
-    ea__chaos_puts(s, "</testcase>\n");
+    ea_sb_puts(s, "</testcase>\n");
   }
-  ea__chaos_puts(s, "</testsuite>\n</testsuites>\n");
+  ea_sb_puts(s, "</testsuite>\n</testsuites>\n");
 }
 
 /* ---- SVG ----------------------------------------------------------------------- */
@@ -622,11 +617,11 @@ static double xpos(const ea__chaos_run *r, int64_t t) {
 static void gen_color(uint64_t gen, char *out, size_t cap) {
   /* Hue from the term, golden-angle apart: neighbouring generations get
    * clearly different colours. */
-  unsigned h = (unsigned)(((gen >> 16) * 137u) % 360u);
+  unsigned h = (unsigned)(((ea_rdzv_gen64_term(gen)) * 137u) % 360u);
   snprintf(out, cap, "hsl(%u,60%%,62%%)", h);
 }
 
-static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
+static void write_svg(const ea__chaos_run *r, ea_sb *s) {
   /* Rows: every node that ever ran, in slot then replacement order. */
   int order[CH_MAX_NODES], nrows = 0;
   for (int slot = 1; slot <= r->nslots; slot++)
@@ -634,19 +629,18 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
       if (r->nodes[i].slot == slot && r->nodes[i].starts > 0) order[nrows++] = (int)i;
   int rows_top = SVG_TOP + SVG_PROG_H + 30;
   int height = rows_top + nrows * SVG_ROW_H + 90;
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s,
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
       "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n",
       SVG_W, height, SVG_W, height);
-  ea__chaos_puts(
-      s,
-      "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-      "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#333\" "
-      "fill-opacity=\"0.55\"/></pattern></defs>\n");
-  ea__chaos_sprintf(s, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", SVG_W, height);
-  ea__chaos_sprintf(
+  ea_sb_puts(s,
+             "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+             "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#333\" "
+             "fill-opacity=\"0.55\"/></pattern></defs>\n");
+  ea_sb_printf(s, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", SVG_W, height);
+  ea_sb_printf(
       s,
       "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">elastic-chaos seed %" PRIu64
       ": %d agents (%s), %d faults, target %" PRIu64 " steps — %s</text>\n",
@@ -657,20 +651,19 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
   for (size_t i = 0; i < r->nprog; i++)
     if (r->prog[i].step > maxstep) maxstep = r->prog[i].step;
   int py0 = SVG_TOP, py1 = SVG_TOP + SVG_PROG_H;
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f7f7f7\" stroke=\"#ccc\"/>\n",
       SVG_L, py0, SVG_W - SVG_L - SVG_R, SVG_PROG_H);
-  ea__chaos_sprintf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text>\n", SVG_L - 6,
-                    py0 + 10);
-  ea__chaos_sprintf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRIu64 "</text>\n",
-                    SVG_L - 6, py0 + 24, maxstep);
-  ea__chaos_sprintf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", SVG_L - 6, py1);
+  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text>\n", SVG_L - 6, py0 + 10);
+  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRIu64 "</text>\n", SVG_L - 6,
+               py0 + 24, maxstep);
+  ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", SVG_L - 6, py1);
   if (r->nprog) {
-    ea__chaos_puts(s, "<polyline fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"1.5\" points=\"");
+    ea_sb_puts(s, "<polyline fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"1.5\" points=\"");
     for (size_t i = 0; i < r->nprog; i++)
-      ea__chaos_sprintf(s, "%.1f,%.1f ", xpos(r, r->prog[i].t_ms),
-                        py1 - (double)r->prog[i].step / (double)maxstep * (SVG_PROG_H - 8));
-    ea__chaos_puts(s, "\"><title>highest step held by a live worker</title></polyline>\n");
+      ea_sb_printf(s, "%.1f,%.1f ", xpos(r, r->prog[i].t_ms),
+                   py1 - (double)r->prog[i].step / (double)maxstep * (SVG_PROG_H - 8));
+    ea_sb_puts(s, "\"><title>highest step held by a live worker</title></polyline>\n");
   }
   ea__chaos_histview hv;
   bool have_hist = ea__chaos_history_view(r, &hv);
@@ -680,43 +673,44 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
       const ea__chaos_genview *g = &hv.gens[i];
       if (g->t_commit < 0) continue;
       double x = xpos(r, g->t_commit);
-      ea__chaos_sprintf(s,
-                        "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#6a8fd8\" "
-                        "stroke-width=\"0.7\" "
-                        "stroke-dasharray=\"2,2\"><title>generation %" PRIu64 "/%04" PRIx64
-                        " committed: world %u (",
-                        x, py0, x, bottom, g->gen >> 16, g->gen & 0xffff, g->world);
+      ea_sb_printf(s,
+                   "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#6a8fd8\" "
+                   "stroke-width=\"0.7\" "
+                   "stroke-dasharray=\"2,2\"><title>generation %" PRIu64 "/%04" PRIx64
+                   " committed: world %u (",
+                   x, py0, x, bottom, ea_rdzv_gen64_term(g->gen),
+                   (uint64_t)ea_rdzv_gen64_ctrl(g->gen), g->world);
       ea__chaos_xml_str(s, g->nodes);
       if (g->trained)
-        ea__chaos_sprintf(s, "), trained steps %" PRIu64 "..%" PRIu64 "%s</title></line>\n",
-                          g->start, g->last, g->lineage ? "" : " (off the final history)");
+        ea_sb_printf(s, "), trained steps %" PRIu64 "..%" PRIu64 "%s</title></line>\n", g->start,
+                     g->last, g->lineage ? "" : " (off the final history)");
       else
-        ea__chaos_puts(s, "), trained no step</title></line>\n");
+        ea_sb_puts(s, "), trained no step</title></line>\n");
     }
     for (size_t i = 0; i < hv.nckev; i++) {
       const ea__chaos_ckev *c = &hv.ckev[i];
       double x = xpos(r, c->t_ms), y = py1 - (double)c->step / (double)maxstep * (SVG_PROG_H - 8);
       if (c->kind == 0)
-        ea__chaos_sprintf(s,
-                          "<path d=\"M%.1f %.1f l4 4 l-4 4 l-4 -4 z\" "
-                          "fill=\"#2a9d3a\"><title>checkpoint step %" PRIu64
-                          " committed</title></path>\n",
-                          x, y - 4, c->step);
+        ea_sb_printf(s,
+                     "<path d=\"M%.1f %.1f l4 4 l-4 4 l-4 -4 z\" "
+                     "fill=\"#2a9d3a\"><title>checkpoint step %" PRIu64
+                     " committed</title></path>\n",
+                     x, y - 4, c->step);
       else
-        ea__chaos_sprintf(s,
-                          "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\" "
-                          "text-anchor=\"middle\">×<title>checkpoint step %" PRIu64
-                          " %s</title></text>\n",
-                          x, y, c->step, c->kind == 1 ? "failed" : "refused (stale)");
+        ea_sb_printf(s,
+                     "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\" "
+                     "text-anchor=\"middle\">×<title>checkpoint step %" PRIu64
+                     " %s</title></text>\n",
+                     x, y, c->step, c->kind == 1 ? "failed" : "refused (stale)");
     }
   }
   /* Node rows. */
   for (int k = 0; k < nrows; k++) {
     const ea__chaos_node *n = &r->nodes[order[k]];
     int y = rows_top + k * SVG_ROW_H;
-    ea__chaos_sprintf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", SVG_L - 6,
-                      y + 14, n->name);
-    ea__chaos_sprintf(
+    ea_sb_printf(s, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", SVG_L - 6, y + 14,
+                 n->name);
+    ea_sb_printf(
         s,
         "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#eee\"/>\n",
         SVG_L, y + 2, SVG_W - SVG_L - SVG_R, SVG_ROW_H - 4);
@@ -743,29 +737,28 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
         snprintf(col, sizeof col, "#dcdcdc");
       double x0 = xpos(r, a->t_ms), x1 = xpos(r, tend);
       if (x1 - x0 < 0.5) x1 = x0 + 0.5;
-      ea__chaos_sprintf(s,
-                        "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
-                        "fill=\"%s\"><title>%s: %s gen %" PRIu64 " world %u step %" PRIu64
-                        "%s</title></rect>\n",
-                        x0, y + 3, x1 - x0, SVG_ROW_H - 6, col, n->name, a->phase, a->gen >> 16,
-                        a->world, a->step, a->controller ? " (controller)" : "");
+      ea_sb_printf(
+          s,
+          "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+          "fill=\"%s\"><title>%s: %s gen %" PRIu64 " world %u step %" PRIu64 "%s</title></rect>\n",
+          x0, y + 3, x1 - x0, SVG_ROW_H - 6, col, n->name, a->phase, ea_rdzv_gen64_term(a->gen),
+          a->world, a->step, a->controller ? " (controller)" : "");
       if (a->controller)
-        ea__chaos_sprintf(s,
-                          "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"2\" fill=\"#111\"/>\n",
-                          x0, y + SVG_ROW_H - 4, x1 - x0);
+        ea_sb_printf(s, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"2\" fill=\"#111\"/>\n",
+                     x0, y + SVG_ROW_H - 4, x1 - x0);
     }
     for (size_t q = 0; q < r->nspans; q++) {
       const ea__chaos_span *sp = &r->spans[q];
       if (strcmp(sp->node, n->name) != 0 || sp->what == 0) continue;
       double x0 = xpos(r, sp->t0), x1 = xpos(r, sp->t1);
       if (sp->what == 1)
-        ea__chaos_sprintf(
+        ea_sb_printf(
             s,
             "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"url(#hatch)\"><title>%s "
             "SIGSTOPped</title></rect>\n",
             x0, y + 2, x1 - x0, SVG_ROW_H - 4, n->name);
       else
-        ea__chaos_sprintf(
+        ea_sb_printf(
             s,
             "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"none\" stroke=\"#d00\" "
             "stroke-width=\"2\"><title>%s cut off by a partition</title></rect>\n",
@@ -779,24 +772,23 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
     double x = xpos(r, e->t_inject);
     char desc[256];
     ea__chaos_fault_str(&e->f, desc, sizeof desc);
-    ea__chaos_sprintf(s,
-                      "<g><line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
-                      "stroke-width=\"1.5\"/>",
-                      x, py0 - 6, x, bottom);
-    ea__chaos_sprintf(s,
-                      "<text x=\"%.1f\" y=\"%d\" fill=\"#d00\" text-anchor=\"middle\" "
-                      "font-weight=\"bold\">%zu</text>",
-                      x, py0 - 8, i + 1);
-    ea__chaos_sprintf(s, "<title>#%zu ", i + 1);
+    ea_sb_printf(s,
+                 "<g><line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d00\" "
+                 "stroke-width=\"1.5\"/>",
+                 x, py0 - 6, x, bottom);
+    ea_sb_printf(s,
+                 "<text x=\"%.1f\" y=\"%d\" fill=\"#d00\" text-anchor=\"middle\" "
+                 "font-weight=\"bold\">%zu</text>",
+                 x, py0 - 8, i + 1);
+    ea_sb_printf(s, "<title>#%zu ", i + 1);
     ea__chaos_xml_str(s, desc);
-    ea__chaos_sprintf(s, " → %s at step %" PRIu64, e->victim, e->step_at_inject);
+    ea_sb_printf(s, " → %s at step %" PRIu64, e->victim, e->step_at_inject);
     if (e->deg.t_reform >= 0)
-      ea__chaos_sprintf(s, "; re-formed after %lld ms",
-                        (long long)(e->deg.t_reform - e->deg.t_start));
-    ea__chaos_puts(s, "</title></g>\n");
+      ea_sb_printf(s, "; re-formed after %lld ms", (long long)(e->deg.t_reform - e->deg.t_start));
+    ea_sb_puts(s, "</title></g>\n");
     if (e->t_heal) {
       double xh = xpos(r, e->t_heal);
-      ea__chaos_sprintf(
+      ea_sb_printf(
           s,
           "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#2a9d3a\" stroke-width=\"1\" "
           "stroke-dasharray=\"4,2\"><title>#%zu healed</title></line>\n",
@@ -808,14 +800,14 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
   double tick = span > 600 ? 60 : span > 120 ? 20 : span > 40 ? 10 : 5;
   for (double t = 0; t <= span; t += tick) {
     double x = xpos(r, r->t0 + (int64_t)(t * 1000));
-    ea__chaos_sprintf(s,
-                      "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999\"/><text "
-                      "x=\"%.1f\" y=\"%d\" "
-                      "text-anchor=\"middle\">%.0f s</text>\n",
-                      x, bottom + 2, x, bottom + 7, x, bottom + 19, t);
+    ea_sb_printf(s,
+                 "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999\"/><text "
+                 "x=\"%.1f\" y=\"%d\" "
+                 "text-anchor=\"middle\">%.0f s</text>\n",
+                 x, bottom + 2, x, bottom + 7, x, bottom + 19, t);
   }
   int ly = bottom + 40;
-  ea__chaos_sprintf(
+  ea_sb_printf(
       s,
       "<g transform=\"translate(%d,%d)\"><rect width=\"14\" height=\"10\" "
       "fill=\"hsl(137,60%%,62%%)\"/>"
@@ -843,12 +835,12 @@ static void write_svg(const ea__chaos_run *r, ea__chaos_str *s) {
       "y=\"9\">checkpoint</text>"
       "</g>\n",
       SVG_L, ly);
-  ea__chaos_puts(s, "</svg>\n");
+  ea_sb_puts(s, "</svg>\n");
 }
 
 /* ---- entry ---------------------------------------------------------------------- */
 
-static int save(const char *path, const ea__chaos_str *s) {
+static int save(const char *path, const ea_sb *s) {
   return ea__chaos_write_file(path, s->buf ? s->buf : "", s->len);
 }
 
@@ -858,7 +850,7 @@ int ea__chaos_report(ea__chaos_run *r) {
   int nrows = build_rows(r, rows);
   int rc = 0;
   ea__chaos_mkdirs(r->o.out, 0755);
-  ea__chaos_str j = {0}, t = {0}, x = {0}, v = {0};
+  ea_sb j = {0}, t = {0}, x = {0}, v = {0};
   write_json(r, &j, rows, nrows);
   write_text(r, &t, rows, nrows);
   write_junit(r, &x);
@@ -881,10 +873,10 @@ int ea__chaos_report(ea__chaos_run *r) {
   printf("\n%s", t.buf ? t.buf : "");
   printf("\nreports: %s, %s, %s/summary.txt%s%s\n", jpath, spath, r->o.out,
          r->o.junit[0] ? ", " : "", r->o.junit);
-  ea__chaos_str_free(&j);
-  ea__chaos_str_free(&t);
-  ea__chaos_str_free(&x);
-  ea__chaos_str_free(&v);
+  ea_sb_free(&j);
+  ea_sb_free(&t);
+  ea_sb_free(&x);
+  ea_sb_free(&v);
   free(rows);
   return rc;
 }

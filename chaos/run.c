@@ -24,6 +24,8 @@
  */
 #include "chaos.h"
 
+#include "ea_rdzv.h"
+
 #include "ea_train.h"
 
 #include <errno.h>
@@ -123,13 +125,7 @@ void ea__chaos_say(ea__chaos_run *r, const char *fmt, ...) {
 }
 
 void ea__chaos_violate(ea__chaos_run *r, int inv, const char *fmt, ...) {
-  if (r->nviol == r->capviol) {
-    size_t cap = r->capviol ? r->capviol * 2 : 32;
-    ea__chaos_violation *nv = realloc(r->viol, cap * sizeof *nv);
-    if (!nv) return;
-    r->viol = nv;
-    r->capviol = cap;
-  }
+  if (EA_ARRAY_RESERVE(r->viol, r->capviol, r->nviol + 1) != 0) return;
   ea__chaos_violation *v = &r->viol[r->nviol++];
   v->inv = inv;
   v->t_ms = ea__chaos_now_ms();
@@ -157,13 +153,7 @@ static ea__chaos_node *find_node(ea__chaos_run *r, const char *name) {
 }
 
 static void add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1, int what) {
-  if (r->nspans == r->capspans) {
-    size_t cap = r->capspans ? r->capspans * 2 : 64;
-    ea__chaos_span *ns = realloc(r->spans, cap * sizeof *ns);
-    if (!ns) return;
-    r->spans = ns;
-    r->capspans = cap;
-  }
+  if (EA_ARRAY_RESERVE(r->spans, r->capspans, r->nspans + 1) != 0) return;
   ea__chaos_span *s = &r->spans[r->nspans++];
   snprintf(s->node, sizeof s->node, "%s", node);
   s->t0 = t0;
@@ -191,9 +181,9 @@ static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int
   snprintf(n->data, sizeof n->data, "%s/d", n->dir);
   snprintf(n->sock, sizeof n->sock, "%s/admin.sock", n->data);
   if (ea__chaos_mkdirs(n->data, 0700) < 0) return NULL;
-  uint64_t a = ea__chaos_mix64(r->o.seed ^ ((uint64_t)s << 40) ^ ((uint64_t)gen_of_slot << 20) ^
-                               (uint64_t)(unsigned char)prefix[0]);
-  uint64_t b = ea__chaos_mix64(a ^ 0x6e6f64652d696400ull);
+  uint64_t a = ea_mix64(r->o.seed ^ ((uint64_t)s << 40) ^ ((uint64_t)gen_of_slot << 20) ^
+                        (uint64_t)(unsigned char)prefix[0]);
+  uint64_t b = ea_mix64(a ^ 0x6e6f64652d696400ull);
   snprintf(n->idhex, sizeof n->idhex, "%016llx%016llx", (unsigned long long)a,
            (unsigned long long)b);
   char path[CH_PATH_MAX + 16], line[40];
@@ -362,13 +352,7 @@ static void sample(ea__chaos_node *n, const ea__chaos_status *st) {
         l->controller == st->controller && st->t_ms - l->t_ms < 1000)
       return;
   }
-  if (n->nsamples == n->capsamples) {
-    size_t cap = n->capsamples ? n->capsamples * 2 : 256;
-    ea__chaos_sample *ns = realloc(n->samples, cap * sizeof *ns);
-    if (!ns) return;
-    n->samples = ns;
-    n->capsamples = cap;
-  }
+  if (EA_ARRAY_RESERVE(n->samples, n->capsamples, n->nsamples + 1) != 0) return;
   ea__chaos_sample *s = &n->samples[n->nsamples++];
   s->t_ms = st->t_ms;
   snprintf(s->phase, sizeof s->phase, "%s", st->phase);
@@ -394,19 +378,20 @@ static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_stat
   if (st->gen) {
     if (st->gen < n->max_gen_seen)
       ea__chaos_violate(r, EA__I_GEN_GROWS, "%s runs generation %llu/%04llx after %llu/%04llx",
-                        n->name, (unsigned long long)(st->gen >> 16),
-                        (unsigned long long)(st->gen & 0xffff),
-                        (unsigned long long)(n->max_gen_seen >> 16),
-                        (unsigned long long)(n->max_gen_seen & 0xffff));
+                        n->name, (unsigned long long)(ea_rdzv_gen64_term(st->gen)),
+                        (unsigned long long)((uint64_t)ea_rdzv_gen64_ctrl(st->gen)),
+                        (unsigned long long)ea_rdzv_gen64_term(n->max_gen_seen),
+                        (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(n->max_gen_seen));
     if (st->gen > n->max_gen_seen) n->max_gen_seen = st->gen;
   }
   if (st->durable) {
     if (st->durable < n->max_durable)
-      ea__chaos_violate(
-          r, EA__I_GEN_GROWS, "%s's persisted generation went back from %llu/%04llx to %llu/%04llx",
-          n->name, (unsigned long long)(n->max_durable >> 16),
-          (unsigned long long)(n->max_durable & 0xffff), (unsigned long long)(st->durable >> 16),
-          (unsigned long long)(st->durable & 0xffff));
+      ea__chaos_violate(r, EA__I_GEN_GROWS,
+                        "%s's persisted generation went back from %llu/%04llx to %llu/%04llx",
+                        n->name, (unsigned long long)ea_rdzv_gen64_term(n->max_durable),
+                        (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(n->max_durable),
+                        (unsigned long long)ea_rdzv_gen64_term(st->durable),
+                        (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(st->durable));
     if (st->durable > n->max_durable) n->max_durable = st->durable;
   }
   if (st->has_ckpt && !r->ckpt_available) {
@@ -424,7 +409,8 @@ static void check_node(ea__chaos_run *r, ea__chaos_node *n, const ea__chaos_stat
         "(phase %s, generation %llu/%04llx, world %u)",
         n->name, (double)(st->t_ms - r->partition_since) / 1000.0,
         (unsigned long long)n->steps_at_partition, (unsigned long long)st->last_step, st->phase,
-        (unsigned long long)(st->gen >> 16), (unsigned long long)(st->gen & 0xffff), st->world);
+        (unsigned long long)(ea_rdzv_gen64_term(st->gen)),
+        (unsigned long long)((uint64_t)ea_rdzv_gen64_ctrl(st->gen)), st->world);
     n->steps_at_partition = st->last_step; /* report each further run once */
   }
 }
@@ -469,11 +455,7 @@ static void check_cluster(ea__chaos_run *r) {
   }
   if (cs > r->max_cluster_step) r->max_cluster_step = cs;
   if (r->nprog == 0 || now - r->prog[r->nprog - 1].t_ms >= 250) {
-    if (r->nprog == r->capprog) {
-      size_t cap = r->capprog ? r->capprog * 2 : 512;
-      ea__chaos_sample *np = realloc(r->prog, cap * sizeof *np);
-      if (np) r->prog = np, r->capprog = cap;
-    }
+    (void)EA_ARRAY_RESERVE(r->prog, r->capprog, r->nprog + 1); /* a gap if not */
     if (r->nprog < r->capprog) {
       r->prog[r->nprog].t_ms = now;
       r->prog[r->nprog].step = cs;
@@ -634,9 +616,9 @@ static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_
     p->gen = w->gen_out;
     p->world = w->world_out;
     ea__chaos_say(r, "  %s: world %u, generation %llu/%04llx, step %llu (%.2f s)", what,
-                  w->world_out, (unsigned long long)(w->gen_out >> 16),
-                  (unsigned long long)(w->gen_out & 0xffff), (unsigned long long)w->step_out,
-                  (double)(p->t_seen - t_start) / 1000.0);
+                  w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
+                  (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
+                  (unsigned long long)w->step_out, (double)(p->t_seen - t_start) / 1000.0);
   } else if (expected && !ea__chaos_interrupted) {
     p->timed_out = true;
   }
@@ -657,7 +639,7 @@ static void cluster_state(ea__chaos_run *r, const want *w, char *out, size_t cap
     else
       off += (size_t)snprintf(out + off, cap - off, "%s%s: %s gen %llu world %u step %llu (%s)",
                               i ? "; " : "", n->name, n->st.phase,
-                              (unsigned long long)(n->st.gen >> 16), n->st.world,
+                              (unsigned long long)(ea_rdzv_gen64_term(n->st.gen)), n->st.world,
                               (unsigned long long)n->st.last_step, n->st.reason);
   }
 }
@@ -833,9 +815,9 @@ static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t
         p->gen = w->gen_out;
         p->world = w->world_out;
         ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)",
-                      w->world_out, (unsigned long long)(w->gen_out >> 16),
-                      (unsigned long long)(w->gen_out & 0xffff), (unsigned long long)w->step_out,
-                      (double)(p->t_seen - p->t_start) / 1000.0);
+                      w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
+                      (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
+                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
       }
     } else {
       wait_until(r, ea__chaos_mono_ms() + (t_end - now), never, NULL);

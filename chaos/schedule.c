@@ -52,21 +52,21 @@ bool ea__chaos_kind_needs_ckpt(int kind) {
   return kind == EA__F_CKPT_KILL || kind == EA__F_DISK_FULL;
 }
 
-static int range(ea__chaos_rng *g, int lo, int hi) {
-  return lo + (int)ea__chaos_rng_below(g, (uint32_t)(hi - lo + 1));
+static int range(ea_rng *g, int lo, int hi) {
+  return lo + (int)ea_rng_below(g, (uint32_t)(hi - lo + 1));
 }
 
-static void params(ea__chaos_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f) {
+static void params(ea_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f) {
   /* Every parameter is drawn for every fault, whatever its kind, so one
    * fault's kind never shifts the numbers of the faults after it. */
-  f->slot = 1 + (int)ea__chaos_rng_below(g, (uint32_t)o->nagents);
-  f->fresh = ea__chaos_rng_unit(g) < 0.5;
-  f->whole_node = ea__chaos_rng_unit(g) < 0.5;
-  f->remove_by_drain = ea__chaos_rng_unit(g) < 0.5;
+  f->slot = 1 + (int)ea_rng_below(g, (uint32_t)o->nagents);
+  f->fresh = ea_rng_double(g) < 0.5;
+  f->whole_node = ea_rng_double(g) < 0.5;
+  f->remove_by_drain = ea_rng_double(g) < 0.5;
   /* Pauses: mostly longer than failure detection (≈1–2.5 s for 5 agents at
    * the default probe settings, docs/operations.md) so the cluster must
    * re-form and take the node back; some shorter, a stall it rides out. */
-  bool long_pause = ea__chaos_rng_unit(g) < 0.7;
+  bool long_pause = ea_rng_double(g) < 0.7;
   int pause_ms = long_pause ? range(g, 3500, 5500) : range(g, 600, 1500);
   int window_ms = range(g, 3500, 5500); /* partitions, loss, a full disk */
   f->loss_pct = range(g, 5, 25);
@@ -74,7 +74,7 @@ static void params(ea__chaos_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fa
   uint32_t minority = 0;
   int want = o->nagents / 2;
   for (int picked = 0; picked < want;) {
-    int s = 1 + (int)ea__chaos_rng_below(g, (uint32_t)o->nagents);
+    int s = 1 + (int)ea_rng_below(g, (uint32_t)o->nagents);
     if (!(minority & (1u << s))) {
       minority |= 1u << s;
       picked++;
@@ -99,9 +99,9 @@ static void params(ea__chaos_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fa
   if (f->kind == EA__F_LOSS || f->kind == EA__F_SPLIT || f->kind == EA__F_DISK_FULL) f->slot = 0;
 }
 
-static void shuffle(ea__chaos_rng *g, int *a, int n) {
+static void shuffle(ea_rng *g, int *a, int n) {
   for (int i = n - 1; i > 0; i--) {
-    int j = (int)ea__chaos_rng_below(g, (uint32_t)i + 1);
+    int j = (int)ea_rng_below(g, (uint32_t)i + 1);
     int t = a[i];
     a[i] = a[j];
     a[j] = t;
@@ -137,8 +137,8 @@ int ea__chaos_schedule(const ea__chaos_sched_opts *o, ea__chaos_fault **out, siz
     free(f);
     return -ENOMEM;
   }
-  ea__chaos_rng g;
-  ea__chaos_rng_seed(&g, o->seed, 1);
+  ea_rng g;
+  ea_rng_seed(&g, o->seed, 1, EA_RNG_CHAOS_INDEX);
   /* Round by round: the next nbase kinds of the deck (the last round
    * truncated to what is left) plus every checkpoint kind, shuffled
    * together, so each round holds each enabled kind once. */
@@ -158,7 +158,7 @@ int ea__chaos_schedule(const ea__chaos_sched_opts *o, ea__chaos_fault **out, siz
   }
   for (int i = 0; i < len; i++) {
     f[i].kind = kinds[i];
-    f[i].frac = FRAC_FIRST + FRAC_SPAN * ((double)i + 0.2 + 0.6 * ea__chaos_rng_unit(&g)) / len;
+    f[i].frac = FRAC_FIRST + FRAC_SPAN * ((double)i + 0.2 + 0.6 * ea_rng_double(&g)) / len;
     params(&g, o, &f[i]);
   }
   free(kinds);

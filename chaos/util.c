@@ -1,11 +1,10 @@
 /* util.c — the small things every part of the chaos harness needs: clocks,
- * the seeded generator behind the fault schedule, string builders for the
- * reports, files, and running a helper command (ip, nft, the agent's own
- * CLI) with a deadline.
+ * XML escaping for the reports, files, and running a helper command (ip,
+ * nft, the agent's own CLI) with a deadline.  The seeded generator behind
+ * the fault schedule and the string builder are base's (ea_base.h), so a
+ * schedule regenerates from its seed with the documented generator.
  *
- * The generator is xoshiro256** seeded through splitmix64, the pair the
- * trainer documents (docs/trainer.md), so anyone can regenerate a schedule
- * from its seed.  Helper commands are fork+exec with an explicit argv (no
+ * Helper commands are fork+exec with an explicit argv (no
  * shell): arguments are data, never parsed again, and every child is
  * waited for with a deadline and killed by its pid when it runs over.
  */
@@ -108,60 +107,6 @@ int64_t ea__chaos_parse_duration(const char *s) {
     total += (int64_t)(v * mult + 0.5);
   }
   return total;
-}
-
-/* ---- rng ------------------------------------------------------------------- */
-
-uint64_t ea__chaos_mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-  *x += 0x9e3779b97f4a7c15ull;
-  return ea__chaos_mix64(*x);
-}
-
-void ea__chaos_rng_seed(ea__chaos_rng *r, uint64_t seed, uint64_t stream) {
-  uint64_t x = seed ^ ea__chaos_mix64(stream * 0x9e3779b97f4a7c15ull + 0x43484153ull);
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-uint64_t ea__chaos_rng_next(ea__chaos_rng *r) {
-  uint64_t *s = r->s;
-  const uint64_t out = rotl(s[1] * 5, 7) * 9;
-  const uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return out;
-}
-
-double ea__chaos_rng_unit(ea__chaos_rng *r) {
-  return (double)(ea__chaos_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-uint32_t ea__chaos_rng_below(ea__chaos_rng *r, uint32_t bound) {
-  if (bound <= 1) return 0;
-  /* Lemire's multiply-shift with rejection: exactly uniform. */
-  uint64_t m = (ea__chaos_rng_next(r) >> 32) * bound;
-  uint32_t l = (uint32_t)m;
-  if (l < bound) {
-    uint32_t t = -bound % bound;
-    while (l < t) {
-      m = (ea__chaos_rng_next(r) >> 32) * bound;
-      l = (uint32_t)m;
-    }
-  }
-  return (uint32_t)(m >> 32);
 }
 
 /* ---- files ----------------------------------------------------------------- */
@@ -340,86 +285,33 @@ int ea__chaos_cmd(const char *ns, char *const argv[], const char *log, int timeo
   return -EIO;
 }
 
-/* ---- strings --------------------------------------------------------------- */
+/* ---- strings ---------------------------------------------------------- */
 
-static bool str_reserve(ea__chaos_str *s, size_t extra) {
-  if (s->len + extra + 1 <= s->cap) return true;
-  size_t cap = s->cap ? s->cap : 1024;
-  while (cap < s->len + extra + 1) cap *= 2;
-  char *nb = realloc(s->buf, cap);
-  if (!nb) return false;
-  s->buf = nb;
-  s->cap = cap;
-  return true;
-}
-
-void ea__chaos_sprintf(ea__chaos_str *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0 || !str_reserve(s, (size_t)n)) return;
-  va_start(ap, fmt);
-  vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  s->len += (size_t)n;
-}
-
-void ea__chaos_puts(ea__chaos_str *s, const char *t) {
-  size_t n = strlen(t);
-  if (!str_reserve(s, n)) return;
-  memcpy(s->buf + s->len, t, n + 1);
-  s->len += n;
-}
-
-void ea__chaos_json_str(ea__chaos_str *s, const char *t) {
-  ea__chaos_puts(s, "\"");
-  for (const unsigned char *p = (const unsigned char *)t; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      ea__chaos_sprintf(s, "\\%c", *p);
-    else if (*p == '\n')
-      ea__chaos_puts(s, "\\n");
-    else if (*p < 0x20)
-      ea__chaos_sprintf(s, "\\u%04x", *p);
-    else {
-      char c[2] = {(char)*p, 0};
-      ea__chaos_puts(s, c);
-    }
-  }
-  ea__chaos_puts(s, "\"");
-}
-
-void ea__chaos_xml_str(ea__chaos_str *s, const char *t) {
+void ea__chaos_xml_str(ea_sb *s, const char *t) {
   for (const unsigned char *p = (const unsigned char *)t; *p; p++) {
     switch (*p) {
       case '<':
-        ea__chaos_puts(s, "&lt;");
+        ea_sb_puts(s, "&lt;");
         break;
       case '>':
-        ea__chaos_puts(s, "&gt;");
+        ea_sb_puts(s, "&gt;");
         break;
       case '&':
-        ea__chaos_puts(s, "&amp;");
+        ea_sb_puts(s, "&amp;");
         break;
       case '"':
-        ea__chaos_puts(s, "&quot;");
+        ea_sb_puts(s, "&quot;");
         break;
       case '\'':
-        ea__chaos_puts(s, "&apos;");
+        ea_sb_puts(s, "&apos;");
         break;
       default:
         if (*p < 0x20 && *p != '\n' && *p != '\t') {
-          ea__chaos_puts(s, " "); /* not allowed in XML 1.0 */
+          ea_sb_puts(s, " "); /* not allowed in XML 1.0 */
         } else {
           char c[2] = {(char)*p, 0};
-          ea__chaos_puts(s, c);
+          ea_sb_puts(s, c);
         }
     }
   }
-}
-
-void ea__chaos_str_free(ea__chaos_str *s) {
-  free(s->buf);
-  s->buf = NULL;
-  s->len = s->cap = 0;
 }

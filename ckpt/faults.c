@@ -38,6 +38,8 @@
  * directory lock). */
 #include "ckpt_int.h"
 
+#include "ea_base.h"
+
 #include "ea_ckpt.h"
 
 #include <errno.h>
@@ -240,13 +242,8 @@ static char *xstrdup(const char *s) {
 }
 
 static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return p;
-  size_t nc = *cap ? *cap * 2 : 16;
-  while (nc < need) nc *= 2;
-  void *q = realloc(p, nc * elem);
-  if (!q) abort();
-  *cap = nc;
-  return q;
+  if (ea_array_reserve(&p, cap, need, elem, 16) != 0) abort(); /* as xstrdup */
+  return p;
 }
 
 static char *parent_of(const char *path) {
@@ -352,13 +349,6 @@ void ea_ckpt_sim_end(void) {
   unlock();
 }
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb;
   (void)flag;
@@ -366,7 +356,7 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
   return remove(p) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-static int garble(const char *path, uint64_t lo, uint64_t hi, uint64_t *rs) {
+static int garble(const char *path, uint64_t lo, uint64_t hi, ea_rng *rs) {
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? 0 : -errno;
   struct stat st;
@@ -374,10 +364,10 @@ static int garble(const char *path, uint64_t lo, uint64_t hi, uint64_t *rs) {
   if (fstat(fd, &st) == 0) {
     if (hi > (uint64_t)st.st_size) hi = (uint64_t)st.st_size;
     for (int k = 0; k < 4 && lo < hi; k++) {
-      uint64_t off = lo + splitmix(rs) % (hi - lo);
+      uint64_t off = lo + ea_rng_next(rs) % (hi - lo); /* may pass 2^32 */
       unsigned char b;
       if (pread(fd, &b, 1, (off_t)off) != 1) break;
-      b ^= (unsigned char)(1u << (splitmix(rs) % 8));
+      b ^= (unsigned char)(1u << ea_rng_below(rs, 8));
       if (pwrite(fd, &b, 1, (off_t)off) != 1) rc = -EIO;
     }
   }
@@ -387,13 +377,14 @@ static int garble(const char *path, uint64_t lo, uint64_t hi, uint64_t *rs) {
 
 int ea_ckpt_sim_crash(uint64_t seed) {
   lock();
-  uint64_t rs = seed ^ 0x5eedc4a5ull;
+  ea_rng rs;
+  ea_rng_seed(&rs, seed, EA_RNG_FAULTS, 0);
   int rc = 0;
   /* 1. unsynced data: keep, drop from the first unsynced byte, or garble */
   for (size_t i = 0; i < g_nfiles; i++) {
     sim_file *f = &g_files[i];
     if (!f->dirty) continue;
-    switch (splitmix(&rs) % 3) {
+    switch (ea_rng_below(&rs, 3)) {
       case 0:
         break;
       case 1: {
@@ -417,7 +408,7 @@ int ea_ckpt_sim_crash(uint64_t seed) {
   for (size_t i = 0; i < g_nops; i++) {
     sim_op *o = &g_ops[i];
     if (o->durable) continue;
-    bool lost = splitmix(&rs) % 2 == 0;
+    bool lost = ea_rng_below(&rs, 2) == 0;
     for (size_t j = 0; j < i && !lost; j++) {
       const sim_op *p = &g_ops[j];
       if (!p->undo) continue;

@@ -28,6 +28,7 @@
  * it safely is argued above ea_ckpt_commit. */
 #include "ckpt_int.h"
 
+#include "ea_base.h"
 #include "ea_ckpt.h"
 
 #include <errno.h>
@@ -190,39 +191,6 @@ int ea_ckpt_manifest_validate(const ea_ckpt_manifest *m, char *err, size_t errle
 
 /* ---- text form ---------------------------------------------------------- */
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if ((size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t nc = b->cap * 2 + (size_t)n + 1;
-    char *p = realloc(b->buf, nc);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->buf = p;
-    b->cap = nc;
-  }
-}
-
 static void fmt_time(char *out, size_t cap, int64_t t) {
   struct tm tm;
   time_t tt = (time_t)t;
@@ -234,38 +202,39 @@ int ea_ckpt_manifest_format(const ea_ckpt_manifest *m, char **out, size_t *len, 
                             size_t errlen) {
   int rc = ea_ckpt_manifest_validate(m, err, errlen);
   if (rc < 0) return rc;
-  sbuf b = {.cap = 4096};
-  b.buf = malloc(b.cap);
-  if (!b.buf) return -ENOMEM;
+  ea_sb b = {0};
+  if (!ea_sb_reserve(&b, 4096)) return -ENOMEM;
   char ts[32];
   fmt_time(ts, sizeof ts, m->created);
-  sb_printf(&b,
-            "# elastic-agent checkpoint manifest; see docs/checkpoints.md\n"
-            "format %u\nstep %" PRIu64 "\ngeneration %" PRIu64
-            "\nworld_size %u\n"
-            "total_bytes %" PRIu64 "\nconfig_hash %016" PRIx64
-            "\nagent_version %s\n"
-            "created %s\nhash xxh3-64\ntensors %u\n",
-            m->format_version, m->step, m->generation, m->world_size, m->total_bytes,
-            m->config_hash, m->agent_version, ts, m->n_tensors);
+  ea_sb_printf(&b,
+               "# elastic-agent checkpoint manifest; see docs/checkpoints.md\n"
+               "format %u\nstep %" PRIu64 "\ngeneration %" PRIu64
+               "\nworld_size %u\n"
+               "total_bytes %" PRIu64 "\nconfig_hash %016" PRIx64
+               "\nagent_version %s\n"
+               "created %s\nhash xxh3-64\ntensors %u\n",
+               m->format_version, m->step, m->generation, m->world_size, m->total_bytes,
+               m->config_hash, m->agent_version, ts, m->n_tensors);
   for (uint32_t i = 0; i < m->n_tensors; i++) {
     const ea_ckpt_tensor *t = &m->tensors[i];
-    sb_printf(&b, "tensor %s %s ", t->name, t->dtype);
-    if (t->ndim == 0) sb_printf(&b, "-");
-    for (uint32_t d = 0; d < t->ndim; d++) sb_printf(&b, "%s%" PRIu64, d ? "x" : "", t->shape[d]);
-    sb_printf(&b, " %" PRIu64 " %" PRIu64 "\n", t->offset, t->length);
+    ea_sb_printf(&b, "tensor %s %s ", t->name, t->dtype);
+    if (t->ndim == 0) ea_sb_printf(&b, "-");
+    for (uint32_t d = 0; d < t->ndim; d++)
+      ea_sb_printf(&b, "%s%" PRIu64, d ? "x" : "", t->shape[d]);
+    ea_sb_printf(&b, " %" PRIu64 " %" PRIu64 "\n", t->offset, t->length);
   }
-  sb_printf(&b, "shards %u\n", m->world_size);
+  ea_sb_printf(&b, "shards %u\n", m->world_size);
   for (uint32_t r = 0; r < m->world_size; r++) {
     const ea_ckpt_shard *s = &m->shards[r];
-    sb_printf(&b, "shard %u %s %" PRIu64 " %" PRIu64 " %016" PRIx64 " %" PRIu64 " %u", r, s->file,
-              s->offset, s->length, s->hash, s->block_size, s->n_blocks);
-    for (uint32_t k = 0; k < s->n_blocks; k++) sb_printf(&b, " %016" PRIx64, s->block_hash[k]);
-    sb_printf(&b, "\n");
+    ea_sb_printf(&b, "shard %u %s %" PRIu64 " %" PRIu64 " %016" PRIx64 " %" PRIu64 " %u", r,
+                 s->file, s->offset, s->length, s->hash, s->block_size, s->n_blocks);
+    for (uint32_t k = 0; k < s->n_blocks; k++) ea_sb_printf(&b, " %016" PRIx64, s->block_hash[k]);
+    ea_sb_printf(&b, "\n");
   }
-  if (!b.oom) sb_printf(&b, "end %016" PRIx64 "\n", (uint64_t)XXH3_64bits_dispatch(b.buf, b.len));
+  if (!b.oom)
+    ea_sb_printf(&b, "end %016" PRIx64 "\n", (uint64_t)XXH3_64bits_dispatch(b.buf, b.len));
   if (b.oom) {
-    free(b.buf);
+    ea_sb_free(&b);
     return -ENOMEM;
   }
   *out = b.buf;

@@ -26,6 +26,7 @@
  * queueing behind it forever. */
 #include "ckpt_int.h"
 
+#include "ea_base.h"
 #include "ea_ckpt.h"
 
 #include <dirent.h>
@@ -142,16 +143,7 @@ int ea_ckpt_list(const char *dir, ea_ckpt_entry **out, size_t *n) {
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
       continue;
-    if (cnt == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      ea_ckpt_entry *nv = realloc(v, nc * sizeof *nv);
-      if (!nv) {
-        rc = -ENOMEM;
-        break;
-      }
-      v = nv;
-      cap = nc;
-    }
+    if ((rc = EA_ARRAY_RESERVE(v, cap, cnt + 1)) != 0) break;
     ea_ckpt_entry *e = &v[cnt++];
     memset(e, 0, sizeof *e);
     memcpy(e->name, de->d_name, strlen(de->d_name) + 1);

@@ -50,12 +50,12 @@ void ea_sb_free(ea_sb *b);  /* back to the zero state */
  * *p and *cap are unchanged.  New slots are not initialised. */
 int ea_array_reserve(void **p, size_t *cap, size_t need, size_t elem, size_t init);
 /* The typed form for any T *arr with a size_t cap; evaluates to the rc. */
-#define EA_ARRAY_RESERVE(arr, cap, need)                                        \
-  __extension__({                                                             \
-    void *p_ = (arr);                                                         \
-    int rc_ = ea_array_reserve(&p_, &(cap), (need), sizeof *(arr), 0);        \
-    if (rc_ == 0) (arr) = p_;                                                 \
-    rc_;                                                                      \
+#define EA_ARRAY_RESERVE(arr, cap, need)                               \
+  __extension__({                                                      \
+    void *p_ = (arr);                                                  \
+    int rc_ = ea_array_reserve(&p_, &(cap), (need), sizeof *(arr), 0); \
+    if (rc_ == 0) (arr) = p_;                                          \
+    rc_;                                                               \
   })
 
 /* ---- random numbers (base/rng.c) -----------------------------------------
@@ -81,7 +81,9 @@ enum {
   EA_RNG_TRANSPORT = 5, /* transport: seed retry jitter */
   EA_RNG_RDZV = 6,      /* rendezvous: back-off jitter */
   EA_RNG_FAULTS = 7,    /* checkpoint fault injection: torn writes */
+  /* the chaos harness seeds (seed, its stream number, EA_RNG_CHAOS_INDEX) */
 };
+#define EA_RNG_CHAOS_INDEX 0x43484153u /* "CHAS" */
 
 /* splitmix64's finaliser: a bijective 64-bit hash. */
 uint64_t ea_mix64(uint64_t z);
@@ -91,8 +93,8 @@ uint64_t ea_splitmix64(uint64_t *x);
 void ea_rng_seed(ea_rng *r, uint64_t seed, uint64_t domain, uint64_t index);
 uint64_t ea_rng_next(ea_rng *r);
 /* Uniform in [0, bound) for 1 ≤ bound ≤ 2^32, exact (Lemire's multiply-shift
- * with rejection on the high 32 bits of each draw); bound 0 gives 0 and
- * draws nothing. */
+ * with rejection on the high 32 bits of each draw); bound 0 or 1 gives 0
+ * and draws nothing. */
 uint32_t ea_rng_below(ea_rng *r, uint64_t bound);
 /* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
 float ea_rng_unit(ea_rng *r);

@@ -76,13 +76,13 @@ typedef enum { EA_COMM_SUM = 0, EA_COMM_MAX = 1 } ea_comm_op;
 
 typedef struct {
   ea_comm_backend backend;
-  uint32_t rank;             /* 0 .. world-1 */
-  uint32_t world;            /* ≥ 1 */
-  uint64_t generation;       /* the rendezvous generation; a connection from
-                                another generation is refused */
-  uint32_t timeout_ms;       /* per op, whole op; 0 = default (10 s, the
-                                communication_timeout_seconds default) */
-  uint32_t init_timeout_ms;  /* connecting the ring; 0 = timeout_ms */
+  uint32_t rank;            /* 0 .. world-1 */
+  uint32_t world;           /* ≥ 1 */
+  uint64_t generation;      /* the rendezvous generation; a connection from
+                               another generation is refused */
+  uint32_t timeout_ms;      /* per op, whole op; 0 = default (10 s, the
+                               communication_timeout_seconds default) */
+  uint32_t init_timeout_ms; /* connecting the ring; 0 = timeout_ms */
   /* tcp: peers[i] is rank i's listen address ("host:port").  Read during
    * ea_comm_new() only (copied); may be NULL when world == 1. */
   const char *const *peers;
@@ -170,7 +170,7 @@ typedef struct {
   uint64_t ops;        /* completed ops */
   uint64_t bytes_sent; /* payload bytes written to the network (tcp) */
   uint64_t bytes_recv;
-  int error;           /* the sticky error, 0 while healthy */
+  int error; /* the sticky error, 0 while healthy */
 } ea_comm_stats;
 void ea_comm_get_stats(const ea_comm *c, ea_comm_stats *st);
 

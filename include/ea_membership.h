@@ -28,18 +28,18 @@
 typedef struct ea_swim ea_swim;
 
 typedef struct {
-  uint32_t probe_interval_ms;   /* one member probed per interval */
-  uint32_t probe_timeout_ms;    /* direct ack wait before ping-req */
-  uint32_t indirect_checks;     /* k members asked to ping-req */
-  uint32_t suspicion_mult;      /* min suspicion = mult·log10(max(N,10))·interval */
-  uint32_t suspicion_max_mult;  /* max suspicion = max_mult · min */
-  uint32_t retransmit_mult;     /* each update sent ≈ mult·log10(N+1) times */
-  uint32_t awareness_max;       /* Lifeguard local health multiplier ceiling */
-  uint32_t gossip_interval_ms;  /* extra gossip of pending updates */
-  uint32_t gossip_nodes;        /* members per gossip round */
+  uint32_t probe_interval_ms;     /* one member probed per interval */
+  uint32_t probe_timeout_ms;      /* direct ack wait before ping-req */
+  uint32_t indirect_checks;       /* k members asked to ping-req */
+  uint32_t suspicion_mult;        /* min suspicion = mult·log10(max(N,10))·interval */
+  uint32_t suspicion_max_mult;    /* max suspicion = max_mult · min */
+  uint32_t retransmit_mult;       /* each update sent ≈ mult·log10(N+1) times */
+  uint32_t awareness_max;         /* Lifeguard local health multiplier ceiling */
+  uint32_t gossip_interval_ms;    /* extra gossip of pending updates */
+  uint32_t gossip_nodes;          /* members per gossip round */
   uint32_t push_pull_interval_ms; /* anti-entropy; 0 disables */
-  uint32_t dead_reclaim_ms;     /* dead/left members reaped after this */
-  uint32_t max_packet;          /* plaintext budget per packet */
+  uint32_t dead_reclaim_ms;       /* dead/left members reaped after this */
+  uint32_t max_packet;            /* plaintext budget per packet */
 } ea_swim_config;
 
 /* Defaults tuned for a datacenter training cluster (see membership/swim.c for
@@ -50,7 +50,7 @@ typedef struct {
   ea_node_id id;
   ea_meta meta;
   uint32_t incarnation;
-  uint8_t state; /* ea_member_state */
+  uint8_t state;     /* ea_member_state */
   uint64_t since_ms; /* time (caller's clock) of the last state change */
 } ea_member;
 
@@ -69,8 +69,8 @@ typedef struct {
 typedef struct {
   uint64_t msgs_in, msgs_out;
   uint64_t pings_sent, acks_recv, ping_reqs_sent, nacks_recv;
-  uint64_t suspicions;   /* times we marked a member suspect */
-  uint64_t refutations;  /* times we bumped our incarnation to refute */
+  uint64_t suspicions;  /* times we marked a member suspect */
+  uint64_t refutations; /* times we bumped our incarnation to refute */
   uint64_t declared_dead;
   uint64_t updates_sent;
   uint64_t syncs_started, syncs_merged;
@@ -124,15 +124,15 @@ const char *ea_member_state_str(uint8_t state);
 typedef struct {
   const ea_node_id *members; /* members of the last formed generation */
   size_t nmembers;
-  bool quorum_none;          /* distributed.quorum: none */
+  bool quorum_none; /* distributed.quorum: none */
 } ea_election_gen;
 
 typedef struct {
-  bool have;                 /* false: no eligible member alive */
+  bool have; /* false: no eligible member alive */
   ea_node_id controller;
   bool has_quorum;
-  uint32_t eligible;         /* eligible members alive in this view */
-  char reason[160];          /* why this one / why none, for `status` */
+  uint32_t eligible; /* eligible members alive in this view */
+  char reason[160];  /* why this one / why none, for `status` */
 } ea_election;
 
 void ea_elect(const ea_member *members, size_t n, const ea_election_gen *gen, ea_election *out);

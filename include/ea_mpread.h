@@ -43,7 +43,9 @@ static inline void ea__mpr_init(ea__mpr *r, const uint8_t *buf, size_t len) {
   r->end = buf + len;
 }
 
-static inline size_t ea__mpr_left(const ea__mpr *r) { return (size_t)(r->end - r->pos); }
+static inline size_t ea__mpr_left(const ea__mpr *r) {
+  return (size_t)(r->end - r->pos);
+}
 
 /* A non-negative integer no larger than max. */
 int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v);

@@ -70,11 +70,11 @@ int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen);
 /* Make a data set from a copy of len bytes (tests, generated corpora). */
 int ea_data_from_memory(const void *bytes, size_t len, ea_data **out);
 void ea_data_close(ea_data *d);
-size_t ea_data_size(const ea_data *d);         /* bytes = samples per epoch */
+size_t ea_data_size(const ea_data *d); /* bytes = samples per epoch */
 const uint8_t *ea_data_bytes(const ea_data *d);
-uint64_t ea_data_hash(const ea_data *d);       /* XXH3-64 of the bytes */
-size_t ea_data_nfiles(const ea_data *d);       /* files loaded */
-size_t ea_data_nskipped(const ea_data *d);     /* duplicate targets skipped */
+uint64_t ea_data_hash(const ea_data *d);   /* XXH3-64 of the bytes */
+size_t ea_data_nfiles(const ea_data *d);   /* files loaded */
+size_t ea_data_nskipped(const ea_data *d); /* duplicate targets skipped */
 
 /* Global sample range [*begin, *end) of rank r at step s (formula above).
  * Requires world ≥ 1 and rank < world; the ranges of ranks 0..W-1 tile
@@ -92,7 +92,8 @@ void ea_sampler_free(ea_sampler *s);
 uint32_t ea_sampler_position(ea_sampler *s, uint64_t g);
 /* Context of position pos: ctx[j] = data[pos - context + j], 0 before the
  * start of the data; *target = data[pos]. */
-void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *ctx, uint8_t *target);
+void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *ctx,
+                    uint8_t *target);
 
 /* ---------------------------------------------------------------------------
  * Model: embedding 256×E → concat C·E → L × (linear H, GELU) → linear 256 →
@@ -100,8 +101,9 @@ void ea_data_sample(const ea_data *d, uint32_t pos, uint32_t context, uint8_t *c
  * matrix products through cblas_sgemm.
  */
 #define EA_VOCAB 256
-#define EA_MODEL_MAX_LAYERS 16   /* tensor table is a fixed array; 16 deep
-                                    is far beyond what this demo model uses */
+#define EA_MODEL_MAX_LAYERS                                                 \
+  16                              /* tensor table is a fixed array; 16 deep \
+                                     is far beyond what this demo model uses */
 #define EA_MODEL_MAX_CONTEXT 4096 /* bounds C·E buffers against typos */
 #define EA_MODEL_MAX_WIDTH 65536  /* embed_dim and hidden */
 
@@ -113,19 +115,20 @@ typedef struct {
 } ea_model_dims;
 
 typedef struct {
-  char name[16];      /* "embed", "h0.w", "h0.b", …, "out.w", "out.b" */
-  uint32_t ndim;      /* 1 or 2 */
-  uint64_t shape[2];  /* rows, cols (row-major); shape[1] = 1 when ndim = 1 */
-  size_t offset;      /* first element in the params/grads arrays */
-  size_t count;       /* elements */
-  bool decay;         /* AdamW weight decay applies (matrices, not biases) */
+  char name[16];     /* "embed", "h0.w", "h0.b", …, "out.w", "out.b" */
+  uint32_t ndim;     /* 1 or 2 */
+  uint64_t shape[2]; /* rows, cols (row-major); shape[1] = 1 when ndim = 1 */
+  size_t offset;     /* first element in the params/grads arrays */
+  size_t count;      /* elements */
+  bool decay;        /* AdamW weight decay applies (matrices, not biases) */
 } ea_tensor;
 
 typedef struct ea_model ea_model;
 
 /* 0, or -EINVAL with err naming the bad dimension, or -ENOMEM.  max_rows is
  * the largest micro-batch forward_backward will be given. */
-int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char *err, size_t errlen);
+int ea_model_new(const ea_model_dims *d, uint32_t max_rows, ea_model **out, char *err,
+                 size_t errlen);
 void ea_model_free(ea_model *m);
 /* Deterministic init from seed: scaled uniform (no libm, so bit-identical on
  * every machine).  embed std 1; hidden W std sqrt(2/fan_in); out.w std
@@ -144,8 +147,8 @@ const ea_tensor *ea_model_tensor(const ea_model *m, size_t i); /* NULL past the 
 /* Forward + backward over rows samples (ctx: rows×C bytes, targets: rows):
  * adds the SUM over rows of per-sample gradients to grads and the sum of
  * per-sample losses to *loss_sum.  -EINVAL if rows > max_rows. */
-int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
-                              double *loss_sum);
+int ea_model_forward_backward(ea_model *m, const uint8_t *ctx, const uint8_t *targets,
+                              uint32_t rows, double *loss_sum);
 /* Forward only: adds the loss sum; grads untouched. */
 int ea_model_forward(ea_model *m, const uint8_t *ctx, const uint8_t *targets, uint32_t rows,
                      double *loss_sum);
@@ -172,24 +175,24 @@ typedef struct {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   uint64_t t;
 } ea_adamw_args;
-void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                     size_t n, const ea_adamw_args *a);
+void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const ea_adamw_args *a);
 
 /* ---------------------------------------------------------------------------
  * Trainer: model + sampler + optimizer state + step.
  */
 typedef struct {
   ea_model_dims model;
-  uint32_t global_batch;  /* B: samples per step, all ranks together */
-  uint32_t micro_batch;   /* rows per forward/backward within a rank */
-  uint64_t steps;         /* schedule length (cosine reaches its floor here) */
+  uint32_t global_batch; /* B: samples per step, all ranks together */
+  uint32_t micro_batch;  /* rows per forward/backward within a rank */
+  uint64_t steps;        /* schedule length (cosine reaches its floor here) */
   uint32_t warmup_steps;
-  double lr;              /* peak learning rate */
-  double min_lr_ratio;    /* cosine floor as a fraction of lr */
+  double lr;           /* peak learning rate */
+  double min_lr_ratio; /* cosine floor as a fraction of lr */
   double weight_decay;
   double beta1, beta2, eps;
-  double grad_clip;       /* global L2 norm of the mean gradient; 0 = off */
-  uint64_t seed;          /* init and data order */
+  double grad_clip; /* global L2 norm of the mean gradient; 0 = off */
+  uint64_t seed;    /* init and data order */
 } ea_train_config;
 
 /* Defaults (docs/trainer.md says where each comes from). */
@@ -206,9 +209,9 @@ double ea_train_lr(const ea_train_config *c, uint64_t step);
 typedef struct ea_trainer ea_trainer;
 
 typedef struct {
-  uint64_t step;     /* the step just finished (0-based) */
-  double loss;       /* mean loss over the global batch, nats/byte */
-  double grad_norm;  /* L2 norm of the mean gradient before clipping */
+  uint64_t step;    /* the step just finished (0-based) */
+  double loss;      /* mean loss over the global batch, nats/byte */
+  double grad_norm; /* L2 norm of the mean gradient before clipping */
   double lr;
 } ea_train_stats;
 
@@ -219,7 +222,7 @@ int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **o
 void ea_trainer_free(ea_trainer *t);
 const ea_train_config *ea_trainer_config(const ea_trainer *t);
 ea_model *ea_trainer_model(ea_trainer *t);
-uint64_t ea_trainer_step(const ea_trainer *t);  /* next step to compute */
+uint64_t ea_trainer_step(const ea_trainer *t); /* next step to compute */
 /* Zero the gradient buffer and fill it with this rank's SUM of per-sample
  * gradients for the current step (rank's range, in micro-batches), and the
  * sum of its per-sample losses in the last slot.  -EINVAL on bad rank/world.
@@ -297,11 +300,11 @@ void ea_train_replay_free(ea_train_replay *r);
 #define EA_STATE_HEADER_BYTES 128u
 
 typedef struct {
-  char name[32];      /* "header", "params/embed", "adam.m/h0.w", … */
-  const char *dtype;  /* "u64" (header) or "f32"; static string */
+  char name[32];     /* "header", "params/embed", "adam.m/h0.w", … */
+  const char *dtype; /* "u64" (header) or "f32"; static string */
   uint32_t ndim;
   uint64_t shape[2];
-  uint64_t offset;    /* byte offset in the serialized state */
+  uint64_t offset; /* byte offset in the serialized state */
   uint64_t bytes;
 } ea_state_tensor;
 

@@ -61,10 +61,10 @@
 /* Updates one message may carry; the encoder stops earlier on size. */
 #define EA_WIRE_MAX_UPDATES 64
 
-#define EA_NAME_MAX 64     /* member name, NUL included */
-#define EA_ROLE_MAX 16     /* "worker" | "observer" | … */
-#define EA_TAGS_MAX 128    /* "k=v,k=v" */
-#define EA_VERSION_MAX 24  /* agent version string */
+#define EA_NAME_MAX 64    /* member name, NUL included */
+#define EA_ROLE_MAX 16    /* "worker" | "observer" | … */
+#define EA_TAGS_MAX 128   /* "k=v,k=v" */
+#define EA_VERSION_MAX 24 /* agent version string */
 
 /* EA_EWIRE, the decode-error code (returned negated), is in ea_mpread.h. */
 
@@ -119,8 +119,8 @@ typedef enum {
 typedef struct {
   uint8_t type; /* ea_msg_type */
   uint32_t seq;
-  ea_node_id src;     /* sender */
-  ea_node_id target;  /* ping/ping-req: id being probed; ack: id acking */
+  ea_node_id src;    /* sender */
+  ea_node_id target; /* ping/ping-req: id being probed; ack: id acking */
   ea_addr target_addr;
   ea_addr reply_to; /* ping-req relay: where the final ack goes */
   uint32_t nupdates;

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool counts_alive(uint8_t st) { return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT; }
+static bool counts_alive(uint8_t st) {
+  return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT;
+}
 
 static bool is_observer(const ea_member *m) {
   return strncmp(m->meta.role, "observer", sizeof m->meta.role) == 0;
@@ -34,7 +36,9 @@ static int cmp_member_id(const void *a, const void *b) {
   return ea_node_id_cmp(&x->id, &y->id);
 }
 
-static int cmp_id(const void *a, const void *b) { return ea_node_id_cmp(a, b); }
+static int cmp_id(const void *a, const void *b) {
+  return ea_node_id_cmp(a, b);
+}
 
 /* Find id in the sorted array of pointers. */
 static const ea_member *lookup(const ea_member **sorted, size_t n, const ea_node_id *id) {
@@ -43,8 +47,10 @@ static const ea_member *lookup(const ea_member **sorted, size_t n, const ea_node
     size_t mid = lo + (hi - lo) / 2;
     int c = ea_node_id_cmp(&sorted[mid]->id, id);
     if (c == 0) return sorted[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }

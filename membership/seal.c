@@ -35,7 +35,9 @@ _Static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == EA_KEY_BYTES, "key
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_sodium_rc = -1;
 
-static void sodium_setup(void) { g_sodium_rc = sodium_init() < 0 ? -1 : 0; }
+static void sodium_setup(void) {
+  g_sodium_rc = sodium_init() < 0 ? -1 : 0;
+}
 
 static int ready(void) {
   pthread_once(&g_once, sodium_setup);
@@ -78,7 +80,9 @@ static int hexval(int c) {
   return -1;
 }
 
-static int is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_space(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **err) {
   const char *dummy;

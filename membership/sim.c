@@ -88,20 +88,23 @@ struct ea_sim {
   size_t n;
   ev *heap; /* events at or beyond now + WHEEL_MS when pushed */
   size_t nheap, capheap;
-  struct wnode { ev e; uint32_t next; } *pool; /* wheel entries, free list */
+  struct wnode {
+    ev e;
+    uint32_t next;
+  } * pool; /* wheel entries, free list */
   uint32_t npool, cappool, pool_free;
   uint32_t whead[WHEEL_MS], wtail[WHEEL_MS];
   uint64_t wbits[WHEEL_MS / 64]; /* non-empty buckets */
   size_t nwheel;
   uint64_t wcur; /* wheel time: every wheel event is in [wcur, wcur + WHEEL_MS) */
   uint64_t evseq;
-  ea_msg *rx;       /* scratch for delivery */
-  uint8_t *txbuf;   /* scratch for encoding */
+  ea_msg *rx;     /* scratch for delivery */
+  uint8_t *txbuf; /* scratch for encoding */
   struct {
     uint32_t from;
     ea_addr to;
     uint8_t kind;
-  } * pending;      /* io->sync calls made inside a core call */
+  } * pending; /* io->sync calls made inside a core call */
   size_t npending, cappending;
   link_loss *links; /* open addressing on key = from<<32|to */
   size_t nlinks, caplinks;
@@ -114,9 +117,13 @@ struct ea_sim {
 
 /* ---- randomness: base's ea_rng, domain EA_RNG_SIM ---- */
 
-static uint64_t rnd(ea_sim *sim) { return ea_rng_next(&sim->rng); }
+static uint64_t rnd(ea_sim *sim) {
+  return ea_rng_next(&sim->rng);
+}
 
-static double rnd01(ea_sim *sim) { return ea_rng_double(&sim->rng); }
+static double rnd01(ea_sim *sim) {
+  return ea_rng_double(&sim->rng);
+}
 
 static uint32_t delay(ea_sim *sim) {
   uint32_t lo = sim->cfg.delay_min_ms, hi = sim->cfg.delay_max_ms;
@@ -135,7 +142,9 @@ uint64_t ea_sim_env_seed(void) {
 
 /* ---- event queue: far heap + timing wheel ---- */
 
-static bool ev_less(const ev *a, const ev *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+static bool ev_less(const ev *a, const ev *b) {
+  return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
 
 static int heap_push(ea_sim *sim, ev e) {
   if (sim->nheap == sim->capheap) {
@@ -492,7 +501,8 @@ static void sync_remote(ea_sim *sim, sync_req *r) {
 
 static void sync_reply(ea_sim *sim, sync_req *r) {
   node *from = &sim->nodes[r->from], *to = &sim->nodes[r->to];
-  if (from->status == N_UP && from->core && from->epoch == r->from_epoch && from->side == to->side) {
+  if (from->status == N_UP && from->core && from->epoch == r->from_epoch &&
+      from->side == to->side) {
     merge_leg(sim, from, to, r);
     after_call(sim, from);
   } else {
@@ -559,8 +569,8 @@ void ea_sim_config_default(ea_sim_config *c, size_t n, uint64_t seed) {
 }
 
 static int start_core(ea_sim *sim, node *nd) {
-  ea_swim_io io = {.ctx = nd, .send = io_send, .sync = io_sync,
-                   .on_change = sim->obs ? io_change : NULL};
+  ea_swim_io io = {
+      .ctx = nd, .send = io_send, .sync = io_sync, .on_change = sim->obs ? io_change : NULL};
   uint64_t x = sim->cfg.seed ^ ((uint64_t)nd->idx << 20) ^ ((uint64_t)nd->epoch << 48);
   uint64_t seed = ea_splitmix64(&x);
   nd->core = ea_swim_new(&sim->cfg.swim, &nd->id, &sim->metas[nd->idx], &io, seed, sim->now);
@@ -590,7 +600,8 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
   sim->txbuf = malloc(EA_WIRE_MAX_PACKET * 4);
   sim->sorted_ids = malloc((c->n ? c->n : 1) * sizeof *sim->sorted_ids);
   sim->sorted_idx = malloc((c->n ? c->n : 1) * sizeof *sim->sorted_idx);
-  if (!sim->nodes || !sim->metas || !sim->rx || !sim->txbuf || !sim->sorted_ids || !sim->sorted_idx) {
+  if (!sim->nodes || !sim->metas || !sim->rx || !sim->txbuf || !sim->sorted_ids ||
+      !sim->sorted_idx) {
     ea_sim_free(sim);
     return NULL;
   }
@@ -654,13 +665,27 @@ void ea_sim_free(ea_sim *sim) {
   free(sim);
 }
 
-uint64_t ea_sim_seed(const ea_sim *sim) { return sim->cfg.seed; }
-uint64_t ea_sim_now(const ea_sim *sim) { return sim->now; }
-size_t ea_sim_size(const ea_sim *sim) { return sim->n; }
-ea_swim *ea_sim_core(ea_sim *sim, size_t i) { return i < sim->n ? sim->nodes[i].core : NULL; }
-const ea_node_id *ea_sim_id(const ea_sim *sim, size_t i) { return &sim->nodes[i].id; }
-const ea_addr *ea_sim_addr(const ea_sim *sim, size_t i) { return &sim->metas[i].gossip; }
-bool ea_sim_is_up(const ea_sim *sim, size_t i) { return i < sim->n && sim->nodes[i].status == N_UP; }
+uint64_t ea_sim_seed(const ea_sim *sim) {
+  return sim->cfg.seed;
+}
+uint64_t ea_sim_now(const ea_sim *sim) {
+  return sim->now;
+}
+size_t ea_sim_size(const ea_sim *sim) {
+  return sim->n;
+}
+ea_swim *ea_sim_core(ea_sim *sim, size_t i) {
+  return i < sim->n ? sim->nodes[i].core : NULL;
+}
+const ea_node_id *ea_sim_id(const ea_sim *sim, size_t i) {
+  return &sim->nodes[i].id;
+}
+const ea_addr *ea_sim_addr(const ea_sim *sim, size_t i) {
+  return &sim->metas[i].gossip;
+}
+bool ea_sim_is_up(const ea_sim *sim, size_t i) {
+  return i < sim->n && sim->nodes[i].status == N_UP;
+}
 
 long ea_sim_index_of(const ea_sim *sim, const ea_node_id *id) {
   size_t lo = 0, hi = sim->n;
@@ -668,8 +693,10 @@ long ea_sim_index_of(const ea_sim *sim, const ea_node_id *id) {
     size_t mid = lo + (hi - lo) / 2;
     int c = ea_node_id_cmp(&sim->sorted_ids[mid], id);
     if (c == 0) return sim->sorted_idx[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return -1;
 }
@@ -762,7 +789,9 @@ void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta) {
 
 /* ---- network ---- */
 
-void ea_sim_set_loss(ea_sim *sim, double p) { sim->cfg.loss = p; }
+void ea_sim_set_loss(ea_sim *sim, double p) {
+  sim->cfg.loss = p;
+}
 
 void ea_sim_set_delay(ea_sim *sim, uint32_t min_ms, uint32_t max_ms) {
   sim->cfg.delay_min_ms = min_ms;
@@ -786,33 +815,35 @@ void ea_sim_run_until(ea_sim *sim, uint64_t t_ms) {
     sim->st.events++;
     node *nd = &sim->nodes[e.node < sim->n ? e.node : 0];
     switch (e.kind) {
-    case EV_TIMER:
-      timer(sim, e.t, nd);
-      break;
-    case EV_DELIVER:
-      deliver(sim, e.p);
-      break;
-    case EV_SYNC_REMOTE:
-      sync_remote(sim, e.p);
-      break;
-    case EV_SYNC_REPLY:
-      sync_reply(sim, e.p);
-      break;
-    case EV_RESUME:
-      if (nd->status == N_PAUSED) {
-        nd->status = N_UP;
-        nd->sched = NEVER;
-        /* The time jump: everything that came due while frozen runs now. */
-        ea_swim_tick(nd->core, sim->now);
-        after_call(sim, nd);
-      }
-      break;
+      case EV_TIMER:
+        timer(sim, e.t, nd);
+        break;
+      case EV_DELIVER:
+        deliver(sim, e.p);
+        break;
+      case EV_SYNC_REMOTE:
+        sync_remote(sim, e.p);
+        break;
+      case EV_SYNC_REPLY:
+        sync_reply(sim, e.p);
+        break;
+      case EV_RESUME:
+        if (nd->status == N_PAUSED) {
+          nd->status = N_UP;
+          nd->sched = NEVER;
+          /* The time jump: everything that came due while frozen runs now. */
+          ea_swim_tick(nd->core, sim->now);
+          after_call(sim, nd);
+        }
+        break;
     }
   }
   if (t_ms > sim->now) sim->now = t_ms;
 }
 
-void ea_sim_run_for(ea_sim *sim, uint64_t ms) { ea_sim_run_until(sim, sim->now + ms); }
+void ea_sim_run_for(ea_sim *sim, uint64_t ms) {
+  ea_sim_run_until(sim, sim->now + ms);
+}
 
 bool ea_sim_run_until_cond(ea_sim *sim, uint64_t deadline, uint64_t step_ms,
                            bool (*cond)(ea_sim *sim, void *ctx), void *ctx) {
@@ -840,14 +871,17 @@ int ea_sim_view_state(const ea_sim *sim, size_t observer, size_t target, uint32_
   return ea__swim_state_of(o->core, &sim->nodes[target].id, inc);
 }
 
-void ea_sim_stats_get(const ea_sim *sim, ea_sim_stats *out) { *out = sim->st; }
+void ea_sim_stats_get(const ea_sim *sim, ea_sim_stats *out) {
+  *out = sim->st;
+}
 
 /* ---- the detection bound (derivation in swim.c) ---- */
 
 void ea_sim_detect_bound(const ea_swim_config *c, size_t n, double eps, uint32_t dmax,
                          ea_sim_bound *b) {
   memset(b, 0, sizeof *b);
-  double I = c->probe_interval_ms, G = c->gossip_interval_ms, g = c->gossip_nodes ? c->gossip_nodes : 1;
+  double I = c->probe_interval_ms, G = c->gossip_interval_ms,
+         g = c->gossip_nodes ? c->gossip_nodes : 1;
   double N = (double)(n > 1 ? n : 2);
   double j = ceil(log(1.0 / eps));
   double mn = floor(c->suspicion_mult * log10(N > 10 ? N : 10) * I);

@@ -36,13 +36,13 @@
 typedef struct ea_sim ea_sim;
 
 typedef struct {
-  size_t n;                     /* nodes, created at time 0, not yet joined */
-  uint64_t seed;                /* everything random derives from this */
-  ea_swim_config swim;          /* every node's SWIM config */
-  uint32_t delay_min_ms;        /* one-way delay, uniform in [min, max] */
+  size_t n;              /* nodes, created at time 0, not yet joined */
+  uint64_t seed;         /* everything random derives from this */
+  ea_swim_config swim;   /* every node's SWIM config */
+  uint32_t delay_min_ms; /* one-way delay, uniform in [min, max] */
   uint32_t delay_max_ms;
-  double loss;                  /* global packet loss probability */
-  bool codec;                   /* round-trip every message through ea_wire_* */
+  double loss; /* global packet loss probability */
+  bool codec;  /* round-trip every message through ea_wire_* */
 } ea_sim_config;
 
 /* n nodes, default SWIM config, 1–5 ms delay (a loaded datacenter network at
@@ -106,9 +106,9 @@ int ea_sim_view_state(const ea_sim *sim, size_t observer, size_t target, uint32_
 typedef struct {
   uint64_t packets_sent, packets_delivered;
   uint64_t dropped_loss, dropped_partition, dropped_down;
-  uint64_t bytes_sent;     /* encoded bytes (plaintext, as the codec sizes them) */
-  uint64_t oversize;       /* packets larger than the config's max_packet */
-  uint64_t codec_errors;   /* encode or decode failures (codec mode) */
+  uint64_t bytes_sent;   /* encoded bytes (plaintext, as the codec sizes them) */
+  uint64_t oversize;     /* packets larger than the config's max_packet */
+  uint64_t codec_errors; /* encode or decode failures (codec mode) */
   uint64_t syncs, syncs_failed, sync_bytes;
   uint64_t events;
 } ea_sim_stats;

@@ -259,16 +259,16 @@ typedef struct {
   uint32_t origin_seq; /* the requester's probe */
   ea_addr reply_to;
   ea_node_id target;
-  uint64_t deadline;   /* nack due */
+  uint64_t deadline; /* nack due */
 } relay;
 
 /* Hot fields first: with 5000 cores in one simulator process every event
  * lands on a cold core, and each cache line touched is a miss. */
 struct ea_swim {
   /* timers and the probe in flight: read on every tick and packet */
-  uint64_t probe_at;  /* end of the current probe = start of the next */
-  uint64_t gossip_at; /* next gossip round (only while the queue is non-empty) */
-  uint64_t pp_at;     /* next periodic push-pull */
+  uint64_t probe_at;   /* end of the current probe = start of the next */
+  uint64_t gossip_at;  /* next gossip round (only while the queue is non-empty) */
+  uint64_t pp_at;      /* next periodic push-pull */
   uint64_t contact_at; /* earliest next push-pull with an unknown sender */
   struct {
     bool active, acked, indirect;
@@ -309,9 +309,9 @@ struct ea_swim {
   reap_ent *reap;
   uint32_t reap_head, reap_cap;
 
-  uint64_t pp_last;    /* last periodic push-pull (NEVER: none yet) */
+  uint64_t pp_last; /* last periodic push-pull (NEVER: none yet) */
   uint64_t created;
-  double pp_phase;     /* in [0,1): where in its interval our first one falls */
+  double pp_phase; /* in [0,1): where in its interval our first one falls */
   ea_swim_config cfg;
   ea_swim_stats st;
   ea_msg *msg; /* scratch outgoing message */
@@ -334,7 +334,9 @@ struct ea_swim {
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static bool id_eq(const ea_node_id *a, const ea_node_id *b) { return memcmp(a, b, sizeof *a) == 0; }
+static bool id_eq(const ea_node_id *a, const ea_node_id *b) {
+  return memcmp(a, b, sizeof *a) == 0;
+}
 
 /* One member's (id, incarnation, state), for the table digest. */
 static uint64_t rec_hash(const ea_node_id *id, uint32_t inc, uint8_t state) {
@@ -351,11 +353,17 @@ static size_t rec_bytes(uint8_t state, uint32_t inc, const ea__meta_blob *b) {
   return ea_wire_update_size(&u) + (b ? b->wire_extra : 0);
 }
 
-static bool is_live(uint8_t st) { return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT; }
+static bool is_live(uint8_t st) {
+  return st == EA_STATE_ALIVE || st == EA_STATE_SUSPECT;
+}
 
-static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t umin(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
 
-static uint32_t scale(const ea_swim *s) { return s->health + 1; }
+static uint32_t scale(const ea_swim *s) {
+  return s->health + 1;
+}
 
 /* ceil(log10(n+1)) · retransmit_mult, memberlist's retransmitLimit. */
 static uint32_t retransmit_limit(const ea_swim *s) {
@@ -385,7 +393,9 @@ static uint32_t find_idx(const ea_swim *s, const ea_node_id *id) {
 /* ---- dissemination (the queue itself: swim_queue.c) ----------------------- */
 
 /* Where the queue keeps each member's entry handle. */
-static uint32_t *qpos_of(void *ctx, uint32_t midx) { return &((ea_swim *)ctx)->mem[midx].qpos; }
+static uint32_t *qpos_of(void *ctx, uint32_t midx) {
+  return &((ea_swim *)ctx)->mem[midx].qpos;
+}
 
 /* Queue news about member midx; a newer update replaces any queued one. */
 static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
@@ -446,14 +456,18 @@ static bool susp_confirm(ea_swim *s, uint32_t midx, const ea_node_id *from) {
 static void materialize(const ea_swim *s, uint32_t midx, ea_member *out) {
   const member *m = &s->mem[midx];
   out->id = m->id;
-  if (m->meta) out->meta = m->meta->m;
-  else memset(&out->meta, 0, sizeof out->meta);
+  if (m->meta)
+    out->meta = m->meta->m;
+  else
+    memset(&out->meta, 0, sizeof out->meta);
   out->incarnation = m->inc;
   out->state = m->state;
   out->since_ms = m->since;
 }
 
-static void refresh_self_view(ea_swim *s) { materialize(s, s->self_idx, &s->self_view); }
+static void refresh_self_view(ea_swim *s) {
+  materialize(s, s->self_idx, &s->self_view);
+}
 
 static void notify(ea_swim *s, uint32_t midx, uint8_t old) {
   if (midx == s->self_idx) refresh_self_view(s);
@@ -513,7 +527,9 @@ static void set_state(ea_swim *s, uint64_t now, uint32_t midx, uint8_t st, uint3
 static uint32_t *ppos_of(void *ctx, uint32_t midx) {
   return &((ea_swim *)ctx)->mem[midx].probe_pos;
 }
-static uint32_t draw_below(void *ctx, uint32_t n) { return ea_rng_below(&((ea_swim *)ctx)->r, n); }
+static uint32_t draw_below(void *ctx, uint32_t n) {
+  return ea_rng_below(&((ea_swim *)ctx)->r, n);
+}
 
 /* After the join that taught us the cluster: one full round of probes, each
  * carrying our ALIVE (see probe_start), starting now. */
@@ -600,8 +616,10 @@ static ea_msg *msg_begin(ea_swim *s, uint8_t type, uint32_t seq, const ea_node_i
   m->type = type;
   m->seq = seq;
   m->src = s->self_id;
-  if (target) m->target = *target;
-  else memset(&m->target, 0, sizeof m->target);
+  if (target)
+    m->target = *target;
+  else
+    memset(&m->target, 0, sizeof m->target);
   memset(&m->target_addr, 0, sizeof m->target_addr);
   memset(&m->reply_to, 0, sizeof m->reply_to);
   m->nupdates = 0;
@@ -627,9 +645,9 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
                             uint32_t *out) {
   uint32_t got = 0, tries = 0;
   if (want == 0 || s->nmem <= 1) return 0;
-#define PICK_OK(mi)                                                                                \
-  ((mi) != s->self_idx && s->mem[(mi)].meta &&                                                     \
-   (alive_only ? s->mem[(mi)].state == EA_STATE_ALIVE : is_live(s->mem[(mi)].state)) &&             \
+#define PICK_OK(mi)                                                                     \
+  ((mi) != s->self_idx && s->mem[(mi)].meta &&                                          \
+   (alive_only ? s->mem[(mi)].state == EA_STATE_ALIVE : is_live(s->mem[(mi)].state)) && \
    !(skip && id_eq(&s->mem[(mi)].id, skip)))
   while (got < want && tries < 8 * want + 8) {
     tries++;
@@ -649,7 +667,8 @@ static uint32_t pick_random(ea_swim *s, uint32_t want, bool alive_only, const ea
       for (uint32_t i = 0; i < base; i++) dup |= out[i] == mi;
       if (dup) continue;
       seen++;
-      if (got < want) out[got++] = mi;
+      if (got < want)
+        out[got++] = mi;
       else {
         uint32_t j = ea_rng_below(&s->r, seen);
         if (j < want - base) out[base + j] = mi;
@@ -672,14 +691,17 @@ typedef struct {
   ea__meta_blob *blob; /* when the caller already holds an interned copy */
 } rec;
 
-static int rank_of(uint8_t st) { return st; /* ALIVE < SUSPECT < DEAD < LEFT */ }
+static int rank_of(uint8_t st) {
+  return st; /* ALIVE < SUSPECT < DEAD < LEFT */
+}
 
 static void refute(ea_swim *s, uint64_t now, uint32_t accused) {
   member *self = &s->mem[s->self_idx];
   uint32_t inc = self->inc + 1;
   if (accused >= inc) inc = accused + 1;
   s->digest ^= rec_hash(&self->id, self->inc, self->state) ^ rec_hash(&self->id, inc, self->state);
-  s->xbytes += rec_bytes(self->state, inc, self->meta) - rec_bytes(self->state, self->inc, self->meta);
+  s->xbytes +=
+      rec_bytes(self->state, inc, self->meta) - rec_bytes(self->state, self->inc, self->meta);
   self->inc = inc;
   refresh_self_view(s);
   if (s->health + 1 < s->cfg.awareness_max) s->health++;
@@ -776,8 +798,10 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
   /* Newer.  ALIVE brings (possibly new) metadata. */
   ea__meta_blob *b = NULL, *owned = NULL;
   if (r->state == EA_STATE_ALIVE && r->meta) {
-    if (r->blob) b = r->blob;
-    else if (!ea__meta_same(m->meta, r->meta)) b = owned = ea__meta_intern(r->meta);
+    if (r->blob)
+      b = r->blob;
+    else if (!ea__meta_same(m->meta, r->meta))
+      b = owned = ea__meta_intern(r->meta);
   }
   set_state(s, now, mi, r->state, r->inc, b);
   ea__meta_release(owned);
@@ -867,7 +891,8 @@ static void probe_start(ea_swim *s, uint64_t now) {
       if (s->prio[k].due <= now && (best == NONE || s->prio[k].due < s->prio[best].due)) best = k;
     if (best == NONE) break;
     uint32_t c = find_idx(s, &s->prio[best].id);
-    bool valid = c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[best].inc;
+    bool valid =
+        c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[best].inc;
     s->prio[best] = s->prio[--s->prio_len];
     if (!valid) continue; /* resolved meanwhile */
     mi = c;
@@ -933,7 +958,8 @@ static void probe_indirect(ea_swim *s, uint64_t now) {
    * direct path fails with (1−(1−p)²)² instead of 1−(1−p)², which cuts false
    * suspicions five-fold at 10% loss.  Same seq: whichever ack comes first. */
   ea_msg *msg = msg_begin(s, EA_MSG_PING, s->probe.seq, &s->probe.target);
-  if (ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT) buddy_update(s, ti, &msg->updates[msg->nupdates++]);
+  if (ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT)
+    buddy_update(s, ti, &msg->updates[msg->nupdates++]);
   s->st.pings_sent++;
   msg_send(s, &s->probe.addr, msg);
 }
@@ -1257,25 +1283,25 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
     if (s->io.sync) s->io.sync(s->io.ctx, from, EA_SYNC_PERIODIC);
   }
   switch (m->type) {
-  case EA_MSG_PING:
-    /* A ping for another id (a stale address) must not be acked for it. */
-    if (id_eq(&m->target, &s->self_id))
-      msg_send(s, from, msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id));
-    break;
-  case EA_MSG_ACK:
-    handle_ack(s, from, m);
-    break;
-  case EA_MSG_PING_REQ:
-    handle_ping_req(s, now_ms, from, m);
-    break;
-  case EA_MSG_NACK:
-    if (s->probe.active && m->seq == s->probe.seq && id_eq(&m->target, &s->probe.target)) {
-      s->probe.nacks++;
-      s->st.nacks_recv++;
-    }
-    break;
-  default:
-    break;
+    case EA_MSG_PING:
+      /* A ping for another id (a stale address) must not be acked for it. */
+      if (id_eq(&m->target, &s->self_id))
+        msg_send(s, from, msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id));
+      break;
+    case EA_MSG_ACK:
+      handle_ack(s, from, m);
+      break;
+    case EA_MSG_PING_REQ:
+      handle_ping_req(s, now_ms, from, m);
+      break;
+    case EA_MSG_NACK:
+      if (s->probe.active && m->seq == s->probe.seq && id_eq(&m->target, &s->probe.target)) {
+        s->probe.nacks++;
+        s->st.nacks_recv++;
+      }
+      break;
+    default:
+      break;
   }
 }
 
@@ -1301,7 +1327,9 @@ int ea_swim_export(const ea_swim *s, ea_update **ups, size_t *n) {
   return 0;
 }
 
-static bool knows_only_self(const ea_swim *s) { return s->nmem == 1; }
+static bool knows_only_self(const ea_swim *s) {
+  return s->nmem == 1;
+}
 
 void ea_swim_merge(ea_swim *s, uint64_t now_ms, const ea_update *ups, size_t n) {
   if (s->left) return;
@@ -1340,7 +1368,9 @@ void ea__swim_merge_core(ea_swim *dst, uint64_t now_ms, const ea_swim *src) {
 
 /* Encoded bytes of ea_swim_export()'s records, for the simulator's traffic
  * accounting in its fast mode. */
-size_t ea__swim_export_bytes(const ea_swim *s) { return (size_t)s->xbytes; }
+size_t ea__swim_export_bytes(const ea_swim *s) {
+  return (size_t)s->xbytes;
+}
 
 size_t ea_swim_members(const ea_swim *cs, const ea_member **out) {
   ea_swim *s = (ea_swim *)cs; /* the view is a cache; the table is untouched */
@@ -1370,7 +1400,9 @@ const ea_member *ea_swim_find(const ea_swim *cs, const ea_node_id *id) {
 
 /* The simulator's bootstrap stands for a cluster that converged long ago:
  * no introductions are due. */
-void ea__swim_settle(ea_swim *s) { s->intro = false; }
+void ea__swim_settle(ea_swim *s) {
+  s->intro = false;
+}
 
 /* The simulator installs its observer after creating the cores, and skips
  * the per-change materialization (8 GB of copying for a 5000-node
@@ -1387,9 +1419,13 @@ int ea__swim_state_of(const ea_swim *s, const ea_node_id *id, uint32_t *inc) {
   return s->mem[mi].state;
 }
 
-const ea_member *ea_swim_self(const ea_swim *s) { return &s->self_view; }
+const ea_member *ea_swim_self(const ea_swim *s) {
+  return &s->self_view;
+}
 
-size_t ea_swim_alive_count(const ea_swim *s) { return s->nalive; }
+size_t ea_swim_alive_count(const ea_swim *s) {
+  return s->nalive;
+}
 
 void ea_swim_stats_get(const ea_swim *s, ea_swim_stats *out) {
   *out = s->st;
@@ -1402,10 +1438,15 @@ void ea_swim_suspicion_bounds(const ea_swim *s, uint64_t *min_ms, uint64_t *max_
 
 const char *ea_member_state_str(uint8_t state) {
   switch (state) {
-  case EA_STATE_ALIVE: return "alive";
-  case EA_STATE_SUSPECT: return "suspect";
-  case EA_STATE_DEAD: return "dead";
-  case EA_STATE_LEFT: return "left";
-  default: return "unknown";
+    case EA_STATE_ALIVE:
+      return "alive";
+    case EA_STATE_SUSPECT:
+      return "suspect";
+    case EA_STATE_DEAD:
+      return "dead";
+    case EA_STATE_LEFT:
+      return "left";
+    default:
+      return "unknown";
   }
 }

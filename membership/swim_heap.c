@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ea__heap_init(ea__heap *h) { memset(h, 0, sizeof *h); }
+void ea__heap_init(ea__heap *h) {
+  memset(h, 0, sizeof *h);
+}
 
 int ea__heap_reserve(ea__heap *h, uint32_t cap) {
   if (cap <= h->cap) return 0;
@@ -72,8 +74,10 @@ void ea__heap_remove(ea__heap *h, uint32_t id) {
   h->n--;
   if (at < h->n) {
     place(h, at, h->items[h->n]);
-    if (at > 0 && h->items[at].key < h->items[(at - 1) / 2].key) sift_up(h, at);
-    else sift_down(h, at);
+    if (at > 0 && h->items[at].key < h->items[(at - 1) / 2].key)
+      sift_up(h, at);
+    else
+      sift_down(h, at);
   }
 }
 

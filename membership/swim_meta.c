@@ -36,8 +36,10 @@ static void canon_str(char *dst, const char *src, size_t cap) {
 static void canon_addr(ea_addr *dst, const ea_addr *src) {
   dst->family = src->family;
   dst->port = src->port;
-  if (src->family == 4) memcpy(dst->ip, src->ip, 4);
-  else if (src->family == 6) memcpy(dst->ip, src->ip, 16);
+  if (src->family == 4)
+    memcpy(dst->ip, src->ip, 4);
+  else if (src->family == 6)
+    memcpy(dst->ip, src->ip, 16);
 }
 
 static void canon_meta(ea_meta *c, const ea_meta *m) {

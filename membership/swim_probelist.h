@@ -60,8 +60,12 @@ void ea__plist_remove(ea__plist *p, uint32_t key);
 uint32_t ea__plist_next(ea__plist *p, bool *new_round);
 /* Start the round over without reshuffling (the list is already in random
  * order when it was built by random insertion). */
-static inline void ea__plist_restart(ea__plist *p) { p->cursor = 0; }
+static inline void ea__plist_restart(ea__plist *p) {
+  p->cursor = 0;
+}
 /* The member at position pos now has key `key` (the owner moved it). */
-static inline void ea__plist_rekey(ea__plist *p, uint32_t pos, uint32_t key) { p->list[pos] = key; }
+static inline void ea__plist_rekey(ea__plist *p, uint32_t pos, uint32_t key) {
+  p->list[pos] = key;
+}
 
 #endif

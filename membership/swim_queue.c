@@ -57,7 +57,9 @@ void ea__bq_drop(ea__bq *q, uint32_t k) {
   ea__meta_release(meta);
 }
 
-void ea__bq_rekey(ea__bq *q, uint32_t k, uint32_t key) { q->pool[k].key = key; }
+void ea__bq_rekey(ea__bq *q, uint32_t k, uint32_t key) {
+  q->pool[k].key = key;
+}
 
 void ea__bq_clear(ea__bq *q) {
   while (q->heap.n) ea__bq_drop(q, q->heap.items[q->heap.n - 1].id);
@@ -95,8 +97,8 @@ static int push_entry(ea__bq *q, const ea__qent *e) {
 
 int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
                 uint8_t state, uint32_t inc, ea__meta_blob *meta) {
-  ea__qent e = {.id = *id, .from = *from, .inc = inc, .state = state, .key = key,
-                .order = ++q->order};
+  ea__qent e = {
+      .id = *id, .from = *from, .inc = inc, .state = state, .key = key, .order = ++q->order};
   if (state == EA_STATE_ALIVE && meta) e.meta = ea__meta_retain(meta);
   ea_update u;
   u.state = state;

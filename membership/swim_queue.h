@@ -64,7 +64,9 @@ void ea__bq_init(ea__bq *q, ea__bq_slot_fn slot, void *ctx);
  * called (the owner is going away). */
 void ea__bq_close(ea__bq *q);
 
-static inline uint32_t ea__bq_len(const ea__bq *q) { return q->heap.n; }
+static inline uint32_t ea__bq_len(const ea__bq *q) {
+  return q->heap.n;
+}
 
 /* retransmit_mult · ceil(log10(n+1)), at least 1 and at most 255 (the
  * transmit counter's range); ceil(log10(1)) counts as 1.  Inline: the core

@@ -70,11 +70,15 @@ bool ea__susp_confirm(ea__susp_set *t, uint32_t si, const ea_node_id *from);
 /* Stop timer si (resolved, expired or its member reaped). */
 void ea__susp_cancel(ea__susp_set *t, uint32_t si);
 
-static inline ea__susp *ea__susp_at(ea__susp_set *t, uint32_t si) { return &t->sp[si]; }
+static inline ea__susp *ea__susp_at(ea__susp_set *t, uint32_t si) {
+  return &t->sp[si];
+}
 /* The timer that expires first, or NULL. */
 static inline const ea__susp *ea__susp_first(const ea__susp_set *t) {
   return t->heap.n ? &t->sp[t->heap.items[0].id] : NULL;
 }
-static inline uint32_t ea__susp_count(const ea__susp_set *t) { return t->heap.n; }
+static inline uint32_t ea__susp_count(const ea__susp_set *t) {
+  return t->heap.n;
+}
 
 #endif

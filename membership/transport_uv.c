@@ -72,7 +72,7 @@ struct ea_transport {
   ea_node_id self;
   ea_addr bound, gossip;
   ea_addr control; /* advertised in meta.control: gossip, or its ip with opts.control_port */
-  ea_addr *local; /* our interface addresses, for skipping ourselves as a seed */
+  ea_addr *local;  /* our interface addresses, for skipping ourselves as a seed */
   size_t nlocal;
   void *ctx;
   void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);
@@ -158,7 +158,6 @@ struct conn {
 };
 
 /* ---- small helpers ---------------------------------------------------- */
-
 
 void ea_addr_from_sockaddr(const struct sockaddr *sa, ea_addr *out) {
   memset(out, 0, sizeof *out);

@@ -89,12 +89,14 @@ size_t ea_wire_msg_base_size(const ea_msg *m) {
 
 /* ---- encoding --------------------------------------------------------- */
 
-#define P(expr)                                                                                    \
-  do {                                                                                             \
-    if ((expr) != 0) return -EMSGSIZE;                                                             \
+#define P(expr)                        \
+  do {                                 \
+    if ((expr) != 0) return -EMSGSIZE; \
   } while (0)
 
-static int valid_family(uint8_t f) { return f == 0 || f == 4 || f == 6; }
+static int valid_family(uint8_t f) {
+  return f == 0 || f == 4 || f == 6;
+}
 
 /* family(1) port(2, BE) ip(16); bytes past the family's address are zero,
  * and an address of family 0 ("none") is all zeros. */
@@ -125,7 +127,8 @@ static int pack_str(msgpack_packer *pk, const char *s, size_t n) {
 
 static int check_update(const ea_update *u) {
   if (u->state > EA_STATE_LEFT) return -EINVAL;
-  if (u->has_meta && (!valid_family(u->meta.gossip.family) || !valid_family(u->meta.control.family)))
+  if (u->has_meta &&
+      (!valid_family(u->meta.gossip.family) || !valid_family(u->meta.control.family)))
     return -EINVAL;
   return 0;
 }
@@ -187,8 +190,8 @@ int ea_wire_encode_state(uint8_t kind, const ea_node_id *src, const ea_update *u
                          uint8_t **out, size_t *len) {
   if (kind != EA_SYNC_JOIN && kind != EA_SYNC_PERIODIC) return -EINVAL;
   if (n > UINT32_MAX) return -EMSGSIZE;
-  size_t total = 1 + 1 + uint_size(EA_WIRE_VERSION) + uint_size(kind) + BIN_SIZE(ID_BYTES) +
-                 array_hdr(n);
+  size_t total =
+      1 + 1 + uint_size(EA_WIRE_VERSION) + uint_size(kind) + BIN_SIZE(ID_BYTES) + array_hdr(n);
   for (size_t i = 0; i < n; i++) {
     if (check_update(&ups[i])) return -EINVAL;
     total += ea_wire_update_size(&ups[i]);
@@ -223,15 +226,15 @@ fail:
 
 /* Turn a reader code into "field: problem" with static strings: the field
  * name is a literal, pasted onto each of the three problems. */
-#define WHY(rc, field)                                                                             \
-  ((rc) == EA__MPR_EOF     ? field ": truncated"                                                   \
-   : (rc) == EA__MPR_RANGE ? field ": out of range or too long"                                    \
+#define WHY(rc, field)                                          \
+  ((rc) == EA__MPR_EOF     ? field ": truncated"                \
+   : (rc) == EA__MPR_RANGE ? field ": out of range or too long" \
                            : field ": wrong type")
 
-#define R(call, field)                                                                             \
-  do {                                                                                             \
-    int rc_ = (call);                                                                              \
-    if (rc_ < 0) return fail(err, WHY(rc_, field));                                                \
+#define R(call, field)                              \
+  do {                                              \
+    int rc_ = (call);                               \
+    if (rc_ < 0) return fail(err, WHY(rc_, field)); \
   } while (0)
 
 #define FAIL(msg) return fail(err, msg)
@@ -277,11 +280,11 @@ static int rd_addr(ea__mpr *r, ea_addr *a) {
   return 0;
 }
 
-#define ADDR(call, field)                                                                          \
-  do {                                                                                             \
-    int rc_ = (call);                                                                              \
-    if (rc_ == 1) FAIL(field ": bad address family");                                              \
-    if (rc_ < 0) FAIL(rc_ == EA__MPR_RANGE ? field ": not 19 bytes" : WHY(rc_, field));            \
+#define ADDR(call, field)                                                               \
+  do {                                                                                  \
+    int rc_ = (call);                                                                   \
+    if (rc_ == 1) FAIL(field ": bad address family");                                   \
+    if (rc_ < 0) FAIL(rc_ == EA__MPR_RANGE ? field ": not 19 bytes" : WHY(rc_, field)); \
   } while (0)
 
 static int rd_update(ea__mpr *r, ea_update *u, const char **err) {

@@ -20,7 +20,9 @@ done
 for c in "${!cmd[@]}"; do
   command -v "$c" >/dev/null 2>&1 || missing+=("${cmd[$c]}")
 done
-for p in ${EA_DEPS_EXTRA:-}; do
+# Python packages the tests use, for Debian's /usr/bin/python3 (not a pyenv
+# shim): the client package's tests and the PyTorch end-to-end tests.
+for p in python3-msgpack python3-pytest python3-torch ${EA_DEPS_EXTRA:-}; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -699,7 +699,8 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
         return -EBADMSG;
       }
     } else if ((rc = ea__mpr_skip(&r, SKIP_DEPTH_MAX)) != 0) {
-      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp, ea__mpr_strerror(rc));
+      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp,
+             ea__mpr_strerror(rc));
       return -EBADMSG;
     }
   }

@@ -16,7 +16,8 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/ckpt_wire, one valid frame of each message type and
  * shape, written by this same file built as a program:
- *   make && cc -DFUZZ_CKPT_WIRE_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_ckpt_wire.c build/libea.a \
+ *   make && cc -DFUZZ_CKPT_WIRE_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_ckpt_wire.c
+ * build/libea.a \
  *      $(make -s print-libs) -o /tmp/mk && /tmp/mk tests/fuzz/corpus/ckpt_wire
  */
 #include "ckpt_svc.h"

@@ -22,12 +22,12 @@ static const uint8_t fuzz_key[EA_KEY_BYTES] = {
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
     0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
 
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "fuzz_wire: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
-      abort();                                                                                     \
-    }                                                                                              \
+#define CHECK(cond)                                                                       \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      fprintf(stderr, "fuzz_wire: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                            \
+    }                                                                                     \
   } while (0)
 
 static int addr_same(const ea_addr *a, const ea_addr *b) {

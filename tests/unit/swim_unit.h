@@ -25,10 +25,14 @@ static inline uint64_t rnd(void) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-static inline uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd() % n); }
+static inline uint32_t rnd_below(uint32_t n) {
+  return (uint32_t)(rnd() % n);
+}
 
 /* Checked fixture: every case starts from the same stream. */
-static inline void seed_rng(void) { g_rng = g_seed; }
+static inline void seed_rng(void) {
+  g_rng = g_seed;
+}
 
 /* A random node id whose first bytes are `tag` (so tests can tell ids apart
  * at a glance); the rest is random. */

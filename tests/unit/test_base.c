@@ -75,7 +75,11 @@ START_TEST(test_sb_json_str_hostile_bytes) {
   ea_sb_json_str(&b, "a\"b\\c\n\x01\x7f");
   ck_assert_str_eq(b.buf, "\"a\\\"b\\\\c\\u000a\\u0001\\u007f\"");
   ea_sb_reset(&b);
-  ea_sb_json_str(&b, "h\xc3\xa9" "\xff" "\xed\xa0\x80" "\xc3");
+  ea_sb_json_str(&b,
+                 "h\xc3\xa9"
+                 "\xff"
+                 "\xed\xa0\x80"
+                 "\xc3");
   /* valid é kept; 0xff, a surrogate and a truncated sequence replaced */
   ck_assert_str_eq(b.buf, "\"h\xc3\xa9\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"");
   ea_sb_free(&b);

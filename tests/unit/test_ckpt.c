@@ -758,7 +758,7 @@ static bool exists(const char *name) {
 typedef struct {
   int offers;
   char offered[4][EA_CKPT_NAME_MAX];
-  int refuse;  /* the accept hook: > 0 passes over the first offer, < 0 stops at it */
+  int refuse; /* the accept hook: > 0 passes over the first offer, < 0 stops at it */
   int nskip;
   char skipped[8][EA_CKPT_NAME_MAX];
   bool superseded[8];

@@ -84,9 +84,12 @@ static double gen_f64(uint64_t salt, uint32_t r, size_t i) {
 
 static void fill(void *buf, ea_comm_dtype dt, size_t n, uint64_t salt, uint32_t r) {
   for (size_t i = 0; i < n; i++) {
-    if (dt == EA_COMM_F32) ((float *)buf)[i] = gen_f32(salt, r, i);
-    else if (dt == EA_COMM_F64) ((double *)buf)[i] = gen_f64(salt, r, i);
-    else ((uint64_t *)buf)[i] = gen_u64(salt, r, i);
+    if (dt == EA_COMM_F32)
+      ((float *)buf)[i] = gen_f32(salt, r, i);
+    else if (dt == EA_COMM_F64)
+      ((double *)buf)[i] = gen_f64(salt, r, i);
+    else
+      ((uint64_t *)buf)[i] = gen_u64(salt, r, i);
   }
 }
 
@@ -99,8 +102,10 @@ static long check_reduced(const void *buf, ea_comm_dtype dt, ea_comm_op op, size
       uint64_t ref = op == EA_COMM_SUM ? 0 : (uint64_t)INT64_MIN;
       for (uint32_t r = 0; r < W; r++) {
         uint64_t x = gen_u64(salt, r, i);
-        if (op == EA_COMM_SUM) ref += x;
-        else if ((int64_t)x > (int64_t)ref) ref = x;
+        if (op == EA_COMM_SUM)
+          ref += x;
+        else if ((int64_t)x > (int64_t)ref)
+          ref = x;
       }
       if (((const uint64_t *)buf)[i] != ref) return (long)i;
     } else {
@@ -108,8 +113,10 @@ static long check_reduced(const void *buf, ea_comm_dtype dt, ea_comm_op op, size
       for (uint32_t r = 0; r < W; r++) {
         double x = dt == EA_COMM_F32 ? gen_f32(salt, r, i) : gen_f64(salt, r, i);
         mag += fabs(x);
-        if (op == EA_COMM_SUM) ref += x;
-        else if (x > ref) ref = x;
+        if (op == EA_COMM_SUM)
+          ref += x;
+        else if (x > ref)
+          ref = x;
       }
       double got = dt == EA_COMM_F32 ? ((const float *)buf)[i] : ((const double *)buf)[i];
       /* Summation order differs from the serial one: each add rounds by at
@@ -200,9 +207,15 @@ static void *rank_main(void *a) {
 static void ranks_start(rank_ctx *x, const ring *g, uint64_t gen, uint32_t timeout_ms, rank_fn fn,
                         void *arg) {
   for (int r = 0; r < g->W; r++) {
-    x[r] = (rank_ctx){.rank = (uint32_t)r, .world = (uint32_t)g->W, .gen = gen,
-                      .timeout_ms = timeout_ms, .init_timeout_ms = timeout_ms, .g = g, .fn = fn,
-                      .arg = arg, .bad = -1};
+    x[r] = (rank_ctx){.rank = (uint32_t)r,
+                      .world = (uint32_t)g->W,
+                      .gen = gen,
+                      .timeout_ms = timeout_ms,
+                      .init_timeout_ms = timeout_ms,
+                      .g = g,
+                      .fn = fn,
+                      .arg = arg,
+                      .bad = -1};
     ck_assert_int_eq(pthread_create(&x[r].th, NULL, rank_main, &x[r]), 0);
   }
 }
@@ -238,13 +251,13 @@ typedef struct {
 } ar_case;
 
 static const ar_case ar_cases[] = {
-    {EA_COMM_F32, EA_COMM_SUM, 1},    {EA_COMM_F32, EA_COMM_SUM, 3},
-    {EA_COMM_F32, EA_COMM_SUM, 1023}, {EA_COMM_F32, EA_COMM_SUM, 1000003},
-    {EA_COMM_F64, EA_COMM_SUM, 1},    {EA_COMM_F64, EA_COMM_SUM, 1023},
+    {EA_COMM_F32, EA_COMM_SUM, 1},      {EA_COMM_F32, EA_COMM_SUM, 3},
+    {EA_COMM_F32, EA_COMM_SUM, 1023},   {EA_COMM_F32, EA_COMM_SUM, 1000003},
+    {EA_COMM_F64, EA_COMM_SUM, 1},      {EA_COMM_F64, EA_COMM_SUM, 1023},
     {EA_COMM_F64, EA_COMM_SUM, 100003}, {EA_COMM_I64, EA_COMM_SUM, 3},
     {EA_COMM_I64, EA_COMM_SUM, 100003}, {EA_COMM_F32, EA_COMM_MAX, 1023},
     {EA_COMM_F32, EA_COMM_MAX, 100003}, {EA_COMM_F64, EA_COMM_MAX, 3},
-    {EA_COMM_I64, EA_COMM_MAX, 1023}, {EA_COMM_I64, EA_COMM_MAX, 100003},
+    {EA_COMM_I64, EA_COMM_MAX, 1023},   {EA_COMM_I64, EA_COMM_MAX, 100003},
 };
 #define N_AR_CASES (sizeof ar_cases / sizeof ar_cases[0])
 
@@ -279,8 +292,8 @@ static void verify_ar(rank_ctx *x, int W, const ar_case *cs, size_t n) {
       parts[r] = malloc(bytes ? bytes : 1);
       fill(parts[r], cs[k].dt, cs[k].count, 1000 + k, (uint32_t)r);
     }
-    ck_assert_int_eq(ea_comm_ring_reduce(want, (const void *const *)parts, (uint32_t)W,
-                                         cs[k].count, cs[k].dt, cs[k].op),
+    ck_assert_int_eq(ea_comm_ring_reduce(want, (const void *const *)parts, (uint32_t)W, cs[k].count,
+                                         cs[k].dt, cs[k].op),
                      0);
     ck_assert_msg(memcmp(want, x[0].res[k], bytes) == 0,
                   "W=%d case %zu: the ring differs from ea_comm_ring_reduce", W, k);
@@ -357,8 +370,8 @@ START_TEST(broadcast_matrix) {
     for (int ri = 0; ri < 3; ri++, k++)
       for (int r = 0; r < W; r++) {
         long bad = check_bytes(x[r].res[k], bc_sizes[s], 77 + (uint64_t)k, roots[ri]);
-        ck_assert_msg(bad < 0, "W=%d size %zu root %u: rank %d byte %ld", W, bc_sizes[s],
-                      roots[ri], r, bad);
+        ck_assert_msg(bad < 0, "W=%d size %zu root %u: rank %d byte %ld", W, bc_sizes[s], roots[ri],
+                      r, bad);
       }
   ranks_free(x, W);
   ring_close(&g);
@@ -373,7 +386,8 @@ static void bc_big_fn(rank_ctx *x) {
       uint64_t v = gen_u64(5, 1, i);
       memcpy(buf + i, &v, 8);
     }
-  else memset(buf, 0, n);
+  else
+    memset(buf, 0, n);
   x->res[0] = buf;
   x->rc = ea_comm_broadcast(x->comm, buf, n, 1);
 }
@@ -503,7 +517,7 @@ typedef struct {
   atomic_int ops_done;
   atomic_int in_op; /* ranks that have entered an allreduce */
   atomic_int go;    /* for ranks told to sit out */
-  int idle_rank; /* -1: everyone loops */
+  int idle_rank;    /* -1: everyone loops */
 } loop_arg;
 
 /* Allreduce 64 MiB until an op fails; record when and how. */
@@ -698,8 +712,10 @@ START_TEST(peer_sigkilled_mid_op) {
         char b[256];
         ssize_t k = read(rd[r], b, sizeof b);
         for (ssize_t i = 0; i < k; i++) {
-          if (b[i] == '+') ops[r]++;
-          else if (tlen[r] < sizeof text[r] - 1) text[r][tlen[r]++] = b[i];
+          if (b[i] == '+')
+            ops[r]++;
+          else if (tlen[r] < sizeof text[r] - 1)
+            text[r][tlen[r]++] = b[i];
         }
       }
   }
@@ -859,7 +875,7 @@ END_TEST
 static void timeout_fn(rank_ctx *x) {
   loop_arg *a = x->arg;
   if ((int)x->rank == a->idle_rank) { /* connected, but never joins the op */
-    double dl = now_s() + 60; /* the test sets go when done; never hang the suite */
+    double dl = now_s() + 60;         /* the test sets go when done; never hang the suite */
     while (!atomic_load(&a->go) && now_s() < dl) nap_ms(1);
     return;
   }
@@ -1030,8 +1046,8 @@ START_TEST(random_sequence) {
                                (uint32_t)W);
       ck_assert_msg(bad < 0, "seed %" PRIu64 " op %d: wrong at %ld", g_seed, k, bad);
       for (int r = 1; r < W; r++)
-        ck_assert_msg(memcmp(x[0].res[k], x[r].res[k], bytes) == 0, "seed %" PRIu64 " op %d rank %d",
-                      g_seed, k, r);
+        ck_assert_msg(memcmp(x[0].res[k], x[r].res[k], bytes) == 0,
+                      "seed %" PRIu64 " op %d rank %d", g_seed, k, r);
     } else if (o->kind == 1) {
       for (int r = 0; r < W; r++) {
         long bad = check_bytes(x[r].res[k], o->bytes, 9 + (uint64_t)k, o->root);

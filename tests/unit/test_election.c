@@ -56,7 +56,9 @@ static const ea_member *by_name(const ea_member *v, size_t n, int i) {
   return NULL;
 }
 
-static void setup(void) { g_rng = g_seed; }
+static void setup(void) {
+  g_rng = g_seed;
+}
 
 START_TEST(test_lowest_alive_id_wins) {
   ea_member v[5];

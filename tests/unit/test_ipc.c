@@ -9,8 +9,9 @@
  * the decoder would reject and never writes past its buffer; the largest
  * COMMIT fits one packet; over a real SOCK_SEQPACKET pair, recv times out,
  * sees end of stream, and drops an oversized packet without losing the next
- * one; a peer's last packets are read even when it closed with ours unread.  A seeded mutation run (EA_SEED=… replays) must never crash and must
- * either reject with a message or decode to something that re-encodes.
+ * one; a peer's last packets are read even when it closed with ours unread.  A seeded mutation run
+ * (EA_SEED=… replays) must never crash and must either reject with a message or decode to something
+ * that re-encodes.
  */
 #include "ea_ipc.h"
 

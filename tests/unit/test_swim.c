@@ -84,7 +84,8 @@ static void rec_free(recorder *r) {
 
 /* Earliest and latest time any up observer first saw target in state;
  * returns how many up observers (other than target) saw it. */
-static size_t rec_span(const recorder *r, size_t target, uint8_t state, uint64_t *lo, uint64_t *hi) {
+static size_t rec_span(const recorder *r, size_t target, uint8_t state, uint64_t *lo,
+                       uint64_t *hi) {
   size_t cnt = 0;
   *lo = UINT64_MAX;
   *hi = 0;
@@ -108,7 +109,8 @@ static bool all_alive(ea_sim *sim, void *ctx) {
   for (size_t o = 0; o < n; o++) {
     if (!ea_sim_is_up(sim, o)) continue;
     for (size_t t = 0; t < n; t++)
-      if (ea_sim_is_up(sim, t) && ea_sim_view_state(sim, o, t, NULL) != EA_STATE_ALIVE) return false;
+      if (ea_sim_is_up(sim, t) && ea_sim_view_state(sim, o, t, NULL) != EA_STATE_ALIVE)
+        return false;
   }
   return true;
 }
@@ -175,9 +177,10 @@ START_TEST(test_crash_detected_within_bound) {
   uint64_t mn, mx;
   ea_swim_suspicion_bounds(ea_sim_core(sim, 0), &mn, &mx);
   ck_assert_uint_eq(mn, (uint64_t)b.lower_ms - cfg.probe_interval_ms + 5); /* same min */
-  printf("  bound: %.0f ms (first probe %.0f + suspect %.0f + suspicion %.0f + spread %.0f), "
-         "lower %.0f ms, min %" PRIu64 " max %" PRIu64 "\n",
-         b.total_ms, b.first_probe_ms, b.suspect_ms, b.suspicion_ms, b.spread_ms, b.lower_ms, mn, mx);
+  printf(
+      "  bound: %.0f ms (first probe %.0f + suspect %.0f + suspicion %.0f + spread %.0f), "
+      "lower %.0f ms, min %" PRIu64 " max %" PRIu64 "\n",
+      b.total_ms, b.first_probe_ms, b.suspect_ms, b.suspicion_ms, b.spread_ms, b.lower_ms, mn, mx);
   recorder r;
   rec_init(&r, sim);
   size_t victims[5] = {7, 19, 33, 48, 60};
@@ -193,16 +196,16 @@ START_TEST(test_crash_detected_within_bound) {
     uint64_t lo, hi, slo, shi;
     size_t nd = rec_span(&r, v, EA_STATE_DEAD, &lo, &hi);
     rec_span(&r, v, EA_STATE_SUSPECT, &slo, &shi);
-    printf("  crash %zu: first suspect +%" PRIu64 ", first dead +%" PRIu64 ", dead everywhere +%" PRIu64
-           " ms\n",
+    printf("  crash %zu: first suspect +%" PRIu64 ", first dead +%" PRIu64
+           ", dead everywhere +%" PRIu64 " ms\n",
            v, slo - t0, lo - t0, all);
     ck_assert_msg(ok, "node %zu not dead everywhere after 10 s", v);
     ck_assert_uint_eq(nd, 63);
     ck_assert_msg(all <= (uint64_t)b.total_ms, "dead everywhere at +%" PRIu64 " > bound %.0f", all,
                   b.total_ms);
     ck_assert_msg(all <= 3000, "dead everywhere at +%" PRIu64 " ms > 3000 ms target", all);
-    ck_assert_msg(lo - t0 >= (uint64_t)b.lower_ms, "declared dead at +%" PRIu64 " < lower bound %.0f",
-                  lo - t0, b.lower_ms);
+    ck_assert_msg(lo - t0 >= (uint64_t)b.lower_ms,
+                  "declared dead at +%" PRIu64 " < lower bound %.0f", lo - t0, b.lower_ms);
     ck_assert_uint_eq(r.dead_events, 63); /* and nobody else */
     ea_sim_restart(sim, v, 0);
     ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 15000, 10, all_alive, NULL));
@@ -426,7 +429,8 @@ START_TEST(test_dead_reaped_after_reclaim) {
   ck_assert(all_see(sim, &gone));
   for (size_t i = 0; i < 64; i++)
     if (i != v) ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, i)), 63);
-  printf("  reaped: marked dead %" PRIu64 "..%" PRIu64 " ms, gone from all views by %" PRIu64 " ms\n",
+  printf("  reaped: marked dead %" PRIu64 "..%" PRIu64 " ms, gone from all views by %" PRIu64
+         " ms\n",
          lo, hi, ea_sim_now(sim));
   rec_free(&r);
   assert_wire_clean(sim);
@@ -611,7 +615,7 @@ START_TEST(test_precedence_rules) {
   feed(s, 1000, EA_STATE_ALIVE, 3, 2, 2);
   ck_assert_int_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
   ck_assert_uint_eq(inc, 3);
-  ck_assert_int_eq(c.last_old, 0xff); /* a new member is announced */
+  ck_assert_int_eq(c.last_old, 0xff);     /* a new member is announced */
   feed(s, 1001, EA_STATE_ALIVE, 2, 2, 3); /* older alive: stale */
   ck_assert_uint_eq(state_of(s, 2, &inc), EA_STATE_ALIVE);
   ck_assert_uint_eq(inc, 3);
@@ -649,7 +653,7 @@ START_TEST(test_precedence_rules) {
   ck_assert_uint_eq(ea_swim_self(s)->incarnation, 7);
   ea_swim_stats_get(s, &st);
   ck_assert_uint_eq(st.refutations, 2);
-  ck_assert_uint_eq(st.health, 2); /* each refutation costs health */
+  ck_assert_uint_eq(st.health, 2);              /* each refutation costs health */
   ck_assert_int_eq(c.last.type, EA_MSG_GOSSIP); /* answered the accuser directly */
   ck_assert_uint_eq(c.last.nupdates, 1);
   ck_assert_uint_eq(c.last.updates[0].state, EA_STATE_ALIVE);
@@ -754,7 +758,8 @@ START_TEST(test_export_merge_roundtrip) {
   ck_assert_uint_eq(bytes, ea__swim_export_bytes(src));
   uint8_t *buf;
   size_t len;
-  ck_assert_int_eq(ea_wire_encode_state(EA_SYNC_PERIODIC, ea_sim_id(sim, 0), ups, n, &buf, &len), 0);
+  ck_assert_int_eq(ea_wire_encode_state(EA_SYNC_PERIODIC, ea_sim_id(sim, 0), ups, n, &buf, &len),
+                   0);
   capture cap = {0};
   ea_swim_io io = {&cap, cap_send, cap_sync, cap_change};
   ea_swim_config cfg;

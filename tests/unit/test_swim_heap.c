@@ -143,8 +143,10 @@ START_TEST(test_random_ops_match_model) {
       model[id] = key;
     }
     uint64_t m = model_min();
-    if (m == UINT64_MAX) ck_assert_ptr_null(ea__heap_top(&h));
-    else ck_assert_uint_eq(ea__heap_top(&h)->key, m);
+    if (m == UINT64_MAX)
+      ck_assert_ptr_null(ea__heap_top(&h));
+    else
+      ck_assert_uint_eq(ea__heap_top(&h)->key, m);
     if (step % 1000 == 0) assert_valid(&h);
   }
   assert_valid(&h);

@@ -149,7 +149,7 @@ START_TEST(test_reserve_half_full) {
   ck_assert_int_eq(ea__idmap_reserve(&m, recs, sizeof *recs, nrec, 50), 0);
   ck_assert_uint_eq(m.mask + 1, cap); /* never shrinks */
   ea_node_id absent = test_id(7);
-  ea__idmap_del(&m, recs, sizeof *recs, &absent); /* no-op */
+  ea__idmap_del(&m, recs, sizeof *recs, &absent);     /* no-op */
   ea__idmap_move(&m, recs, sizeof *recs, &absent, 3); /* no-op */
   assert_all_found(&m);
   ea__idmap_close(&m);

@@ -39,7 +39,9 @@ static ea_meta meta_n(uint32_t i) {
   return m;
 }
 
-static uint32_t refs(ea__meta_blob *b) { return atomic_load(&b->refs); }
+static uint32_t refs(ea__meta_blob *b) {
+  return atomic_load(&b->refs);
+}
 
 START_TEST(test_equal_meta_is_one_blob) {
   size_t base = ea__meta_count();

@@ -5,11 +5,10 @@
  * round is a fresh shuffle; members removed during a round make nobody
  * else skipped or probed twice in it; a newcomer lands at a uniformly
  * random position, skips nobody, and costs at most one member (the one it
- * displaces from the probed prefix) a second probe that round; the owner's per-member position is exact after every
- * operation; and the randomness is drawn only through the owner's
- * callback, a fixed number of draws per operation (one per insert, n − 1
- * per shuffle), which is what lets the simulator replay a run from one
- * seed.  Seeded (EA_SEED=… replays).
+ * displaces from the probed prefix) a second probe that round; the owner's per-member position is
+ * exact after every operation; and the randomness is drawn only through the owner's callback, a
+ * fixed number of draws per operation (one per insert, n − 1 per shuffle), which is what lets the
+ * simulator replay a run from one seed.  Seeded (EA_SEED=… replays).
  */
 #include "swim_probelist.h"
 #include "swim_unit.h"

@@ -147,8 +147,8 @@ START_TEST(test_retransmit_limit_formula) {
   ck_assert_uint_eq(ea__bq_limit(4, 64), 8);
   ck_assert_uint_eq(ea__bq_limit(4, 100), 12);
   ck_assert_uint_eq(ea__bq_limit(4, 5000), 16);
-  ck_assert_uint_eq(ea__bq_limit(4, 0), 4);     /* log10(1) = 0 counts as 1 */
-  ck_assert_uint_eq(ea__bq_limit(0, 100), 1);   /* always sent at least once */
+  ck_assert_uint_eq(ea__bq_limit(4, 0), 4);        /* log10(1) = 0 counts as 1 */
+  ck_assert_uint_eq(ea__bq_limit(0, 100), 1);      /* always sent at least once */
   ck_assert_uint_eq(ea__bq_limit(100, 5000), 255); /* the counter's range */
 }
 END_TEST
@@ -274,7 +274,7 @@ START_TEST(test_misfits_skipped_then_give_up) {
   for (uint32_t nbig = 7; nbig <= 8; nbig++) {
     setup();
     ea__bq *q = new_queue();
-    push(q, 0, EA_STATE_DEAD, 1, NULL); /* small, oldest */
+    push(q, 0, EA_STATE_DEAD, 1, NULL);                                    /* small, oldest */
     for (uint32_t k = 1; k <= nbig; k++) push(q, k, EA_STATE_ALIVE, 1, b); /* big, newer */
     size_t left = dead_size(0, 1);
     ck_assert_uint_lt(left, q->pool[handle[1]].size); /* the big ones cannot fit */

@@ -107,15 +107,15 @@ START_TEST(test_confirmations_shrink_the_timer) {
   ck_assert_int_eq(ea__susp_start(&t, 10000, 42, &accuser, 1000, 6000, 2, &si), 0);
   const ea__susp *p = ea__susp_at(&t, si);
   ck_assert_uint_eq(p->key, 42);
-  ck_assert_uint_eq(p->deadline, 16000); /* starts at max */
+  ck_assert_uint_eq(p->deadline, 16000);          /* starts at max */
   ck_assert(!ea__susp_confirm(&t, si, &accuser)); /* the accusation is not a confirmation */
   ck_assert_uint_eq(p->deadline, 16000);
   ck_assert(ea__susp_confirm(&t, si, &c1));
   ck_assert_uint_eq(p->deadline, 10000 + 2845); /* from the start, not from now */
-  ck_assert(!ea__susp_confirm(&t, si, &c1)); /* a repeat */
+  ck_assert(!ea__susp_confirm(&t, si, &c1));    /* a repeat */
   ck_assert_uint_eq(p->deadline, 12845);
   ck_assert(ea__susp_confirm(&t, si, &c2));
-  ck_assert_uint_eq(p->deadline, 11000); /* K in: min */
+  ck_assert_uint_eq(p->deadline, 11000);     /* K in: min */
   ck_assert(!ea__susp_confirm(&t, si, &c3)); /* past K: nothing to gain */
   ck_assert_uint_eq(p->deadline, 11000);
   ck_assert_uint_eq(p->n, 2);

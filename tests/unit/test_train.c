@@ -23,17 +23,16 @@
 #include <unistd.h>
 #include <xxh_x86dispatch.h>
 
-static uint64_t test_seed(const char *name)
-{
+static uint64_t test_seed(const char *name) {
   const char *e = getenv("EA_SEED");
   uint64_t s = e ? strtoull(e, NULL, 0) : 0x5eed0000ull + (uint64_t)getpid();
-  printf("%s: seed %llu (EA_SEED=%llu to replay)\n", name, (unsigned long long)s, (unsigned long long)s);
+  printf("%s: seed %llu (EA_SEED=%llu to replay)\n", name, (unsigned long long)s,
+         (unsigned long long)s);
   fflush(stdout);
   return s;
 }
 
-static const char *default_data_path(void)
-{
+static const char *default_data_path(void) {
   const char *e = getenv("EA_TRAIN_DATA");
   if (e && *e) return e;
   struct stat st;
@@ -41,8 +40,7 @@ static const char *default_data_path(void)
   return "include";
 }
 
-static ea_data *open_default_data(void)
-{
+static ea_data *open_default_data(void) {
   char err[512] = "";
   ea_data *d = NULL;
   int rc = ea_data_open(default_data_path(), &d, err, sizeof err);
@@ -52,8 +50,7 @@ static ea_data *open_default_data(void)
 
 /* ---- PRNG and data order ------------------------------------------------ */
 
-START_TEST(test_rng_reference)
-{
+START_TEST(test_rng_reference) {
   /* xoshiro256** reference outputs for state {1,2,3,4} (Blackman & Vigna's
    * xoshiro256starstar.c): the data order is specified by this generator. */
   ea_rng r = {{1, 2, 3, 4}};
@@ -80,7 +77,8 @@ START_TEST(test_rng_reference)
     ck_assert_uint_lt(v, 7);
     hist[v]++;
   }
-  for (int k = 0; k < 7; k++) ck_assert_msg(hist[k] > 9000 && hist[k] < 11000, "bucket %d: %u", k, hist[k]);
+  for (int k = 0; k < 7; k++)
+    ck_assert_msg(hist[k] > 9000 && hist[k] < 11000, "bucket %d: %u", k, hist[k]);
   for (int i = 0; i < 1000; i++) {
     float u = ea_rng_unit(&a);
     ck_assert(u >= 0.0f && u < 1.0f);
@@ -88,8 +86,7 @@ START_TEST(test_rng_reference)
 }
 END_TEST
 
-START_TEST(test_rank_ranges_partition)
-{
+START_TEST(test_rank_ranges_partition) {
   static const uint32_t batches[] = {1, 3, 7, 10, 64, 100, 1000, 4097};
   static const uint64_t steps[] = {0, 1, 17, 123456, 1ull << 40};
   for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++)
@@ -101,11 +98,12 @@ START_TEST(test_rank_ranges_partition)
           uint64_t b, e;
           ea_train_rank_range(s, B, r, W, &b, &e);
           ck_assert_msg(b == expect, "B=%u W=%u s=%llu rank %u starts at %llu, want %llu", B, W,
-                        (unsigned long long)s, r, (unsigned long long)b, (unsigned long long)expect);
+                        (unsigned long long)s, r, (unsigned long long)b,
+                        (unsigned long long)expect);
           ck_assert_uint_le(b, e);
           uint64_t sz = e - b;
-          ck_assert_msg(sz == B / W || sz == (B + W - 1) / W, "B=%u W=%u rank %u size %llu", B, W, r,
-                        (unsigned long long)sz);
+          ck_assert_msg(sz == B / W || sz == (B + W - 1) / W, "B=%u W=%u rank %u size %llu", B, W,
+                        r, (unsigned long long)sz);
           expect = e;
           total += sz;
         }
@@ -115,8 +113,7 @@ START_TEST(test_rank_ranges_partition)
 }
 END_TEST
 
-START_TEST(test_sampler_epochs_are_permutations)
-{
+START_TEST(test_sampler_epochs_are_permutations) {
   uint64_t seed = test_seed("sampler");
   static const size_t sizes[] = {1, 2, 37, 1000};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -139,8 +136,10 @@ START_TEST(test_sampler_epochs_are_permutations)
         ck_assert_uint_lt(p, n);
         ck_assert_msg(!seen[p], "n=%zu epoch %llu: position %u twice", n, (unsigned long long)e, p);
         seen[p] = 1;
-        if (e == 0) e0[i] = p;
-        else differ_epoch += e0[i] != p;
+        if (e == 0)
+          e0[i] = p;
+        else
+          differ_epoch += e0[i] != p;
         differ_seed += p != ea_sampler_position(s3, e * n + i);
       }
     }
@@ -166,8 +165,7 @@ START_TEST(test_sampler_epochs_are_permutations)
 }
 END_TEST
 
-START_TEST(test_sample_context_padding)
-{
+START_TEST(test_sample_context_padding) {
   ea_data *d;
   ck_assert_int_eq(ea_data_from_memory("abcdefgh", 8, &d), 0);
   uint8_t ctx[5], tgt;
@@ -184,16 +182,14 @@ START_TEST(test_sample_context_padding)
 }
 END_TEST
 
-static void write_file(const char *path, const char *text)
-{
+static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
   fputs(text, f);
   fclose(f);
 }
 
-START_TEST(test_data_directory_walk)
-{
+START_TEST(test_data_directory_walk) {
   char root[] = "/tmp/ea-train-data-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(root));
   char p[512], q[512];
@@ -205,11 +201,11 @@ START_TEST(test_data_directory_walk)
   write_file(P("a/x"), "X1");
   write_file(P("a/deeper/z"), "Z");
   write_file(P("e-empty"), "");
-  ck_assert_int_eq(symlink("b.txt", P("c-alias")), 0);         /* same inode as b.txt: skipped */
-  ck_assert_int_eq(symlink("..", P("a/loop")), 0);              /* back to root: walked once */
-  ck_assert_int_eq(symlink("a", P("d-dir-alias")), 0);          /* a again: skipped */
-  ck_assert_int_eq(symlink("missing", P("dangling")), 0);       /* skipped */
-  ck_assert_int_eq(mkfifo(P("fifo"), 0644), 0);                 /* never opened */
+  ck_assert_int_eq(symlink("b.txt", P("c-alias")), 0);    /* same inode as b.txt: skipped */
+  ck_assert_int_eq(symlink("..", P("a/loop")), 0);        /* back to root: walked once */
+  ck_assert_int_eq(symlink("a", P("d-dir-alias")), 0);    /* a again: skipped */
+  ck_assert_int_eq(symlink("missing", P("dangling")), 0); /* skipped */
+  ck_assert_int_eq(mkfifo(P("fifo"), 0644), 0);           /* never opened */
 
   char err[512] = "";
   ea_data *d = NULL;
@@ -217,7 +213,8 @@ START_TEST(test_data_directory_walk)
   ck_assert_msg(rc == 0, "%d %s", rc, err);
   /* byte-wise path order: a/deeper/z < a/x < a/y < b.txt < e-empty */
   ck_assert_uint_eq(ea_data_size(d), 7);
-  ck_assert_msg(memcmp(ea_data_bytes(d), "ZX1YBBB", 7) == 0, "got %.7s", (const char *)ea_data_bytes(d));
+  ck_assert_msg(memcmp(ea_data_bytes(d), "ZX1YBBB", 7) == 0, "got %.7s",
+                (const char *)ea_data_bytes(d));
   ck_assert_uint_eq(ea_data_nfiles(d), 5);
   ck_assert_uint_ge(ea_data_nskipped(d), 3);
   uint64_t h = ea_data_hash(d);
@@ -246,8 +243,8 @@ START_TEST(test_data_directory_walk)
   rc = ea_data_open(P("fifo"), &d, err, sizeof err);
   ck_assert_int_eq(rc, -EINVAL);
 
-  static const char *const rm[] = {"a/deeper/z", "a/x", "a/y", "a/loop", "b.txt", "e-empty", "c-alias",
-                                   "d-dir-alias", "dangling", "fifo"};
+  static const char *const rm[] = {"a/deeper/z", "a/x",     "a/y",         "a/loop",   "b.txt",
+                                   "e-empty",    "c-alias", "d-dir-alias", "dangling", "fifo"};
   for (size_t i = 0; i < sizeof rm / sizeof *rm; i++) unlink(P(rm[i]));
   rmdir(P("a/deeper"));
   rmdir(P("a"));
@@ -271,10 +268,11 @@ typedef struct {
   const double *override; /* if set, params as doubles (perturbed copy) */
 } refmodel;
 
-static double refp(const refmodel *r, size_t i) { return r->override ? r->override[i] : r->params[i]; }
+static double refp(const refmodel *r, size_t i) {
+  return r->override ? r->override[i] : r->params[i];
+}
 
-static double ref_loss(const refmodel *r, const uint8_t *ctx, const uint8_t *tgt, int rows)
-{
+static double ref_loss(const refmodel *r, const uint8_t *ctx, const uint8_t *tgt, int rows) {
   const ea_model_dims *d = ea_model_get_dims(r->m);
   const int C = (int)d->context, E = (int)d->embed_dim, H = (int)d->hidden, L = (int)d->layers;
   const int in0 = C * E;
@@ -284,10 +282,12 @@ static double ref_loss(const refmodel *r, const uint8_t *ctx, const uint8_t *tgt
   double loss = 0;
   for (int s = 0; s < rows; s++) {
     for (int c = 0; c < C; c++)
-      for (int k = 0; k < E; k++) x[c * E + k] = refp(r, emb->offset + (size_t)ctx[s * C + c] * E + k);
+      for (int k = 0; k < E; k++)
+        x[c * E + k] = refp(r, emb->offset + (size_t)ctx[s * C + c] * E + k);
     int in = in0;
     for (int l = 0; l < L; l++) {
-      const ea_tensor *w = ea_model_tensor(r->m, 1 + 2 * (size_t)l), *b = ea_model_tensor(r->m, 2 + 2 * (size_t)l);
+      const ea_tensor *w = ea_model_tensor(r->m, 1 + 2 * (size_t)l),
+                      *b = ea_model_tensor(r->m, 2 + 2 * (size_t)l);
       for (int j = 0; j < H; j++) {
         double a = refp(r, b->offset + j);
         for (int i = 0; i < in; i++) a += x[i] * refp(r, w->offset + (size_t)i * H + j);
@@ -297,7 +297,8 @@ static double ref_loss(const refmodel *r, const uint8_t *ctx, const uint8_t *tgt
       memcpy(x, y, sizeof(double) * H);
       in = H;
     }
-    const ea_tensor *ow = ea_model_tensor(r->m, 1 + 2 * (size_t)L), *ob = ea_model_tensor(r->m, 2 + 2 * (size_t)L);
+    const ea_tensor *ow = ea_model_tensor(r->m, 1 + 2 * (size_t)L),
+                    *ob = ea_model_tensor(r->m, 2 + 2 * (size_t)L);
     double mx = -INFINITY;
     for (int k = 0; k < EA_VOCAB; k++) {
       double z = refp(r, ob->offset + k);
@@ -314,8 +315,7 @@ static double ref_loss(const refmodel *r, const uint8_t *ctx, const uint8_t *tgt
   return loss;
 }
 
-START_TEST(test_gradient_check)
-{
+START_TEST(test_gradient_check) {
   uint64_t seed = test_seed("gradcheck");
   ea_model_dims dims = {.context = 3, .embed_dim = 4, .hidden = 6, .layers = 2};
   const int rows = 5;
@@ -331,7 +331,8 @@ START_TEST(test_gradient_check)
   float *params = ea_model_params(m);
   for (size_t i = 0; i < P; i++) params[i] += 0.3f * (2 * ea_rng_unit(&r) - 1);
   uint8_t ctx[5 * 3], tgt[5];
-  for (int i = 0; i < rows * 3; i++) ctx[i] = (uint8_t)(ea_rng_below(&r, 6) * 40); /* repeats: scatter-add */
+  for (int i = 0; i < rows * 3; i++)
+    ctx[i] = (uint8_t)(ea_rng_below(&r, 6) * 40); /* repeats: scatter-add */
   for (int i = 0; i < rows; i++) tgt[i] = (uint8_t)ea_rng_below(&r, 256);
 
   ea_model_zero_grads(m);
@@ -341,7 +342,8 @@ START_TEST(test_gradient_check)
 
   refmodel ref = {.m = m, .params = params};
   double ref0 = ref_loss(&ref, ctx, tgt, rows);
-  ck_assert_msg(fabs(loss - ref0) / ref0 < 1e-5, "forward loss %.9g vs double reference %.9g", loss, ref0);
+  ck_assert_msg(fabs(loss - ref0) / ref0 < 1e-5, "forward loss %.9g vs double reference %.9g", loss,
+                ref0);
 
   double *pd = malloc(P * sizeof *pd);
   for (size_t i = 0; i < P; i++) pd[i] = params[i];
@@ -389,8 +391,8 @@ START_TEST(test_gradient_check)
      * the double reference the worst of 40 seeds was 2.7e-4 (float32
      * rounding of the analytic sums), while a 0.1% error in dlogits already
      * shows as 2–5e-3. */
-    ck_assert_msg(worst < 2e-3, "%s[%zu]: analytic %.9g numeric %.9g (rel %.3g)", t->name, idx[worst_k],
-                  (double)g[t->offset + idx[worst_k]], num[worst_k], worst);
+    ck_assert_msg(worst < 2e-3, "%s[%zu]: analytic %.9g numeric %.9g (rel %.3g)", t->name,
+                  idx[worst_k], (double)g[t->offset + idx[worst_k]], num[worst_k], worst);
   }
   free(pd);
 
@@ -412,8 +414,7 @@ END_TEST
 
 /* ---- optimizer ---------------------------------------------------------- */
 
-START_TEST(test_adamw_matches_reference)
-{
+START_TEST(test_adamw_matches_reference) {
   uint64_t seed = test_seed("adamw");
   ea_rng r;
   ea_rng_seed(&r, seed, 5, 0);
@@ -421,7 +422,11 @@ START_TEST(test_adamw_matches_reference)
   float p[N], g[N], m[N] = {0}, v[N] = {0};
   double rp[N], rm[N] = {0}, rv[N] = {0};
   for (int i = 0; i < N; i++) rp[i] = p[i] = 2 * ea_rng_unit(&r) - 1;
-  ea_adamw_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
+  ea_adamw_args a = {.lr = 0.01f,
+                     .beta1 = 0.9f,
+                     .beta2 = 0.999f,
+                     .eps = 1e-8f,
+                     .weight_decay = 0.1f,
                      .grad_scale = 0.5f};
   for (uint64_t t = 1; t <= 5; t++) {
     for (int i = 0; i < N; i++) g[i] = 2 * ea_rng_unit(&r) - 1;
@@ -438,7 +443,8 @@ START_TEST(test_adamw_matches_reference)
     }
   }
   for (int i = 0; i < N; i++)
-    ck_assert_msg(fabs(p[i] - rp[i]) < 1e-5 * (1 + fabs(rp[i])), "p[%d] %.9g vs %.9g", i, p[i], rp[i]);
+    ck_assert_msg(fabs(p[i] - rp[i]) < 1e-5 * (1 + fabs(rp[i])), "p[%d] %.9g vs %.9g", i, p[i],
+                  rp[i]);
 
   /* The vector lanes and the scalar tail give the same bits per element. */
   float p1[N], m1[N], v1[N], p2[N], m2[N], v2[N];
@@ -451,12 +457,12 @@ START_TEST(test_adamw_matches_reference)
   a.t = 6;
   ea_adamw_update(p1, g, m1, v1, N, &a);
   for (int i = 0; i < N; i++) ea_adamw_update(p2 + i, g + i, m2 + i, v2 + i, 1, &a);
-  ck_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
+  ck_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 &&
+            memcmp(v1, v2, sizeof v1) == 0);
 }
 END_TEST
 
-START_TEST(test_lr_schedule)
-{
+START_TEST(test_lr_schedule) {
   ea_train_config c;
   ea_train_config_default(&c);
   c.lr = 1e-2;
@@ -479,8 +485,7 @@ START_TEST(test_lr_schedule)
 }
 END_TEST
 
-START_TEST(test_config_from_job_file)
-{
+START_TEST(test_config_from_job_file) {
   ea_config cfg;
   memset(&cfg, 0, sizeof cfg);
   snprintf(cfg.train.model, sizeof cfg.train.model, "byte-mlp");
@@ -516,8 +521,7 @@ END_TEST
 
 /* ---- trainer ------------------------------------------------------------ */
 
-static ea_trainer *make_trainer(const ea_train_config *c, const ea_data *d)
-{
+static ea_trainer *make_trainer(const ea_train_config *c, const ea_data *d) {
   char err[256] = "";
   ea_trainer *t = NULL;
   int rc = ea_trainer_new(c, d, &t, err, sizeof err);
@@ -528,8 +532,7 @@ static ea_trainer *make_trainer(const ea_train_config *c, const ea_data *d)
 /* One step of `world` simulated ranks: each computes its sum, the sums are
  * added in rank order (what a deterministic allreduce delivers), and every
  * rank applies the same total. */
-static double sim_step(ea_trainer **ranks, uint32_t world, float *acc)
-{
+static double sim_step(ea_trainer **ranks, uint32_t world, float *acc) {
   size_t n;
   ea_trainer_grad_buffer(ranks[0], &n);
   memset(acc, 0, n * sizeof *acc);
@@ -543,8 +546,10 @@ static double sim_step(ea_trainer **ranks, uint32_t world, float *acc)
     memcpy(ea_trainer_grad_buffer(ranks[r], NULL), acc, n * sizeof *acc);
     ea_train_stats st;
     ck_assert_int_eq(ea_trainer_apply(ranks[r], &st), 0);
-    if (r == 0) loss = st.loss;
-    else ck_assert(st.loss == loss);
+    if (r == 0)
+      loss = st.loss;
+    else
+      ck_assert(st.loss == loss);
   }
   for (uint32_t r = 1; r < world; r++)
     ck_assert_msg(ea_trainer_params_digest(ranks[r]) == ea_trainer_params_digest(ranks[0]),
@@ -552,8 +557,7 @@ static double sim_step(ea_trainer **ranks, uint32_t world, float *acc)
   return loss;
 }
 
-START_TEST(test_world_size_invariance)
-{
+START_TEST(test_world_size_invariance) {
   ea_data *d = open_default_data();
   ea_train_config c;
   ea_train_config_default(&c);
@@ -561,7 +565,7 @@ START_TEST(test_world_size_invariance)
   c.micro_batch = 64; /* W=1: one micro-batch */
   c.warmup_steps = 10;
   ea_trainer *one = make_trainer(&c, d);
-  c.micro_batch = 5;  /* W=3: 21/21/22 samples in micro-batches of 5 */
+  c.micro_batch = 5; /* W=3: 21/21/22 samples in micro-batches of 5 */
   ea_trainer *three[3];
   for (int r = 0; r < 3; r++) three[r] = make_trainer(&c, d);
   ck_assert(ea_trainer_params_digest(one) == ea_trainer_params_digest(three[0]));
@@ -576,7 +580,8 @@ START_TEST(test_world_size_invariance)
     double l3 = sim_step(three, 3, acc);
     double rel = fabs(l3 - st.loss) / st.loss;
     if (rel > worst) worst = rel;
-    ck_assert_msg(rel < 1e-4, "step %d: W=1 loss %.9g, W=3 loss %.9g (rel %.3g)", s, st.loss, l3, rel);
+    ck_assert_msg(rel < 1e-4, "step %d: W=1 loss %.9g, W=3 loss %.9g (rel %.3g)", s, st.loss, l3,
+                  rel);
     if (s == 0) first = st.loss;
     last = st.loss;
   }
@@ -590,8 +595,7 @@ START_TEST(test_world_size_invariance)
 }
 END_TEST
 
-START_TEST(test_more_ranks_than_samples)
-{
+START_TEST(test_more_ranks_than_samples) {
   /* W > B: some ranks own no sample and contribute zeros; the trajectory is
    * still W=1's. */
   ea_data *d = open_default_data();
@@ -621,8 +625,7 @@ START_TEST(test_more_ranks_than_samples)
 }
 END_TEST
 
-START_TEST(test_replay_is_the_ring)
-{
+START_TEST(test_replay_is_the_ring) {
   /* train/'s replay: a step at world size W is every rank's compute, the
    * tcp ring's sum (ea_comm_ring_reduce) and apply, bit for bit; threads
    * change nothing; W=1 is ea_trainer_step_local. */
@@ -652,9 +655,8 @@ START_TEST(test_replay_is_the_ring)
       ck_assert_int_eq(ea_trainer_compute(manual[r], r, W), 0);
       memcpy(parts[r], ea_trainer_grad_buffer(manual[r], NULL), n * sizeof(float));
     }
-    ck_assert_int_eq(ea_comm_ring_reduce(sum, (const void *const *)parts, W, n, EA_COMM_F32,
-                                         EA_COMM_SUM),
-                     0);
+    ck_assert_int_eq(
+        ea_comm_ring_reduce(sum, (const void *const *)parts, W, n, EA_COMM_F32, EA_COMM_SUM), 0);
     for (int r = 0; r < 5; r++) {
       memcpy(ea_trainer_grad_buffer(manual[r], NULL), sum, n * sizeof(float));
       ck_assert_int_eq(ea_trainer_apply(manual[r], r == 0 ? &m : NULL), 0);
@@ -700,8 +702,7 @@ START_TEST(test_replay_is_the_ring)
 }
 END_TEST
 
-START_TEST(test_loss_decreases)
-{
+START_TEST(test_loss_decreases) {
   ea_data *d = open_default_data();
   ea_train_config c;
   ea_train_config_default(&c); /* the defaults the demo runs */
@@ -713,7 +714,8 @@ START_TEST(test_loss_decreases)
     ck_assert(isfinite(st.loss));
     if (s < 5) head += st.loss / 5;
     if (s >= 180) tail += st.loss / 20;
-    if (s % 50 == 0 || s == 199) printf("step %3d loss %.4f lr %.5f |g| %.3f\n", s, st.loss, st.lr, st.grad_norm);
+    if (s % 50 == 0 || s == 199)
+      printf("step %3d loss %.4f lr %.5f |g| %.3f\n", s, st.loss, st.lr, st.grad_norm);
   }
   printf("mean loss: steps 0-4 %.4f, steps 180-199 %.4f\n", head, tail);
   /* ln 256 = 5.545 at init; the default run averages 2.51 over steps 180–199. */
@@ -724,8 +726,7 @@ START_TEST(test_loss_decreases)
 }
 END_TEST
 
-START_TEST(test_apply_refuses_non_finite)
-{
+START_TEST(test_apply_refuses_non_finite) {
   ea_data *d;
   ck_assert_int_eq(ea_data_from_memory("the quick brown fox jumps over the lazy dog", 43, &d), 0);
   ea_train_config c;
@@ -752,8 +753,7 @@ END_TEST
 
 /* ---- state -------------------------------------------------------------- */
 
-static void small_config(ea_train_config *c)
-{
+static void small_config(ea_train_config *c) {
   ea_train_config_default(c);
   c->model = (ea_model_dims){.context = 8, .embed_dim = 8, .hidden = 32, .layers = 2};
   c->global_batch = 16;
@@ -762,8 +762,7 @@ static void small_config(ea_train_config *c)
   c->steps = 100;
 }
 
-START_TEST(test_state_roundtrip)
-{
+START_TEST(test_state_roundtrip) {
   uint64_t seed = test_seed("state");
   ea_data *d = open_default_data();
   ea_train_config c;
@@ -846,8 +845,8 @@ START_TEST(test_state_roundtrip)
 }
 END_TEST
 
-static void expect_reject(ea_trainer *t, const uint8_t *buf, size_t len, int want_rc, const char *want_field)
-{
+static void expect_reject(ea_trainer *t, const uint8_t *buf, size_t len, int want_rc,
+                          const char *want_field) {
   char err[256] = "";
   uint64_t before = ea_trainer_params_digest(t);
   uint64_t step = ea_trainer_step(t);
@@ -859,15 +858,13 @@ static void expect_reject(ea_trainer *t, const uint8_t *buf, size_t len, int wan
 
 /* Rewrite the header digest after editing a field: a well-formed state of
  * another configuration, not a corrupted one. */
-static void reseal(uint8_t *buf)
-{
+static void reseal(uint8_t *buf) {
   /* XXH3-64 of bytes [0,120) at offset 120, little-endian */
   uint64_t h = XXH3_64bits_dispatch(buf, 120);
   for (int i = 0; i < 8; i++) buf[120 + i] = (uint8_t)(h >> (8 * i));
 }
 
-START_TEST(test_state_rejects)
-{
+START_TEST(test_state_rejects) {
   ea_data *d = open_default_data();
   ea_train_config c;
   small_config(&c);
@@ -904,7 +901,8 @@ START_TEST(test_state_rejects)
   ea_trainer *other = make_trainer(&c2, d);
   uint8_t *obuf = malloc(ea_trainer_state_size(other));
   ck_assert_int_eq(ea_trainer_state_serialize(other, obuf, ea_trainer_state_size(other)), 0);
-  expect_reject(t, obuf, ea_trainer_state_size(other), -EINVAL, "hidden: state has 48, trainer has 32");
+  expect_reject(t, obuf, ea_trainer_state_size(other), -EINVAL,
+                "hidden: state has 48, trainer has 32");
 
   /* Same shape, different data (same length): data_hash. */
   size_t n = ea_data_size(d);
@@ -934,8 +932,7 @@ START_TEST(test_state_rejects)
 }
 END_TEST
 
-static Suite *train_suite(void)
-{
+static Suite *train_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
@@ -959,8 +956,7 @@ static Suite *train_suite(void)
   return s;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   (void)argc;
   /* OpenBLAS picks its kernels when it loads; on a CPU it does not know it
    * falls back to generic ones (~6× slower).  Re-run ourselves once with

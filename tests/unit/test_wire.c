@@ -36,7 +36,9 @@ static uint64_t rnd(void) { /* splitmix64 */
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-static uint32_t rndn(uint32_t n) { return (uint32_t)(rnd() % n); }
+static uint32_t rndn(uint32_t n) {
+  return (uint32_t)(rnd() % n);
+}
 
 static void seed_rng(void) {
   const char *s = getenv("EA_SEED");
@@ -64,7 +66,7 @@ static void rnd_str(char *dst, size_t len) {
 }
 
 /* Values chosen to straddle msgpack's header-size boundaries. */
-static const uint64_t edge_ints[] = {0,     1,      127,    128,        255,       256,
+static const uint64_t edge_ints[] = {0,     1,     127,    128,        255,        256,
                                      65535, 65536, 100000, UINT32_MAX, 1ull << 32, UINT64_MAX};
 static const size_t edge_lens[] = {0, 1, 31, 32, 63, 127};
 
@@ -254,7 +256,7 @@ START_TEST(test_emsgsize) {
   for (size_t cap = 0; cap < len; cap++) {
     memset(buf, 0x5a, sizeof buf);
     ck_assert_int_eq(ea_wire_encode_msg(&m, buf, cap, &len2), -EMSGSIZE);
-    ck_assert_uint_eq(len2, 12345);            /* *len untouched on failure */
+    ck_assert_uint_eq(len2, 12345);           /* *len untouched on failure */
     for (size_t i = cap; i < sizeof buf; i++) /* nothing written past cap */
       ck_assert_uint_eq(buf[i], 0x5a);
   }
@@ -317,26 +319,36 @@ typedef struct {
   int magic;
   int nfields;
   uint64_t version, type, state;
-  int neg_seq;         /* seq as a negative int8 */
-  int seq_u64;         /* seq = 2^32 */
-  int id_len;          /* src bin length */
-  int addr_len;        /* target_addr bin length */
-  int family;          /* target_addr family byte */
-  int nupd;            /* updates array count (with that many bodies) */
+  int neg_seq;  /* seq as a negative int8 */
+  int seq_u64;  /* seq = 2^32 */
+  int id_len;   /* src bin length */
+  int addr_len; /* target_addr bin length */
+  int family;   /* target_addr family byte */
+  int nupd;     /* updates array count (with that many bodies) */
   int upd_fields;
-  int name_len;        /* meta.name length */
-  int name_nul;        /* a NUL inside meta.name */
-  int name_as_bin;     /* meta.name sent as bin */
-  int trailing;        /* extra bytes after the message */
+  int name_len;    /* meta.name length */
+  int name_nul;    /* a NUL inside meta.name */
+  int name_as_bin; /* meta.name sent as bin */
+  int trailing;    /* extra bytes after the message */
 } knobs;
 
 static knobs kdef(void) {
-  return (knobs){.magic = 0xEA, .nfields = 8, .version = 1, .type = EA_MSG_GOSSIP, .state = 0,
-                 .id_len = 16, .addr_len = 19, .family = 4, .nupd = 1, .upd_fields = 5,
+  return (knobs){.magic = 0xEA,
+                 .nfields = 8,
+                 .version = 1,
+                 .type = EA_MSG_GOSSIP,
+                 .state = 0,
+                 .id_len = 16,
+                 .addr_len = 19,
+                 .family = 4,
+                 .nupd = 1,
+                 .upd_fields = 5,
                  .name_len = 5};
 }
 
-static int sb_write(void *d, const char *p, size_t n) { return msgpack_sbuffer_write(d, p, n); }
+static int sb_write(void *d, const char *p, size_t n) {
+  return msgpack_sbuffer_write(d, p, n);
+}
 
 static void pk_bin(msgpack_packer *pk, size_t n, uint8_t fill) {
   uint8_t b[64];
@@ -496,35 +508,35 @@ static size_t mutate(uint8_t *b, size_t len, size_t cap) {
   static const uint8_t edge[] = {0x00, 0x7f, 0x80, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc4, 0xc5,
                                  0xc6, 0xcc, 0xcf, 0xd0, 0xd3, 0xd9, 0xdb, 0xdc, 0xdd, 0xff};
   switch (rndn(5)) {
-  case 0:
-    if (len) b[rndn((uint32_t)len)] ^= (uint8_t)(1u << rndn(8));
-    break;
-  case 1:
-    if (len) b[rndn((uint32_t)len)] = edge[rndn(sizeof edge)];
-    break;
-  case 2:
-    if (len < cap) {
-      size_t at = rndn((uint32_t)len + 1);
-      memmove(b + at + 1, b + at, len - at);
-      b[at] = rndn(2) ? edge[rndn(sizeof edge)] : (uint8_t)rnd();
-      len++;
-    }
-    break;
-  case 3:
-    if (len) {
-      size_t at = rndn((uint32_t)len);
-      memmove(b + at, b + at + 1, len - at - 1);
-      len--;
-    }
-    break;
-  default:
-    if (len) {
-      size_t at = rndn((uint32_t)len), n = 1 + rndn(32);
-      if (n > len - at) n = len - at;
-      if (n > cap - len) n = cap - len;
-      memmove(b + at + n, b + at, len - at);
-      len += n;
-    }
+    case 0:
+      if (len) b[rndn((uint32_t)len)] ^= (uint8_t)(1u << rndn(8));
+      break;
+    case 1:
+      if (len) b[rndn((uint32_t)len)] = edge[rndn(sizeof edge)];
+      break;
+    case 2:
+      if (len < cap) {
+        size_t at = rndn((uint32_t)len + 1);
+        memmove(b + at + 1, b + at, len - at);
+        b[at] = rndn(2) ? edge[rndn(sizeof edge)] : (uint8_t)rnd();
+        len++;
+      }
+      break;
+    case 3:
+      if (len) {
+        size_t at = rndn((uint32_t)len);
+        memmove(b + at, b + at + 1, len - at - 1);
+        len--;
+      }
+      break;
+    default:
+      if (len) {
+        size_t at = rndn((uint32_t)len), n = 1 + rndn(32);
+        if (n > len - at) n = len - at;
+        if (n > cap - len) n = cap - len;
+        memmove(b + at + n, b + at, len - at);
+        len += n;
+      }
   }
   return len;
 }

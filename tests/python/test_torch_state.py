@@ -1,0 +1,128 @@
+"""TorchState: a deterministic flat layout, bit-exact restore, and errors
+that name the tensor.  Needs torch (Debian python3-torch, torch 1.13)."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import PYDIR, SEED  # noqa: E402
+from elastic_agent.errors import StateError  # noqa: E402
+from elastic_agent.torch import TorchState  # noqa: E402
+from elastic_agent.xxh3 import xxh3_64  # noqa: E402
+
+from torch_build import build  # noqa: E402
+
+
+def test_two_independently_built_states_lay_out_identically():
+    a, b = build(SEED), build(SEED)
+    fa, fb = bytes(a.flat().to_bytes()), bytes(b.flat().to_bytes())
+    assert fa == fb
+    # …and in another process, under another hash seed (dict order, set order)
+    child = ("from torch_build import build\nfrom elastic_agent.xxh3 import xxh3_64\n"
+             "print(xxh3_64(bytes(build(%d).flat().to_bytes())))\n" % SEED)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=PYDIR + ":" + here,
+                                  PYTHONHASHSEED=str(SEED % 1000 + 1)))
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == xxh3_64(fa)
+
+
+def test_the_layout_names_every_tensor():
+    st = build(SEED)
+    names = [s.name for s in st.flat().specs]
+    assert names[:8] == ["model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
+                         "model.1.running_mean", "model.1.running_var", "model.1.num_batches_tracked",
+                         "model.3.weight"]
+    for n in ("optimizer.state.0.exp_avg", "optimizer.state.0.exp_avg_sq", "optimizer.state.0.step",
+              "extras.emb.weight", "extras.mask", "rng.torch"):
+        assert n in names
+    assert names[-1] == "meta"
+
+
+def test_restore_of_flatten_is_bit_exact():
+    src = build(SEED)
+    flat = src.flatten()
+    assert [(t.name, t.dtype, t.shape) for t in src.layout()][0] == ("model.0.weight", "f32", (5, 6))
+    dst = build(SEED + 99, train_steps=0)  # other values, no optimizer state yet
+    assert bytes(dst.flat().to_bytes()) != bytes(flat)
+    dst.load(flat)
+    assert bytes(dst.flat().to_bytes()) == bytes(flat)
+    assert dst.step == src.step == 3 and dst.epoch == 1 and dst.cfg == src.cfg
+    for (k, a), b in zip(src.model.state_dict().items(), dst.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert dst.sched.get_last_lr() == src.sched.get_last_lr()
+    assert dst.params_digest() == src.params_digest() and dst.sync_digest() == src.sync_digest()
+    # the RNGs continue identically, and so does training
+    src.load(flat)
+    r1, p1 = torch.rand(3), random.random()
+    dst.load(flat)
+    r2, p2 = torch.rand(3), random.random()
+    assert torch.equal(r1, r2) and p1 == p2
+    for s in (src, dst):
+        s.load(flat)
+        x = torch.ones(4, 6)
+        s.optimizer.zero_grad()
+        s.model(x).sum().backward()
+        s.optimizer.step()
+    assert src.params_digest() == dst.params_digest()
+
+
+def test_digests():
+    st = build(SEED)
+    raw = b"".join(t.detach().contiguous().numpy().tobytes() for t in st.model.state_dict().values())
+    assert st.params_digest() == xxh3_64(raw)
+    d = st.sync_digest()
+    torch.rand(10)  # only the RNG moved
+    random.random()
+    assert st.sync_digest() == d
+    with torch.no_grad():
+        st.model[0].bias[0] += 1
+    assert st.sync_digest() != d
+
+
+def test_a_mismatching_model_is_named():
+    flat = build(SEED).flat().to_bytes()
+    torch.manual_seed(0)
+    other = TorchState(model=torch.nn.Sequential(torch.nn.Linear(6, 4)))
+    with pytest.raises(StateError) as ei:
+        other.load(flat, "checkpoint step-3.gen-1")
+    assert str(ei.value) == "checkpoint step-3.gen-1: model.0.weight: f32 5x6, but f32 4x6 in this program"
+    wider = TorchState(model=torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5),
+                                                 torch.nn.ReLU(), torch.nn.Linear(5, 2), torch.nn.Linear(2, 2)))
+    with pytest.raises(StateError, match=r"^state: model.4.weight: missing \(this program's model has it\)$"):
+        wider.load(flat)
+    before = bytes(other.flat().to_bytes())
+    assert bytes(other.flat().to_bytes()) == before  # nothing changed by the failed loads
+
+
+def test_commit_restore_and_the_applied_step():
+    st = build(SEED)
+    st.commit()
+    snap = bytes(st.flat().to_bytes())
+    x = torch.ones(2, 6)
+    st.optimizer.zero_grad()
+    st.model(x).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the wrapped step keeps the scheduler's counter
+        st.optimizer.step()
+        st.sched.step()
+    assert st._applied and st._settle() and st.step == 4 and not st._applied
+    st.restore()
+    assert bytes(st.flat().to_bytes()) == snap and st.step == 3
+
+
+def test_what_cannot_be_laid_out_fails_at_construction():
+    with pytest.raises(StateError, match=r"extras.bad.value: cannot serialise a set"):
+        TorchState(model=torch.nn.Linear(2, 2), bad={1, 2})
+    with pytest.raises(StateError, match="'step' is the library's"):
+        TorchState(step=3)
+    with pytest.raises(StateError, match="contains a space"):
+        TorchState(**{"a b": 1})
