@@ -34,6 +34,10 @@ void ea_sb_putn(ea_sb *b, const char *s, size_t n);
  * invalid UTF-8 (member names come off the network) as U+FFFD, so the result
  * stays valid JSON for strict parsers. */
 void ea_sb_json_str(ea_sb *b, const char *s);
+/* Length of the valid UTF-8 sequence at p (1..4; 1 for ASCII), or 0 if it
+ * is not one (overlong forms, surrogates and code points past U+10FFFF
+ * are not).  p must be NUL-terminated: it never reads past a NUL. */
+size_t ea_utf8_len(const unsigned char *p);
 /* Room for `extra` more bytes (and the NUL); false (and oom set) if not. */
 bool ea_sb_reserve(ea_sb *b, size_t extra);
 void ea_sb_reset(ea_sb *b); /* len = 0, keeps the memory */
