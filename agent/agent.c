@@ -406,6 +406,7 @@ static void on_settle(uv_idle_t *h) {
   ea_rdzv_view(a->rdzv, ea__agent_now_ms(a), ms, n);
   elect_update(a);
   ea__agent_core_done(a);
+  ea__agent_alerts_members(a);
   if (a->phase <= EA__PHASE_DRAINING) peers_schedule(a);
 }
 
@@ -604,7 +605,9 @@ int ea__agent_run(const ea__agent_opts *o) {
   uint64_t seed = 0;
   if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = a->start_ms ^ (uint64_t)getpid();
 
-  rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
+  rc = ea__agent_alerts_start(a, err, sizeof err);
+  if (rc == 0)
+    rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
                      sizeof err);
   if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
   ea_transport_opts to = {
@@ -645,6 +648,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     rc = ea__agent_workers_start(a, err, sizeof err);
   }
   if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
+  if (rc == 0) rc = ea__agent_notice_start(a, err, sizeof err);
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err); /* ea__agent_shutdown closes what started */
   } else {
@@ -689,6 +693,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc < 0) ea__agent_shutdown(a);
 
   uv_run(&a->loop, UV_RUN_DEFAULT);
+  ea__agent_alerts_free(a); /* flushes what is queued, bounded */
   int lrc = uv_loop_close(&a->loop);
   if (lrc < 0) {
     ea_log(EA_LOG_ERROR, "exit", "event loop still has open handles at exit: %s", uv_strerror(lrc));

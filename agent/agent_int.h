@@ -17,6 +17,8 @@
  *                                          readiness, the metrics snapshot)
  *   Prometheus exposition, HTTP server     metrics.c (the text), http.c
  *                                          (libmicrohttpd, its own thread)
+ *   alerts: registry, rate limit, delivery alerts.c (libcurl, its own thread)
+ *   spot/preemption notice poller          notice.c (its own thread)
  *
  * The worker supervisor (supervisor.h) and the checkpoint flow
  * (ckpt_svc.h) keep headers of their own: each is a component with its
@@ -294,6 +296,7 @@ typedef enum {
   EA__ALERT_GENERATION_CHURN,
   EA__ALERT_RESUME_FALLBACK,
   EA__ALERT_JOB_FAILED,
+  EA__ALERT_PREEMPTED, /* a spot/preemption notice (notice.c) */
   EA__ALERT_KINDS
 } ea__alert_kind;
 
@@ -564,6 +567,9 @@ struct ea__agent {
   char workers_dir[EA_PATH_MAX + 16];
   /* ---- metrics, stalls, readiness (metrics.c) ---- */
   struct ea__agent_mx *mx;
+  /* ---- alerts (alerts.c) and the preemption notice (notice.c) ---- */
+  struct ea__agent_al *al;
+  struct ea__agent_notice *notice;
 };
 
 /* agent.c: the loop */
@@ -642,8 +648,7 @@ void ea__agent_metrics_formation(ea__agent *a, double seconds);
 /* As controller: a checkpoint committed, `seconds` from first report to
  * durable MANIFEST. */
 void ea__agent_metrics_persist(ea__agent *a, double seconds);
-/* An alert of kind k was raised (its `alert` line is the caller's). */
-void ea__agent_alert_count(ea__agent *a, ea__alert_kind k);
+/* Alerts of kind k raised since start (alerts.c counts them). */
 uint64_t ea__agent_alerts(const ea__agent *a, ea__alert_kind k);
 
 typedef struct {
@@ -658,6 +663,110 @@ bool ea__agent_ready(ea__agent *a, char *why, size_t cap);
 /* The metrics listener's bound address, "" when off or not bound; err: the
  * bind error, "" if none. */
 const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
+
+/* ---- alerts (alerts.c) ---------------------------------------------------------
+ * The one way an alert is raised.  ea__agent_alert writes the `alert` log
+ * line (event "alert", message = the summary, then " kind=K
+ * severity=S"), counts it (counters.alerts, elastic_agent_alerts_total),
+ * keeps it among the last EA__ALERT_RECENT for status, and hands it to the
+ * delivery thread (Alertmanager, webhook, command: whichever is set).
+ *
+ * Two shapes.  An event kind (worker_exit, checkpoint_failed, job_failed,
+ * resume_fallback, generation_churn, preempted) happens once: Alertmanager
+ * gets it with endsAt = startsAt + EA__ALERT_EVENT_HOLD_S.  A condition
+ * kind (stalled, loss_nan, node_lost, storage_timeout, straggler) is
+ * firing from ea__agent_alert until ea__agent_alert_resolve with the same
+ * (kind, subject): re-sent to Alertmanager every EA__ALERT_RESEND_S while
+ * firing, then sent with endsAt = now.  Deliveries of fires are limited to
+ * one per kind per EA__ALERT_RATE_S; the next one delivered carries the
+ * count of those held back ("suppressed", and "(N more since …)" in its
+ * summary).  Resolves are never held back.  Loop thread only; callable
+ * before ea__agent_alerts_start (log line only) and after close (the
+ * same). */
+
+/* Alertmanager's own default resolve_timeout is 5 min: an event shows for
+ * as long as an alert nobody re-sends would. */
+#define EA__ALERT_EVENT_HOLD_S 300
+/* Prometheus re-sends firing alerts every minute (resend_delay 1m) and
+ * sets endsAt 4 re-sends ahead; we do the same. */
+#define EA__ALERT_RESEND_S 60
+/* One delivery per kind per minute: an operator's pager, not a log. */
+#define EA__ALERT_RATE_S 60
+#define EA__ALERT_RECENT 16
+/* Queued deliveries: a minute of one alert per second; past that the
+ * oldest is dropped (and counted): fresh news beats old. */
+#define EA__ALERT_QUEUE_MAX 64
+
+typedef enum { EA__SEV_WARNING, EA__SEV_CRITICAL } ea__alert_sev;
+const char *ea__alert_sev_str(ea__alert_sev s);
+/* Conditions (resolved explicitly) vs events (see above). */
+bool ea__alert_kind_is_condition(ea__alert_kind k);
+
+/* One alert as it is delivered and shown. */
+typedef struct {
+  ea__alert_kind kind;
+  ea__alert_sev sev;
+  bool firing;        /* false: resolved */
+  char subject[128];  /* what it is about ("n3", "worker 1"), "" when the node itself */
+  char summary[2048]; /* the log line's text */
+  double starts_s;    /* unix time it fired */
+  double ends_s;      /* unix time it resolved (or, for events, expires); 0: open */
+  uint32_t suppressed; /* fires of this kind held back before this one */
+} ea__alert_rec;
+
+/* The rate limiter: one per kind.  admit returns true when a fire at now_ms
+ * may be delivered (*held = fires held back since the last delivered one,
+ * then reset), false when it is held back (counted). */
+typedef struct {
+  bool have;
+  uint64_t last_ms;
+  uint32_t held;
+} ea__alert_rl;
+bool ea__alert_rl_admit(ea__alert_rl *rl, uint64_t now_ms, uint64_t window_ms, uint32_t *held);
+
+/* "2026-12-01T21:00:00.123Z" (UTC, RFC 3339 as Alertmanager parses it). */
+void ea__alert_time_str(double unix_s, char *out, size_t cap);
+/* The bodies, malloc'd NUL-terminated compact JSON (free()), NULL when out
+ * of memory.  Pure: tests/unit/test_alerts.c pins the exact text.
+ *   Alertmanager (POST /api/v2/alerts): an array of
+ *     {"labels":{"alertname":KIND,"job":J,"node":N,"severity":S[,"subject":X]},
+ *      "annotations":{"summary":…[,"suppressed":"N"]},"startsAt":T,"endsAt":T}
+ *     (endsAt of a firing condition: now_s + 4 × EA__ALERT_RESEND_S);
+ *   webhook: {"version":1,"status":"firing"|"resolved","kind":…,"severity":…,
+ *     "job":…,"node":…,"subject":…,"summary":…,"startsAt":T,"endsAt":T|null,
+ *     "suppressed":N}. */
+char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job,
+                        const char *node, double now_s);
+char *ea__alert_webhook_body(const ea__alert_rec *r, const char *job, const char *node);
+
+int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen);
+/* Shutdown (ea__agent_shutdown): close the loop handles; deliveries queued
+ * go on. */
+void ea__agent_alerts_close(ea__agent *a);
+/* After uv_run: let the thread deliver what is queued (bounded by
+ * a few seconds), join it, free. */
+void ea__agent_alerts_free(ea__agent *a);
+void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Resolve a firing condition; a no-op (no line) when (k, subject) is not
+ * firing.  fmt: the resolved line's text (logged at info). */
+void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject, const char *fmt,
+                             ...) __attribute__((format(printf, 4, 5)));
+bool ea__agent_alert_firing(const ea__agent *a, ea__alert_kind k, const char *subject);
+/* "alerts" of the status document: recent, firing, delivery counters. */
+void ea__agent_alerts_status(ea__agent *a, ea__jb *b, json_t *doc);
+/* As controller, after each membership change: node_lost for a node of
+ * the running generation that is dead; resolved once it is alive again. */
+void ea__agent_alerts_members(ea__agent *a);
+
+/* ---- spot/preemption notice (notice.c) ---------------------------------------------
+ * runtime.preemption_notice other than "none": a thread polls the metadata
+ * service every EA__NOTICE_PERIOD_MS; a notice wakes the loop, which logs
+ * it, raises `preempted` and drains this node (ea__agent_begin_drain). */
+#define EA__NOTICE_PERIOD_MS 2000
+int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen);
+/* Shutdown: stop polling (joins the thread: at most one request's timeout). */
+void ea__agent_notice_close(ea__agent *a);
 
 /* job_glue.c: the launch mode, restart mode's processes, the job's end */
 /* Before anything starts: mode, keys that do nothing in it, old key names,

@@ -44,8 +44,7 @@ static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   char line[1024];
   ea__ckpt_event_format(e, line, sizeof line);
   if (e->alert) {
-    ea__agent_alert_count(a, EA__ALERT_CHECKPOINT_FAILED);
-    ea_log(EA_LOG_ERROR, "alert", "checkpoint %s", line);
+    ea__agent_alert(a, EA__ALERT_CHECKPOINT_FAILED, EA__SEV_CRITICAL, "", "checkpoint %s", line);
     return;
   }
   ea_log_level lv = EA_LOG_INFO;
@@ -141,12 +140,27 @@ static void ckpt_report(void *ctx, const ea__ckpt_msg *m) {
   a->ck.reports_sent++;
 }
 
+/* storage_timeout: a shard write (subject "shard") or a commit (subject
+ * "commit") slower than checkpoint.timeout_seconds fires; the next one of
+ * the same kind within it resolves. */
+static void storage_check(ea__agent *a, const char *what, const char *name, double seconds) {
+  uint32_t limit = a->o->cfg.checkpoint.timeout_seconds;
+  if (seconds > (double)limit)
+    ea__agent_alert(a, EA__ALERT_STORAGE_TIMEOUT, EA__SEV_WARNING, what,
+                    "storage timeout: %s of %s took %.1f s (checkpoint.timeout_seconds %u) in %s",
+                    what, name, seconds, limit, a->ckpt_dir);
+  else
+    ea__agent_alert_resolve(a, EA__ALERT_STORAGE_TIMEOUT, what,
+                            "storage timeout resolved: %s of %s took %.1f s", what, name, seconds);
+}
+
 /* svc.event: this node's shards. */
 static void ckpt_svc_event(void *ctx, const ea__ckpt_event *e) {
   ea__agent *a = ctx;
   if (e->kind == EA__CKPT_EV_SHARD_WRITTEN) {
     a->ck.shard_write_s = e->seconds;
     a->ck.shard_stall_s = e->stall_seconds;
+    storage_check(a, "shard write", e->name, e->seconds);
     ckpt_read_latest(a);
   }
   ckpt_log_event(a, e);
@@ -173,6 +187,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_commit_s = e->commit_seconds;
       k->last_stall_s = e->stall_seconds;
       k->last_wait_s = e->wait_seconds;
+      storage_check(a, "commit", e->name, e->commit_seconds);
       if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
       /* The built-in job may be over now (its final checkpoint): the job
        * module judges and, as controller, tells the others (no call back
@@ -285,9 +300,8 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
          "loaded %s worker=%u gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64
          " fallbacks=%u seconds=%.3f",
          c->loaded_name, k, m->gen, m->step, m->digest, m->fallbacks, m->seconds);
-  if (m->fallbacks) ea__agent_alert_count(a, EA__ALERT_RESUME_FALLBACK);
   if (m->fallbacks)
-    ea_log(EA_LOG_WARN, "alert",
+    ea__agent_alert(a, EA__ALERT_RESUME_FALLBACK, EA__SEV_WARNING, "",
            "checkpoint resume passed over %u newer checkpoint%s that did not verify and loaded "
            "%s; first reason: %s",
            m->fallbacks, m->fallbacks == 1 ? "" : "s", c->loaded_name, m->message);

@@ -76,6 +76,8 @@ typedef struct {
   KEY(sec, k, char *), .type = T_ENUM, .choices = (const char *const[]) { __VA_ARGS__, NULL }
 
 static const char *check_listen(const char *s);
+static const char *check_http_url(const char *s);
+static const char *check_notice(const char *s);
 
 /* The ranges are sanity bounds, not tuning: they reject typos (a missing or
  * extra zero, a unit mix-up) while leaving every setting an operator might
@@ -123,6 +125,10 @@ static const cfg_key keys[] = {
      .doc = "full: check every shard's hash before resuming; size: check lengths only."},
     {ENUM(checkpoint, busy_policy, "wait", "skip"),
      .doc = "When the previous checkpoint is still being written: wait for it, or skip this one."},
+    /* 300 s: a shard of a few GiB on a healthy shared file system is
+     * written in well under a minute; five minutes is a store in trouble. */
+    {U32(checkpoint, timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
+     .doc = "A shard write or a commit slower than this raises a storage_timeout alert."},
 
     {ENUM(logging, level, "debug", "info", "warn", "error"),
      .doc = "Least severe level written."},
@@ -155,6 +161,11 @@ static const cfg_key keys[] = {
     {U32(runtime, lost_peer_grace_ms), .min = 0, .max = 600000, .unit = "milliseconds",
      .doc = "torchrun: the grace before SIGKILL when the restart is because a peer died or "
             "froze."},
+    {STR(runtime, preemption_notice), .flags = F_NONEMPTY, .check = check_notice,
+     .doc = "Poll for a spot/preemption notice and drain at once: none, aws, gcp, azure, or an "
+            "http:// URL that answers 200 when the machine is going."},
+    {STR(runtime, preemption_metadata_url), .check = check_http_url,
+     .doc = "Base address of the metadata service (http://HOST:PORT); empty: the provider's."},
 
     /* Membership: the names are ea_swim_config's fields; defaults come from
      * ea_swim_config_default (membership/swim_config.c). */
@@ -194,6 +205,13 @@ static const cfg_key keys[] = {
     {DBL(observability, straggler_factor), .dmin = 1.0, .dmax = 100.0, .flags = F_MIN_OPEN,
      .unit = "x median",
      .doc = "A rank whose step takes this many times the median step time is a straggler."},
+    {STR(observability, alertmanager_url), .check = check_http_url,
+     .doc = "Prometheus Alertmanager (http://HOST:PORT) that alerts are pushed to; empty: off."},
+    {STR(observability, alert_webhook), .check = check_http_url,
+     .doc = "URL each alert is POSTed to as one JSON document; empty: off."},
+    {STR(observability, alert_command),
+     .doc = "Shell command run for each alert, with EA_ALERT_KIND, EA_ALERT_SUMMARY, … set; "
+            "empty: off."},
 
     {STR(train, model), .flags = F_NONEMPTY, .doc = "Built-in trainer's model."},
     {STR(train, data), .flags = F_NONEMPTY,
@@ -439,6 +457,18 @@ static const char *str_problem(const cfg_key *k, const char *s, size_t len, char
   return p;
 }
 
+static const char *check_http_url(const char *s) {
+  if (!s[0] || strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0) return NULL;
+  return "expected an http:// or https:// URL, or \"\" for off";
+}
+
+static const char *check_notice(const char *s) {
+  if (!strcmp(s, "none") || !strcmp(s, "aws") || !strcmp(s, "gcp") || !strcmp(s, "azure"))
+    return NULL;
+  if (strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0) return NULL;
+  return "expected none, aws, gcp, azure or an http:// URL";
+}
+
 /* HOST:PORT, HOST an address or name (IPv6 in brackets), PORT 0..65535
  * (0: a free port, logged at start; for tests and many agents per host). */
 static const char *check_listen(const char *s) {
@@ -591,6 +621,7 @@ void ea_config_default(ea_config *c) {
   c->checkpoint.keep_last = 3;
   snprintf(c->checkpoint.verify_on_resume, sizeof c->checkpoint.verify_on_resume, "full");
   snprintf(c->checkpoint.busy_policy, sizeof c->checkpoint.busy_policy, "wait");
+  c->checkpoint.timeout_seconds = 300;
   snprintf(c->logging.level, sizeof c->logging.level, "info");
   snprintf(c->logging.format, sizeof c->logging.format, "text");
   /* torchrun restarts 0 times by default and waits 900 s for a rendezvous
@@ -608,6 +639,7 @@ void ea_config_default(ea_config *c) {
    * grace. */
   c->runtime.stop_grace_seconds = 5;
   c->runtime.lost_peer_grace_ms = 500;
+  snprintf(c->runtime.preemption_notice, sizeof c->runtime.preemption_notice, "none");
   ea_swim_config_default(&c->membership);
   snprintf(c->observability.metrics_listen, sizeof c->observability.metrics_listen,
            "127.0.0.1:9400");

@@ -294,6 +294,13 @@ static void end_msg(const ea__job *J, ea__job_msg *m) {
   if (m->has_failure) m->f = J->end_fail;
 }
 
+static void job_alert(ea__job *J, int what, const char *text) {
+  if (J->cb.alert)
+    J->cb.alert(J->ctx, what, text);
+  else
+    ea_log(EA_LOG_ERROR, "alert", "%s", text);
+}
+
 /* Report the end here (log, alert), then tell the agent. */
 static void end_here(ea__job *J) {
   if (J->end_called) return;
@@ -302,9 +309,12 @@ static void end_here(ea__job *J) {
   if (J->end_has_failure) ea__job_failure_str(&J->end_fail, fs, sizeof fs);
   if (J->kind == EA__JOB_SUCCESS)
     ea_log(EA_LOG_INFO, "job", "finished: %s; leaving, exit status 0", J->reason);
-  else
-    ea_log(EA_LOG_ERROR, "alert", "job failed (%s, exit status %d): %s%s%s",
-           ea__job_kind_str(J->kind), J->code, J->reason, fs[0] ? "; failing worker: " : "", fs);
+  else {
+    char t[EA__JOB_REASON_MAX + sizeof fs + 64];
+    snprintf(t, sizeof t, "job failed (%s, exit status %d): %s%s%s", ea__job_kind_str(J->kind),
+             J->code, J->reason, fs[0] ? "; failing worker: " : "", fs);
+    job_alert(J, EA__JOB_ALERT_FAILED, t);
+  }
   if (J->cb.end) J->cb.end(J->ctx, J->kind, J->code);
 }
 
@@ -491,13 +501,15 @@ static void churn_check(ea__job *J, const ea_rdzv_status *st) {
   J->churn_alerted = st->churn_streak;
   char fs[EA__JOB_MSG_MAX + 256] = "";
   if (J->have_fail) ea__job_failure_str(&J->fail, fs, sizeof fs);
-  ea_log(EA_LOG_ERROR, "alert",
-         "generation churn: %u generations in a row failed within %u s of their commit: %s%s%s; "
-         "each next restart waits longer (the next up to %" PRIu64
-         " ms, at most %u ms: "
-         "runtime.rendezvous_timeout_seconds)",
-         st->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, st->churn_why, fs[0] ? "; latest: " : "", fs,
-         ea_rdzv_churn_delay_ms(st->churn + 1, J->o.churn_cap_ms, UINT64_MAX), J->o.churn_cap_ms);
+  char t[EA_RDZV_REASON_MAX + sizeof fs + 256];
+  snprintf(t, sizeof t,
+           "generation churn: %u generations in a row failed within %u s of their commit: %s%s%s; "
+           "each next restart waits longer (the next up to %" PRIu64
+           " ms, at most %u ms: "
+           "runtime.rendezvous_timeout_seconds)",
+           st->churn, EA_RDZV_CHURN_WINDOW_MS / 1000, st->churn_why, fs[0] ? "; latest: " : "", fs,
+           ea_rdzv_churn_delay_ms(st->churn + 1, J->o.churn_cap_ms, UINT64_MAX), J->o.churn_cap_ms);
+  job_alert(J, EA__JOB_ALERT_CHURN, t);
 }
 
 void ea__job_update(ea__job *J, const ea__job_view *v) {

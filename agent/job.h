@@ -148,7 +148,12 @@ typedef struct {
   void (*send)(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len);
   /* The job is over here: report done, now leave and exit with code. */
   void (*end)(void *ctx, uint8_t kind, int code);
+  /* An alert (what: EA__JOB_ALERT_*): the agent's registry logs and
+   * delivers text.  NULL: job.c logs the `alert` line itself. */
+  void (*alert)(void *ctx, int what, const char *text);
 } ea__job_cbs;
+
+enum { EA__JOB_ALERT_FAILED = 0, EA__JOB_ALERT_CHURN = 1 };
 
 typedef struct {
   ea__mode mode;

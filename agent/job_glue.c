@@ -215,6 +215,12 @@ static void job_end(void *ctx, uint8_t kind, int code) {
                            kind == EA__JOB_SUCCESS ? "the job finished" : "the job failed");
 }
 
+/* job.alert: through the agent's registry. */
+static void job_alert(void *ctx, int what, const char *text) {
+  ea__agent_alert(ctx, what == EA__JOB_ALERT_CHURN ? EA__ALERT_GENERATION_CHURN : EA__ALERT_JOB_FAILED,
+                  EA__SEV_CRITICAL, "", "%s", text);
+}
+
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
   char cmd[1024] = "";
   if (a->o->worker_argc > 0) {
@@ -236,7 +242,7 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                      .churn_cap_ms = a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u,
                      .self = a->id,
                      .name = a->o->name};
-  ea__job_cbs jc = {.send = job_send, .end = job_end};
+  ea__job_cbs jc = {.send = job_send, .end = job_end, .alert = job_alert};
   int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
   if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));
   return rc;

@@ -30,12 +30,8 @@
  *     the verdict at most one period late;
  *   - histograms of formation and checkpoint persist durations, observed by
  *     hooks where status records the last one (workers.c, ckpt_glue.c);
- *   - alert counters by kind (ea__agent_alert_count), called next to each
- *     `alert` log line.  Raised today: checkpoint_failed (a shard that
- *     could not be written, a commit given up or refused by the generation
- *     fence), resume_fallback (a cold start passed over damaged
- *     checkpoints) and stalled; the other kinds are exported at 0 until
- *     their detectors exist.
+ *   - alert counters by kind come from the alert registry (alerts.c,
+ *     ea__agent_alerts), which every `alert` goes through.
  *
  * The exposition is the Prometheus text format 0.0.4: HELP and TYPE before
  * each family, every sample labelled job (experiment.name) and node
@@ -76,6 +72,7 @@ const char *ea__alert_kind_str(ea__alert_kind k) {
       [EA__ALERT_GENERATION_CHURN] = "generation_churn",
       [EA__ALERT_RESUME_FALLBACK] = "resume_fallback",
       [EA__ALERT_JOB_FAILED] = "job_failed",
+      [EA__ALERT_PREEMPTED] = "preempted",
   };
   return (unsigned)k < EA__ALERT_KINDS ? n[k] : "?";
 }
@@ -366,7 +363,6 @@ struct ea__agent_mx {
   uint64_t ck_step, ck_gen;
   double ck_time_s;
   ea__mx_hist formation, persist;
-  uint64_t alerts[EA__ALERT_KINDS];
 };
 
 static double wall_now_s(void) {
@@ -381,14 +377,6 @@ void ea__agent_metrics_formation(ea__agent *a, double seconds) {
 
 void ea__agent_metrics_persist(ea__agent *a, double seconds) {
   if (a->mx) ea__mx_hist_observe(&a->mx->persist, seconds);
-}
-
-void ea__agent_alert_count(ea__agent *a, ea__alert_kind k) {
-  if (a->mx && (unsigned)k < EA__ALERT_KINDS) a->mx->alerts[k]++;
-}
-
-uint64_t ea__agent_alerts(const ea__agent *a, ea__alert_kind k) {
-  return a->mx && (unsigned)k < EA__ALERT_KINDS ? a->mx->alerts[k] : 0;
 }
 
 const char *ea__agent_metrics_addr(const ea__agent *a, const char **err) {
@@ -452,8 +440,7 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
     mx->stalled = true;
     mx->stalled_gen = a->run.g64;
     mx->stalled_since_ms = since;
-    ea__agent_alert_count(a, EA__ALERT_STALLED);
-    ea_log(EA_LOG_ERROR, "alert",
+    ea__agent_alert(a, EA__ALERT_STALLED, EA__SEV_CRITICAL, "",
            "stalled gen=%s world=%u step=%" PRIu64
            ": no step for %.1f s "
            "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
@@ -461,7 +448,7 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
            a->o->cfg.runtime.stall_timeout_seconds);
   } else if (!stalled && mx->stalled) {
     mx->stalled = false;
-    ea_log(EA_LOG_INFO, "alert", "stalled resolved after %.1f s: %s",
+    ea__agent_alert_resolve(a, EA__ALERT_STALLED, "", "stalled resolved after %.1f s: %s",
            (double)(now - mx->stalled_since_ms) / 1000.0,
            expected ? "training moves again" : "the generation ended");
   }
@@ -607,7 +594,7 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   s->ctl_drop_malformed = c.dropped_malformed;
   s->ctl_drop_unauth = c.dropped_unauthenticated;
   s->ctl_drop_oversize = c.dropped_oversize;
-  memcpy(s->alerts, mx->alerts, sizeof s->alerts);
+  for (int k = 0; k < EA__ALERT_KINDS; k++) s->alerts[k] = ea__agent_alerts(a, (ea__alert_kind)k);
   return s;
 }
 

@@ -466,6 +466,7 @@ int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
   status_checkpoint(a, &b, doc);
   ea__agent_job_status(a, &b, doc);
   status_counters(a, &b, doc);
+  ea__agent_alerts_status(a, &b, doc);
   status_config(a, &b, doc, counts[EA_STATE_ALIVE] + counts[EA_STATE_SUSPECT]);
   if (b.oom) {
     json_decref(doc);

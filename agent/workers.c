@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +360,15 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       a->last_loss = m->loss;
       a->has_loss = true;
       log_step(a, k, m);
+      if (!isfinite(m->loss) && a->o->cfg.observability.alert_on_nan)
+        ea__agent_alert(a, EA__ALERT_LOSS_NAN, EA__SEV_CRITICAL, "",
+                        "loss is %s: worker %u rank %u step %" PRIu64 " gen %" PRIu64
+                        " (observability.alert_on_nan)",
+                        isnan(m->loss) ? "NaN" : "infinite", k, a->run.rank_base + k, m->step,
+                        m->gen);
+      else if (isfinite(m->loss))
+        ea__agent_alert_resolve(a, EA__ALERT_LOSS_NAN, "", "loss is finite again: %.6f at step %" PRIu64,
+                                m->loss, m->step);
       ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
       ea__agent_core_done(a);
       break;
@@ -405,6 +415,7 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   ea__agent *a = ctx;
   if (k >= a->wpn) return;
   ea__agent_wk *w = &a->w[k];
+  int pid = w->pid;
   w->state = EA__W_EXITED;
   w->pid = 0;
   w->gen = 0; /* its successor has been told nothing */
@@ -414,6 +425,14 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
       ea__agent_leave_now(a);
     }
     return;
+  }
+  if ((status != 0 || sig != 0) && !a->launch) {
+    char subj[32];
+    snprintf(subj, sizeof subj, "worker %u", k);
+    ea__agent_alert(a, EA__ALERT_WORKER_EXIT, EA__SEV_WARNING, subj,
+                    "worker exit: worker %u (pid %d, rank %u, gen %" PRIu64 ") %s %d", k, pid,
+                    a->run.rank_base + k, a->run.g64, sig ? "was killed by signal" : "exited with status",
+                    sig ? sig : (int)status);
   }
   if (a->launch) { /* restart mode: launch.c tells finished from failed */
     ea__launch_on_exit(a->launch, k, status, sig);

@@ -49,6 +49,7 @@ typedef struct {
     uint32_t keep_last;          /* 3 */
     char verify_on_resume[8];    /* "full" | "size" */
     char busy_policy[8];         /* "wait" | "skip" */
+    uint32_t timeout_seconds;    /* a shard write or commit slower: storage_timeout alert; 300 */
   } checkpoint;
   struct {
     char level[8];               /* "debug" | "info" | "warn" | "error" */
@@ -62,12 +63,17 @@ typedef struct {
     uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
     uint32_t stop_grace_seconds;      /* SIGTERM (STOP) → SIGKILL: 5 */
     uint32_t lost_peer_grace_ms;      /* the same when a peer died or froze: 500 */
+    char preemption_notice[256];      /* "none" | "aws" | "gcp" | "azure" | an http(s) URL */
+    char preemption_metadata_url[256]; /* "" = the provider's metadata address */
   } runtime;
   ea_swim_config membership;     /* see ea_swim_config_default */
   struct {
     char metrics_listen[64];     /* "127.0.0.1:9400"; "" = off */
     bool alert_on_nan;           /* true */
     double straggler_factor;     /* 2.0: a rank this many × the median is a straggler */
+    char alertmanager_url[256];  /* "" = off; "http://127.0.0.1:9093" */
+    char alert_webhook[256];     /* "" = off; POST one JSON document per alert */
+    char alert_command[512];     /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
   } observability;
   struct {
     char model[32];              /* "byte-mlp" */
