@@ -301,7 +301,9 @@ static const char expected[] =
     "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\",kind=\"resume_fallback\"} 0\n"
     "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
-    "\",kind=\"job_failed\"} 0\n";
+    "\",kind=\"job_failed\"} 0\n"
+    "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",kind=\"preempted\"} 0\n";
 
 START_TEST(exposition_exact_text) {
   ea__mx_snap *s = fixed_snapshot();
@@ -380,7 +382,8 @@ END_TEST
 START_TEST(alert_kinds_named) {
   static const char *const want[] = {
       "loss_nan",  "checkpoint_failed", "storage_timeout",  "worker_exit",     "node_lost",
-      "straggler", "stalled",           "generation_churn", "resume_fallback", "job_failed"};
+      "straggler", "stalled",           "generation_churn", "resume_fallback", "job_failed",
+      "preempted"};
   ck_assert_int_eq(EA__ALERT_KINDS, sizeof want / sizeof want[0]);
   for (int k = 0; k < EA__ALERT_KINDS; k++)
     ck_assert_str_eq(ea__alert_kind_str((ea__alert_kind)k), want[k]);
