@@ -139,6 +139,7 @@ void ea__agent_core_done(ea__agent *a) {
     a->meta.last_gen = lg;
     ea_transport_set_meta(a->tr, &a->meta);
   }
+  ea__agent_alerts_members(a); /* node_lost: the plan and the members as the core left them */
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);
   if (st.draining && !a->draining_seen) {
@@ -406,7 +407,6 @@ static void on_settle(uv_idle_t *h) {
   ea_rdzv_view(a->rdzv, ea__agent_now_ms(a), ms, n);
   elect_update(a);
   ea__agent_core_done(a);
-  ea__agent_alerts_members(a);
   if (a->phase <= EA__PHASE_DRAINING) peers_schedule(a);
 }
 

@@ -755,8 +755,9 @@ void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject
 bool ea__agent_alert_firing(const ea__agent *a, ea__alert_kind k, const char *subject);
 /* "alerts" of the status document: recent, firing, delivery counters. */
 void ea__agent_alerts_status(ea__agent *a, ea__jb *b, json_t *doc);
-/* As controller, after each membership change: node_lost for a node of
- * the running generation that is dead; resolved once it is alive again. */
+/* After every core call (ea__agent_core_done): as controller, node_lost
+ * for a node of the last running generation that is dead; resolved once
+ * it is alive again.  Cheap: the plan's nodes, looked up by id. */
 void ea__agent_alerts_members(ea__agent *a);
 
 /* ---- spot/preemption notice (notice.c) ---------------------------------------------

@@ -102,6 +102,14 @@ struct ea__agent_al {
   ea__alert_rec firing[FIRING_MAX];
   size_t nfiring;
   deliv *d; /* NULL when no delivery is configured */
+  /* The nodes of the last running generation seen (node_lost): kept while
+   * none runs, because the core abandons a generation in the same call
+   * that learns of the death. */
+  ea_node_id *plan_ids;
+  char (*plan_names)[EA_NAME_MAX];
+  uint32_t nplan;
+  uint64_t plan_term;
+  uint32_t plan_wpn, plan_world;
 };
 
 /* ---- pure parts -------------------------------------------------------------- */
@@ -607,22 +615,37 @@ void ea__agent_alerts_members(ea__agent *a) {
     else
       i++;
   }
-  /* Cluster-wide: only the controller says it, so it is said once. */
+  /* Cluster-wide: only the controller says it, so it is said once.  The
+   * election is the one after this change (a new controller speaks for
+   * the old one). */
   const ea_election *el = ea_rdzv_election(a->rdzv);
-  if (!el || !el->have || ea_node_id_cmp(&el->controller, &a->id) != 0) return;
-  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
-  if (!p) return;
-  for (uint32_t i = 0; i < p->nnodes; i++) {
-    if (ea_node_id_cmp(&p->nodes[i].id, &a->id) == 0) continue;
-    const ea_member *m = ea__agent_find_member(a, &p->nodes[i].id);
+  bool ctrl = el && el->have && ea_node_id_cmp(&el->controller, &a->id) == 0;
+  for (uint32_t i = 0; ctrl && i < al->nplan; i++) {
+    if (ea_node_id_cmp(&al->plan_ids[i], &a->id) == 0) continue;
+    const ea_member *m = ea__agent_find_member(a, &al->plan_ids[i]);
     if (m && m->state != EA_STATE_DEAD) continue;
-    const char *name = p->nodes[i].name[0] ? p->nodes[i].name : "?";
+    const char *name = al->plan_names[i][0] ? al->plan_names[i] : "?";
     if (ea__agent_alert_firing(a, EA__ALERT_NODE_LOST, name)) continue;
-    char g[48];
-    ea_rdzv_gen_str(&p->gen, g, sizeof g);
     ea__agent_alert(a, EA__ALERT_NODE_LOST, EA__SEV_CRITICAL, name,
-                    "node lost: %s (ranks %u-%u of generation %s, world %u) is dead", name,
-                    i * p->wpn, (i + 1) * p->wpn - 1, g, p->world);
+                    "node lost: %s (ranks %u-%u of generation %" PRIu64 ", world %u) is dead", name,
+                    i * al->plan_wpn, (i + 1) * al->plan_wpn - 1, al->plan_term, al->plan_world);
+  }
+  /* Then remember the generation running now, if one is. */
+  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  if (p && p->nnodes) {
+    ea_node_id *ids = realloc(al->plan_ids, p->nnodes * sizeof *ids);
+    if (ids) al->plan_ids = ids;
+    char(*names)[EA_NAME_MAX] = realloc(al->plan_names, p->nnodes * sizeof *names);
+    if (names) al->plan_names = names;
+    if (!ids || !names) return;
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+      ids[i] = p->nodes[i].id;
+      snprintf(names[i], EA_NAME_MAX, "%s", p->nodes[i].name);
+    }
+    al->nplan = p->nnodes;
+    al->plan_term = p->gen.term;
+    al->plan_wpn = p->wpn;
+    al->plan_world = p->world;
   }
 }
 
@@ -750,5 +773,7 @@ void ea__agent_alerts_free(ea__agent *a) {
     pthread_cond_destroy(&d->cv);
     free(d);
   }
+  free(al->plan_ids);
+  free(al->plan_names);
   free(al);
 }

@@ -427,11 +427,12 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
     return;
   }
   if ((status != 0 || sig != 0) && !a->launch) {
-    char subj[32];
+    char subj[32], g[48] = "none";
     snprintf(subj, sizeof subj, "worker %u", k);
+    if (a->run.active) ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
     ea__agent_alert(a, EA__ALERT_WORKER_EXIT, EA__SEV_WARNING, subj,
-                    "worker exit: worker %u (pid %d, rank %u, gen %" PRIu64 ") %s %d", k, pid,
-                    a->run.rank_base + k, a->run.g64, sig ? "was killed by signal" : "exited with status",
+                    "worker exit: worker %u (pid %d, rank %u, gen %s) %s %d", k, pid,
+                    a->run.rank_base + k, g, sig ? "was killed by signal" : "exited with status",
                     sig ? sig : (int)status);
   }
   if (a->launch) { /* restart mode: launch.c tells finished from failed */
