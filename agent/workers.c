@@ -360,7 +360,9 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       a->last_loss = m->loss;
       a->has_loss = true;
       log_step(a, k, m);
-      if (!isfinite(m->loss) && a->o->cfg.observability.alert_on_nan)
+      /* A condition: raised once, while the loss stays NaN nothing repeats. */
+      if (!isfinite(m->loss) && a->o->cfg.observability.alert_on_nan &&
+          !ea__agent_alert_firing(a, EA__ALERT_LOSS_NAN, ""))
         ea__agent_alert(a, EA__ALERT_LOSS_NAN, EA__SEV_CRITICAL, "",
                         "loss is %s: worker %u rank %u step %" PRIu64 " gen %" PRIu64
                         " (observability.alert_on_nan)",

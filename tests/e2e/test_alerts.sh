@@ -23,10 +23,12 @@
 #   6. the AWS notice: n1 logs it, POSTs `preempted`, drains and exits 0;
 #      the GCP notice: the same for n2;
 #   7. status shows the recent alerts and the delivery counters.
-# loss_nan is not exercised here: the built-in trainer cannot be made to
-# diverge by its configuration (gradient clipping at 1.0 and AdamW keep the
-# loss finite for any lr, and lr × weight_decay ≥ 1 is refused); the JSON of
-# a loss_nan alert is pinned in tests/unit/test_alerts.c.
+#   8. loss_nan: the built-in trainer cannot be made to diverge by its
+#      configuration (gradient clipping at 1.0 and AdamW keep the loss finite
+#      for any lr; lr × weight_decay ≥ 1 is refused), so a one-node job of its
+#      own runs a library-mode program (python/elastic_agent) that reports
+#      NaN from step 20: exactly one loss_nan POST (a condition: not
+#      repeated while it stays NaN), the step in its summary.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
@@ -154,6 +156,30 @@ CK=$EA_TMP/ckpt
 mkdir -p "$CK"
 JOB+=(--set checkpoint.dir="$CK")
 
+# A one-node job of its own whose program reports a NaN loss from step 20.
+NAN=
+if "$PY" -c 'import msgpack' 2>/dev/null; then
+  cat >"$EA_TMP/nan.py" <<'EOF'
+import time
+import elastic_agent
+state = elastic_agent.ObjectState(x=0)
+
+@elastic_agent.run(state)
+def train(gen):
+    while True:
+        gen.report(loss=float("nan") if state.step >= 20 else 1.0)
+        time.sleep(0.01)
+
+train()
+EOF
+  PYTHONPATH=$PWD/python start_agent z1 --set compute.min_nodes=1 --set compute.protocol=library \
+    --set experiment.name=alerts-nan --set checkpoint.save_interval_steps=0 --set train.steps=1000000 \
+    --set observability.alert_webhook="$URL/hook" -- "$PY" "$EA_TMP/nan.py"
+  NAN=1
+else
+  echo "note: $PY lacks msgpack (scripts/deps.sh installs python3-msgpack): the loss_nan part is skipped"
+fi
+
 say "1. three agents train; n3's disk fails its second write"
 declare -A EXTRA=([n1]=aws [n2]=gcp [n3]=none)
 start_agent n1 "${JOB[@]}" --set runtime.preemption_notice=aws
@@ -278,6 +304,25 @@ wait_exit n2 30 || fail "n2 did not exit after the notice"
 assert_eq "$EXIT_RC" 0 "n2's exit status after a drain"
 assert_eq "$(posts preempted | "$PY" -c 'import json,sys; print(" ".join(sorted(json.loads(l)["node"] for l in sys.stdin)))')" "n1 n2" "preempted POSTs"
 pass "aws and gcp notices drained n1 and n2 (exit 0), each POSTed preempted"
+
+if [ -n "$NAN" ]; then
+  say "8. loss_nan from a library-mode program"
+  wait_for 20 have_post loss_nan || fail "no loss_nan POST: $(grep ' alert ' "$(agent_log z1)" | tail -3)"
+  past40() { [ "$(js z1 'd["workers"][0]["step"] > 40')" = True ]; }
+  wait_for 10 past40 || fail "z1 stopped stepping"
+  assert_eq "$(posts loss_nan | wc -l)" 1 "loss_nan POSTs"
+  b=$(posts loss_nan)
+  "$PY" - "$b" <<'EOF' || fail "loss_nan body: $b"
+import json, re, sys
+b = json.loads(sys.argv[1])
+assert b["node"] == "z1" and b["job"] == "alerts-nan" and b["severity"] == "critical", b
+assert re.match(r"loss is NaN: worker 0 rank 0 step 20 gen \d+ \(observability.alert_on_nan\)$", b["summary"]), b
+EOF
+  assert_eq "$(grep -c ' alert loss is NaN' "$(agent_log z1)")" 1 "loss_nan log lines"
+  pass "loss_nan: one POST, one line: $(cut -c1-160 <<<"$b")"
+  stop_agent z1 TERM
+  wait_exit z1 20 || fail "z1 did not stop"
+fi
 
 stop_agent n3 TERM
 wait_exit n3 20 || fail "n3 did not stop"
