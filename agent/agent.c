@@ -608,7 +608,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   rc = ea__agent_alerts_start(a, err, sizeof err);
   if (rc == 0)
     rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
-                     sizeof err);
+                       sizeof err);
   if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
   ea_transport_opts to = {
       .bind = o->bind,

@@ -706,11 +706,11 @@ bool ea__alert_kind_is_condition(ea__alert_kind k);
 typedef struct {
   ea__alert_kind kind;
   ea__alert_sev sev;
-  bool firing;        /* false: resolved */
-  char subject[128];  /* what it is about ("n3", "worker 1"), "" when the node itself */
-  char summary[2048]; /* the log line's text */
-  double starts_s;    /* unix time it fired */
-  double ends_s;      /* unix time it resolved (or, for events, expires); 0: open */
+  bool firing;         /* false: resolved */
+  char subject[128];   /* what it is about ("n3", "worker 1"), "" when the node itself */
+  char summary[2048];  /* the log line's text */
+  double starts_s;     /* unix time it fired */
+  double ends_s;       /* unix time it resolved (or, for events, expires); 0: open */
   uint32_t suppressed; /* fires of this kind held back before this one */
 } ea__alert_rec;
 
@@ -735,8 +735,8 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap);
  *   webhook: {"version":1,"status":"firing"|"resolved","kind":…,"severity":…,
  *     "job":…,"node":…,"subject":…,"summary":…,"startsAt":T,"endsAt":T|null,
  *     "suppressed":N}. */
-char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job,
-                        const char *node, double now_s);
+char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
+                        double now_s);
 char *ea__alert_webhook_body(const ea__alert_rec *r, const char *job, const char *node);
 
 int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen);

@@ -69,8 +69,8 @@ typedef enum { D_AM, D_HOOK, D_CMD } dkind;
 
 typedef struct item {
   dkind kind;
-  char *body;    /* JSON (AM, webhook, and EA_ALERT_JSON for the command) */
-  char **env;    /* D_CMD: EA_ALERT_* strings, NULL-terminated */
+  char *body; /* JSON (AM, webhook, and EA_ALERT_JSON for the command) */
+  char **env; /* D_CMD: EA_ALERT_* strings, NULL-terminated */
   struct item *next;
 } item;
 
@@ -147,8 +147,8 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap) {
   snprintf(out, cap, "%s.%03dZ", b, ms);
 }
 
-char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job,
-                        const char *node, double now_s) {
+char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
+                        double now_s) {
   ea__jb b = {0};
   json_t *arr = json_array();
   if (!arr) return NULL;
@@ -172,8 +172,7 @@ char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job
     ea__alert_time_str(x->starts_s, t, sizeof t);
     ea__jb_str(&b, o, "startsAt", t);
     double ends = x->ends_s;
-    if (x->firing && ea__alert_kind_is_condition(x->kind))
-      ends = now_s + 4.0 * EA__ALERT_RESEND_S;
+    if (x->firing && ea__alert_kind_is_condition(x->kind)) ends = now_s + 4.0 * EA__ALERT_RESEND_S;
     ea__alert_time_str(ends, t, sizeof t);
     ea__jb_str(&b, o, "endsAt", t);
   }
@@ -535,8 +534,7 @@ void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const ch
     r.ends_s = r.starts_s + EA__ALERT_EVENT_HOLD_S;
   }
   uint32_t held = 0;
-  bool admit = ea__alert_rl_admit(&al->rl[k], ea__agent_mono_ms(), EA__ALERT_RATE_S * 1000u,
-                                  &held);
+  bool admit = ea__alert_rl_admit(&al->rl[k], ea__agent_mono_ms(), EA__ALERT_RATE_S * 1000u, &held);
   if (!admit) {
     al->held_total++;
     remember(al, &r);

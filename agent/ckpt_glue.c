@@ -301,10 +301,11 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
          " fallbacks=%u seconds=%.3f",
          c->loaded_name, k, m->gen, m->step, m->digest, m->fallbacks, m->seconds);
   if (m->fallbacks)
-    ea__agent_alert(a, EA__ALERT_RESUME_FALLBACK, EA__SEV_WARNING, "",
-           "checkpoint resume passed over %u newer checkpoint%s that did not verify and loaded "
-           "%s; first reason: %s",
-           m->fallbacks, m->fallbacks == 1 ? "" : "s", c->loaded_name, m->message);
+    ea__agent_alert(
+        a, EA__ALERT_RESUME_FALLBACK, EA__SEV_WARNING, "",
+        "checkpoint resume passed over %u newer checkpoint%s that did not verify and loaded "
+        "%s; first reason: %s",
+        m->fallbacks, m->fallbacks == 1 ? "" : "s", c->loaded_name, m->message);
 }
 
 int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen) {

@@ -217,7 +217,8 @@ static void job_end(void *ctx, uint8_t kind, int code) {
 
 /* job.alert: through the agent's registry. */
 static void job_alert(void *ctx, int what, const char *text) {
-  ea__agent_alert(ctx, what == EA__JOB_ALERT_CHURN ? EA__ALERT_GENERATION_CHURN : EA__ALERT_JOB_FAILED,
+  ea__agent_alert(ctx,
+                  what == EA__JOB_ALERT_CHURN ? EA__ALERT_GENERATION_CHURN : EA__ALERT_JOB_FAILED,
                   EA__SEV_CRITICAL, "", "%s", text);
 }
 

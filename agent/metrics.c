@@ -441,16 +441,16 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
     mx->stalled_gen = a->run.g64;
     mx->stalled_since_ms = since;
     ea__agent_alert(a, EA__ALERT_STALLED, EA__SEV_CRITICAL, "",
-           "stalled gen=%s world=%u step=%" PRIu64
-           ": no step for %.1f s "
-           "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
-           g, a->run.world, step, (double)(now - since) / 1000.0,
-           a->o->cfg.runtime.stall_timeout_seconds);
+                    "stalled gen=%s world=%u step=%" PRIu64
+                    ": no step for %.1f s "
+                    "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
+                    g, a->run.world, step, (double)(now - since) / 1000.0,
+                    a->o->cfg.runtime.stall_timeout_seconds);
   } else if (!stalled && mx->stalled) {
     mx->stalled = false;
     ea__agent_alert_resolve(a, EA__ALERT_STALLED, "", "stalled resolved after %.1f s: %s",
-           (double)(now - mx->stalled_since_ms) / 1000.0,
-           expected ? "training moves again" : "the generation ended");
+                            (double)(now - mx->stalled_since_ms) / 1000.0,
+                            expected ? "training moves again" : "the generation ended");
   }
 
   /* the newest checkpoint, and when we learned of it */

@@ -369,8 +369,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
                         isnan(m->loss) ? "NaN" : "infinite", k, a->run.rank_base + k, m->step,
                         m->gen);
       else if (isfinite(m->loss))
-        ea__agent_alert_resolve(a, EA__ALERT_LOSS_NAN, "", "loss is finite again: %.6f at step %" PRIu64,
-                                m->loss, m->step);
+        ea__agent_alert_resolve(a, EA__ALERT_LOSS_NAN, "",
+                                "loss is finite again: %.6f at step %" PRIu64, m->loss, m->step);
       ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
       ea__agent_core_done(a);
       break;

@@ -40,10 +40,10 @@ START_TEST(rate_limit_window) {
   ck_assert(!ea__alert_rl_admit(&rl, 1001, W, &held));
   ck_assert(!ea__alert_rl_admit(&rl, 30000, W, &held));
   ck_assert(!ea__alert_rl_admit(&rl, 1000 + W - 1, W, &held)); /* 1 ms short */
-  ck_assert_uint_eq(held, 99);                                  /* untouched while held */
-  ck_assert(ea__alert_rl_admit(&rl, 1000 + W, W, &held));       /* the window is over */
-  ck_assert_uint_eq(held, 3);                                   /* "3 more since" */
-  ck_assert(ea__alert_rl_admit(&rl, 1000 + 3 * W, W, &held));   /* quiet since: none held */
+  ck_assert_uint_eq(held, 99);                                 /* untouched while held */
+  ck_assert(ea__alert_rl_admit(&rl, 1000 + W, W, &held));      /* the window is over */
+  ck_assert_uint_eq(held, 3);                                  /* "3 more since" */
+  ck_assert(ea__alert_rl_admit(&rl, 1000 + 3 * W, W, &held));  /* quiet since: none held */
   ck_assert_uint_eq(held, 0);
   /* A clock that went backwards (another origin) does not hold forever. */
   ck_assert(ea__alert_rl_admit(&rl, 5, W, &held));
@@ -59,8 +59,8 @@ static ea__alert_rec rec(ea__alert_kind k, ea__alert_sev sev, bool firing, const
 }
 
 START_TEST(alertmanager_body_exact) {
-  ea__alert_rec ev = rec(EA__ALERT_WORKER_EXIT, EA__SEV_WARNING, true, "worker 1",
-                         "worker exit: worker 1 \"x\"");
+  ea__alert_rec ev =
+      rec(EA__ALERT_WORKER_EXIT, EA__SEV_WARNING, true, "worker 1", "worker exit: worker 1 \"x\"");
   ev.ends_s = T0 + EA__ALERT_EVENT_HOLD_S;
   ev.suppressed = 3;
   ea__alert_rec cond = rec(EA__ALERT_NODE_LOST, EA__SEV_CRITICAL, true, "n3", "node lost: n3");
@@ -93,20 +93,22 @@ START_TEST(webhook_body_exact) {
   f.suppressed = 2;
   char *b = ea__alert_webhook_body(&f, "j", "n\xff");
   ck_assert_ptr_nonnull(b);
-  ck_assert_str_eq(b, "{\"version\":1,\"status\":\"firing\",\"kind\":\"loss_nan\","
-                      "\"severity\":\"critical\",\"job\":\"j\",\"node\":\"n\xEF\xBF\xBD\","
-                      "\"subject\":\"\",\"summary\":\"loss is NaN: worker 0 rank 0 step 7 gen "
-                      "65536\\n\",\"startsAt\":\"2026-12-01T21:00:00.250Z\",\"endsAt\":null,"
-                      "\"suppressed\":2}");
+  ck_assert_str_eq(b,
+                   "{\"version\":1,\"status\":\"firing\",\"kind\":\"loss_nan\","
+                   "\"severity\":\"critical\",\"job\":\"j\",\"node\":\"n\xEF\xBF\xBD\","
+                   "\"subject\":\"\",\"summary\":\"loss is NaN: worker 0 rank 0 step 7 gen "
+                   "65536\\n\",\"startsAt\":\"2026-12-01T21:00:00.250Z\",\"endsAt\":null,"
+                   "\"suppressed\":2}");
   free(b);
   ea__alert_rec r = rec(EA__ALERT_STORAGE_TIMEOUT, EA__SEV_WARNING, false, "commit", "ok again");
   r.ends_s = T0 + 0.5;
   b = ea__alert_webhook_body(&r, "j", "n1");
-  ck_assert_str_eq(b, "{\"version\":1,\"status\":\"resolved\",\"kind\":\"storage_timeout\","
-                      "\"severity\":\"warning\",\"job\":\"j\",\"node\":\"n1\","
-                      "\"subject\":\"commit\",\"summary\":\"ok again\","
-                      "\"startsAt\":\"2026-12-01T21:00:00.250Z\","
-                      "\"endsAt\":\"2026-12-01T21:00:00.750Z\",\"suppressed\":0}");
+  ck_assert_str_eq(b,
+                   "{\"version\":1,\"status\":\"resolved\",\"kind\":\"storage_timeout\","
+                   "\"severity\":\"warning\",\"job\":\"j\",\"node\":\"n1\","
+                   "\"subject\":\"commit\",\"summary\":\"ok again\","
+                   "\"startsAt\":\"2026-12-01T21:00:00.250Z\","
+                   "\"endsAt\":\"2026-12-01T21:00:00.750Z\",\"suppressed\":0}");
   free(b);
 }
 END_TEST

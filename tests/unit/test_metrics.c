@@ -381,9 +381,8 @@ END_TEST
 
 START_TEST(alert_kinds_named) {
   static const char *const want[] = {
-      "loss_nan",  "checkpoint_failed", "storage_timeout",  "worker_exit",     "node_lost",
-      "straggler", "stalled",           "generation_churn", "resume_fallback", "job_failed",
-      "preempted"};
+      "loss_nan", "checkpoint_failed", "storage_timeout", "worker_exit", "node_lost", "straggler",
+      "stalled",  "generation_churn",  "resume_fallback", "job_failed",  "preempted"};
   ck_assert_int_eq(EA__ALERT_KINDS, sizeof want / sizeof want[0]);
   for (int k = 0; k < EA__ALERT_KINDS; k++)
     ck_assert_str_eq(ea__alert_kind_str((ea__alert_kind)k), want[k]);
