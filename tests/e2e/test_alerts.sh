@@ -28,7 +28,9 @@
 #      for any lr; lr × weight_decay ≥ 1 is refused), so a one-node job of its
 #      own runs a library-mode program (python/elastic_agent) that reports
 #      NaN from step 20: exactly one loss_nan POST (a condition: not
-#      repeated while it stays NaN), the step in its summary.
+#      repeated while it stays NaN), the step in its summary;
+#   9. an Azure scheduled event of type Preempt (after a Freeze, which is
+#      not one) drains that one-node job's agent, exit 0.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
@@ -76,6 +78,15 @@ class H(http.server.BaseHTTPRequestHandler):
             if self.headers.get("Metadata-Flavor") != "Google":
                 return self.reply(403, "no flavor")
             return self.reply(200, "TRUE" if flag("gcp") else "FALSE")
+        if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
+            if self.headers.get("Metadata") != "true":
+                return self.reply(400, "no Metadata header")
+            ev = [{"EventId": "e1", "EventType": "Freeze", "NotBefore": "x"}]
+            if flag("azure"):
+                ev.append({"EventId": "e2", "EventType": "Preempt",
+                           "NotBefore": "Mon, 01 Dec 2026 22:00:00 GMT"})
+            return self.reply(200, json.dumps({"DocumentIncarnation": 1, "Events": ev}),
+                              "application/json")
         self.reply(404, "unknown")
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 with open(os.path.join(D, "port.tmp"), "w") as f:
@@ -174,7 +185,8 @@ train()
 EOF
   PYTHONPATH=$PWD/python start_agent z1 --set compute.min_nodes=1 --set compute.protocol=library \
     --set experiment.name=alerts-nan --set checkpoint.save_interval_steps=0 --set train.steps=1000000 \
-    --set observability.alert_webhook="$URL/hook" -- "$PY" "$EA_TMP/nan.py"
+    --set observability.alert_webhook="$URL/hook" --set runtime.preemption_notice=azure \
+    --set runtime.preemption_metadata_url="$URL" -- "$PY" "$EA_TMP/nan.py"
   NAN=1
 else
   echo "note: $PY lacks msgpack (scripts/deps.sh installs python3-msgpack): the loss_nan part is skipped"
@@ -320,8 +332,13 @@ assert re.match(r"loss is NaN: worker 0 rank 0 step 20 gen \d+ \(observability.a
 EOF
   assert_eq "$(grep -c ' alert loss is NaN' "$(agent_log z1)")" 1 "loss_nan log lines"
   pass "loss_nan: one POST, one line: $(cut -c1-160 <<<"$b")"
-  stop_agent z1 TERM
-  wait_exit z1 20 || fail "z1 did not stop"
+  say "9. an Azure Preempt event drains z1"
+  touch "$SRV/azure"
+  wait_for 10 grep -q ' notice preemption notice: azure scheduled event Preempt, NotBefore Mon, 01 Dec 2026 22:00:00 GMT' "$(agent_log z1)" ||
+    fail "z1 saw no notice: $(grep notice "$(agent_log z1)")"
+  wait_exit z1 30 || fail "z1 did not exit after the notice"
+  assert_eq "$EXIT_RC" 0 "z1's exit status after the notice"
+  pass "azure notice: z1 drained and exited 0"
 fi
 
 stop_agent n3 TERM
