@@ -208,7 +208,9 @@ static bool finished_from_log(ea__chaos_node *n) {
   snprintf(path, sizeof path, "%s/agent.%d.log", n->dir, n->starts - 1);
   FILE *f = fopen(path, "r");
   if (!f) return false;
-  if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > 256 * 1024) fseek(f, -256 * 1024, SEEK_END);
+  /* the last 256 KiB, or the whole file from its start when it is shorter */
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+  if (fseek(f, size > 256 * 1024 ? size - 256 * 1024 : 0, SEEK_SET) != 0) rewind(f);
   char line[2048];
   bool fin = false;
   while (fgets(line, sizeof line, f)) {
