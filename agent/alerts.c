@@ -256,7 +256,7 @@ static int post(const char *url, const char *body, bool *retry, char *err, size_
   curl_slist_free_all(h);
   curl_easy_cleanup(c);
   if (rc != CURLE_OK) {
-    snprintf(err, errlen, "POST %.200s: %s", url, ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    snprintf(err, errlen, "POST %.120s: %.120s", url, ebuf[0] ? ebuf : curl_easy_strerror(rc));
     return -1;
   }
   if (code >= 200 && code < 300) return 0;
