@@ -437,7 +437,7 @@ static void bind_hint(int rc, const char *what, const char *addr, const char *fl
                       size_t errlen) {
   if (rc != -EADDRINUSE && rc != -EACCES && rc != -EADDRNOTAVAIL && rc != -EPERM) return;
   char was[512];
-  snprintf(was, sizeof was, "%s", err);
+  snprintf(was, sizeof was, "%.500s", err);
   snprintf(err, errlen,
            "cannot listen for %s on %s: %s; %s another address with %s HOST:PORT (port 0: any "
            "free one)",
