@@ -135,7 +135,7 @@ static const cfg_key keys[] = {
     {U32(distributed, communication_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A collective that takes longer fails and triggers a new generation."},
     {ENUM(distributed, quorum, "majority", "none"),
-      .doc = "majority: only a side seeing most of the last generation trains; none: any side."},
+     .doc = "majority: only a side seeing most of the last generation trains; none: any side."},
     {U32(distributed, scale_up_delay_ms), .min = 0, .max = 600000, .unit = "milliseconds",
      .doc = "Joining nodes are batched for this long before a new generation takes them in."},
 
@@ -154,8 +154,7 @@ static const cfg_key keys[] = {
     {ENUM(checkpoint, busy_policy, "wait", "skip"),
      .doc = "When the previous checkpoint is still being written: wait for it, or skip this one."},
 
-    {ENUM(logging, level, "debug", "info", "warn", "error"),
-     .doc = "Least severe level written."},
+    {ENUM(logging, level, "debug", "info", "warn", "error"), .doc = "Least severe level written."},
     {ENUM(logging, format, "text", "json"), .doc = "text for people, json for log shippers."},
     {STR(logging, file), .doc = "Log file, opened for appending; empty means stderr."},
     {STR(logging, dir), .flags = F_URI,
@@ -171,10 +170,16 @@ static const cfg_key keys[] = {
             "restarts of a node's worker, then the node drains (old name failure_retry_times)."},
     /* The old name keeps working (chaos/run.c and older job files use it);
      * a warning at start says it is deprecated. */
-    {.section = "runtime", .key = "failure_retry_times",
+    {.section = "runtime",
+     .key = "failure_retry_times",
      .off = offsetof(ea_config, runtime.max_restarts),
-     .size = sizeof(((ea_config *)0)->runtime.max_restarts), .type = T_U32, .min = 0, .max = 1000,
-     .flags = F_ALIAS, .alias = "max_restarts", .unit = "restarts",
+     .size = sizeof(((ea_config *)0)->runtime.max_restarts),
+     .type = T_U32,
+     .min = 0,
+     .max = 1000,
+     .flags = F_ALIAS,
+     .alias = "max_restarts",
+     .unit = "restarts",
      .doc = "Old name of runtime.max_restarts."},
     {U32(runtime, rendezvous_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A generation that has not committed after this long is abandoned and retried."},
@@ -242,7 +247,8 @@ static const cfg_key keys[] = {
             "0: none."},
     {DBL(observability, straggler_factor), .dmin = 1.0, .dmax = 100.0, .flags = F_MIN_OPEN,
      .unit = "x median",
-     .doc = "A rank whose step takes this many times the median step time is a straggler."},
+     .doc = "A rank whose step takes this many times the median step time is a straggler "
+            "(detection is not built yet: the value is only checked)."},
 
     {STR(train, model), .flags = F_NONEMPTY, .doc = "Built-in trainer's model."},
     {STR(train, data), .flags = F_NONEMPTY,
