@@ -15,8 +15,15 @@
  * purpose — an operator who mistypes a key or a value in a file that drives
  * hundreds of GPUs wants to hear about it before the job starts, not find a
  * default silently in force — so unknown sections and keys, duplicates, and
- * values of the wrong type or out of range are errors.  Loading and setting
- * work on a copy, so on error the caller's configuration is unchanged.
+ * values of the wrong type or out of range are errors, and a file's every
+ * problem is reported at once, a line each.  Loading and setting work on a
+ * copy, so on error the caller's configuration is unchanged.
+ *
+ * Some keys have a second documented name (F_SYNONYM): the deployment
+ * guide's job file says compute.worker_nodes, checkpoint.storage_uri, …
+ * for what we call compute.max_nodes, checkpoint.dir, …; it loads as
+ * written.  tests/e2e/test_config_keys.sh checks that every key is read
+ * by code outside this file.
  *
  * Why one file of over 1000 lines: the loader, --set, validate and the dump
  * are each a short walk over keys[] sharing the table's row type and its
