@@ -430,6 +430,21 @@ void ea__agent_opts_default(ea__agent_opts *o) {
   snprintf(o->name, sizeof o->name, "%.*s", EA_NAME_MAX - 1, host);
 }
 
+/* A listener that could not bind: name the address and the flag that
+ * moves it (the usual cause is a second agent on the host, or a port
+ * below 1024 without the privilege). */
+static void bind_hint(int rc, const char *what, const char *addr, const char *flag, char *err,
+                      size_t errlen) {
+  if (rc != -EADDRINUSE && rc != -EACCES && rc != -EADDRNOTAVAIL && rc != -EPERM) return;
+  char was[512];
+  snprintf(was, sizeof was, "%.500s", err);
+  snprintf(err, errlen,
+           "cannot listen for %s on %s: %s; %s another address with %s HOST:PORT (port 0: any "
+           "free one)",
+           what, addr, was,
+           rc == -EADDRINUSE ? "is another agent running here? choose" : "choose", flag);
+}
+
 /* The control listener's address: --control-bind, or the gossip bind
  * address with the next port (an ephemeral gossip port gets an ephemeral
  * control port). */
@@ -606,6 +621,7 @@ int ea__agent_run(const ea__agent_opts *o) {
 
   rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
                      sizeof err);
+  /* (its message already names the address and --control-bind) */
   if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
   ea_transport_opts to = {
       .bind = o->bind,
@@ -625,7 +641,10 @@ int ea__agent_run(const ea__agent_opts *o) {
   snprintf(to.meta.tags, sizeof to.meta.tags, "%s", o->tags);
   snprintf(to.meta.version, sizeof to.meta.version, "%s", EA_VERSION);
   a->meta = to.meta;
-  if (rc == 0) rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
+  if (rc == 0) {
+    rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
+    if (rc < 0) bind_hint(rc, "gossip", o->bind, "--bind", err, sizeof err);
+  }
   memset(key, 0, sizeof key);
   if (rc == 0)
     rc = ea__admin_start(&a->loop, a->sock_path, admin_cmds,

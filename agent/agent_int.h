@@ -540,6 +540,7 @@ struct ea__agent {
   uint64_t stall_ms; /* training stopped here at this time (0: it did not) */
   char stall_why[96];
   uint64_t progress_ms, progress_step;
+  bool nan_alerted; /* a loss_nan alert is out; cleared by a finite loss */
   double last_loss;
   bool has_loss;
   uint64_t last_formation_ms, last_stall_ms;

@@ -43,9 +43,13 @@ static void ckpt_read_latest(ea__agent *a);
 static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   char line[1024];
   ea__ckpt_event_format(e, line, sizeof line);
-  if (e->alert) {
+  if (e->alert && a->o->cfg.observability.alert_on_checkpoint_failure) {
     ea__agent_alert_count(a, EA__ALERT_CHECKPOINT_FAILED);
     ea_log(EA_LOG_ERROR, "alert", "checkpoint %s", line);
+    return;
+  }
+  if (e->alert) { /* observability.alert_on_checkpoint_failure: false */
+    ea_log(EA_LOG_WARN, "ckpt", "%s", line);
     return;
   }
   ea_log_level lv = EA_LOG_INFO;
