@@ -71,39 +71,42 @@ typedef struct {
   const char *section, *key;
   cfg_type type;
   size_t off, size;
-  uint64_t min, max;          /* T_U32, T_U64 */
-  double dmin, dmax;          /* T_DOUBLE */
+  uint64_t min, max; /* T_U32, T_U64 */
+  double dmin, dmax; /* T_DOUBLE */
   unsigned flags;
   const char *const *choices; /* T_ENUM: NULL-terminated */
   /* T_STR: extra syntax check; returns NULL or what is wrong. */
   const char *(*check)(const char *s);
-  const char *unit; /* "milliseconds", "bytes", … or NULL */
-  const char *doc;  /* one sentence, shown in the dump and the reference */
+  const char *unit;  /* "milliseconds", "bytes", … or NULL */
+  const char *doc;   /* one sentence, shown in the dump and the reference */
   const char *alias; /* F_ALIAS, F_SYNONYM: the key (same section) this name stands for */
 } cfg_key;
 
 /* Offset and size of c.SECTION.KEY; the _Generic term makes the build fail
  * when a row's declared type does not match the struct member. */
-#define KEY(sec, k, ctype)                                                                        \
-  .section = #sec, .key = #k,                                                                     \
-  .off = offsetof(ea_config, sec.k) +                                                             \
-         0 * sizeof(char[_Generic(((ea_config *)0)->sec.k, ctype: 1, default: -1)]),              \
+#define KEY(sec, k, ctype)                                                    \
+  .section = #sec, .key = #k,                                                 \
+  .off = offsetof(ea_config, sec.k) +                                         \
+         0 * sizeof(char[_Generic(((ea_config *)0)->sec.k, ctype : 1, default \
+                                  : -1)]),                                    \
   .size = sizeof(((ea_config *)0)->sec.k)
 #define U32(sec, k) KEY(sec, k, uint32_t), .type = T_U32
 #define U64(sec, k) KEY(sec, k, uint64_t), .type = T_U64
 #define BOOL(sec, k) KEY(sec, k, bool), .type = T_BOOL
 #define DBL(sec, k) KEY(sec, k, double), .type = T_DOUBLE
 #define STR(sec, k) KEY(sec, k, char *), .type = T_STR
-#define ENUM(sec, k, ...)                                                                         \
-  KEY(sec, k, char *), .type = T_ENUM, .choices = (const char *const[]) { __VA_ARGS__, NULL }
+#define ENUM(sec, k, ...)                                                 \
+  KEY(sec, k, char *), .type = T_ENUM, .choices = (const char *const[]) { \
+    __VA_ARGS__, NULL                                                     \
+  }
 
 static const char *check_listen(const char *s);
 
 /* Another documented name of c.SEC.TARGET (same section): the loader and
  * --set parse it by TARGET's row; offsetof makes a misspelt TARGET a build
  * error. */
-#define SYN(sec, name, target)                                                                    \
-  .section = #sec, .key = #name, .off = offsetof(ea_config, sec.target),                          \
+#define SYN(sec, name, target)                                           \
+  .section = #sec, .key = #name, .off = offsetof(ea_config, sec.target), \
   .size = sizeof(((ea_config *)0)->sec.target), .flags = F_SYNONYM, .alias = #target
 
 /* The ranges are sanity bounds, not tuning: they reject typos (a missing or
@@ -285,7 +288,9 @@ static const cfg_key keys[] = {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void *field(ea_config *c, const cfg_key *k) { return (char *)c + k->off; }
+static void *field(ea_config *c, const cfg_key *k) {
+  return (char *)c + k->off;
+}
 static const void *cfield(const ea_config *c, const cfg_key *k) {
   return (const char *)c + k->off;
 }
@@ -425,8 +430,11 @@ static void show_value(const char *s, size_t len, bool quoted, bool is_null, cha
  * (overlong, surrogate, beyond U+10FFFF, truncated) — libyaml's reader
  * refuses the same. */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
-  size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
-               : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  size_t len = s[0] < 0x80             ? 1
+               : (s[0] & 0xe0) == 0xc0 ? 2
+               : (s[0] & 0xf0) == 0xe0 ? 3
+               : (s[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
   if (len == 0 || len > n) return 0;
   static const uint32_t lead_mask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
   static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
@@ -488,8 +496,8 @@ static bool dbl_ok(const cfg_key *k, double v) {
  * fine, else what is wrong.  *expectation is set when the text is an
  * "expected …" phrase, to which the caller adds how the value was written.
  * s is NUL-terminated at len (libyaml terminates its scalars). */
-static const char *str_problem(const cfg_key *k, const char *s, size_t len, char *why,
-                               size_t cap, bool *expectation) {
+static const char *str_problem(const cfg_key *k, const char *s, size_t len, char *why, size_t cap,
+                               bool *expectation) {
   *expectation = false;
   if (len >= k->size) {
     snprintf(why, cap, "too long: %zu bytes, at most %zu", len, k->size - 1);
@@ -536,9 +544,9 @@ static const char *check_listen(const char *s) {
 static const char *uri_to_path(const char *s, size_t len, char *out, size_t cap, char *why,
                                size_t whycap) {
   size_t n = 0;
-  while (n < len && ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
-                     (n > 0 && ((s[n] >= '0' && s[n] <= '9') || s[n] == '+' || s[n] == '-' ||
-                                s[n] == '.'))))
+  while (n < len &&
+         ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
+          (n > 0 && ((s[n] >= '0' && s[n] <= '9') || s[n] == '+' || s[n] == '-' || s[n] == '.'))))
     n++;
   bool is_uri = n > 0 && len - n >= 3 && memcmp(s + n, "://", 3) == 0;
   if (!is_uri) {
@@ -642,62 +650,62 @@ static int parse_into(ea_config *c, const cfg_key *k, const char *s, size_t len,
   char shown[80], expect[160];
   show_value(s, len, quoted, is_null, shown, sizeof shown);
   switch (k->type) {
-  case T_U32:
-  case T_U64: {
-    uint64_t v = 0;
-    int_expect(k, expect, sizeof expect);
-    if (quoted || is_null || !parse_u64(s, len, &v) || !int_ok(k, v)) {
-      snprintf(why, cap, "expected %s, found %s", expect, shown);
-      return -EINVAL;
-    }
-    if (k->type == T_U32)
-      *(uint32_t *)field(c, k) = (uint32_t)v;
-    else
-      *(uint64_t *)field(c, k) = v;
-    return 0;
-  }
-  case T_DOUBLE: {
-    double v = 0;
-    dbl_expect(k, expect, sizeof expect);
-    if (quoted || is_null || !parse_double(s, len, &v) || !dbl_ok(k, v)) {
-      snprintf(why, cap, "expected %s, found %s", expect, shown);
-      return -EINVAL;
-    }
-    *(double *)field(c, k) = v;
-    return 0;
-  }
-  case T_BOOL: {
-    bool v = false;
-    if (quoted || is_null || !parse_bool(s, len, &v)) {
-      snprintf(why, cap, "expected true or false (or yes/no, on/off), found %s", shown);
-      return -EINVAL;
-    }
-    *(bool *)field(c, k) = v;
-    return 0;
-  }
-  case T_STR:
-  case T_ENUM: {
-    if (is_null) len = 0;
-    char path[EA_PATH_MAX];
-    if (k->flags & F_URI) {
-      const char *p = uri_to_path(s, len, path, sizeof path, expect, sizeof expect);
-      if (p) {
-        snprintf(why, cap, "%s", p);
+    case T_U32:
+    case T_U64: {
+      uint64_t v = 0;
+      int_expect(k, expect, sizeof expect);
+      if (quoted || is_null || !parse_u64(s, len, &v) || !int_ok(k, v)) {
+        snprintf(why, cap, "expected %s, found %s", expect, shown);
         return -EINVAL;
       }
-      s = path, len = strlen(path);
+      if (k->type == T_U32)
+        *(uint32_t *)field(c, k) = (uint32_t)v;
+      else
+        *(uint64_t *)field(c, k) = v;
+      return 0;
     }
-    bool expectation;
-    const char *p = str_problem(k, s, len, expect, sizeof expect, &expectation);
-    if (p) {
-      snprintf(why, cap, expectation ? "%s, found %s" : "%s", p, shown);
-      return -EINVAL;
+    case T_DOUBLE: {
+      double v = 0;
+      dbl_expect(k, expect, sizeof expect);
+      if (quoted || is_null || !parse_double(s, len, &v) || !dbl_ok(k, v)) {
+        snprintf(why, cap, "expected %s, found %s", expect, shown);
+        return -EINVAL;
+      }
+      *(double *)field(c, k) = v;
+      return 0;
     }
-    char *dst = field(c, k);
-    memset(dst, 0, k->size); /* zero tail: equal configs are equal bytes */
-    memcpy(dst, s, len);
-    return 0;
-  }
+    case T_BOOL: {
+      bool v = false;
+      if (quoted || is_null || !parse_bool(s, len, &v)) {
+        snprintf(why, cap, "expected true or false (or yes/no, on/off), found %s", shown);
+        return -EINVAL;
+      }
+      *(bool *)field(c, k) = v;
+      return 0;
+    }
+    case T_STR:
+    case T_ENUM: {
+      if (is_null) len = 0;
+      char path[EA_PATH_MAX];
+      if (k->flags & F_URI) {
+        const char *p = uri_to_path(s, len, path, sizeof path, expect, sizeof expect);
+        if (p) {
+          snprintf(why, cap, "%s", p);
+          return -EINVAL;
+        }
+        s = path, len = strlen(path);
+      }
+      bool expectation;
+      const char *p = str_problem(k, s, len, expect, sizeof expect, &expectation);
+      if (p) {
+        snprintf(why, cap, expectation ? "%s, found %s" : "%s", p, shown);
+        return -EINVAL;
+      }
+      char *dst = field(c, k);
+      memset(dst, 0, k->size); /* zero tail: equal configs are equal bytes */
+      memcpy(dst, s, len);
+      return 0;
+    }
   }
   snprintf(why, cap, "internal error: unknown type");
   return -EINVAL;
@@ -798,17 +806,21 @@ static void lerr(loader *L, const char *fmt, ...) {
 
 static const char *node_kind(const yaml_node_t *n) {
   switch (n->type) {
-  case YAML_MAPPING_NODE: return "a mapping";
-  case YAML_SEQUENCE_NODE: return "a sequence";
-  default: return "a scalar";
+    case YAML_MAPPING_NODE:
+      return "a mapping";
+    case YAML_SEQUENCE_NODE:
+      return "a sequence";
+    default:
+      return "a scalar";
   }
 }
 
-static size_t node_line(const yaml_node_t *n) { return n->start_mark.line + 1; }
+static size_t node_line(const yaml_node_t *n) {
+  return n->start_mark.line + 1;
+}
 
 static bool scalar_is_null(const yaml_node_t *n) {
-  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return false;
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
   const char *v = (const char *)n->data.scalar.value;
   size_t len = n->data.scalar.length;
   return len == 0 || (len == 1 && v[0] == '~') ||
@@ -830,8 +842,8 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
                         size_t *seen_line) {
   if (scalar_is_null(map)) return 0; /* "compute:" with every key commented out */
   if (map->type != YAML_MAPPING_NODE) {
-    lerr(L, "%s:%zu: %s: expected a mapping of keys, found %s", L->path,
-         node_line(map), section, node_kind(map));
+    lerr(L, "%s:%zu: %s: expected a mapping of keys, found %s", L->path, node_line(map), section,
+         node_kind(map));
     return 0;
   }
   for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
@@ -839,8 +851,8 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
     yaml_node_t *vn = yaml_document_get_node(L->doc, p->value);
     char name[64], why[384];
     if (!key_name(kn, name, sizeof name)) {
-      lerr(L, "%s:%zu: %s: expected a key name, found %s", L->path,
-           node_line(kn), section, node_kind(kn));
+      lerr(L, "%s:%zu: %s: expected a key name, found %s", L->path, node_line(kn), section,
+           node_kind(kn));
       continue;
     }
     const cfg_key *k = find_key(section, name);
@@ -853,8 +865,8 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
      * duplicate too. */
     size_t idx = (size_t)(canonical(k) - keys);
     if (seen_line[idx]) {
-      lerr(L, "%s:%zu: %s.%s: duplicate key (first given on line %zu%s)", L->path,
-           node_line(kn), section, name, seen_line[idx],
+      lerr(L, "%s:%zu: %s.%s: duplicate key (first given on line %zu%s)", L->path, node_line(kn),
+           section, name, seen_line[idx],
            k != canonical(k) || seen_line[NKEYS + idx] ? " under another name" : "");
       continue;
     }
@@ -862,13 +874,13 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
     if (k != canonical(k)) seen_line[NKEYS + idx] = 1;
     note_alias(c, k);
     if (vn->type != YAML_SCALAR_NODE) {
-      lerr(L, "%s:%zu: %s.%s: expected a single value, found %s", L->path,
-           node_line(vn), section, name, node_kind(vn));
+      lerr(L, "%s:%zu: %s.%s: expected a single value, found %s", L->path, node_line(vn), section,
+           name, node_kind(vn));
       continue;
     }
     bool quoted = vn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    int rc = parse_into(c, canonical(k), (const char *)vn->data.scalar.value, vn->data.scalar.length, quoted,
-                        scalar_is_null(vn), why, sizeof why);
+    int rc = parse_into(c, canonical(k), (const char *)vn->data.scalar.value,
+                        vn->data.scalar.length, quoted, scalar_is_null(vn), why, sizeof why);
     if (rc) lerr(L, "%s:%zu: %s.%s: %s", L->path, node_line(vn), section, name, why);
   }
   return 0;
@@ -877,8 +889,8 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
 static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
   if (!root || scalar_is_null(root)) return 0; /* empty file, comments, or a bare "---" */
   if (root->type != YAML_MAPPING_NODE) {
-    lerr(L, "%s:%zu: expected a mapping of sections, found %s", L->path,
-         node_line(root), node_kind(root));
+    lerr(L, "%s:%zu: expected a mapping of sections, found %s", L->path, node_line(root),
+         node_kind(root));
     return -EINVAL;
   }
   size_t seen_key[2 * NKEYS] = {0}; /* line of each key; [NKEYS + i]: given by an old name */
@@ -893,8 +905,7 @@ static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
     yaml_node_t *vn = yaml_document_get_node(L->doc, p->value);
     char name[64], why[384];
     if (!key_name(kn, name, sizeof name)) {
-      lerr(L, "%s:%zu: expected a section name, found %s", L->path,
-           node_line(kn), node_kind(kn));
+      lerr(L, "%s:%zu: expected a section name, found %s", L->path, node_line(kn), node_kind(kn));
       continue;
     }
     if (!section_known(name, kn->data.scalar.length)) {
@@ -908,8 +919,8 @@ static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
     bool dup = false;
     for (size_t i = 0; i < nsec && !dup; i++) {
       if (strcmp(seen_sec[i].name, canon) == 0) {
-        lerr(L, "%s:%zu: %s: duplicate section (first given on line %zu)",
-             L->path, node_line(kn), name, seen_sec[i].line);
+        lerr(L, "%s:%zu: %s: duplicate section (first given on line %zu)", L->path, node_line(kn),
+             name, seen_sec[i].line);
         dup = true;
       }
     }
@@ -978,8 +989,8 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
     errf(err, errlen, "%s:%zu: syntax error: %s (byte %zu)", path,
          line_of_offset(buf, len, p->problem_offset), problem, p->problem_offset);
   } else if (p->context) {
-    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path,
-         p->problem_mark.line + 1, problem, p->context, p->context_mark.line + 1);
+    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, p->problem_mark.line + 1,
+         problem, p->context, p->context_mark.line + 1);
   } else {
     errf(err, errlen, "%s:%zu: syntax error: %s", path, p->problem_mark.line + 1, problem);
   }
@@ -1098,44 +1109,45 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
     const void *f = cfield(c, k);
     if (k->flags & OTHER_NAME) continue;
     switch (k->type) {
-    case T_U32:
-    case T_U64: {
-      uint64_t v = k->type == T_U32 ? *(const uint32_t *)f : *(const uint64_t *)f;
-      if (!int_ok(k, v)) {
-        int_expect(k, expect, sizeof expect);
-        errf(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
-             (unsigned long long)v);
-        return -EINVAL;
+      case T_U32:
+      case T_U64: {
+        uint64_t v = k->type == T_U32 ? *(const uint32_t *)f : *(const uint64_t *)f;
+        if (!int_ok(k, v)) {
+          int_expect(k, expect, sizeof expect);
+          errf(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
+               (unsigned long long)v);
+          return -EINVAL;
+        }
+        break;
       }
-      break;
-    }
-    case T_DOUBLE: {
-      double v = *(const double *)f;
-      if (!dbl_ok(k, v)) {
-        dbl_expect(k, expect, sizeof expect);
-        errf(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
-        return -EINVAL;
+      case T_DOUBLE: {
+        double v = *(const double *)f;
+        if (!dbl_ok(k, v)) {
+          dbl_expect(k, expect, sizeof expect);
+          errf(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
+          return -EINVAL;
+        }
+        break;
       }
-      break;
-    }
-    case T_BOOL: break;
-    case T_STR:
-    case T_ENUM: {
-      const char *s = f;
-      const char *end = memchr(s, 0, k->size);
-      if (!end) {
-        errf(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
-        return -EINVAL;
+      case T_BOOL:
+        break;
+      case T_STR:
+      case T_ENUM: {
+        const char *s = f;
+        const char *end = memchr(s, 0, k->size);
+        if (!end) {
+          errf(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
+          return -EINVAL;
+        }
+        bool expectation;
+        const char *p = str_problem(k, s, (size_t)(end - s), why, sizeof why, &expectation);
+        if (p) {
+          errf(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
+               k->key, p, s);
+          return -EINVAL;
+        }
+        break;
       }
-      bool expectation;
-      const char *p = str_problem(k, s, (size_t)(end - s), why, sizeof why, &expectation);
-      if (p) {
-        errf(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
-             k->key, p, s);
-        return -EINVAL;
-      }
-      break;
-    }
     }
   }
 
@@ -1213,45 +1225,58 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
   const void *f = cfield(c, k);
   char tmp[64];
   switch (k->type) {
-  case T_U32: putf(o, "%u", *(const uint32_t *)f); return;
-  case T_U64: putf(o, "%llu", (unsigned long long)*(const uint64_t *)f); return;
-  case T_BOOL: putf(o, "%s", *(const bool *)f ? "true" : "false"); return;
-  case T_DOUBLE:
-    fmt_double(*(const double *)f, tmp, sizeof tmp);
-    putf(o, "%s", tmp);
-    return;
-  case T_ENUM: putf(o, "%.*s", (int)strnlen(f, k->size), (const char *)f); return;
-  case T_STR: {
-    /* Characters YAML does not allow in a stream (C0/C1 controls, DEL,
-     * U+FFFE/U+FFFF) are escaped; so are bytes that are not UTF-8, which
-     * only code can put here (load and set refuse them). */
-    const unsigned char *s = f;
-    size_t n = strnlen(f, k->size), run = 0;
-    put(o, "\"", 1);
-    for (size_t i = 0; i < n;) {
-      uint32_t cp = 0;
-      size_t l = utf8_next(s + i, n - i, &cp);
-      char esc[16] = "";
-      if (l == 0) snprintf(esc, sizeof esc, "\\x%02x", s[i]), l = 1;
-      else if (cp == '"') snprintf(esc, sizeof esc, "\\\"");
-      else if (cp == '\\') snprintf(esc, sizeof esc, "\\\\");
-      else if (cp == '\n') snprintf(esc, sizeof esc, "\\n");
-      else if (cp == '\t') snprintf(esc, sizeof esc, "\\t");
-      else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff)
-        snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
-      if (!esc[0]) {
-        run += l, i += l;
-        continue;
+    case T_U32:
+      putf(o, "%u", *(const uint32_t *)f);
+      return;
+    case T_U64:
+      putf(o, "%llu", (unsigned long long)*(const uint64_t *)f);
+      return;
+    case T_BOOL:
+      putf(o, "%s", *(const bool *)f ? "true" : "false");
+      return;
+    case T_DOUBLE:
+      fmt_double(*(const double *)f, tmp, sizeof tmp);
+      putf(o, "%s", tmp);
+      return;
+    case T_ENUM:
+      putf(o, "%.*s", (int)strnlen(f, k->size), (const char *)f);
+      return;
+    case T_STR: {
+      /* Characters YAML does not allow in a stream (C0/C1 controls, DEL,
+       * U+FFFE/U+FFFF) are escaped; so are bytes that are not UTF-8, which
+       * only code can put here (load and set refuse them). */
+      const unsigned char *s = f;
+      size_t n = strnlen(f, k->size), run = 0;
+      put(o, "\"", 1);
+      for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t l = utf8_next(s + i, n - i, &cp);
+        char esc[16] = "";
+        if (l == 0)
+          snprintf(esc, sizeof esc, "\\x%02x", s[i]), l = 1;
+        else if (cp == '"')
+          snprintf(esc, sizeof esc, "\\\"");
+        else if (cp == '\\')
+          snprintf(esc, sizeof esc, "\\\\");
+        else if (cp == '\n')
+          snprintf(esc, sizeof esc, "\\n");
+        else if (cp == '\t')
+          snprintf(esc, sizeof esc, "\\t");
+        else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff)
+          snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+        if (!esc[0]) {
+          run += l, i += l;
+          continue;
+        }
+        put(o, (const char *)s + i - run, run);
+        run = 0;
+        put(o, esc, strlen(esc));
+        i += l;
       }
-      put(o, (const char *)s + i - run, run);
-      run = 0;
-      put(o, esc, strlen(esc));
-      i += l;
+      put(o, (const char *)s + n - run, run);
+      put(o, "\"", 1);
+      return;
     }
-    put(o, (const char *)s + n - run, run);
-    put(o, "\"", 1);
-    return;
-  }
   }
 }
 
@@ -1259,33 +1284,35 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
 static void put_rule(sink *o, const cfg_key *k) {
   char expect[160];
   switch (k->type) {
-  case T_U32:
-  case T_U64:
-    if (k->min == 0 && k->max == UINT64_MAX) {
-      putf(o, "any 64-bit unsigned integer");
+    case T_U32:
+    case T_U64:
+      if (k->min == 0 && k->max == UINT64_MAX) {
+        putf(o, "any 64-bit unsigned integer");
+        return;
+      }
+      if (k->flags & F_ZERO_OFF)
+        snprintf(expect, sizeof expect, "0 (off) or %llu..%llu", (unsigned long long)k->min,
+                 (unsigned long long)k->max);
+      else
+        snprintf(expect, sizeof expect, "%llu..%llu", (unsigned long long)k->min,
+                 (unsigned long long)k->max);
+      putf(o, "%s, %s", k->unit ? k->unit : "integer", expect);
       return;
-    }
-    if (k->flags & F_ZERO_OFF)
-      snprintf(expect, sizeof expect, "0 (off) or %llu..%llu", (unsigned long long)k->min,
-               (unsigned long long)k->max);
-    else
-      snprintf(expect, sizeof expect, "%llu..%llu", (unsigned long long)k->min,
-               (unsigned long long)k->max);
-    putf(o, "%s, %s", k->unit ? k->unit : "integer", expect);
-    return;
-  case T_DOUBLE:
-    putf(o, "%s, %c%g, %g]", k->unit ? k->unit : "number",
-         (k->flags & F_MIN_OPEN) ? '(' : '[', k->dmin, k->dmax);
-    return;
-  case T_BOOL: putf(o, "true or false"); return;
-  case T_ENUM:
-    enum_expect(k, expect, sizeof expect);
-    putf(o, "%s", expect);
-    return;
-  case T_STR:
-    putf(o, "string, %s%zu bytes at most", (k->flags & F_NONEMPTY) ? "not empty, " : "",
-         k->size - 1);
-    return;
+    case T_DOUBLE:
+      putf(o, "%s, %c%g, %g]", k->unit ? k->unit : "number", (k->flags & F_MIN_OPEN) ? '(' : '[',
+           k->dmin, k->dmax);
+      return;
+    case T_BOOL:
+      putf(o, "true or false");
+      return;
+    case T_ENUM:
+      enum_expect(k, expect, sizeof expect);
+      putf(o, "%s", expect);
+      return;
+    case T_STR:
+      putf(o, "string, %s%zu bytes at most", (k->flags & F_NONEMPTY) ? "not empty, " : "",
+           k->size - 1);
+      return;
   }
 }
 
@@ -1294,8 +1321,9 @@ int ea_config_dump(const ea_config *c, char *buf, size_t cap) {
   if (!def) return -ENOMEM;
   ea_config_default(def);
   sink o = {.buf = buf, .cap = cap};
-  putf(&o, "# elastic-agent job configuration: every key, grouped by section.\n"
-           "# Above each key: what it does, then its unit and range, and its default.\n");
+  putf(&o,
+       "# elastic-agent job configuration: every key, grouped by section.\n"
+       "# Above each key: what it does, then its unit and range, and its default.\n");
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
     if (k->flags & OTHER_NAME) continue;

@@ -562,37 +562,42 @@ static void print_checkpoint(const ea__json *j) {
 #define K(name) (snprintf(k, sizeof k, "%s%s", c, name), k)
   if (!ea__json_get(j, "checkpoint")) return;
   if (ea__json_num(j, K("enabled"), 0))
-    printf("checkpoint: every %s steps to %s (keep %s, busy %s)", ea__json_str(j, K("interval"), "?"),
-           ea__json_str(j, K("dir"), "?"), ea__json_str(j, K("keep_last"), "?"),
-           ea__json_str(j, K("busy_policy"), "?"));
+    printf("checkpoint: every %s steps to %s (keep %s, busy %s)",
+           ea__json_str(j, K("interval"), "?"), ea__json_str(j, K("dir"), "?"),
+           ea__json_str(j, K("keep_last"), "?"), ea__json_str(j, K("busy_policy"), "?"));
   else
-    printf("checkpoint: off (checkpoint.save_interval_steps 0), dir %s", ea__json_str(j, K("dir"), "?"));
+    printf("checkpoint: off (checkpoint.save_interval_steps 0), dir %s",
+           ea__json_str(j, K("dir"), "?"));
   printf("; latest %s\n", or_dash(j, K("latest")));
-  printf(
-      "            committed %s, started %s, failed %s, skipped %s, stale %s, in flight %s%s\n",
-      ea__json_str(j, K("committed"), "?"), ea__json_str(j, K("started"), "?"),
-      ea__json_str(j, K("failed"), "?"), ea__json_str(j, K("skipped"), "?"),
-      ea__json_str(j, K("stale"), "?"), ea__json_str(j, K("in_flight"), "?"),
-      ea__json_num(j, K("controller"), 0) ? " (this node commits)" : "");
+  printf("            committed %s, started %s, failed %s, skipped %s, stale %s, in flight %s%s\n",
+         ea__json_str(j, K("committed"), "?"), ea__json_str(j, K("started"), "?"),
+         ea__json_str(j, K("failed"), "?"), ea__json_str(j, K("skipped"), "?"),
+         ea__json_str(j, K("stale"), "?"), ea__json_str(j, K("in_flight"), "?"),
+         ea__json_num(j, K("controller"), 0) ? " (this node commits)" : "");
   if (ea__json_num(j, K("committed"), 0) > 0)
-    printf("            last commit step %s gen %s: %s in %.3f s (slowest shard %.1f ms, commit %.1f "
-           "ms), stall %s us\n",
-           or_dash(j, K("last_step")), or_dash(j, K("last_gen")),
-           human_bytes(ea__json_num(j, K("bytes"), 0) / ea__json_num(j, K("committed"), 1), b1,
-                       sizeof b1),
-           ea__json_num(j, K("last_persist_s"), 0), ea__json_num(j, K("last_write_ms"), 0),
-           ea__json_num(j, K("last_commit_ms"), 0), ea__json_str(j, K("last_stall_us"), "?"));
-  printf("            shards here: written %s (%s), failed %s, skipped %s; last write %.1f ms, stall %s "
-         "us\n",
-         ea__json_str(j, K("shards.written"), "?"),
-         human_bytes(ea__json_num(j, K("shards.bytes"), 0), b2, sizeof b2),
-         ea__json_str(j, K("shards.failed"), "?"), ea__json_str(j, K("shards.skipped"), "?"),
-         ea__json_num(j, K("shards.last_write_ms"), 0), ea__json_str(j, K("shards.last_stall_us"), "?"));
+    printf(
+        "            last commit step %s gen %s: %s in %.3f s (slowest shard %.1f ms, commit %.1f "
+        "ms), stall %s us\n",
+        or_dash(j, K("last_step")), or_dash(j, K("last_gen")),
+        human_bytes(ea__json_num(j, K("bytes"), 0) / ea__json_num(j, K("committed"), 1), b1,
+                    sizeof b1),
+        ea__json_num(j, K("last_persist_s"), 0), ea__json_num(j, K("last_write_ms"), 0),
+        ea__json_num(j, K("last_commit_ms"), 0), ea__json_str(j, K("last_stall_us"), "?"));
+  printf(
+      "            shards here: written %s (%s), failed %s, skipped %s; last write %.1f ms, stall "
+      "%s "
+      "us\n",
+      ea__json_str(j, K("shards.written"), "?"),
+      human_bytes(ea__json_num(j, K("shards.bytes"), 0), b2, sizeof b2),
+      ea__json_str(j, K("shards.failed"), "?"), ea__json_str(j, K("shards.skipped"), "?"),
+      ea__json_num(j, K("shards.last_write_ms"), 0),
+      ea__json_str(j, K("shards.last_stall_us"), "?"));
   const ea__json *r = ea__json_get(j, K("resumed"));
   if (r && r->type == EA__J_OBJ)
     printf("            resumed from %s: step %s, digest %s, %s fallback(s)%s%s\n",
-           ea__json_str(r, "name", "?"), ea__json_str(r, "step", "?"), ea__json_str(r, "digest", "?"),
-           ea__json_str(r, "fallbacks", "?"), ea__json_num(r, "fallbacks", 0) ? ": " : "",
+           ea__json_str(r, "name", "?"), ea__json_str(r, "step", "?"),
+           ea__json_str(r, "digest", "?"), ea__json_str(r, "fallbacks", "?"),
+           ea__json_num(r, "fallbacks", 0) ? ": " : "",
            ea__json_num(r, "fallbacks", 0) ? ea__json_str(r, "why", "") : "");
   const char *e = ea__json_str(j, K("last_error"), "");
   if (*e) printf("            last error: %s\n", e);
@@ -625,10 +630,11 @@ static void print_job(const ea__json *j) {
            ea__json_str(f, "message", ""));
   }
   if (ea__json_num(j, "job.churn.count", 0) >= 2)
-    printf("            churn: %s generations in a row failed soon after their commit (%s); next "
-           "waits %s ms\n",
-           ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
-           ea__json_str(j, "job.churn.wait_ms", "?"));
+    printf(
+        "            churn: %s generations in a row failed soon after their commit (%s); next "
+        "waits %s ms\n",
+        ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
+        ea__json_str(j, "job.churn.wait_ms", "?"));
 }
 
 static void print_status(const ea__json *j) {

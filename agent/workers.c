@@ -204,13 +204,14 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
   else
     snprintf(sync, sizeof sync, "none (no live state)");
   ea_logkv(EA_LOG_INFO, "generation",
-         (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(a->run.g64)),
-                       EA_KV_U("world", p->world), EA_KV_U("formation_ms", a->last_formation_ms)},
-         3, "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
-         " stalled_ms=%" PRIu64 "%s%s",
-         g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
-         a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
-         a->stall_ms ? a->stall_why : "");
+           (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(a->run.g64)),
+                         EA_KV_U("world", p->world), EA_KV_U("formation_ms", a->last_formation_ms)},
+           3,
+           "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
+           " stalled_ms=%" PRIu64 "%s%s",
+           g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
+           a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
+           a->stall_ms ? a->stall_why : "");
 }
 
 static void order_pause(ea__agent *a, const char *why) {
@@ -289,13 +290,13 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
   if (!isfinite(m->loss) && !a->nan_alerted && a->o->cfg.observability.alert_on_nan) {
     a->nan_alerted = true;
     ea__agent_alert_count(a, EA__ALERT_LOSS_NAN);
-    ea_logkv(EA_LOG_ERROR, "alert",
-             (ea_log_kv[]){EA_KV_S("alert", "loss_nan"),
-                           EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)),
-                           EA_KV_U("step", m->step), EA_KV_U("rank", a->run.rank_base + k),
-                           EA_KV_F("loss", m->loss)},
-             5, "loss_nan gen=%" PRIu64 " step=%" PRIu64 " rank=%u loss=%f: training diverged",
-             ea_rdzv_gen64_term(m->gen), m->step, a->run.rank_base + k, m->loss);
+    ea_logkv(
+        EA_LOG_ERROR, "alert",
+        (ea_log_kv[]){EA_KV_S("alert", "loss_nan"),
+                      EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)), EA_KV_U("step", m->step),
+                      EA_KV_U("rank", a->run.rank_base + k), EA_KV_F("loss", m->loss)},
+        5, "loss_nan gen=%" PRIu64 " step=%" PRIu64 " rank=%u loss=%f: training diverged",
+        ea_rdzv_gen64_term(m->gen), m->step, a->run.rank_base + k, m->loss);
   } else if (isfinite(m->loss) && a->nan_alerted && k == 0) {
     a->nan_alerted = false;
     ea_log(EA_LOG_INFO, "alert", "loss_nan resolved at step %" PRIu64, m->step);
@@ -310,12 +311,11 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
             ? (double)(m->step - a->progress_step) * 1000.0 / (double)(now - a->progress_ms)
             : 0.0;
     ea_logkv(EA_LOG_INFO, "progress",
-           (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)),
-                         EA_KV_U("world", a->run.world), EA_KV_U("step", m->step),
-                         EA_KV_F("loss", m->loss), EA_KV_F("steps_per_s", rate)},
-           5, "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
-           ea_rdzv_gen64_term(m->gen),
-           a->run.world, m->step, m->loss, rate);
+             (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)),
+                           EA_KV_U("world", a->run.world), EA_KV_U("step", m->step),
+                           EA_KV_F("loss", m->loss), EA_KV_F("steps_per_s", rate)},
+             5, "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
+             ea_rdzv_gen64_term(m->gen), a->run.world, m->step, m->loss, rate);
     a->progress_ms = now;
     a->progress_step = m->step;
   }

@@ -90,13 +90,17 @@ static void vlog_kv(ea_log_level level, const char *event, const ea_log_kv *kv, 
       const ea_log_kv *f = &kv[i];
       pos += (size_t)snprintf(line + pos, sizeof line - pos, ",\"%s\":", f->key);
       switch (f->type) {
-        case 'u': pos += (size_t)snprintf(line + pos, sizeof line - pos, "%llu", f->v.u); break;
-        case 'i': pos += (size_t)snprintf(line + pos, sizeof line - pos, "%lld", f->v.i); break;
+        case 'u':
+          pos += (size_t)snprintf(line + pos, sizeof line - pos, "%llu", f->v.u);
+          break;
+        case 'i':
+          pos += (size_t)snprintf(line + pos, sizeof line - pos, "%lld", f->v.i);
+          break;
         case 'f':
           /* %.17g reads back as the same double; JSON has no NaN or inf. */
-          pos += (size_t)(isfinite(f->v.f)
-                              ? snprintf(line + pos, sizeof line - pos, "%.17g", f->v.f)
-                              : snprintf(line + pos, sizeof line - pos, "null"));
+          pos +=
+              (size_t)(isfinite(f->v.f) ? snprintf(line + pos, sizeof line - pos, "%.17g", f->v.f)
+                                        : snprintf(line + pos, sizeof line - pos, "null"));
           break;
         default:
           line[pos++] = '"';

@@ -46,7 +46,9 @@ static void write_text(const char *path, const char *text, size_t len) {
   ck_assert_int_eq(fclose(f), 0);
 }
 
-static void write_job(const char *text) { write_text(g_path, text, strlen(text)); }
+static void write_job(const char *text) {
+  write_text(g_path, text, strlen(text));
+}
 
 static char *read_text(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -202,10 +204,10 @@ START_TEST(membership_keys_are_swim_fields) {
   char *dump = dump_alloc(c);
   key_info *keys = calloc(MAX_KEYS, sizeof *keys);
   size_t n = dump_keys(dump, keys, MAX_KEYS);
-  const char *want[] = {"probe_interval_ms", "probe_timeout_ms", "indirect_checks",
-                        "suspicion_mult", "suspicion_max_mult", "retransmit_mult",
-                        "awareness_max", "gossip_interval_ms", "gossip_nodes",
-                        "push_pull_interval_ms", "dead_reclaim_ms", "max_packet"};
+  const char *want[] = {"probe_interval_ms",     "probe_timeout_ms",   "indirect_checks",
+                        "suspicion_mult",        "suspicion_max_mult", "retransmit_mult",
+                        "awareness_max",         "gossip_interval_ms", "gossip_nodes",
+                        "push_pull_interval_ms", "dead_reclaim_ms",    "max_packet"};
   size_t got = 0;
   for (size_t i = 0; i < n; i++) {
     if (strcmp(keys[i].section, "membership") != 0) continue;
@@ -328,8 +330,8 @@ START_TEST(docs_reference_matches_table) {
     write_text(DOCS_PATH, out, head + len + tail);
     free(out);
   } else {
-    ck_assert_msg((size_t)(e - b) == len && memcmp(b, want, len) == 0,
-                  DOCS_PATH " is out of date with the key table: run "
+    ck_assert_msg((size_t)(e - b) == len && memcmp(b, want, len) == 0, DOCS_PATH
+                  " is out of date with the key table: run "
                   "EA_UPDATE_DOCS=1 build/tests/test_config and review the diff");
   }
   free(docs);
@@ -506,13 +508,8 @@ END_TEST
 
 /* Files that leave every key at its default. */
 static const char *const empty_files[] = {
-    "",
-    "# nothing but comments\n\n# here\n",
-    "---\n",
-    "--- ~\n",
-    "{}\n",
-    "compute:\n",
-    "compute:\n  # min_nodes: 4\ntrain: ~\n",
+    "",           "# nothing but comments\n\n# here\n",     "---\n", "--- ~\n", "{}\n",
+    "compute:\n", "compute:\n  # min_nodes: 4\ntrain: ~\n",
 };
 
 START_TEST(empty_files_give_defaults) {
@@ -595,35 +592,36 @@ START_TEST(load_overlays_only_given_keys) {
   ea_config *c = cfg_new();
   char err[512] = "";
   ck_assert_int_eq(ea_config_set(c, "train.steps", "77", err, sizeof err), 0);
-  write_job("experiment:\n"
-            "  name: run-42           # plain\n"
-            "  seed: 18446744073709551615\n"
-            "compute: {min_nodes: 2, max_nodes: 8, workers_per_node: 8}\n"
-            "distributed:\n"
-            "  backend: \"tcp\"\n"
-            "  quorum: 'none'\n"
-            "checkpoint:\n"
-            "  dir: /mnt/ckpt/run 42\n"
-            "  resume_from_last: no\n"
-            "  busy_policy: skip\n"
-            "  verify_on_resume: size\n"
-            "logging:\n"
-            "  level: debug\n"
-            "  format: json\n"
-            "  file: |-\n"
-            "    /var/log/agent.log\n"
-            "observability:\n"
-            "  alert_on_nan: Off\n"
-            "  straggler_factor: 1.5\n"
-            "  metrics_listen: \"[::1]:9400\"\n"
-            "membership:\n"
-            "  probe_interval_ms: 100\n"
-            "  probe_timeout_ms: 40\n"
-            "  push_pull_interval_ms: 0\n"
-            "  max_packet: 1359\n"
-            "train:\n"
-            "  lr: 1e-4\n"
-            "  weight_decay: 0\n");
+  write_job(
+      "experiment:\n"
+      "  name: run-42           # plain\n"
+      "  seed: 18446744073709551615\n"
+      "compute: {min_nodes: 2, max_nodes: 8, workers_per_node: 8}\n"
+      "distributed:\n"
+      "  backend: \"tcp\"\n"
+      "  quorum: 'none'\n"
+      "checkpoint:\n"
+      "  dir: /mnt/ckpt/run 42\n"
+      "  resume_from_last: no\n"
+      "  busy_policy: skip\n"
+      "  verify_on_resume: size\n"
+      "logging:\n"
+      "  level: debug\n"
+      "  format: json\n"
+      "  file: |-\n"
+      "    /var/log/agent.log\n"
+      "observability:\n"
+      "  alert_on_nan: Off\n"
+      "  straggler_factor: 1.5\n"
+      "  metrics_listen: \"[::1]:9400\"\n"
+      "membership:\n"
+      "  probe_interval_ms: 100\n"
+      "  probe_timeout_ms: 40\n"
+      "  push_pull_interval_ms: 0\n"
+      "  max_packet: 1359\n"
+      "train:\n"
+      "  lr: 1e-4\n"
+      "  weight_decay: 0\n");
   int rc = ea_config_load(c, g_path, err, sizeof err);
   ck_assert_msg(rc == 0, "%s", err);
   ck_assert_str_eq(c->experiment.name, "run-42");
@@ -928,7 +926,8 @@ static const struct {
     {"probe_interval_ms", "100", "--set: probe_interval_ms: expected SECTION.KEY=VALUE"},
     {".probe_interval_ms", "100", "--set: .probe_interval_ms: expected SECTION.KEY=VALUE"},
     {"compute.min_nodes", NULL, "--set: compute.min_nodes: missing value"},
-    {"compute.min_nodes", " 2", "--set: compute.min_nodes: expected an integer in 1..65536, found  2"},
+    {"compute.min_nodes", " 2",
+     "--set: compute.min_nodes: expected an integer in 1..65536, found  2"},
     {"distributed.quorum", "some",
      "--set: distributed.quorum: expected one of majority, none, found some"},
     {"checkpoint.resume_from_last", "2",
@@ -965,14 +964,16 @@ START_TEST(validate_cross_field) {
 
   c->distributed.micro_batch = 65;
   ck_assert_int_eq(ea_config_validate(c, err, sizeof err), -EINVAL);
-  ck_assert_str_eq(err, "distributed.micro_batch: 65 is greater than distributed.global_batch (64)");
+  ck_assert_str_eq(err,
+                   "distributed.micro_batch: 65 is greater than distributed.global_batch (64)");
   c->distributed.micro_batch = 64;
   ck_assert_int_eq(ea_config_validate(c, err, sizeof err), 0);
 
   c->membership.probe_timeout_ms = c->membership.probe_interval_ms = 200;
   ck_assert_int_eq(ea_config_validate(c, err, sizeof err), -EINVAL);
-  ck_assert_str_eq(err, "membership.probe_timeout_ms: 200 must be less than "
-                        "membership.probe_interval_ms (200)");
+  ck_assert_str_eq(err,
+                   "membership.probe_timeout_ms: 200 must be less than "
+                   "membership.probe_interval_ms (200)");
   c->membership.probe_timeout_ms = 199;
   ck_assert_int_eq(ea_config_validate(c, err, sizeof err), 0);
 
@@ -1083,7 +1084,9 @@ START_TEST(dump_is_bounded_like_snprintf) {
 }
 END_TEST
 
-static bool is_number_rule(const key_info *k) { return k->rule[strlen(k->rule) - 1] == ']'; }
+static bool is_number_rule(const key_info *k) {
+  return k->rule[strlen(k->rule) - 1] == ']';
+}
 
 /* A value different from the default that the key's rule allows; false for
  * a choice of one (distributed.strategy), which has none. */
@@ -1139,8 +1142,7 @@ START_TEST(hash_changes_with_every_key) {
     char line[400];
     snprintf(line, sizeof line, "\n  %s: %s%s%s\n", keys[i].key, keys[i].def[0] == '"' ? "\"" : "",
              val, keys[i].def[0] == '"' ? "\"" : "");
-    if (!is_number_rule(&keys[i]))
-      ck_assert_msg(strstr(d, line) != NULL, "dump lacks [%s]", line);
+    if (!is_number_rule(&keys[i])) ck_assert_msg(strstr(d, line) != NULL, "dump lacks [%s]", line);
     free(d);
     free(c);
   }
@@ -1180,13 +1182,19 @@ START_TEST(mutated_files_load_or_fail_cleanly) {
     for (int e = 0; e < edits; e++) {
       size_t at = rng_next(&rng) % n;
       switch (rng_next(&rng) % 4) {
-      case 0: buf[at] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)]; break;
-      case 1: buf[at] = (char)(rng_next(&rng) & 0xff); break;
-      case 2: memmove(buf + at, buf + at + 1, n - at - 1), n--; break;
-      case 3:
-        memmove(buf + at + 1, buf + at, n - at), n++;
-        buf[at] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
-        break;
+        case 0:
+          buf[at] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
+          break;
+        case 1:
+          buf[at] = (char)(rng_next(&rng) & 0xff);
+          break;
+        case 2:
+          memmove(buf + at, buf + at + 1, n - at - 1), n--;
+          break;
+        case 3:
+          memmove(buf + at + 1, buf + at, n - at), n++;
+          buf[at] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
+          break;
       }
     }
     write_text(g_path, buf, n);
