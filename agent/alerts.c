@@ -503,17 +503,24 @@ static ea__alert_rec *find_firing(struct ea__agent_al *al, ea__alert_kind k, con
   return NULL;
 }
 
-void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
-                     const char *fmt, ...) {
+/* Extra fields a caller may add to the line (ea__agent_alert_kv). */
+#define KV_MAX 8
+
+static void alert_v(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                    const ea_log_kv *kv, unsigned nkv, const char *fmt, va_list ap) {
   if ((unsigned)k >= EA__ALERT_KINDS) return;
   ea__alert_rec r = {.kind = k, .sev = sev, .firing = true, .starts_s = wall_s()};
   snprintf(r.subject, sizeof r.subject, "%s", subject ? subject : "");
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(r.summary, sizeof r.summary, fmt, ap);
-  va_end(ap);
-  ea_log(sev == EA__SEV_CRITICAL ? EA_LOG_ERROR : EA_LOG_WARN, "alert", "%s kind=%s severity=%s",
-         r.summary, ea__alert_kind_str(k), ea__alert_sev_str(sev));
+  /* JSON lines carry alert (the kind), severity and subject as fields. */
+  ea_log_kv f[3 + KV_MAX];
+  unsigned n = 0;
+  f[n++] = EA_KV_S("alert", ea__alert_kind_str(k));
+  f[n++] = EA_KV_S("severity", ea__alert_sev_str(sev));
+  if (r.subject[0]) f[n++] = EA_KV_S("subject", r.subject);
+  for (unsigned i = 0; i < nkv && i < KV_MAX; i++) f[n++] = kv[i];
+  ea_logkv(sev == EA__SEV_CRITICAL ? EA_LOG_ERROR : EA_LOG_WARN, "alert", f, n,
+           "%s kind=%s severity=%s", r.summary, ea__alert_kind_str(k), ea__alert_sev_str(sev));
   struct ea__agent_al *al = a->al;
   if (!al) return;
   al->counts[k]++;
@@ -552,6 +559,22 @@ void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const ch
   push_notify(al, &r);
 }
 
+void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                     const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  alert_v(a, k, sev, subject, NULL, 0, fmt, ap);
+  va_end(ap);
+}
+
+void ea__agent_alert_kv(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                        const ea_log_kv *kv, unsigned nkv, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  alert_v(a, k, sev, subject, kv, nkv, fmt, ap);
+  va_end(ap);
+}
+
 void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject, const char *fmt,
                              ...) {
   struct ea__agent_al *al = a->al;
@@ -569,7 +592,9 @@ void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject
   va_start(ap, fmt);
   vsnprintf(r.summary, sizeof r.summary, fmt, ap);
   va_end(ap);
-  ea_log(EA_LOG_INFO, "alert", "%s kind=%s", r.summary, ea__alert_kind_str(k));
+  ea_log_kv kv[2] = {EA_KV_S("alert", ea__alert_kind_str(k)), EA_KV_S("subject", r.subject)};
+  ea_logkv(EA_LOG_INFO, "alert", kv, r.subject[0] ? 2 : 1, "%s kind=%s", r.summary,
+           ea__alert_kind_str(k));
   remember(al, &r);
   const ea__alert_rec *one = &r;
   push_am(al, &one, 1);
