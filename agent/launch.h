@@ -93,6 +93,16 @@ void ea__addr_host(const ea_addr *a, char *out, size_t cap);
  * previous generation's, which may sit in TIME_WAIT); 0 or a negative errno. */
 int ea__launch_free_port(const ea_addr *host, uint16_t avoid, uint16_t *port);
 
+/* ---- library mode: where python/elastic_agent is ------------------------- */
+
+/* The directory to put on a library worker's PYTHONPATH: the one holding
+ * elastic_agent/__init__.py next to the binary exe (a build tree:
+ * bin/elastic-agent → ../python; `make install`: $(PREFIX)/bin/elastic-agent
+ * → ../lib/elastic-agent/python), tried in that order.  0 with the
+ * absolute directory in out, -ENOENT when neither holds the package,
+ * -ENAMETOOLONG. */
+int ea__launch_python_dir(const char *exe, char *out, size_t cap);
+
 /* ---- restart mode: a generation's processes ----------------------------------- */
 
 typedef struct ea__launch ea__launch;

@@ -67,7 +67,8 @@ static void send_prepare(ea__agent *a, uint32_t k) {
    * For a join the core has already waited for a step boundary before
    * ordering this, so at most the step in flight is recomputed. */
   m->at_boundary = false;
-  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->prep.rank_base == 0 && k == 0;
+  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->mode != EA__MODE_LIBRARY &&
+                    a->prep.rank_base == 0 && k == 0;
   a->w[k].gen = a->prep.g64;
   if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED)
     a->w[k].state = EA__W_PREPARING;
@@ -142,6 +143,18 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
     for (uint32_t r = 0; ok && r < p->world; r++)
       ea_addr_str(&p->ranks[r].listen, m->peers[r], sizeof m->peers[r]);
     m->npeers = ok ? p->world : 0;
+    if (ok && a->mode == EA__MODE_LIBRARY) {
+      /* The library's TCPStore lives in rank 0's worker, on the comm_addr
+       * it bound once at start and said in hello/ready: a port this agent
+       * picked per generation (restart mode's MASTER_PORT) would have no
+       * listener, since the process is not restarted.  Sent explicitly so
+       * the program does not have to know that peers[0] is the store. */
+      memcpy(m->store, m->peers[0], sizeof m->store);
+      const char *b = a->o->cfg.distributed.backend;
+      m->torch_backend = strcmp(b, "nccl") == 0  ? EA_IPC_TORCH_NCCL
+                         : strcmp(b, "tcp") == 0 ? EA_IPC_TORCH_GLOO
+                                                 : EA_IPC_TORCH_NONE;
+    }
   } else {
     if (!p->has_nccl_id) {
       ea_log(EA_LOG_ERROR, "generation", "gen=%s: nccl plan without a unique id", g);
