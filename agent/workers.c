@@ -67,8 +67,8 @@ static void send_prepare(ea__agent *a, uint32_t k) {
    * For a join the core has already waited for a step boundary before
    * ordering this, so at most the step in flight is recomputed. */
   m->at_boundary = false;
-  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->mode != EA__MODE_LIBRARY &&
-                    a->prep.rank_base == 0 && k == 0;
+  m->make_nccl_id =
+      a->backend == EA_COMM_NCCL && a->mode != EA__MODE_LIBRARY && a->prep.rank_base == 0 && k == 0;
   a->w[k].gen = a->prep.g64;
   if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED)
     a->w[k].state = EA__W_PREPARING;

@@ -180,7 +180,11 @@ typedef enum {
 #define EA_IPC_CKPT_DONE ((ea_ipc_type)20)
 
 /* commit.torch_backend: absent, "gloo", "nccl". */
-typedef enum { EA_IPC_TORCH_NONE = 0, EA_IPC_TORCH_GLOO = 1, EA_IPC_TORCH_NCCL = 2 } ea_ipc_torch_backend;
+typedef enum {
+  EA_IPC_TORCH_NONE = 0,
+  EA_IPC_TORCH_GLOO = 1,
+  EA_IPC_TORCH_NCCL = 2
+} ea_ipc_torch_backend;
 /* ckpt_staged.layout: absent (opaque state), "ea-state-1" (docs/pytorch.md,
  * "Checkpoints": "EASTATE\0", version, H, T, then the tensor table). */
 typedef enum { EA_IPC_LAYOUT_NONE = 0, EA_IPC_LAYOUT_EA_STATE_1 = 1 } ea_ipc_layout;

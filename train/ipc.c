@@ -353,8 +353,7 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char 
       return -EINVAL;
     }
     if ((keys & B(K_HEADER_BYTES)) && m->header_bytes > m->total) {
-      seterr(err, errlen,
-             "ckpt_staged.header_bytes: %" PRIu64 " beyond the %" PRIu64 "-byte state",
+      seterr(err, errlen, "ckpt_staged.header_bytes: %" PRIu64 " beyond the %" PRIu64 "-byte state",
              m->header_bytes, m->total);
       return -EINVAL;
     }

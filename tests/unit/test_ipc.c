@@ -675,11 +675,10 @@ START_TEST(test_extension_keys_match_the_python_encoder) {
     if (c == 1) hs(&h, "header_bytes"), hu(&h, 8);
     if (c == 2) hs(&h, "layout"), hs(&h, "ea-state-1"), hs(&h, "header_bytes"), hu(&h, 64);
     if (c == 3) hs(&h, "layout"), hs(&h, "ea-state-2");
-    static const char *const want_err[] = {
-        "ckpt_staged.header_bytes: required with layout",
-        "ckpt_staged.layout: required with header_bytes",
-        "ckpt_staged.header_bytes: 64 beyond the 10-byte state",
-        "ckpt_staged.layout: expected \"ea-state-1\""};
+    static const char *const want_err[] = {"ckpt_staged.header_bytes: required with layout",
+                                           "ckpt_staged.layout: required with header_bytes",
+                                           "ckpt_staged.header_bytes: 64 beyond the 10-byte state",
+                                           "ckpt_staged.layout: expected \"ea-state-1\""};
     expect_bad((const uint8_t *)h.sb.data, h.sb.size, want_err[c]);
     msgpack_sbuffer_destroy(&h.sb);
   }

@@ -460,15 +460,18 @@ START_TEST(python_dir_next_to_the_binary) {
   fclose(f);
   ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), -ENOENT);
   char pkg[512];
-  snprintf(pkg, sizeof pkg, "mkdir -p %s/lib/elastic-agent/python/elastic_agent && touch "
-           "%s/lib/elastic-agent/python/elastic_agent/__init__.py", tmp, tmp);
+  snprintf(pkg, sizeof pkg,
+           "mkdir -p %s/lib/elastic-agent/python/elastic_agent && touch "
+           "%s/lib/elastic-agent/python/elastic_agent/__init__.py",
+           tmp, tmp);
   ck_assert_int_eq(system(pkg), 0);
   ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), 0);
   char want[600];
   snprintf(want, sizeof want, "%s/lib/elastic-agent/python", tmp);
   ck_assert_str_eq(dir, want);
-  snprintf(pkg, sizeof pkg, "mkdir -p %s/python/elastic_agent && touch %s/python/elastic_agent/__init__.py",
-           tmp, tmp);
+  snprintf(pkg, sizeof pkg,
+           "mkdir -p %s/python/elastic_agent && touch %s/python/elastic_agent/__init__.py", tmp,
+           tmp);
   ck_assert_int_eq(system(pkg), 0);
   ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), 0); /* the build tree first */
   snprintf(want, sizeof want, "%s/python", tmp);
