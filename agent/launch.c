@@ -139,7 +139,7 @@ static void append(char *out, size_t cap, const char *s) {
 int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn, size_t wcap,
                           char *err, size_t errlen) {
   if (wcap) warn[0] = 0;
-  if (resume_from && m != EA__MODE_BUILTIN) {
+  if (resume_from && m == EA__MODE_TORCHRUN) {
     snprintf(err, errlen,
              "--resume-from names a checkpoint of the built-in trainer; a %s program resumes from "
              "its own checkpoints (see docs/torchrun.md)",

@@ -46,7 +46,7 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
                     size_t errlen);
 
 /* Keys that do nothing in mode m.  Refused (-EINVAL, a sentence in err):
- * --resume-from outside builtin (the program resumes from its own
+ * --resume-from in torchrun mode (the program resumes from its own
  * checkpoint).  Warned about (a sentence in warn, "" when none; the agent
  * logs it once at start): train.* and checkpoint.* keys that differ from
  * the defaults in torchrun or library mode, distributed.global_batch and

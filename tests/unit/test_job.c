@@ -70,6 +70,9 @@ START_TEST(keys_that_do_nothing) {
   ck_assert_ptr_nonnull(strstr(err, "--resume-from names a checkpoint of the built-in trainer"));
   ck_assert_int_eq(
       ea__launch_check_keys(&c, EA__MODE_BUILTIN, true, warn, sizeof warn, err, sizeof err), 0);
+  /* a library program's checkpoints go through the agents: --resume-from names one */
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_LIBRARY, true, warn, sizeof warn, err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "train.steps", "10", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "checkpoint.save_interval_steps", "5", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "distributed.global_batch", "128", err, sizeof err), 0);
