@@ -665,6 +665,10 @@ int ea__agent_run(const ea__agent_opts *o) {
   snprintf(to.meta.name, sizeof to.meta.name, "%s", o->name);
   snprintf(to.meta.role, sizeof to.meta.role, "%s", o->role);
   snprintf(to.meta.tags, sizeof to.meta.tags, "%s", o->tags);
+  /* A library program is taken in only after its hello (workers.c); the
+   * workers start after the transport, so the first gossip says it. */
+  if (a->mode == EA__MODE_LIBRARY && strcmp(o->role, "observer") != 0 && a->wpn > 0)
+    (void)ea_rdzv_tags_set(to.meta.tags, sizeof to.meta.tags, EA_RDZV_TAG_STARTING, true);
   snprintf(to.meta.version, sizeof to.meta.version, "%s", EA_VERSION);
   a->meta = to.meta;
   if (rc == 0) rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);

@@ -305,6 +305,26 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
   }
 }
 
+void ea__agent_update_starting(ea__agent *a) {
+  if (a->mode != EA__MODE_LIBRARY || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
+  bool up = true;
+  for (uint32_t k = 0; k < a->wpn; k++) up = up && a->w[k].hello;
+  bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);
+  if (was == !up) return;
+  if (ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, EA_RDZV_TAG_STARTING, !up) < 0) {
+    ea_log(EA_LOG_WARN, "worker",
+           "no room in the gossip tags for %s: joining without waiting "
+           "for the workers' hello",
+           EA_RDZV_TAG_STARTING);
+    return;
+  }
+  ea_transport_set_meta(a->tr, &a->meta);
+  ea_log(EA_LOG_INFO, "worker",
+         up ? "every worker said hello: this node can be taken in"
+            : "a worker is starting: not taken into a new generation "
+              "until it says hello");
+}
+
 static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
   ea__agent *a = ctx;
   if (a->phase == EA__PHASE_CLOSING || k >= a->wpn) return;
@@ -328,6 +348,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       snprintf(w->comm, sizeof w->comm, "%s", m->comm_addr);
       ea_log(EA_LOG_INFO, "worker", "worker %u hello pid=%" PRIu64 " comm=%s step=%" PRIu64, k,
              m->pid, m->comm_addr, m->next_step);
+      w->hello = true;
+      ea__agent_update_starting(a);
       /* Spawned while a generation forms: the order may have gone out
        * before it could read (then it is queued in its socket already). */
       if (a->prep.active && w->gen != a->prep.g64 && a->phase <= EA__PHASE_DRAINING)
@@ -458,6 +480,8 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   w->restarts++;
   a->worker_restarts++;
   w->state = EA__W_STARTING;
+  w->hello = false;
+  ea__agent_update_starting(a);
   int rc = ea__sup_start(a->sup, k);
   ea_log(rc ? EA_LOG_ERROR : EA_LOG_INFO, "worker", "worker %u restart %u of %u%s%s", k,
          w->restarts, max, rc ? ": " : "", rc ? strerror(-rc) : "");
