@@ -20,7 +20,7 @@ BUILD    ?= build
 BINDIR   ?= bin
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
-PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson
+PKGS     := libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson libmicrohttpd
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 

@@ -564,6 +564,7 @@ static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed,
 
 int ea__agent_run(const ea__agent_opts *o) {
   char err[EA_PATH_MAX + 256];
+  ea_log_set_job(o->cfg.experiment.name); /* a field of every JSON line from here on */
   int rc = ea__data_dir_prepare(o->data_dir, err, sizeof err);
   int lock_fd = -1;
   if (rc == 0) rc = ea__data_dir_lock(o->data_dir, &lock_fd, err, sizeof err);
@@ -690,6 +691,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     a->handles_open = true;
     rc = ea__agent_workers_start(a, err, sizeof err);
   }
+  if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err); /* ea__agent_shutdown closes what started */
   } else {
@@ -702,8 +704,9 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_addr_str(ea_transport_control(a->tr), caddr, sizeof caddr);
     ea_log(EA_LOG_INFO, "listen",
            "name=%s id=%s gossip=%s (udp) push-pull=%s (tcp) control=%s (tcp) admin=%s "
-           "version=%s role=%s",
-           o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role);
+           "version=%s role=%s job=%s",
+           o->name, a->idhex, gaddr, gaddr, caddr, a->sock_path, EA_VERSION, o->role,
+           o->cfg.experiment.name);
     ea_log(EA_LOG_INFO, "start",
            "job: %u worker%s per node (%s, protocol %s), min_nodes %u, max_nodes %u, backend %s, "
            "%" PRIu64 " steps, global batch %u; workers load %s",

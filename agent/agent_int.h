@@ -12,7 +12,11 @@
  *                                          workers.c (orders, messages),
  *                                          ckpt_glue.c (checkpoints),
  *                                          drain.c (drain, shutdown),
- *                                          status.c (the status document)
+ *                                          status.c (the status document),
+ *                                          metrics.c (progress, stalls,
+ *                                          readiness, the metrics snapshot)
+ *   Prometheus exposition, HTTP server     metrics.c (the text), http.c
+ *                                          (libmicrohttpd, its own thread)
  *
  * The worker supervisor (supervisor.h) and the checkpoint flow
  * (ckpt_svc.h) keep headers of their own: each is a component with its
@@ -33,6 +37,8 @@
 #include "ea_rdzv.h"
 #include "ea_train.h"
 #include "ea_transport.h"
+
+#include "ea_base.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -266,6 +272,131 @@ void ea__admin_close(ea__admin *a, void (*closed)(void *ctx), void *ctx);
 int ea__admin_request(const char *path, const char *line, int timeout_ms, char **resp, size_t *len,
                       char *err, size_t errlen);
 
+/* ---- metrics snapshot and its exposition (metrics.c) ----------------------
+ *
+ * The loop publishes an immutable snapshot of what /metrics, /healthz and
+ * /readyz answer; the HTTP thread (http.c) only formats the newest one.
+ * Every value is taken from what `status` shows (metrics.c says where each
+ * comes from), so the two never disagree by more than one publish period. */
+
+/* Alert kinds (docs/operations.md, "Alerts"): the `kind` label of
+ * elastic_agent_alerts_total and the keys of status counters.alerts.  All
+ * are exported from the start (at 0) so that rate() and dashboards work
+ * before the first one; which code raises which is in metrics.c. */
+typedef enum {
+  EA__ALERT_LOSS_NAN,
+  EA__ALERT_CHECKPOINT_FAILED,
+  EA__ALERT_STORAGE_TIMEOUT,
+  EA__ALERT_WORKER_EXIT,
+  EA__ALERT_NODE_LOST,
+  EA__ALERT_STRAGGLER,
+  EA__ALERT_STALLED,
+  EA__ALERT_GENERATION_CHURN,
+  EA__ALERT_RESUME_FALLBACK,
+  EA__ALERT_JOB_FAILED,
+  EA__ALERT_KINDS
+} ea__alert_kind;
+
+const char *ea__alert_kind_str(ea__alert_kind k);
+
+/* A histogram as Prometheus exposes it: bucket i counts observations
+ * ≤ le[i] (cumulative, as exposed), +Inf is `count`. */
+#define EA__MX_BUCKETS_MAX 16
+typedef struct {
+  const double *le; /* upper bounds, ascending; static storage */
+  size_t n;         /* ≤ EA__MX_BUCKETS_MAX */
+  uint64_t cum[EA__MX_BUCKETS_MAX];
+  uint64_t count;
+  double sum;
+} ea__mx_hist;
+
+/* Observe v (seconds) into h. */
+void ea__mx_hist_observe(ea__mx_hist *h, double v);
+
+typedef struct {
+  /* labels and identity */
+  char job[64];          /* experiment.name */
+  char node[EA_NAME_MAX];
+  char id[33], version[32], role[EA_ROLE_MAX];
+  double start_time_s; /* unix time the agent started */
+  /* health: when the loop published this (CLOCK_MONOTONIC ms, uv_hrtime) */
+  uint64_t mono_ms;
+  bool ready;
+  char ready_why[256]; /* "ok" or why not */
+  /* membership */
+  uint64_t members[4]; /* by EA_STATE_* (alive, suspect, dead, left) */
+  bool controller;
+  /* generations */
+  uint64_t generation; /* term of the generation this node runs; 0: none */
+  uint32_t world;
+  uint64_t gens_committed; /* generations this node ran (status committed_here) */
+  uint64_t formations_started, formations_committed, formations_failed; /* as controller */
+  ea__mx_hist formation; /* PREPARE → COMMIT, each generation this node ran */
+  /* training */
+  uint64_t step; /* status generation.last_step */
+  double steps_per_s;
+  bool has_loss;
+  double loss;
+  double since_step_s; /* seconds since a local worker last completed a step */
+  bool stalled;
+  uint64_t worker_failures, worker_restarts;
+  /* checkpoints */
+  uint32_t ck_interval; /* checkpoint.save_interval_steps; 0: off */
+  uint64_t ck_committed, ck_failed, ck_skipped; /* as controller */
+  bool ck_have_last;
+  uint64_t ck_last_step;
+  double ck_last_time_s; /* unix time this node first knew that checkpoint */
+  uint64_t ck_bytes_written;   /* this node's shards, durable */
+  uint64_t ck_bytes_committed; /* as controller: checkpoints committed */
+  ea__mx_hist persist;         /* as controller: first report → MANIFEST durable */
+  /* gossip (UDP datagrams; drops include push-pull frames) and control */
+  uint64_t gossip_in, gossip_out, gossip_bytes_in, gossip_bytes_out;
+  uint64_t gossip_drop_malformed, gossip_drop_unauth, gossip_drop_oversize;
+  uint64_t ctl_drop_malformed, ctl_drop_unauth, ctl_drop_oversize;
+  /* alerts */
+  uint64_t alerts[EA__ALERT_KINDS];
+} ea__mx_snap;
+
+/* The Prometheus text exposition (format 0.0.4) of s, appended to out
+ * (check out->oom).  Label values are escaped (\\, \", \n); a NaN loss is
+ * "NaN".  Pure: tests/unit/test_metrics.c pins the exact text. */
+void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
+
+/* ---- the HTTP server (http.c, libmicrohttpd) -------------------------------
+ * GET /metrics, /healthz, /readyz (and / : an index) on one listener,
+ * answered by libmicrohttpd's own thread from the newest published
+ * snapshot; the loop is never waited on.
+ *   /healthz  200 "ok" while the newest snapshot is under
+ *             EA__HEALTH_MAX_AGE_MS old (the loop publishes every
+ *             EA__MX_PERIOD_MS), else 503 with the age;
+ *   /readyz   200 "ok" when the snapshot says ready, else 503 with why;
+ *   /metrics  200, text/plain; version=0.0.4.
+ * Other paths 404, other methods 405.  Nothing of the request is parsed
+ * here beyond comparing the method and path libmicrohttpd hands over. */
+
+/* 500 ms: a tenth of the health deadline, and fresher than any scrape. */
+#define EA__MX_PERIOD_MS 500
+/* 5 s: ten publish periods missed is a loop that is stuck, not busy (a
+ * turn of the loop takes microseconds to a few milliseconds). */
+#define EA__HEALTH_MAX_AGE_MS 5000
+
+typedef struct ea__http ea__http;
+
+/* Listen on HOST:PORT (a name is resolved now: call before the loop runs
+ * or accept the blocking lookup); port 0 picks a free one.  The bound
+ * address goes to bound ("127.0.0.1:9400", "[::1]:9400").  Returns 0, or a
+ * negative errno with a sentence in err (nothing is left open). */
+int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundlen, char *err,
+                   size_t errlen);
+/* Make s the snapshot answered from now on; takes ownership of s (malloc'd;
+ * freed once no request uses it).  Thread-safe; never blocks on a request
+ * being formatted. */
+void ea__http_publish(ea__http *h, ea__mx_snap *s);
+/* Requests answered (for status), since start. */
+uint64_t ea__http_requests(const ea__http *h);
+/* Stop the thread (in-flight answers finish), close the socket, free. */
+void ea__http_stop(ea__http *h);
+
 /* ---- the running agent (agent.c, workers.c, ckpt_glue.c, drain.c, status.c)
  *
  * One ea__agent per process, heap memory owned by ea__agent_run() from
@@ -432,6 +563,8 @@ struct ea__agent {
   ea_node_id *run_ids; /* the running plan's nodes (restart mode: is a peer lost?) */
   uint32_t nrun_ids;
   char workers_dir[EA_PATH_MAX + 16];
+  /* ---- metrics, stalls, readiness (metrics.c) ---- */
+  struct ea__agent_mx *mx;
 };
 
 /* agent.c: the loop */
@@ -492,6 +625,40 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out);
 
 /* status.c: admin command "status" */
 int ea__agent_cmd_status(void *ctx, const char *args, json_t **out);
+/* The newest checkpoint this node knows of: its own last commit as
+ * controller, or DIR/LATEST as last read (status checkpoint.last_step). */
+bool ea__agent_ckpt_newest(const ea__agent *a, uint64_t *step, uint64_t *gen);
+/* Members of the table by state (EA_STATE_*; status summary). */
+void ea__agent_member_counts(ea__agent *a, size_t counts[4]);
+
+/* metrics.c: progress, stalls, readiness, the snapshot the HTTP thread
+ * serves.  Start once the transport, the rendezvous and the workers run
+ * (a metrics_listen that cannot be bound is an error line, not a failed
+ * start: the agent trains without the endpoint); close in
+ * ea__agent_shutdown.  The hooks are no-ops before start. */
+int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen);
+void ea__agent_metrics_close(ea__agent *a);
+/* A generation this node runs committed after `seconds` of formation. */
+void ea__agent_metrics_formation(ea__agent *a, double seconds);
+/* As controller: a checkpoint committed, `seconds` from first report to
+ * durable MANIFEST. */
+void ea__agent_metrics_persist(ea__agent *a, double seconds);
+/* An alert of kind k was raised (its `alert` line is the caller's). */
+void ea__agent_alert_count(ea__agent *a, ea__alert_kind k);
+uint64_t ea__agent_alerts(const ea__agent *a, ea__alert_kind k);
+
+typedef struct {
+  double steps_per_s;  /* over the last EA__RATE_WINDOW_MS */
+  double since_step_s; /* since a local worker last completed a step */
+  bool stalled;        /* runtime.stall_timeout_seconds without a step */
+  double stalled_s;    /* how long, when stalled */
+} ea__agent_progress;
+void ea__agent_progress_get(const ea__agent *a, ea__agent_progress *p);
+/* /readyz's answer: true, or false with why in why ("ok" when ready). */
+bool ea__agent_ready(ea__agent *a, char *why, size_t cap);
+/* The metrics listener's bound address, "" when off or not bound; err: the
+ * bind error, "" if none. */
+const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
 
 /* job_glue.c: the launch mode, restart mode's processes, the job's end */
 /* Before anything starts: mode, keys that do nothing in it, old key names,

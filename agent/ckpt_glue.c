@@ -40,10 +40,11 @@ static void ckpt_read_latest(ea__agent *a);
  * generation fence refused — go out at error level under the event name
  * "alert", which is what log-based alerting keys on.  Per-shard lines are
  * debug: a job of W ranks would otherwise log W lines per checkpoint. */
-static void ckpt_log_event(const ea__ckpt_event *e) {
+static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   char line[1024];
   ea__ckpt_event_format(e, line, sizeof line);
   if (e->alert) {
+    ea__agent_alert_count(a, EA__ALERT_CHECKPOINT_FAILED);
     ea_log(EA_LOG_ERROR, "alert", "checkpoint %s", line);
     return;
   }
@@ -148,7 +149,7 @@ static void ckpt_svc_event(void *ctx, const ea__ckpt_event *e) {
     a->ck.shard_stall_s = e->stall_seconds;
     ckpt_read_latest(a);
   }
-  ckpt_log_event(e);
+  ckpt_log_event(a, e);
 }
 
 /* ctl.event: checkpoints of the job, while we are controller.  May run
@@ -167,6 +168,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_step = e->step;
       k->last_gen = e->gen;
       k->last_persist_s = e->seconds;
+      ea__agent_metrics_persist(a, e->seconds);
       k->last_write_s = e->write_seconds;
       k->last_commit_s = e->commit_seconds;
       k->last_stall_s = e->stall_seconds;
@@ -192,7 +194,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
     default:
       break;
   }
-  ckpt_log_event(e);
+  ckpt_log_event(a, e);
 }
 
 /* Own an ea__ckpt_ctl exactly while the election names us.  A new
@@ -283,6 +285,7 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
          "loaded %s worker=%u gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64
          " fallbacks=%u seconds=%.3f",
          c->loaded_name, k, m->gen, m->step, m->digest, m->fallbacks, m->seconds);
+  if (m->fallbacks) ea__agent_alert_count(a, EA__ALERT_RESUME_FALLBACK);
   if (m->fallbacks)
     ea_log(EA_LOG_WARN, "alert",
            "checkpoint resume passed over %u newer checkpoint%s that did not verify and loaded "

@@ -141,6 +141,9 @@ static const cfg_key keys[] = {
      .doc = "Old name of runtime.max_restarts."},
     {U32(runtime, rendezvous_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A generation that has not committed after this long is abandoned and retried."},
+    {U32(runtime, stall_timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
+     .doc = "A running generation with no step for this long is stalled: an alert, and /readyz "
+            "fails."},
     {U32(runtime, join_retry_max_ms), .min = 100, .max = 3600000, .unit = "milliseconds",
      .doc = "Ceiling of the exponential backoff between attempts to reach a seed."},
     {U32(runtime, stop_grace_seconds), .min = 1, .max = 3600, .unit = "seconds",
@@ -186,7 +189,7 @@ static const cfg_key keys[] = {
      .unit = "bytes", .doc = "Plaintext budget of one gossip packet (before sealing)."},
 
     {STR(observability, metrics_listen), .check = check_listen,
-     .doc = "HOST:PORT of the Prometheus /metrics endpoint; empty turns it off."},
+     .doc = "HOST:PORT serving /metrics, /healthz and /readyz (port 0: any free one); empty: off."},
     {BOOL(observability, alert_on_nan), .doc = "Raise an alert when the loss is NaN or infinite."},
     {DBL(observability, straggler_factor), .dmin = 1.0, .dmax = 100.0, .flags = F_MIN_OPEN,
      .unit = "x median",
@@ -436,10 +439,11 @@ static const char *str_problem(const cfg_key *k, const char *s, size_t len, char
   return p;
 }
 
-/* HOST:PORT, HOST an address or name (IPv6 in brackets), PORT 1..65535. */
+/* HOST:PORT, HOST an address or name (IPv6 in brackets), PORT 0..65535
+ * (0: a free port, logged at start; for tests and many agents per host). */
 static const char *check_listen(const char *s) {
   const char *colon = strrchr(s, ':');
-  const char *bad = "expected HOST:PORT with PORT in 1..65535 (IPv6 as [::1]:9400)";
+  const char *bad = "expected HOST:PORT with PORT in 0..65535 (IPv6 as [::1]:9400)";
   if (!colon || colon == s || !colon[1]) return bad;
   size_t hostlen = (size_t)(colon - s);
   if (s[0] == '[' ? hostlen < 3 || s[hostlen - 1] != ']' : memchr(s, ':', hostlen) != NULL)
@@ -449,7 +453,7 @@ static const char *check_listen(const char *s) {
     if (*p < '0' || *p > '9' || port > 65535) return bad;
     port = port * 10 + (unsigned long)(*p - '0');
   }
-  return port >= 1 && port <= 65535 ? NULL : bad;
+  return port <= 65535 ? NULL : bad;
 }
 
 /* Decimal digits only: YAML 1.1 reads a leading 0 as octal and accepts
@@ -594,6 +598,10 @@ void ea_config_default(ea_config *c) {
    * restarts absorb a flaky worker and 30 s is ample for a generation. */
   c->runtime.max_restarts = 3;
   c->runtime.rendezvous_timeout_seconds = 30;
+  /* 300 s: well past a first step that waits for a checkpoint load or an
+   * NCCL init (tens of seconds), well short of the hours a hung job would
+   * otherwise burn before anyone looks. */
+  c->runtime.stall_timeout_seconds = 300;
   c->runtime.join_retry_max_ms = 5000;
   /* torchrun's agent waits 30 s after SIGTERM; 5 s keeps a drain (and a
    * restart after a clean failure) quick and is the supervisor's old STOP

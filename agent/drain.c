@@ -25,6 +25,7 @@
 void ea__agent_shutdown(ea__agent *a) {
   if (a->phase == EA__PHASE_CLOSING) return;
   a->phase = EA__PHASE_CLOSING;
+  ea__agent_metrics_close(a);
   if (a->admin) ea__admin_close(a->admin, NULL, NULL);
   a->admin = NULL;
   if (a->ctl) ea__ctl_close(a->ctl, NULL, NULL);

@@ -20,6 +20,8 @@
  */
 #include "job.h"
 
+#include "ea_base.h"
+
 #include "ea_log.h"
 
 #include <errno.h>
@@ -174,7 +176,7 @@ struct ea__job {
   void *ctx;
   uv_timer_t timer;
   bool closing;
-  uint64_t rng;
+  ea_rng rng; /* which peers relay the END */
 
   /* the view, as of the last update */
   bool controller, have_controller;
@@ -217,14 +219,7 @@ struct ea__job {
   uint64_t end_ms, end_resend_ms;
 };
 
-static uint64_t rnd(ea__job *J) {
-  uint64_t x = J->rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  J->rng = x;
-  return x * 2685821657736338717ull;
-}
+static uint64_t rnd(ea__job *J) { return ea_rng_next(&J->rng); }
 
 static void tick(uv_timer_t *t);
 
@@ -247,7 +242,7 @@ int ea__job_new(uv_loop_t *loop, const ea__job_opts *o, const ea__job_cbs *cb, v
   J->o.name = J->name;
   if (cb) J->cb = *cb;
   J->ctx = ctx;
-  J->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)J ^ uv_hrtime();
+  ea_rng_seed(&J->rng, (uint64_t)(uintptr_t)J ^ uv_hrtime(), EA_RNG_JOB, 0);
   uv_timer_init(loop, &J->timer);
   J->timer.data = J;
   uv_timer_start(&J->timer, tick, END_RESEND_MS, END_RESEND_MS);

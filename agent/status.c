@@ -57,6 +57,28 @@ uint64_t ea__detection_bound_ms(const ea_swim_config *c, size_t n) {
   return (uint64_t)ceil(first_probe + verdict + susp + rounds * c->gossip_interval_ms);
 }
 
+void ea__agent_member_counts(ea__agent *a, size_t counts[4]) {
+  const ea_member *ms;
+  size_t n = a->tr ? ea_swim_members(ea_transport_swim(a->tr), &ms) : 0;
+  for (size_t i = 0; i < n; i++)
+    if (ms[i].state < 4) counts[ms[i].state]++;
+}
+
+bool ea__agent_ckpt_newest(const ea__agent *a, uint64_t *step, uint64_t *gen) {
+  const ea__agent_ck *k = &a->ck;
+  uint64_t ls = 0, lg = 0;
+  bool have = false;
+  if (k->latest[0] && ea_ckpt_parse_dir_name(k->latest, &ls, &lg) == 0) have = true;
+  if (k->have_last && (!have || k->last_gen > lg || (k->last_gen == lg && k->last_step > ls))) {
+    ls = k->last_step;
+    lg = k->last_gen;
+    have = true;
+  }
+  *step = ls;
+  *gen = lg;
+  return have;
+}
+
 static int cmp_member_ptr(const void *x, const void *y) {
   const ea_member *a = *(const ea_member *const *)x, *b = *(const ea_member *const *)y;
   int c = strcmp(a->meta.name, b->meta.name);
@@ -118,6 +140,17 @@ static void status_self(ea__agent *a, ea__jb *b, json_t *doc, uint64_t now) {
   ea__jb_fixed(b, o, "uptime_s", (double)(now - a->start_ms) / 1000.0, 1);
   ea__jb_bool(b, o, "joined", a->joined);
   ea__jb_bool(b, o, "leaving", a->phase >= EA__PHASE_STOPPING);
+  /* What /readyz answers, and where it is served (metrics.c, http.c). */
+  char why[256];
+  ea__jb_bool(b, o, "ready", ea__agent_ready(a, why, sizeof why));
+  ea__jb_str(b, o, "ready_reason", why);
+  const char *merr = "";
+  const char *maddr = ea__agent_metrics_addr(a, &merr);
+  if (maddr[0])
+    ea__jb_str(b, o, "metrics", maddr);
+  else
+    ea__jb_null(b, o, "metrics");
+  ea__jb_str(b, o, "metrics_error", merr);
 }
 
 /* "summary" and "members" (sorted by name, then id); counts[state] are
@@ -210,6 +243,13 @@ static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "recoveries", a->recoveries);
   ea__jb_u64(b, o, "last_formation_ms", a->last_formation_ms);
   ea__jb_u64(b, o, "last_stall_ms", a->last_stall_ms);
+  /* progress and stalls (metrics.c: the same numbers /metrics exports) */
+  ea__agent_progress pr;
+  ea__agent_progress_get(a, &pr);
+  ea__jb_fixed(b, o, "steps_per_s", pr.steps_per_s, 2);
+  ea__jb_fixed(b, o, "since_step_s", pr.since_step_s, 1);
+  ea__jb_bool(b, o, "stalled", pr.stalled);
+  ea__jb_fixed(b, o, "stalled_s", pr.stalled_s, 1);
 
   json_t *ws = ea__jb_arr(b, doc, "workers");
   for (uint32_t k = 0; k < a->wpn; k++) {
@@ -246,13 +286,7 @@ static void status_checkpoint(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_bool(b, o, "controller", a->ckpt_ctl != NULL);
   /* The newest checkpoint known here: our own last commit, or LATEST. */
   uint64_t ls = 0, lg = 0;
-  bool have = false;
-  if (k->latest[0] && ea_ckpt_parse_dir_name(k->latest, &ls, &lg) == 0) have = true;
-  if (k->have_last && (!have || k->last_gen > lg || (k->last_gen == lg && k->last_step > ls))) {
-    ls = k->last_step;
-    lg = k->last_gen;
-    have = true;
-  }
+  bool have = ea__agent_ckpt_newest(a, &ls, &lg);
   if (k->latest[0])
     ea__jb_str(b, o, "latest", k->latest);
   else
@@ -375,6 +409,9 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "failures", a->worker_failures);
   ea__jb_u64(b, o, "restarts", a->worker_restarts);
   ea__jb_u64(b, o, "bad_packets", a->sup ? ea__sup_bad_packets(a->sup) : 0);
+  o = ea__jb_obj(b, cn, "alerts");
+  for (int k = 0; k < EA__ALERT_KINDS; k++)
+    ea__jb_u64(b, o, ea__alert_kind_str((ea__alert_kind)k), ea__agent_alerts(a, (ea__alert_kind)k));
 }
 
 /* "config": what this agent runs with; n_up members alive or suspect. */
@@ -401,6 +438,7 @@ static void status_config(ea__agent *a, ea__jb *b, json_t *doc, size_t n_up) {
   ea__jb_int(b, o, "min_nodes", a->o->cfg.compute.min_nodes);
   ea__jb_int(b, o, "max_nodes", a->o->cfg.compute.max_nodes);
   ea__jb_u64(b, o, "train_steps", a->o->cfg.train.steps);
+  ea__jb_int(b, o, "stall_timeout_seconds", a->o->cfg.runtime.stall_timeout_seconds);
   ea__jb_str(b, o, "worker_config", a->job_path);
 }
 
@@ -415,6 +453,7 @@ int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
   ea__jb b = {0};
   json_t *doc = json_object();
   ea__jb_str(&b, doc, "version", EA_VERSION);
+  ea__jb_str(&b, doc, "experiment", a->o->cfg.experiment.name); /* the metrics job label */
   status_self(a, &b, doc, now);
   size_t counts[4] = {0};
   if (status_members(a, &b, doc, now, counts) < 0) {

@@ -120,6 +120,7 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
   a->gens_committed++;
   a->last_formation_ms = a->prep.at_ms ? t - a->prep.at_ms : 0;
   a->last_stall_ms = a->stall_ms ? t - a->stall_ms : 0;
+  ea__agent_metrics_formation(a, (double)a->last_formation_ms / 1000.0);
   if (a->launch) {
     ea__agent_restart_commit(a, p, (uint32_t)me, g);
     return;

@@ -15,6 +15,7 @@ static ea_log_level g_level = EA_LOG_INFO;
 static int g_json;
 static int g_fd = 2;
 static char g_node[64];
+static char g_job[64];
 
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
@@ -37,6 +38,10 @@ int ea_log_setup(const char *level, const char *format, const char *file) {
 
 void ea_log_set_node(const char *name) {
   snprintf(g_node, sizeof g_node, "%s", name ? name : "");
+}
+
+void ea_log_set_job(const char *name) {
+  snprintf(g_job, sizeof g_job, "%s", name ? name : "");
 }
 
 int ea_log_enabled(ea_log_level level) {
@@ -74,6 +79,10 @@ void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap)
     pos = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"node\":\"", ts,
                            level_names[level]);
     pos = json_escape(line, sizeof line, pos, g_node);
+    if (*g_job) {
+      pos += (size_t)snprintf(line + pos, sizeof line - pos, "\",\"job\":\"");
+      pos = json_escape(line, sizeof line, pos, g_job);
+    }
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\",\"event\":\"%s\",\"msg\":\"", event);
     pos = json_escape(line, sizeof line, pos, msg);
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\"}\n");

@@ -65,9 +65,8 @@ void ea_sb_puts(ea_sb *b, const char *s) {
   ea_sb_putn(b, s, strlen(s));
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one
- * (overlong forms, surrogates and code points past U+10FFFF included). */
-static size_t utf8_len(const unsigned char *p) {
+size_t ea_utf8_len(const unsigned char *p) {
+  if (p[0] < 0x80) return 1;
   size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
   if (p[0] > 0xF4) return 0;
   for (size_t i = 1; i < n; i++)
@@ -91,7 +90,7 @@ void ea_sb_json_str(ea_sb *b, const char *s) {
     } else if (*p < 0x80) {
       *o++ = (char)*p;
     } else {
-      size_t n = utf8_len(p);
+      size_t n = ea_utf8_len(p);
       if (n == 0) {
         o += sprintf(o, "\\ufffd");
       } else {

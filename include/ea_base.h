@@ -34,6 +34,10 @@ void ea_sb_putn(ea_sb *b, const char *s, size_t n);
  * invalid UTF-8 (member names come off the network) as U+FFFD, so the result
  * stays valid JSON for strict parsers. */
 void ea_sb_json_str(ea_sb *b, const char *s);
+/* Length of the valid UTF-8 sequence at p (1..4; 1 for ASCII), or 0 if it
+ * is not one (overlong forms, surrogates and code points past U+10FFFF
+ * are not).  p must be NUL-terminated: it never reads past a NUL. */
+size_t ea_utf8_len(const unsigned char *p);
 /* Room for `extra` more bytes (and the NUL); false (and oom set) if not. */
 bool ea_sb_reserve(ea_sb *b, size_t extra);
 void ea_sb_reset(ea_sb *b); /* len = 0, keeps the memory */
@@ -77,6 +81,7 @@ enum {
   EA_RNG_TRANSPORT = 5, /* transport: seed retry jitter */
   EA_RNG_RDZV = 6,      /* rendezvous: back-off jitter */
   EA_RNG_FAULTS = 7,    /* checkpoint fault injection: torn writes */
+  EA_RNG_JOB = 8,       /* job end: which peers relay the outcome */
   /* the chaos harness seeds (seed, its stream number, EA_RNG_CHAOS_INDEX) */
 };
 #define EA_RNG_CHAOS_INDEX 0x43484153u /* "CHAS" */

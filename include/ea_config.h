@@ -58,6 +58,7 @@ typedef struct {
   struct {
     uint32_t max_restarts;            /* 3 (old name: failure_retry_times) */
     uint32_t rendezvous_timeout_seconds; /* 30 */
+    uint32_t stall_timeout_seconds;   /* a running generation with no step this long: 300 */
     uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
     uint32_t stop_grace_seconds;      /* SIGTERM (STOP) → SIGKILL: 5 */
     uint32_t lost_peer_grace_ms;      /* the same when a peer died or froze: 500 */

@@ -3,7 +3,8 @@
  *   ea_log(EA_LOG_INFO, "member", "name=%s state=%s", name, st);
  *
  * Text:  2026-11-30T01:02:03.456Z info  member name=n1 state=dead
- * JSON:  {"ts":"2026-…","level":"info","event":"member","msg":"name=n1 state=dead"}
+ * JSON:  {"ts":"2026-…","level":"info","node":"n1","job":"j","event":"member",
+ *         "msg":"name=n1 state=dead"}
  *
  * The `event` is a short fixed word (member, election, generation, ckpt,
  * alert, …) so operators can grep or filter on it.  Logging is synchronous
@@ -22,6 +23,9 @@ typedef enum { EA_LOG_DEBUG = 0, EA_LOG_INFO, EA_LOG_WARN, EA_LOG_ERROR } ea_log
 int ea_log_setup(const char *level, const char *format, const char *file);
 /* A prefix added to every line (e.g. the node name); copied. */
 void ea_log_set_node(const char *name);
+/* The job (experiment.name): a "job" field of every JSON line after it is
+ * set (text lines carry it in the agent's `listen` line); copied. */
+void ea_log_set_job(const char *name);
 void ea_log(ea_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap);

@@ -96,7 +96,8 @@ start() { # start NAME [flags…]
   echo "  \$ elastic-agent run --name $name --bind 127.0.0.1:0 --data-dir demo-run/$name/data \\"
   echo "        --config examples/job.yaml --set train.steps=$STEPS $*"
   setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$DEMO/$name/data" \
-    --config "$JOB" --set train.steps="$STEPS" "$@" >"$DEMO/$name.log" 2>&1 </dev/null &
+    --config "$JOB" --set train.steps="$STEPS" --set observability.metrics_listen=127.0.0.1:0 \
+    "$@" >"$DEMO/$name.log" 2>&1 </dev/null &
   PID[$name]=$!
   wait_for 10 grep -q ' listen .*gossip=' "$DEMO/$name.log" || die "$name did not start"
 }

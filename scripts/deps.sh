@@ -8,8 +8,9 @@ declare -A pc=(
   [libuv]=libuv1-dev [msgpack]=libmsgpack-dev [yaml-0.1]=libyaml-dev
   [libxxhash]=libxxhash-dev [liburing]=liburing-dev [check]=check
   [libsodium]=libsodium-dev [openblas]=libopenblas-dev [jansson]=libjansson-dev
+  [libmicrohttpd]=libmicrohttpd-dev
 )
-declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables)
+declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [curl]=curl)
 
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-30}
 OUT=build-fuzz
 CLANG=${CLANG:-clang}
-PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson"
+PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson libmicrohttpd"
 MODULES=$(sed -n 's/^MODULES *:= *//p' Makefile)
 
 command -v "$CLANG" >/dev/null || { echo "fuzz: $CLANG not found" >&2; exit 1; }

@@ -75,8 +75,10 @@ start_agent() {
   shift
   dir=$EA_TMP/$name
   mkdir -p "$dir"
-  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" "$@" \
-    >"$dir/log" 2>&1 </dev/null &
+  # Metrics off unless the script asks (a --set in "$@" comes later and
+  # wins): many agents on one host cannot all have the default port.
+  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" \
+    --set observability.metrics_listen= "$@" >"$dir/log" 2>&1 </dev/null &
   local pid=$!
   EA_PGIDS+=("$pid")
   AGENT_PID[$name]=$pid
@@ -142,3 +144,25 @@ wait_exit() {
 assert_eq() { [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"; }
 assert_le() { [ "$1" -le "$2" ] || fail "$3: $1 > $2"; }
 assert_contains() { grep -q -- "$2" <<<"$1" || fail "$3: output lacks '$2': $1"; }
+
+# ensure_cmd CMD PACKAGE — succeed when CMD is on PATH, installing the Debian
+# PACKAGE through scripts/deps.sh first when it is not (apt, ~15 s); fail
+# when that cannot be done (no root, no mirror).
+ensure_cmd() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  EA_DEPS_EXTRA="$2" scripts/deps.sh >&2 || return 1
+  command -v "$1" >/dev/null 2>&1
+}
+
+# free_port — a TCP port on 127.0.0.1 nobody listens on right now (for
+# programs that cannot take port 0 and report the one they got).
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# metrics_addr NAME — HOST:PORT of NAME's /metrics listener, from its
+# `listen metrics=http://…/metrics` log line (agents started with
+# --set observability.metrics_listen=127.0.0.1:0 pick a free port).
+metrics_addr() {
+  grep -o 'listen metrics=http://[^/ ]*' "$(agent_log "$1")" | head -n1 | sed 's,.*http://,,'
+}

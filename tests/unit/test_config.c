@@ -245,7 +245,7 @@ START_TEST(example_has_every_key_and_loads_to_defaults) {
   char *dump = dump_alloc(def);
   key_info *keys = calloc(MAX_KEYS, sizeof *keys);
   size_t n = dump_keys(dump, keys, MAX_KEYS);
-  ck_assert_uint_eq(n, 52); /* the keys of include/ea_config.h, counted by hand */
+  ck_assert_uint_eq(n, 53); /* the keys of include/ea_config.h, counted by hand */
   char *text = read_text("examples/job.yaml", NULL);
   for (size_t i = 0; i < n; i++) {
     char sec[64], line[128];
@@ -638,16 +638,16 @@ static const struct {
     {"train:\n  data:\n", "2: train.data: must not be empty"},
     {"experiment:\n  name: \"a\\0b\"\n", "2: experiment.name: contains a NUL byte"},
     {"observability:\n  metrics_listen: localhost\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found localhost"},
     {"observability:\n  metrics_listen: \"::1:9400\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \"::1:9400\""},
     {"observability:\n  metrics_listen: \"127.0.0.1:65536\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \"127.0.0.1:65536\""},
     {"observability:\n  metrics_listen: \":9400\"\n",
-     "2: observability.metrics_listen: expected HOST:PORT with PORT in 1..65535 "
+     "2: observability.metrics_listen: expected HOST:PORT with PORT in 0..65535 "
      "(IPv6 as [::1]:9400), found the quoted string \":9400\""},
 };
 
@@ -739,6 +739,10 @@ START_TEST(set_overrides) {
   ck_assert(c->train.lr == 2.5e-4);
   SET_OK("observability.metrics_listen", "");
   ck_assert_str_eq(c->observability.metrics_listen, "");
+  SET_OK("observability.metrics_listen", "127.0.0.1:0"); /* a free port, logged */
+  ck_assert_str_eq(c->observability.metrics_listen, "127.0.0.1:0");
+  SET_OK("runtime.stall_timeout_seconds", "4");
+  ck_assert_uint_eq(c->runtime.stall_timeout_seconds, 4);
   SET_OK("logging.file", "yes"); /* a string key takes the word as written */
   ck_assert_str_eq(c->logging.file, "yes");
   SET_OK("membership.push_pull_interval_ms", "0");

@@ -1,0 +1,679 @@
+/* Metrics, progress, stalls and readiness: what /metrics, /healthz and
+ * /readyz answer, and the parts of `status` they share.
+ *
+ * The agent's loop owns every number here; the HTTP server (http.c) runs
+ * in libmicrohttpd's own thread and must never read the agent.  So the
+ * loop builds an immutable snapshot (ea__mx_snap, plain values) every
+ * EA__MX_PERIOD_MS and hands it over (ea__http_publish swaps a pointer
+ * under a mutex); a scrape formats the newest one.  A scrape therefore
+ * costs the loop nothing, a stuck loop cannot stall a probe (it shows as a
+ * snapshot growing old: /healthz's 503), and every sample of one scrape
+ * comes from one instant of the loop.
+ *
+ * One source of truth.  The snapshot reads the values `status` shows from
+ * the same places (the rendezvous status, the election, a->ck, the
+ * transport's and the control channel's counters); where status derived
+ * something, both call the same function (ea__agent_ckpt_newest and
+ * ea__agent_member_counts in status.c; ea__agent_progress_get and
+ * ea__agent_ready here, which status shows as generation.steps_per_s,
+ * generation.stalled and self.ready).
+ *
+ * What only this file tracks, on the same timer:
+ *   - progress: the step of the most advanced local worker (status
+ *     generation.last_step), sampled every period into a ring; steps per
+ *     second over the last EA__RATE_WINDOW_MS, and when it last moved;
+ *   - stalls: a running generation of this node in which no local worker
+ *     completed a step for runtime.stall_timeout_seconds (counted from the
+ *     commit, or the last step) is `stalled`: one `alert` line and the
+ *     `stalled` alert counter on the way in, one `alert ... resolved` line
+ *     on the way out (a step, or the generation ended).  The sampling makes
+ *     the verdict at most one period late;
+ *   - histograms of formation and checkpoint persist durations, observed by
+ *     hooks where status records the last one (workers.c, ckpt_glue.c);
+ *   - alert counters by kind (ea__agent_alert_count), called next to each
+ *     `alert` log line.  Raised today: checkpoint_failed (a shard that
+ *     could not be written, a commit given up or refused by the generation
+ *     fence), resume_fallback (a cold start passed over damaged
+ *     checkpoints) and stalled; the other kinds are exported at 0 until
+ *     their detectors exist.
+ *
+ * The exposition is the Prometheus text format 0.0.4: HELP and TYPE before
+ * each family, every sample labelled job (experiment.name) and node
+ * (--name), counters ending in _total, durations in seconds, sizes in
+ * bytes.  ea__mx_format is pure; tests/unit/test_metrics.c pins its text.
+ */
+#include "agent_int.h"
+
+#include "ea_ckpt.h"
+#include "ea_log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Steps per second are averaged over this window: ten seconds, like the
+ * `progress` log line, smooths the per-step jitter of a shared machine and
+ * still follows a world-size change within a few scrapes. */
+#define EA__RATE_WINDOW_MS 10000
+/* Samples kept: the window over the period, and a few spare. */
+#define RATE_SAMPLES (EA__RATE_WINDOW_MS / EA__MX_PERIOD_MS + 4)
+
+/* ---- alert kinds ---------------------------------------------------------- */
+
+const char *ea__alert_kind_str(ea__alert_kind k) {
+  static const char *const n[EA__ALERT_KINDS] = {
+      [EA__ALERT_LOSS_NAN] = "loss_nan",
+      [EA__ALERT_CHECKPOINT_FAILED] = "checkpoint_failed",
+      [EA__ALERT_STORAGE_TIMEOUT] = "storage_timeout",
+      [EA__ALERT_WORKER_EXIT] = "worker_exit",
+      [EA__ALERT_NODE_LOST] = "node_lost",
+      [EA__ALERT_STRAGGLER] = "straggler",
+      [EA__ALERT_STALLED] = "stalled",
+      [EA__ALERT_GENERATION_CHURN] = "generation_churn",
+      [EA__ALERT_RESUME_FALLBACK] = "resume_fallback",
+      [EA__ALERT_JOB_FAILED] = "job_failed",
+  };
+  return (unsigned)k < EA__ALERT_KINDS ? n[k] : "?";
+}
+
+/* ---- histograms ------------------------------------------------------------ */
+
+/* Formations take milliseconds here (README, "Figures") and at most
+ * runtime.rendezvous_timeout_seconds (30 s by default). */
+static const double formation_le[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+/* A checkpoint of the default model persists in milliseconds; one of a
+ * large model on a network file system in minutes. */
+static const double persist_le[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                    2.5,  5,     10,   30,  60,   120, 300};
+_Static_assert(sizeof formation_le / sizeof formation_le[0] <= EA__MX_BUCKETS_MAX, "buckets");
+_Static_assert(sizeof persist_le / sizeof persist_le[0] <= EA__MX_BUCKETS_MAX, "buckets");
+
+void ea__mx_hist_observe(ea__mx_hist *h, double v) {
+  if (!isfinite(v)) return;
+  for (size_t i = 0; i < h->n; i++)
+    if (v <= h->le[i]) h->cum[i]++;
+  h->count++;
+  h->sum += v;
+}
+
+/* ---- the exposition --------------------------------------------------------- */
+
+/* The shortest decimal that reads back as v ("0.1", "2.5", "1e-06"), and
+ * Prometheus's spellings of the special values. */
+static void put_double(ea_sb *b, double v) {
+  if (isnan(v)) {
+    ea_sb_puts(b, "NaN");
+    return;
+  }
+  if (isinf(v)) {
+    ea_sb_puts(b, v > 0 ? "+Inf" : "-Inf");
+    return;
+  }
+  char s[40];
+  if (v == floor(v) && fabs(v) < 9007199254740992.0) { /* 2^53: integral, exactly */
+    snprintf(s, sizeof s, "%.0f", v == 0 ? 0.0 : v);
+    ea_sb_puts(b, s);
+    return;
+  }
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(s, sizeof s, "%.*g", prec, v);
+    if (strtod(s, NULL) == v) break;
+  }
+  ea_sb_puts(b, s);
+}
+
+/* A label value: \ " and newline escaped as the format requires; bytes
+ * that are not UTF-8 (a --name is any bytes) become U+FFFD, since the
+ * format is UTF-8 and a scraper refuses the whole page otherwise. */
+static void put_label_value(ea_sb *b, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    if (*p == '\\' || *p == '"') {
+      char e[2] = {'\\', (char)*p};
+      ea_sb_putn(b, e, 2);
+      p++;
+    } else if (*p == '\n') {
+      ea_sb_puts(b, "\\n");
+      p++;
+    } else {
+      size_t n = ea_utf8_len(p);
+      if (n == 0) {
+        ea_sb_puts(b, "\xEF\xBF\xBD");
+        p++;
+      } else {
+        ea_sb_putn(b, (const char *)p, n);
+        p += n;
+      }
+    }
+  }
+}
+
+/* {job="…",node="…"[,k="v"]} */
+static void put_labels(ea_sb *b, const ea__mx_snap *s, const char *k, const char *v) {
+  ea_sb_puts(b, "{job=\"");
+  put_label_value(b, s->job);
+  ea_sb_puts(b, "\",node=\"");
+  put_label_value(b, s->node);
+  ea_sb_puts(b, "\"");
+  if (k) {
+    ea_sb_printf(b, ",%s=\"", k);
+    put_label_value(b, v);
+    ea_sb_puts(b, "\"");
+  }
+  ea_sb_puts(b, "}");
+}
+
+/* HELP texts are ours and plain ASCII without backslashes or newlines. */
+static void family(ea_sb *b, const char *name, const char *type, const char *help) {
+  ea_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_u64(ea_sb *b, const ea__mx_snap *s, const char *name, const char *k,
+                       const char *v, uint64_t x) {
+  ea_sb_puts(b, name);
+  put_labels(b, s, k, v);
+  ea_sb_printf(b, " %" PRIu64 "\n", x);
+}
+
+static void sample_dbl(ea_sb *b, const ea__mx_snap *s, const char *name, const char *k,
+                       const char *v, double x) {
+  ea_sb_puts(b, name);
+  put_labels(b, s, k, v);
+  ea_sb_puts(b, " ");
+  put_double(b, x);
+  ea_sb_puts(b, "\n");
+}
+
+static void counter(ea_sb *b, const ea__mx_snap *s, const char *name, const char *help,
+                    uint64_t x) {
+  family(b, name, "counter", help);
+  sample_u64(b, s, name, NULL, NULL, x);
+}
+
+static void gauge(ea_sb *b, const ea__mx_snap *s, const char *name, const char *help, double x) {
+  family(b, name, "gauge", help);
+  sample_dbl(b, s, name, NULL, NULL, x);
+}
+
+static void histogram(ea_sb *b, const ea__mx_snap *s, const char *name, const char *help,
+                      const ea__mx_hist *h) {
+  family(b, name, "histogram", help);
+  char le[40], n[160];
+  snprintf(n, sizeof n, "%s_bucket", name);
+  for (size_t i = 0; i < h->n; i++) {
+    ea_sb sb = {0};
+    put_double(&sb, h->le[i]);
+    snprintf(le, sizeof le, "%s", sb.buf ? sb.buf : "0");
+    ea_sb_free(&sb);
+    sample_u64(b, s, n, "le", le, h->cum[i]);
+  }
+  sample_u64(b, s, n, "le", "+Inf", h->count);
+  snprintf(n, sizeof n, "%s_sum", name);
+  sample_dbl(b, s, n, NULL, NULL, h->sum);
+  snprintf(n, sizeof n, "%s_count", name);
+  sample_u64(b, s, n, NULL, NULL, h->count);
+}
+
+void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
+  /* identity */
+  const char *info = "elastic_agent_info";
+  family(b, info, "gauge", "This agent: version, role and node id (always 1).");
+  ea_sb_puts(b, info);
+  ea_sb_puts(b, "{job=\"");
+  put_label_value(b, s->job);
+  ea_sb_puts(b, "\",node=\"");
+  put_label_value(b, s->node);
+  ea_sb_puts(b, "\",version=\"");
+  put_label_value(b, s->version);
+  ea_sb_puts(b, "\",role=\"");
+  put_label_value(b, s->role);
+  ea_sb_puts(b, "\",id=\"");
+  put_label_value(b, s->id);
+  ea_sb_puts(b, "\"} 1\n");
+  gauge(b, s, "elastic_agent_start_time_seconds", "Unix time the agent started.", s->start_time_s);
+  gauge(b, s, "elastic_agent_ready",
+        "1 when /readyz answers 200: joined and, with workers, training in a generation "
+        "making steps.",
+        s->ready ? 1 : 0);
+
+  /* membership */
+  family(b, "elastic_agent_members", "gauge", "Members of this agent's table by state.");
+  static const char *const st[4] = {"alive", "suspect", "dead", "left"};
+  for (int i = 0; i < 4; i++)
+    sample_u64(b, s, "elastic_agent_members", "state", st[i], s->members[i]);
+  gauge(b, s, "elastic_agent_is_controller", "1 while the election names this node controller.",
+        s->controller ? 1 : 0);
+
+  /* generations */
+  gauge(b, s, "elastic_agent_generation",
+        "Term of the generation this node trains in; 0 when none.", (double)s->generation);
+  gauge(b, s, "elastic_agent_world_size",
+        "Ranks in the generation this node trains in; 0 when none.", s->world);
+  counter(b, s, "elastic_agent_generations_committed_total",
+          "Generations this node has run (committed with this node in them).", s->gens_committed);
+  family(b, "elastic_agent_formations_total", "counter",
+         "Generation formations this node led as controller, by result.");
+  sample_u64(b, s, "elastic_agent_formations_total", "result", "started", s->formations_started);
+  sample_u64(b, s, "elastic_agent_formations_total", "result", "committed",
+             s->formations_committed);
+  sample_u64(b, s, "elastic_agent_formations_total", "result", "failed", s->formations_failed);
+  histogram(b, s, "elastic_agent_formation_duration_seconds",
+            "PREPARE to COMMIT of each generation this node ran.", &s->formation);
+
+  /* training */
+  gauge(b, s, "elastic_agent_training_step", "Steps completed by this node's most advanced worker.",
+        (double)s->step);
+  gauge(b, s, "elastic_agent_training_steps_per_second", "Steps per second over the last 10 s.",
+        s->steps_per_s);
+  if (s->has_loss)
+    gauge(b, s, "elastic_agent_training_loss", "Loss of the last step a local worker completed.",
+          s->loss);
+  gauge(b, s, "elastic_agent_training_last_step_age_seconds",
+        "Seconds since a local worker last completed a step (since start when none has).",
+        s->since_step_s);
+  gauge(b, s, "elastic_agent_training_stalled",
+        "1 while this node's generation has made no step for runtime.stall_timeout_seconds.",
+        s->stalled ? 1 : 0);
+  counter(b, s, "elastic_agent_worker_failures_total",
+          "Local worker failures (communicator failed, or the process exited).",
+          s->worker_failures);
+  counter(b, s, "elastic_agent_worker_restarts_total", "Local worker processes restarted.",
+          s->worker_restarts);
+
+  /* checkpoints */
+  gauge(b, s, "elastic_agent_checkpoint_interval_steps",
+        "checkpoint.save_interval_steps; 0 when periodic checkpoints are off.", s->ck_interval);
+  counter(b, s, "elastic_agent_checkpoints_committed_total",
+          "Checkpoints this node committed as controller.", s->ck_committed);
+  counter(b, s, "elastic_agent_checkpoints_failed_total",
+          "Checkpoints that failed while this node was controller.", s->ck_failed);
+  counter(b, s, "elastic_agent_checkpoints_skipped_total",
+          "Checkpoints skipped while this node was controller (busy_policy skip).", s->ck_skipped);
+  if (s->ck_have_last) {
+    gauge(b, s, "elastic_agent_checkpoint_last_step",
+          "Step of the newest complete checkpoint this node knows of.", (double)s->ck_last_step);
+    gauge(b, s, "elastic_agent_checkpoint_last_timestamp_seconds",
+          "Unix time this node first knew of that checkpoint (its commit, on the controller).",
+          s->ck_last_time_s);
+  }
+  counter(b, s, "elastic_agent_checkpoint_written_bytes_total",
+          "Bytes of this node's checkpoint shards written and made durable.", s->ck_bytes_written);
+  counter(b, s, "elastic_agent_checkpoint_committed_bytes_total",
+          "Bytes of the checkpoints this node committed as controller.", s->ck_bytes_committed);
+  histogram(b, s, "elastic_agent_checkpoint_persist_duration_seconds",
+            "First shard report to durable MANIFEST, per checkpoint this node committed.",
+            &s->persist);
+
+  /* gossip and control channel */
+  counter(b, s, "elastic_agent_gossip_packets_received_total", "Gossip UDP datagrams received.",
+          s->gossip_in);
+  counter(b, s, "elastic_agent_gossip_packets_sent_total", "Gossip UDP datagrams sent.",
+          s->gossip_out);
+  counter(b, s, "elastic_agent_gossip_received_bytes_total",
+          "Bytes of gossip UDP datagrams received.", s->gossip_bytes_in);
+  counter(b, s, "elastic_agent_gossip_sent_bytes_total", "Bytes of gossip UDP datagrams sent.",
+          s->gossip_bytes_out);
+  family(b, "elastic_agent_gossip_packets_dropped_total", "counter",
+         "Gossip datagrams and push-pull frames dropped, by reason.");
+  sample_u64(b, s, "elastic_agent_gossip_packets_dropped_total", "reason", "malformed",
+             s->gossip_drop_malformed);
+  sample_u64(b, s, "elastic_agent_gossip_packets_dropped_total", "reason", "unauthenticated",
+             s->gossip_drop_unauth);
+  sample_u64(b, s, "elastic_agent_gossip_packets_dropped_total", "reason", "oversize",
+             s->gossip_drop_oversize);
+  family(b, "elastic_agent_control_frames_dropped_total", "counter",
+         "Control-channel frames dropped, by reason.");
+  sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "malformed",
+             s->ctl_drop_malformed);
+  sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "unauthenticated",
+             s->ctl_drop_unauth);
+  sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "oversize",
+             s->ctl_drop_oversize);
+
+  /* alerts */
+  family(b, "elastic_agent_alerts_total", "counter", "Alerts this node raised, by kind.");
+  for (int k = 0; k < EA__ALERT_KINDS; k++)
+    sample_u64(b, s, "elastic_agent_alerts_total", "kind", ea__alert_kind_str((ea__alert_kind)k),
+               s->alerts[k]);
+}
+
+/* ---- the loop's side ----------------------------------------------------------- */
+
+typedef struct {
+  uint64_t ms, step;
+} rate_sample;
+
+struct ea__agent_mx {
+  uv_timer_t timer;
+  ea__agent *a;
+  ea__http *http;
+  char addr[96]; /* bound, "" when off */
+  char err[320]; /* why it is not bound, "" when fine or off */
+  double start_wall_s;
+  /* progress */
+  uint64_t seen_step, step_ms; /* the step last seen and when it moved (mono ms) */
+  rate_sample ring[RATE_SAMPLES];
+  size_t ring_n, ring_head;
+  double rate;
+  /* stalls */
+  bool stalled;
+  uint64_t stalled_gen, stalled_since_ms;
+  /* the newest checkpoint known and when we learned of it */
+  bool ck_have;
+  uint64_t ck_step, ck_gen;
+  double ck_time_s;
+  ea__mx_hist formation, persist;
+  uint64_t alerts[EA__ALERT_KINDS];
+};
+
+static double wall_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void ea__agent_metrics_formation(ea__agent *a, double seconds) {
+  if (a->mx) ea__mx_hist_observe(&a->mx->formation, seconds);
+}
+
+void ea__agent_metrics_persist(ea__agent *a, double seconds) {
+  if (a->mx) ea__mx_hist_observe(&a->mx->persist, seconds);
+}
+
+void ea__agent_alert_count(ea__agent *a, ea__alert_kind k) {
+  if (a->mx && (unsigned)k < EA__ALERT_KINDS) a->mx->alerts[k]++;
+}
+
+uint64_t ea__agent_alerts(const ea__agent *a, ea__alert_kind k) {
+  return a->mx && (unsigned)k < EA__ALERT_KINDS ? a->mx->alerts[k] : 0;
+}
+
+const char *ea__agent_metrics_addr(const ea__agent *a, const char **err) {
+  if (err) *err = a->mx ? a->mx->err : "";
+  return a->mx ? a->mx->addr : "";
+}
+
+static bool workers_all_done(const ea__agent *a) {
+  if (a->wpn == 0 || !a->w) return false;
+  for (uint32_t k = 0; k < a->wpn; k++)
+    if (a->w[k].state != EA__W_DONE) return false;
+  return true;
+}
+
+/* This node trains in a committed generation that should be making steps. */
+static bool training_expected(const ea__agent *a) {
+  return a->wpn > 0 && a->run.active && a->phase == EA__PHASE_RUNNING && !workers_all_done(a);
+}
+
+/* The stall clock: the last step, or the commit when none came since. */
+static uint64_t quiet_since_ms(const ea__agent *a, const struct ea__agent_mx *mx) {
+  return mx->step_ms > a->run.commit_ms ? mx->step_ms : a->run.commit_ms;
+}
+
+/* Sample the step; update the rate and the stall verdict (its alert and
+ * resolved lines). */
+static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now) {
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  uint64_t step = st.last_step;
+  if (step != mx->seen_step) {
+    if (step < mx->seen_step) mx->ring_n = 0; /* a restart from a checkpoint */
+    mx->seen_step = step;
+    mx->step_ms = now;
+  }
+  /* the rate over the window */
+  size_t cap = sizeof mx->ring / sizeof mx->ring[0];
+  mx->ring[mx->ring_head] = (rate_sample){now, step};
+  mx->ring_head = (mx->ring_head + 1) % cap;
+  if (mx->ring_n < cap) mx->ring_n++;
+  const rate_sample *old = NULL;
+  for (size_t i = 0; i < mx->ring_n; i++) {
+    const rate_sample *r = &mx->ring[(mx->ring_head + cap - mx->ring_n + i) % cap];
+    if (now - r->ms <= EA__RATE_WINDOW_MS) {
+      old = r;
+      break;
+    }
+  }
+  mx->rate = old && now > old->ms && step >= old->step
+                 ? (double)(step - old->step) * 1000.0 / (double)(now - old->ms)
+                 : 0.0;
+
+  /* stalls */
+  uint64_t limit_ms = (uint64_t)a->o->cfg.runtime.stall_timeout_seconds * 1000u;
+  bool expected = training_expected(a);
+  uint64_t since = quiet_since_ms(a, mx);
+  bool stalled = expected && now >= since && now - since >= limit_ms;
+  if (stalled && (!mx->stalled || mx->stalled_gen != a->run.g64)) {
+    char g[48];
+    ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
+    mx->stalled = true;
+    mx->stalled_gen = a->run.g64;
+    mx->stalled_since_ms = since;
+    ea__agent_alert_count(a, EA__ALERT_STALLED);
+    ea_log(EA_LOG_ERROR, "alert",
+           "stalled gen=%s world=%u step=%" PRIu64
+           ": no step for %.1f s "
+           "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
+           g, a->run.world, step, (double)(now - since) / 1000.0,
+           a->o->cfg.runtime.stall_timeout_seconds);
+  } else if (!stalled && mx->stalled) {
+    mx->stalled = false;
+    ea_log(EA_LOG_INFO, "alert", "stalled resolved after %.1f s: %s",
+           (double)(now - mx->stalled_since_ms) / 1000.0,
+           expected ? "training moves again" : "the generation ended");
+  }
+
+  /* the newest checkpoint, and when we learned of it */
+  uint64_t cs = 0, cg = 0;
+  if (ea__agent_ckpt_newest(a, &cs, &cg) &&
+      (!mx->ck_have || cs != mx->ck_step || cg != mx->ck_gen)) {
+    mx->ck_have = true;
+    mx->ck_step = cs;
+    mx->ck_gen = cg;
+    mx->ck_time_s = wall_now_s();
+  }
+}
+
+void ea__agent_progress_get(const ea__agent *a, ea__agent_progress *p) {
+  memset(p, 0, sizeof *p);
+  const struct ea__agent_mx *mx = a->mx;
+  if (!mx) return;
+  uint64_t now = ea__agent_mono_ms();
+  p->steps_per_s = mx->rate;
+  p->since_step_s = now >= mx->step_ms ? (double)(now - mx->step_ms) / 1000.0 : 0.0;
+  p->stalled = mx->stalled;
+  if (mx->stalled && now >= mx->stalled_since_ms)
+    p->stalled_s = (double)(now - mx->stalled_since_ms) / 1000.0;
+}
+
+bool ea__agent_ready(ea__agent *a, char *why, size_t cap) {
+  if (a->phase != EA__PHASE_RUNNING || !a->tr || !a->rdzv) {
+    snprintf(why, cap, "not ready: %s",
+             a->phase == EA__PHASE_DRAINING ? "draining (the job re-forms without this node)"
+                                            : "leaving the cluster");
+    return false;
+  }
+  size_t counts[4] = {0};
+  ea__agent_member_counts(a, counts);
+  /* A node started without seeds founded the cluster; one with seeds is
+   * in once a seed answered or a peer reached it first. */
+  if (!a->joined && a->o->join[0] && counts[EA_STATE_ALIVE] < 2) {
+    snprintf(why, cap, "not joined: no seed of --join %.200s has answered yet", a->o->join);
+    return false;
+  }
+  if (a->wpn == 0) {
+    snprintf(why, cap, "ok");
+    return true;
+  }
+  if (workers_all_done(a)) {
+    snprintf(why, cap, "ok: training finished");
+    return true;
+  }
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  if (!a->run.active || st.phase != EA_RDZV_RUNNING) {
+    snprintf(why, cap, "not in a running generation (%s): %s", ea_rdzv_phase_str(st.phase),
+             st.reason);
+    return false;
+  }
+  char g[48];
+  ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
+  if (a->mx && a->mx->stalled) {
+    ea__agent_progress p;
+    ea__agent_progress_get(a, &p);
+    snprintf(why, cap,
+             "stalled: generation %s has made no step for %.0f s (runtime.stall_timeout_seconds "
+             "%u)",
+             g, p.stalled_s, a->o->cfg.runtime.stall_timeout_seconds);
+    return false;
+  }
+  if (!a->run.first_step_seen) {
+    snprintf(why, cap, "generation %s committed, waiting for its first step", g);
+    return false;
+  }
+  snprintf(why, cap, "ok");
+  return true;
+}
+
+/* The snapshot: the values of `status`, read from the same places. */
+static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
+  ea__mx_snap *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  const ea_config *cfg = &a->o->cfg;
+  snprintf(s->job, sizeof s->job, "%s", cfg->experiment.name);
+  snprintf(s->node, sizeof s->node, "%s", a->o->name);
+  snprintf(s->id, sizeof s->id, "%s", a->idhex);
+  snprintf(s->version, sizeof s->version, "%s", EA_VERSION);
+  snprintf(s->role, sizeof s->role, "%s", a->o->role);
+  s->start_time_s = mx->start_wall_s;
+  s->mono_ms = ea__agent_mono_ms();
+  s->ready = ea__agent_ready(a, s->ready_why, sizeof s->ready_why);
+
+  size_t counts[4] = {0};
+  ea__agent_member_counts(a, counts);
+  for (int i = 0; i < 4; i++) s->members[i] = counts[i];
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  s->controller = el && el->have && ea_node_id_cmp(&el->controller, &a->id) == 0;
+
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  s->generation = st.running.term;
+  s->world = p ? p->world : 0;
+  s->gens_committed = a->gens_committed;
+  s->formations_started = st.formations_started;
+  s->formations_committed = st.formations_committed;
+  s->formations_failed = st.formations_failed;
+  s->formation = mx->formation;
+
+  ea__agent_progress pr;
+  ea__agent_progress_get(a, &pr);
+  s->step = st.last_step;
+  s->steps_per_s = pr.steps_per_s;
+  s->has_loss = a->has_loss;
+  s->loss = a->last_loss;
+  s->since_step_s = pr.since_step_s;
+  s->stalled = pr.stalled;
+  s->worker_failures = a->worker_failures;
+  s->worker_restarts = a->worker_restarts;
+
+  s->ck_interval = cfg->checkpoint.save_interval_steps;
+  s->ck_committed = a->ck.committed;
+  s->ck_failed = a->ck.failed;
+  s->ck_skipped = a->ck.skipped;
+  s->ck_have_last = mx->ck_have;
+  s->ck_last_step = mx->ck_step;
+  s->ck_last_time_s = mx->ck_time_s;
+  ea__ckpt_svc_stats sv = {0};
+  if (a->ckpt_svc) ea__ckpt_svc_stats_get(a->ckpt_svc, &sv);
+  s->ck_bytes_written = sv.bytes;
+  s->ck_bytes_committed = a->ck.bytes;
+  s->persist = mx->persist;
+
+  ea_transport_stats t;
+  ea_transport_stats_get(a->tr, &t);
+  s->gossip_in = t.packets_in;
+  s->gossip_out = t.packets_out;
+  s->gossip_bytes_in = t.bytes_in;
+  s->gossip_bytes_out = t.bytes_out;
+  s->gossip_drop_malformed = t.dropped_malformed;
+  s->gossip_drop_unauth = t.dropped_unauthenticated;
+  s->gossip_drop_oversize = t.dropped_oversize;
+  ea__ctl_stats c = {0};
+  if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
+  s->ctl_drop_malformed = c.dropped_malformed;
+  s->ctl_drop_unauth = c.dropped_unauthenticated;
+  s->ctl_drop_oversize = c.dropped_oversize;
+  memcpy(s->alerts, mx->alerts, sizeof s->alerts);
+  return s;
+}
+
+static void on_tick(uv_timer_t *h) {
+  struct ea__agent_mx *mx = h->data;
+  ea__agent *a = mx->a;
+  if (a->phase == EA__PHASE_CLOSING || !a->tr || !a->rdzv) return;
+  progress_update(a, mx, ea__agent_mono_ms());
+  if (mx->http) {
+    ea__mx_snap *s = snapshot(a, mx);
+    if (s) ea__http_publish(mx->http, s);
+  }
+}
+
+int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  struct ea__agent_mx *mx = calloc(1, sizeof *mx);
+  if (!mx) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  mx->a = a;
+  mx->start_wall_s = wall_now_s();
+  mx->step_ms = ea__agent_mono_ms();
+  mx->formation =
+      (ea__mx_hist){.le = formation_le, .n = sizeof formation_le / sizeof *formation_le};
+  mx->persist = (ea__mx_hist){.le = persist_le, .n = sizeof persist_le / sizeof *persist_le};
+  uv_timer_init(&a->loop, &mx->timer);
+  mx->timer.data = mx;
+  a->mx = mx;
+  const char *listen = a->o->cfg.observability.metrics_listen;
+  if (listen[0]) {
+    char e[256];
+    int rc = ea__http_start(listen, &mx->http, mx->addr, sizeof mx->addr, e, sizeof e);
+    if (rc < 0) {
+      /* Not fatal: training does not depend on being observed, and several
+       * agents on one host (tests, the demo) would otherwise all need a
+       * port of their own.  The line says how to fix it; status shows it. */
+      snprintf(mx->err, sizeof mx->err, "%s", e);
+      mx->addr[0] = 0;
+      ea_log(EA_LOG_ERROR, "listen",
+             "metrics: %s; /metrics, /healthz and /readyz are off (set "
+             "observability.metrics_listen to a free HOST:PORT, or \"\" to turn them off)",
+             e);
+    } else {
+      ea_log(EA_LOG_INFO, "listen",
+             "metrics=http://%s/metrics health=/healthz ready=/readyz job=%s", mx->addr,
+             a->o->cfg.experiment.name);
+    }
+  }
+  on_tick(&mx->timer); /* a first snapshot before the first request */
+  uv_timer_start(&mx->timer, on_tick, EA__MX_PERIOD_MS, EA__MX_PERIOD_MS);
+  return 0;
+}
+
+static void mx_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+void ea__agent_metrics_close(ea__agent *a) {
+  struct ea__agent_mx *mx = a->mx;
+  if (!mx) return;
+  a->mx = NULL;
+  /* Joins the HTTP thread: an answer being formatted finishes first (it
+   * reads only its snapshot), then the socket closes. */
+  if (mx->http) ea__http_stop(mx->http);
+  mx->http = NULL;
+  uv_close((uv_handle_t *)&mx->timer, mx_closed);
+}
