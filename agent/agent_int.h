@@ -449,6 +449,8 @@ typedef struct {
   char comm[EA_COMM_ADDR_MAX];
   uint64_t done_gen; /* it finished in this generation (DONE, or exit 0): the job's end */
   bool hello;        /* it said hello since it was (re)started */
+  double compute_s;  /* forward/backward of its last step (step.compute_seconds), -1: not sent */
+  uint64_t nan_gen;  /* the generation whose non-finite loss was alerted (once each) */
 } ea__agent_wk;
 
 /* What `status` shows about checkpoints.  Commits are known to the node
