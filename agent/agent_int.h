@@ -451,6 +451,8 @@ typedef struct {
   bool hello;        /* it said hello since it was (re)started */
   double compute_s;  /* forward/backward of its last step (step.compute_seconds), -1: not sent */
   uint64_t nan_gen;  /* the generation whose non-finite loss was alerted (once each) */
+  char exit_reason[EA_IPC_TEXT_MAX]; /* its last `exiting` reason ("" before one) */
+  int32_t exit_code;                 /* and the code that came with it */
 } ea__agent_wk;
 
 /* What `status` shows about checkpoints.  Commits are known to the node

@@ -442,6 +442,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
     case EA_IPC_EXITING:
       ea_log(m->code ? EA_LOG_WARN : EA_LOG_INFO, "worker", "worker %u exiting code=%d: %s", k,
              m->code, m->reason);
+      snprintf(w->exit_reason, sizeof w->exit_reason, "%s", m->reason);
+      w->exit_code = m->code;
       break;
     default:
       break;
@@ -476,8 +478,16 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   }
   a->worker_failures++;
   ea__agent_stall(a, "a worker exited");
-  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d", k, status,
-         sig);
+  /* A library program says why before it exits (`exiting`, e.g.
+   * "RuntimeError: …"): that reason goes with the failure. */
+  bool said = w->exit_reason[0] && sig == 0 && w->exit_code == status;
+  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d%s%s", k,
+         status, sig, said ? ": " : "", said ? w->exit_reason : "");
+  if (said) {
+    ea__agent_alert_count(a, EA__ALERT_WORKER_EXIT);
+    ea_log(EA_LOG_ERROR, "alert", "worker %u (rank %u) exited with code %d: %s", k,
+           a->run.rank_base + k, (int)status, w->exit_reason);
+  }
   ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
   ea__agent_core_done(a);
   if (a->phase >= EA__PHASE_STOPPING) return; /* the report drained us */
@@ -494,6 +504,7 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   a->worker_restarts++;
   w->state = EA__W_STARTING;
   w->hello = false;
+  w->exit_reason[0] = 0;
   ea__agent_update_starting(a);
   int rc = ea__sup_start(a->sup, k);
   ea_log(rc ? EA_LOG_ERROR : EA_LOG_INFO, "worker", "worker %u restart %u of %u%s%s", k,
