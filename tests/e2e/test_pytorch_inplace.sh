@@ -82,10 +82,13 @@ seed=${AGENT_ADDR[n1]}
 start_agent n2 --join "$seed" "${J[@]}" "${PROG[@]}"
 start_agent n3 --join "$seed" "${J[@]}" "${PROG[@]}"
 for n in n1 n2 n3; do
-  wait_for 60 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
+  wait_for 90 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
 done
 grep -q "library mode: workers get PYTHONPATH=$PWD/python" "$(agent_log n1)" || fail "no PYTHONPATH line"
 assert_eq "$(js n1 'd["job"]["protocol"]')" library "status job.protocol"
+# the program's report fields reach status: loss, digest, compute time
+"$PY" -c 'import json,sys; w=json.load(sys.stdin)["workers"][0]; assert w["state"] == "training" and w["loss"] is not None and w["compute_ms"] >= 0 and w["digest"] != "0000000000000000", w' \
+  < <(ea_status n1 --json) || fail "status workers[0] lacks the program's report fields: $(ea_status n1 --json | head -c 600)"
 p1=$(wpid n1) p2=$(wpid n2) p3=$(wpid n3)
 for p in "$p1" "$p2" "$p3"; do [ -n "$p" ] && [ "$p" != 0 ] || fail "no worker pid in status"; track "$p"; done
 pass "world 3; worker pids $p1 $p2 $p3"
@@ -158,7 +161,7 @@ done
 line=$(grep -h ' ckpt loaded ' "$(agent_log r1)" "$(agent_log r2)" | head -n1)
 assert_contains "$line" "loaded $latest " "the checkpoint loaded"
 assert_contains "$line" "digest=$want" "the digest loaded vs the one logged at step $((ls_step - 1))"
-r_first=$(cat "$(agent_log r1)" | grep -m1 -oE ' step worker=0 .* world=2 step=[0-9]+' | sed 's/.*step=//')
+r_first=$(grep -m1 -oE ' step worker=0 .* world=2 step=[0-9]+' "$(agent_log r1)" | sed 's/.*step=//')
 assert_eq "$r_first" "$ls_step" "the first step after the resume"
 grep -q ' job finished: ' "$(agent_log r1)" || fail "r1 did not report the job finished"
 check_steps "$(agent_log r1)" "$(agent_log r2)" || fail "resumed step digests"
