@@ -9,7 +9,10 @@
  *               reap, find their workers
  *   net.c       network namespaces, veth + bridge, nftables partitions/loss
  *   schedule.c  the seeded fault schedule
- *   run.c       the cluster, the episodes, the invariants checked while it runs
+ *   run.c       the cluster, polling and the invariants checked while it runs,
+ *               what "formed" means, the run
+ *   episode.c   the fault episodes: inject, degraded, heal, restore, settle
+ *   setup.c     work dir, job file, network, the calibration cluster
  *   history.c   the per-step history from the logs: lineage, generations,
  *               the invariants checked after the run, recovery timings
  *   replay.c    the reference runs in-process (W=1, and an exact replay of
@@ -440,15 +443,105 @@ void ea__chaos_logf(ea__chaos_run *r, const char *fmt, ...) __attribute__((forma
 /* Progress lines on stdout (and the harness log). */
 void ea__chaos_say(ea__chaos_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Sets up the work dir, the job file, the network; 0 or -errno (err says). */
+/* Sets up the work dir, the job file, the network; 0 or -errno (err says)
+ * (setup.c). */
 int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen);
-/* Measures the cluster's step rate with a throwaway cluster (steps/s). */
+/* Measures the cluster's step rate with a throwaway cluster (steps/s)
+ * (setup.c). */
 int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen);
 /* The whole fault phase: start, episodes, wait for the target, stop. */
 int ea__chaos_execute(ea__chaos_run *r);
 /* Stops every process we started, removes namespaces and mounts. */
 void ea__chaos_teardown(ea__chaos_run *r);
 void ea__chaos_run_free(ea__chaos_run *r);
+
+/* ---- run.c, for episode.c and setup.c -------------------------------------- */
+
+/* An agent answers status in microseconds; 400 ms only expires for one
+ * that is stopped or wedged. */
+#define EA__CHAOS_STATUS_TIMEOUT_MS 400
+
+/* Workers per node (compute.workers_per_node, at least 1). */
+uint32_t ea__chaos_wpn(const ea__chaos_run *r);
+/* The current node of slot s (1-based), NULL when none. */
+ea__chaos_node *ea__chaos_slot_node(ea__chaos_run *r, int s);
+/* A time interval of a node's life for the timeline (what: see ea__chaos_span). */
+void ea__chaos_add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1, int what);
+/* A new identity on slot s (name, directories, a node id derived from the
+ * seed); it becomes the slot's current node.  NULL when none can be made. */
+ea__chaos_node *ea__chaos_node_new(ea__chaos_run *r, const char *prefix, int s, int gen_of_slot);
+bool ea__chaos_node_running(const ea__chaos_node *n);
+/* Starts n's agent and waits until it answers status; 0 or -errno. */
+int ea__chaos_node_start(ea__chaos_run *r, ea__chaos_node *n);
+/* Signal an agent, and its workers too when asked. */
+void ea__chaos_node_signal(ea__chaos_run *r, ea__chaos_node *n, int sig, bool workers);
+/* Polls until n's agent has exited or ms passed; whether it is gone. */
+bool ea__chaos_wait_gone(ea__chaos_run *r, ea__chaos_node *n, int ms);
+/* SIGKILLs every running agent with its workers and waits for them. */
+void ea__chaos_stop_all(ea__chaos_run *r);
+/* The highest last step any running, not stopped agent reported. */
+uint64_t ea__chaos_cluster_step(ea__chaos_run *r);
+
+typedef bool (*ea__chaos_cond_fn)(ea__chaos_run *r, void *ctx);
+/* Poll (and check the continuous invariants) until cond holds or
+ * deadline_ms (monotonic) passes; whether cond held. */
+bool ea__chaos_wait_until(ea__chaos_run *r, int64_t deadline_ms, ea__chaos_cond_fn cond, void *ctx);
+/* A condition that never holds: wait_until with it just polls for a while. */
+bool ea__chaos_never(ea__chaos_run *r, void *ctx);
+
+/* What "formed" means: these nodes run one generation of world n × wpn,
+ * with the conditions below; the _out fields say what was seen. */
+typedef struct {
+  char names[CH_MAX_SLOTS * 2][CH_NAME_MAX];
+  int n;
+  uint64_t gen_after;      /* the generation must be newer than this ... */
+  bool strictly;           /* ... (or at least this, when false) */
+  uint64_t step_after;     /* and training past this step */
+  const char *worker_node; /* worker-kill: this node's worker ... */
+  uint32_t worker_idx;
+  uint32_t restarts_before; /* ... was restarted */
+  const char *gone;         /* and this node's agent has exited (drain, SIGTERM) */
+  uint64_t gen_out;
+  uint32_t world_out;
+  uint64_t step_out;
+} ea__chaos_want;
+
+/* ctx is an ea__chaos_want: whether the cluster it describes has formed. */
+bool ea__chaos_cond_formed(ea__chaos_run *r, void *ctx);
+/* qsort comparator of CH_NAME_MAX names. */
+int ea__chaos_cmp_name(const void *a, const void *b);
+/* w = the current slots' nodes, less `without`, plus `with` (either NULL). */
+void ea__chaos_want_set(ea__chaos_want *w, ea__chaos_run *r, const char *without, const char *with);
+/* w's node names, comma-separated. */
+void ea__chaos_want_str(const ea__chaos_want *w, char *out, size_t cap);
+/* Run one phase: wait for w, with the bound; fill p. */
+bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *w, int64_t t_start,
+                          bool expected, const char *what);
+/* A short description of what each expected node is doing, for a hang. */
+void ea__chaos_cluster_state(ea__chaos_run *r, const ea__chaos_want *w, char *out, size_t cap);
+/* Records the EA__I_RECOVERY violation of a phase of e that did not complete. */
+void ea__chaos_hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase,
+                    const ea__chaos_want *w);
+/* ctx unused: every current slot's node runs one generation. */
+bool ea__chaos_cond_all_running(ea__chaos_run *r, void *ctx);
+/* Whether the cluster is whole within 2 s, or else, after restarting any
+ * slot's agent that is not running, within the restore bound. */
+bool ea__chaos_ensure_whole(ea__chaos_run *r);
+/* Retires old and makes a fresh node (new disk, new id) on its slot. */
+ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old);
+
+/* ---- episode.c ------------------------------------------------------------- */
+
+/* One scheduled fault: skip it (saying why) or wait until the cluster is
+ * whole, inject, watch the degraded and restored phases, settle. */
+void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e);
+
+/* ---- setup.c --------------------------------------------------------------- */
+
+/* Sets key k of the job to v; 0 or -errno (err says). */
+int ea__chaos_set_key(ea__chaos_run *r, const char *k, const char *v, char *err, size_t errlen);
+/* Writes the job file (r->job_path) from r->cfg; 0 or -errno (err says). */
+int ea__chaos_write_job(ea__chaos_run *r, char *err, size_t errlen);
 
 /* ---- proc.c ---------------------------------------------------------------- */
 

@@ -2,11 +2,12 @@
  * schedule, and prove that training recovered with nothing lost.
  *
  * The phases of a run, each in its own file:
- *   setup (run.c, net.c)      work dir, job file, network namespaces
- *   calibrate (run.c)         a throwaway cluster measures steps/s so the
+ *   setup (setup.c, net.c)    work dir, job file, network namespaces
+ *   calibrate (setup.c)       a throwaway cluster measures steps/s so the
  *                             job is sized to last about --duration
  *   reference (replay.c)      the fault-free W=1 run starts on a thread
- *   execute (run.c)           the cluster, the episodes, online invariants
+ *   execute (run.c,           the cluster, the episodes, online invariants
+ *            episode.c)
  *   history (history.c)       the logs: lineage, generations, timings
  *   checkpoints (ckcheck.c)   verify, compare with the live state, resume
  *   replay (replay.c)         bit-exact replay of the final history

@@ -1,32 +1,24 @@
-/* run.c — the cluster under test, the fault episodes, and the invariants
- * that are checked while it runs.
+/* run.c — the cluster under test and the invariants that are checked while
+ * it runs.
  *
  * The harness polls every agent's status ten times a second and drives one
- * *episode* per scheduled fault:
+ * *episode* per scheduled fault (episode.c).  Polling also checks,
+ * continuously: generation numbers only grow on each agent (running and
+ * persisted), never two controllers with quorum for longer than gossip
+ * needs to converge, the cluster's step never falls back, and nodes on the
+ * minority side of a partition never train.  The exact timings (detection,
+ * re-formation, first step) are taken afterwards from the agents' log
+ * stamps (history.c); polling only decides when to move on.
  *
- *   wait until training passed the fault's fraction and the cluster is
- *   whole (every slot's agent runs one generation of world N) →
- *   inject → the *degraded* phase (the cluster re-forms without the victim,
- *   or with the newcomer of a join) → heal (SIGCONT, partition lifted, loss
- *   off) → restore (the victim restarts on its data dir, or a fresh node
- *   with a new disk replaces it) → the *restored* phase (world N again,
- *   training again) → a few steps of settling.
- *
- * Every phase has a deadline (the recovery bound): a cluster that does not
- * get there in time is a "hang" violation, reported with what it was doing.
- * Polling also checks, continuously: generation numbers only grow on each
- * agent (running and persisted), never two controllers with quorum for
- * longer than gossip needs to converge, the cluster's step never falls
- * back, and nodes on the minority side of a partition never train.  The
- * exact timings (detection, re-formation, first step) are taken afterwards
- * from the agents' log stamps (history.c); polling only decides when to move
- * on.
+ * Here: the nodes (start, signal, reap), polling and the continuous
+ * invariants, what "formed" means, the cluster as a whole, and the run
+ * (start, episodes, the target, stop).  The work dir, job file and the
+ * calibration cluster are in setup.c; what episode.c and setup.c use from
+ * this file is declared in chaos.h.
  */
 #include "chaos.h"
 
 #include "ea_rdzv.h"
-
-#include "ea_train.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -46,15 +38,9 @@ volatile int ea__chaos_interrupted;
  * sees each phase within 10% of its length; each poll costs the agents a
  * few microseconds. */
 #define POLL_MS 100
-/* An agent answers status in microseconds; 400 ms only expires for one
- * that is stopped or wedged. */
-#define STATUS_TIMEOUT_MS 400
 /* From exec to the admin socket answering: < 100 ms here; 20 s covers a
  * machine loaded by other work. */
 #define START_TIMEOUT_MS 20000
-/* Steps the cluster trains between two episodes before the next may fire:
- * enough to prove it trains again, a few ms of work. */
-#define SETTLE_STEPS 20
 /* Slack on top of detection + batching + comm timeout in the default
  * recovery bound: a formation is milliseconds, state sync of the test model
  * well under a second, and a loaded machine adds seconds. */
@@ -80,7 +66,7 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "never two controllers acting with quorum at once",
     "a minority side never trains",
     "every committed checkpoint verifies; resuming the newest reproduces the live state",
-    "every fault recovered within its bound (no hang)",
+    "every fault recovered within its bound (no ea__chaos_hang)",
     "drained and SIGTERMed agents exit 0; no agent dies unexpectedly",
     "the schedule ran: at least --min-faults faults were injected"};
 
@@ -138,11 +124,11 @@ void ea__chaos_violate(ea__chaos_run *r, int inv, const char *fmt, ...) {
 
 /* ---- nodes ------------------------------------------------------------------ */
 
-static uint32_t wpn(const ea__chaos_run *r) {
+uint32_t ea__chaos_wpn(const ea__chaos_run *r) {
   return r->cfg.compute.workers_per_node ? r->cfg.compute.workers_per_node : 1;
 }
 
-static ea__chaos_node *slot_node(ea__chaos_run *r, int s) {
+ea__chaos_node *ea__chaos_slot_node(ea__chaos_run *r, int s) {
   return s >= 1 && s <= r->nslots && r->slot_node[s] >= 0 ? &r->nodes[r->slot_node[s]] : NULL;
 }
 
@@ -152,7 +138,7 @@ static ea__chaos_node *find_node(ea__chaos_run *r, const char *name) {
   return NULL;
 }
 
-static void add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1, int what) {
+void ea__chaos_add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1, int what) {
   if (EA_ARRAY_RESERVE(r->spans, r->capspans, r->nspans + 1) != 0) return;
   ea__chaos_span *s = &r->spans[r->nspans++];
   snprintf(s->node, sizeof s->node, "%s", node);
@@ -165,7 +151,7 @@ static void add_span(ea__chaos_run *r, const char *node, int64_t t0, int64_t t1,
  * the seed, so the election order (lowest id) is the same on every run of
  * a seed — which makes "who is controller" part of the reproducible
  * schedule rather than luck. */
-static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int gen_of_slot) {
+ea__chaos_node *ea__chaos_node_new(ea__chaos_run *r, const char *prefix, int s, int gen_of_slot) {
   if (r->nnodes >= CH_MAX_NODES) return NULL;
   ea__chaos_node *n = &r->nodes[r->nnodes];
   memset(n, 0, sizeof *n);
@@ -195,7 +181,7 @@ static ea__chaos_node *node_new(ea__chaos_run *r, const char *prefix, int s, int
   return n;
 }
 
-static bool running(const ea__chaos_node *n) {
+bool ea__chaos_node_running(const ea__chaos_node *n) {
   return n && n->pid > 0;
 }
 
@@ -208,7 +194,9 @@ static bool finished_from_log(ea__chaos_node *n) {
   snprintf(path, sizeof path, "%s/agent.%d.log", n->dir, n->starts - 1);
   FILE *f = fopen(path, "r");
   if (!f) return false;
-  if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > 256 * 1024) fseek(f, -256 * 1024, SEEK_END);
+  /* the last 256 KiB, or the whole file from its start when it is shorter */
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+  if (fseek(f, size > 256 * 1024 ? size - 256 * 1024 : 0, SEEK_SET) != 0) rewind(f);
   char line[2048];
   bool fin = false;
   while (fgets(line, sizeof line, f)) {
@@ -241,7 +229,7 @@ static void on_reap(void *ctx, pid_t pid, int status) {
     ea__chaos_node *n = &r->nodes[i];
     if (n->pid != pid) continue;
     int64_t now = ea__chaos_now_ms();
-    add_span(r, n->name, n->start_ms, now, 0);
+    ea__chaos_add_span(r, n->name, n->start_ms, now, 0);
     n->pid = 0;
     n->exit_ms = now;
     n->exit_status = status;
@@ -278,8 +266,8 @@ static void seeds_for(ea__chaos_run *r, const ea__chaos_node *self, char *out, s
   size_t off = 0;
   out[0] = 0;
   for (int s = 1; s <= r->nslots; s++) {
-    ea__chaos_node *n = slot_node(r, s);
-    if (!running(n) || n == self || n->stopped) continue;
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
+    if (!ea__chaos_node_running(n) || n == self || n->stopped) continue;
     char a[80];
     if (r->o.netns)
       snprintf(a, sizeof a, "%s:7000", r->ip[n->slot]);
@@ -292,7 +280,7 @@ static void seeds_for(ea__chaos_run *r, const ea__chaos_node *self, char *out, s
   }
 }
 
-static int node_start(ea__chaos_run *r, ea__chaos_node *n) {
+int ea__chaos_node_start(ea__chaos_run *r, ea__chaos_node *n) {
   char bind[64], seeds[1024], log[CH_PATH_MAX + 32];
   if (r->o.netns)
     snprintf(bind, sizeof bind, "%s:7000", r->ip[n->slot]);
@@ -347,9 +335,9 @@ static int node_start(ea__chaos_run *r, ea__chaos_node *n) {
   int64_t deadline = ea__chaos_mono_ms() + START_TIMEOUT_MS;
   while (ea__chaos_mono_ms() < deadline && !ea__chaos_interrupted) {
     ea__chaos_reap(on_reap, r);
-    if (!running(n)) return -ECHILD;
+    if (!ea__chaos_node_running(n)) return -ECHILD;
     ea__chaos_status st;
-    if (ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0) {
+    if (ea__chaos_status_query(n->sock, EA__CHAOS_STATUS_TIMEOUT_MS, &st) == 0) {
       n->st = st;
       snprintf(n->gossip, sizeof n->gossip, "%s", st.gossip);
       return 0;
@@ -362,8 +350,8 @@ static int node_start(ea__chaos_run *r, ea__chaos_node *n) {
 
 /* Signal an agent, and its workers too when asked (they are found before
  * the agent is signalled, while it still has them as children). */
-static void node_signal(ea__chaos_run *r, ea__chaos_node *n, int sig, bool workers) {
-  if (!running(n)) return;
+void ea__chaos_node_signal(ea__chaos_run *r, ea__chaos_node *n, int sig, bool workers) {
+  if (!ea__chaos_node_running(n)) return;
   pid_t kids[CH_MAX_WPN * 2];
   int nk = workers ? ea__chaos_children(n->pid, kids, CH_MAX_WPN * 2) : 0;
   kill(n->pid, sig);
@@ -372,14 +360,26 @@ static void node_signal(ea__chaos_run *r, ea__chaos_node *n, int sig, bool worke
                  nk ? " and its workers" : "");
 }
 
-static bool wait_gone(ea__chaos_run *r, ea__chaos_node *n, int ms) {
+bool ea__chaos_wait_gone(ea__chaos_run *r, ea__chaos_node *n, int ms) {
   int64_t deadline = ea__chaos_mono_ms() + ms;
-  while (running(n) && ea__chaos_mono_ms() < deadline) {
+  while (ea__chaos_node_running(n) && ea__chaos_mono_ms() < deadline) {
     ea__chaos_reap(on_reap, r);
-    if (!running(n)) break;
+    if (!ea__chaos_node_running(n)) break;
     ea__chaos_sleep_ms(10);
   }
-  return !running(n);
+  return !ea__chaos_node_running(n);
+}
+
+void ea__chaos_stop_all(ea__chaos_run *r) {
+  for (size_t i = 0; i < r->nnodes; i++) {
+    ea__chaos_node *n = &r->nodes[i];
+    if (!ea__chaos_node_running(n)) continue;
+    n->expect_death = true;
+    n->expect_exit0 = false;
+    if (n->stopped) ea__chaos_node_signal(r, n, SIGCONT, true);
+    ea__chaos_node_signal(r, n, SIGKILL, true);
+  }
+  for (size_t i = 0; i < r->nnodes; i++) ea__chaos_wait_gone(r, &r->nodes[i], 5000);
 }
 
 /* ---- polling and the continuous invariants ------------------------------------ */
@@ -401,11 +401,12 @@ static void sample(ea__chaos_node *n, const ea__chaos_status *st) {
   s->controller = st->controller && st->has_quorum;
 }
 
-static uint64_t cluster_step(ea__chaos_run *r) {
+uint64_t ea__chaos_cluster_step(ea__chaos_run *r) {
   uint64_t m = 0;
   for (size_t i = 0; i < r->nnodes; i++) {
     ea__chaos_node *n = &r->nodes[i];
-    if (running(n) && !n->stopped && n->st.ok && n->st.last_step > m) m = n->st.last_step;
+    if (ea__chaos_node_running(n) && !n->stopped && n->st.ok && n->st.last_step > m)
+      m = n->st.last_step;
   }
   return m;
 }
@@ -465,7 +466,7 @@ static void check_cluster(ea__chaos_run *r) {
   size_t off = 0;
   for (size_t i = 0; i < r->nnodes; i++) {
     ea__chaos_node *n = &r->nodes[i];
-    if (!running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) continue;
+    if (!ea__chaos_node_running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) continue;
     if (n->st.controller && n->st.has_quorum) {
       nctrl++;
       if (off < sizeof names - 32)
@@ -485,7 +486,7 @@ static void check_cluster(ea__chaos_run *r) {
   }
   /* The cluster's step never falls back by more than the one step a
    * departed node may have finished alone. */
-  uint64_t cs = cluster_step(r);
+  uint64_t cs = ea__chaos_cluster_step(r);
   if (cs + 1 < r->max_cluster_step && !any_finished(r)) {
     ea__chaos_violate(r, EA__I_PROGRESS,
                       "the highest step held by a live worker fell from %llu to %llu",
@@ -509,9 +510,9 @@ static void tick(ea__chaos_run *r) {
   ea__chaos_reap(on_reap, r);
   for (size_t i = 0; i < r->nnodes; i++) {
     ea__chaos_node *n = &r->nodes[i];
-    if (!running(n) || n->stopped) continue;
+    if (!ea__chaos_node_running(n) || n->stopped) continue;
     ea__chaos_status st;
-    if (ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0) {
+    if (ea__chaos_status_query(n->sock, EA__CHAOS_STATUS_TIMEOUT_MS, &st) == 0) {
       check_node(r, n, &st);
       n->st = st;
       if (st.gossip[0]) snprintf(n->gossip, sizeof n->gossip, "%s", st.gossip);
@@ -530,10 +531,9 @@ static void tick(ea__chaos_run *r) {
   }
 }
 
-typedef bool (*cond_fn)(ea__chaos_run *r, void *ctx);
-
 /* Poll until cond holds or deadline_ms (monotonic) passes. */
-static bool wait_until(ea__chaos_run *r, int64_t deadline_ms, cond_fn cond, void *ctx) {
+bool ea__chaos_wait_until(ea__chaos_run *r, int64_t deadline_ms, ea__chaos_cond_fn cond,
+                          void *ctx) {
   for (;;) {
     int64_t t = ea__chaos_mono_ms();
     tick(r);
@@ -544,28 +544,13 @@ static bool wait_until(ea__chaos_run *r, int64_t deadline_ms, cond_fn cond, void
   }
 }
 
-static bool never(ea__chaos_run *r, void *ctx) {
+bool ea__chaos_never(ea__chaos_run *r, void *ctx) {
   (void)r;
   (void)ctx;
   return false;
 }
 
 /* ---- what "formed" means --------------------------------------------------- */
-
-typedef struct {
-  char names[CH_MAX_SLOTS * 2][CH_NAME_MAX];
-  int n;
-  uint64_t gen_after;      /* the generation must be newer than this ... */
-  bool strictly;           /* ... (or at least this, when false) */
-  uint64_t step_after;     /* and training past this step */
-  const char *worker_node; /* worker-kill: this node's worker ... */
-  uint32_t worker_idx;
-  uint32_t restarts_before; /* ... was restarted */
-  const char *gone;         /* and this node's agent has exited (drain, SIGTERM) */
-  uint64_t gen_out;
-  uint32_t world_out;
-  uint64_t step_out;
-} want;
 
 static bool all_done(ea__chaos_run *r, const ea__chaos_status *st) {
   if (!st->nworkers) return false;
@@ -574,17 +559,19 @@ static bool all_done(ea__chaos_run *r, const ea__chaos_status *st) {
   return true;
 }
 
-static bool cond_formed(ea__chaos_run *r, void *ctx) {
-  want *w = ctx;
+bool ea__chaos_cond_formed(ea__chaos_run *r, void *ctx) {
+  ea__chaos_want *w = ctx;
   uint64_t g = 0, maxstep = 0;
   bool done = true;
   int64_t now = ea__chaos_now_ms();
   for (int i = 0; i < w->n; i++) {
     ea__chaos_node *n = find_node(r, w->names[i]);
-    if (!running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000) return false;
+    if (!ea__chaos_node_running(n) || n->stopped || !n->st.ok || now - n->st.t_ms > 1000)
+      return false;
     const ea__chaos_status *st = &n->st;
     if (strcmp(st->phase, "running") != 0) return false;
-    if (st->world != (uint32_t)w->n * wpn(r) || st->nnodes != (uint32_t)w->n) return false;
+    if (st->world != (uint32_t)w->n * ea__chaos_wpn(r) || st->nnodes != (uint32_t)w->n)
+      return false;
     if (i == 0) g = st->gen;
     if (st->gen != g || g == 0) return false;
     for (int k = 0; k < w->n; k++) {
@@ -606,30 +593,31 @@ static bool cond_formed(ea__chaos_run *r, void *ctx) {
   }
   if (w->gone) {
     ea__chaos_node *n = find_node(r, w->gone);
-    if (running(n)) return false;
+    if (ea__chaos_node_running(n)) return false;
   }
   w->gen_out = g;
-  w->world_out = (uint32_t)w->n * wpn(r);
+  w->world_out = (uint32_t)w->n * ea__chaos_wpn(r);
   w->step_out = maxstep;
   return true;
 }
 
-static int cmp_name(const void *a, const void *b) {
+int ea__chaos_cmp_name(const void *a, const void *b) {
   return strcmp((const char *)a, (const char *)b);
 }
 
-static void want_set(want *w, ea__chaos_run *r, const char *without, const char *with) {
+void ea__chaos_want_set(ea__chaos_want *w, ea__chaos_run *r, const char *without,
+                        const char *with) {
   memset(w, 0, sizeof *w);
   for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = slot_node(r, s);
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
     if (!n || (without && strcmp(n->name, without) == 0)) continue;
     snprintf(w->names[w->n++], CH_NAME_MAX, "%s", n->name);
   }
   if (with) snprintf(w->names[w->n++], CH_NAME_MAX, "%s", with);
-  qsort(w->names, (size_t)w->n, CH_NAME_MAX, cmp_name);
+  qsort(w->names, (size_t)w->n, CH_NAME_MAX, ea__chaos_cmp_name);
 }
 
-static void want_str(const want *w, char *out, size_t cap) {
+void ea__chaos_want_str(const ea__chaos_want *w, char *out, size_t cap) {
   size_t off = 0;
   out[0] = 0;
   for (int i = 0; i < w->n && off < cap - 1; i++)
@@ -637,8 +625,8 @@ static void want_str(const want *w, char *out, size_t cap) {
 }
 
 /* Run one phase: wait for w, with the bound; fill p. */
-static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_start,
-                       bool expected, const char *what) {
+bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *w, int64_t t_start,
+                          bool expected, const char *what) {
   p->expected = expected;
   p->t_start = t_start;
   /* A node coming back may first sit out one rendezvous timeout (it was
@@ -646,9 +634,9 @@ static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_
    * phases that take a node back get the longer bound. */
   p->bound_ms = strcmp(what, "restored") == 0 ? r->bound_restore_ms : r->bound_ms;
   p->t_detect = p->t_reform = p->t_first_step = -1;
-  want_str(w, p->nodes, sizeof p->nodes);
+  ea__chaos_want_str(w, p->nodes, sizeof p->nodes);
   int64_t deadline = ea__chaos_mono_ms() + p->bound_ms - (ea__chaos_now_ms() - t_start);
-  bool ok = wait_until(r, deadline, cond_formed, w);
+  bool ok = ea__chaos_wait_until(r, deadline, ea__chaos_cond_formed, w);
   if (ok) {
     p->observed = true;
     p->t_seen = ea__chaos_now_ms();
@@ -665,13 +653,13 @@ static bool phase_wait(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_
 }
 
 /* A short description of what each expected node is doing, for a hang. */
-static void cluster_state(ea__chaos_run *r, const want *w, char *out, size_t cap) {
+void ea__chaos_cluster_state(ea__chaos_run *r, const ea__chaos_want *w, char *out, size_t cap) {
   size_t off = 0;
   out[0] = 0;
   for (int i = 0; i < w->n && off < cap - 1; i++) {
     ea__chaos_node *n = find_node(r, w->names[i]);
     if (!n) continue;
-    if (!running(n))
+    if (!ea__chaos_node_running(n))
       off += (size_t)snprintf(out + off, cap - off, "%s%s: not running", i ? "; " : "", n->name);
     else if (!n->st.ok)
       off += (size_t)snprintf(out + off, cap - off, "%s%s: no status", i ? "; " : "", n->name);
@@ -683,9 +671,10 @@ static void cluster_state(ea__chaos_run *r, const want *w, char *out, size_t cap
   }
 }
 
-static void hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase, const want *w) {
+void ea__chaos_hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase,
+                    const ea__chaos_want *w) {
   char st[900];
-  cluster_state(r, w, st, sizeof st);
+  ea__chaos_cluster_state(r, w, st, sizeof st);
   int64_t bound = strncmp(phase, "restored", 8) == 0 ? r->bound_restore_ms : r->bound_ms;
   ea__chaos_violate(r, EA__I_RECOVERY,
                     "fault #%d (%s%s%s): the %s phase did not complete within %.1f s; %s",
@@ -693,785 +682,62 @@ static void hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase, cons
                     e->victim[0] ? " of " : "", e->victim, phase, (double)bound / 1000.0, st);
 }
 
+bool ea__chaos_cond_all_running(ea__chaos_run *r, void *ctx) {
+  (void)ctx;
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  return ea__chaos_cond_formed(r, &w);
+}
+
 /* ---- the cluster as a whole ------------------------------------------------- */
 
 static bool whole(ea__chaos_run *r, uint64_t step_after, int64_t bound_ms) {
-  want w;
-  want_set(&w, r, NULL, NULL);
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
   w.step_after = step_after;
-  return wait_until(r, ea__chaos_mono_ms() + bound_ms, cond_formed, &w);
+  return ea__chaos_wait_until(r, ea__chaos_mono_ms() + bound_ms, ea__chaos_cond_formed, &w);
 }
 
 /* Every slot has a running agent: start (on its data dir) any that is not. */
 static void fill_slots(ea__chaos_run *r) {
   for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = slot_node(r, s);
-    if (n && !running(n)) {
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
+    if (n && !ea__chaos_node_running(n)) {
       ea__chaos_say(r, "  restarting %s, which is not running", n->name);
       n->ckpt_fault[0] = 0;
-      node_start(r, n);
+      ea__chaos_node_start(r, n);
     }
   }
 }
 
-static bool ensure_whole(ea__chaos_run *r) {
+bool ea__chaos_ensure_whole(ea__chaos_run *r) {
   if (whole(r, 0, 2000)) return true;
   fill_slots(r);
   return whole(r, 0, r->bound_restore_ms);
 }
 
-static ea__chaos_node *replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
+ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
   old->retired = true;
   int g = 0;
   for (size_t i = 0; i < r->nnodes; i++)
     if (r->nodes[i].slot == old->slot && r->nodes[i].gen_of_slot >= g)
       g = r->nodes[i].gen_of_slot + 1;
-  return node_new(r, "n", old->slot, g);
-}
-
-/* ---- episodes --------------------------------------------------------------- */
-
-static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *victim,
-                             bool fresh, uint64_t gen_after, uint64_t step_after) {
-  ea__chaos_node *back = victim;
-  if (fresh) {
-    back = replace_fresh(r, victim);
-    if (!back) {
-      snprintf(e->note, sizeof e->note, "could not create a fresh node");
-      return;
-    }
-  }
-  back->ckpt_fault[0] = 0;
-  snprintf(e->newcomer, sizeof e->newcomer, "%s", back->name);
-  e->t_restore = ea__chaos_now_ms();
-  ea__chaos_say(r, "  restore: %s %s", back->name,
-                fresh ? "(fresh node: new disk, new id)" : "(same data dir)");
-  node_start(r, back);
-  want w;
-  want_set(&w, r, NULL, NULL);
-  w.gen_after = gen_after;
-  w.strictly = true;
-  w.step_after = step_after;
-  if (!phase_wait(r, &e->res, &w, e->t_restore, true, "restored")) hang(r, e, "restored", &w);
-}
-
-static void run_remove(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
-  const ea__chaos_fault *f = &e->f;
-  want w;
-  want_set(&w, r, v->name, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = true;
-  w.step_after = e->step_at_inject;
-  e->t_inject = ea__chaos_now_ms();
-  switch (f->kind) {
-    case EA__F_NODE_CRASH:
-    case EA__F_CONTROLLER_KILL:
-      v->expect_death = true;
-      node_signal(r, v, SIGKILL, true);
-      break;
-    case EA__F_SIGTERM:
-      v->expect_death = v->expect_exit0 = true;
-      node_signal(r, v, SIGTERM, false);
-      w.gone = v->name;
-      break;
-    case EA__F_DRAIN: {
-      ea__chaos_node *via = NULL;
-      for (int s = 1; s <= r->o.nagents && !via; s++) {
-        ea__chaos_node *n = slot_node(r, s);
-        if (running(n) && n != v) via = n;
-      }
-      v->expect_death = v->expect_exit0 = true;
-      w.gone = v->name;
-      if (!via) break;
-      char *argv[] = {r->o.agent_bin, "drain", v->name, "--data-dir", via->data, NULL};
-      char out[512];
-      int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
-      out[strcspn(out, "\n")] = 0;
-      ea__chaos_logf(r, "drain %s via %s: rc %d: %s", v->name, via->name, rc, out);
-      if (rc != 0)
-        ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` through %s failed (%d): %s",
-                          v->name, via->name, rc, out);
-      break;
-    }
-    default:
-      break;
-  }
-  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) {
-    hang(r, e, "degraded", &w);
-    if (running(v) && (f->kind == EA__F_SIGTERM || f->kind == EA__F_DRAIN)) {
-      /* It never left: end it so the restore can start clean. */
-      v->expect_exit0 = false;
-      node_signal(r, v, SIGKILL, true);
-      wait_gone(r, v, 5000);
-    }
-  }
-  if (running(v) && (f->kind == EA__F_NODE_CRASH || f->kind == EA__F_CONTROLLER_KILL))
-    wait_gone(r, v, 5000);
-  restore_and_wait(r, e, v, f->fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
-                   e->deg.observed ? cluster_step(r) : e->step_at_inject);
-}
-
-static void run_worker_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
-  pid_t kids[CH_MAX_WPN * 2];
-  int nk = ea__chaos_children(v->pid, kids, CH_MAX_WPN * 2);
-  if (nk <= 0) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "%s has no worker process to kill", v->name);
-    return;
-  }
-  /* The k-th worker: match the pid against status to learn its index. */
-  uint32_t idx = (uint32_t)(e->f.nth - 1) % (uint32_t)nk;
-  pid_t victim = kids[idx];
-  uint32_t widx = 0, before = 0;
-  for (uint32_t k = 0; k < v->st.nworkers; k++)
-    if (v->st.w[k].pid == victim) widx = k, before = v->st.w[k].restarts;
-  want w;
-  want_set(&w, r, NULL, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = true;
-  w.step_after = e->step_at_inject;
-  w.worker_node = v->name;
-  w.worker_idx = widx;
-  w.restarts_before = before;
-  e->t_inject = ea__chaos_now_ms();
-  kill(victim, SIGKILL);
-  ea__chaos_logf(r, "SIGKILL worker %u (pid %d) of %s", widx, (int)victim, v->name);
-  snprintf(e->note, sizeof e->note, "worker %u pid %d", widx, (int)victim);
-  e->deg.expected = false;
-  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
-  if (!phase_wait(r, &e->res, &w, e->t_inject, true, "restored")) hang(r, e, "restored", &w);
-}
-
-/* Wait until t (wall ms), watching for the degraded cluster meanwhile. */
-static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, want *w, int64_t t_end) {
-  while (!ea__chaos_interrupted) {
-    int64_t now = ea__chaos_now_ms();
-    if (now >= t_end) break;
-    if (!p->observed) {
-      if (wait_until(r, ea__chaos_mono_ms() + (t_end - now), cond_formed, w)) {
-        p->observed = true;
-        p->t_seen = ea__chaos_now_ms();
-        p->gen = w->gen_out;
-        p->world = w->world_out;
-        ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)",
-                      w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
-                      (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
-                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
-      }
-    } else {
-      wait_until(r, ea__chaos_mono_ms() + (t_end - now), never, NULL);
-    }
-  }
-}
-
-static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
-  const ea__chaos_fault *f = &e->f;
-  want w;
-  want_set(&w, r, v->name, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = true;
-  w.step_after = e->step_at_inject;
-  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
-  e->deg.bound_ms = r->bound_ms;
-  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
-  want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
-  /* A pause longer than detection plus a formation must end in a
-   * re-formation without the node; a shorter one may be ridden out. */
-  e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
-  v->stopped = true;
-  v->stopped_workers = f->whole_node;
-  node_signal(r, v, SIGSTOP, f->whole_node);
-  watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
-  e->t_heal = ea__chaos_now_ms();
-  node_signal(r, v, SIGCONT, f->whole_node);
-  v->stopped = false;
-  add_span(r, v->name, e->t_inject, e->t_heal, 1);
-  if (e->deg.expected && !e->deg.observed) {
-    hang(r, e, "degraded (re-form without the paused node)", &w);
-    e->deg.timed_out = true;
-  }
-  if (!e->deg.observed)
-    snprintf(e->note, sizeof e->note, "no re-formation during the %.1f s pause",
-             f->dur_ms / 1000.0);
-  want_set(&w, r, NULL, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = false;
-  w.step_after = cluster_step(r);
-  if (!phase_wait(r, &e->res, &w, e->t_heal, true, "restored")) hang(r, e, "restored", &w);
-}
-
-static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minority, int loss) {
-  const ea__chaos_fault *f = &e->f;
-  want w;
-  memset(&w, 0, sizeof w);
-  uint32_t drop[CH_MAX_SLOTS + 2] = {0};
-  size_t off = 0;
-  if (minority) {
-    uint32_t all = 0;
-    for (int s = 1; s <= r->nslots; s++) all |= 1u << s;
-    for (int s = 1; s <= r->nslots; s++)
-      drop[s] = (minority & (1u << s)) ? (all & ~minority) : minority;
-    for (int s = 1; s <= r->o.nagents; s++) {
-      ea__chaos_node *n = slot_node(r, s);
-      if (!n) continue;
-      if (minority & (1u << s))
-        off += (size_t)snprintf(e->minority + off, sizeof e->minority - off, "%s%s", off ? "," : "",
-                                n->name);
-      else
-        snprintf(w.names[w.n++], CH_NAME_MAX, "%s", n->name);
-    }
-    qsort(w.names, (size_t)w.n, CH_NAME_MAX, cmp_name);
-    w.gen_after = e->gen_at_inject;
-    w.strictly = true;
-    w.step_after = e->step_at_inject;
-  }
-  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
-  e->deg.bound_ms = r->bound_ms;
-  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
-  want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
-  int rc = ea__chaos_net_rules(r, drop, loss);
-  if (rc) ea__chaos_say(r, "  nft failed (%d): see %s", rc, r->log_path);
-  if (minority) {
-    /* Baseline for "the minority never trains": what each minority node
-     * holds once the rules are in (a step already in flight may still
-     * finish). */
-    ea__chaos_sleep_ms(50);
-    r->minority_mask = minority;
-    for (int s = 1; s <= r->o.nagents; s++) {
-      ea__chaos_node *n = slot_node(r, s);
-      if (!n || !(minority & (1u << s))) continue;
-      ea__chaos_status st;
-      n->steps_at_partition = ea__chaos_status_query(n->sock, STATUS_TIMEOUT_MS, &st) == 0
-                                  ? st.last_step
-                                  : n->st.last_step;
-      add_span(r, n->name, e->t_inject, e->t_inject + f->dur_ms, 2);
-    }
-    r->partition_since = ea__chaos_now_ms();
-    e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
-    watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
-  } else {
-    e->deg.expected = false;
-    wait_until(r, ea__chaos_mono_ms() + f->dur_ms, never, NULL);
-    snprintf(e->note, sizeof e->note, "trained from step %llu to %llu during %d%% loss",
-             (unsigned long long)e->step_at_inject, (unsigned long long)cluster_step(r), loss);
-  }
-  e->t_heal = ea__chaos_now_ms();
-  ea__chaos_net_heal(r);
-  r->partition_since = 0;
-  r->minority_mask = 0;
-  if (e->deg.expected && !e->deg.observed) {
-    hang(r, e, "degraded (the majority re-forms without the minority)", &w);
-    e->deg.timed_out = true;
-  }
-  want_set(&w, r, NULL, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = false;
-  w.step_after = cluster_step(r);
-  if (!phase_wait(r, &e->res, &w, e->t_heal, true, "restored")) hang(r, e, "restored", &w);
-}
-
-static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
-  int s = r->o.nagents + 1;
-  int g = 0;
-  for (size_t i = 0; i < r->nnodes; i++)
-    if (r->nodes[i].slot == s && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
-  ea__chaos_node *n = node_new(r, "n", s, g);
-  if (!n) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "cannot create a node for slot %d", s);
-    return;
-  }
-  snprintf(e->victim, sizeof e->victim, "%s", n->name);
-  want w;
-  want_set(&w, r, NULL, n->name);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = true;
-  w.step_after = e->step_at_inject;
-  e->t_inject = ea__chaos_now_ms();
-  node_start(r, n);
-  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "grown"))
-    hang(r, e, "grown (the newcomer trains)", &w);
-  /* Scale back in. */
-  uint64_t g1 = e->deg.observed ? e->deg.gen : e->gen_at_inject;
-  e->t_restore = ea__chaos_now_ms();
-  n->expect_death = n->expect_exit0 = true;
-  if (e->f.remove_by_drain) {
-    ea__chaos_node *via = slot_node(r, 1);
-    char *argv[] = {
-        r->o.agent_bin, "drain", n->name, "--data-dir", via ? via->data : n->data, NULL};
-    char out[512];
-    int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
-    out[strcspn(out, "\n")] = 0;
-    if (rc != 0)
-      ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` failed (%d): %s", n->name, rc,
-                        out);
-  } else {
-    node_signal(r, n, SIGTERM, false);
-  }
-  snprintf(e->newcomer, sizeof e->newcomer, "%s", n->name);
-  want_set(&w, r, NULL, NULL);
-  w.gen_after = g1;
-  w.strictly = true;
-  w.step_after = cluster_step(r);
-  w.gone = n->name;
-  if (!phase_wait(r, &e->res, &w, e->t_restore, true, "restored")) {
-    hang(r, e, "restored (the newcomer left)", &w);
-    if (running(n)) {
-      n->expect_exit0 = false;
-      node_signal(r, n, SIGKILL, true);
-      wait_gone(r, n, 5000);
-    }
-  }
-  n->retired = true;
-  r->slot_node[s] = -1;
-}
-
-/* Kill while a checkpoint shard is written: the victim restarts with the
- * checkpoint layer armed to write half of its n-th shard write and SIGKILL
- * itself (EA_CKPT_FAULT=torn:N:kill, docs/checkpoints.md); its death is the
- * fault. */
-static bool cond_dead(ea__chaos_run *r, void *ctx) {
-  (void)r;
-  return !running((ea__chaos_node *)ctx);
-}
-
-static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
-  /* Stop it gracefully (SIGTERM: drain, leave) rather than kill it, so it
-   * is an ordinary joiner at once when it comes back armed (a crashed node
-   * may first sit out a rendezvous timeout). */
-  v->expect_death = v->expect_exit0 = true;
-  node_signal(r, v, SIGTERM, false);
-  if (!wait_gone(r, v, (int)r->bound_ms)) {
-    v->expect_exit0 = false;
-    node_signal(r, v, SIGKILL, true);
-    wait_gone(r, v, 5000);
-  }
-  snprintf(v->ckpt_fault, sizeof v->ckpt_fault, "torn:%d:kill", e->f.nth);
-  node_start(r, v);
-  v->expect_death = true; /* armed to die */
-  want w;
-  want_set(&w, r, NULL, NULL);
-  if (!wait_until(r, ea__chaos_mono_ms() + r->bound_restore_ms, cond_formed, &w)) {
-    hang(r, e, "restored (the armed node rejoins before its checkpoint)", &w);
-    return;
-  }
-  uint64_t interval =
-      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
-  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
-  int64_t wait_ms = (int64_t)((double)interval * (e->f.nth + 1) / rate * 1000.0 * 3) + r->bound_ms;
-  if (!wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_dead, v)) {
-    snprintf(e->note, sizeof e->note, "%s did not die at its shard write #%d within %.1f s",
-             v->name, e->f.nth, wait_ms / 1000.0);
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "%.199s", e->note);
-    v->expect_death = true;
-    node_signal(r, v, SIGKILL, true);
-    wait_gone(r, v, 5000);
-    v->ckpt_fault[0] = 0;
-    node_start(r, v);
-    return;
-  }
-  e->t_inject = v->exit_ms;
-  e->step_at_inject = r->max_cluster_step;
-  want_set(&w, r, v->name, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = true;
-  w.step_after = 0;
-  if (!phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) hang(r, e, "degraded", &w);
-  restore_and_wait(r, e, v, e->f.fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
-                   cluster_step(r));
-}
-
-static int fill_disk(const char *dir, char *path, size_t cap) {
-  snprintf(path, cap, "%s/.chaos-ballast", dir);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return -errno;
-  static char block[1 << 16];
-  for (;;) {
-    ssize_t w = write(fd, block, sizeof block);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break; /* ENOSPC: full */
-  }
-  fsync(fd);
-  close(fd);
-  return 0;
-}
-
-static bool cond_new_ckpt(ea__chaos_run *r, void *ctx) {
-  return r->latest_step > *(uint64_t *)ctx;
-}
-
-static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
-  char ballast[CH_PATH_MAX + 32];
-  e->t_inject = ea__chaos_now_ms();
-  uint64_t latest_before = r->latest_step;
-  if (fill_disk(r->ckpt_dir, ballast, sizeof ballast) < 0) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "could not fill %.150s", r->ckpt_dir);
-    return;
-  }
-  e->deg.expected = false;
-  e->deg.t_start = e->t_inject;
-  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
-  wait_until(r, ea__chaos_mono_ms() + e->f.dur_ms, never, NULL);
-  uint64_t s_full = cluster_step(r);
-  e->t_heal = ea__chaos_now_ms();
-  unlink(ballast);
-  snprintf(e->note, sizeof e->note,
-           "trained from step %llu to %llu with a full disk; LATEST %llu -> %llu",
-           (unsigned long long)e->step_at_inject, (unsigned long long)s_full,
-           (unsigned long long)latest_before, (unsigned long long)r->latest_step);
-  if (s_full <= e->step_at_inject + 1)
-    ea__chaos_violate(r, EA__I_RECOVERY,
-                      "training stood still while the checkpoint disk was full (step %llu)",
-                      (unsigned long long)s_full);
-  /* Freed: the next checkpoint must commit. */
-  uint64_t after = r->latest_step > s_full ? r->latest_step : s_full;
-  e->res.expected = true;
-  e->res.t_start = e->t_heal;
-  e->res.bound_ms = r->bound_ms;
-  e->res.t_detect = e->res.t_reform = e->res.t_first_step = -1;
-  uint64_t interval =
-      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
-  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
-  int64_t wait_ms = (int64_t)((double)interval * 2 / rate * 1000.0) + r->bound_ms;
-  if (wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_new_ckpt, &after)) {
-    e->res.observed = true;
-    e->res.t_seen = ea__chaos_now_ms();
-    ea__chaos_say(r, "  a checkpoint committed again after the disk was freed: step %llu",
-                  (unsigned long long)r->latest_step);
-  } else {
-    e->res.timed_out = true;
-    ea__chaos_violate(r, EA__I_RECOVERY,
-                      "no checkpoint committed within %.1f s after the disk was freed",
-                      wait_ms / 1000.0);
-  }
-}
-
-static void episode(ea__chaos_run *r, ea__chaos_episode *e) {
-  const ea__chaos_fault *f = &e->f;
-  char desc[256];
-  ea__chaos_fault_str(f, desc, sizeof desc);
-  if (ea__chaos_kind_needs_netns(f->kind) && !r->o.netns) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(
-        e->skip_reason, sizeof e->skip_reason,
-        "needs --netns (root): on one loopback interface a partition or loss cannot be made real");
-  } else if (ea__chaos_kind_needs_ckpt(f->kind) && !r->ckpt_available) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "%s", r->ckpt_why);
-  } else if (f->kind == EA__F_DISK_FULL && !r->tmpfs_ckpt) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason,
-             "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
-  } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
-    e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason,
-             "compute.max_nodes is %u: a joiner would only be a spare", r->cfg.compute.max_nodes);
-  }
-  if (e->state == EA__EP_SKIPPED) {
-    ea__chaos_say(r, "fault #%d %s: skipped: %s", (int)(e - r->eps) + 1,
-                  ea__chaos_kind_name(f->kind), e->skip_reason);
-    return;
-  }
-  if (!ensure_whole(r)) {
-    e->state = EA__EP_NOT_RUN;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "the cluster was not whole before the fault");
-    want w;
-    want_set(&w, r, NULL, NULL);
-    char st[900];
-    cluster_state(r, &w, st, sizeof st);
-    ea__chaos_violate(r, EA__I_RECOVERY,
-                      "before fault #%d the cluster did not return to world %u: %s",
-                      (int)(e - r->eps) + 1, (unsigned)r->o.nagents * wpn(r), st);
-    r->aborted = true;
-    snprintf(r->abort_why, sizeof r->abort_why,
-             "the cluster did not return to world %u before fault #%d",
-             (unsigned)r->o.nagents * wpn(r), (int)(e - r->eps) + 1);
-    return;
-  }
-  /* The state the fault hits. */
-  ea__chaos_node *any = slot_node(r, 1);
-  e->gen_at_inject = any ? any->st.gen : 0;
-  e->step_at_inject = cluster_step(r);
-  ea__chaos_node *v = NULL;
-  if (f->kind == EA__F_CONTROLLER_KILL) {
-    for (int s = 1; s <= r->o.nagents && !v; s++) {
-      ea__chaos_node *n = slot_node(r, s);
-      if (running(n) && n->st.ok && n->st.controller && n->st.has_quorum) v = n;
-    }
-    if (!v) {
-      e->state = EA__EP_SKIPPED;
-      snprintf(e->skip_reason, sizeof e->skip_reason,
-               "no agent said it was controller with quorum");
-      return;
-    }
-  } else if (f->slot >= 1 && f->slot <= r->o.nagents) {
-    v = slot_node(r, f->slot);
-  }
-  if (v) {
-    snprintf(e->victim, sizeof e->victim, "%s", v->name);
-    e->victim_was_controller = v->st.controller && v->st.has_quorum;
-  }
-  r->injected++;
-  e->state = EA__EP_DONE;
-  ea__chaos_say(r, "fault #%d at step %llu: %s%s%s%s", (int)(e - r->eps) + 1,
-                (unsigned long long)e->step_at_inject, desc, v ? " → " : "", v ? v->name : "",
-                e->victim_was_controller ? " (controller)" : "");
-  switch (f->kind) {
-    case EA__F_NODE_CRASH:
-    case EA__F_CONTROLLER_KILL:
-    case EA__F_DRAIN:
-    case EA__F_SIGTERM:
-      run_remove(r, e, v);
-      break;
-    case EA__F_WORKER_KILL:
-      run_worker_kill(r, e, v);
-      break;
-    case EA__F_PAUSE:
-      run_pause(r, e, v);
-      break;
-    case EA__F_JOIN:
-      run_join(r, e);
-      break;
-    case EA__F_ISOLATE:
-      run_partition(r, e, 1u << f->slot, 0);
-      break;
-    case EA__F_SPLIT:
-      run_partition(r, e, f->minority, 0);
-      break;
-    case EA__F_LOSS:
-      run_partition(r, e, 0, f->loss_pct);
-      break;
-    case EA__F_CKPT_KILL:
-      run_ckpt_kill(r, e, v);
-      break;
-    case EA__F_DISK_FULL:
-      run_disk_full(r, e);
-      break;
-    default:
-      break;
-  }
-  if (e->state == EA__EP_SKIPPED) r->injected--;
-  e->t_end = ea__chaos_now_ms();
-  /* Settle: a few steps at full strength before anything else happens. */
-  uint64_t s = cluster_step(r);
-  want w;
-  want_set(&w, r, NULL, NULL);
-  w.step_after = s + SETTLE_STEPS;
-  wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_formed, &w);
-}
-
-/* ---- setup ------------------------------------------------------------------ */
-
-static int set_key(ea__chaos_run *r, const char *k, const char *v, char *err, size_t errlen) {
-  char e[256];
-  int rc = ea_config_set(&r->cfg, k, v, e, sizeof e);
-  if (rc < 0) snprintf(err, errlen, "%s=%s: %s", k, v, e);
-  return rc;
-}
-
-static int write_job(ea__chaos_run *r, char *err, size_t errlen) {
-  int need = ea_config_dump(&r->cfg, NULL, 0);
-  if (need < 0) {
-    snprintf(err, errlen, "cannot dump the job configuration: %s", strerror(-need));
-    return need;
-  }
-  char *buf = malloc((size_t)need + 1);
-  if (!buf) return -ENOMEM;
-  ea_config_dump(&r->cfg, buf, (size_t)need + 1);
-  int rc = ea__chaos_write_file(r->job_path, buf, (size_t)need);
-  free(buf);
-  if (rc < 0) snprintf(err, errlen, "write %s: %s", r->job_path, strerror(-rc));
-  return rc;
-}
-
-int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
-  int rc;
-  signal(SIGPIPE, SIG_IGN);
-  r->nodes = calloc(CH_MAX_NODES, sizeof *r->nodes);
-  if (!r->nodes) return -ENOMEM;
-  for (int s = 0; s <= CH_MAX_SLOTS; s++) r->slot_node[s] = -1;
-  r->nslots = r->o.nagents + 1;
-  if ((rc = ea__chaos_mkdirs(r->o.work, 0755)) < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", r->o.work, strerror(-rc));
-    return rc;
-  }
-  snprintf(r->log_path, sizeof r->log_path, "%s/harness.log", r->o.work);
-  r->log = fopen(r->log_path, "ae");
-  snprintf(r->job_path, sizeof r->job_path, "%s/job.yaml", r->o.work);
-  snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/ckpt", r->o.work);
-  if ((rc = ea__chaos_mkdirs(r->ckpt_dir, 0755)) < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", r->ckpt_dir, strerror(-rc));
-    return rc;
-  }
-  /* The job: the user's file, or the built-in small one; then what the
-   * harness must control either way. */
-  ea_config_default(&r->cfg);
-  if (r->o.config[0]) {
-    char e[512];
-    if ((rc = ea_config_load(&r->cfg, r->o.config, e, sizeof e)) < 0) {
-      snprintf(err, errlen, "%s", e);
-      return rc;
-    }
-  } else {
-    /* A model small enough that a step costs about a millisecond on a
-     * shared 2-core machine (the e2e tests' dims), so a two-minute run
-     * trains tens of thousands of steps and a fault-free replay of them
-     * takes seconds. */
-    static const char *const builtin[][2] = {
-        {"train.context", "8"},
-        {"train.embed_dim", "16"},
-        {"train.hidden", "64"},
-        {"train.layers", "1"},
-        {"distributed.global_batch", "32"},
-        {"distributed.micro_batch", "16"},
-        /* joiners batched 0.5 s instead of 2 s: a restore per fault */
-        {"distributed.scale_up_delay_ms", "500"},
-        /* a stuck collective fails in 5 s, not 10 */
-        {"distributed.communication_timeout_seconds", "5"},
-        /* a worker killed a dozen times must not drain its node */
-        {"runtime.failure_retry_times", "1000"},
-        /* a formation that cannot finish is abandoned after 5 s (30 by
-         * default): a crashed node that rejoins first sits out one such
-         * timeout (docs/chaos.md), and formations here take milliseconds */
-        {"runtime.rendezvous_timeout_seconds", "5"},
-        {"checkpoint.save_interval_steps", "500"},
-        {"checkpoint.keep_last", "3"},
-    };
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
-      if ((rc = set_key(r, builtin[i][0], builtin[i][1], err, errlen)) < 0) return rc;
-    /* Cold start needs a majority of the nodes (Consul's bootstrap_expect
-     * rule, docs/rendezvous.md): otherwise two sides of an early partition
-     * could each form a first generation. */
-    char mn[16];
-    snprintf(mn, sizeof mn, "%d", r->o.nagents / 2 + 1);
-    if ((rc = set_key(r, "compute.min_nodes", mn, err, errlen)) < 0) return rc;
-  }
-  if ((rc = set_key(r, "checkpoint.dir", r->ckpt_dir, err, errlen)) < 0) return rc;
-  if ((rc = set_key(r, "logging.level", "debug", err, errlen)) < 0) return rc;
-  if ((rc = set_key(r, "logging.format", "text", err, errlen)) < 0) return rc;
-  if ((rc = set_key(r, "logging.file", "", err, errlen)) < 0) return rc;
-  /* N agents on one machine cannot share one metrics port. */
-  if ((rc = set_key(r, "observability.metrics_listen", "", err, errlen)) < 0) return rc;
-  if ((rc = set_key(r, "train.steps", "1000000000", err, errlen)) < 0) return rc;
-  char e[256];
-  if ((rc = ea_config_validate(&r->cfg, e, sizeof e)) < 0) {
-    snprintf(err, errlen, "job configuration: %s", e);
-    return rc;
-  }
-  if ((rc = write_job(r, err, errlen)) < 0) return rc;
-  r->detection_bound_ms = 0;
-  if (r->o.netns) {
-    r->runid = (int)(getpid() % 100000);
-    r->subnet = (int)((r->o.seed * 7 + (uint64_t)getpid()) % 512);
-    if ((rc = ea__chaos_net_up(r, err, errlen)) < 0) return rc;
-  }
-  /* A full disk needs a small file system of its own: a tmpfs big enough
-   * for keep_last + 3 checkpoints of this model's state. */
-  if (geteuid() == 0) {
-    ea_model_dims d = {r->cfg.train.context, r->cfg.train.embed_dim, r->cfg.train.hidden,
-                       r->cfg.train.layers};
-    uint64_t state = 0;
-    if (ea_state_layout(&d, &state, NULL) == 0) {
-      uint64_t size = state * (r->cfg.checkpoint.keep_last + 3) + (1u << 20);
-      char opt[64];
-      snprintf(opt, sizeof opt, "size=%llu,mode=0755", (unsigned long long)size);
-      if (mount("chaos-ckpt", r->ckpt_dir, "tmpfs", MS_NOSUID | MS_NODEV, opt) == 0) {
-        r->tmpfs_ckpt = true;
-        ea__chaos_logf(r, "tmpfs %s on %s", opt, r->ckpt_dir);
-      }
-    }
-  }
-  return 0;
-}
-
-static void stop_all(ea__chaos_run *r) {
-  for (size_t i = 0; i < r->nnodes; i++) {
-    ea__chaos_node *n = &r->nodes[i];
-    if (!running(n)) continue;
-    n->expect_death = true;
-    n->expect_exit0 = false;
-    if (n->stopped) node_signal(r, n, SIGCONT, true);
-    node_signal(r, n, SIGKILL, true);
-  }
-  for (size_t i = 0; i < r->nnodes; i++) wait_gone(r, &r->nodes[i], 5000);
-}
-
-/* ---- calibration ------------------------------------------------------------ */
-
-static bool cond_all_running(ea__chaos_run *r, void *ctx) {
-  (void)ctx;
-  want w;
-  want_set(&w, r, NULL, NULL);
-  return cond_formed(r, &w);
-}
-
-int ea__chaos_calibrate(ea__chaos_run *r, double *rate, char *err, size_t errlen) {
-  *rate = 0;
-  for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = node_new(r, "c", s, 0);
-    if (!n || node_start(r, n) < 0) {
-      snprintf(err, errlen, "calibration: cannot start agent %d (see %s/c%d/agent.0.log)", s,
-               r->o.work, s);
-      stop_all(r);
-      return -EIO;
-    }
-  }
-  int rc = 0;
-  if (!wait_until(r, ea__chaos_mono_ms() + 60000, cond_all_running, NULL)) {
-    want w;
-    want_set(&w, r, NULL, NULL);
-    char st[900];
-    cluster_state(r, &w, st, sizeof st);
-    snprintf(err, errlen, "calibration: %d agents did not form one generation within 60 s: %s",
-             r->o.nagents, st);
-    rc = -ETIMEDOUT;
-  } else {
-    /* Half a second to settle, then three seconds of steady training. */
-    wait_until(r, ea__chaos_mono_ms() + 500, never, NULL);
-    uint64_t s0 = cluster_step(r);
-    int64_t t0 = ea__chaos_mono_ms();
-    wait_until(r, t0 + 3000, never, NULL);
-    uint64_t s1 = cluster_step(r);
-    double secs = (double)(ea__chaos_mono_ms() - t0) / 1000.0;
-    *rate = secs > 0 ? (double)(s1 - s0) / secs : 0;
-  }
-  for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = slot_node(r, s);
-    if (n && n->st.has_ckpt) r->ckpt_available = true;
-  }
-  stop_all(r);
-  /* Forget the calibration nodes (their files stay in the work dir). */
-  for (size_t i = 0; i < r->nnodes; i++) free(r->nodes[i].samples);
-  memset(r->nodes, 0, sizeof *r->nodes * r->nnodes);
-  r->nnodes = 0;
-  for (int s = 0; s <= CH_MAX_SLOTS; s++) r->slot_node[s] = -1;
-  r->nspans = 0;
-  r->nprog = 0;
-  r->max_cluster_step = 0;
-  r->t0 = 0;
-  r->nckpts = 0;
-  r->latest_seen[0] = 0;
-  r->latest_step = r->latest_gen = 0;
-  ea__chaos_rmrf(r->ckpt_dir); /* tmpfs: empties it; else removes the dir */
-  ea__chaos_mkdirs(r->ckpt_dir, 0755);
-  return rc;
+  return ea__chaos_node_new(r, "n", old->slot, g);
 }
 
 /* ---- the run ---------------------------------------------------------------- */
 
 static bool cond_progress(ea__chaos_run *r, void *ctx) {
   uint64_t want_step = *(uint64_t *)ctx;
-  return cluster_step(r) >= want_step;
+  return ea__chaos_cluster_step(r) >= want_step;
 }
 
 static bool cond_done(ea__chaos_run *r, void *ctx) {
   (void)ctx;
   for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = slot_node(r, s);
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
     if (n && n->finished && all_done(r, &n->st)) continue; /* ended with the job */
-    if (!running(n) || !n->st.ok || !all_done(r, &n->st)) return false;
+    if (!ea__chaos_node_running(n) || !n->st.ok || !all_done(r, &n->st)) return false;
   }
   return true;
 }
@@ -1480,7 +746,8 @@ int ea__chaos_execute(ea__chaos_run *r) {
   char err[512];
   char steps[32];
   snprintf(steps, sizeof steps, "%llu", (unsigned long long)r->target_steps);
-  if (set_key(r, "train.steps", steps, err, sizeof err) < 0 || write_job(r, err, sizeof err) < 0) {
+  if (ea__chaos_set_key(r, "train.steps", steps, err, sizeof err) < 0 ||
+      ea__chaos_write_job(r, err, sizeof err) < 0) {
     ea__chaos_say(r, "%s", err);
     return -EINVAL;
   }
@@ -1490,22 +757,22 @@ int ea__chaos_execute(ea__chaos_run *r) {
                 r->o.netns ? "one network namespace each" : "loopback",
                 (unsigned long long)r->target_steps);
   for (int s = 1; s <= r->o.nagents; s++) {
-    ea__chaos_node *n = node_new(r, "n", s, 0);
-    if (!n || node_start(r, n) < 0) {
+    ea__chaos_node *n = ea__chaos_node_new(r, "n", s, 0);
+    if (!n || ea__chaos_node_start(r, n) < 0) {
       ea__chaos_violate(r, EA__I_RECOVERY, "agent of slot %d did not start", s);
       r->aborted = true;
       snprintf(r->abort_why, sizeof r->abort_why, "agent of slot %d did not start", s);
       return -EIO;
     }
   }
-  if (!wait_until(r, ea__chaos_mono_ms() + 60000, cond_all_running, NULL)) {
-    want w;
-    want_set(&w, r, NULL, NULL);
+  if (!ea__chaos_wait_until(r, ea__chaos_mono_ms() + 60000, ea__chaos_cond_all_running, NULL)) {
+    ea__chaos_want w;
+    ea__chaos_want_set(&w, r, NULL, NULL);
     char st[900];
-    cluster_state(r, &w, st, sizeof st);
+    ea__chaos_cluster_state(r, &w, st, sizeof st);
     ea__chaos_violate(r, EA__I_RECOVERY,
                       "the first generation of world %u did not form within 60 s: %s",
-                      (unsigned)r->o.nagents * wpn(r), st);
+                      (unsigned)r->o.nagents * ea__chaos_wpn(r), st);
     r->aborted = true;
     snprintf(r->abort_why, sizeof r->abort_why, "the cluster never formed");
     return -ETIMEDOUT;
@@ -1523,21 +790,22 @@ int ea__chaos_execute(ea__chaos_run *r) {
       r,
       "world %u trains; recovery bound %.1f s (detection %llu ms + batching %lld ms + comm "
       "timeout %u s + %d ms), %.1f s to take a node back (+ rendezvous timeout %u s)",
-      (unsigned)r->o.nagents * wpn(r), (double)r->bound_ms / 1000.0,
+      (unsigned)r->o.nagents * ea__chaos_wpn(r), (double)r->bound_ms / 1000.0,
       (unsigned long long)r->detection_bound_ms, (long long)scale,
       r->cfg.distributed.communication_timeout_seconds, BOUND_SLACK_MS,
       (double)r->bound_restore_ms / 1000.0, r->cfg.runtime.rendezvous_timeout_seconds);
   for (size_t i = 0; i < r->neps && !ea__chaos_interrupted && !r->aborted; i++) {
     ea__chaos_episode *e = &r->eps[i];
     uint64_t trigger = (uint64_t)(e->f.frac * (double)r->target_steps);
-    if (cluster_step(r) < trigger) {
+    if (ea__chaos_cluster_step(r) < trigger) {
       /* Training must keep moving towards the trigger: no progress for a
        * whole bound is itself a hang. */
       for (;;) {
-        uint64_t before = cluster_step(r);
-        if (wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_progress, &trigger)) break;
+        uint64_t before = ea__chaos_cluster_step(r);
+        if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_progress, &trigger))
+          break;
         if (ea__chaos_interrupted) break;
-        if (cluster_step(r) <= before) {
+        if (ea__chaos_cluster_step(r) <= before) {
           ea__chaos_violate(r, EA__I_RECOVERY,
                             "training stood still at step %llu for %.1f s between faults",
                             (unsigned long long)before, (double)r->bound_ms / 1000.0);
@@ -1545,7 +813,7 @@ int ea__chaos_execute(ea__chaos_run *r) {
         }
       }
     }
-    if (cluster_step(r) >= r->target_steps) {
+    if (ea__chaos_cluster_step(r) >= r->target_steps) {
       for (size_t k = i; k < r->neps; k++) {
         r->eps[k].state = EA__EP_NOT_RUN;
         snprintf(r->eps[k].skip_reason, sizeof r->eps[k].skip_reason,
@@ -1553,24 +821,24 @@ int ea__chaos_execute(ea__chaos_run *r) {
       }
       break;
     }
-    episode(r, e);
+    ea__chaos_episode_run(r, e);
   }
   if (!r->aborted && !ea__chaos_interrupted) {
     ea__chaos_say(r, "schedule done (%d faults injected); training on to step %llu", r->injected,
                   (unsigned long long)r->target_steps);
     fill_slots(r);
-    uint64_t now_step = cluster_step(r);
+    uint64_t now_step = ea__chaos_cluster_step(r);
     double rate = r->calib_rate > 1 ? r->calib_rate : 100;
     int64_t limit = (int64_t)((double)(r->target_steps -
                                        (now_step < r->target_steps ? now_step : r->target_steps)) /
                               rate * 3000.0) +
                     60000;
-    if (wait_until(r, ea__chaos_mono_ms() + limit, cond_done, NULL)) {
+    if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + limit, cond_done, NULL)) {
       r->t_done = ea__chaos_now_ms();
       /* Every final worker reports the digest of the same final params. */
       bool same = true;
       for (int s = 1; s <= r->o.nagents; s++) {
-        ea__chaos_node *n = slot_node(r, s);
+        ea__chaos_node *n = ea__chaos_slot_node(r, s);
         for (uint32_t k = 0; n && k < n->st.nworkers; k++) {
           if (!r->final_digest_known) {
             snprintf(r->final_digest_str, sizeof r->final_digest_str, "%s", n->st.w[k].digest);
@@ -1588,22 +856,22 @@ int ea__chaos_execute(ea__chaos_run *r) {
       ea__chaos_say(r, "training reached step %llu; final params digest %s",
                     (unsigned long long)r->target_steps, r->final_digest_str);
     } else if (!ea__chaos_interrupted) {
-      want w;
-      want_set(&w, r, NULL, NULL);
+      ea__chaos_want w;
+      ea__chaos_want_set(&w, r, NULL, NULL);
       char st[900];
-      cluster_state(r, &w, st, sizeof st);
+      ea__chaos_cluster_state(r, &w, st, sizeof st);
       ea__chaos_violate(r, EA__I_TARGET, "training did not reach step %llu within %.0f s: %s",
                         (unsigned long long)r->target_steps, limit / 1000.0, st);
     }
   }
   if (r->ckpt_available) ea__chaos_ckpt_scan(r);
   r->t_end = ea__chaos_now_ms();
-  stop_all(r);
+  ea__chaos_stop_all(r);
   return 0;
 }
 
 void ea__chaos_teardown(ea__chaos_run *r) {
-  if (r->nodes) stop_all(r);
+  if (r->nodes) ea__chaos_stop_all(r);
   /* Adopted orphans (workers of agents that were SIGKILLed) are our
    * children now: end each by its pid, then reap. */
   int64_t deadline = ea__chaos_mono_ms() + 5000;

@@ -17,9 +17,12 @@
  * The core is pure and calls back synchronously (send, sync, on_change); a
  * callback never re-enters the core: a push-pull only starts connecting
  * inside `sync`, and exports our state later from the connect callback.
+ *
+ * Seed join and graceful leave are in transport_join.c; the state both
+ * files share, and the helpers each calls in the other, are declared in
+ * transport_int.h.
  */
-#include "ea_transport.h"
-#include "ea_base.h"
+#include "transport_int.h"
 
 #include "ea_log.h"
 
@@ -43,119 +46,10 @@
 /* One drop log line per this interval per kind; the counters keep the
  * exact numbers. */
 #define DROP_LOG_INTERVAL_MS 1000
-/* The LEFT update is considered delivered after this many sends; each
- * recipient re-gossips it, so three copies make loss of all of them
- * unlikely (memberlist waits for its broadcast queue to drain instead). */
-#define LEAVE_SENDS 3
-#define LEAVE_MAX_MS 1000
 /* Attempts to find an ephemeral port free for both UDP and TCP: a miss
  * needs the TCP twin of a fresh ephemeral UDP port to be taken, so a few
  * percent at worst on a busy host; 16 misses in a row do not happen. */
 #define BIND_TRIES 16
-/* With no seeds, only remembered peers: give up after this many attempts
- * (≈ 0.2+0.4+0.8+1.6+3.2 s at the default backoff) and wait to be joined —
- * a restarted node whose whole cluster is gone should not retry forever. */
-#define PEERS_ONLY_ATTEMPTS 5
-/* Default port for seeds written without one (the documented gossip port). */
-#define DEFAULT_PORT 7000
-
-typedef struct conn conn;
-typedef struct gai_req gai_req;
-
-struct ea_transport {
-  uv_loop_t *loop;
-  ea_swim *swim;
-  ea_swim_config cfg;
-  size_t budget; /* plaintext bytes per datagram */
-  bool have_key;
-  uint8_t key[EA_KEY_BYTES];
-  ea_node_id self;
-  ea_addr bound, gossip;
-  ea_addr control; /* advertised in meta.control: gossip, or its ip with opts.control_port */
-  ea_addr *local;  /* our interface addresses, for skipping ourselves as a seed */
-  size_t nlocal;
-  void *ctx;
-  void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);
-  void (*on_join)(void *ctx, int ok, const char *via);
-  uint32_t sync_timeout_ms;
-  uint32_t join_retry_max_ms;
-  ea_rng rng; /* seed retry jitter */
-
-  uv_udp_t udp;
-  uv_tcp_t listener;
-  uv_timer_t tick;
-  uv_timer_t join_timer;
-  uv_timer_t leave_timer;
-  int open_handles;
-  int udp_queued;
-  bool closing;
-  void (*closed_cb)(void *ctx);
-  void *closed_ctx;
-
-  conn *conns;
-  int nincoming;
-  ea_transport_stats st;
-
-  struct {
-    bool active;
-    char **seeds;
-    uint16_t *ports;
-    size_t nseeds;
-    ea_addr *extra;
-    size_t nextra;
-    unsigned attempt;
-    uint32_t backoff_ms;
-    int gai_pending;
-    gai_req *gais; /* in flight, so close can cancel them */
-    ea_addr *cand;
-    size_t ncand, capcand;
-    int syncs_pending;
-    char why[512]; /* reasons of the current attempt's failures */
-  } join;
-
-  struct {
-    bool active;
-    int sends;
-    void (*done)(void *ctx);
-    void *ctx;
-  } leave;
-
-  uint64_t drop_log_ms[3];
-  uint64_t drop_suppressed[3];
-
-  uint8_t rxbuf[65536];
-  uint8_t plain[65536];
-  uint8_t txplain[EA_WIRE_MAX_PACKET];
-  uint8_t txsealed[EA_WIRE_MAX_PACKET + EA_WIRE_SEAL_OVERHEAD];
-  uint8_t tcpbuf[65536];
-  ea_msg rxmsg;
-  ea_msg trimmed;
-};
-
-struct conn {
-  conn *prev, *next;
-  ea_transport *t;
-  uv_tcp_t tcp;
-  uv_timer_t timer;
-  uv_connect_t creq;
-  uv_write_t wreq;
-  int handles;   /* open handles of this conn (tcp, timer) */
-  bool outgoing; /* we started it (sync callback) */
-  bool is_join;
-  unsigned attempt;
-  uint8_t kind;
-  bool done; /* outcome recorded; closing */
-  bool writing;
-  bool got_frame;
-  ea_addr peer;
-  uint8_t hdr[4];
-  size_t hdr_got;
-  size_t frame_len;
-  uint8_t *frame;
-  size_t frame_got, frame_cap;
-  uint8_t *out; /* length prefix + our state frame */
-  size_t out_len;
-};
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -195,8 +89,8 @@ socklen_t ea_addr_to_sockaddr(const ea_addr *a, struct sockaddr_storage *out) {
 
 /* Split "host:port", "[v6]:port", "host" into host and port.  The host may
  * be empty (":7000").  Returns 0 or -EINVAL. */
-static int split_hostport(const char *s, uint16_t default_port, char *host, size_t hostcap,
-                          uint16_t *port) {
+int ea__transport_split_hostport(const char *s, uint16_t default_port, char *host, size_t hostcap,
+                                 uint16_t *port) {
   const char *h = s, *colon = NULL;
   size_t hlen;
   if (*s == '[') {
@@ -230,7 +124,7 @@ static int split_hostport(const char *s, uint16_t default_port, char *host, size
 int ea_addr_parse(const char *s, uint16_t default_port, ea_addr *out) {
   char host[INET6_ADDRSTRLEN + 1];
   uint16_t port;
-  if (!s || split_hostport(s, default_port, host, sizeof host, &port)) return -EINVAL;
+  if (!s || ea__transport_split_hostport(s, default_port, host, sizeof host, &port)) return -EINVAL;
   memset(out, 0, sizeof *out);
   out->port = port;
   if (host[0] == 0 || inet_pton(AF_INET, host, out->ip) == 1) {
@@ -247,16 +141,6 @@ int ea_addr_parse(const char *s, uint16_t default_port, ea_addr *out) {
 static bool addr_is_any(const ea_addr *a) {
   static const uint8_t zero[16];
   return memcmp(a->ip, zero, a->family == 4 ? 4 : 16) == 0;
-}
-
-static bool addr_is_self(const ea_transport *t, const ea_addr *a) {
-  if (a->port != t->bound.port) return false;
-  if (ea_addr_eq(a, &t->gossip) || ea_addr_eq(a, &t->bound)) return true;
-  for (size_t i = 0; i < t->nlocal; i++)
-    if (a->family == t->local[i].family &&
-        memcmp(a->ip, t->local[i].ip, a->family == 4 ? 4 : 16) == 0)
-      return true;
-  return false;
 }
 
 /* kind: 0 malformed, 1 unauthenticated, 2 oversize. */
@@ -280,7 +164,7 @@ static void log_drop(ea_transport *t, int kind, const ea_addr *from, const char 
 
 static void tick_cb(uv_timer_t *h);
 
-static void rearm(ea_transport *t) {
+void ea__transport_rearm(ea_transport *t) {
   if (t->closing) return;
   uint64_t d = ea_swim_next_deadline(t->swim);
   if (d == UINT64_MAX) {
@@ -295,12 +179,12 @@ static void tick_cb(uv_timer_t *h) {
   ea_transport *t = h->data;
   if (t->closing) return;
   ea_swim_tick(t->swim, uv_now(t->loop));
-  rearm(t);
+  ea__transport_rearm(t);
 }
 
 /* ---- closing ------------------------------------------------------------ */
 
-static void maybe_free(ea_transport *t) {
+void ea__transport_maybe_free(ea_transport *t) {
   if (!t->closing || t->open_handles > 0 || t->conns || t->join.gai_pending > 0 ||
       t->udp_queued > 0)
     return;
@@ -321,7 +205,7 @@ static void maybe_free(ea_transport *t) {
 static void handle_closed(uv_handle_t *h) {
   ea_transport *t = h->data;
   t->open_handles--;
-  maybe_free(t);
+  ea__transport_maybe_free(t);
 }
 
 /* ---- UDP ---------------------------------------------------------------- */
@@ -344,7 +228,7 @@ static void udp_sent(uv_udp_send_t *req, int status) {
     t->st.send_errors++;
   }
   free(p);
-  maybe_free(t);
+  ea__transport_maybe_free(t);
 }
 
 static void udp_send_bytes(ea_transport *t, const ea_addr *to, const uint8_t *data, size_t len) {
@@ -381,15 +265,6 @@ static void udp_send_bytes(ea_transport *t, const ea_addr *to, const uint8_t *da
   t->udp_queued++;
 }
 
-static void leave_timer_cb(uv_timer_t *h);
-
-static bool carries_our_left(const ea_transport *t, const ea_msg *m) {
-  for (uint32_t i = 0; i < m->nupdates; i++)
-    if (m->updates[i].state == EA_STATE_LEFT && ea_node_id_cmp(&m->updates[i].id, &t->self) == 0)
-      return true;
-  return false;
-}
-
 /* ea_swim_io.send */
 static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
   ea_transport *t = ctx;
@@ -410,8 +285,7 @@ static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
     t->st.encode_errors++;
     return;
   }
-  if (t->leave.active && carries_our_left(t, m) && ++t->leave.sends == LEAVE_SENDS)
-    uv_timer_start(&t->leave_timer, leave_timer_cb, 0, 0);
+  ea__transport_leave_sent(t, m);
   if (!t->have_key) {
     udp_send_bytes(t, to, t->txplain, len);
     return;
@@ -494,12 +368,10 @@ static void udp_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const stru
     return;
   }
   ea_swim_recv(t->swim, uv_now(t->loop), &from, &t->rxmsg);
-  rearm(t);
+  ea__transport_rearm(t);
 }
 
 /* ---- TCP push-pull -------------------------------------------------------- */
-
-static void join_sync_done(ea_transport *t, conn *c, bool ok, const char *why);
 
 static void conn_handle_closed(uv_handle_t *h) {
   conn *c = h->data;
@@ -513,7 +385,7 @@ static void conn_handle_closed(uv_handle_t *h) {
   free(c->frame);
   free(c->out);
   free(c);
-  maybe_free(t);
+  ea__transport_maybe_free(t);
 }
 
 /* Record the outcome once and close.  ok is only ever true for outgoing
@@ -531,7 +403,8 @@ static void conn_finish(conn *c, bool ok, const char *why) {
     ea_addr_str(&c->peer, a, sizeof a);
     if (!ok && !c->is_join)
       ea_log(EA_LOG_DEBUG, "transport", "push-pull with %s failed: %s", a, why);
-    if (c->is_join && c->attempt == t->join.attempt) join_sync_done(t, c, ok, why);
+    if (c->is_join && c->attempt == t->join.attempt)
+      ea__transport_join_sync_done(t, &c->peer, ok, why);
   } else {
     if (ok) t->st.syncs_served++;
     t->nincoming--;
@@ -669,7 +542,7 @@ static void conn_got_frame(conn *c) {
   }
   ea_swim_merge(t->swim, uv_now(t->loop), ups, n);
   free(ups);
-  rearm(t);
+  ea__transport_rearm(t);
   if (c->outgoing) conn_finish(c, true, NULL);
 }
 
@@ -742,7 +615,8 @@ static void conn_connected(uv_connect_t *req, int status) {
 
 /* ea_swim_io.sync: start connecting; our state is exported once connected
  * (outside the core's call stack). */
-static void io_sync(void *ctx, const ea_addr *to, ea_sync_kind kind) {
+/* ea_swim_io.sync */
+void ea__transport_sync(void *ctx, const ea_addr *to, ea_sync_kind kind) {
   ea_transport *t = ctx;
   if (t->closing) return;
   conn *c = conn_new(t, true);
@@ -784,297 +658,6 @@ static void on_accept(uv_stream_t *server, int status) {
   }
   if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read) < 0)
     conn_finish(c, false, "read failed");
-}
-
-/* ---- join ------------------------------------------------------------------ */
-
-static void join_attempt(ea_transport *t);
-
-static void join_stop(ea_transport *t) {
-  t->join.active = false;
-  uv_timer_stop(&t->join_timer);
-}
-
-static void join_timer_cb(uv_timer_t *h) {
-  ea_transport *t = h->data;
-  if (!t->join.active || t->closing) return;
-  size_t alive = ea_swim_alive_count(t->swim);
-  if (alive > 1) {
-    ea_log(EA_LOG_INFO, "join",
-           "another member reached us first: %zu alive members known; stopping seed retries",
-           alive);
-    join_stop(t);
-    if (t->on_join) t->on_join(t->ctx, 1, "a peer that contacted us");
-    return;
-  }
-  join_attempt(t);
-}
-
-static void join_append(char *buf, size_t cap, const char *fmt, const char *a, const char *b) {
-  size_t n = strlen(buf);
-  if (n + 1 >= cap) return;
-  snprintf(buf + n, cap - n, fmt, a, b);
-}
-
-static void join_attempt_failed(ea_transport *t) {
-  if (t->join.nseeds == 0 && t->join.attempt >= PEERS_ONLY_ATTEMPTS) {
-    ea_log(EA_LOG_WARN, "join",
-           "attempt %u failed: %s; none of the remembered peers answered: giving up, waiting "
-           "for others to join (restart with --join to point at a live member)",
-           t->join.attempt, t->join.why[0] ? t->join.why : "no address to try");
-    if (t->on_join) t->on_join(t->ctx, 0, t->join.why);
-    join_stop(t);
-    return;
-  }
-  uint32_t b = t->join.backoff_ms;
-  uint32_t delay = b / 2 + ea_rng_below(&t->rng, b / 2 + 1); /* "equal jitter" */
-  ea_log(EA_LOG_WARN, "join", "attempt %u failed: %s; retrying in %u ms", t->join.attempt,
-         t->join.why[0] ? t->join.why : "no address to try", delay);
-  if (t->on_join) t->on_join(t->ctx, 0, t->join.why);
-  uint64_t nb = (uint64_t)b * 2;
-  t->join.backoff_ms = nb > t->join_retry_max_ms ? t->join_retry_max_ms : (uint32_t)nb;
-  uv_timer_start(&t->join_timer, join_timer_cb, delay, 0);
-}
-
-static void join_sync_done(ea_transport *t, conn *c, bool ok, const char *why) {
-  if (!t->join.active) return;
-  char a[64];
-  ea_addr_str(&c->peer, a, sizeof a);
-  t->join.syncs_pending--;
-  if (ok) {
-    ea_log(EA_LOG_INFO, "join", "joined via %s: %zu alive members known", a,
-           ea_swim_alive_count(t->swim));
-    join_stop(t);
-    if (t->on_join) t->on_join(t->ctx, 1, a);
-    return;
-  }
-  join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "", a);
-  join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", why);
-  if (t->join.syncs_pending == 0) join_attempt_failed(t);
-}
-
-static void cand_add(ea_transport *t, const ea_addr *a) {
-  if (a->family != t->bound.family || addr_is_self(t, a)) return;
-  for (size_t i = 0; i < t->join.ncand; i++)
-    if (ea_addr_eq(&t->join.cand[i], a)) return;
-  if (t->join.ncand == t->join.capcand) {
-    size_t cap = t->join.capcand ? t->join.capcand * 2 : 16;
-    ea_addr *nc = realloc(t->join.cand, cap * sizeof *nc);
-    if (!nc) return;
-    t->join.cand = nc;
-    t->join.capcand = cap;
-  }
-  t->join.cand[t->join.ncand++] = *a;
-}
-
-/* All seeds resolved: push-pull every candidate through the core. */
-static void join_resolved(ea_transport *t) {
-  if (t->closing || !t->join.active) return;
-  for (size_t i = 0; i < t->join.nextra; i++) cand_add(t, &t->join.extra[i]);
-  if (t->join.ncand == 0) {
-    if (t->join.why[0] == 0) {
-      ea_log(EA_LOG_INFO, "join",
-             "every seed is this agent itself: starting a new cluster, waiting for others");
-      join_stop(t);
-      return;
-    }
-    join_attempt_failed(t);
-    return;
-  }
-  t->join.syncs_pending = 0;
-  ea_swim_join(t->swim, uv_now(t->loop), t->join.cand, t->join.ncand);
-  rearm(t);
-  if (t->join.active && t->join.syncs_pending == 0) {
-    /* The core started no push-pull (it may consider itself joined):
-     * start them ourselves so the attempt has an outcome. */
-    for (size_t i = 0; i < t->join.ncand; i++) io_sync(t, &t->join.cand[i], EA_SYNC_JOIN);
-    if (t->join.syncs_pending == 0) join_attempt_failed(t);
-  }
-}
-
-struct gai_req {
-  uv_getaddrinfo_t req;
-  ea_transport *t;
-  gai_req *prev, *next;
-  size_t seed;
-  unsigned attempt;
-};
-
-static void gai_done(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
-  gai_req *g = (gai_req *)req;
-  ea_transport *t = g->t;
-  t->join.gai_pending--;
-  if (g->prev)
-    g->prev->next = g->next;
-  else
-    t->join.gais = g->next;
-  if (g->next) g->next->prev = g->prev;
-  bool current = !t->closing && g->attempt == t->join.attempt;
-  if (current && status < 0) {
-    join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "",
-                t->join.seeds[g->seed]);
-    join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", uv_strerror(status));
-  }
-  if (current && status == 0) {
-    size_t before = t->join.ncand;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-      ea_addr a;
-      ea_addr_from_sockaddr(ai->ai_addr, &a);
-      if (a.family == 0) continue;
-      a.port = t->join.ports[g->seed];
-      cand_add(t, &a);
-    }
-    if (t->join.ncand == before && !res) {
-      join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "",
-                  t->join.seeds[g->seed]);
-      join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", "no address");
-    }
-  }
-  if (res) uv_freeaddrinfo(res);
-  free(g);
-  if (t->closing) {
-    maybe_free(t);
-    return;
-  }
-  if (current && t->join.gai_pending == 0) join_resolved(t);
-}
-
-static void join_attempt(ea_transport *t) {
-  t->join.attempt++;
-  t->st.join_attempts++;
-  t->join.ncand = 0;
-  t->join.why[0] = 0;
-  struct addrinfo hints;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = t->bound.family == 6 ? AF_INET6 : AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  for (size_t i = 0; i < t->join.nseeds; i++) {
-    ea_addr a;
-    const char *hp = t->join.seeds[i];
-    /* A numeric seed needs no resolver round trip. */
-    if (ea_addr_parse(hp, DEFAULT_PORT, &a) == 0) {
-      cand_add(t, &a);
-      continue;
-    }
-    char host[256];
-    uint16_t port;
-    split_hostport(hp, DEFAULT_PORT, host, sizeof host, &port); /* checked by ea_transport_join */
-    gai_req *g = calloc(1, sizeof *g);
-    if (!g) continue;
-    g->t = t;
-    g->seed = i;
-    g->attempt = t->join.attempt;
-    int rc = uv_getaddrinfo(t->loop, &g->req, gai_done, host, NULL, &hints);
-    if (rc < 0) {
-      join_append(t->join.why, sizeof t->join.why, "%s%s", t->join.why[0] ? "; " : "", host);
-      join_append(t->join.why, sizeof t->join.why, "%s%s", ": ", uv_strerror(rc));
-      free(g);
-      continue;
-    }
-    t->join.gai_pending++;
-    g->next = t->join.gais;
-    if (g->next) g->next->prev = g;
-    t->join.gais = g;
-  }
-  if (t->join.gai_pending == 0) join_resolved(t);
-}
-
-/* A seed host is a numeric address or a DNS name (RFC 1123 characters, plus
- * '_' which some internal zones use). */
-static bool host_ok(const char *h) {
-  ea_addr a;
-  char tmp[300];
-  snprintf(tmp, sizeof tmp, "[%s]:1", h);
-  if (ea_addr_parse(tmp, 0, &a) == 0) return true;
-  if (!*h) return false;
-  for (const char *p = h; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-          *p == '-' || *p == '.' || *p == '_'))
-      return false;
-  return true;
-}
-
-int ea_transport_join(ea_transport *t, const char *seeds, const ea_addr *extra, size_t nextra,
-                      char *err, size_t errlen) {
-  if (t->closing || t->leave.active) return -EINVAL;
-  size_t n = 0;
-  char *copy = strdup(seeds ? seeds : "");
-  if (!copy) return -ENOMEM;
-  for (char *p = copy; *p; p++) n += *p == ',';
-  char **list = calloc(n + 1, sizeof *list);
-  uint16_t *ports = calloc(n + 1, sizeof *ports);
-  ea_addr *ex = nextra ? malloc(nextra * sizeof *ex) : NULL;
-  if (!list || !ports || (nextra && !ex)) {
-    free(copy), free(list), free(ports), free(ex);
-    return -ENOMEM;
-  }
-  size_t k = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    while (*tok == ' ') tok++;
-    if (!*tok) continue;
-    char host[256];
-    if (split_hostport(tok, DEFAULT_PORT, host, sizeof host, &ports[k]) < 0 || !host_ok(host)) {
-      snprintf(err, errlen, "--join: cannot parse seed '%s' (want host:port)", tok);
-      for (size_t i = 0; i < k; i++) free(list[i]);
-      free(copy), free(list), free(ports), free(ex);
-      return -EINVAL;
-    }
-    list[k++] = strdup(tok);
-    if (!list[k - 1]) k--;
-  }
-  free(copy);
-  for (size_t i = 0; i < t->join.nseeds; i++) free(t->join.seeds[i]);
-  free(t->join.seeds);
-  free(t->join.ports);
-  free(t->join.extra);
-  t->join.seeds = list;
-  t->join.ports = ports;
-  t->join.nseeds = k;
-  if (nextra) memcpy(ex, extra, nextra * sizeof *ex);
-  t->join.extra = ex;
-  t->join.nextra = nextra;
-  if (k == 0 && nextra == 0) {
-    ea_log(EA_LOG_INFO, "join", "no seeds given: starting a new cluster, waiting for others");
-    return 0;
-  }
-  t->join.active = true;
-  t->join.backoff_ms = EA_TRANSPORT_JOIN_BACKOFF_MS;
-  if (t->join.backoff_ms > t->join_retry_max_ms) t->join.backoff_ms = t->join_retry_max_ms;
-  join_attempt(t);
-  return 0;
-}
-
-/* ---- leave --------------------------------------------------------------- */
-
-static void leave_timer_cb(uv_timer_t *h) {
-  ea_transport *t = h->data;
-  if (!t->leave.active || t->closing) return;
-  t->leave.active = false;
-  uv_timer_stop(&t->leave_timer);
-  ea_log(EA_LOG_INFO, "leave", "LEFT sent %d time%s; leaving", t->leave.sends,
-         t->leave.sends == 1 ? "" : "s");
-  if (t->leave.done) t->leave.done(t->leave.ctx);
-}
-
-void ea_transport_leave(ea_transport *t, void (*done)(void *ctx), void *ctx) {
-  if (t->closing || t->leave.active) return;
-  join_stop(t);
-  t->leave.active = true;
-  t->leave.sends = 0;
-  t->leave.done = done;
-  t->leave.ctx = ctx;
-  /* Anyone to tell?  Members that are alive or suspect may still hear us. */
-  const ea_member *ms;
-  size_t n = ea_swim_members(t->swim, &ms), others = 0;
-  for (size_t i = 0; i < n; i++)
-    if (ea_node_id_cmp(&ms[i].id, &t->self) != 0 &&
-        (ms[i].state == EA_STATE_ALIVE || ms[i].state == EA_STATE_SUSPECT))
-      others++;
-  ea_swim_leave(t->swim, uv_now(t->loop));
-  rearm(t);
-  uv_timer_start(&t->leave_timer, leave_timer_cb,
-                 others == 0 || t->leave.sends >= LEAVE_SENDS ? 0 : LEAVE_MAX_MS, 0);
 }
 
 /* ---- start / close --------------------------------------------------------- */
@@ -1156,7 +739,7 @@ static void collect_local(ea_transport *t, ea_addr *first_external) {
 int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport **out, char *err,
                        size_t errlen) {
   ea_addr want;
-  if (ea_addr_parse(o->bind, DEFAULT_PORT, &want) < 0) {
+  if (ea_addr_parse(o->bind, EA__TRANSPORT_DEFAULT_PORT, &want) < 0) {
     snprintf(err, errlen, "--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)",
              o->bind ? o->bind : "");
     return -EINVAL;
@@ -1230,7 +813,8 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
     ea_meta meta = o->meta;
     meta.gossip = t->gossip;
     meta.control = t->control;
-    ea_swim_io io = {.ctx = t, .send = io_send, .sync = io_sync, .on_change = io_on_change};
+    ea_swim_io io = {
+        .ctx = t, .send = io_send, .sync = ea__transport_sync, .on_change = io_on_change};
     t->swim = ea_swim_new(&t->cfg, &t->self, &meta, &io, o->seed, uv_now(loop));
     if (!t->swim) step = "swim", rc = UV_ENOMEM;
   }
@@ -1246,7 +830,7 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
     /* Freed by the last close callback once the loop runs. */
     return rc;
   }
-  rearm(t);
+  ea__transport_rearm(t);
   *out = t;
   return 0;
 }
@@ -1288,7 +872,7 @@ void ea_transport_set_meta(ea_transport *t, const ea_meta *meta) {
   m.gossip = t->gossip;
   m.control = t->control;
   ea_swim_set_meta(t->swim, uv_now(t->loop), &m);
-  rearm(t);
+  ea__transport_rearm(t);
 }
 
 void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out) {

@@ -1,4 +1,4 @@
-/* Check suite for the libuv transport (membership/transport_uv.c): several
+/* Check suite for the libuv transport (membership/transport_uv.c, transport_join.c): several
  * real transports on one loop, on 127.0.0.1 with ephemeral ports.
  *
  * The transport's promises, each asserted here: a push-pull join makes both

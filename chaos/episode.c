@@ -1,0 +1,573 @@
+/* episode.c — the fault episodes: one per scheduled fault.
+ *
+ *   wait until training passed the fault's fraction and the cluster is
+ *   whole (every slot's agent runs one generation of world N) →
+ *   inject → the *degraded* phase (the cluster re-forms without the victim,
+ *   or with the newcomer of a join) → heal (SIGCONT, partition lifted, loss
+ *   off) → restore (the victim restarts on its data dir, or a fresh node
+ *   with a new disk replaces it) → the *restored* phase (world N again,
+ *   training again) → a few steps of settling.
+ *
+ * Every phase has a deadline (the recovery bound): a cluster that does not
+ * get there in time is a "hang" violation, reported with what it was doing.
+ * Each fault kind is one function here; what they share with run.c — nodes,
+ * polling (which also checks the continuous invariants while an episode
+ * waits) and what "formed" means — is declared in chaos.h, so an episode
+ * only says which phases it expects and which nodes each phase should hold.
+ */
+#include "chaos.h"
+
+#include "ea_rdzv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Steps the cluster trains between two episodes before the next may fire:
+ * enough to prove it trains again, a few ms of work. */
+#define SETTLE_STEPS 20
+
+/* ---- episodes --------------------------------------------------------------- */
+
+static void restore_and_wait(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *victim,
+                             bool fresh, uint64_t gen_after, uint64_t step_after) {
+  ea__chaos_node *back = victim;
+  if (fresh) {
+    back = ea__chaos_replace_fresh(r, victim);
+    if (!back) {
+      snprintf(e->note, sizeof e->note, "could not create a fresh node");
+      return;
+    }
+  }
+  back->ckpt_fault[0] = 0;
+  snprintf(e->newcomer, sizeof e->newcomer, "%s", back->name);
+  e->t_restore = ea__chaos_now_ms();
+  ea__chaos_say(r, "  restore: %s %s", back->name,
+                fresh ? "(fresh node: new disk, new id)" : "(same data dir)");
+  ea__chaos_node_start(r, back);
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.gen_after = gen_after;
+  w.strictly = true;
+  w.step_after = step_after;
+  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_restore, true, "restored"))
+    ea__chaos_hang(r, e, "restored", &w);
+}
+
+static void run_remove(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  const ea__chaos_fault *f = &e->f;
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->t_inject = ea__chaos_now_ms();
+  switch (f->kind) {
+    case EA__F_NODE_CRASH:
+    case EA__F_CONTROLLER_KILL:
+      v->expect_death = true;
+      ea__chaos_node_signal(r, v, SIGKILL, true);
+      break;
+    case EA__F_SIGTERM:
+      v->expect_death = v->expect_exit0 = true;
+      ea__chaos_node_signal(r, v, SIGTERM, false);
+      w.gone = v->name;
+      break;
+    case EA__F_DRAIN: {
+      ea__chaos_node *via = NULL;
+      for (int s = 1; s <= r->o.nagents && !via; s++) {
+        ea__chaos_node *n = ea__chaos_slot_node(r, s);
+        if (ea__chaos_node_running(n) && n != v) via = n;
+      }
+      v->expect_death = v->expect_exit0 = true;
+      w.gone = v->name;
+      if (!via) break;
+      char *argv[] = {r->o.agent_bin, "drain", v->name, "--data-dir", via->data, NULL};
+      char out[512];
+      int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
+      out[strcspn(out, "\n")] = 0;
+      ea__chaos_logf(r, "drain %s via %s: rc %d: %s", v->name, via->name, rc, out);
+      if (rc != 0)
+        ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` through %s failed (%d): %s",
+                          v->name, via->name, rc, out);
+      break;
+    }
+    default:
+      break;
+  }
+  if (!ea__chaos_phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded")) {
+    ea__chaos_hang(r, e, "degraded", &w);
+    if (ea__chaos_node_running(v) && (f->kind == EA__F_SIGTERM || f->kind == EA__F_DRAIN)) {
+      /* It never left: end it so the restore can start clean. */
+      v->expect_exit0 = false;
+      ea__chaos_node_signal(r, v, SIGKILL, true);
+      ea__chaos_wait_gone(r, v, 5000);
+    }
+  }
+  if (ea__chaos_node_running(v) &&
+      (f->kind == EA__F_NODE_CRASH || f->kind == EA__F_CONTROLLER_KILL))
+    ea__chaos_wait_gone(r, v, 5000);
+  restore_and_wait(r, e, v, f->fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
+                   e->deg.observed ? ea__chaos_cluster_step(r) : e->step_at_inject);
+}
+
+static void run_worker_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  pid_t kids[CH_MAX_WPN * 2];
+  int nk = ea__chaos_children(v->pid, kids, CH_MAX_WPN * 2);
+  if (nk <= 0) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s has no worker process to kill", v->name);
+    return;
+  }
+  /* The k-th worker: match the pid against status to learn its index. */
+  uint32_t idx = (uint32_t)(e->f.nth - 1) % (uint32_t)nk;
+  pid_t victim = kids[idx];
+  uint32_t widx = 0, before = 0;
+  for (uint32_t k = 0; k < v->st.nworkers; k++)
+    if (v->st.w[k].pid == victim) widx = k, before = v->st.w[k].restarts;
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  w.worker_node = v->name;
+  w.worker_idx = widx;
+  w.restarts_before = before;
+  e->t_inject = ea__chaos_now_ms();
+  kill(victim, SIGKILL);
+  ea__chaos_logf(r, "SIGKILL worker %u (pid %d) of %s", widx, (int)victim, v->name);
+  snprintf(e->note, sizeof e->note, "worker %u pid %d", widx, (int)victim);
+  e->deg.expected = false;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_inject, true, "restored"))
+    ea__chaos_hang(r, e, "restored", &w);
+}
+
+/* Wait until t (wall ms), watching for the degraded cluster meanwhile. */
+static void watch_until(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *w, int64_t t_end) {
+  while (!ea__chaos_interrupted) {
+    int64_t now = ea__chaos_now_ms();
+    if (now >= t_end) break;
+    if (!p->observed) {
+      if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + (t_end - now), ea__chaos_cond_formed, w)) {
+        p->observed = true;
+        p->t_seen = ea__chaos_now_ms();
+        p->gen = w->gen_out;
+        p->world = w->world_out;
+        ea__chaos_say(r, "  degraded: world %u, generation %llu/%04llx, step %llu (%.2f s)",
+                      w->world_out, (unsigned long long)ea_rdzv_gen64_term(w->gen_out),
+                      (unsigned long long)(uint64_t)ea_rdzv_gen64_ctrl(w->gen_out),
+                      (unsigned long long)w->step_out, (double)(p->t_seen - p->t_start) / 1000.0);
+      }
+    } else {
+      ea__chaos_wait_until(r, ea__chaos_mono_ms() + (t_end - now), ea__chaos_never, NULL);
+    }
+  }
+}
+
+static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  const ea__chaos_fault *f = &e->f;
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
+  e->deg.bound_ms = r->bound_ms;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  ea__chaos_want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
+  /* A pause longer than detection plus a formation must end in a
+   * re-formation without the node; a shorter one may be ridden out. */
+  e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
+  v->stopped = true;
+  v->stopped_workers = f->whole_node;
+  ea__chaos_node_signal(r, v, SIGSTOP, f->whole_node);
+  watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
+  e->t_heal = ea__chaos_now_ms();
+  ea__chaos_node_signal(r, v, SIGCONT, f->whole_node);
+  v->stopped = false;
+  ea__chaos_add_span(r, v->name, e->t_inject, e->t_heal, 1);
+  if (e->deg.expected && !e->deg.observed) {
+    ea__chaos_hang(r, e, "degraded (re-form without the paused node)", &w);
+    e->deg.timed_out = true;
+  }
+  if (!e->deg.observed)
+    snprintf(e->note, sizeof e->note, "no re-formation during the %.1f s pause",
+             f->dur_ms / 1000.0);
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = false;
+  w.step_after = ea__chaos_cluster_step(r);
+  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_heal, true, "restored"))
+    ea__chaos_hang(r, e, "restored", &w);
+}
+
+static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minority, int loss) {
+  const ea__chaos_fault *f = &e->f;
+  ea__chaos_want w;
+  memset(&w, 0, sizeof w);
+  uint32_t drop[CH_MAX_SLOTS + 2] = {0};
+  size_t off = 0;
+  if (minority) {
+    uint32_t all = 0;
+    for (int s = 1; s <= r->nslots; s++) all |= 1u << s;
+    for (int s = 1; s <= r->nslots; s++)
+      drop[s] = (minority & (1u << s)) ? (all & ~minority) : minority;
+    for (int s = 1; s <= r->o.nagents; s++) {
+      ea__chaos_node *n = ea__chaos_slot_node(r, s);
+      if (!n) continue;
+      if (minority & (1u << s))
+        off += (size_t)snprintf(e->minority + off, sizeof e->minority - off, "%s%s", off ? "," : "",
+                                n->name);
+      else
+        snprintf(w.names[w.n++], CH_NAME_MAX, "%s", n->name);
+    }
+    qsort(w.names, (size_t)w.n, CH_NAME_MAX, ea__chaos_cmp_name);
+    w.gen_after = e->gen_at_inject;
+    w.strictly = true;
+    w.step_after = e->step_at_inject;
+  }
+  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
+  e->deg.bound_ms = r->bound_ms;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  ea__chaos_want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
+  int rc = ea__chaos_net_rules(r, drop, loss);
+  if (rc) ea__chaos_say(r, "  nft failed (%d): see %s", rc, r->log_path);
+  if (minority) {
+    /* Baseline for "the minority never trains": what each minority node
+     * holds once the rules are in (a step already in flight may still
+     * finish). */
+    ea__chaos_sleep_ms(50);
+    r->minority_mask = minority;
+    for (int s = 1; s <= r->o.nagents; s++) {
+      ea__chaos_node *n = ea__chaos_slot_node(r, s);
+      if (!n || !(minority & (1u << s))) continue;
+      ea__chaos_status st;
+      n->steps_at_partition = ea__chaos_status_query(n->sock, EA__CHAOS_STATUS_TIMEOUT_MS, &st) == 0
+                                  ? st.last_step
+                                  : n->st.last_step;
+      ea__chaos_add_span(r, n->name, e->t_inject, e->t_inject + f->dur_ms, 2);
+    }
+    r->partition_since = ea__chaos_now_ms();
+    e->deg.expected = (int64_t)f->dur_ms > (int64_t)r->detection_bound_ms + 1500;
+    watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
+  } else {
+    e->deg.expected = false;
+    ea__chaos_wait_until(r, ea__chaos_mono_ms() + f->dur_ms, ea__chaos_never, NULL);
+    snprintf(e->note, sizeof e->note, "trained from step %llu to %llu during %d%% loss",
+             (unsigned long long)e->step_at_inject, (unsigned long long)ea__chaos_cluster_step(r),
+             loss);
+  }
+  e->t_heal = ea__chaos_now_ms();
+  ea__chaos_net_heal(r);
+  r->partition_since = 0;
+  r->minority_mask = 0;
+  if (e->deg.expected && !e->deg.observed) {
+    ea__chaos_hang(r, e, "degraded (the majority re-forms without the minority)", &w);
+    e->deg.timed_out = true;
+  }
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = false;
+  w.step_after = ea__chaos_cluster_step(r);
+  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_heal, true, "restored"))
+    ea__chaos_hang(r, e, "restored", &w);
+}
+
+static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
+  int s = r->o.nagents + 1;
+  int g = 0;
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].slot == s && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
+  ea__chaos_node *n = ea__chaos_node_new(r, "n", s, g);
+  if (!n) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "cannot create a node for slot %d", s);
+    return;
+  }
+  snprintf(e->victim, sizeof e->victim, "%s", n->name);
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, n->name);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  e->t_inject = ea__chaos_now_ms();
+  ea__chaos_node_start(r, n);
+  if (!ea__chaos_phase_wait(r, &e->deg, &w, e->t_inject, true, "grown"))
+    ea__chaos_hang(r, e, "grown (the newcomer trains)", &w);
+  /* Scale back in. */
+  uint64_t g1 = e->deg.observed ? e->deg.gen : e->gen_at_inject;
+  e->t_restore = ea__chaos_now_ms();
+  n->expect_death = n->expect_exit0 = true;
+  if (e->f.remove_by_drain) {
+    ea__chaos_node *via = ea__chaos_slot_node(r, 1);
+    char *argv[] = {
+        r->o.agent_bin, "drain", n->name, "--data-dir", via ? via->data : n->data, NULL};
+    char out[512];
+    int rc = ea__chaos_cmd(NULL, argv, r->log_path, 10000, out, sizeof out);
+    out[strcspn(out, "\n")] = 0;
+    if (rc != 0)
+      ea__chaos_violate(r, EA__I_RECOVERY, "`elastic-agent drain %s` failed (%d): %s", n->name, rc,
+                        out);
+  } else {
+    ea__chaos_node_signal(r, n, SIGTERM, false);
+  }
+  snprintf(e->newcomer, sizeof e->newcomer, "%s", n->name);
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.gen_after = g1;
+  w.strictly = true;
+  w.step_after = ea__chaos_cluster_step(r);
+  w.gone = n->name;
+  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_restore, true, "restored")) {
+    ea__chaos_hang(r, e, "restored (the newcomer left)", &w);
+    if (ea__chaos_node_running(n)) {
+      n->expect_exit0 = false;
+      ea__chaos_node_signal(r, n, SIGKILL, true);
+      ea__chaos_wait_gone(r, n, 5000);
+    }
+  }
+  n->retired = true;
+  r->slot_node[s] = -1;
+}
+
+/* Kill while a checkpoint shard is written: the victim restarts with the
+ * checkpoint layer armed to write half of its n-th shard write and SIGKILL
+ * itself (EA_CKPT_FAULT=torn:N:kill, docs/checkpoints.md); its death is the
+ * fault. */
+static bool cond_dead(ea__chaos_run *r, void *ctx) {
+  (void)r;
+  return !ea__chaos_node_running((ea__chaos_node *)ctx);
+}
+
+static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  /* Stop it gracefully (SIGTERM: drain, leave) rather than kill it, so it
+   * is an ordinary joiner at once when it comes back armed (a crashed node
+   * may first sit out a rendezvous timeout). */
+  v->expect_death = v->expect_exit0 = true;
+  ea__chaos_node_signal(r, v, SIGTERM, false);
+  if (!ea__chaos_wait_gone(r, v, (int)r->bound_ms)) {
+    v->expect_exit0 = false;
+    ea__chaos_node_signal(r, v, SIGKILL, true);
+    ea__chaos_wait_gone(r, v, 5000);
+  }
+  snprintf(v->ckpt_fault, sizeof v->ckpt_fault, "torn:%d:kill", e->f.nth);
+  ea__chaos_node_start(r, v);
+  v->expect_death = true; /* armed to die */
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  if (!ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_restore_ms, ea__chaos_cond_formed,
+                            &w)) {
+    ea__chaos_hang(r, e, "restored (the armed node rejoins before its checkpoint)", &w);
+    return;
+  }
+  uint64_t interval =
+      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
+  int64_t wait_ms = (int64_t)((double)interval * (e->f.nth + 1) / rate * 1000.0 * 3) + r->bound_ms;
+  if (!ea__chaos_wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_dead, v)) {
+    snprintf(e->note, sizeof e->note, "%s did not die at its shard write #%d within %.1f s",
+             v->name, e->f.nth, wait_ms / 1000.0);
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%.199s", e->note);
+    v->expect_death = true;
+    ea__chaos_node_signal(r, v, SIGKILL, true);
+    ea__chaos_wait_gone(r, v, 5000);
+    v->ckpt_fault[0] = 0;
+    ea__chaos_node_start(r, v);
+    return;
+  }
+  e->t_inject = v->exit_ms;
+  e->step_at_inject = r->max_cluster_step;
+  ea__chaos_want_set(&w, r, v->name, NULL);
+  w.gen_after = e->gen_at_inject;
+  w.strictly = true;
+  w.step_after = 0;
+  if (!ea__chaos_phase_wait(r, &e->deg, &w, e->t_inject, true, "degraded"))
+    ea__chaos_hang(r, e, "degraded", &w);
+  restore_and_wait(r, e, v, e->f.fresh, e->deg.observed ? e->deg.gen : e->gen_at_inject,
+                   ea__chaos_cluster_step(r));
+}
+
+static int fill_disk(const char *dir, char *path, size_t cap) {
+  snprintf(path, cap, "%s/.chaos-ballast", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  static char block[1 << 16];
+  for (;;) {
+    ssize_t w = write(fd, block, sizeof block);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break; /* ENOSPC: full */
+  }
+  fsync(fd);
+  close(fd);
+  return 0;
+}
+
+static bool cond_new_ckpt(ea__chaos_run *r, void *ctx) {
+  return r->latest_step > *(uint64_t *)ctx;
+}
+
+static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
+  char ballast[CH_PATH_MAX + 32];
+  e->t_inject = ea__chaos_now_ms();
+  uint64_t latest_before = r->latest_step;
+  if (fill_disk(r->ckpt_dir, ballast, sizeof ballast) < 0) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "could not fill %.150s", r->ckpt_dir);
+    return;
+  }
+  e->deg.expected = false;
+  e->deg.t_start = e->t_inject;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  ea__chaos_wait_until(r, ea__chaos_mono_ms() + e->f.dur_ms, ea__chaos_never, NULL);
+  uint64_t s_full = ea__chaos_cluster_step(r);
+  e->t_heal = ea__chaos_now_ms();
+  unlink(ballast);
+  snprintf(e->note, sizeof e->note,
+           "trained from step %llu to %llu with a full disk; LATEST %llu -> %llu",
+           (unsigned long long)e->step_at_inject, (unsigned long long)s_full,
+           (unsigned long long)latest_before, (unsigned long long)r->latest_step);
+  if (s_full <= e->step_at_inject + 1)
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "training stood still while the checkpoint disk was full (step %llu)",
+                      (unsigned long long)s_full);
+  /* Freed: the next checkpoint must commit. */
+  uint64_t after = r->latest_step > s_full ? r->latest_step : s_full;
+  e->res.expected = true;
+  e->res.t_start = e->t_heal;
+  e->res.bound_ms = r->bound_ms;
+  e->res.t_detect = e->res.t_reform = e->res.t_first_step = -1;
+  uint64_t interval =
+      r->cfg.checkpoint.save_interval_steps ? r->cfg.checkpoint.save_interval_steps : 100;
+  double rate = r->calib_rate > 1 ? r->calib_rate : 100;
+  int64_t wait_ms = (int64_t)((double)interval * 2 / rate * 1000.0) + r->bound_ms;
+  if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + wait_ms, cond_new_ckpt, &after)) {
+    e->res.observed = true;
+    e->res.t_seen = ea__chaos_now_ms();
+    ea__chaos_say(r, "  a checkpoint committed again after the disk was freed: step %llu",
+                  (unsigned long long)r->latest_step);
+  } else {
+    e->res.timed_out = true;
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "no checkpoint committed within %.1f s after the disk was freed",
+                      wait_ms / 1000.0);
+  }
+}
+
+void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
+  const ea__chaos_fault *f = &e->f;
+  char desc[256];
+  ea__chaos_fault_str(f, desc, sizeof desc);
+  if (ea__chaos_kind_needs_netns(f->kind) && !r->o.netns) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(
+        e->skip_reason, sizeof e->skip_reason,
+        "needs --netns (root): on one loopback interface a partition or loss cannot be made real");
+  } else if (ea__chaos_kind_needs_ckpt(f->kind) && !r->ckpt_available) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s", r->ckpt_why);
+  } else if (f->kind == EA__F_DISK_FULL && !r->tmpfs_ckpt) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
+  } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "compute.max_nodes is %u: a joiner would only be a spare", r->cfg.compute.max_nodes);
+  }
+  if (e->state == EA__EP_SKIPPED) {
+    ea__chaos_say(r, "fault #%d %s: skipped: %s", (int)(e - r->eps) + 1,
+                  ea__chaos_kind_name(f->kind), e->skip_reason);
+    return;
+  }
+  if (!ea__chaos_ensure_whole(r)) {
+    e->state = EA__EP_NOT_RUN;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "the cluster was not whole before the fault");
+    ea__chaos_want w;
+    ea__chaos_want_set(&w, r, NULL, NULL);
+    char st[900];
+    ea__chaos_cluster_state(r, &w, st, sizeof st);
+    ea__chaos_violate(r, EA__I_RECOVERY,
+                      "before fault #%d the cluster did not return to world %u: %s",
+                      (int)(e - r->eps) + 1, (unsigned)r->o.nagents * ea__chaos_wpn(r), st);
+    r->aborted = true;
+    snprintf(r->abort_why, sizeof r->abort_why,
+             "the cluster did not return to world %u before fault #%d",
+             (unsigned)r->o.nagents * ea__chaos_wpn(r), (int)(e - r->eps) + 1);
+    return;
+  }
+  /* The state the fault hits. */
+  ea__chaos_node *any = ea__chaos_slot_node(r, 1);
+  e->gen_at_inject = any ? any->st.gen : 0;
+  e->step_at_inject = ea__chaos_cluster_step(r);
+  ea__chaos_node *v = NULL;
+  if (f->kind == EA__F_CONTROLLER_KILL) {
+    for (int s = 1; s <= r->o.nagents && !v; s++) {
+      ea__chaos_node *n = ea__chaos_slot_node(r, s);
+      if (ea__chaos_node_running(n) && n->st.ok && n->st.controller && n->st.has_quorum) v = n;
+    }
+    if (!v) {
+      e->state = EA__EP_SKIPPED;
+      snprintf(e->skip_reason, sizeof e->skip_reason,
+               "no agent said it was controller with quorum");
+      return;
+    }
+  } else if (f->slot >= 1 && f->slot <= r->o.nagents) {
+    v = ea__chaos_slot_node(r, f->slot);
+  }
+  if (v) {
+    snprintf(e->victim, sizeof e->victim, "%s", v->name);
+    e->victim_was_controller = v->st.controller && v->st.has_quorum;
+  }
+  r->injected++;
+  e->state = EA__EP_DONE;
+  ea__chaos_say(r, "fault #%d at step %llu: %s%s%s%s", (int)(e - r->eps) + 1,
+                (unsigned long long)e->step_at_inject, desc, v ? " → " : "", v ? v->name : "",
+                e->victim_was_controller ? " (controller)" : "");
+  switch (f->kind) {
+    case EA__F_NODE_CRASH:
+    case EA__F_CONTROLLER_KILL:
+    case EA__F_DRAIN:
+    case EA__F_SIGTERM:
+      run_remove(r, e, v);
+      break;
+    case EA__F_WORKER_KILL:
+      run_worker_kill(r, e, v);
+      break;
+    case EA__F_PAUSE:
+      run_pause(r, e, v);
+      break;
+    case EA__F_JOIN:
+      run_join(r, e);
+      break;
+    case EA__F_ISOLATE:
+      run_partition(r, e, 1u << f->slot, 0);
+      break;
+    case EA__F_SPLIT:
+      run_partition(r, e, f->minority, 0);
+      break;
+    case EA__F_LOSS:
+      run_partition(r, e, 0, f->loss_pct);
+      break;
+    case EA__F_CKPT_KILL:
+      run_ckpt_kill(r, e, v);
+      break;
+    case EA__F_DISK_FULL:
+      run_disk_full(r, e);
+      break;
+    default:
+      break;
+  }
+  if (e->state == EA__EP_SKIPPED) r->injected--;
+  e->t_end = ea__chaos_now_ms();
+  /* Settle: a few steps at full strength before anything else happens. */
+  uint64_t s = ea__chaos_cluster_step(r);
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, NULL, NULL);
+  w.step_after = s + SETTLE_STEPS;
+  ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_ms, ea__chaos_cond_formed, &w);
+}
