@@ -151,13 +151,14 @@ def torchrun_commit(path, world, after, until):
     return min(ts) if ts else None
 
 
-PHASES = ["commit", "spawn", "python", "import_torch", "gloo_init", "ckpt_load", "ddp", "first_step"]
+PHASES = ["commit", "spawn", "python", "import_torch", "import_rest", "gloo_init", "ckpt_load", "ddp", "first_step"]
 PHASE_DOC = {
     "commit": "fault -> new generation committed (ours: the agent logs it; torchrun: rendezvous complete)",
     "spawn": "commit -> the gating process exec'd (stop the old workers, fork/exec)",
     "python": "exec -> the script's first line (interpreter start-up)",
-    "import_torch": "import torch (and argparse/json)",
-    "gloo_init": "init_process_group: TCPStore + gloo rendezvous of the new group",
+    "import_torch": "the script's first line -> `import torch` done (argparse, json, os, sys before it)",
+    "import_rest": "torch.distributed, elastic's @record, DDP imported",
+    "gloo_init": "argument parsing + init_process_group: TCPStore + gloo rendezvous of the new group",
     "ckpt_load": "the script's torch.load of its checkpoint + model/optimizer state",
     "ddp": "DistributedDataParallel(model): its parameter broadcast",
     "first_step": "DDP built -> first step completed (one step, its allreduce and 50 ms sleep at most)",
@@ -185,7 +186,7 @@ def analyze_event(e):
     res["commit_s"] = round(commit - t0, 3) if commit else None
     if procs and firsts and len(procs) == len(logs):
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
-        marks = [commit if commit else g["exec"], g["exec"], g["script"], g["imported"], g["pg"],
+        marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
                  g["ckpt"], g["ddp"], min(firsts)]
         prev, br = t0, {}
         for name, m in zip(PHASES, marks):

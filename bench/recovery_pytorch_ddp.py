@@ -3,8 +3,8 @@
 
 The same script, changed only so the benchmark can see time: every log line
 ends with t=<time.time()>, a "phase" line gives the wall-clock moments of the
-process's exec (from /proc), the script's first line, `import torch` done,
-init_process_group done (gloo), the checkpoint loaded and DDP built, and
+process's exec (from /proc), the script's first line, `import torch` done, its other
+imports done, init_process_group done (gloo), the checkpoint loaded and DDP built, and
 --gloo-timeout S is passed to init_process_group (torch's default, 1800 s,
 when absent), so that torchrun's side of a SIGSTOP can end in this life.
 examples/torchrun_ddp.py stays the unmodified torchrun script; everything
@@ -58,11 +58,12 @@ def _exec_time():
 
 T_EXEC = _exec_time()
 import torch
-T_IMPORTED = time.time()
+T_TORCH = time.time()
 from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
+T_IMPORTED = time.time()
 
 ENV_NAMES = [
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -142,7 +143,7 @@ def main():
         start = st["step"]
     t_ckpt = time.time()
     ddp = DDP(model)
-    log(f"phase pid={os.getpid()} exec={T_EXEC:.3f} script={T_SCRIPT:.3f} imported={T_IMPORTED:.3f} "
+    log(f"phase pid={os.getpid()} exec={T_EXEC:.3f} script={T_SCRIPT:.3f} torch={T_TORCH:.3f} imported={T_IMPORTED:.3f} "
         f"pg={t_pg:.3f} ckpt={t_ckpt:.3f} ddp={time.time():.3f}")
     log(f"start step={start} resumed={'yes' if start else 'no'} "
         f"restart_count={os.environ.get('TORCHELASTIC_RESTART_COUNT')} "
