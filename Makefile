@@ -137,7 +137,7 @@ format:
 	clang-format -i $(FORMAT_FILES)
 
 # Fails (listing the files) when any tracked source differs from .clang-format.
-format-check:
+format-check: deps
 	@bad=$$(for f in $(FORMAT_FILES); do clang-format --dry-run -Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
 	if [ -n "$$bad" ]; then echo "format-check: not clang-formatted (run make format):"; echo "$$bad"; exit 1; fi; \
 	echo "format-check: $$(git ls-files '*.c' '*.h' | wc -l) files clean"

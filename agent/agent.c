@@ -243,9 +243,9 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
          : m->state == EA_STATE_DEAD ? EA_LOG_WARN
                                      : EA_LOG_INFO,
          "member", "name=%s id=%.8s addr=%s state=%s->%s incarnation=%" PRIu32 "%s",
-         ea__agent_member_name(m),
-         hex, addr, old_state == 0xff ? "new" : ea_member_state_str(old_state),
-         ea_member_state_str(m->state), m->incarnation, self ? " (self)" : "");
+         ea__agent_member_name(m), hex, addr,
+         old_state == 0xff ? "new" : ea_member_state_str(old_state), ea_member_state_str(m->state),
+         m->incarnation, self ? " (self)" : "");
   a->members_dirty = true;
   /* An active idle handle makes the next poll non-blocking, so the
    * election and the peers file follow within this loop turn. */
@@ -300,9 +300,8 @@ static void elect_update(ea__agent *a) {
     char hex[33];
     ea_node_id_hex(&e->controller, hex);
     const ea_member *c = ea__agent_find_member(a, &e->controller);
-    ea_log(EA_LOG_INFO, "election", "controller=%s id=%s%s reason=\"%s\"",
-           ea__agent_member_name(c), hex,
-           ea_node_id_cmp(&e->controller, &a->id) == 0 ? " (self)" : "", e->reason);
+    ea_log(EA_LOG_INFO, "election", "controller=%s id=%s%s reason=\"%s\"", ea__agent_member_name(c),
+           hex, ea_node_id_cmp(&e->controller, &a->id) == 0 ? " (self)" : "", e->reason);
   } else {
     ea_log(EA_LOG_WARN, "election", "no controller reason=\"%s\"", e->reason);
   }
@@ -343,9 +342,10 @@ static void peers_write_now(ea__agent *a) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len); /* in memory: written off the loop */
   if (!f) return;
-  fputs("# elastic-agent: peers last seen alive (gossip address, name); rewritten "
-        "on membership changes\n",
-        f);
+  fputs(
+      "# elastic-agent: peers last seen alive (gossip address, name); rewritten "
+      "on membership changes\n",
+      f);
   size_t k = 0;
   for (size_t i = 0; i < n && k < PEERS_MAX; i++) {
     if (ea_node_id_cmp(&ms[i].id, &a->id) == 0) continue;
@@ -428,6 +428,21 @@ void ea__agent_opts_default(ea__agent_opts *o) {
   if (gethostname(host, sizeof host) < 0) snprintf(host, sizeof host, "node");
   host[sizeof host - 1] = 0;
   snprintf(o->name, sizeof o->name, "%.*s", EA_NAME_MAX - 1, host);
+}
+
+/* A listener that could not bind: name the address and the flag that
+ * moves it (the usual cause is a second agent on the host, or a port
+ * below 1024 without the privilege). */
+static void bind_hint(int rc, const char *what, const char *addr, const char *flag, char *err,
+                      size_t errlen) {
+  if (rc != -EADDRINUSE && rc != -EACCES && rc != -EADDRNOTAVAIL && rc != -EPERM) return;
+  char was[512];
+  snprintf(was, sizeof was, "%.500s", err);
+  snprintf(err, errlen,
+           "cannot listen for %s on %s: %s; %s another address with %s HOST:PORT (port 0: any "
+           "free one)",
+           what, addr, was, rc == -EADDRINUSE ? "is another agent running here? choose" : "choose",
+           flag);
 }
 
 /* The control listener's address: --control-bind, or the gossip bind
@@ -545,12 +560,11 @@ static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed,
    * worker, then it drains). */
   rc.restart_mode = a->mode == EA__MODE_TORCHRUN;
   rc.max_restarts = a->mode == EA__MODE_TORCHRUN ? a->o->cfg.runtime.max_restarts : UINT32_MAX;
-  ea_rdzv_io io = {
-      .ctx = a,
-      .send = io_send,
-      .order = ea__agent_io_order,
-      .persist = io_persist,
-      .reason = io_reason};
+  ea_rdzv_io io = {.ctx = a,
+                   .send = io_send,
+                   .order = ea__agent_io_order,
+                   .persist = io_persist,
+                   .reason = io_reason};
   a->rdzv = ea_rdzv_new(&rc, &a->id, persisted, &io, seed, ea__agent_now_ms(a));
   if (!a->rdzv) {
     snprintf(err, errlen,
@@ -649,6 +663,7 @@ int ea__agent_run(const ea__agent_opts *o) {
 
   rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
                      sizeof err);
+  /* (its message already names the address and --control-bind) */
   if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
   ea_transport_opts to = {
       .bind = o->bind,
@@ -672,7 +687,10 @@ int ea__agent_run(const ea__agent_opts *o) {
     (void)ea_rdzv_tags_set(to.meta.tags, sizeof to.meta.tags, EA_RDZV_TAG_STARTING, true);
   snprintf(to.meta.version, sizeof to.meta.version, "%s", EA_VERSION);
   a->meta = to.meta;
-  if (rc == 0) rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
+  if (rc == 0) {
+    rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
+    if (rc < 0) bind_hint(rc, "gossip", o->bind, "--bind", err, sizeof err);
+  }
   memset(key, 0, sizeof key);
   if (rc == 0)
     rc = ea__admin_start(&a->loop, a->sock_path, admin_cmds,
@@ -714,8 +732,9 @@ int ea__agent_run(const ea__agent_opts *o) {
            a->mode == EA__MODE_BUILTIN        ? "built-in trainer"
            : o->cfg.compute.worker_command[0] ? o->cfg.compute.worker_command
                                               : o->worker_argv[0],
-           ea__mode_name(a->mode), o->cfg.compute.min_nodes, o->cfg.compute.max_nodes, ea_comm_backend_name(a->backend),
-           o->cfg.train.steps, o->cfg.distributed.global_batch, a->job_path);
+           ea__mode_name(a->mode), o->cfg.compute.min_nodes, o->cfg.compute.max_nodes,
+           ea_comm_backend_name(a->backend), o->cfg.train.steps, o->cfg.distributed.global_batch,
+           a->job_path);
     if (!have_key)
       ea_log(EA_LOG_WARN, "security",
              "gossip is not authenticated: anyone who can reach UDP/TCP port %u can join this "

@@ -60,9 +60,9 @@ typedef struct {
   ea_config cfg;                 /* defaults, then the file, then flags */
   char config_path[EA_PATH_MAX]; /* "" = built-in defaults only */
   char bind[256];
-  char advertise[256]; /* "" = derived from bind */
+  char advertise[256];    /* "" = derived from bind */
   char control_bind[256]; /* "" = the bind address, port + 1 (0 stays 0) */
-  char join[4096];     /* "host:port,…"; "" = none */
+  char join[4096];        /* "host:port,…"; "" = none */
   char name[EA_NAME_MAX];
   char data_dir[EA_PATH_MAX];
   char key_file[EA_PATH_MAX]; /* "" = no cluster key */
@@ -140,8 +140,8 @@ typedef struct {
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
  * every frame; NULL: none.  On failure returns a negative errno with a
  * one-line reason in err, and nothing is left open once the loop runs. */
-int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key,
-                  ea__ctl_recv_fn on_msg, void *ctx, ea__ctl **out, char *err, size_t errlen);
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea__ctl_recv_fn on_msg,
+                  void *ctx, ea__ctl **out, char *err, size_t errlen);
 const ea_addr *ea__ctl_bound(const ea__ctl *c);
 /* Send m to node `to` at addr (encoded and sealed now; m may go away after
  * the call).  Never fails loudly: undeliverable frames are counted. */
@@ -149,8 +149,8 @@ void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const e
 /* The same for a message of another codec that shares the channel (its
  * plaintext starts with 0xEA and its types are not the rendezvous's, like
  * ckpt_wire.c's): framed, sealed and sent as is. */
-void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr,
-                        const uint8_t *plain, size_t len);
+void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const uint8_t *plain,
+                        size_t len);
 /* Offer every opened frame (plaintext, 0xEA first; valid during the call)
  * to fn first; a frame fn returns true for is consumed, the rest are
  * decoded as rendezvous messages.  Called with the ctx of ea__ctl_start. */
@@ -315,7 +315,7 @@ void ea__mx_hist_observe(ea__mx_hist *h, double v);
 
 typedef struct {
   /* labels and identity */
-  char job[64];          /* experiment.name */
+  char job[64]; /* experiment.name */
   char node[EA_NAME_MAX];
   char id[33], version[32], role[EA_ROLE_MAX];
   double start_time_s; /* unix time the agent started */
@@ -341,11 +341,11 @@ typedef struct {
   bool stalled;
   uint64_t worker_failures, worker_restarts;
   /* checkpoints */
-  uint32_t ck_interval; /* checkpoint.save_interval_steps; 0: off */
+  uint32_t ck_interval;                         /* checkpoint.save_interval_steps; 0: off */
   uint64_t ck_committed, ck_failed, ck_skipped; /* as controller */
   bool ck_have_last;
   uint64_t ck_last_step;
-  double ck_last_time_s; /* unix time this node first knew that checkpoint */
+  double ck_last_time_s;       /* unix time this node first knew that checkpoint */
   uint64_t ck_bytes_written;   /* this node's shards, durable */
   uint64_t ck_bytes_committed; /* as controller: checkpoints committed */
   ea__mx_hist persist;         /* as controller: first report → MANIFEST durable */
@@ -519,7 +519,7 @@ struct ea__agent {
   /* ---- generations ---- */
   ea_comm_backend backend;
   uint32_t wpn;
-  ea__agent_wk *w;      /* wpn entries (none for an observer) */
+  ea__agent_wk *w; /* wpn entries (none for an observer) */
   ea_ipc_msg *ipc; /* scratch: ~50 KiB, off the stack */
   bool draining_seen, drained_order;
   bool persist_failed; /* io.persist could not even start: tell the core */
@@ -545,16 +545,17 @@ struct ea__agent {
   uint64_t stall_ms; /* training stopped here at this time (0: it did not) */
   char stall_why[96];
   uint64_t progress_ms, progress_step;
+  bool nan_alerted; /* a loss_nan alert is out; cleared by a finite loss */
   double last_loss;
   bool has_loss;
   uint64_t last_formation_ms, last_stall_ms;
   uint64_t gens_committed, recoveries, worker_failures, worker_restarts;
 
   /* ---- checkpoints ---- */
-  char ckpt_dir[EA_PATH_MAX];  /* checkpoint.dir, resolved and absolute */
-  ea__ckpt_svc *ckpt_svc;      /* our workers' shards to files */
-  ea__ckpt_ctl *ckpt_ctl;      /* shard reports to MANIFESTs: while we are controller */
-  bool have_dims;              /* the built-in trainer: the manifest's tensor table */
+  char ckpt_dir[EA_PATH_MAX]; /* checkpoint.dir, resolved and absolute */
+  ea__ckpt_svc *ckpt_svc;     /* our workers' shards to files */
+  ea__ckpt_ctl *ckpt_ctl;     /* shard reports to MANIFESTs: while we are controller */
+  bool have_dims;             /* the built-in trainer: the manifest's tensor table */
   ea_model_dims dims;
   ea__agent_ck ck;
 

@@ -43,9 +43,13 @@ static void ckpt_read_latest(ea__agent *a);
 static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   char line[1024];
   ea__ckpt_event_format(e, line, sizeof line);
-  if (e->alert) {
+  if (e->alert && a->o->cfg.observability.alert_on_checkpoint_failure) {
     ea__agent_alert_count(a, EA__ALERT_CHECKPOINT_FAILED);
     ea_log(EA_LOG_ERROR, "alert", "checkpoint %s", line);
+    return;
+  }
+  if (e->alert) { /* observability.alert_on_checkpoint_failure: false */
+    ea_log(EA_LOG_WARN, "ckpt", "%s", line);
     return;
   }
   ea_log_level lv = EA_LOG_INFO;
@@ -103,7 +107,8 @@ static void ckpt_reply(void *ctx, uint32_t local, const ea_ipc_msg *m) {
 static void ckpt_report_dropped(ea__agent *a, const ea__ckpt_msg *m, const char *why) {
   a->ck.reports_dropped++;
   ea_log(EA_LOG_WARN, "ckpt",
-         "report of shard %u of step-%" PRIu64 ".gen-%" PRIu64 " dropped: %s (that checkpoint "
+         "report of shard %u of step-%" PRIu64 ".gen-%" PRIu64
+         " dropped: %s (that checkpoint "
          "cannot complete; a newer one supersedes it)",
          m->rank, m->step, m->gen, why);
 }
@@ -133,8 +138,8 @@ static void ckpt_report(void *ctx, const ea__ckpt_msg *m) {
   size_t len = 0;
   int rc = c && a->ctl ? ea__ckpt_encode(m, buf, sizeof buf, &len) : -ENOENT;
   if (rc) {
-    ckpt_report_dropped(a, m, rc == -ENOENT ? "the controller is not in the member table"
-                                            : "it does not encode");
+    ckpt_report_dropped(
+        a, m, rc == -ENOENT ? "the controller is not in the member table" : "it does not encode");
     return;
   }
   ea__ctl_send_bytes(a->ctl, &c->id, &c->meta.control, buf, len);
@@ -304,7 +309,7 @@ int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen) {
 /* checkpoint.dir ("" = <data-dir>/checkpoints), made absolute: workers
  * get it in their COMMIT, and the manifest names files relative to it. */
 int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, char *err,
-                            size_t errlen) {
+                               size_t errlen) {
   const char *d = o->cfg.checkpoint.dir;
   char cwd[EA_PATH_MAX] = "";
   bool rel = d[0] ? d[0] != '/' : o->data_dir[0] != '/';
@@ -317,8 +322,7 @@ int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, c
   int n = d[0] ? snprintf(out, cap, "%s%s%s", cwd, rel ? "/" : "", d)
                : snprintf(out, cap, "%s%s%s/checkpoints", cwd, rel ? "/" : "", o->data_dir);
   if (n < 0 || (size_t)n >= cap || (size_t)n >= EA_IPC_PATH_MAX) {
-    snprintf(err, errlen, "checkpoint.dir: the path is longer than %u bytes",
-             EA_IPC_PATH_MAX - 1);
+    snprintf(err, errlen, "checkpoint.dir: the path is longer than %u bytes", EA_IPC_PATH_MAX - 1);
     return -ENAMETOOLONG;
   }
   return 0;

@@ -15,8 +15,15 @@
  * purpose — an operator who mistypes a key or a value in a file that drives
  * hundreds of GPUs wants to hear about it before the job starts, not find a
  * default silently in force — so unknown sections and keys, duplicates, and
- * values of the wrong type or out of range are errors.  Loading and setting
- * work on a copy, so on error the caller's configuration is unchanged.
+ * values of the wrong type or out of range are errors, and a file's every
+ * problem is reported at once, a line each.  Loading and setting work on a
+ * copy, so on error the caller's configuration is unchanged.
+ *
+ * Some keys have a second documented name (F_SYNONYM): the deployment
+ * guide's job file says compute.worker_nodes, checkpoint.storage_uri, …
+ * for what we call compute.max_nodes, checkpoint.dir, …; it loads as
+ * written.  tests/e2e/test_config_keys.sh checks that every key is read
+ * by code outside this file.
  *
  * Why one file of over 1000 lines: the loader, --set, validate and the dump
  * are each a short walk over keys[] sharing the table's row type and its
@@ -27,6 +34,7 @@
  * lines each. */
 #include "ea_config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -51,39 +59,55 @@ enum {
   F_MIN_OPEN = 1u << 2, /* double: the lower bound is exclusive */
   F_ALIAS = 1u << 3,    /* an old name of the key `alias`: loads and sets the
                            same field, not dumped, hashed or documented */
+  F_SYNONYM = 1u << 4,  /* another documented name of the key `alias` (the
+                           deployment guide's vocabulary): like F_ALIAS, but
+                           named in that key's description and never warned
+                           about */
+  F_URI = 1u << 5,      /* string: a plain path or a file:// URI, stored as a
+                           path; any other scheme is refused by name */
 };
 
 typedef struct {
   const char *section, *key;
   cfg_type type;
   size_t off, size;
-  uint64_t min, max;          /* T_U32, T_U64 */
-  double dmin, dmax;          /* T_DOUBLE */
+  uint64_t min, max; /* T_U32, T_U64 */
+  double dmin, dmax; /* T_DOUBLE */
   unsigned flags;
   const char *const *choices; /* T_ENUM: NULL-terminated */
   /* T_STR: extra syntax check; returns NULL or what is wrong. */
   const char *(*check)(const char *s);
-  const char *unit; /* "milliseconds", "bytes", … or NULL */
-  const char *doc;  /* one sentence, shown in the dump and the reference */
-  const char *alias; /* F_ALIAS: the key (same section) this name stands for */
+  const char *unit;  /* "milliseconds", "bytes", … or NULL */
+  const char *doc;   /* one sentence, shown in the dump and the reference */
+  const char *alias; /* F_ALIAS, F_SYNONYM: the key (same section) this name stands for */
 } cfg_key;
 
 /* Offset and size of c.SECTION.KEY; the _Generic term makes the build fail
  * when a row's declared type does not match the struct member. */
-#define KEY(sec, k, ctype)                                                                        \
-  .section = #sec, .key = #k,                                                                     \
-  .off = offsetof(ea_config, sec.k) +                                                             \
-         0 * sizeof(char[_Generic(((ea_config *)0)->sec.k, ctype: 1, default: -1)]),              \
+#define KEY(sec, k, ctype)                                                    \
+  .section = #sec, .key = #k,                                                 \
+  .off = offsetof(ea_config, sec.k) +                                         \
+         0 * sizeof(char[_Generic(((ea_config *)0)->sec.k, ctype : 1, default \
+                                  : -1)]),                                    \
   .size = sizeof(((ea_config *)0)->sec.k)
 #define U32(sec, k) KEY(sec, k, uint32_t), .type = T_U32
 #define U64(sec, k) KEY(sec, k, uint64_t), .type = T_U64
 #define BOOL(sec, k) KEY(sec, k, bool), .type = T_BOOL
 #define DBL(sec, k) KEY(sec, k, double), .type = T_DOUBLE
 #define STR(sec, k) KEY(sec, k, char *), .type = T_STR
-#define ENUM(sec, k, ...)                                                                         \
-  KEY(sec, k, char *), .type = T_ENUM, .choices = (const char *const[]) { __VA_ARGS__, NULL }
+#define ENUM(sec, k, ...)                                                 \
+  KEY(sec, k, char *), .type = T_ENUM, .choices = (const char *const[]) { \
+    __VA_ARGS__, NULL                                                     \
+  }
 
 static const char *check_listen(const char *s);
+
+/* Another documented name of c.SEC.TARGET (same section): the loader and
+ * --set parse it by TARGET's row; offsetof makes a misspelt TARGET a build
+ * error. */
+#define SYN(sec, name, target)                                           \
+  .section = #sec, .key = #name, .off = offsetof(ea_config, sec.target), \
+  .size = sizeof(((ea_config *)0)->sec.target), .flags = F_SYNONYM, .alias = #target
 
 /* The ranges are sanity bounds, not tuning: they reject typos (a missing or
  * extra zero, a unit mix-up) while leaving every setting an operator might
@@ -98,9 +122,13 @@ static const cfg_key keys[] = {
      .doc = "Training starts, and continues, only while at least this many nodes are alive."},
     {U32(compute, max_nodes), .min = 1, .max = 65536, .unit = "nodes",
      .doc = "At most this many nodes train; further alive nodes wait as spares."},
+    /* The deployment guide's "the nodes the job wants": the target size.  An
+     * elastic job still starts with min_nodes and grows to it. */
+    {SYN(compute, worker_nodes, max_nodes)},
     /* 64: more local ranks than any current accelerator host carries (8–16). */
     {U32(compute, workers_per_node), .min = 1, .max = 64, .unit = "processes",
      .doc = "Worker processes per node, one per accelerator (like torchrun's nproc_per_node)."},
+    {SYN(compute, accelerators_per_worker, workers_per_node)},
     {STR(compute, worker_command),
      .doc = "Program each worker runs (a shell command); empty runs the built-in trainer."},
     {ENUM(compute, protocol, "auto", "builtin", "torchrun", "library"),
@@ -109,49 +137,78 @@ static const cfg_key keys[] = {
 
     {ENUM(distributed, backend, "auto", "tcp", "nccl"),
      .doc = "Communicator: tcp ring, nccl, or auto (nccl when GPUs and NCCL are present)."},
+    /* One choice on purpose: it is what the agent does, and a job file
+     * asking for another strategy must fail by name, not train differently. */
+    {ENUM(distributed, strategy, "collective_data_parallel"),
+     .doc = "Parallelism: collective_data_parallel (every rank holds the whole model; gradients "
+            "are all-reduced each step) is the only one."},
     {U32(distributed, global_batch), .min = 1, .max = 1u << 24, .unit = "samples",
      .doc = "Samples per step over all ranks together; fixed whatever the world size."},
     {U32(distributed, micro_batch), .min = 1, .max = 1u << 24, .unit = "samples",
      .doc = "Samples per forward/backward pass; gradients accumulate up to the rank's share."},
+    {U32(distributed, gradient_accumulation_steps), .min = 1, .max = 1u << 20, .flags = F_ZERO_OFF,
+     .unit = "micro-batches",
+     .doc = "Forward/backward passes per step on each rank (its share of global_batch split "
+            "evenly); 0: passes of micro_batch samples."},
     {U32(distributed, communication_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A collective that takes longer fails and triggers a new generation."},
     {ENUM(distributed, quorum, "majority", "none"),
-      .doc = "majority: only a side seeing most of the last generation trains; none: any side."},
+     .doc = "majority: only a side seeing most of the last generation trains; none: any side."},
     {U32(distributed, scale_up_delay_ms), .min = 0, .max = 600000, .unit = "milliseconds",
      .doc = "Joining nodes are batched for this long before a new generation takes them in."},
 
-    {STR(checkpoint, dir), .doc = "Checkpoint directory; empty means <data_dir>/checkpoints."},
+    {STR(checkpoint, dir), .flags = F_URI,
+     .doc = "Checkpoint directory, a path or a file:// URI; empty means <data_dir>/checkpoints."},
+    {SYN(checkpoint, storage_uri, dir)},
     {U32(checkpoint, save_interval_steps), .min = 0, .max = 1000000000, .unit = "steps",
      .doc = "Checkpoint every this many steps; 0 turns periodic checkpoints off."},
     {BOOL(checkpoint, resume_from_last),
      .doc = "On a cold start, load the newest complete checkpoint."},
     {U32(checkpoint, keep_last), .min = 1, .max = 100000, .unit = "checkpoints",
      .doc = "Complete checkpoints kept; older ones are deleted (the newest never is)."},
+    {SYN(checkpoint, keep_last_checkpoints, keep_last)},
     {ENUM(checkpoint, verify_on_resume, "full", "size"),
      .doc = "full: check every shard's hash before resuming; size: check lengths only."},
     {ENUM(checkpoint, busy_policy, "wait", "skip"),
      .doc = "When the previous checkpoint is still being written: wait for it, or skip this one."},
 
-    {ENUM(logging, level, "debug", "info", "warn", "error"),
-     .doc = "Least severe level written."},
+    {ENUM(logging, level, "debug", "info", "warn", "error"), .doc = "Least severe level written."},
     {ENUM(logging, format, "text", "json"), .doc = "text for people, json for log shippers."},
     {STR(logging, file), .doc = "Log file, opened for appending; empty means stderr."},
+    {STR(logging, dir), .flags = F_URI,
+     .doc = "Log directory, a path or a file:// URI (created): each agent and its workers append "
+            "to DIR/NAME.log; logging.file, when given, wins."},
+    {SYN(logging, logs_uri, dir)},
+    {U32(logging, metrics_interval_steps), .min = 1, .max = 1000000000, .flags = F_ZERO_OFF,
+     .unit = "steps",
+     .doc = "A progress line (step, loss, steps/s) every this many steps; 0: one every 10 s."},
 
     {U32(runtime, max_restarts), .min = 0, .max = 1000, .unit = "restarts",
      .doc = "torchrun: restarts of the job after a worker failed, then the job fails; builtin: "
             "restarts of a node's worker, then the node drains (old name failure_retry_times)."},
     /* The old name keeps working (chaos/run.c and older job files use it);
      * a warning at start says it is deprecated. */
-    {.section = "runtime", .key = "failure_retry_times",
+    {.section = "runtime",
+     .key = "failure_retry_times",
      .off = offsetof(ea_config, runtime.max_restarts),
-     .size = sizeof(((ea_config *)0)->runtime.max_restarts), .type = T_U32, .min = 0, .max = 1000,
-     .flags = F_ALIAS, .alias = "max_restarts", .unit = "restarts",
+     .size = sizeof(((ea_config *)0)->runtime.max_restarts),
+     .type = T_U32,
+     .min = 0,
+     .max = 1000,
+     .flags = F_ALIAS,
+     .alias = "max_restarts",
+     .unit = "restarts",
      .doc = "Old name of runtime.max_restarts."},
     {U32(runtime, rendezvous_timeout_seconds), .min = 1, .max = 3600, .unit = "seconds",
      .doc = "A generation that has not committed after this long is abandoned and retried."},
+    {SYN(runtime, request_timeout_seconds, rendezvous_timeout_seconds)},
     {U32(runtime, stall_timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
      .doc = "A running generation with no step for this long is stalled: an alert, and /readyz "
             "fails."},
+    {U32(runtime, health_check_interval_seconds), .min = 1, .max = 3600, .flags = F_ZERO_OFF,
+     .unit = "seconds",
+     .doc = "How often a running generation is checked for a stall (alert, /readyz); 0: every "
+            "0.5 s sample."},
     {U32(runtime, join_retry_max_ms), .min = 100, .max = 3600000, .unit = "milliseconds",
      .doc = "Ceiling of the exponential backoff between attempts to reach a seed."},
     {U32(runtime, stop_grace_seconds), .min = 1, .max = 3600, .unit = "seconds",
@@ -199,9 +256,17 @@ static const cfg_key keys[] = {
     {STR(observability, metrics_listen), .check = check_listen,
      .doc = "HOST:PORT serving /metrics, /healthz and /readyz (port 0: any free one); empty: off."},
     {BOOL(observability, alert_on_nan), .doc = "Raise an alert when the loss is NaN or infinite."},
+    {SYN(observability, alert_on_loss_nan, alert_on_nan)},
+    {BOOL(observability, alert_on_checkpoint_failure),
+     .doc = "A checkpoint that fails is an alert (error line, alert counter); false: a warning."},
+    {U32(observability, metrics_export_interval_seconds), .min = 1, .max = 86400,
+     .flags = F_ZERO_OFF, .unit = "seconds",
+     .doc = "A `metrics` log line (step, loss, steps/s, world, generation as fields) this often; "
+            "0: none."},
     {DBL(observability, straggler_factor), .dmin = 1.0, .dmax = 100.0, .flags = F_MIN_OPEN,
      .unit = "x median",
-     .doc = "A rank whose step takes this many times the median step time is a straggler."},
+     .doc = "A rank whose step takes this many times the median step time is a straggler "
+            "(detection is not built yet: the value is only checked)."},
 
     {STR(train, model), .flags = F_NONEMPTY, .doc = "Built-in trainer's model."},
     {STR(train, data), .flags = F_NONEMPTY,
@@ -223,7 +288,9 @@ static const cfg_key keys[] = {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void *field(ea_config *c, const cfg_key *k) { return (char *)c + k->off; }
+static void *field(ea_config *c, const cfg_key *k) {
+  return (char *)c + k->off;
+}
 static const void *cfield(const ea_config *c, const cfg_key *k) {
   return (const char *)c + k->off;
 }
@@ -287,9 +354,11 @@ static const cfg_key *find_key(const char *section, const char *key) {
   return NULL;
 }
 
+#define OTHER_NAME (F_ALIAS | F_SYNONYM)
+
 /* The row a name stands for: itself, or the key an alias names. */
 static const cfg_key *canonical(const cfg_key *k) {
-  if (!(k->flags & F_ALIAS)) return k;
+  if (!(k->flags & OTHER_NAME)) return k;
   const cfg_key *c = find_key(k->section, k->alias);
   return c ? c : k;
 }
@@ -361,8 +430,11 @@ static void show_value(const char *s, size_t len, bool quoted, bool is_null, cha
  * (overlong, surrogate, beyond U+10FFFF, truncated) — libyaml's reader
  * refuses the same. */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
-  size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
-               : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  size_t len = s[0] < 0x80             ? 1
+               : (s[0] & 0xe0) == 0xc0 ? 2
+               : (s[0] & 0xf0) == 0xe0 ? 3
+               : (s[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
   if (len == 0 || len > n) return 0;
   static const uint32_t lead_mask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
   static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
@@ -424,8 +496,8 @@ static bool dbl_ok(const cfg_key *k, double v) {
  * fine, else what is wrong.  *expectation is set when the text is an
  * "expected …" phrase, to which the caller adds how the value was written.
  * s is NUL-terminated at len (libyaml terminates its scalars). */
-static const char *str_problem(const cfg_key *k, const char *s, size_t len, char *why,
-                               size_t cap, bool *expectation) {
+static const char *str_problem(const cfg_key *k, const char *s, size_t len, char *why, size_t cap,
+                               bool *expectation) {
   *expectation = false;
   if (len >= k->size) {
     snprintf(why, cap, "too long: %zu bytes, at most %zu", len, k->size - 1);
@@ -462,6 +534,60 @@ static const char *check_listen(const char *s) {
     port = port * 10 + (unsigned long)(*p - '0');
   }
   return port <= 65535 ? NULL : bad;
+}
+
+/* A F_URI value as the path to store: a plain path as written, or the path
+ * of a file:// URI (file:///abs, file://localhost/abs; %XX decoded).  Any
+ * other scheme is refused by name: the agent writes through the file
+ * system, so an object store has to be mounted (s3fs, gcsfuse, NFS) and
+ * given as its mount point.  NULL when fine, else what is wrong. */
+static const char *uri_to_path(const char *s, size_t len, char *out, size_t cap, char *why,
+                               size_t whycap) {
+  size_t n = 0;
+  while (n < len &&
+         ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
+          (n > 0 && ((s[n] >= '0' && s[n] <= '9') || s[n] == '+' || s[n] == '-' || s[n] == '.'))))
+    n++;
+  bool is_uri = n > 0 && len - n >= 3 && memcmp(s + n, "://", 3) == 0;
+  if (!is_uri) {
+    if (len >= cap) return "too long";
+    memcpy(out, s, len);
+    out[len] = 0;
+    return NULL;
+  }
+  if (n != 4 || strncasecmp(s, "file", 4) != 0) {
+    snprintf(why, whycap,
+             "scheme %.*s:// is not supported: use a file:// URI or a plain path (an object "
+             "store must be mounted and given as its mount point)",
+             (int)(n < 16 ? n : 16), s);
+    return why;
+  }
+  const char *p = s + 7, *end = s + len;
+  if ((size_t)(end - p) >= 10 && strncasecmp(p, "localhost/", 10) == 0) p += 9;
+  if (p == end || *p != '/') {
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    size_t hl = (size_t)((slash ? slash : end) - p);
+    snprintf(why, whycap,
+             "file:// URI names the host '%.*s': write file:///ABSOLUTE/PATH or a plain path",
+             (int)(hl > 40 ? 40 : hl), p);
+    return why;
+  }
+  size_t o = 0;
+  for (; p < end; p++) {
+    int c = (unsigned char)*p;
+    if (c == '%') {
+      if (end - p < 3 || !isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2]))
+        return "file:// URI has a '%' not followed by two hex digits";
+      char hex[3] = {p[1], p[2], 0};
+      c = (int)strtol(hex, NULL, 16);
+      if (c == 0) return "file:// URI encodes a NUL byte";
+      p += 2;
+    }
+    if (o + 1 >= cap) return "too long";
+    out[o++] = (char)c;
+  }
+  out[o] = 0;
+  return NULL;
 }
 
 /* Decimal digits only: YAML 1.1 reads a leading 0 as octal and accepts
@@ -524,53 +650,62 @@ static int parse_into(ea_config *c, const cfg_key *k, const char *s, size_t len,
   char shown[80], expect[160];
   show_value(s, len, quoted, is_null, shown, sizeof shown);
   switch (k->type) {
-  case T_U32:
-  case T_U64: {
-    uint64_t v = 0;
-    int_expect(k, expect, sizeof expect);
-    if (quoted || is_null || !parse_u64(s, len, &v) || !int_ok(k, v)) {
-      snprintf(why, cap, "expected %s, found %s", expect, shown);
-      return -EINVAL;
+    case T_U32:
+    case T_U64: {
+      uint64_t v = 0;
+      int_expect(k, expect, sizeof expect);
+      if (quoted || is_null || !parse_u64(s, len, &v) || !int_ok(k, v)) {
+        snprintf(why, cap, "expected %s, found %s", expect, shown);
+        return -EINVAL;
+      }
+      if (k->type == T_U32)
+        *(uint32_t *)field(c, k) = (uint32_t)v;
+      else
+        *(uint64_t *)field(c, k) = v;
+      return 0;
     }
-    if (k->type == T_U32)
-      *(uint32_t *)field(c, k) = (uint32_t)v;
-    else
-      *(uint64_t *)field(c, k) = v;
-    return 0;
-  }
-  case T_DOUBLE: {
-    double v = 0;
-    dbl_expect(k, expect, sizeof expect);
-    if (quoted || is_null || !parse_double(s, len, &v) || !dbl_ok(k, v)) {
-      snprintf(why, cap, "expected %s, found %s", expect, shown);
-      return -EINVAL;
+    case T_DOUBLE: {
+      double v = 0;
+      dbl_expect(k, expect, sizeof expect);
+      if (quoted || is_null || !parse_double(s, len, &v) || !dbl_ok(k, v)) {
+        snprintf(why, cap, "expected %s, found %s", expect, shown);
+        return -EINVAL;
+      }
+      *(double *)field(c, k) = v;
+      return 0;
     }
-    *(double *)field(c, k) = v;
-    return 0;
-  }
-  case T_BOOL: {
-    bool v = false;
-    if (quoted || is_null || !parse_bool(s, len, &v)) {
-      snprintf(why, cap, "expected true or false (or yes/no, on/off), found %s", shown);
-      return -EINVAL;
+    case T_BOOL: {
+      bool v = false;
+      if (quoted || is_null || !parse_bool(s, len, &v)) {
+        snprintf(why, cap, "expected true or false (or yes/no, on/off), found %s", shown);
+        return -EINVAL;
+      }
+      *(bool *)field(c, k) = v;
+      return 0;
     }
-    *(bool *)field(c, k) = v;
-    return 0;
-  }
-  case T_STR:
-  case T_ENUM: {
-    if (is_null) len = 0;
-    bool expectation;
-    const char *p = str_problem(k, s, len, expect, sizeof expect, &expectation);
-    if (p) {
-      snprintf(why, cap, expectation ? "%s, found %s" : "%s", p, shown);
-      return -EINVAL;
+    case T_STR:
+    case T_ENUM: {
+      if (is_null) len = 0;
+      char path[EA_PATH_MAX];
+      if (k->flags & F_URI) {
+        const char *p = uri_to_path(s, len, path, sizeof path, expect, sizeof expect);
+        if (p) {
+          snprintf(why, cap, "%s", p);
+          return -EINVAL;
+        }
+        s = path, len = strlen(path);
+      }
+      bool expectation;
+      const char *p = str_problem(k, s, len, expect, sizeof expect, &expectation);
+      if (p) {
+        snprintf(why, cap, expectation ? "%s, found %s" : "%s", p, shown);
+        return -EINVAL;
+      }
+      char *dst = field(c, k);
+      memset(dst, 0, k->size); /* zero tail: equal configs are equal bytes */
+      memcpy(dst, s, len);
+      return 0;
     }
-    char *dst = field(c, k);
-    memset(dst, 0, k->size); /* zero tail: equal configs are equal bytes */
-    memcpy(dst, s, len);
-    return 0;
-  }
   }
   snprintf(why, cap, "internal error: unknown type");
   return -EINVAL;
@@ -587,6 +722,7 @@ void ea_config_default(ea_config *c) {
   c->compute.workers_per_node = 1;
   snprintf(c->compute.protocol, sizeof c->compute.protocol, "auto");
   snprintf(c->distributed.backend, sizeof c->distributed.backend, "auto");
+  snprintf(c->distributed.strategy, sizeof c->distributed.strategy, "collective_data_parallel");
   c->distributed.global_batch = 64;
   c->distributed.micro_batch = 16;
   /* 10 s: a healthy ring allreduce of the built-in model takes milliseconds;
@@ -620,6 +756,7 @@ void ea_config_default(ea_config *c) {
   snprintf(c->observability.metrics_listen, sizeof c->observability.metrics_listen,
            "127.0.0.1:9400");
   c->observability.alert_on_nan = true;
+  c->observability.alert_on_checkpoint_failure = true;
   c->observability.straggler_factor = 2.0;
   snprintf(c->train.model, sizeof c->train.model, "byte-mlp");
   snprintf(c->train.data, sizeof c->train.data, "/usr/share/common-licenses");
@@ -635,26 +772,55 @@ void ea_config_default(ea_config *c) {
 
 /* ---- the YAML loader ---------------------------------------------------- */
 
+/* The loader goes on past a problem and reports every one, a line each
+ * ("FILE:LINE: key: problem\n…"), so an operator fixes a file in one pass
+ * instead of one run per typo.  Only a YAML syntax error stops it: libyaml
+ * builds no document after one. */
 typedef struct {
   const char *path;
   char *err;
-  size_t errlen;
+  size_t errlen, used;
+  unsigned nerr;
   yaml_document_t *doc;
 } loader;
 
+static void lerr(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void lerr(loader *L, const char *fmt, ...) {
+  L->nerr++;
+  if (!L->err || L->errlen == 0 || L->used + 1 >= L->errlen) return;
+  size_t at = L->used;
+  if (at) L->err[at++] = '\n';
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(L->err + at, L->errlen - at, fmt, ap);
+  va_end(ap);
+  if (n < 0 || at + (size_t)n >= L->errlen) {
+    /* Keep whole lines only (a cut one would not read as FILE:LINE: …),
+     * except the first: better cut than nothing. */
+    if (L->used) L->err[L->used] = 0;
+    L->used = L->errlen; /* full: later problems are counted, not shown */
+    return;
+  }
+  L->used = at + (size_t)n;
+}
+
 static const char *node_kind(const yaml_node_t *n) {
   switch (n->type) {
-  case YAML_MAPPING_NODE: return "a mapping";
-  case YAML_SEQUENCE_NODE: return "a sequence";
-  default: return "a scalar";
+    case YAML_MAPPING_NODE:
+      return "a mapping";
+    case YAML_SEQUENCE_NODE:
+      return "a sequence";
+    default:
+      return "a scalar";
   }
 }
 
-static size_t node_line(const yaml_node_t *n) { return n->start_mark.line + 1; }
+static size_t node_line(const yaml_node_t *n) {
+  return n->start_mark.line + 1;
+}
 
 static bool scalar_is_null(const yaml_node_t *n) {
-  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-    return false;
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
   const char *v = (const char *)n->data.scalar.value;
   size_t len = n->data.scalar.length;
   return len == 0 || (len == 1 && v[0] == '~') ||
@@ -676,49 +842,46 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
                         size_t *seen_line) {
   if (scalar_is_null(map)) return 0; /* "compute:" with every key commented out */
   if (map->type != YAML_MAPPING_NODE) {
-    errf(L->err, L->errlen, "%s:%zu: %s: expected a mapping of keys, found %s", L->path,
-         node_line(map), section, node_kind(map));
-    return -EINVAL;
+    lerr(L, "%s:%zu: %s: expected a mapping of keys, found %s", L->path, node_line(map), section,
+         node_kind(map));
+    return 0;
   }
   for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
     yaml_node_t *kn = yaml_document_get_node(L->doc, p->key);
     yaml_node_t *vn = yaml_document_get_node(L->doc, p->value);
     char name[64], why[384];
     if (!key_name(kn, name, sizeof name)) {
-      errf(L->err, L->errlen, "%s:%zu: %s: expected a key name, found %s", L->path,
-           node_line(kn), section, node_kind(kn));
-      return -EINVAL;
+      lerr(L, "%s:%zu: %s: expected a key name, found %s", L->path, node_line(kn), section,
+           node_kind(kn));
+      continue;
     }
     const cfg_key *k = find_key(section, name);
     if (!k || strlen(name) != kn->data.scalar.length) {
       unknown_key_msg(section, name, why, sizeof why);
-      errf(L->err, L->errlen, "%s:%zu: %s.%s: %s", L->path, node_line(kn), section, name, why);
-      return -EINVAL;
+      lerr(L, "%s:%zu: %s.%s: %s", L->path, node_line(kn), section, name, why);
+      continue;
     }
     /* An old name and the new one set the same field: giving both is a
      * duplicate too. */
     size_t idx = (size_t)(canonical(k) - keys);
     if (seen_line[idx]) {
-      errf(L->err, L->errlen, "%s:%zu: %s.%s: duplicate key (first given on line %zu%s)", L->path,
-           node_line(kn), section, name, seen_line[idx],
+      lerr(L, "%s:%zu: %s.%s: duplicate key (first given on line %zu%s)", L->path, node_line(kn),
+           section, name, seen_line[idx],
            k != canonical(k) || seen_line[NKEYS + idx] ? " under another name" : "");
-      return -EINVAL;
+      continue;
     }
     seen_line[idx] = node_line(kn);
     if (k != canonical(k)) seen_line[NKEYS + idx] = 1;
     note_alias(c, k);
     if (vn->type != YAML_SCALAR_NODE) {
-      errf(L->err, L->errlen, "%s:%zu: %s.%s: expected a single value, found %s", L->path,
-           node_line(vn), section, name, node_kind(vn));
-      return -EINVAL;
+      lerr(L, "%s:%zu: %s.%s: expected a single value, found %s", L->path, node_line(vn), section,
+           name, node_kind(vn));
+      continue;
     }
     bool quoted = vn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    int rc = parse_into(c, k, (const char *)vn->data.scalar.value, vn->data.scalar.length, quoted,
-                        scalar_is_null(vn), why, sizeof why);
-    if (rc) {
-      errf(L->err, L->errlen, "%s:%zu: %s.%s: %s", L->path, node_line(vn), section, name, why);
-      return rc;
-    }
+    int rc = parse_into(c, canonical(k), (const char *)vn->data.scalar.value,
+                        vn->data.scalar.length, quoted, scalar_is_null(vn), why, sizeof why);
+    if (rc) lerr(L, "%s:%zu: %s.%s: %s", L->path, node_line(vn), section, name, why);
   }
   return 0;
 }
@@ -726,8 +889,8 @@ static int load_section(loader *L, ea_config *c, const char *section, const yaml
 static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
   if (!root || scalar_is_null(root)) return 0; /* empty file, comments, or a bare "---" */
   if (root->type != YAML_MAPPING_NODE) {
-    errf(L->err, L->errlen, "%s:%zu: expected a mapping of sections, found %s", L->path,
-         node_line(root), node_kind(root));
+    lerr(L, "%s:%zu: expected a mapping of sections, found %s", L->path, node_line(root),
+         node_kind(root));
     return -EINVAL;
   }
   size_t seen_key[2 * NKEYS] = {0}; /* line of each key; [NKEYS + i]: given by an old name */
@@ -742,31 +905,31 @@ static int load_root(loader *L, ea_config *c, const yaml_node_t *root) {
     yaml_node_t *vn = yaml_document_get_node(L->doc, p->value);
     char name[64], why[384];
     if (!key_name(kn, name, sizeof name)) {
-      errf(L->err, L->errlen, "%s:%zu: expected a section name, found %s", L->path,
-           node_line(kn), node_kind(kn));
-      return -EINVAL;
+      lerr(L, "%s:%zu: expected a section name, found %s", L->path, node_line(kn), node_kind(kn));
+      continue;
     }
     if (!section_known(name, kn->data.scalar.length)) {
       unknown_section_msg(name, why, sizeof why);
-      errf(L->err, L->errlen, "%s:%zu: %s: %s", L->path, node_line(kn), name, why);
-      return -EINVAL;
+      lerr(L, "%s:%zu: %s: %s", L->path, node_line(kn), name, why);
+      continue;
     }
     const char *canon = NULL; /* the table's own string: lives as long as the loop */
     for (size_t i = 0; i < NKEYS && !canon; i++)
       if (strcmp(keys[i].section, name) == 0) canon = keys[i].section;
-    for (size_t i = 0; i < nsec; i++) {
+    bool dup = false;
+    for (size_t i = 0; i < nsec && !dup; i++) {
       if (strcmp(seen_sec[i].name, canon) == 0) {
-        errf(L->err, L->errlen, "%s:%zu: %s: duplicate section (first given on line %zu)",
-             L->path, node_line(kn), name, seen_sec[i].line);
-        return -EINVAL;
+        lerr(L, "%s:%zu: %s: duplicate section (first given on line %zu)", L->path, node_line(kn),
+             name, seen_sec[i].line);
+        dup = true;
       }
     }
+    if (dup) continue;
     if (nsec < sizeof seen_sec / sizeof seen_sec[0])
       seen_sec[nsec].name = canon, seen_sec[nsec++].line = node_line(kn);
-    int rc = load_section(L, c, canon, vn, seen_key);
-    if (rc) return rc;
+    load_section(L, c, canon, vn, seen_key);
   }
-  return 0;
+  return L->nerr ? -EINVAL : 0;
 }
 
 static int read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen) {
@@ -826,8 +989,8 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
     errf(err, errlen, "%s:%zu: syntax error: %s (byte %zu)", path,
          line_of_offset(buf, len, p->problem_offset), problem, p->problem_offset);
   } else if (p->context) {
-    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path,
-         p->problem_mark.line + 1, problem, p->context, p->context_mark.line + 1);
+    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, p->problem_mark.line + 1,
+         problem, p->context, p->context_mark.line + 1);
   } else {
     errf(err, errlen, "%s:%zu: syntax error: %s", path, p->problem_mark.line + 1, problem);
   }
@@ -923,12 +1086,12 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
     snprintf(why, sizeof why, "not valid UTF-8 (byte %zu)", bad);
     rc = -EINVAL;
   } else {
-    rc = parse_into(tmp, k, value, strlen(value), false, false, why, sizeof why);
+    rc = parse_into(tmp, canonical(k), value, strlen(value), false, false, why, sizeof why);
   }
   if (rc) {
     errf(err, errlen, "--set: %s: %s", key, why);
   } else {
-    memcpy(field(c, k), field(tmp, k), k->size);
+    memcpy(field(c, k), field(tmp, k), canonical(k)->size);
     note_alias(c, k);
   }
   free(tmp);
@@ -944,46 +1107,47 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
     const void *f = cfield(c, k);
-    if (k->flags & F_ALIAS) continue;
+    if (k->flags & OTHER_NAME) continue;
     switch (k->type) {
-    case T_U32:
-    case T_U64: {
-      uint64_t v = k->type == T_U32 ? *(const uint32_t *)f : *(const uint64_t *)f;
-      if (!int_ok(k, v)) {
-        int_expect(k, expect, sizeof expect);
-        errf(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
-             (unsigned long long)v);
-        return -EINVAL;
+      case T_U32:
+      case T_U64: {
+        uint64_t v = k->type == T_U32 ? *(const uint32_t *)f : *(const uint64_t *)f;
+        if (!int_ok(k, v)) {
+          int_expect(k, expect, sizeof expect);
+          errf(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
+               (unsigned long long)v);
+          return -EINVAL;
+        }
+        break;
       }
-      break;
-    }
-    case T_DOUBLE: {
-      double v = *(const double *)f;
-      if (!dbl_ok(k, v)) {
-        dbl_expect(k, expect, sizeof expect);
-        errf(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
-        return -EINVAL;
+      case T_DOUBLE: {
+        double v = *(const double *)f;
+        if (!dbl_ok(k, v)) {
+          dbl_expect(k, expect, sizeof expect);
+          errf(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
+          return -EINVAL;
+        }
+        break;
       }
-      break;
-    }
-    case T_BOOL: break;
-    case T_STR:
-    case T_ENUM: {
-      const char *s = f;
-      const char *end = memchr(s, 0, k->size);
-      if (!end) {
-        errf(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
-        return -EINVAL;
+      case T_BOOL:
+        break;
+      case T_STR:
+      case T_ENUM: {
+        const char *s = f;
+        const char *end = memchr(s, 0, k->size);
+        if (!end) {
+          errf(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
+          return -EINVAL;
+        }
+        bool expectation;
+        const char *p = str_problem(k, s, (size_t)(end - s), why, sizeof why, &expectation);
+        if (p) {
+          errf(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
+               k->key, p, s);
+          return -EINVAL;
+        }
+        break;
       }
-      bool expectation;
-      const char *p = str_problem(k, s, (size_t)(end - s), why, sizeof why, &expectation);
-      if (p) {
-        errf(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
-             k->key, p, s);
-        return -EINVAL;
-      }
-      break;
-    }
     }
   }
 
@@ -1061,45 +1225,58 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
   const void *f = cfield(c, k);
   char tmp[64];
   switch (k->type) {
-  case T_U32: putf(o, "%u", *(const uint32_t *)f); return;
-  case T_U64: putf(o, "%llu", (unsigned long long)*(const uint64_t *)f); return;
-  case T_BOOL: putf(o, "%s", *(const bool *)f ? "true" : "false"); return;
-  case T_DOUBLE:
-    fmt_double(*(const double *)f, tmp, sizeof tmp);
-    putf(o, "%s", tmp);
-    return;
-  case T_ENUM: putf(o, "%.*s", (int)strnlen(f, k->size), (const char *)f); return;
-  case T_STR: {
-    /* Characters YAML does not allow in a stream (C0/C1 controls, DEL,
-     * U+FFFE/U+FFFF) are escaped; so are bytes that are not UTF-8, which
-     * only code can put here (load and set refuse them). */
-    const unsigned char *s = f;
-    size_t n = strnlen(f, k->size), run = 0;
-    put(o, "\"", 1);
-    for (size_t i = 0; i < n;) {
-      uint32_t cp = 0;
-      size_t l = utf8_next(s + i, n - i, &cp);
-      char esc[16] = "";
-      if (l == 0) snprintf(esc, sizeof esc, "\\x%02x", s[i]), l = 1;
-      else if (cp == '"') snprintf(esc, sizeof esc, "\\\"");
-      else if (cp == '\\') snprintf(esc, sizeof esc, "\\\\");
-      else if (cp == '\n') snprintf(esc, sizeof esc, "\\n");
-      else if (cp == '\t') snprintf(esc, sizeof esc, "\\t");
-      else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff)
-        snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
-      if (!esc[0]) {
-        run += l, i += l;
-        continue;
+    case T_U32:
+      putf(o, "%u", *(const uint32_t *)f);
+      return;
+    case T_U64:
+      putf(o, "%llu", (unsigned long long)*(const uint64_t *)f);
+      return;
+    case T_BOOL:
+      putf(o, "%s", *(const bool *)f ? "true" : "false");
+      return;
+    case T_DOUBLE:
+      fmt_double(*(const double *)f, tmp, sizeof tmp);
+      putf(o, "%s", tmp);
+      return;
+    case T_ENUM:
+      putf(o, "%.*s", (int)strnlen(f, k->size), (const char *)f);
+      return;
+    case T_STR: {
+      /* Characters YAML does not allow in a stream (C0/C1 controls, DEL,
+       * U+FFFE/U+FFFF) are escaped; so are bytes that are not UTF-8, which
+       * only code can put here (load and set refuse them). */
+      const unsigned char *s = f;
+      size_t n = strnlen(f, k->size), run = 0;
+      put(o, "\"", 1);
+      for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t l = utf8_next(s + i, n - i, &cp);
+        char esc[16] = "";
+        if (l == 0)
+          snprintf(esc, sizeof esc, "\\x%02x", s[i]), l = 1;
+        else if (cp == '"')
+          snprintf(esc, sizeof esc, "\\\"");
+        else if (cp == '\\')
+          snprintf(esc, sizeof esc, "\\\\");
+        else if (cp == '\n')
+          snprintf(esc, sizeof esc, "\\n");
+        else if (cp == '\t')
+          snprintf(esc, sizeof esc, "\\t");
+        else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff)
+          snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+        if (!esc[0]) {
+          run += l, i += l;
+          continue;
+        }
+        put(o, (const char *)s + i - run, run);
+        run = 0;
+        put(o, esc, strlen(esc));
+        i += l;
       }
-      put(o, (const char *)s + i - run, run);
-      run = 0;
-      put(o, esc, strlen(esc));
-      i += l;
+      put(o, (const char *)s + n - run, run);
+      put(o, "\"", 1);
+      return;
     }
-    put(o, (const char *)s + n - run, run);
-    put(o, "\"", 1);
-    return;
-  }
   }
 }
 
@@ -1107,33 +1284,35 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
 static void put_rule(sink *o, const cfg_key *k) {
   char expect[160];
   switch (k->type) {
-  case T_U32:
-  case T_U64:
-    if (k->min == 0 && k->max == UINT64_MAX) {
-      putf(o, "any 64-bit unsigned integer");
+    case T_U32:
+    case T_U64:
+      if (k->min == 0 && k->max == UINT64_MAX) {
+        putf(o, "any 64-bit unsigned integer");
+        return;
+      }
+      if (k->flags & F_ZERO_OFF)
+        snprintf(expect, sizeof expect, "0 (off) or %llu..%llu", (unsigned long long)k->min,
+                 (unsigned long long)k->max);
+      else
+        snprintf(expect, sizeof expect, "%llu..%llu", (unsigned long long)k->min,
+                 (unsigned long long)k->max);
+      putf(o, "%s, %s", k->unit ? k->unit : "integer", expect);
       return;
-    }
-    if (k->flags & F_ZERO_OFF)
-      snprintf(expect, sizeof expect, "0 (off) or %llu..%llu", (unsigned long long)k->min,
-               (unsigned long long)k->max);
-    else
-      snprintf(expect, sizeof expect, "%llu..%llu", (unsigned long long)k->min,
-               (unsigned long long)k->max);
-    putf(o, "%s, %s", k->unit ? k->unit : "integer", expect);
-    return;
-  case T_DOUBLE:
-    putf(o, "%s, %c%g, %g]", k->unit ? k->unit : "number",
-         (k->flags & F_MIN_OPEN) ? '(' : '[', k->dmin, k->dmax);
-    return;
-  case T_BOOL: putf(o, "true or false"); return;
-  case T_ENUM:
-    enum_expect(k, expect, sizeof expect);
-    putf(o, "%s", expect);
-    return;
-  case T_STR:
-    putf(o, "string, %s%zu bytes at most", (k->flags & F_NONEMPTY) ? "not empty, " : "",
-         k->size - 1);
-    return;
+    case T_DOUBLE:
+      putf(o, "%s, %c%g, %g]", k->unit ? k->unit : "number", (k->flags & F_MIN_OPEN) ? '(' : '[',
+           k->dmin, k->dmax);
+      return;
+    case T_BOOL:
+      putf(o, "true or false");
+      return;
+    case T_ENUM:
+      enum_expect(k, expect, sizeof expect);
+      putf(o, "%s", expect);
+      return;
+    case T_STR:
+      putf(o, "string, %s%zu bytes at most", (k->flags & F_NONEMPTY) ? "not empty, " : "",
+           k->size - 1);
+      return;
   }
 }
 
@@ -1142,16 +1321,22 @@ int ea_config_dump(const ea_config *c, char *buf, size_t cap) {
   if (!def) return -ENOMEM;
   ea_config_default(def);
   sink o = {.buf = buf, .cap = cap};
-  putf(&o, "# elastic-agent job configuration: every key, grouped by section.\n"
-           "# Above each key: what it does, then its unit and range, and its default.\n");
+  putf(&o,
+       "# elastic-agent job configuration: every key, grouped by section.\n"
+       "# Above each key: what it does, then its unit and range, and its default.\n");
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
-    if (k->flags & F_ALIAS) continue;
+    if (k->flags & OTHER_NAME) continue;
     if (i == 0 || strcmp(keys[i - 1].section, k->section) != 0)
       putf(&o, "\n%s:\n", k->section);
     else
       put(&o, "\n", 1);
-    putf(&o, "  # %s\n  # ", k->doc);
+    putf(&o, "  # %s", k->doc);
+    for (size_t j = 0; j < NKEYS; j++)
+      if ((keys[j].flags & F_SYNONYM) && strcmp(keys[j].section, k->section) == 0 &&
+          strcmp(keys[j].alias, k->key) == 0)
+        putf(&o, " Also named %s.", keys[j].key);
+    put(&o, "\n  # ", 5);
     put_rule(&o, k);
     put(&o, "; default ", 10);
     put_value(&o, k, def);
@@ -1173,7 +1358,7 @@ uint64_t ea_config_hash(const ea_config *c) {
   XXH3_64bits_reset(&st);
   sink o = {.h = &st};
   for (size_t i = 0; i < NKEYS; i++) {
-    if (keys[i].flags & F_ALIAS) continue;
+    if (keys[i].flags & OTHER_NAME) continue;
     putf(&o, "%s.%s=", keys[i].section, keys[i].key);
     put_value(&o, &keys[i], c);
     put(&o, "\n", 1);
@@ -1207,7 +1392,7 @@ int ea_config_changed_keys(const ea_config *c, const char *section, char *out, s
   if (cap) out[0] = 0;
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
-    if ((k->flags & F_ALIAS) || strcmp(k->section, section) != 0) continue;
+    if ((k->flags & OTHER_NAME) || strcmp(k->section, section) != 0) continue;
     if (memcmp(cfield(c, k), cfield(def, k), k->size) == 0) continue;
     int w = snprintf(out + len, cap > len ? cap - len : 0, "%s%s.%s", n ? ", " : "", k->section,
                      k->key);

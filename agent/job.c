@@ -219,7 +219,9 @@ struct ea__job {
   uint64_t end_ms, end_resend_ms;
 };
 
-static uint64_t rnd(ea__job *J) { return ea_rng_next(&J->rng); }
+static uint64_t rnd(ea__job *J) {
+  return ea_rng_next(&J->rng);
+}
 
 static void tick(uv_timer_t *t);
 

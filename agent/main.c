@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXIT_USAGE 2
@@ -34,12 +35,13 @@
 
 static const char *prog = "elastic-agent";
 
-/* The help text is laid out as it prints. */
+/* The help texts are laid out as they print.  `--help` prints them all;
+ * `COMMAND --help` (or `help COMMAND`) prints that command's. */
 // clang-format off
-static void usage(FILE *f) {
+static void usage_commands(FILE *f) {
   fprintf(f,
 "Usage:\n"
-"  %1$s [run] [FLAGS]              run the agent on this node\n"
+"  %1$s [run] [FLAGS] [-- PROGRAM ARG...]   run the agent on this node\n"
 "  %1$s status [--data-dir D | --socket PATH] [--json]\n"
 "                                             members, generation, workers of a running agent\n"
 "  %1$s drain NAME [--data-dir D | --socket PATH]\n"
@@ -51,44 +53,87 @@ static void usage(FILE *f) {
 "  %1$s keygen [FILE]              make a cluster key (64 hex chars; FILE is mode 0600)\n"
 "  %1$s config [--config F] [--set K=V]...   print the effective configuration\n"
 "  %1$s version                    print the version\n"
-"\n"
-"Flags of `run`:\n"
+"  %1$s help [COMMAND]             this help, or one command's\n",
+          prog);
+}
+
+static void usage_run(FILE *f) {
+  fprintf(f,
+"Flags of `run` (any flag without a command means `run`):\n"
 "  --bind ADDR         UDP gossip + TCP push-pull address (default %2$s);\n"
-"                      ip:port, [ip6]:port or :port; port 0 picks a free one\n"
+"                      ip:port, [ip6]:port or :port; port 0 picks a free one; an\n"
+"                      address given without a port takes port 7000\n"
 "  --control-bind ADDR TCP address of the control channel (generations) (default: the\n"
-"                      --bind address with the next port, 7001; port 0 when --bind's is 0)\n"
-"  --advertise ADDR    address other agents should use for us (default: the bind\n"
-"                      address, or the first non-loopback interface when bound to 0.0.0.0)\n"
+"                      --bind address with the next port, 7001; port 0 when --bind's is 0);\n"
+"                      the port is required\n"
+"  --advertise ADDR    address other agents should use for us, ip:port, port required\n"
+"                      (default: the bind address, or the first non-loopback interface\n"
+"                      when bound to 0.0.0.0)\n"
 "  --join SEEDS        host:port[,host:port...] of agents already running; a host may\n"
 "                      be a DNS name with many addresses (default port 7000). Retried\n"
 "                      with backoff until one answers. Omit on the first node.\n"
 "  --name NAME         member name shown in status and logs (default: the hostname)\n"
 "  --role ROLE         worker (default) or observer (never becomes controller)\n"
-"  --tags K=V,...      free-form tags gossiped with this member (default none)\n"
+"  --tags K=V,...      free-form tags gossiped with this member, each KEY=VALUE with a\n"
+"                      non-empty KEY (default none); a bare word is refused\n"
 "  --data-dir DIR      node id, generation, peers, job.yaml, admin socket (default %3$s)\n"
 "  --config FILE       YAML job file; see `%1$s config` for every key and default\n"
 "  --set SECTION.KEY=VALUE\n"
 "                      override one job-file key; repeatable; applied after --config\n"
 "  --key-file FILE     cluster key: seal and authenticate all gossip (strongly advised)\n"
 "  --log-level LEVEL   debug | info | warn | error (default info; logging.level)\n"
-"  --log-format FMT    text | json (default text; logging.format)\n"
+"  --log-format FMT    text | json (default text; logging.format); json lines carry\n"
+"                      node, job, event and, where they apply, generation, world, step,\n"
+"                      loss and steps_per_s as fields\n"
 "  --resume-from CKPT  on a cold start (no live state anywhere), load this checkpoint of\n"
 "                      checkpoint.dir: a step number, step-S.gen-G, a path to a step\n"
 "                      directory, or latest; a checkpoint that does not verify is an\n"
 "                      error, not a fallback. Give it to every agent. Default: the\n"
 "                      newest complete one (checkpoint.resume_from_last)\n"
-"  -h, --help          this help\n"
-"\n"
+"  -h, --help          this help\n",
+          prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);
+}
+
+static void usage_client(FILE *f) {
+  fprintf(f,
 "Flags of `status` and `drain`:\n"
-"  --data-dir DIR      the running agent's data dir (default %3$s)\n"
+"  --data-dir DIR      the running agent's data dir (default %1$s)\n"
 "  --socket PATH       its admin socket instead (default DIR/admin.sock)\n"
 "  --json              (status) print the raw JSON document\n"
-"\n"
+"  -h, --help          this help\n",
+          EA__DEFAULT_DATA_DIR);
+}
+
+static void usage_worker(FILE *f) {
+  fprintf(f,
 "Flags of `worker`:\n"
 "  --ipc-fd N          the agent's end of the IPC socketpair (the agent passes 3)\n"
 "  --config FILE       the job file (the agent passes DATA-DIR/job.yaml, its effective\n"
 "                      configuration with every --set applied)\n"
-"\n"
+"  -h, --help          this help\n");
+}
+
+static void usage_config(FILE *f) {
+  fprintf(f,
+"Flags of `config`:\n"
+"  --config FILE       the job file to load (default: none, the built-in defaults)\n"
+"  --set SECTION.KEY=VALUE\n"
+"                      override one key; repeatable; applied after --config\n"
+"  -h, --help          this help\n"
+"Prints the effective configuration as a commented job file; a bad file exits 1\n"
+"with every problem it has, one `FILE:LINE: key: problem` line each.\n");
+}
+
+static void usage_keygen(FILE *f) {
+  fprintf(f,
+"Usage: %1$s keygen [FILE]\n"
+"  Make a cluster key (64 hex characters): to stdout, or to FILE, created mode 0600\n"
+"  and never overwritten. Copy it to every node and pass --key-file FILE.\n",
+          prog);
+}
+
+static void usage_tail(FILE *f) {
+  fprintf(f,
 "Examples:\n"
 "  %1$s keygen /etc/elastic-agent/cluster.key        # once; copy to every node\n"
 "  %1$s run --key-file /etc/elastic-agent/cluster.key                       # first node\n"
@@ -105,7 +150,31 @@ static void usage(FILE *f) {
 "runtime.rendezvous_timeout_seconds), stops its workers, leaves the cluster (shown\n"
 "as `left`, not `dead`) and exits 0; a second signal skips the drain.\n"
 "Exit status 2 means a bad flag or value.\n",
-          prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);
+          prog);
+}
+
+static void usage(FILE *f) {
+  usage_commands(f);
+  fputc('\n', f);
+  usage_run(f);
+  fputc('\n', f);
+  usage_client(f);
+  fputc('\n', f);
+  usage_worker(f);
+  fputc('\n', f);
+  usage_config(f);
+  fputc('\n', f);
+  usage_tail(f);
+}
+
+/* `elastic-agent` alone: it used to start an agent on 0.0.0.0:7000, which
+ * nobody typing the bare name means. */
+static void usage_short(FILE *f) {
+  fprintf(f,
+"Usage: %1$s COMMAND [FLAGS]   (run, status, drain, worker, ckpt, keygen, config, version)\n"
+"       %1$s [run] --join SEEDS [FLAGS]   run the agent; any flag alone means run\n"
+"Try '%1$s --help' for everything, or '%1$s COMMAND --help' for one command.\n",
+          prog);
 }
 // clang-format on
 
@@ -179,6 +248,32 @@ static int check_seeds(const char *s) {
   return 0;
 }
 
+/* "ip:port", "[ip6]:port", ":port" have one; "ip", "[ip6]", "::1" do not. */
+static bool has_port(const char *s) {
+  const char *colon = strrchr(s, ':');
+  if (!colon || !colon[1]) return false;
+  if (s[0] == '[') return colon > s && colon[-1] == ']';
+  return strchr(s, ':') == colon; /* a bare IPv6 address has several */
+}
+
+/* --tags K=V,...: each item a KEY=VALUE with a non-empty KEY.  A bare word
+ * is refused rather than guessed (a key with no value? a value of which
+ * key?); "k=" is a key with an empty value. */
+static int check_tags(const char *s) {
+  const char *p = s;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    const char *eq = memchr(p, '=', n);
+    if (!eq || eq == p)
+      return usage_error(
+          "--tags: '%.*s' is not KEY=VALUE (want k=v[,k=v...], e.g. "
+          "--tags rack=r1,gpu=h100)",
+          (int)n, p);
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
 /* ---- run --------------------------------------------------------------------- */
 
 enum {
@@ -224,10 +319,13 @@ static const struct option run_opts[] = {
  * code 0, 1 (bad file) or 2 (bad flag value). */
 static int build_config(ea_config *cfg, const char *config_path, char **sets, int nsets,
                         const char *log_level, const char *log_format) {
-  char err[1024];
+  static char err[16384]; /* every problem of a job file, a line each */
   ea_config_default(cfg);
   if (config_path && *config_path && ea_config_load(cfg, config_path, err, sizeof err) < 0) {
-    fprintf(stderr, "%s: %s\n", prog, err);
+    for (char *line = err, *nl; line; line = nl ? nl + 1 : NULL) {
+      nl = strchr(line, '\n');
+      fprintf(stderr, "%s: %.*s\n", prog, nl ? (int)(nl - line) : (int)strlen(line), line);
+    }
     return 1;
   }
   for (int i = 0; i < nsets; i++) {
@@ -246,6 +344,34 @@ static int build_config(ea_config *cfg, const char *config_path, char **sets, in
     return usage_error("--log-format: %s", err + (strncmp(err, strip, 7) == 0 ? 7 : 0));
   if (ea_config_validate(cfg, err, sizeof err) < 0) {
     fprintf(stderr, "%s: %s\n", prog, err);
+    return 1;
+  }
+  return 0;
+}
+
+/* logging.file, else logging.dir/NAME.log (the directory created), else
+ * stderr.  0, or 1 with the reason printed. */
+static int setup_logging(const ea_config *cfg, const char *name) {
+  char path[EA_PATH_MAX + 80];
+  const char *file = cfg->logging.file;
+  if (!file[0] && cfg->logging.dir[0]) {
+    snprintf(path, sizeof path, "%s", cfg->logging.dir);
+    for (char *p = path + 1;; p++) { /* mkdir -p */
+      char c = *p;
+      if (c && c != '/') continue;
+      *p = 0;
+      if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: logging.dir: cannot create %s: %s\n", prog, path, strerror(errno));
+        return 1;
+      }
+      *p = c;
+      if (!c) break;
+    }
+    snprintf(path, sizeof path, "%s/%s.log", cfg->logging.dir, name);
+    file = path;
+  }
+  if (ea_log_setup(cfg->logging.level, cfg->logging.format, file) < 0) {
+    fprintf(stderr, "%s: cannot set up logging to '%s'\n", prog, file[0] ? file : "stderr");
     return 1;
   }
   return 0;
@@ -309,7 +435,8 @@ static int cmd_run(int argc, char **argv) {
         log_format = optarg;
         break;
       case 'h':
-        usage(stdout);
+        fprintf(stdout, "Usage: %s [run] [FLAGS] [-- PROGRAM ARG...]\n\n", prog);
+        usage_run(stdout);
         free(sets);
         return 0;
       default:
@@ -329,6 +456,15 @@ static int cmd_run(int argc, char **argv) {
   ea_addr probe;
   if (rc == 0 && ea_addr_parse(o.bind, 7000, &probe) < 0)
     rc = usage_error("--bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)", o.bind);
+  /* Port 0 (a free one) is explicit; a left-out port would silently mean
+   * it here, and a random port is not what someone naming an address wants. */
+  if (rc == 0 && o.control_bind[0] && !has_port(o.control_bind))
+    rc = usage_error("--control-bind: '%s' has no port (want ip:port; port 0 picks a free one)",
+                     o.control_bind);
+  if (rc == 0 && o.advertise[0] && !has_port(o.advertise))
+    rc = usage_error("--advertise: '%s' has no port (want the ip:port others reach us at)",
+                     o.advertise);
+  if (rc == 0 && o.tags[0]) rc = check_tags(o.tags);
   if (rc == 0 && o.control_bind[0] && ea_addr_parse(o.control_bind, 0, &probe) < 0)
     rc = usage_error("--control-bind: cannot parse '%s' (want ip:port, [ip6]:port or :port)",
                      o.control_bind);
@@ -342,11 +478,7 @@ static int cmd_run(int argc, char **argv) {
   if (rc == 0) rc = build_config(&o.cfg, o.config_path, sets, nsets, log_level, log_format);
   free(sets);
   if (rc != 0) return rc;
-  if (ea_log_setup(o.cfg.logging.level, o.cfg.logging.format, o.cfg.logging.file) < 0) {
-    fprintf(stderr, "%s: cannot set up logging to '%s'\n", prog,
-            o.cfg.logging.file[0] ? o.cfg.logging.file : "stderr");
-    return 1;
-  }
+  if (setup_logging(&o.cfg, o.name)) return 1;
   ea_log_set_node(o.name);
   return ea__agent_run(&o);
 }
@@ -430,37 +562,42 @@ static void print_checkpoint(const ea__json *j) {
 #define K(name) (snprintf(k, sizeof k, "%s%s", c, name), k)
   if (!ea__json_get(j, "checkpoint")) return;
   if (ea__json_num(j, K("enabled"), 0))
-    printf("checkpoint: every %s steps to %s (keep %s, busy %s)", ea__json_str(j, K("interval"), "?"),
-           ea__json_str(j, K("dir"), "?"), ea__json_str(j, K("keep_last"), "?"),
-           ea__json_str(j, K("busy_policy"), "?"));
+    printf("checkpoint: every %s steps to %s (keep %s, busy %s)",
+           ea__json_str(j, K("interval"), "?"), ea__json_str(j, K("dir"), "?"),
+           ea__json_str(j, K("keep_last"), "?"), ea__json_str(j, K("busy_policy"), "?"));
   else
-    printf("checkpoint: off (checkpoint.save_interval_steps 0), dir %s", ea__json_str(j, K("dir"), "?"));
+    printf("checkpoint: off (checkpoint.save_interval_steps 0), dir %s",
+           ea__json_str(j, K("dir"), "?"));
   printf("; latest %s\n", or_dash(j, K("latest")));
-  printf(
-      "            committed %s, started %s, failed %s, skipped %s, stale %s, in flight %s%s\n",
-      ea__json_str(j, K("committed"), "?"), ea__json_str(j, K("started"), "?"),
-      ea__json_str(j, K("failed"), "?"), ea__json_str(j, K("skipped"), "?"),
-      ea__json_str(j, K("stale"), "?"), ea__json_str(j, K("in_flight"), "?"),
-      ea__json_num(j, K("controller"), 0) ? " (this node commits)" : "");
+  printf("            committed %s, started %s, failed %s, skipped %s, stale %s, in flight %s%s\n",
+         ea__json_str(j, K("committed"), "?"), ea__json_str(j, K("started"), "?"),
+         ea__json_str(j, K("failed"), "?"), ea__json_str(j, K("skipped"), "?"),
+         ea__json_str(j, K("stale"), "?"), ea__json_str(j, K("in_flight"), "?"),
+         ea__json_num(j, K("controller"), 0) ? " (this node commits)" : "");
   if (ea__json_num(j, K("committed"), 0) > 0)
-    printf("            last commit step %s gen %s: %s in %.3f s (slowest shard %.1f ms, commit %.1f "
-           "ms), stall %s us\n",
-           or_dash(j, K("last_step")), or_dash(j, K("last_gen")),
-           human_bytes(ea__json_num(j, K("bytes"), 0) / ea__json_num(j, K("committed"), 1), b1,
-                       sizeof b1),
-           ea__json_num(j, K("last_persist_s"), 0), ea__json_num(j, K("last_write_ms"), 0),
-           ea__json_num(j, K("last_commit_ms"), 0), ea__json_str(j, K("last_stall_us"), "?"));
-  printf("            shards here: written %s (%s), failed %s, skipped %s; last write %.1f ms, stall %s "
-         "us\n",
-         ea__json_str(j, K("shards.written"), "?"),
-         human_bytes(ea__json_num(j, K("shards.bytes"), 0), b2, sizeof b2),
-         ea__json_str(j, K("shards.failed"), "?"), ea__json_str(j, K("shards.skipped"), "?"),
-         ea__json_num(j, K("shards.last_write_ms"), 0), ea__json_str(j, K("shards.last_stall_us"), "?"));
+    printf(
+        "            last commit step %s gen %s: %s in %.3f s (slowest shard %.1f ms, commit %.1f "
+        "ms), stall %s us\n",
+        or_dash(j, K("last_step")), or_dash(j, K("last_gen")),
+        human_bytes(ea__json_num(j, K("bytes"), 0) / ea__json_num(j, K("committed"), 1), b1,
+                    sizeof b1),
+        ea__json_num(j, K("last_persist_s"), 0), ea__json_num(j, K("last_write_ms"), 0),
+        ea__json_num(j, K("last_commit_ms"), 0), ea__json_str(j, K("last_stall_us"), "?"));
+  printf(
+      "            shards here: written %s (%s), failed %s, skipped %s; last write %.1f ms, stall "
+      "%s "
+      "us\n",
+      ea__json_str(j, K("shards.written"), "?"),
+      human_bytes(ea__json_num(j, K("shards.bytes"), 0), b2, sizeof b2),
+      ea__json_str(j, K("shards.failed"), "?"), ea__json_str(j, K("shards.skipped"), "?"),
+      ea__json_num(j, K("shards.last_write_ms"), 0),
+      ea__json_str(j, K("shards.last_stall_us"), "?"));
   const ea__json *r = ea__json_get(j, K("resumed"));
   if (r && r->type == EA__J_OBJ)
     printf("            resumed from %s: step %s, digest %s, %s fallback(s)%s%s\n",
-           ea__json_str(r, "name", "?"), ea__json_str(r, "step", "?"), ea__json_str(r, "digest", "?"),
-           ea__json_str(r, "fallbacks", "?"), ea__json_num(r, "fallbacks", 0) ? ": " : "",
+           ea__json_str(r, "name", "?"), ea__json_str(r, "step", "?"),
+           ea__json_str(r, "digest", "?"), ea__json_str(r, "fallbacks", "?"),
+           ea__json_num(r, "fallbacks", 0) ? ": " : "",
            ea__json_num(r, "fallbacks", 0) ? ea__json_str(r, "why", "") : "");
   const char *e = ea__json_str(j, K("last_error"), "");
   if (*e) printf("            last error: %s\n", e);
@@ -493,10 +630,11 @@ static void print_job(const ea__json *j) {
            ea__json_str(f, "message", ""));
   }
   if (ea__json_num(j, "job.churn.count", 0) >= 2)
-    printf("            churn: %s generations in a row failed soon after their commit (%s); next "
-           "waits %s ms\n",
-           ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
-           ea__json_str(j, "job.churn.wait_ms", "?"));
+    printf(
+        "            churn: %s generations in a row failed soon after their commit (%s); next "
+        "waits %s ms\n",
+        ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
+        ea__json_str(j, "job.churn.wait_ms", "?"));
 }
 
 static void print_status(const ea__json *j) {
@@ -611,7 +749,18 @@ static int cmd_client(int argc, char **argv, bool drain) {
         json = true;
         break;
       case 'h':
-        usage(stdout);
+        if (drain)
+          printf(
+              "Usage: %s drain NAME [--data-dir D | --socket PATH]\n"
+              "  Re-form the job without member NAME, which then stops its workers, leaves\n"
+              "  the cluster and exits 0.\n\n",
+              prog);
+        else
+          printf(
+              "Usage: %s status [--data-dir D | --socket PATH] [--json]\n"
+              "  Members, controller, generation, workers and counters of a running agent.\n\n",
+              prog);
+        usage_client(stdout);
         return 0;
       default:
         rc = bad_option(argv, optopt, opts);
@@ -704,7 +853,11 @@ static int cmd_worker(int argc, char **argv) {
         path = optarg;
         break;
       case 'h':
-        usage(stdout);
+        printf(
+            "Usage: %s worker --ipc-fd N [--config F]\n"
+            "  One training worker; the agent starts these (not for people).\n\n",
+            prog);
+        usage_worker(stdout);
         return 0;
       default:
         rc = bad_option(argv, optopt, opts);
@@ -718,13 +871,10 @@ static int cmd_worker(int argc, char **argv) {
   static ea_config cfg;
   rc = build_config(&cfg, path, NULL, 0, NULL, NULL);
   if (rc) return rc;
-  if (ea_log_setup(cfg.logging.level, cfg.logging.format, cfg.logging.file) < 0) {
-    fprintf(stderr, "%s: cannot set up logging to '%s'\n", prog,
-            cfg.logging.file[0] ? cfg.logging.file : "stderr");
-    return 1;
-  }
-  /* "n2/w0": the node the agent runs as, and which of its workers. */
+  /* "n2/w0": the node the agent runs as, and which of its workers.  With
+   * logging.dir they append to their node's file. */
   const char *node = getenv("EA_NODE_NAME"), *lr = getenv("EA_LOCAL_RANK");
+  if (setup_logging(&cfg, node && *node ? node : "worker")) return 1;
   char tag[EA_NAME_MAX + 16];
   snprintf(tag, sizeof tag, "%s/w%s", node && *node ? node : "worker", lr && *lr ? lr : "0");
   ea_log_set_node(tag);
@@ -754,11 +904,12 @@ static int cmd_ckpt(int argc, char **argv) {
 /* ---- keygen, config, version ------------------------------------------------- */
 
 static int cmd_keygen(int argc, char **argv) {
-  if (argc > 2) return usage_error("keygen: takes at most one FILE");
-  if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    usage(stdout);
-    return 0;
-  }
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage_keygen(stdout);
+      return 0;
+    }
+  if (argc > 2) return usage_error("keygen: unexpected argument '%s' (takes one FILE)", argv[2]);
   if (argc == 2 && argv[1][0] == '-') return usage_error("keygen: unknown option '%s'", argv[1]);
   uint8_t key[EA_KEY_BYTES];
   if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key) {
@@ -818,7 +969,8 @@ static int cmd_config(int argc, char **argv) {
         sets[nsets++] = optarg;
         break;
       case 'h':
-        usage(stdout);
+        printf("Usage: %s config [--config F] [--set SECTION.KEY=VALUE]...\n\n", prog);
+        usage_config(stdout);
         free(sets);
         return 0;
       default:
@@ -854,12 +1006,16 @@ static int cmd_config(int argc, char **argv) {
 int main(int argc, char **argv) {
   /* A peer closing a socket must be an error return, not a fatal signal. */
   signal(SIGPIPE, SIG_IGN);
-  if (argc < 2 || argv[1][0] == '-') {
-    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+  if (argc < 2) {
+    usage_short(stderr);
+    return EXIT_USAGE;
+  }
+  if (argv[1][0] == '-') {
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
       usage(stdout);
       return 0;
     }
-    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+    if (strcmp(argv[1], "--version") == 0) {
       printf("elastic-agent %s\n", EA_VERSION);
       return 0;
     }
@@ -874,10 +1030,20 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
   if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0) {
+    if (argc > 2 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
+      printf("Usage: %s version\n  Print the version (also: %s --version).\n", prog, prog);
+      return 0;
+    }
+    if (argc > 2) return usage_error("version: unexpected argument '%s'", argv[2]);
     printf("elastic-agent %s\n", EA_VERSION);
     return 0;
   }
   if (strcmp(cmd, "help") == 0) {
+    if (argc > 3) return usage_error("help: unexpected argument '%s'", argv[3]);
+    if (argc == 3 && strcmp(argv[2], "help") != 0) {
+      /* `help CMD` is `CMD --help` */
+      return main(3, (char *[]){argv[0], argv[2], "--help", NULL});
+    }
     usage(stdout);
     return 0;
   }

@@ -361,6 +361,8 @@ struct ea__agent_mx {
   /* stalls */
   bool stalled;
   uint64_t stalled_gen, stalled_since_ms;
+  uint64_t health_ms; /* last stall check (runtime.health_check_interval_seconds) */
+  uint64_t export_ms; /* last `metrics` line (observability.metrics_export_interval_seconds) */
   /* the newest checkpoint known and when we learned of it */
   bool ck_have;
   uint64_t ck_step, ck_gen;
@@ -446,7 +448,12 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
   bool expected = training_expected(a);
   uint64_t since = quiet_since_ms(a, mx);
   bool stalled = expected && now >= since && now - since >= limit_ms;
-  if (stalled && (!mx->stalled || mx->stalled_gen != a->run.g64)) {
+  /* runtime.health_check_interval_seconds: the verdict changes only on a
+   * check; 0 checks at every sample. */
+  uint64_t every_ms = (uint64_t)a->o->cfg.runtime.health_check_interval_seconds * 1000u;
+  bool check = every_ms == 0 || now - mx->health_ms >= every_ms;
+  if (check) mx->health_ms = now;
+  if (check && stalled && (!mx->stalled || mx->stalled_gen != a->run.g64)) {
     char g[48];
     ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
     mx->stalled = true;
@@ -459,7 +466,7 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
            "(runtime.stall_timeout_seconds %u); /readyz fails until training moves",
            g, a->run.world, step, (double)(now - since) / 1000.0,
            a->o->cfg.runtime.stall_timeout_seconds);
-  } else if (!stalled && mx->stalled) {
+  } else if (check && !stalled && mx->stalled) {
     mx->stalled = false;
     ea_log(EA_LOG_INFO, "alert", "stalled resolved after %.1f s: %s",
            (double)(now - mx->stalled_since_ms) / 1000.0,
@@ -615,11 +622,29 @@ static void on_tick(uv_timer_t *h) {
   struct ea__agent_mx *mx = h->data;
   ea__agent *a = mx->a;
   if (a->phase == EA__PHASE_CLOSING || !a->tr || !a->rdzv) return;
-  progress_update(a, mx, ea__agent_mono_ms());
-  if (mx->http) {
-    ea__mx_snap *s = snapshot(a, mx);
-    if (s) ea__http_publish(mx->http, s);
+  uint64_t now = ea__agent_mono_ms();
+  progress_update(a, mx, now);
+  /* observability.metrics_export_interval_seconds: the same snapshot as a
+   * log line, for jobs shipped by log rather than scraped. */
+  uint64_t every_ms = (uint64_t)a->o->cfg.observability.metrics_export_interval_seconds * 1000u;
+  bool export = every_ms && now - mx->export_ms >= every_ms;
+  if (!mx->http && !export) return;
+  ea__mx_snap *s = snapshot(a, mx);
+  if (!s) return;
+  if (export) {
+    mx->export_ms = now;
+    ea_logkv(EA_LOG_INFO, "metrics",
+             (ea_log_kv[]){EA_KV_U("generation", s->generation), EA_KV_U("world", s->world),
+                           EA_KV_U("step", s->step), EA_KV_F("loss", s->has_loss ? s->loss : NAN),
+                           EA_KV_F("steps_per_s", s->steps_per_s),
+                           EA_KV_U("checkpoints_committed", s->ck_committed)},
+             6, "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
+             s->generation, s->world, s->step, s->has_loss ? s->loss : NAN, s->steps_per_s);
   }
+  if (mx->http)
+    ea__http_publish(mx->http, s);
+  else
+    free(s);
 }
 
 int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {

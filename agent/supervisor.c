@@ -5,8 +5,8 @@
  * fastest failure signal), a poll handle on the agent's end of the
  * SOCK_SEQPACKET socketpair (one packet = one message, read with
  * non-blocking recvmsg: a CKPT_STAGED brings its staging memfd along, lent
- * to on_message in m->fd and closed once the callback returns), and a timer for the STOP → SIGTERM → SIGKILL ladder.
- * A record is created per spawn and freed only when all three handles have
+ * to on_message in m->fd and closed once the callback returns), and a timer for the STOP → SIGTERM
+ * → SIGKILL ladder. A record is created per spawn and freed only when all three handles have
  * closed, so a slot can be restarted from inside on_exit while the old
  * record is still closing — libuv's rule that handle memory lives until its
  * close callback is kept by construction, not by care at each call site.
@@ -73,7 +73,7 @@ struct wk {
   int open; /* handles initialised and not yet closed */
   bool poll_on, exited, stopping;
   bool detached; /* out of its slot: exit reported already, or never (start failed) */
-  int stage; /* 0 STOP sent, 1 SIGTERM sent, 2 SIGKILL sent */
+  int stage;     /* 0 STOP sent, 1 SIGTERM sent, 2 SIGKILL sent */
   int pid;
 };
 
@@ -460,7 +460,9 @@ int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp) {
     w->pid = w->proc.pid;
     s->slot[idx] = w;
     ea_log(EA_LOG_INFO, "worker", "worker %u started pid=%d (%s)", idx, w->pid,
-           s->argv ? s->argv[0] : s->command ? s->command : "built-in");
+           s->argv      ? s->argv[0]
+           : s->command ? s->command
+                        : "built-in");
   } else if (rc == 0) {
     w->pid = w->proc.pid;
     rc = uv_poll_init(s->loop, &w->poll, w->fd);

@@ -87,8 +87,11 @@ static void order_prepare(ea__agent *a, const ea_rdzv_order *o) {
   a->prep.at_ms = ea__agent_mono_ms();
   a->run.active = false;
   ea__agent_stall(a, "a new generation");
-  ea_log(EA_LOG_INFO, "generation", "prepare gen=%s world=%u ranks=%u-%u", g, o->world,
-         o->rank_base, o->rank_base + o->wpn - 1);
+  ea_logkv(EA_LOG_INFO, "generation",
+           (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(a->prep.g64)),
+                         EA_KV_U("world", o->world)},
+           2, "prepare gen=%s world=%u ranks=%u-%u", g, o->world, o->rank_base,
+           o->rank_base + o->wpn - 1);
   if (a->job) ea__job_local_done(a->job, 0, 0);
   if (a->launch) {
     ea__agent_restart_prepare(a, o);
@@ -213,12 +216,15 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
     snprintf(sync, sizeof sync, "none (no live state): resume %.30s", resume);
   else
     snprintf(sync, sizeof sync, "none (no live state)");
-  ea_log(EA_LOG_INFO, "generation",
-         "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
-         " stalled_ms=%" PRIu64 "%s%s",
-         g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
-         a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
-         a->stall_ms ? a->stall_why : "");
+  ea_logkv(EA_LOG_INFO, "generation",
+           (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(a->run.g64)),
+                         EA_KV_U("world", p->world), EA_KV_U("formation_ms", a->last_formation_ms)},
+           3,
+           "committed gen=%s world=%u nodes=%s ranks=%u-%u sync=%s formation_ms=%" PRIu64
+           " stalled_ms=%" PRIu64 "%s%s",
+           g, p->world, names, a->run.rank_base, a->run.rank_base + a->wpn - 1, sync,
+           a->last_formation_ms, a->last_stall_ms, a->stall_ms ? " after=" : "",
+           a->stall_ms ? a->stall_why : "");
 }
 
 static void order_pause(ea__agent *a, const char *why) {
@@ -292,16 +298,37 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
     }
     a->stall_ms = 0;
   }
+  /* observability.alert_on_nan: once per run of non-finite losses (the
+   * trainer keeps reporting them every step), again after a finite one. */
+  if (!isfinite(m->loss) && !a->nan_alerted && a->o->cfg.observability.alert_on_nan) {
+    a->nan_alerted = true;
+    ea__agent_alert_count(a, EA__ALERT_LOSS_NAN);
+    ea_logkv(
+        EA_LOG_ERROR, "alert",
+        (ea_log_kv[]){EA_KV_S("alert", "loss_nan"),
+                      EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)), EA_KV_U("step", m->step),
+                      EA_KV_U("rank", a->run.rank_base + k), EA_KV_F("loss", m->loss)},
+        5, "loss_nan gen=%" PRIu64 " step=%" PRIu64 " rank=%u loss=%f: training diverged",
+        ea_rdzv_gen64_term(m->gen), m->step, a->run.rank_base + k, m->loss);
+  } else if (isfinite(m->loss) && a->nan_alerted && k == 0) {
+    a->nan_alerted = false;
+    ea_log(EA_LOG_INFO, "alert", "loss_nan resolved at step %" PRIu64, m->step);
+  }
   uint64_t now = ea__agent_now_ms(a);
-  if (k == 0 && now - a->progress_ms >= PROGRESS_INTERVAL_MS) {
+  /* logging.metrics_interval_steps: every N steps; 0: every
+   * PROGRESS_INTERVAL_MS. */
+  uint32_t every = a->o->cfg.logging.metrics_interval_steps;
+  if (k == 0 && (every ? m->step % every == 0 : now - a->progress_ms >= PROGRESS_INTERVAL_MS)) {
     double rate =
         a->progress_ms && m->step > a->progress_step
             ? (double)(m->step - a->progress_step) * 1000.0 / (double)(now - a->progress_ms)
             : 0.0;
-    ea_log(EA_LOG_INFO, "progress",
-           "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
-           ea_rdzv_gen64_term(m->gen),
-           a->run.world, m->step, m->loss, rate);
+    ea_logkv(EA_LOG_INFO, "progress",
+             (ea_log_kv[]){EA_KV_U("generation", ea_rdzv_gen64_term(m->gen)),
+                           EA_KV_U("world", a->run.world), EA_KV_U("step", m->step),
+                           EA_KV_F("loss", m->loss), EA_KV_F("steps_per_s", rate)},
+             5, "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
+             ea_rdzv_gen64_term(m->gen), a->run.world, m->step, m->loss, rate);
     a->progress_ms = now;
     a->progress_step = m->step;
   }

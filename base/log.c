@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -64,7 +65,8 @@ static size_t json_escape(char *out, size_t cap, size_t pos, const char *s) {
   return pos;
 }
 
-void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap) {
+static void vlog_kv(ea_log_level level, const char *event, const ea_log_kv *kv, unsigned nkv,
+                    const char *fmt, va_list ap) {
   if (level < g_level) return;
   char msg[1024], line[2300], ts[40];
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -83,7 +85,31 @@ void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap)
       pos += (size_t)snprintf(line + pos, sizeof line - pos, "\",\"job\":\"");
       pos = json_escape(line, sizeof line, pos, g_job);
     }
-    pos += (size_t)snprintf(line + pos, sizeof line - pos, "\",\"event\":\"%s\",\"msg\":\"", event);
+    pos += (size_t)snprintf(line + pos, sizeof line - pos, "\",\"event\":\"%s\"", event);
+    for (unsigned i = 0; i < nkv && pos + 64 < sizeof line; i++) {
+      const ea_log_kv *f = &kv[i];
+      pos += (size_t)snprintf(line + pos, sizeof line - pos, ",\"%s\":", f->key);
+      switch (f->type) {
+        case 'u':
+          pos += (size_t)snprintf(line + pos, sizeof line - pos, "%llu", f->v.u);
+          break;
+        case 'i':
+          pos += (size_t)snprintf(line + pos, sizeof line - pos, "%lld", f->v.i);
+          break;
+        case 'f':
+          /* %.17g reads back as the same double; JSON has no NaN or inf. */
+          pos +=
+              (size_t)(isfinite(f->v.f) ? snprintf(line + pos, sizeof line - pos, "%.17g", f->v.f)
+                                        : snprintf(line + pos, sizeof line - pos, "null"));
+          break;
+        default:
+          line[pos++] = '"';
+          pos = json_escape(line, sizeof line, pos, f->v.s ? f->v.s : "");
+          line[pos++] = '"';
+          break;
+      }
+    }
+    pos += (size_t)snprintf(line + pos, sizeof line - pos, ",\"msg\":\"");
     pos = json_escape(line, sizeof line, pos, msg);
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\"}\n");
   } else {
@@ -93,6 +119,18 @@ void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap)
   if (pos >= sizeof line) pos = sizeof line - 1, line[pos - 1] = '\n';
   ssize_t w = write(g_fd, line, pos);
   (void)w; /* nowhere left to report a failed log write */
+}
+
+void ea_vlog(ea_log_level level, const char *event, const char *fmt, va_list ap) {
+  vlog_kv(level, event, NULL, 0, fmt, ap);
+}
+
+void ea_logkv(ea_log_level level, const char *event, const ea_log_kv *kv, unsigned n,
+              const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog_kv(level, event, kv, n, fmt, ap);
+  va_end(ap);
 }
 
 void ea_log(ea_log_level level, const char *event, const char *fmt, ...) {

@@ -4,7 +4,9 @@
  * YAML file; command-line flags are applied after it by agent/main.c.
  * Unknown keys and bad values are errors of the form
  *     job.yaml:12: membership.probe_interval_ms: expected an integer ≥ 10
- * written into the caller's err buffer.
+ * written into the caller's err buffer, one line per problem: a file's every
+ * problem is reported at once.  Some keys have a second documented name,
+ * the deployment guide's (compute.worker_nodes = compute.max_nodes, …).
  *
  * Sections follow an operator's training job file: experiment, compute,
  * distributed, checkpoint, logging, runtime, membership, observability,
@@ -24,62 +26,69 @@
 
 typedef struct {
   struct {
-    char name[64];               /* experiment.name: "default" */
-    uint64_t seed;               /* experiment.seed: 1234 */
+    char name[64]; /* experiment.name: "default" */
+    uint64_t seed; /* experiment.seed: 1234 */
   } experiment;
   struct {
-    uint32_t min_nodes;          /* 1 */
-    uint32_t max_nodes;          /* 64 */
-    uint32_t workers_per_node;   /* 1 */
+    uint32_t min_nodes;               /* 1 */
+    uint32_t max_nodes;               /* 64 (also named worker_nodes) */
+    uint32_t workers_per_node;        /* 1 (also named accelerators_per_worker) */
     char worker_command[EA_PATH_MAX]; /* "" = built-in trainer */
-    char protocol[16];           /* "auto" | "builtin" | "torchrun" | "library" */
+    char protocol[16];                /* "auto" | "builtin" | "torchrun" | "library" */
   } compute;
   struct {
-    char backend[16];            /* "auto" | "tcp" | "nccl" */
-    uint32_t global_batch;       /* samples per step, all ranks together: 64 */
-    uint32_t micro_batch;        /* samples per forward/backward: 16 */
+    char backend[16];                       /* "auto" | "tcp" | "nccl" */
+    char strategy[32];                      /* "collective_data_parallel", the only one */
+    uint32_t global_batch;                  /* samples per step, all ranks together: 64 */
+    uint32_t micro_batch;                   /* samples per forward/backward: 16 */
+    uint32_t gradient_accumulation_steps;   /* passes per step per rank; 0 = by micro_batch */
     uint32_t communication_timeout_seconds; /* 10 */
-    char quorum[16];             /* "majority" | "none" */
-    uint32_t scale_up_delay_ms;  /* batch joiners: 2000 */
+    char quorum[16];                        /* "majority" | "none" */
+    uint32_t scale_up_delay_ms;             /* batch joiners: 2000 */
   } distributed;
   struct {
-    char dir[EA_PATH_MAX];       /* "" = <data_dir>/checkpoints */
-    uint32_t save_interval_steps;/* 0 = off; default 100 */
-    bool resume_from_last;       /* true */
-    uint32_t keep_last;          /* 3 */
-    char verify_on_resume[8];    /* "full" | "size" */
-    char busy_policy[8];         /* "wait" | "skip" */
+    char dir[EA_PATH_MAX];        /* "" = <data_dir>/checkpoints (also storage_uri) */
+    uint32_t save_interval_steps; /* 0 = off; default 100 */
+    bool resume_from_last;        /* true */
+    uint32_t keep_last;           /* 3 (also keep_last_checkpoints) */
+    char verify_on_resume[8];     /* "full" | "size" */
+    char busy_policy[8];          /* "wait" | "skip" */
   } checkpoint;
   struct {
-    char level[8];               /* "debug" | "info" | "warn" | "error" */
-    char format[8];              /* "text" | "json" */
-    char file[EA_PATH_MAX];      /* "" = stderr */
+    char level[8];                   /* "debug" | "info" | "warn" | "error" */
+    char format[8];                  /* "text" | "json" */
+    char file[EA_PATH_MAX];          /* "" = stderr (or dir) */
+    char dir[EA_PATH_MAX];           /* "" = none; else DIR/NAME.log (also logs_uri) */
+    uint32_t metrics_interval_steps; /* progress line every N steps; 0 = every 10 s */
   } logging;
   struct {
-    uint32_t max_restarts;            /* 3 (old name: failure_retry_times) */
-    uint32_t rendezvous_timeout_seconds; /* 30 */
-    uint32_t stall_timeout_seconds;   /* a running generation with no step this long: 300 */
-    uint32_t join_retry_max_ms;       /* backoff ceiling for --join: 5000 */
-    uint32_t stop_grace_seconds;      /* SIGTERM (STOP) → SIGKILL: 5 */
-    uint32_t lost_peer_grace_ms;      /* the same when a peer died or froze: 500 */
+    uint32_t max_restarts;                  /* 3 (old name: failure_retry_times) */
+    uint32_t rendezvous_timeout_seconds;    /* 30 (also request_timeout_seconds) */
+    uint32_t stall_timeout_seconds;         /* a running generation with no step this long: 300 */
+    uint32_t health_check_interval_seconds; /* stall check cadence; 0 = every sample */
+    uint32_t join_retry_max_ms;             /* backoff ceiling for --join: 5000 */
+    uint32_t stop_grace_seconds;            /* SIGTERM (STOP) → SIGKILL: 5 */
+    uint32_t lost_peer_grace_ms;            /* the same when a peer died or froze: 500 */
   } runtime;
-  ea_swim_config membership;     /* see ea_swim_config_default */
+  ea_swim_config membership; /* see ea_swim_config_default */
   struct {
-    char metrics_listen[64];     /* "127.0.0.1:9400"; "" = off */
-    bool alert_on_nan;           /* true */
-    double straggler_factor;     /* 2.0: a rank this many × the median is a straggler */
+    char metrics_listen[64];                  /* "127.0.0.1:9400"; "" = off */
+    bool alert_on_nan;                        /* true (also alert_on_loss_nan) */
+    bool alert_on_checkpoint_failure;         /* true */
+    uint32_t metrics_export_interval_seconds; /* a `metrics` log line; 0 = off */
+    double straggler_factor; /* 2.0: a rank this many × the median is a straggler */
   } observability;
   struct {
-    char model[32];              /* "byte-mlp" */
-    char data[EA_PATH_MAX];      /* "/usr/share/common-licenses" */
-    uint32_t context;            /* bytes of context: 16 */
-    uint32_t embed_dim;          /* 24 */
-    uint32_t hidden;             /* 256 */
-    uint32_t layers;             /* hidden layers: 2 */
-    uint64_t steps;              /* 2000 */
-    double lr;                   /* 3e-3 */
-    double weight_decay;         /* 0.01 */
-    uint32_t warmup_steps;       /* 50 */
+    char model[32];         /* "byte-mlp" */
+    char data[EA_PATH_MAX]; /* "/usr/share/common-licenses" */
+    uint32_t context;       /* bytes of context: 16 */
+    uint32_t embed_dim;     /* 24 */
+    uint32_t hidden;        /* 256 */
+    uint32_t layers;        /* hidden layers: 2 */
+    uint64_t steps;         /* 2000 */
+    double lr;              /* 3e-3 */
+    double weight_decay;    /* 0.01 */
+    uint32_t warmup_steps;  /* 50 */
   } train;
   /* Not a key: which deprecated key names the file or --set used (bit i:
    * the i-th alias of the key table), for one warning at start
@@ -89,7 +98,8 @@ typedef struct {
 
 void ea_config_default(ea_config *c);
 /* Load path over *c (which should hold defaults).  Returns 0, or a negative
- * errno with a one-line message "file:line: key: problem" in err. */
+ * errno with "file:line: key: problem" in err: one line per problem found,
+ * separated by '\n' (no trailing one); lines that do not fit are left out. */
 int ea_config_load(ea_config *c, const char *path, char *err, size_t errlen);
 /* Set one key from a string, as a flag would ("membership.probe_interval_ms",
  * "200").  Same error convention, with "--set" in place of file:line. */

@@ -184,7 +184,10 @@ void ea_adamw_update(float *restrict p, const float *restrict g, float *restrict
 typedef struct {
   ea_model_dims model;
   uint32_t global_batch; /* B: samples per step, all ranks together */
-  uint32_t micro_batch;  /* rows per forward/backward within a rank */
+  uint32_t micro_batch;  /* rows per forward/backward within a rank (at most) */
+  uint32_t accum_steps;  /* 0: passes of micro_batch rows; else the rank's share of a step
+                            in this many equal passes (distributed.gradient_accumulation_steps),
+                            micro_batch then being their largest size, ⌈global_batch/accum⌉ */
   uint64_t steps;        /* schedule length (cosine reaches its floor here) */
   uint32_t warmup_steps;
   double lr;           /* peak learning rate */

@@ -337,7 +337,9 @@ static int find_id(const ea_node_id *ids, uint32_t n, const ea_node_id *id) {
   return -1;
 }
 
-static uint64_t rng_next(ea_rdzv *r) { return ea_rng_next(&r->rng); }
+static uint64_t rng_next(ea_rdzv *r) {
+  return ea_rng_next(&r->rng);
+}
 
 static int cmp_member(const void *a, const void *b) {
   return ea_node_id_cmp(&((const ea_member *)a)->id, &((const ea_member *)b)->id);
@@ -1090,9 +1092,11 @@ static void commit(ea_rdzv *r) {
   if (r->f.restart) restarts++;
   if (r->f.restart && restarts > r->cfg.max_restarts) {
     char why[EA_RDZV_REASON_MAX];
-    fmt(why, sizeof why, "restarts exhausted: a worker failed after %" PRIu64 " restart%s "
-        "(runtime.max_restarts %u): %s", restarts - 1, restarts == 2 ? "" : "s",
-        r->cfg.max_restarts, r->broken_why);
+    fmt(why, sizeof why,
+        "restarts exhausted: a worker failed after %" PRIu64
+        " restart%s "
+        "(runtime.max_restarts %u): %s",
+        restarts - 1, restarts == 2 ? "" : "s", r->cfg.max_restarts, r->broken_why);
     abandon(r);
     job_failed(r, EA_RDZV_JOB_RESTARTS, why);
     return;
@@ -1717,7 +1721,8 @@ static bool ctrl_step(ea_rdzv *r) {
       minn_have = nd;
     } else if ((restart = restart && nsurv == r->nformed) && r->now < churn_until(r)) {
       fmt(why, cap,
-          "backing off %" PRIu64 " ms before restart %u in a row of a generation that failed "
+          "backing off %" PRIu64
+          " ms before restart %u in a row of a generation that failed "
           "within %u s of its commit (%s)",
           churn_until(r) - r->now, churn_next(r), EA_RDZV_CHURN_WINDOW_MS / 1000, r->broken_why);
     } else {

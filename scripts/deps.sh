@@ -10,7 +10,7 @@ declare -A pc=(
   [libsodium]=libsodium-dev [openblas]=libopenblas-dev [jansson]=libjansson-dev
   [libmicrohttpd]=libmicrohttpd-dev
 )
-declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [curl]=curl)
+declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [clang]=clang [clang-format]=clang-format [curl]=curl)
 
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

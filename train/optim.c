@@ -195,6 +195,9 @@ int ea_train_config_from(ea_train_config *c, const ea_config *cfg, char *err, si
   c->model.layers = cfg->train.layers;
   c->global_batch = cfg->distributed.global_batch;
   c->micro_batch = cfg->distributed.micro_batch;
+  c->accum_steps = cfg->distributed.gradient_accumulation_steps;
+  /* Room for the largest pass: a world of one takes the whole batch. */
+  if (c->accum_steps) c->micro_batch = (c->global_batch + c->accum_steps - 1) / c->accum_steps;
   c->steps = cfg->train.steps;
   c->warmup_steps = cfg->train.warmup_steps;
   c->lr = cfg->train.lr;

@@ -111,9 +111,14 @@ float *ea_trainer_grad_buffer(ea_trainer *t, size_t *count) {
 
 int ea_trainer_compute(ea_trainer *t, uint32_t rank, uint32_t world) {
   if (world == 0 || rank >= world) return -EINVAL;
-  const uint32_t C = t->c.model.context, mb = t->c.micro_batch;
+  const uint32_t C = t->c.model.context;
   uint64_t begin, end;
   ea_train_rank_range(t->step, t->c.global_batch, rank, world, &begin, &end);
+  uint32_t mb = t->c.micro_batch;
+  if (t->c.accum_steps) { /* accum_steps equal passes (fewer when the share is smaller) */
+    uint64_t per = (end - begin + t->c.accum_steps - 1) / t->c.accum_steps;
+    mb = per == 0 ? 1 : per < mb ? (uint32_t)per : mb;
+  }
   ea_model_zero_grads(t->model);
   double loss = 0;
   /* Gradient accumulation: ⌈(end − begin) / micro_batch⌉ micro-batches, all

@@ -13,6 +13,14 @@
 #    lines answered with a JSON error); a second agent on the same data dir is refused; SIGTERM exits 0
 #    and removes the socket; a restart keeps the id; after SIGKILL the stale
 #    socket is replaced.
+#  - issue 13: the bare command prints a short usage and exits 2, any flag
+#    alone still runs the agent; every command has its own --help (exit 0,
+#    stdout); stray arguments are errors naming them; --tags wants
+#    KEY=VALUE; --control-bind/--advertise want a port; a gossip bind
+#    failure names the address and --bind; a job file's every problem is
+#    printed; the deployment guide's job file (file:// URIs) runs one agent
+#    to the job's end with JSON logs whose progress lines carry step, loss,
+#    generation and node as fields.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
@@ -164,6 +172,111 @@ wait_exit solo 5 || fail "solo did not die on SIGKILL"
 start_agent solo --key-file "$EA_TMP/cluster.key"
 wait_for 5 sees_alive solo 1 || fail "status after replacing a stale socket: $(ea_status solo)"
 pass "data dir 0700, socket 0600, id persisted, lock held, SIGTERM exits 0, stale socket replaced"
+
+say "the bare command, per-command help, stray arguments (issue 13)"
+RC=0
+"$EA_BIN" >"$EA_TMP/bare.out" 2>"$EA_TMP/bare.err" </dev/null || RC=$?
+assert_eq "$RC" 2 "bare elastic-agent exit status"
+[ ! -s "$EA_TMP/bare.out" ] || fail "bare elastic-agent wrote to stdout: $(cat "$EA_TMP/bare.out")"
+grep -q "^Usage: elastic-agent COMMAND" "$EA_TMP/bare.err" || fail "bare usage: $(cat "$EA_TMP/bare.err")"
+[ "$(wc -l <"$EA_TMP/bare.err")" -le 5 ] || fail "bare usage is not short: $(wc -l <"$EA_TMP/bare.err") lines"
+for cmd in run status drain worker ckpt keygen config version; do
+  RC=0
+  "$EA_BIN" "$cmd" --help >"$EA_TMP/h.out" 2>"$EA_TMP/h.err" </dev/null || RC=$?
+  assert_eq "$RC" 0 "$cmd --help exit status"
+  [ ! -s "$EA_TMP/h.err" ] || fail "$cmd --help wrote to stderr: $(cat "$EA_TMP/h.err")"
+  grep -q "Usage:" "$EA_TMP/h.out" || fail "$cmd --help has no Usage line: $(head -3 "$EA_TMP/h.out")"
+  # its own text, not the whole manual: no other command's flag section
+  [ "$cmd" = run ] || ! grep -q "Flags of \`run\`" "$EA_TMP/h.out" || fail "$cmd --help prints run's flags"
+done
+"$EA_BIN" run --help | grep -q -- "--bind ADDR" || fail "run --help lacks --bind"
+"$EA_BIN" run --help | grep -q "without a port takes port 7000" || fail "run --help does not say what a portless --bind means"
+"$EA_BIN" help config | grep -q "Flags of \`config\`" || fail "help config"
+expect_usage "unexpected argument 'extra'" run --bind 127.0.0.1:0 extra
+expect_usage "status: unexpected argument 'extra'" status extra
+expect_usage "drain: unexpected argument 'two'" drain one two
+expect_usage "worker: unexpected argument 'extra'" worker --ipc-fd 3 extra
+expect_usage "keygen: unexpected argument 'b'" keygen "$EA_TMP/a.key" b
+expect_usage "config: unexpected argument 'extra'" config extra
+expect_usage "version: unexpected argument 'extra'" version extra
+expect_usage "help: unexpected argument 'b'" help a b
+expect_usage "unknown option '--frob'" config --frob
+expect_usage "unknown option '--frob'" worker --frob
+pass "bare command exits 2 with a short usage; each command's --help; stray arguments named"
+
+say "flag values: --tags, ports, bind failure (issue 13)"
+expect_usage "--tags: 'foo' is not KEY=VALUE" --tags foo
+expect_usage "--tags: '=v' is not KEY=VALUE" run --tags a=1,=v
+expect_usage "--role: expected worker or observer" run --tags rack=r1,gpu= --role boss # tags accepted
+expect_usage "--control-bind: '127.0.0.1' has no port" run --control-bind 127.0.0.1
+expect_usage "--advertise: '10.0.0.1' has no port" run --advertise 10.0.0.1
+expect_usage "--role: expected worker or observer" run --bind 127.0.0.1 --role boss # portless --bind parses
+busy=$("$PY" -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# hold a UDP port for the duration of one agent start
+"$PY" -c 'import socket,sys,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",int(sys.argv[1]))); time.sleep(20)' "$busy" &
+holder=$!
+sleep 0.3
+RC=0
+timeout 10 "$EA_BIN" run --bind "127.0.0.1:$busy" --name busy --data-dir "$EA_TMP/busy" \
+  --set observability.metrics_listen= >"$out" 2>&1 </dev/null || RC=$?
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null || true
+assert_eq "$RC" 1 "agent on a busy gossip port"
+grep -q "cannot listen for gossip on 127.0.0.1:$busy: .*--bind HOST:PORT" "$out" ||
+  fail "bind failure message: $(cat "$out")"
+pass "--tags k=v only; control/advertise need a port; bind failure names 127.0.0.1:$busy and --bind"
+
+say "any flag alone runs the agent (issue 13)"
+mkdir -p "$EA_TMP/flag"
+setsid "$EA_BIN" --join 127.0.0.1:9 --bind 127.0.0.1:0 --name flag --data-dir "$EA_TMP/flag/data" \
+  --set observability.metrics_listen= >"$EA_TMP/flag/log" 2>&1 </dev/null &
+fpid=$!
+EA_PGIDS+=("$fpid")
+wait_for 10 grep -q ' listen .*gossip=' "$EA_TMP/flag/log" || fail "'elastic-agent --join …' did not start: $(tail -3 "$EA_TMP/flag/log")"
+kill -TERM -- "-$fpid" 2>/dev/null
+wait "$fpid" 2>/dev/null || true
+pass "elastic-agent --join seed:port starts an agent"
+
+say "every problem of a job file at once (issue 13)"
+printf 'compute:\n  worker_nodes: two\n  gpus: 8\ncheckpoint:\n  storage_uri: "s3://b/x"\n' >"$EA_TMP/multi.yaml"
+run_cli "$out" config --config "$EA_TMP/multi.yaml"
+assert_eq "$RC" 1 "config with three problems"
+grep -q "^elastic-agent: $EA_TMP/multi.yaml:2: compute.worker_nodes: expected an integer" "$out" || fail "multi: line 2: $(cat "$out")"
+grep -q "^elastic-agent: $EA_TMP/multi.yaml:3: compute.gpus: unknown key" "$out" || fail "multi: line 3: $(cat "$out")"
+grep -q "^elastic-agent: $EA_TMP/multi.yaml:5: checkpoint.storage_uri: scheme s3:// is not supported" "$out" || fail "multi: line 5: $(cat "$out")"
+assert_eq "$(wc -l <"$out")" 3 "lines for three problems"
+pass "three problems, three FILE:LINE: key: problem lines"
+
+say "the deployment guide's job file runs to the job's end (issue 13)"
+g=$EA_TMP/guide
+mkdir -p "$g"
+sed "s|@DIR@|$g|g" tests/data/guide_job.yaml >"$g/job.yaml"
+grep -q 'storage_uri: "file://' "$g/job.yaml" || fail "guide file: $(cat "$g/job.yaml")"
+RC=0
+timeout 120 "$EA_BIN" run --name g1 --bind 127.0.0.1:0 --data-dir "$g/data" --config "$g/job.yaml" \
+  --set train.steps=41 --set train.warmup_steps=5 --set observability.metrics_listen= \
+  --log-format json >"$g/stderr" 2>&1 </dev/null || RC=$?
+log=$g/experiments/training_baseline_v1/logs/g1.log
+assert_eq "$RC" 0 "exit status of the guide's job ($(tail -3 "$log" 2>/dev/null))"
+ls "$g/experiments/training_baseline_v1/checkpoints/" | grep -q '^step-41\.gen-' ||
+  fail "no final checkpoint under storage_uri: $(ls -R "$g/experiments" | head)"
+"$EA_BIN" ckpt verify "$g/experiments/training_baseline_v1/checkpoints" >/dev/null || fail "final checkpoint does not verify"
+[ -s "$log" ] || fail "logs_uri has no g1.log"
+"$PY" - "$log" <<'PY' || fail "JSON progress lines: $(grep -m2 progress "$log")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+prog = [l for l in lines if l["event"] == "progress" and l["node"] == "g1"]
+assert len(prog) >= 3, prog
+for l in prog:
+    for k in ("step", "loss", "generation", "world", "node", "job"):
+        assert k in l, (k, l)
+    assert isinstance(l["step"], int) and l["step"] % 20 == 0, l   # metrics_interval_steps: 20
+    assert isinstance(l["loss"], float) and l["generation"] >= 1 and l["world"] == 4, l
+    assert l["job"] == "training_baseline_v1", l
+gen = [l for l in lines if l["event"] == "generation" and "generation" in l]
+assert gen, "no generation line with a generation field"
+assert any(l["event"] == "metrics" for l in lines), "no metrics line (metrics_export_interval_seconds)"
+PY
+pass "guide file: 1 agent × 4 workers to step 41, checkpoint under storage_uri verifies, JSON logs under logs_uri"
 
 echo "WALL test_cli_ms=$(($(now_ms) - t_start))"
 exit 0

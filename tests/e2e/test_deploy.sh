@@ -185,7 +185,8 @@ grep -q 'HEALTHCHECK.*/healthz' <<<"$rt" || fail "no HEALTHCHECK on /healthz"
 # Every shared library the binary needs comes from a package the runtime
 # stage installs (libc's and CUDA's aside).
 for so in $(readelf -d "$EA_BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-  case $so in libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | libnccl* | libcudart* | ld-linux*) continue ;; esac
+  # (libasan/libubsan: the sanitizer build of make asan, not a release binary)
+  case $so in libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | libnccl* | libcudart* | ld-linux* | libasan* | libubsan*) continue ;; esac
   path=$(ldconfig -p | awk -v s="$so" '$1 == s { print $NF; exit }')
   pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n1 | cut -d: -f1)
   [ -n "$pkg" ] || fail "cannot tell which package has $so"

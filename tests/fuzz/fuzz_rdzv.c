@@ -14,7 +14,8 @@
  * Build and run through scripts/fuzz.sh (make fuzz).  Seeds:
  * tests/fuzz/corpus/rdzv, one valid frame of each message type, written by
  * this same file built as a program:
- *   make && cc -DFUZZ_RDZV_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_rdzv.c build/libea.a \
+ *   make && cc -DFUZZ_RDZV_MAKE_CORPUS $(make -s print-cflags) tests/fuzz/fuzz_rdzv.c build/libea.a
+ * \
  *      $(make -s print-libs) -o /tmp/mk && /tmp/mk tests/fuzz/corpus/rdzv
  */
 #include "ea_rdzv.h"

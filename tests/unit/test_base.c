@@ -4,14 +4,55 @@
  * refused without touching the array, JSON quoting stays valid on hostile
  * bytes, and a reader never moves the cursor on failure. */
 #include "ea_base.h"
+#include "ea_log.h"
 #include "ea_mpread.h"
 
 #include <check.h>
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <msgpack.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ea_logkv: in JSON each field is a member of the line's object, typed
+ * (numbers as numbers, a non-finite double as null, strings escaped); in
+ * text only the message shows. */
+START_TEST(test_logkv_fields_are_json_members) {
+  char path[] = "/tmp/ea-test-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(ea_log_setup("info", "json", path), 0);
+  ea_log_set_node("n1");
+  ea_logkv(EA_LOG_INFO, "progress",
+           (ea_log_kv[]){EA_KV_U("generation", 7), EA_KV_U("step", 120), EA_KV_F("loss", 2.5),
+                         EA_KV_F("bad", NAN), EA_KV_I("delta", -3), EA_KV_S("why", "a\"b")},
+           6, "gen=7 step=120 loss=%.1f", 2.5);
+  ea_logkv(EA_LOG_DEBUG, "progress", NULL, 0, "below the level");
+  ck_assert_int_eq(ea_log_setup("info", "text", path), 0);
+  ea_logkv(EA_LOG_INFO, "progress", (ea_log_kv[]){EA_KV_U("step", 9)}, 1, "step=9");
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char a[512] = "", b[512] = "", c[64] = "";
+  ck_assert_ptr_nonnull(fgets(a, sizeof a, f));
+  ck_assert_ptr_nonnull(fgets(b, sizeof b, f));
+  ck_assert_ptr_null(fgets(c, sizeof c, f));
+  fclose(f);
+  unlink(path);
+  ck_assert_msg(strstr(a,
+                       "\"node\":\"n1\",\"event\":\"progress\",\"generation\":7,\"step\":120,"
+                       "\"loss\":2.5,\"bad\":null,\"delta\":-3,\"why\":\"a\\\"b\","
+                       "\"msg\":\"gen=7 step=120 loss=2.5\"}\n") != NULL,
+                "%s", a);
+  ck_assert_msg(strstr(b, " info  n1 progress step=9\n") != NULL && !strstr(b, "\"step\""), "%s",
+                b);
+  ea_log_set_node("");
+  ck_assert_int_eq(ea_log_setup("info", "text", NULL), 0);
+}
+END_TEST
 
 START_TEST(test_array_grows_and_keeps_contents) {
   uint32_t *a = NULL;
@@ -175,6 +216,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("base");
   TCase *tc = tcase_create("base");
+  tcase_add_test(tc, test_logkv_fields_are_json_members);
   tcase_add_test(tc, test_array_grows_and_keeps_contents);
   tcase_add_test(tc, test_array_overflow_refused_untouched);
   tcase_add_test(tc, test_sb_printf_long_and_short);

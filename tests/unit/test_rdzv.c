@@ -962,8 +962,12 @@ END_TEST
 static void nop_send(void *ctx, const ea_node_id *to, const ea_addr *c, const ea_rdzv_msg *m) {
   (void)ctx, (void)to, (void)c, (void)m;
 }
-static void nop_order(void *ctx, const ea_rdzv_order *o) { (void)ctx, (void)o; }
-static void nop_persist(void *ctx, const ea_rdzv_gen *g) { (void)ctx, (void)g; }
+static void nop_order(void *ctx, const ea_rdzv_order *o) {
+  (void)ctx, (void)o;
+}
+static void nop_persist(void *ctx, const ea_rdzv_gen *g) {
+  (void)ctx, (void)g;
+}
 
 START_TEST(test_election_exposed) {
   ea_rdzv_config c = cfg_std();
@@ -1494,8 +1498,9 @@ START_TEST(test_restarts_counted_and_exhausted) {
   ck_assert_uint_eq(h->nplans, plans); /* nothing newer committed */
   ea_rdzv_status st = status_of(h, ctl);
   ck_assert_uint_eq(st.job_failed, EA_RDZV_JOB_RESTARTS);
-  ck_assert_msg(strstr(st.job_why, "restarts exhausted: a worker failed after 2 restarts "
-                                   "(runtime.max_restarts 2)") != NULL,
+  ck_assert_msg(strstr(st.job_why,
+                       "restarts exhausted: a worker failed after 2 restarts "
+                       "(runtime.max_restarts 2)") != NULL,
                 "%s", st.job_why);
   ck_assert_msg(strncmp(st.reason, "job failed: restarts exhausted", 30) == 0, "%s", st.reason);
   h_free(h);
@@ -1511,9 +1516,9 @@ START_TEST(test_churn_delay_bounds) {
   const struct {
     uint32_t k;
     uint64_t cap, lo, hi;
-  } want[] = {{2, 30000, 250, 500},     {3, 30000, 500, 1000},   {4, 30000, 1000, 2000},
-              {7, 30000, 8000, 16000},  {8, 30000, 15000, 30000}, {40, 30000, 15000, 30000},
-              {6, 3000, 1500, 3000},    {2, 300, 150, 300}};
+  } want[] = {{2, 30000, 250, 500},    {3, 30000, 500, 1000},    {4, 30000, 1000, 2000},
+              {7, 30000, 8000, 16000}, {8, 30000, 15000, 30000}, {40, 30000, 15000, 30000},
+              {6, 3000, 1500, 3000},   {2, 300, 150, 300}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int t = 0; t < 2000; t++) {
@@ -1522,9 +1527,10 @@ START_TEST(test_churn_delay_bounds) {
       if (d < lo) lo = d;
       if (d > hi) hi = d;
     }
-    ck_assert_msg(lo >= want[i].lo && hi < want[i].hi, "streak %u cap %" PRIu64 ": [%" PRIu64
-                  ", %" PRIu64 "] not in [%" PRIu64 ", %" PRIu64 ")", want[i].k, want[i].cap, lo,
-                  hi, want[i].lo, want[i].hi);
+    ck_assert_msg(lo >= want[i].lo && hi < want[i].hi,
+                  "streak %u cap %" PRIu64 ": [%" PRIu64 ", %" PRIu64 "] not in [%" PRIu64
+                  ", %" PRIu64 ")",
+                  want[i].k, want[i].cap, lo, hi, want[i].lo, want[i].hi);
     /* the jitter spreads: two thousand draws cover most of the range */
     ck_assert_uint_gt(hi - lo, (want[i].hi - want[i].lo) * 9 / 10);
   }
@@ -1544,7 +1550,8 @@ START_TEST(test_churn_backs_off) {
   h->filter = watch_first_prepare;
   h->filter_ctx = &w;
   const uint64_t lo[] = {0, 250, 500, 1000, 1500, 1500, 1500};
-  const uint64_t hi[] = {200, 500 + 200, 1000 + 200, 2000 + 200, 3000 + 200, 3000 + 200, 3000 + 200};
+  const uint64_t hi[] = {200,        500 + 200,  1000 + 200, 2000 + 200,
+                         3000 + 200, 3000 + 200, 3000 + 200};
   uint64_t streak = 0;
   for (int k = 0; k < 7; k++) {
     w = (prep_watch){.after = g, .since = h->now};
@@ -1553,7 +1560,10 @@ START_TEST(test_churn_backs_off) {
     g = settle_after(h, g, 20000);
     ck_assert(w.seen);
     uint64_t gap = w.at - t;
-    ck_assert_msg(gap >= lo[k] && gap < hi[k], "restart %d: prepared %" PRIu64 " ms after the failure, want [%" PRIu64 ", %" PRIu64 ")", k + 1, gap, lo[k], hi[k]);
+    ck_assert_msg(gap >= lo[k] && gap < hi[k],
+                  "restart %d: prepared %" PRIu64 " ms after the failure, want [%" PRIu64
+                  ", %" PRIu64 ")",
+                  k + 1, gap, lo[k], hi[k]);
     ea_rdzv_status st = status_of(h, controller_of(h));
     ck_assert_uint_eq(st.churn, (uint32_t)k + 1);
     if (k == 0) streak = st.churn_streak;
@@ -1648,7 +1658,8 @@ START_TEST(test_codec_restart_count) {
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_COMMIT;
   fill_gen(&m.gen, 6, 2);
-  m.plan = (ea_rdzv_plan){.gen = m.gen, .nnodes = 1, .wpn = 2, .world = 2, .nodes = nodes, .ranks = ranks};
+  m.plan = (ea_rdzv_plan){
+      .gen = m.gen, .nnodes = 1, .wpn = 2, .world = 2, .nodes = nodes, .ranks = ranks};
   ck_assert_int_eq(ea_rdzv_encode(&m, &b0, &n0), 0);
   m.plan.restarts = 1;
   ck_assert_int_eq(ea_rdzv_encode(&m, &b1, &n1), 0);

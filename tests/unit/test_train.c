@@ -557,6 +557,42 @@ static double sim_step(ea_trainer **ranks, uint32_t world, float *acc) {
   return loss;
 }
 
+/* distributed.gradient_accumulation_steps: the rank's share in that many
+ * passes; the summed gradient is the one a single pass gives (up to float
+ * summation order), and the buffers hold the largest pass (world 1). */
+START_TEST(test_gradient_accumulation_steps) {
+  ea_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  snprintf(cfg.train.model, sizeof cfg.train.model, "byte-mlp");
+  cfg.train.context = 8, cfg.train.embed_dim = 12, cfg.train.hidden = 32, cfg.train.layers = 2;
+  cfg.train.steps = 10, cfg.train.lr = 1e-3;
+  cfg.distributed.global_batch = 48, cfg.distributed.micro_batch = 48;
+  cfg.distributed.gradient_accumulation_steps = 8;
+  ea_train_config acc, one;
+  char err[256] = "";
+  ck_assert_int_eq(ea_train_config_from(&acc, &cfg, err, sizeof err), 0);
+  ck_assert_uint_eq(acc.accum_steps, 8);
+  ck_assert_uint_eq(acc.micro_batch, 6); /* ⌈48 / 8⌉ */
+  cfg.distributed.gradient_accumulation_steps = 0;
+  ck_assert_int_eq(ea_train_config_from(&one, &cfg, err, sizeof err), 0);
+  ck_assert_uint_eq(one.accum_steps, 0);
+  ea_data *d = open_default_data();
+  for (uint32_t world = 1; world <= 4; world *= 2) {
+    ea_trainer *a = make_trainer(&acc, d), *b = make_trainer(&one, d);
+    ck_assert_int_eq(ea_trainer_compute(a, 0, world), 0);
+    ck_assert_int_eq(ea_trainer_compute(b, 0, world), 0);
+    size_t n;
+    const float *ga = ea_trainer_grad_buffer(a, &n), *gb = ea_trainer_grad_buffer(b, NULL);
+    for (size_t i = 0; i < n; i++)
+      ck_assert_msg(fabsf(ga[i] - gb[i]) <= 1e-4f * (1.0f + fabsf(gb[i])),
+                    "world %u [%zu]: %g vs %g", world, i, ga[i], gb[i]);
+    ea_trainer_free(a);
+    ea_trainer_free(b);
+  }
+  ea_data_close(d);
+}
+END_TEST
+
 START_TEST(test_world_size_invariance) {
   ea_data *d = open_default_data();
   ea_train_config c;
@@ -945,6 +981,7 @@ static Suite *train_suite(void) {
   tcase_add_test(tc, test_adamw_matches_reference);
   tcase_add_test(tc, test_lr_schedule);
   tcase_add_test(tc, test_config_from_job_file);
+  tcase_add_test(tc, test_gradient_accumulation_steps);
   tcase_add_test(tc, test_world_size_invariance);
   tcase_add_test(tc, test_more_ranks_than_samples);
   tcase_add_test(tc, test_replay_is_the_ring);
