@@ -450,7 +450,6 @@ typedef struct {
   uint64_t done_gen; /* it finished in this generation (DONE, or exit 0): the job's end */
   bool hello;        /* it said hello since it was (re)started */
   double compute_s;  /* forward/backward of its last step (step.compute_seconds), -1: not sent */
-  uint64_t nan_gen;  /* the generation whose non-finite loss was alerted (once each) */
   char exit_reason[EA_IPC_TEXT_MAX]; /* its last `exiting` reason ("" before one) */
   int32_t exit_code;                 /* and the code that came with it */
 } ea__agent_wk;

@@ -419,16 +419,6 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       w->digest = m->digest;
       w->step_s = m->seconds;
       w->compute_s = m->has_compute_seconds ? m->compute_seconds : -1;
-      if (!isfinite(m->loss) && a->o->cfg.observability.alert_on_nan && w->nan_gen != m->gen) {
-        /* Once per worker and generation: a diverged run reports NaN at
-         * every step after the first. */
-        w->nan_gen = m->gen;
-        ea__agent_alert_count(a, EA__ALERT_LOSS_NAN);
-        ea_log(EA_LOG_ERROR, "alert",
-               "loss is %s at step %" PRIu64 " (worker %u, rank %u, gen %" PRIu64 ")",
-               isnan(m->loss) ? "NaN" : "infinite", m->step, k, a->run.rank_base + k,
-               ea_rdzv_gen64_term(m->gen));
-      }
       if (w->state != EA__W_PREPARING && w->state != EA__W_READY) w->state = EA__W_TRAINING;
       a->last_loss = m->loss;
       a->has_loss = true;

@@ -64,7 +64,8 @@ typedef struct {
   int idx;
   ea_node_id id;
   char name[16];
-  char tags[EA_TAGS_MAX]; /* its gossip tags (EA_RDZV_TAG_STARTING), seen at once */
+  /* its gossip tags (EA_RDZV_TAG_STARTING), seen at once */
+  char tags[EA_TAGS_MAX];
   bool started; /* ever started (so it appears in views) */
   bool up;      /* process running */
   bool left;    /* drained and gone */
