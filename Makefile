@@ -65,7 +65,8 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 BINS := $(BINDIR)/elastic-agent $(if $(CHAOS_SRC),$(BINDIR)/elastic-chaos)
 
-.PHONY: all deps check asan fuzz demo bench clean tests benches format format-check chaos print-cflags print-libs
+.PHONY: all deps check asan fuzz demo bench clean tests benches format format-check chaos print-cflags print-libs \
+        install uninstall
 all: $(BINS)
 
 deps:
@@ -140,6 +141,20 @@ format-check: deps
 	@bad=$$(for f in $(FORMAT_FILES); do clang-format --dry-run -Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
 	if [ -n "$$bad" ]; then echo "format-check: not clang-formatted (run make format):"; echo "$$bad"; exit 1; fi; \
 	echo "format-check: $$(git ls-files '*.c' '*.h' | wc -l) files clean"
+
+# The binary, and the Python package where the binary looks for it
+# (ea__launch_python_dir: $(PREFIX)/bin/../lib/elastic-agent/python), so a
+# library-mode program finds `import elastic_agent` without pip.
+PREFIX ?= /usr/local
+DESTDIR ?=
+PYDIR = $(PREFIX)/lib/elastic-agent/python
+install: $(BINDIR)/elastic-agent
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PYDIR)/elastic_agent
+	install -m 0755 $(BINDIR)/elastic-agent $(DESTDIR)$(PREFIX)/bin/elastic-agent
+	install -m 0644 python/elastic_agent/*.py $(DESTDIR)$(PYDIR)/elastic_agent/
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/elastic-agent
+	rm -rf $(DESTDIR)$(PREFIX)/lib/elastic-agent
 
 # For building a one-off program against build/libea.a (the fuzz corpora).
 print-cflags:

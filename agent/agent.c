@@ -492,8 +492,37 @@ static int pick_backend(const ea__agent_opts *o, ea_comm_backend *b, char *err, 
  * thread unless the operator chose (several workers share a node's cores,
  * and the built-in model's matrices are small), and the OpenBLAS kernel
  * choice when Debian's 0.3.21 misdetects this CPU (~6× slower otherwise). */
-static void worker_environment(const ea__agent_opts *o) {
+static void worker_environment(const ea__agent *a) {
+  const ea__agent_opts *o = a->o;
   setenv("EA_NODE_NAME", o->name, 1);
+  if (a->mode == EA__MODE_LIBRARY) {
+    /* `import elastic_agent` works on any node that has the agent: its
+     * package is put first on the program's path (EA_PYTHONPATH overrides
+     * where it is looked for; see ea__launch_python_dir). */
+    char dir[EA_PATH_MAX];
+    const char *over = getenv("EA_PYTHONPATH");
+    int rc = 0;
+    if (over && *over)
+      snprintf(dir, sizeof dir, "%s", over);
+    else
+      rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
+    if (rc == 0) {
+      const char *old = getenv("PYTHONPATH");
+      char *pp = NULL;
+      if (asprintf(&pp, "%s%s%s", dir, old && *old ? ":" : "", old && *old ? old : "") >= 0) {
+        setenv("PYTHONPATH", pp, 1);
+        free(pp);
+      }
+      ea_log(EA_LOG_INFO, "start", "library mode: workers get PYTHONPATH=%s%s", dir,
+             old && *old ? ":$PYTHONPATH" : "");
+    } else {
+      ea_log(EA_LOG_WARN, "start",
+             "library mode: python/elastic_agent not found next to this binary (%s); the "
+             "program must find it itself (pip install ./python, or set EA_PYTHONPATH)",
+             strerror(-rc));
+    }
+    if (o->cfg.compute.workers_per_node > 1) setenv("OMP_NUM_THREADS", "1", 0);
+  }
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
   const char *core = ea_train_blas_coretype_hint();
   if (core && !getenv("OPENBLAS_CORETYPE")) {
@@ -587,7 +616,21 @@ int ea__agent_run(const ea__agent_opts *o) {
                                 .layers = o->cfg.train.layers};
       a->have_dims = ea_state_layout(&a->dims, NULL, NULL) == 0;
     }
-    rc = pick_backend(o, &a->backend, err, sizeof err);
+    if (a->mode == EA__MODE_LIBRARY) {
+      /* A library program forms its own torch group; the agent's wire
+       * backend is tcp (peers = the workers' stores), and distributed.backend
+       * reaches the program as commit.torch_backend (docs/pytorch.md). */
+      ea_comm_backend b;
+      a->backend = EA_COMM_TCP;
+      if (strcmp(o->cfg.distributed.backend, "auto") != 0 &&
+          ea_comm_backend_parse(o->cfg.distributed.backend, &b) < 0) {
+        snprintf(err, sizeof err, "distributed.backend: unknown backend '%s'",
+                 o->cfg.distributed.backend);
+        rc = -EINVAL;
+      }
+    } else {
+      rc = pick_backend(o, &a->backend, err, sizeof err);
+    }
   }
   if (rc == 0) {
     snprintf(a->job_path, sizeof a->job_path, "%s/job.yaml", o->data_dir);
@@ -612,7 +655,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     ea_log(EA_LOG_INFO, "start", "last generation accepted here: %s (%s)", g, a->gen_path);
   }
   ea__agent_ckpt_gen_floor(a->ckpt_dir, &persisted);
-  worker_environment(o);
+  worker_environment(a);
 
   uv_loop_init(&a->loop);
   a->start_ms = uv_now(&a->loop);
@@ -641,6 +684,10 @@ int ea__agent_run(const ea__agent_opts *o) {
   snprintf(to.meta.name, sizeof to.meta.name, "%s", o->name);
   snprintf(to.meta.role, sizeof to.meta.role, "%s", o->role);
   snprintf(to.meta.tags, sizeof to.meta.tags, "%s", o->tags);
+  /* A library program is taken in only after its hello (workers.c); the
+   * workers start after the transport, so the first gossip says it. */
+  if (a->mode == EA__MODE_LIBRARY && strcmp(o->role, "observer") != 0 && a->wpn > 0)
+    (void)ea_rdzv_tags_set(to.meta.tags, sizeof to.meta.tags, EA_RDZV_TAG_STARTING, true);
   snprintf(to.meta.version, sizeof to.meta.version, "%s", EA_VERSION);
   a->meta = to.meta;
   if (rc == 0) {

@@ -452,6 +452,10 @@ typedef struct {
   bool fail_pending; /* could not be told something: report it failed */
   char comm[EA_COMM_ADDR_MAX];
   uint64_t done_gen; /* it finished in this generation (DONE, or exit 0): the job's end */
+  bool hello;        /* it said hello since it was (re)started */
+  double compute_s;  /* forward/backward of its last step (step.compute_seconds), -1: not sent */
+  char exit_reason[EA_IPC_TEXT_MAX]; /* its last `exiting` reason ("" before one) */
+  int32_t exit_code;                 /* and the code that came with it */
 } ea__agent_wk;
 
 /* What `status` shows about checkpoints.  Commits are known to the node
@@ -788,6 +792,10 @@ void ea__agent_restart_prepare(ea__agent *a, const ea_rdzv_order *o);
 void ea__agent_restart_commit(ea__agent *a, const ea_rdzv_plan *p, uint32_t node, const char *g);
 /* Every local worker finished in the running generation: tell the job. */
 void ea__agent_local_done_check(ea__agent *a, uint64_t step);
+/* Library mode: advertise EA_RDZV_TAG_STARTING while a local worker has not
+ * said hello since it (re)started, so no controller takes this node in
+ * before its program is up (workers.c). */
+void ea__agent_update_starting(ea__agent *a);
 /* After every core call (ea__agent_core_done): the job sees what we see. */
 void ea__agent_job_sync(ea__agent *a);
 /* The control channel's frame hook for job messages. */

@@ -794,6 +794,15 @@ void ea__ckpt_core_free(ea__ckpt_core *c) {
 
 void ea__ckpt_commit_run(ea__ckpt_commit_job *j) {
   const double t0 = mono_s();
+  const ea_ckpt_manifest *m = &j->manifest;
+  char name[EA_CKPT_NAME_MAX], path[EA_CKPT_PATH_MAX + EA_CKPT_NAME_MAX + 2];
+  if (m->n_tensors == 1 && strcmp(m->tensors[0].name, "state") == 0 &&
+      strcmp(m->tensors[0].dtype, "u8") == 0 &&
+      ea_ckpt_dir_name(name, sizeof name, j->step, j->gen) == 0) {
+    snprintf(path, sizeof path, "%s/%s", j->dir, name);
+    j->table_tried = true;
+    j->table_rc = ea__ckpt_state_table(path, &j->manifest, j->table_why, sizeof j->table_why);
+  }
   j->rc = ea_ckpt_commit(j->dir, &j->manifest, &j->latest_moved, j->err, sizeof j->err);
   if (j->rc == 0) {
     const char *names[EA__CKPT_PENDING_MAX];
@@ -849,6 +858,10 @@ static void ctl_after(uv_work_t *req, int status) {
     ctl_maybe_closed(c); /* the core frees the job */
     return;
   }
+  if (j->table_tried && j->table_rc != -ENOENT)
+    ea_log(j->table_rc ? EA_LOG_WARN : EA_LOG_DEBUG, "ckpt",
+           "step %" PRIu64 " gen %" PRIu64 ": %s%s", j->step, j->gen, j->table_why,
+           j->table_rc ? "; the manifest lists the state as one opaque tensor" : "");
   ea__ckpt_core_committed(c->core, mono_s(), j);
 }
 

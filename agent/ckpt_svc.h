@@ -252,10 +252,27 @@ typedef struct {
   ea_ckpt_retain_stats retained;
   double seconds;
   char err[512];
+  /* A library program's state: whether its ea-state-1 tensor table was
+   * looked for (the manifest held only the opaque `state u8` tensor), the
+   * result (0: the manifest lists its tensors now) and what happened. */
+  bool table_tried;
+  int table_rc;
+  char table_why[160];
 } ea__ckpt_commit_job;
 
-/* ea_ckpt_commit, then (if it succeeded) ea_ckpt_retain.  Blocks. */
+/* ea_ckpt_commit, then (if it succeeded) ea_ckpt_retain.  Blocks.  Before
+ * the commit, a manifest with only the opaque `state u8` tensor gets the
+ * state's own table when the state is in the ea-state-1 layout
+ * (ea__ckpt_state_table). */
 void ea__ckpt_commit_run(ea__ckpt_commit_job *job);
+
+/* ckpt_state.c: read the ea-state-1 preamble and tensor table (docs/pytorch.md,
+ * "Checkpoints") from the shard files in ckpt_path (the step directory,
+ * written but not yet committed) and replace m's tensors with it.  0 (why
+ * says how many), -ENOENT when the state is not in that layout, another
+ * negative errno when it is but the table cannot be read or parsed (why
+ * says what; m unchanged).  Blocks (pread): call it off the loop. */
+int ea__ckpt_state_table(const char *ckpt_path, ea_ckpt_manifest *m, char *why, size_t cap);
 
 /* The pure core: no loop, no clock, no disk.  Time comes in as `now`
  * (seconds, any monotonic origin); a commit goes out through io.commit,

@@ -110,6 +110,27 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
   return 0;
 }
 
+int ea__launch_python_dir(const char *exe, char *out, size_t cap) {
+  char real[EA_PATH_MAX];
+  if (!realpath(exe, real)) return -errno;
+  char *slash = strrchr(real, '/');
+  if (!slash) return -ENOENT;
+  *slash = 0; /* the binary's directory */
+  static const char *const rel[] = {"../python", "../lib/elastic-agent/python"};
+  for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+    char cand[EA_PATH_MAX + 64], pkg[EA_PATH_MAX + 96];
+    snprintf(cand, sizeof cand, "%s/%s", real, rel[i]);
+    snprintf(pkg, sizeof pkg, "%s/elastic_agent/__init__.py", cand);
+    if (access(pkg, R_OK) != 0) continue;
+    char dir[EA_PATH_MAX];
+    if (!realpath(cand, dir)) continue;
+    if (strlen(dir) >= cap) return -ENAMETOOLONG;
+    memcpy(out, dir, strlen(dir) + 1);
+    return 0;
+  }
+  return -ENOENT;
+}
+
 static void append(char *out, size_t cap, const char *s) {
   size_t n = strlen(out);
   if (n < cap) snprintf(out + n, cap - n, "%s%s", n ? "; " : "", s);
@@ -118,7 +139,7 @@ static void append(char *out, size_t cap, const char *s) {
 int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn, size_t wcap,
                           char *err, size_t errlen) {
   if (wcap) warn[0] = 0;
-  if (resume_from && m != EA__MODE_BUILTIN) {
+  if (resume_from && m == EA__MODE_TORCHRUN) {
     snprintf(err, errlen,
              "--resume-from names a checkpoint of the built-in trainer; a %s program resumes from "
              "its own checkpoints (see docs/torchrun.md)",

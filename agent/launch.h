@@ -46,7 +46,7 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
                     size_t errlen);
 
 /* Keys that do nothing in mode m.  Refused (-EINVAL, a sentence in err):
- * --resume-from outside builtin (the program resumes from its own
+ * --resume-from in torchrun mode (the program resumes from its own
  * checkpoint).  Warned about (a sentence in warn, "" when none; the agent
  * logs it once at start): train.* and checkpoint.* keys that differ from
  * the defaults in torchrun or library mode, distributed.global_batch and
@@ -92,6 +92,16 @@ void ea__addr_host(const ea_addr *a, char *out, size_t cap);
 /* A TCP port on host's address nobody listens on now, other than avoid (the
  * previous generation's, which may sit in TIME_WAIT); 0 or a negative errno. */
 int ea__launch_free_port(const ea_addr *host, uint16_t avoid, uint16_t *port);
+
+/* ---- library mode: where python/elastic_agent is ------------------------- */
+
+/* The directory to put on a library worker's PYTHONPATH: the one holding
+ * elastic_agent/__init__.py next to the binary exe (a build tree:
+ * bin/elastic-agent → ../python; `make install`: $(PREFIX)/bin/elastic-agent
+ * → ../lib/elastic-agent/python), tried in that order.  0 with the
+ * absolute directory in out, -ENOENT when neither holds the package,
+ * -ENAMETOOLONG. */
+int ea__launch_python_dir(const char *exe, char *out, size_t cap);
 
 /* ---- restart mode: a generation's processes ----------------------------------- */
 

@@ -263,8 +263,13 @@ static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
     put_loss(b, x, "loss", w->has_loss, w->loss);
     put_hex64(b, x, "digest", w->digest);
     ea__jb_fixed(b, x, "step_ms", w->step_s * 1e3, 2);
+    if (w->compute_s >= 0) ea__jb_fixed(b, x, "compute_ms", w->compute_s * 1e3, 2);
     ea__jb_int(b, x, "restarts", w->restarts);
     ea__jb_str(b, x, "comm", w->comm);
+    if (w->exit_reason[0]) {
+      ea__jb_str(b, x, "exit_reason", w->exit_reason);
+      ea__jb_int(b, x, "exit_code", w->exit_code);
+    }
   }
 }
 

@@ -68,7 +68,8 @@ static void send_prepare(ea__agent *a, uint32_t k) {
    * For a join the core has already waited for a step boundary before
    * ordering this, so at most the step in flight is recomputed. */
   m->at_boundary = false;
-  m->make_nccl_id = a->backend == EA_COMM_NCCL && a->prep.rank_base == 0 && k == 0;
+  m->make_nccl_id =
+      a->backend == EA_COMM_NCCL && a->mode != EA__MODE_LIBRARY && a->prep.rank_base == 0 && k == 0;
   a->w[k].gen = a->prep.g64;
   if (a->w[k].state != EA__W_STARTING && a->w[k].state != EA__W_EXITED)
     a->w[k].state = EA__W_PREPARING;
@@ -147,6 +148,18 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
     for (uint32_t r = 0; ok && r < p->world; r++)
       ea_addr_str(&p->ranks[r].listen, m->peers[r], sizeof m->peers[r]);
     m->npeers = ok ? p->world : 0;
+    if (ok && a->mode == EA__MODE_LIBRARY) {
+      /* The library's TCPStore lives in rank 0's worker, on the comm_addr
+       * it bound once at start and said in hello/ready: a port this agent
+       * picked per generation (restart mode's MASTER_PORT) would have no
+       * listener, since the process is not restarted.  Sent explicitly so
+       * the program does not have to know that peers[0] is the store. */
+      memcpy(m->store, m->peers[0], sizeof m->store);
+      const char *b = a->o->cfg.distributed.backend;
+      m->torch_backend = strcmp(b, "nccl") == 0  ? EA_IPC_TORCH_NCCL
+                         : strcmp(b, "tcp") == 0 ? EA_IPC_TORCH_GLOO
+                                                 : EA_IPC_TORCH_NONE;
+    }
   } else {
     if (!p->has_nccl_id) {
       ea_log(EA_LOG_ERROR, "generation", "gen=%s: nccl plan without a unique id", g);
@@ -320,6 +333,26 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
   }
 }
 
+void ea__agent_update_starting(ea__agent *a) {
+  if (a->mode != EA__MODE_LIBRARY || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
+  bool up = true;
+  for (uint32_t k = 0; k < a->wpn; k++) up = up && a->w[k].hello;
+  bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);
+  if (was == !up) return;
+  if (ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, EA_RDZV_TAG_STARTING, !up) < 0) {
+    ea_log(EA_LOG_WARN, "worker",
+           "no room in the gossip tags for %s: joining without waiting "
+           "for the workers' hello",
+           EA_RDZV_TAG_STARTING);
+    return;
+  }
+  ea_transport_set_meta(a->tr, &a->meta);
+  ea_log(EA_LOG_INFO, "worker",
+         up ? "every worker said hello: this node can be taken in"
+            : "a worker is starting: not taken into a new generation "
+              "until it says hello");
+}
+
 static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
   ea__agent *a = ctx;
   if (a->phase == EA__PHASE_CLOSING || k >= a->wpn) return;
@@ -343,6 +376,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       snprintf(w->comm, sizeof w->comm, "%s", m->comm_addr);
       ea_log(EA_LOG_INFO, "worker", "worker %u hello pid=%" PRIu64 " comm=%s step=%" PRIu64, k,
              m->pid, m->comm_addr, m->next_step);
+      w->hello = true;
+      ea__agent_update_starting(a);
       /* Spawned while a generation forms: the order may have gone out
        * before it could read (then it is queued in its socket already). */
       if (a->prep.active && w->gen != a->prep.g64 && a->phase <= EA__PHASE_DRAINING)
@@ -382,6 +417,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       w->has_loss = true;
       w->digest = m->digest;
       w->step_s = m->seconds;
+      w->compute_s = m->has_compute_seconds ? m->compute_seconds : -1;
       if (w->state != EA__W_PREPARING && w->state != EA__W_READY) w->state = EA__W_TRAINING;
       a->last_loss = m->loss;
       a->has_loss = true;
@@ -422,6 +458,8 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
     case EA_IPC_EXITING:
       ea_log(m->code ? EA_LOG_WARN : EA_LOG_INFO, "worker", "worker %u exiting code=%d: %s", k,
              m->code, m->reason);
+      snprintf(w->exit_reason, sizeof w->exit_reason, "%s", m->reason);
+      w->exit_code = m->code;
       break;
     default:
       break;
@@ -444,13 +482,16 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
     return;
   }
   if ((status != 0 || sig != 0) && !a->launch) {
+    /* A library program says why before it exits (`exiting`, e.g.
+     * "RuntimeError: …"): the alert carries that reason. */
+    bool said = w->exit_reason[0] && sig == 0 && w->exit_code == status;
     char subj[32], g[48] = "none";
     snprintf(subj, sizeof subj, "worker %u", k);
     if (a->run.active) ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
     ea__agent_alert(a, EA__ALERT_WORKER_EXIT, EA__SEV_WARNING, subj,
-                    "worker exit: worker %u (pid %d, rank %u, gen %s) %s %d", k, pid,
+                    "worker exit: worker %u (pid %d, rank %u, gen %s) %s %d%s%s", k, pid,
                     a->run.rank_base + k, g, sig ? "was killed by signal" : "exited with status",
-                    sig ? sig : (int)status);
+                    sig ? sig : (int)status, said ? ": " : "", said ? w->exit_reason : "");
   }
   if (a->launch) { /* restart mode: launch.c tells finished from failed */
     ea__launch_on_exit(a->launch, k, status, sig);
@@ -466,8 +507,11 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   }
   a->worker_failures++;
   ea__agent_stall(a, "a worker exited");
-  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d", k, status,
-         sig);
+  /* A library program says why before it exits (`exiting`, e.g.
+   * "RuntimeError: …"): that reason goes with the failure. */
+  bool said = w->exit_reason[0] && sig == 0 && w->exit_code == status;
+  ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d%s%s", k,
+         status, sig, said ? ": " : "", said ? w->exit_reason : "");
   ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
   ea__agent_core_done(a);
   if (a->phase >= EA__PHASE_STOPPING) return; /* the report drained us */
@@ -483,6 +527,9 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   w->restarts++;
   a->worker_restarts++;
   w->state = EA__W_STARTING;
+  w->hello = false;
+  w->exit_reason[0] = 0;
+  ea__agent_update_starting(a);
   int rc = ea__sup_start(a->sup, k);
   ea_log(rc ? EA_LOG_ERROR : EA_LOG_INFO, "worker", "worker %u restart %u of %u%s%s", k,
          w->restarts, max, rc ? ": " : "", rc ? strerror(-rc) : "");
@@ -505,6 +552,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
+  for (uint32_t k = 0; k < a->wpn; k++) a->w[k].compute_s = -1;
   /* Workers listen on the address the cluster knows this node by. */
   ea_addr cb = *ea_transport_addr(a->tr);
   cb.port = 0;

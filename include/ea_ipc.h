@@ -50,7 +50,8 @@
  *              Sent once just before the process exits with `code`.
  *   "ckpt_staged" gen:uint step:uint rank:uint world:uint offset:uint
  *              length:uint total:uint hash:uint stall_us:uint wait_us:uint
- *              skipped:uint                       + one fd (SCM_RIGHTS)
+ *              skipped:uint [layout:str("ea-state-1") header_bytes:uint]
+ *                                                 + one fd (SCM_RIGHTS)
  *              The state after `step` completed steps (a multiple of
  *              ckpt_interval) is staged: bytes [offset, offset+length) of
  *              the total-byte serialized state (ea_ckpt_shard_range of
@@ -60,7 +61,11 @@
  *              waited for the previous shard's CKPT_DONE (busy policy
  *              "wait"), skipped how many checkpoints this worker has skipped
  *              so far.  The worker does not touch the memfd again until the
- *              agent answers CKPT_DONE for this step.
+ *              agent answers CKPT_DONE for this step.  layout and
+ *              header_bytes come together or not at all: the state is in
+ *              the library's self-describing format and its bytes
+ *              [0, header_bytes) (≤ total) hold the tensor table, which the
+ *              controller copies into the MANIFEST.
  *   "ckpt_skipped" gen:uint step:uint rank:uint world:uint reason:text
  *              skipped:uint
  *              This worker did not stage `step` (busy policy "skip" while
@@ -87,6 +92,7 @@
  *              backend:str("tcp"|"nccl") timeout_ms:uint [nccl_id:bin128]
  *              [ckpt_interval:uint ckpt_busy:str("wait"|"skip")]
  *              [ckpt_dir:path] [resume:path ckpt_verify:str("full"|"size")]
+ *              [store:addr] [torch_backend:str("gloo"|"nccl")]
  *              Form the communicator of gen; peers[i] is rank i's
  *              comm_addr (tcp: exactly `world` of them; nccl: may be []
  *              and nccl_id is required).  sync_root is a rank holding the
@@ -97,7 +103,10 @@
  *              ea_ckpt_resolve: "latest", a step, a step directory name or
  *              a path; ckpt_dir required) makes the sync_root, if it holds
  *              no state yet (step 0), load that checkpoint before the state
- *              sync (a cold start: the plan has no live state).
+ *              sync (a cold start: the plan has no live state).  store and
+ *              torch_backend are for library programs: the host:port of the
+ *              generation's TCPStore (absent: peers[0]) and the backend of
+ *              torch.distributed (absent: the program chooses).
  *   "pause"    reason:text        Minority side: stop training, keep state.
  *   "stop"     (nothing)          Exit cleanly (EXITING, code 0).
  *   "ckpt_done" gen:uint step:uint status:int message:text
@@ -170,6 +179,16 @@ typedef enum {
 /* agent → worker */
 #define EA_IPC_CKPT_DONE ((ea_ipc_type)20)
 
+/* commit.torch_backend: absent, "gloo", "nccl". */
+typedef enum {
+  EA_IPC_TORCH_NONE = 0,
+  EA_IPC_TORCH_GLOO = 1,
+  EA_IPC_TORCH_NCCL = 2
+} ea_ipc_torch_backend;
+/* ckpt_staged.layout: absent (opaque state), "ea-state-1" (docs/pytorch.md,
+ * "Checkpoints": "EASTATE\0", version, H, T, then the tensor table). */
+typedef enum { EA_IPC_LAYOUT_NONE = 0, EA_IPC_LAYOUT_EA_STATE_1 = 1 } ea_ipc_layout;
+
 typedef struct {
   ea_ipc_type type;
   uint64_t gen; /* every type but hello, exiting, pause, stop */
@@ -222,6 +241,17 @@ typedef struct {
   bool ckpt_verify_size;
   char ckpt_dir[EA_IPC_PATH_MAX];
   char resume[EA_IPC_PATH_MAX];
+  /* commit, for library programs (python/elastic_agent): the TCPStore of
+   * this generation ("" = absent: the program takes peers[0]) and the
+   * torch.distributed backend (EA_IPC_TORCH_NONE = absent: the program
+   * picks nccl where CUDA is, else gloo). */
+  char store[EA_COMM_ADDR_MAX];
+  ea_ipc_torch_backend torch_backend;
+  /* ckpt_staged: the state's format (EA_IPC_LAYOUT_NONE = absent, opaque
+   * bytes) and, with a format, the bytes [0, header_bytes) that hold its
+   * preamble and tensor table (header_bytes <= total). */
+  ea_ipc_layout layout;
+  uint64_t header_bytes;
   /* The fd that came with the packet (SCM_RIGHTS), -1 if none.  Not part
    * of the encoding: ea_ipc_send_fd sends one, ea_ipc_recv fills it. */
   int fd;

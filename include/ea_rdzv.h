@@ -400,6 +400,20 @@ typedef enum {
   EA_RDZV_JOB_MIN_NODES = 2, /* fewer than min_nodes for rendezvous_timeout */
 } ea_rdzv_job_fail;
 
+/* Admission after hello.  A member whose gossip tags ("k=v,k=v") hold the
+ * token EA_RDZV_TAG_STARTING is not taken into a generation as a joiner
+ * (nor into the first one): its agent sets it while a local worker has not
+ * yet said hello since it (re)started — a library program still importing
+ * torch and building its model — so the running ranks never stand still
+ * waiting for a newcomer's start-up (docs/pytorch.md).  A member already in
+ * the running generation is not affected. */
+#define EA_RDZV_TAG_STARTING "ea.starting=1"
+/* Whether the comma-separated tags hold token exactly. */
+bool ea_rdzv_tags_have(const char *tags, const char *token);
+/* Add (on) or remove (off) token in tags (capacity cap): 0, or -ENOSPC
+ * when it does not fit (tags unchanged). */
+int ea_rdzv_tags_set(char *tags, size_t cap, const char *token, bool on);
+
 /* Churn damping.  A generation that breaks by a worker failure within
  * EA_RDZV_CHURN_WINDOW_MS of its commit, for the same reason as the one
  * before, makes a streak; from its second member on, the next formation

@@ -1252,6 +1252,47 @@ static void ctrl_nack(ea_rdzv *r, const ea_rdzv_msg *m) {
 
 static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m);
 
+bool ea_rdzv_tags_have(const char *tags, const char *token) {
+  size_t n = strlen(token);
+  for (const char *p = tags; p && *p;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && memcmp(p, token, n) == 0) return true;
+    p = e ? e + 1 : NULL;
+  }
+  return false;
+}
+
+int ea_rdzv_tags_set(char *tags, size_t cap, const char *token, bool on) {
+  bool have = ea_rdzv_tags_have(tags, token);
+  if (on == have) return 0;
+  size_t n = strlen(tags), tn = strlen(token);
+  if (on) {
+    if (n + (n ? 1 : 0) + tn + 1 > cap) return -ENOSPC;
+    snprintf(tags + n, cap - n, "%s%s", n ? "," : "", token);
+    return 0;
+  }
+  char out[EA_TAGS_MAX];
+  size_t o = 0;
+  for (const char *p = tags; p && *p;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (!(len == tn && memcmp(p, token, tn) == 0) && len > 0 && o + len + 2 <= sizeof out) {
+      if (o) out[o++] = ',';
+      memcpy(out + o, p, len);
+      o += len;
+    }
+    p = e ? e + 1 : NULL;
+  }
+  out[o] = 0;
+  snprintf(tags, cap, "%s", out);
+  return 0;
+}
+
+static bool starting(const ea_member *m) {
+  return ea_rdzv_tags_have(m->meta.tags, EA_RDZV_TAG_STARTING);
+}
+
 uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64) {
   if (streak < 2 || cap_ms == 0) return 0;
   uint64_t d = EA_RDZV_CHURN_BASE_MS;
@@ -1606,12 +1647,17 @@ static bool ctrl_step(ea_rdzv *r) {
     broken = lost = true;
   }
   /* Joiners, in id order (the view is sorted): alive, eligible, not
-   * draining, not sitting out a failure. */
+   * draining, not sitting out a failure, workers up (EA_RDZV_TAG_STARTING). */
+  uint32_t nstarting = 0;
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
         excluded(r, &v->id) || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
       continue;
+    if (starting(v)) {
+      nstarting++;
+      continue;
+    }
     draft[nd++] = v->id;
     njoin++;
   }
@@ -1631,7 +1677,11 @@ static bool ctrl_step(ea_rdzv *r) {
   uint32_t minn_have = 0;
   if (r->formed.term == 0) {
     if (nall < minn) {
-      fmt(why, cap, "waiting for min_nodes: %u of %u alive", nall, minn);
+      if (nstarting)
+        fmt(why, cap, "waiting for min_nodes: %u of %u alive with their workers up (%u starting)",
+            nall, minn, nstarting);
+      else
+        fmt(why, cap, "waiting for min_nodes: %u of %u alive", nall, minn);
       r->cold_since = 0;
       minn_wait = true;
       minn_have = nall;
@@ -1702,6 +1752,10 @@ static bool ctrl_step(ea_rdzv *r) {
     if (njoin)
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes; %u spare at max_nodes",
           r->formed.term, nsurv, njoin);
+    else if (nstarting)
+      fmt(why, cap,
+          "generation %" PRIu64 " running with %u nodes; %u joiner%s starting its workers",
+          r->formed.term, nsurv, nstarting, nstarting == 1 ? "" : "s");
     else
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes", r->formed.term, nsurv);
   }

@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/.."
 EA_DEPS_EXTRA="fio python3-torch" scripts/deps.sh || exit 1
-want=${BENCH:-gossip allreduce ckpt recovery}
+want=${BENCH:-gossip allreduce ckpt recovery recovery_pytorch}
 rc=0
 for b in $want; do
   echo "=== bench/$b ==="

@@ -79,6 +79,13 @@ typedef enum {
   K_CKPT_DIR,
   K_RESUME,
   K_CKPT_VERIFY,
+  /* Added for python/elastic_agent (docs/pytorch.md, "Agent-side changes
+   * required"): after K_CKPT_VERIFY, so every older message encodes to the
+   * bytes it always did. */
+  K_STORE,
+  K_TORCH_BACKEND,
+  K_LAYOUT,
+  K_HEADER_BYTES,
   K__COUNT
 } key;
 /* Key sets are 64-bit masks. */
@@ -125,6 +132,10 @@ static const char *const key_name[K__COUNT] = {
     [K_CKPT_DIR] = "ckpt_dir",
     [K_RESUME] = "resume",
     [K_CKPT_VERIFY] = "ckpt_verify",
+    [K_STORE] = "store",
+    [K_TORCH_BACKEND] = "torch_backend",
+    [K_LAYOUT] = "layout",
+    [K_HEADER_BYTES] = "header_bytes",
 };
 
 #define B(k) (1ull << (k))
@@ -151,13 +162,13 @@ static const type_def types[] = {
      B(K_GEN) | B(K_RANK) | B(K_WORLD) | B(K_PEERS) | B(K_SYNC_ROOT) | B(K_BACKEND) |
          B(K_TIMEOUT_MS),
      B(K_NCCL_ID) | B(K_CKPT_INTERVAL) | B(K_CKPT_BUSY) | B(K_CKPT_DIR) | B(K_RESUME) |
-         B(K_CKPT_VERIFY)},
+         B(K_CKPT_VERIFY) | B(K_STORE) | B(K_TORCH_BACKEND)},
     {EA_IPC_PAUSE, "pause", B(K_REASON), 0},
     {EA_IPC_STOP, "stop", 0, 0},
     {EA_IPC_CKPT_STAGED, "ckpt_staged",
      B(K_GEN) | B(K_STEP) | B(K_RANK) | B(K_WORLD) | B(K_OFFSET) | B(K_LENGTH) | B(K_TOTAL) |
          B(K_HASH) | B(K_STALL_US) | B(K_WAIT_US) | B(K_SKIPPED),
-     0},
+     B(K_LAYOUT) | B(K_HEADER_BYTES)},
     {EA_IPC_CKPT_SKIPPED, "ckpt_skipped",
      B(K_GEN) | B(K_STEP) | B(K_RANK) | B(K_WORLD) | B(K_REASON) | B(K_SKIPPED), 0},
     {EA_IPC_CKPT_LOADED, "ckpt_loaded",
@@ -205,6 +216,9 @@ static uint64_t present_opt(const ea_ipc_msg *m, const type_def *d) {
   if ((d->opt & B(K_CKPT_INTERVAL)) && m->ckpt_interval) o |= B(K_CKPT_INTERVAL) | B(K_CKPT_BUSY);
   if ((d->opt & B(K_CKPT_DIR)) && m->ckpt_dir[0]) o |= B(K_CKPT_DIR);
   if ((d->opt & B(K_RESUME)) && m->resume[0]) o |= B(K_RESUME) | B(K_CKPT_VERIFY);
+  if ((d->opt & B(K_STORE)) && m->store[0]) o |= B(K_STORE);
+  if ((d->opt & B(K_TORCH_BACKEND)) && m->torch_backend) o |= B(K_TORCH_BACKEND);
+  if ((d->opt & B(K_LAYOUT)) && m->layout) o |= B(K_LAYOUT) | B(K_HEADER_BYTES);
   return o;
 }
 
@@ -314,6 +328,35 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char 
       seterr(err, errlen, "commit.resume: needs ckpt_dir");
       return -EINVAL;
     }
+    if ((keys & B(K_STORE)) && !str_ok(m->store, sizeof m->store, true)) {
+      seterr(err, errlen, "commit.store: expected a non-empty address < %zu bytes",
+             sizeof m->store);
+      return -EINVAL;
+    }
+    if ((keys & B(K_TORCH_BACKEND)) && m->torch_backend != EA_IPC_TORCH_GLOO &&
+        m->torch_backend != EA_IPC_TORCH_NCCL) {
+      seterr(err, errlen, "commit.torch_backend: expected \"gloo\" or \"nccl\"");
+      return -EINVAL;
+    }
+  }
+  if (m->type == EA_IPC_CKPT_STAGED) {
+    /* Both or neither: a table size means nothing without its format, and
+     * the format cannot be read without the table's size. */
+    if (!(keys & B(K_LAYOUT)) != !(keys & B(K_HEADER_BYTES))) {
+      seterr(err, errlen, "ckpt_staged.%s: required with %s",
+             keys & B(K_LAYOUT) ? "header_bytes" : "layout",
+             keys & B(K_LAYOUT) ? "layout" : "header_bytes");
+      return -EINVAL;
+    }
+    if ((keys & B(K_LAYOUT)) && m->layout != EA_IPC_LAYOUT_EA_STATE_1) {
+      seterr(err, errlen, "ckpt_staged.layout: expected \"ea-state-1\"");
+      return -EINVAL;
+    }
+    if ((keys & B(K_HEADER_BYTES)) && m->header_bytes > m->total) {
+      seterr(err, errlen, "ckpt_staged.header_bytes: %" PRIu64 " beyond the %" PRIu64 "-byte state",
+             m->header_bytes, m->total);
+      return -EINVAL;
+    }
   }
   return 0;
 }
@@ -412,6 +455,14 @@ static int pack_value(msgpack_packer *pk, const ea_ipc_msg *m, key k) {
       return pack_str(pk, m->resume);
     case K_CKPT_VERIFY:
       return pack_str(pk, m->ckpt_verify_size ? "size" : "full");
+    case K_STORE:
+      return pack_str(pk, m->store);
+    case K_TORCH_BACKEND:
+      return pack_str(pk, m->torch_backend == EA_IPC_TORCH_NCCL ? "nccl" : "gloo");
+    case K_LAYOUT:
+      return pack_str(pk, "ea-state-1");
+    case K_HEADER_BYTES:
+      return msgpack_pack_uint64(pk, m->header_bytes);
     case K__COUNT:
       break;
   }
@@ -627,6 +678,35 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
       }
       return 0;
     }
+    case K_STORE:
+      return read_cstr(r, m->store, sizeof m->store, why);
+    case K_TORCH_BACKEND: {
+      char s[16];
+      int rc = read_cstr(r, s, sizeof s, why);
+      if (rc) return rc;
+      if (strcmp(s, "gloo") == 0)
+        m->torch_backend = EA_IPC_TORCH_GLOO;
+      else if (strcmp(s, "nccl") == 0)
+        m->torch_backend = EA_IPC_TORCH_NCCL;
+      else {
+        *why = "expected \"gloo\" or \"nccl\"";
+        return EA__MPR_RANGE;
+      }
+      return 0;
+    }
+    case K_LAYOUT: {
+      char s[16];
+      int rc = read_cstr(r, s, sizeof s, why);
+      if (rc) return rc;
+      if (strcmp(s, "ea-state-1") != 0) {
+        *why = "expected \"ea-state-1\"";
+        return EA__MPR_RANGE;
+      }
+      m->layout = EA_IPC_LAYOUT_EA_STATE_1;
+      return 0;
+    }
+    case K_HEADER_BYTES:
+      return read_u(r, UINT64_MAX, &m->header_bytes, why);
     case K_NCCL_ID: {
       const uint8_t *p;
       size_t n;

@@ -220,7 +220,11 @@ def _ptr(data: Buffer):
         b = bytes(mv)
         return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p), n, b
     arr = (ctypes.c_char * n).from_buffer(mv.cast("B"))
-    return ctypes.cast(arr, ctypes.c_void_p), n, arr
+    # By address, not ctypes.cast: cast() ties the array into a reference
+    # cycle, so its export of the buffer outlived this call until the next
+    # garbage collection, and closing an mmap then failed ("cannot close
+    # exported pointers exist": the staging memfd at exit).
+    return ctypes.c_void_p(ctypes.addressof(arr)), n, arr
 
 
 def xxh3_64(data: Buffer) -> int:

@@ -231,7 +231,8 @@ MALFORMED = [
     (_commit(gen=..., timeout_ms=...), "commit.gen: missing"),
     (pk({"type": "pause"}), "pause.reason: missing"),
     (pk({"type": "pause", "reason": 7}), "pause.reason: expected str"),
-    # the package's extension keys are checked too (the agent skips them today)
+    # the package's extension keys, with the agent's own texts (train/ipc.c;
+    # tests/unit/test_ipc.c checks the same four)
     (_commit(store="", torch_backend="gloo"), "commit.store: expected a non-empty address < 96 bytes"),
     (_commit(torch_backend="mpi"), 'commit.torch_backend: expected "gloo" or "nccl"'),
     (_staged(layout="ea-state-1"), "ckpt_staged.header_bytes: required with layout"),
@@ -269,8 +270,9 @@ def test_accepted_variants_reencode_as_the_agent_does(packet, reencoded):
 def test_unknown_keys_are_skipped_both_ways():
     m = protocol.decode(pk({"future_key": {"a": [1, 2]}, "type": "aborted", "gen": 3, "next_step": 4}))
     assert m == {"type": "aborted", "gen": 3, "next_step": 4}
-    # The package's extension keys: this codec reads them; the agent's skips
-    # them (ea_ipc_decode + ea_ipc_encode of this packet gave AGENT_VIEW).
+    # The package's extension keys round-trip; a COMMIT without them encodes
+    # as ea_ipc_encode does (AGENT_VIEW; the agent reads store/torch_backend
+    # too since h10b: tests/unit/test_ipc.c compares the doc's vectors).
     ext = dict(COMMIT, store="h:1", torch_backend="gloo")
     assert protocol.decode(protocol.encode(ext)) == ext
     AGENT_VIEW = ("88a474797065a6636f6d6d6974a367656e07a472616e6b01a5776f726c6403a5706565727393a3613a31a362"

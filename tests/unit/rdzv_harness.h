@@ -64,6 +64,8 @@ typedef struct {
   int idx;
   ea_node_id id;
   char name[16];
+  /* its gossip tags (EA_RDZV_TAG_STARTING), seen at once */
+  char tags[EA_TAGS_MAX];
   bool started; /* ever started (so it appears in views) */
   bool up;      /* process running */
   bool left;    /* drained and gone */
@@ -536,6 +538,7 @@ static void h_fill_member(h_sim *h, int i, int j, ea_member *m) {
   m->incarnation = b->inc;
   snprintf(m->meta.name, sizeof m->meta.name, "%s", b->name);
   snprintf(m->meta.role, sizeof m->meta.role, "worker");
+  snprintf(m->meta.tags, sizeof m->meta.tags, "%s", b->tags);
   m->meta.control.family = 4;
   m->meta.control.ip[0] = 10;
   m->meta.control.ip[3] = (uint8_t)(j + 1);

@@ -1841,6 +1841,93 @@ START_TEST(test_failed_shard_write) {
 }
 END_TEST
 
+/* A library program's state (docs/pytorch.md, "Checkpoints"): its
+ * ea-state-1 tensor table is read back from the shard files, even when the
+ * header spans shards, and replaces the opaque tensor; a damaged table or
+ * another layout leaves the manifest as it was and says why. */
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void write_state_shards(const char *dir, const uint8_t *st, uint64_t total, uint32_t w) {
+  for (uint32_t r = 0; r < w; r++) {
+    uint64_t lo, len;
+    ea_ckpt_shard_range(total, w, r, &lo, &len);
+    char path[512];
+    snprintf(path, sizeof path, "%s/shard-%u-of-%u.bin", dir, r, w);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(st + lo, 1, len, f), len);
+    fclose(f);
+  }
+}
+
+START_TEST(test_state_table_into_the_manifest) {
+  char dir[] = "/tmp/ea-state-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  enum { H = 128, T = 200 };
+  uint8_t st[T] = {0};
+  memcpy(st, "EASTATE", 8);
+  st[8] = 1; /* version */
+  put_u64(st + 16, H);
+  put_u64(st + 24, T);
+  const char *tab = "tensors 2\ntensor model.w f32 2x3 128 24\ntensor meta u8 8 192 8\nend\n";
+  memcpy(st + 32, tab, strlen(tab));
+  write_state_shards(dir, st, T, 3); /* shard 0 holds [0, 66): the table spans shards */
+  ea_ckpt_manifest m;
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 20, 5, 3, T), 0);
+  uint64_t shape[1] = {T};
+  ck_assert_int_eq(ea_ckpt_manifest_add_tensor(&m, "state", "u8", 1, shape, 0, T), 0);
+  char why[160] = "";
+  ck_assert_int_eq(ea__ckpt_state_table(dir, &m, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "2 tensors"), "%s", why);
+  ck_assert_uint_eq(m.n_tensors, 2);
+  ck_assert_str_eq(m.tensors[0].name, "model.w");
+  ck_assert_str_eq(m.tensors[0].dtype, "f32");
+  ck_assert_uint_eq(m.tensors[0].ndim, 2);
+  ck_assert_uint_eq(m.tensors[0].shape[0], 2);
+  ck_assert_uint_eq(m.tensors[0].shape[1], 3);
+  ck_assert_uint_eq(m.tensors[0].offset, 128);
+  ck_assert_uint_eq(m.tensors[1].length, 8);
+  ea_ckpt_manifest_close(&m);
+
+  /* damaged tables: the manifest keeps its opaque tensor */
+  static const char *const bad[] = {
+      "tensors 2\ntensor model.w f32 2x3 128 24\nend\n",  /* a line short */
+      "tensors 1\ntensor model.w f32 2x3 128\nend\n",     /* a field short */
+      "tensors 1\ntensor model.w f32 2y3 128 24\nend\n",  /* bad shape */
+      "tensors 1\ntensor model.w f32 2x3 128 999\nend\n", /* past the state */
+      "tensors 1\ntensor model.w f32 2x3 128 24\n",       /* no end */
+      "tensor model.w f32 2x3 128 24\nend\n",             /* no count */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(st + 32, 0, H - 32);
+    memcpy(st + 32, bad[i], strlen(bad[i]));
+    write_state_shards(dir, st, T, 3);
+    ck_assert_int_eq(ea_ckpt_manifest_init(&m, 20, 5, 3, T), 0);
+    ck_assert_int_eq(ea_ckpt_manifest_add_tensor(&m, "state", "u8", 1, shape, 0, T), 0);
+    int rc = ea__ckpt_state_table(dir, &m, why, sizeof why);
+    ck_assert_msg(rc < 0 && rc != -ENOENT, "table %zu accepted (%d): %s", i, rc, why);
+    ck_assert_uint_eq(m.n_tensors, 1);
+    ck_assert_str_eq(m.tensors[0].name, "state");
+    ea_ckpt_manifest_close(&m);
+  }
+  /* a wrong total, then another layout */
+  put_u64(st + 24, T + 64);
+  write_state_shards(dir, st, T, 3);
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 20, 5, 3, T), 0);
+  ck_assert_int_eq(ea__ckpt_state_table(dir, &m, why, sizeof why), -EINVAL);
+  ck_assert_msg(strstr(why, "preamble"), "%s", why);
+  ea_ckpt_manifest_close(&m);
+  memcpy(st, "NOTSTATE", 8);
+  write_state_shards(dir, st, T, 3);
+  ck_assert_int_eq(ea_ckpt_manifest_init(&m, 20, 5, 3, T), 0);
+  ck_assert_int_eq(ea__ckpt_state_table(dir, &m, why, sizeof why), -ENOENT);
+  ea_ckpt_manifest_close(&m);
+  rm_rf(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_flow");
   TCase *tc = tcase_create("codec");
@@ -1852,6 +1939,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_ipc_passes_the_memfd);
   tcase_add_test(tc, test_layout_from_dims_and_staging);
   tcase_add_test(tc, test_core_collects_commits_and_gives_up);
+  tcase_add_test(tc, test_state_table_into_the_manifest);
   suite_add_tcase(s, tc);
   TCase *tf = tcase_create("flow");
   tcase_set_timeout(tf, 90);

@@ -438,6 +438,8 @@ START_TEST(test_largest_commit_fits) {
   a->backend = EA_COMM_NCCL;
   a->has_nccl_id = true;
   for (uint32_t i = 0; i < a->npeers; i++) memset(a->peers[i], 'p', EA_COMM_ADDR_MAX - 1);
+  memset(a->store, 's', EA_COMM_ADDR_MAX - 1);
+  a->torch_backend = EA_IPC_TORCH_NCCL;
   size_t len = enc(a, buf, sizeof buf);
   ck_assert_uint_le(len, EA_IPC_MAX_MSG);
   char err[200] = "";
@@ -568,6 +570,130 @@ START_TEST(test_last_packets_survive_unread_close) {
 }
 END_TEST
 
+/* ---- the library's extension keys (docs/pytorch.md, "Agent-side changes
+ * required") ------------------------------------------------------------- */
+
+static size_t unhex(const char *h, uint8_t *out, size_t cap) {
+  size_t n = 0;
+  for (; h[0] && h[1] && n < cap; h += 2) {
+    unsigned v;
+    ck_assert(sscanf(h, "%2x", &v) == 1);
+    out[n++] = (uint8_t)v;
+  }
+  return n;
+}
+
+/* The two vectors of docs/pytorch.md, written by the Python encoder
+ * (python/elastic_agent/protocol.py): our encoder must write the same
+ * bytes from the same fields, and decode → encode must give them back. */
+static const char commit_ext_hex[] =
+    "8aa474797065a6636f6d6d6974a367656e07a472616e6b01a5776f726c6402a5706565727392ae31302e302e302e"
+    "373a3431303030ae31302e302e302e383a3431303030a973796e635f726f6f7400a76261636b656e64a3746370aa"
+    "74696d656f75745f6d73cd7530a573746f7265ae31302e302e302e373a3431303030ad746f7263685f6261636b65"
+    "6e64a4676c6f6f";
+static const char staged_ext_hex[] =
+    "8ea474797065ab636b70745f737461676564a367656e05a47374657014a472616e6b01a5776f726c6403a66f6666"
+    "736574cdc49ba66c656e677468cdc49ba5746f74616cce00024dd2a468617368cfdeadbeefcafef00da87374616c"
+    "6c5f757340a7776169745f757300a7736b697070656400a66c61796f7574aa65612d73746174652d31ac68656164"
+    "65725f6279746573cd0400";
+
+START_TEST(test_extension_keys_match_the_python_encoder) {
+  uint8_t want[512], buf[512];
+  ea_ipc_msg *a = msg_new(), *b = msg_new();
+  char err[200] = "";
+
+  ea_ipc_msg_init(a, EA_IPC_COMMIT);
+  a->gen = 7;
+  a->rank = 1;
+  a->world = a->npeers = 2;
+  strcpy(a->peers[0], "10.0.0.7:41000");
+  strcpy(a->peers[1], "10.0.0.8:41000");
+  a->timeout_ms = 30000;
+  strcpy(a->store, "10.0.0.7:41000");
+  a->torch_backend = EA_IPC_TORCH_GLOO;
+  size_t wn = unhex(commit_ext_hex, want, sizeof want), len = enc(a, buf, sizeof buf);
+  ck_assert_uint_eq(len, wn);
+  ck_assert_msg(memcmp(buf, want, wn) == 0, "commit with store/torch_backend: bytes differ");
+  ck_assert_msg(ea_ipc_decode(want, wn, b, err, sizeof err) == 0, "%s", err);
+  ck_assert(memcmp(a, b, sizeof *a) == 0);
+
+  ea_ipc_msg_init(a, EA_IPC_CKPT_STAGED);
+  a->gen = 5;
+  a->step = 20;
+  a->rank = 1;
+  a->world = 3;
+  a->offset = a->length = 50331;
+  a->total = 150994;
+  a->hash = 0xdeadbeefcafef00dull;
+  a->stall_us = 64;
+  a->layout = EA_IPC_LAYOUT_EA_STATE_1;
+  a->header_bytes = 1024;
+  wn = unhex(staged_ext_hex, want, sizeof want);
+  len = enc(a, buf, sizeof buf);
+  ck_assert_uint_eq(len, wn);
+  ck_assert_msg(memcmp(buf, want, wn) == 0, "ckpt_staged with layout: bytes differ");
+  ck_assert_msg(ea_ipc_decode(want, wn, b, err, sizeof err) == 0, "%s", err);
+  ck_assert(memcmp(a, b, sizeof *a) == 0);
+
+  /* The library's error texts (tests/python/test_protocol.py, MALFORMED). */
+  static const struct {
+    const char *k1, *v1, *k2, *v2, *want;
+  } bad[] = {
+      {"store", "", "torch_backend", "gloo",
+       "commit.store: expected a non-empty address < 96 bytes"},
+      {"torch_backend", "mpi", NULL, NULL, "commit.torch_backend: expected \"gloo\" or \"nccl\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hand h;
+    hand_init(&h);
+    msgpack_pack_map(&h.pk, 8 + (bad[i].k2 ? 2 : 1));
+    hs(&h, "type"), hs(&h, "commit");
+    hs(&h, "gen"), hu(&h, 1);
+    hs(&h, "rank"), hu(&h, 0);
+    hs(&h, "world"), hu(&h, 1);
+    hs(&h, "peers"), msgpack_pack_array(&h.pk, 1), hs(&h, "a:1");
+    hs(&h, "sync_root"), hu(&h, 0);
+    hs(&h, "backend"), hs(&h, "tcp");
+    hs(&h, "timeout_ms"), hu(&h, 5000);
+    hs(&h, bad[i].k1), hs(&h, bad[i].v1);
+    if (bad[i].k2) hs(&h, bad[i].k2), hs(&h, bad[i].v2);
+    expect_bad((const uint8_t *)h.sb.data, h.sb.size, bad[i].want);
+    msgpack_sbuffer_destroy(&h.sb);
+  }
+  /* ckpt_staged: layout and header_bytes both or neither; H <= T. */
+  for (int c = 0; c < 4; c++) {
+    hand h;
+    hand_init(&h);
+    msgpack_pack_map(&h.pk, 12 + (c == 2 ? 2 : 1));
+    hs(&h, "type"), hs(&h, "ckpt_staged");
+    const char *u[] = {"gen", "step", "rank", "offset", "hash", "stall_us", "wait_us", "skipped"};
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) hs(&h, u[i]), hu(&h, 0);
+    hs(&h, "world"), hu(&h, 1);
+    hs(&h, "length"), hu(&h, 10);
+    hs(&h, "total"), hu(&h, 10);
+    if (c == 0) hs(&h, "layout"), hs(&h, "ea-state-1");
+    if (c == 1) hs(&h, "header_bytes"), hu(&h, 8);
+    if (c == 2) hs(&h, "layout"), hs(&h, "ea-state-1"), hs(&h, "header_bytes"), hu(&h, 64);
+    if (c == 3) hs(&h, "layout"), hs(&h, "ea-state-2");
+    static const char *const want_err[] = {"ckpt_staged.header_bytes: required with layout",
+                                           "ckpt_staged.layout: required with header_bytes",
+                                           "ckpt_staged.header_bytes: 64 beyond the 10-byte state",
+                                           "ckpt_staged.layout: expected \"ea-state-1\""};
+    expect_bad((const uint8_t *)h.sb.data, h.sb.size, want_err[c]);
+    msgpack_sbuffer_destroy(&h.sb);
+  }
+  /* Absent keys stay absent: a message without them encodes as before. */
+  ea_ipc_msg_init(a, EA_IPC_COMMIT);
+  a->world = a->npeers = 1;
+  strcpy(a->peers[0], "a:1");
+  len = enc(a, buf, sizeof buf);
+  ck_assert_ptr_null(memmem(buf, len, "store", 5));
+  ck_assert_ptr_null(memmem(buf, len, "torch_backend", 13));
+  free(a);
+  free(b);
+}
+END_TEST
+
 static Suite *ipc_suite(void) {
   Suite *s = suite_create("ipc");
   TCase *tc = tcase_create("codec");
@@ -583,6 +709,7 @@ static Suite *ipc_suite(void) {
   tcase_add_test(tc, test_mutations_never_crash);
   tcase_add_test(tc, test_socketpair_send_recv);
   tcase_add_test(tc, test_last_packets_survive_unread_close);
+  tcase_add_test(tc, test_extension_keys_match_the_python_encoder);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- launch mode and keys --------------------------------------------------------- */
@@ -69,6 +70,9 @@ START_TEST(keys_that_do_nothing) {
   ck_assert_ptr_nonnull(strstr(err, "--resume-from names a checkpoint of the built-in trainer"));
   ck_assert_int_eq(
       ea__launch_check_keys(&c, EA__MODE_BUILTIN, true, warn, sizeof warn, err, sizeof err), 0);
+  /* a library program's checkpoints go through the agents: --resume-from names one */
+  ck_assert_int_eq(
+      ea__launch_check_keys(&c, EA__MODE_LIBRARY, true, warn, sizeof warn, err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "train.steps", "10", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "checkpoint.save_interval_steps", "5", err, sizeof err), 0);
   ck_assert_int_eq(ea_config_set(&c, "distributed.global_batch", "128", err, sizeof err), 0);
@@ -445,6 +449,42 @@ START_TEST(lines_split_and_bounded) {
 }
 END_TEST
 
+/* Library mode finds python/elastic_agent next to the binary: the build
+ * tree's ../python, then `make install`'s ../lib/elastic-agent/python; a
+ * binary with neither gets -ENOENT (the agent then warns). */
+START_TEST(python_dir_next_to_the_binary) {
+  char tmp[] = "/tmp/ea-pydir-XXXXXX", p[512], dir[4096];
+  ck_assert_ptr_nonnull(mkdtemp(tmp));
+  snprintf(p, sizeof p, "%s/bin", tmp);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  snprintf(p, sizeof p, "%s/bin/elastic-agent", tmp);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), -ENOENT);
+  char pkg[512];
+  snprintf(pkg, sizeof pkg,
+           "mkdir -p %s/lib/elastic-agent/python/elastic_agent && touch "
+           "%s/lib/elastic-agent/python/elastic_agent/__init__.py",
+           tmp, tmp);
+  ck_assert_int_eq(system(pkg), 0);
+  ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), 0);
+  char want[600];
+  snprintf(want, sizeof want, "%s/lib/elastic-agent/python", tmp);
+  ck_assert_str_eq(dir, want);
+  snprintf(pkg, sizeof pkg,
+           "mkdir -p %s/python/elastic_agent && touch %s/python/elastic_agent/__init__.py", tmp,
+           tmp);
+  ck_assert_int_eq(system(pkg), 0);
+  ck_assert_int_eq(ea__launch_python_dir(p, dir, sizeof dir), 0); /* the build tree first */
+  snprintf(want, sizeof want, "%s/python", tmp);
+  ck_assert_str_eq(dir, want);
+  ck_assert_int_eq(ea__launch_python_dir(p, dir, 4), -ENAMETOOLONG);
+  snprintf(pkg, sizeof pkg, "rm -rf %s", tmp);
+  ck_assert_int_eq(system(pkg), 0);
+}
+END_TEST
+
 static Suite *job_suite(void) {
   Suite *s = suite_create("job");
   TCase *tc = tcase_create("job");
@@ -460,6 +500,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, job_codec_roundtrip);
   tcase_add_test(tc, job_codec_rejects);
   tcase_add_test(tc, lines_split_and_bounded);
+  tcase_add_test(tc, python_dir_next_to_the_binary);
   suite_add_tcase(s, tc);
   return s;
 }

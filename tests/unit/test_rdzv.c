@@ -457,6 +457,45 @@ static h_verdict watch_prepares(h_sim *h, int from, int to, const ea_rdzv_msg *m
   return H_DELIVER;
 }
 
+/* Admission after hello: a joiner that advertises EA_RDZV_TAG_STARTING (its
+ * workers have not said hello) is not taken in, and the generation running
+ * is not disturbed; once the tag goes, it joins as any joiner.  The tag
+ * helpers add and remove the token without touching the operator's tags. */
+START_TEST(test_starting_joiner_waits_for_hello) {
+  char t[EA_TAGS_MAX] = "zone=a";
+  ck_assert(!ea_rdzv_tags_have(t, EA_RDZV_TAG_STARTING));
+  ck_assert_int_eq(ea_rdzv_tags_set(t, sizeof t, EA_RDZV_TAG_STARTING, true), 0);
+  ck_assert_str_eq(t, "zone=a," EA_RDZV_TAG_STARTING);
+  ck_assert(ea_rdzv_tags_have(t, EA_RDZV_TAG_STARTING));
+  ck_assert(!ea_rdzv_tags_have(t, "ea.starting"));
+  ck_assert_int_eq(ea_rdzv_tags_set(t, sizeof t, EA_RDZV_TAG_STARTING, false), 0);
+  ck_assert_str_eq(t, "zone=a");
+  char small[8] = "";
+  ck_assert_int_eq(ea_rdzv_tags_set(small, sizeof small, EA_RDZV_TAG_STARTING, true), -ENOSPC);
+
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("starting_joiner"), 4, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  uint64_t plans = h->nplans, fails = h->worker_failures;
+  snprintf(h->a[3].tags, sizeof h->a[3].tags, "%s", EA_RDZV_TAG_STARTING);
+  h_start(h, 3);
+  h_run_until(h, h->now + 3 * c.scale_up_delay_ms);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, plans);
+  ck_assert(gen_is(h, 0, &g0) && h_training(h, 0));
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_msg(strstr(st.reason, "1 joiner starting its workers"), "%s", st.reason);
+  h->a[3].tags[0] = 0; /* its workers said hello */
+  ea_rdzv_gen g1 = settle_after(h, g0, 20000);
+  (void)g1;
+  char o[64];
+  order_str(h, 3, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3");
+  ck_assert_uint_eq(h->worker_failures, fails);
+  h_free(h);
+}
+END_TEST
+
 START_TEST(test_joiners_batched) {
   ea_rdzv_config c = cfg_std();
   h_sim *h = h_new(h_seed("joiners_batched"), 5, &c, true);
@@ -1656,6 +1695,7 @@ static Suite *rdzv_suite(void) {
       {"cold_start", test_cold_start},
       {"member_dies", test_member_dies},
       {"joiners_batched", test_joiners_batched},
+      {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
       {"fail_during_prepare", test_fail_during_prepare},
       {"ready_timeout", test_ready_timeout},
       {"lost_control_messages", test_lost_control_messages},

@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+"""Helper of bench/recovery_pytorch.sh: reads the logs, waits, analyses.
+
+Every node's log (a torchrun node's timestamped output, or an agent's log)
+carries the lines of bench/recovery_pytorch_ddp.py (examples/torchrun_ddp.py
+with timestamps), found anywhere in a line as
+
+    train rank=R world=W <message> t=<time.time()>
+
+where <message> is "phase pid=… exec=… script=… imported=… pg=… ckpt=… ddp=…"
+once per process (after DDP is built), "start step=…", "step=N loss=…" or
+"done …".  Under torchrun one node runs one worker, under elastic-agent one
+agent runs one worker, so the lines of a log after a phase line are that
+process's.
+
+  wait DIR --logs A,B --world W --after T --timeout S [--steps K]
+      until every log has K steps at world W from a process whose phase line
+      is after T; prints the time.time() it held; 0 held, 1 deadline.
+  pid LOG
+      the pid of the newest process in LOG (its phase line).
+  analyze OUT --json PATH
+      reads OUT/events.jsonl and OUT/meta.json, prints the table, writes JSON.
+
+All times are seconds from the fault (the harness's $EPOCHREALTIME just
+before the signal; for a join, before the new node is started).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+LINE = re.compile(r"train rank=(\d+) world=(\d+) (.*) t=(\d+\.\d+)\s*$")
+KV = re.compile(r"(\w+)=(\S+)")
+
+
+def parse_line(line):
+    m = LINE.search(line)
+    if not m:
+        return None
+    rank, world, msg, t = int(m.group(1)), int(m.group(2)), m.group(3), float(m.group(4))
+    r = {"rank": rank, "world": world, "t": t}
+    if msg.startswith("phase "):
+        r["ev"] = "phase"
+        for k, v in KV.findall(msg):
+            r[k] = int(v) if k == "pid" else float(v)
+    elif msg.startswith("step="):
+        r["ev"] = "step"
+        r["step"] = int(msg.split()[0][5:])
+    elif msg.startswith("start "):
+        r["ev"] = "start"
+    else:
+        r["ev"] = "other"
+    return r
+
+
+class Log:
+    """A growing log, read incrementally; records grouped by process."""
+
+    def __init__(self, path):
+        self.path, self.off, self.recs = path, 0, []
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.off)
+                data = f.read()
+        except OSError:
+            return
+        cut = data.rfind(b"\n") + 1
+        self.off += cut
+        for line in data[:cut].decode(errors="replace").splitlines():
+            r = parse_line(line)
+            if r:
+                self.recs.append(r)
+        return self
+
+    def processes(self, after):
+        """[(phase record, [step records])] of processes whose phase is after `after`."""
+        out, cur = [], None
+        for r in self.recs:
+            if r["ev"] == "phase":
+                cur = (r, []) if r["t"] > after else None
+                if cur:
+                    out.append(cur)
+            elif r["ev"] == "step" and cur is not None:
+                cur[1].append(r)
+        return out
+
+
+def first_steps(log, world, after, until=float("inf")):
+    """(phase, [steps at world]) of the first new process that stepped at world."""
+    for ph, steps in log.processes(after):
+        s = [x for x in steps if x["world"] == world and x["t"] <= until]
+        if s:
+            return ph, s
+    return None, []
+
+
+def wait_cmd(a):
+    logs = [Log(p) for p in a.logs.split(",")]
+    deadline = time.monotonic() + a.timeout
+    while True:
+        for lg in logs:
+            lg.poll()
+        if all(len(first_steps(lg, a.world, a.after)[1]) >= a.steps for lg in logs):
+            print(f"{time.time():.6f}")
+            return 0
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.1)
+
+
+def pid_cmd(a):
+    lg = Log(a.log).poll()
+    ph = [r for r in (lg.recs if lg else []) if r["ev"] == "phase"]
+    if not ph:
+        return 1
+    print(ph[-1]["pid"])
+    return 0
+
+
+# ------------------------------------------------------------------ analysis
+
+def ours_commit(path, world, after, until):
+    """The first 'generation committed … world=W' line of an agent log after
+    `after`, at the harness's stamp (the line's first field, $EPOCHREALTIME)."""
+    pat = re.compile(r"generation committed gen=.* world=%d\b" % world)
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if pat.search(line):
+                    try:
+                        t = float(line.split(" ", 1)[0])
+                    except ValueError:
+                        continue
+                    if after < t <= until:
+                        return t
+    except OSError:
+        pass
+    return None
+
+
+def torchrun_commit(path, world, after, until):
+    """'Rendezvous complete' at group_world_size W in a timestamped torchrun log."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from recovery_torchrun import _agent_events  # the torchrun harness's own parser
+    ts = [t for (t, kind, v) in _agent_events(path, 0) if kind == "rdzv" and v == world and after < t <= until]
+    return min(ts) if ts else None
+
+
+PHASES = ["commit", "spawn", "python", "import_torch", "import_rest", "gloo_init", "ckpt_load", "ddp", "first_step"]
+PHASE_DOC = {
+    "commit": "fault -> new generation committed (ours: the agent logs it; torchrun: rendezvous complete)",
+    "spawn": "commit -> the gating process exec'd (stop the old workers, fork/exec)",
+    "python": "exec -> the script's first line (interpreter start-up)",
+    "import_torch": "the script's first line -> `import torch` done (argparse, json, os, sys before it)",
+    "import_rest": "torch.distributed, elastic's @record, DDP imported",
+    "gloo_init": "argument parsing + init_process_group: TCPStore + gloo rendezvous of the new group",
+    "ckpt_load": "the script's torch.load of its checkpoint + model/optimizer state",
+    "ddp": "DistributedDataParallel(model): its parameter broadcast",
+    "first_step": "DDP built -> first step completed (one step, its allreduce and 50 ms sleep at most)",
+}
+
+
+def analyze_event(e):
+    t0, until, world = e["t0"], e.get("t_end") or float("inf"), e["world"]
+    logs = [Log(p).poll() or Log(p) for p in e["logs"]]
+    firsts, procs = [], []
+    for lg in logs:
+        ph, steps = first_steps(lg, world, t0, until)
+        if steps:
+            firsts.append(steps[0]["t"])
+            procs.append(ph)
+    res = {k: e[k] for k in ("system", "kind", "trial", "world", "recovered")}
+    res["step_s"] = round(min(firsts) - t0, 3) if firsts else None
+    res["nodes_stepped"] = len(firsts)
+    commit = None
+    for p in e.get("agent_logs", e["logs"]):
+        f = ours_commit if e["system"] == "ours" else torchrun_commit
+        c = f(p, world, t0, until)
+        if c is not None and (commit is None or c < commit):
+            commit = c
+    res["commit_s"] = round(commit - t0, 3) if commit else None
+    if procs and firsts and len(procs) == len(logs):
+        g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
+        marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
+                 g["ckpt"], g["ddp"], min(firsts)]
+        prev, br = t0, {}
+        for name, m in zip(PHASES, marks):
+            br[name] = round(m - prev, 3)
+            prev = m
+        res["breakdown"] = br
+        res["exec_spread_s"] = round(max(p["exec"] for p in procs) - min(p["exec"] for p in procs), 3)
+    return res
+
+
+def _stat(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"median": None, "max": None, "n": 0}
+    return {"median": round(statistics.median(xs), 2), "max": round(max(xs), 2), "n": len(xs)}
+
+
+def _cell(s):
+    return "-" if s["median"] is None else f"{s['median']:.2f} ({s['max']:.2f})"
+
+
+KINDS = ["node-kill", "node-stop", "worker-kill", "node-join"]
+SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours"]
+
+
+def analyze(a):
+    meta = json.load(open(os.path.join(a.out, "meta.json")))
+    evs = []
+    with open(os.path.join(a.out, "events.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                evs.append(json.loads(line))
+    results = [analyze_event(e) for e in evs]
+    summary = {}
+    for s in SYSTEMS:
+        for k in KINDS:
+            rs = [r for r in results if r["system"] == s and r["kind"] == k]
+            if not rs:
+                continue
+            row = {"trials": len(rs), "recovered": sum(1 for r in rs if r["recovered"]),
+                   "step_s": _stat([r["step_s"] for r in rs]),
+                   "commit_s": _stat([r["commit_s"] for r in rs])}
+            bs = [r["breakdown"] for r in rs if r.get("breakdown")]
+            if bs:
+                row["breakdown_median_s"] = {p: round(statistics.median(b[p] for b in bs), 3) for p in PHASES}
+            summary.setdefault(s, {})[k] = row
+    ratios = {}
+    for k in KINDS:
+        o = summary.get("ours", {}).get(k, {}).get("step_s", {}).get("median")
+        for s in ("torchrun-default", "torchrun-tuned"):
+            t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
+            if o and t:
+                ratios.setdefault(k, {})[s] = round(t / o, 1)
+    out = {"bench": "recovery-pytorch", "meta": meta, "summary": summary,
+           "ratio_torchrun_over_ours": ratios, "phases": PHASE_DOC, "events": results}
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print_table(out)
+    return 0
+
+
+def print_table(out):
+    m, s, rt = out["meta"], out["summary"], out["ratio_torchrun_over_ours"]
+    print(f"recovery of a torchrun script (bench/recovery_pytorch_ddp.py = examples/torchrun_ddp.py + "
+          f"timestamps), torch {m.get('torch')}, {m.get('cpus')} cpus, 4 nodes on 127.0.0.1")
+    print(f"load average at start: {m.get('loadavg_start')}   at end: {m.get('loadavg_end')}   "
+          f"trials: {m.get('trials')}   wall: {m.get('wall_s', '?')} s")
+    print("seconds from the fault to the first step completed at the new world size, median (max) [ok/trials]")
+    hdr = f"{'event':<12} {'torchrun default':>22} {'torchrun tuned':>22} {'elastic-agent':>22} {'default/ours':>12} {'tuned/ours':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for k in KINDS:
+        cells = []
+        for sy in SYSTEMS:
+            r = s.get(sy, {}).get(k)
+            cells.append("-" if not r else f"{_cell(r['step_s'])} [{r['recovered']}/{r['trials']}]")
+        rd = rt.get(k, {}).get("torchrun-default")
+        rtu = rt.get(k, {}).get("torchrun-tuned")
+        print(f"{k:<12} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22} "
+              f"{(f'{rd}x' if rd else '-'):>12} {(f'{rtu}x' if rtu else '-'):>10}")
+    print("node-join: from starting the new node's agent.  node-stop: SIGSTOP of agent and worker; "
+          "torchrun's script runs with a 10 s gloo timeout (ours with the script's default, 30 min).")
+    print()
+    print("where the seconds go, median per phase (s); the gating process = the last of the new group to finish import")
+    hdr = f"{'system':<17} {'event':<12} " + " ".join(f"{p:>12}" for p in PHASES)
+    print(hdr)
+    print("-" * len(hdr))
+    for sy in SYSTEMS:
+        for k in KINDS:
+            b = s.get(sy, {}).get(k, {}).get("breakdown_median_s")
+            if b:
+                print(f"{sy:<17} {k:<12} " + " ".join(f"{b[p]:>12.2f}" for p in PHASES))
+    for p in PHASES:
+        print(f"  {p}: {PHASE_DOC[p]}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("wait")
+    w.add_argument("--logs", required=True)
+    w.add_argument("--world", type=int, required=True)
+    w.add_argument("--after", type=float, required=True)
+    w.add_argument("--timeout", type=float, required=True)
+    w.add_argument("--steps", type=int, default=2)
+    q = sub.add_parser("pid")
+    q.add_argument("log")
+    an = sub.add_parser("analyze")
+    an.add_argument("out")
+    an.add_argument("--json", required=True)
+    a = p.parse_args()
+    return {"wait": wait_cmd, "pid": pid_cmd, "analyze": analyze}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# bench/recovery_pytorch.sh — recovery of a user's torchrun script: the same
+# torchrun-style program (examples/torchrun_ddp.py: tiny model, gloo,
+# init_process_group("env://"), its own checkpoint every 5 steps) under
+# torchrun and under elastic-agent restart mode, in one run, on one machine.
+#
+# The program is bench/recovery_pytorch_ddp.py: examples/torchrun_ddp.py with
+# timestamps added (every line ends t=<time.time()>, one "phase" line per
+# process: exec, script start, import torch done, gloo group up, checkpoint
+# loaded, DDP built) and --gloo-timeout; the example stays unmodified.
+#
+# Three systems, 4 nodes each on 127.0.0.1, one worker per node:
+#   torchrun-default  torchrun --nnodes=3:4 --rdzv_backend=c10d as shipped
+#                     (monitor_interval 5, last_call 30 s, read 60 s)
+#   torchrun-tuned    --monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10
+#                     (both as bench/recovery_torchrun.sh; node 0 hosts the store,
+#                     node 3 is the victim).  The script gets --gloo-timeout 10
+#                     in both: with torch's 30 min a SIGSTOPped node's peers
+#                     would block for 30 min.
+#   ours              4 elastic-agents, `elastic-agent run -- python3 SCRIPT`
+#                     (compute.min_nodes 3, max_nodes 4, runtime.max_restarts
+#                     100, everything else default; the script keeps its
+#                     default gloo timeout); the victim is never the controller.
+# Per trial, on one running cluster per system:
+#   node-kill    SIGKILL the victim's process groups (agent + worker)
+#   node-join    a node (a fresh one) starts and joins: timed from its start
+#   node-stop    SIGSTOP the victim's process groups; SIGKILLed once measured
+#   node-join    again (the stopped node replaced)
+#   worker-kill  SIGKILL the victim's worker only
+# Each is timed from just before the signal (or the start) to the first step
+# completed at the new world size by a process started after it (every node
+# of the new group must have stepped twice for the fault to count as
+# recovered).  Median and max over the trials; the ratio torchrun/ours; the
+# load average at the start and the end; where our seconds go (from the
+# script's timestamps); JSON to bench/results/recovery-pytorch.json.
+#
+# A benchmark: it reports, never asserts timings.  Every node is its own
+# process group (setsid) and every group and worker it started is SIGKILLed at
+# the end; every wait has a deadline.
+#
+# usage: bench/recovery_pytorch.sh [--quick] [--trials N] [--systems LIST]
+#            [--json PATH] [--out DIR] [--keep]
+#   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
+#   --systems   comma list of ours,torchrun-tuned,torchrun-default (all)
+#   --out DIR / --keep  keep the logs
+# env: EA_BINDIR (default bin) holds elastic-agent.
+set -u
+export LC_ALL=C
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
+PY=/usr/bin/python3
+TORCHRUN=/usr/bin/torchrun
+HELPER=$HERE/recovery_pytorch.py
+SCRIPT=$HERE/recovery_pytorch_ddp.py
+ORIG_ARGS="$*"
+TRIALS=3
+SYSTEMS=ours,torchrun-tuned,torchrun-default
+JSON=$HERE/results/recovery-pytorch.json
+OUT=
+KEEP=0
+STEP_SLEEP=0.05
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) TRIALS=1 ;;
+        --trials) TRIALS=$2; shift ;;
+        --systems) SYSTEMS=$2; shift ;;
+        --json) JSON=$2; shift ;;
+        --out) OUT=$2; KEEP=1; shift ;;
+        --keep) KEEP=1 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+        *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ ! -x "$TORCHRUN" ] || ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
+    echo "recovery_pytorch: needs $TORCHRUN and python3-torch (apt-get install python3-torch)" >&2
+    exit 3
+fi
+[ -x "$AGENT" ] || { echo "recovery_pytorch: $AGENT is not built (make)" >&2; exit 3; }
+if [ -z "$OUT" ]; then OUT=$(mktemp -d /tmp/ea-rpt.XXXXXX); else mkdir -p "$OUT"; fi
+EVENTS=$OUT/events.jsonl
+: > "$EVENTS"
+T_BEGIN=$EPOCHREALTIME
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+log() { printf '[recovery_pytorch %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# ------------------------------------------------------------ process groups
+declare -A PG=()     # key -> process group id (a setsid leader's pid)
+WORKER_PIDS=()       # every worker pid seen (ours: each in its own group)
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+kill_group() { # KEY: SIGKILL the group (a stopped one too) and forget it
+    [ -n "${PG[$1]:-}" ] || return 0
+    kill -KILL -- "-${PG[$1]}" 2>/dev/null
+    local i
+    for i in $(seq 50); do group_alive "${PG[$1]}" || break; sleep 0.1; done
+    unset "PG[$1]"
+}
+kill_workers() { # only pids still running our script (a pid may be reused)
+    local p
+    for p in "${WORKER_PIDS[@]}"; do
+        grep -qs recovery_pytorch_ddp "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
+    done
+    WORKER_PIDS=()
+}
+cleanup() {
+    local k
+    for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
+    for k in "${!PG[@]}"; do kill_group "$k"; done
+    kill_workers
+    return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_group KEY LOG CMD…: CMD in its own session, stdout+stderr stamped
+# line by line with $EPOCHREALTIME (torchrun's lines carry no time).
+start_group() {
+    local key=$1 lg=$2
+    shift 2
+    setsid bash -c '"$@" 2>&1 | while IFS= read -r l; do printf "%s %s\n" "$EPOCHREALTIME" "$l"; done' _ \
+        "$@" >> "$lg" 2>&1 < /dev/null &
+    PG[$key]=$!
+    disown "$!"
+}
+
+# wait_world LOGS WORLD AFTER TIMEOUT → prints the time it held
+wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4"; }
+newest_pid() { "$PY" "$HELPER" pid "$1"; }
+# event SYSTEM KIND TRIAL T0 WORLD OK T_END LOGS [AGENT_LOGS]
+event() {
+    local logs agents
+    logs=$(printf '"%s",' ${8//,/ }); logs=[${logs%,}]
+    agents=$logs
+    [ -n "${9:-}" ] && { agents=$(printf '"%s",' ${9//,/ }); agents=[${agents%,}]; }
+    printf '{"system":"%s","kind":"%s","trial":%s,"t0":%s,"world":%s,"recovered":%s,"t_end":%s,"logs":%s,"agent_logs":%s}\n' \
+        "$1" "$2" "$3" "$4" "$5" "$6" "${7:-null}" "$logs" "$agents" >> "$EVENTS"
+    log "$1 $2 trial $3: recovered=$6"
+}
+# measure SYSTEM KIND TRIAL T0 WORLD TIMEOUT LOGS [AGENT_LOGS]: wait, record; 0 if recovered
+measure() {
+    local t_end ok=true
+    t_end=$(wait_world "$7" "$5" "$4" "$6") || ok=false
+    event "$1" "$2" "$3" "$4" "$5" "$ok" "$t_end" "$7" "${8:-}"
+    [ $ok = true ]
+}
+join_by() { local IFS=,; echo "$*"; }
+
+# ------------------------------------------------------------------ torchrun
+tr_start_node() { # DIR NODE MON CONF PORT RUNID
+    local d=$1 n=$2 ishost=false
+    [ "$n" -eq 0 ] && ishost=true
+    start_group "tr$n" "$d/node$n.log" env LOGLEVEL=INFO OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+        "$TORCHRUN" --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d \
+        --rdzv_endpoint=127.0.0.1:"$5" --rdzv_id="$6" --rdzv_conf="is_host=$ishost${4:+,$4}" \
+        --max_restarts=100 --monitor_interval="$3" --redirects=1 --tee=1 \
+        --log_dir="$d/torchrun-logs/node$n-$EPOCHREALTIME" \
+        "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck" --gloo-timeout 10
+}
+
+run_torchrun() { # default|tuned
+    local v=$1 sys=torchrun-$1 mon conf dl d=$OUT/torchrun-$1
+    case $v in
+        default) mon=5 conf="" dl=150 ;;
+        tuned) mon=1 conf=last_call_timeout=1,read_timeout=10 dl=90 ;;
+    esac
+    mkdir -p "$d"
+    local port runid=rpt-$v-$$ n i t pid
+    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    local L=() S=()
+    for n in 0 1 2 3; do L+=("$d/node$n.log"); done
+    for n in 0 1 2; do S+=("$d/node$n.log"); done
+    local all survivors
+    all=$(join_by "${L[@]}") survivors=$(join_by "${S[@]}")
+    log "$sys: starting 4 torchrun nodes (monitor_interval=$mon rdzv_conf='$conf')"
+    t=$EPOCHREALTIME
+    tr_start_node "$d" 0 $mon "$conf" "$port" $runid
+    for i in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+    for n in 1 2 3; do tr_start_node "$d" $n $mon "$conf" "$port" $runid; done
+    wait_world "$all" 4 "$t" 180 > /dev/null || { log "$sys: no world 4 within 180 s"; return 1; }
+    for i in $(seq "$TRIALS"); do
+        t=$EPOCHREALTIME; kill -KILL -- "-${PG[tr3]}"
+        measure $sys node-kill "$i" "$t" 3 $dl "$survivors" || return 1
+        kill_group tr3
+        t=$EPOCHREALTIME; tr_start_node "$d" 3 $mon "$conf" "$port" $runid
+        measure $sys node-join "$i" "$t" 4 $dl "$all" || return 1
+        t=$EPOCHREALTIME; kill -STOP -- "-${PG[tr3]}"
+        measure $sys node-stop "$i" "$t" 3 $dl "$survivors"; local ok=$?
+        kill_group tr3
+        [ $ok = 0 ] || return 1
+        t=$EPOCHREALTIME; tr_start_node "$d" 3 $mon "$conf" "$port" $runid
+        measure $sys node-join "$i" "$t" 4 $dl "$all" || return 1
+        pid=$(newest_pid "$d/node3.log") || { log "$sys: no worker on node 3"; return 1; }
+        t=$EPOCHREALTIME; kill -KILL "$pid"
+        measure $sys worker-kill "$i" "$t" 4 $dl "$all" || return 1
+    done
+}
+
+# ---------------------------------------------------------------------- ours
+OURS_SEED=
+ours_start() { # DIR NAME
+    local d=$1 n=$2
+    mkdir -p "$d/$n"
+    start_group "ea-$n" "$d/$n.log" env OMP_NUM_THREADS=1 "$AGENT" run --name "$n" --bind 127.0.0.1:0 \
+        --data-dir "$d/$n/data" ${OURS_SEED:+--join "$OURS_SEED"} \
+        --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 \
+        -- "$PY" "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck"
+    local i
+    for i in $(seq 100); do grep -q ' listen .*gossip=' "$d/$n.log" && break; sleep 0.1; done
+    if [ -z "$OURS_SEED" ]; then
+        OURS_SEED=$(grep -o 'gossip=[0-9.]*:[0-9]*' "$d/$n.log" | head -n1 | cut -d= -f2)
+    fi
+}
+ours_controller() { # DIR NAME → the controller's name as NAME sees it
+    "$AGENT" status --data-dir "$1/$2/data" --json 2>/dev/null |
+        "$PY" -c 'import json,sys; print(json.load(sys.stdin)["controller"]["name"])' 2>/dev/null
+}
+ours_kill_node() { # DIR NAME SIGNAL: the agent's group and its worker's
+    local w
+    w=$(newest_pid "$1/$2.log") && WORKER_PIDS+=("$w")
+    kill -"$3" -- "-${PG[ea-$2]}" ${w:+"-$w"} 2>/dev/null
+}
+
+run_ours() {
+    local sys=ours d=$OUT/ours dl=60
+    mkdir -p "$d"
+    OURS_SEED=
+    local names=(n1 n2 n3 n4) next=5 n i t victim ctl w
+    log "ours: starting 4 elastic-agents"
+    t=$EPOCHREALTIME
+    for n in "${names[@]}"; do ours_start "$d" "$n"; done
+    logs_of() { local x out=(); for x in "$@"; do out+=("$d/$x.log"); done; join_by "${out[@]}"; }
+    wait_world "$(logs_of "${names[@]}")" 4 "$t" 120 > /dev/null || { log "ours: no world 4 within 120 s"; return 1; }
+    for n in "${names[@]}"; do w=$(newest_pid "$d/$n.log") && WORKER_PIDS+=("$w"); done
+    pick_victim() { # the newest node that is not the controller
+        ctl=$(ours_controller "$d" "${names[0]}")
+        local k
+        for ((k = ${#names[@]} - 1; k >= 0; k--)); do
+            [ "${names[$k]}" != "$ctl" ] && { victim=${names[$k]}; return; }
+        done
+    }
+    drop() { local x keep=(); for x in "${names[@]}"; do [ "$x" != "$1" ] && keep+=("$x"); done; names=("${keep[@]}"); }
+    join_one() { # TRIAL
+        local nn=n$next
+        next=$((next + 1))
+        t=$EPOCHREALTIME; ours_start "$d" "$nn"
+        names+=("$nn")
+        measure $sys node-join "$1" "$t" 4 $dl "$(logs_of "${names[@]}")" || return 1
+        w=$(newest_pid "$d/$nn.log") && WORKER_PIDS+=("$w")
+    }
+    for i in $(seq "$TRIALS"); do
+        pick_victim
+        t=$EPOCHREALTIME; ours_kill_node "$d" "$victim" KILL
+        drop "$victim"
+        measure $sys node-kill "$i" "$t" 3 $dl "$(logs_of "${names[@]}")" || return 1
+        kill_group "ea-$victim"
+        join_one "$i" || return 1
+        pick_victim
+        t=$EPOCHREALTIME; ours_kill_node "$d" "$victim" STOP
+        drop "$victim"
+        measure $sys node-stop "$i" "$t" 3 $dl "$(logs_of "${names[@]}")"; local ok=$?
+        ours_kill_node "$d" "$victim" KILL
+        kill_group "ea-$victim"
+        [ $ok = 0 ] || return 1
+        join_one "$i" || return 1
+        pick_victim
+        w=$(newest_pid "$d/$victim.log") || { log "ours: no worker on $victim"; return 1; }
+        t=$EPOCHREALTIME; kill -KILL "$w"
+        measure $sys worker-kill "$i" "$t" 4 $dl "$(logs_of "${names[@]}")" || return 1
+        for n in "${names[@]}"; do w=$(newest_pid "$d/$n.log") && WORKER_PIDS+=("$w"); done
+    done
+}
+
+# ------------------------------------------------------------------- the run
+TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
+status=0
+IFS=, read -r -a SLIST <<< "$SYSTEMS"
+for s in "${SLIST[@]}"; do
+    case $s in
+        ours) run_ours || { log "ours: stopped early"; status=1; } ;;
+        torchrun-default) run_torchrun default || { log "$s: stopped early"; status=1; } ;;
+        torchrun-tuned) run_torchrun tuned || { log "$s: stopped early"; status=1; } ;;
+        *) echo "recovery_pytorch: unknown system $s" >&2; exit 2 ;;
+    esac
+    cleanup
+done
+WALL=$(awk -v a="$T_BEGIN" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
+cat > "$OUT/meta.json" <<EOF
+{"torch":"$TORCH_VERSION","host":"$(hostname)","date":"$(date -u +%FT%TZ)","cpus":$(nproc),
+ "loadavg_start":"$LOAD_START","loadavg_end":"$(cut -d' ' -f1-3 /proc/loadavg)","trials":$TRIALS,
+ "wall_s":$WALL,"command":"bench/recovery_pytorch.sh${ORIG_ARGS:+ $ORIG_ARGS}",
+ "settings":{
+  "script":"bench/recovery_pytorch_ddp.py (examples/torchrun_ddp.py + timestamps) --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt DIR; gloo; OMP_NUM_THREADS=1",
+  "torchrun-common":"torchrun --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT --max_restarts=100 --redirects=1 --tee=1; node 0 is_host=true; victim node 3; script --gloo-timeout 10",
+  "torchrun-default":"--monitor_interval=5, rendezvous timeouts as shipped",
+  "torchrun-tuned":"--monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10",
+  "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- /usr/bin/python3 SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
+EOF
+mkdir -p "$(dirname "$JSON")"
+"$PY" "$HELPER" analyze "$OUT" --json "$JSON" || status=1
+echo "json: $JSON"
+if [ "$KEEP" = 1 ]; then echo "logs: $OUT"; else rm -rf "$OUT"; fi
+exit $status

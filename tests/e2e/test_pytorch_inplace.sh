@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# End-to-end: a PyTorch program using `import elastic_agent` (DDP, gloo;
+# tests/python/torch_worker.py) under real agents on 127.0.0.1 in library
+# mode (compute.protocol library, `run … -- python3 PROGRAM`); the agents put
+# python/ on its PYTHONPATH themselves.
+#
+#  1. three agents: the program trains at world 3;
+#  2. SIGKILL n3 (agent and worker): n1 and n2 go on at world 2 in the SAME
+#     worker processes (same pids, no restart), from the step reached;
+#  3. n4 joins: world 3 again, n4's first step is the survivors' next one
+#     (it received the state by broadcast, it did not start from 0);
+#  4. checkpoints commit through the agents, and `ckpt show` lists the
+#     program's tensors (model.0.weight f32 16x8, …) from its ea-state table;
+#  throughout 1–4: after every step all ranks of a generation report the
+#     same parameters' digest, and every step number from 0 to the last was
+#     reported in exactly one generation (none lost, none repeated);
+#  5. kill everything; two fresh agents on the same checkpoint.dir resume
+#     from the newest checkpoint: the digest loaded is the one logged after
+#     that step, training goes on from there at world 2 to EA_TEST_STEPS,
+#     every rank sends done, and both agents exit 0.
+#
+# Prints a RECOVERY line: SIGKILL → first step at world 2 (ms), with the
+# detection bound.  Step reports are read from the agents' debug log.
+source "$(dirname "$0")/lib.sh"
+t_start=$(now_ms)
+"$PY" -c 'import torch, msgpack' 2>/dev/null || {
+  echo "skip: /usr/bin/python3 has no torch or msgpack (scripts/deps.sh installs python3-torch python3-msgpack)"
+  exit 77
+}
+PROG=(-- "$PY" "$PWD/tests/python/torch_worker.py")
+CK=$EA_TMP/ck
+J=(--set compute.protocol=library --set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300
+  --set logging.level=debug --set checkpoint.dir="$CK" --set checkpoint.save_interval_steps=20)
+export EA_TEST_PACE=0.01 EA_TEST_MODE=ddp
+unset PYTHONPATH EA_PYTHONPATH
+
+js() {
+  ea_status "$1" --json 2>/dev/null |
+    "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
+}
+size_of() { stat -c %s "$(agent_log "$1")"; }
+log_after() { tail -c +"${2:-1}" "$(agent_log "$1")"; }
+# steps_at NAME WORLD N [FROM] — NAME logged N step reports at world WORLD.
+steps_at() {
+  (($(log_after "$1" "${4:-1}" | grep -cE " step worker=0 gen=[0-9]+ rank=[0-9]+ world=$2 ") >= $3))
+}
+last_step() { log_after "$1" | grep -oE ' step worker=0 .* step=[0-9]+' | tail -n1 | sed 's/.*step=//'; }
+first_ts() { # NAME REGEX FROM → epoch ms of the first matching line
+  local line
+  line=$(log_after "$1" "${3:-1}" | grep -m1 -E "$2") || return 1
+  log_ts_ms "$line"
+}
+wpid() { js "$1" 'd["workers"][0]["pid"]'; }
+track() { EA_PGIDS+=("$1"); }
+# The digest check over every agent log given: see the header.
+check_steps() {
+  "$PY" - "$@" <<'PY'
+import re, sys
+pat = re.compile(r" step worker=\d+ gen=(\d+) rank=(\d+) world=(\d+) step=(\d+) loss=\S+ digest=([0-9a-f]+)")
+by = {}
+for f in sys.argv[1:]:
+    for line in open(f, errors="replace"):
+        m = pat.search(line)
+        if m:
+            g, r, w, s, d = m.groups()
+            by.setdefault(int(s), {}).setdefault(int(g), {})[int(r)] = d
+assert by, "no step reports"
+steps = sorted(by)
+assert steps == list(range(steps[0], steps[-1] + 1)), "steps missing: %s" % sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))[:10]
+for s in steps:
+    gens = by[s]
+    assert len(gens) == 1, "step %d reported in generations %s (repeated)" % (s, sorted(gens))
+    for g, ranks in gens.items():
+        assert len(set(ranks.values())) == 1, "step %d gen %d: digests differ across ranks %s" % (s, g, ranks)
+print("steps %d..%d: each in one generation, identical digests across its ranks" % (steps[0], steps[-1]))
+PY
+}
+
+say "1. three agents, library mode: the program trains at world 3"
+start_agent n1 "${J[@]}" "${PROG[@]}"
+seed=${AGENT_ADDR[n1]}
+start_agent n2 --join "$seed" "${J[@]}" "${PROG[@]}"
+start_agent n3 --join "$seed" "${J[@]}" "${PROG[@]}"
+for n in n1 n2 n3; do
+  wait_for 90 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
+done
+grep -q "library mode: workers get PYTHONPATH=$PWD/python" "$(agent_log n1)" || fail "no PYTHONPATH line"
+assert_eq "$(js n1 'd["job"]["protocol"]')" library "status job.protocol"
+# the program's report fields reach status: loss, digest, compute time
+"$PY" -c 'import json,sys; w=json.load(sys.stdin)["workers"][0]; assert w["state"] == "training" and w["loss"] is not None and w["compute_ms"] >= 0 and w["digest"] != "0000000000000000", w' \
+  < <(ea_status n1 --json) || fail "status workers[0] lacks the program's report fields: $(ea_status n1 --json | head -c 600)"
+p1=$(wpid n1) p2=$(wpid n2) p3=$(wpid n3)
+for p in "$p1" "$p2" "$p3"; do [ -n "$p" ] && [ "$p" != 0 ] || fail "no worker pid in status"; track "$p"; done
+pass "world 3; worker pids $p1 $p2 $p3"
+
+say "2. SIGKILL n3 (agent and worker): n1 and n2 go on at world 2 in the same processes"
+bound=$(counter n1 detection_bound_ms)
+m1=$(size_of n1) m2=$(size_of n2)
+s_kill=$(last_step n1)
+t_kill=$(now_ms)
+kill -KILL -- "-${AGENT_PID[n3]}" "-$p3" 2>/dev/null
+wait_for 40 steps_at n1 2 20 "$m1" || fail "n1 does not train at world 2: $(tail -5 "$(agent_log n1)")"
+wait_for 40 steps_at n2 2 20 "$m2" || fail "n2 does not train at world 2"
+s=$(first_ts n1 ' step worker=0 gen=[0-9]+ rank=[0-9]+ world=2 ' "$m1") || fail "n1: no step at world 2"
+first2=$(log_after n1 "$m1" | grep -m1 -oE ' world=2 step=[0-9]+' | sed 's/.*step=//')
+echo "RECOVERY library-node-kill kill_to_first_step_ms=$((s - t_kill)) bound_ms=$bound step_at_kill=$s_kill first_step_world2=$first2"
+assert_eq "$(wpid n1)" "$p1" "n1's worker pid after the kill"
+assert_eq "$(wpid n2)" "$p2" "n2's worker pid after the kill"
+pid_running "$p1" && pid_running "$p2" || fail "a survivor's worker is gone"
+grep -q 'worker 0 restart' "$(agent_log n1)" "$(agent_log n2)" && fail "a survivor's worker was restarted"
+# The world-2 generation goes on from the highest step any survivor completed.
+last3=$(cat "$(agent_log n1)" "$(agent_log n2)" | grep -oE ' world=3 step=[0-9]+' | sed 's/.*step=//' | sort -n | tail -n1)
+((first2 >= s_kill)) || fail "world 2 began at step $first2, before the kill's step $s_kill"
+assert_eq "$first2" "$((last3 + 1))" "world 2's first step vs the last step completed at world 3"
+pass "world 2 in the same pids from step $first2 ($((s - t_kill)) ms after the SIGKILL)"
+
+say "3. n4 joins: world 3 again, with the state"
+m1=$(size_of n1)
+start_agent n4 --join "$seed" "${J[@]}" "${PROG[@]}"
+wait_for 60 steps_at n4 3 20 || fail "n4 does not train at world 3: $(tail -5 "$(agent_log n4)")"
+wait_for 20 steps_at n1 3 20 "$m1" || fail "n1 is not at world 3 with n4"
+p4=$(wpid n4)
+track "$p4"
+n4first=$(log_after n4 | grep -m1 -oE ' step worker=0 .* step=[0-9]+' | sed 's/.*step=//')
+((n4first > first2)) || fail "n4's first step is $n4first: it did not receive the state"
+grep -q 'every worker said hello: this node can be taken in' "$(agent_log n4)" || fail "n4: no hello gate line"
+assert_eq "$(wpid n1)" "$p1" "n1's worker pid after the join"
+pass "n4 joined at step $n4first with the survivors' state; n1 still pid $p1"
+
+say "4. checkpoints commit; ckpt show lists the program's tensors"
+wait_for 20 grep -q ' ckpt committed step-' "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n4)" ||
+  fail "no checkpoint committed"
+m1=$(size_of n1)
+wait_for 20 sh -c "tail -c +$m1 '$(agent_log n1)' '$(agent_log n2)' '$(agent_log n4)' | grep -q ' ckpt committed step-'" ||
+  fail "no checkpoint committed at world 3 with n4"
+show=$("$EA_BIN" ckpt show "$CK" 2>&1) || fail "ckpt show: $show"
+assert_contains "$show" "model.0.weight  *f32  *16x8" "ckpt show tensor table"
+assert_contains "$show" "optimizer.state.0.momentum_buffer" "ckpt show optimizer tensors"
+"$EA_BIN" ckpt verify "$CK" >/dev/null 2>&1 || fail "ckpt verify"
+check_steps "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n3)" "$(agent_log n4)" || fail "step digests"
+pass "checkpoints committed and verify; tensors listed; digests identical per step"
+
+say "5. kill everything; two fresh agents resume from the newest checkpoint"
+for n in n1 n2 n4; do kill -KILL -- "-${AGENT_PID[$n]}" 2>/dev/null; done
+kill -KILL -- "-$p1" "-$p2" "-$p4" 2>/dev/null
+wait_for 10 sh -c "! kill -0 $p1 2>/dev/null && ! kill -0 $p2 2>/dev/null && ! kill -0 $p4 2>/dev/null" ||
+  fail "workers still running after SIGKILL"
+latest=$(cat "$CK/LATEST")
+ls_step=$(sed -E 's/^step-([0-9]+)\..*/\1/' <<<"$latest")
+want=$(cat "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n4)" |
+  grep -m1 -oE " step worker=0 gen=[0-9]+ rank=[0-9]+ world=[0-9]+ step=$((ls_step - 1)) loss=\S+ digest=[0-9a-f]+" |
+  sed 's/.*digest=//')
+[ -n "$want" ] || fail "no digest logged for step $((ls_step - 1)) (checkpoint $latest)"
+export EA_TEST_STEPS=$((ls_step + 30))
+start_agent r1 "${J[@]}" "${PROG[@]}"
+start_agent r2 --join "${AGENT_ADDR[r1]}" "${J[@]}" "${PROG[@]}"
+for n in r1 r2; do
+  wait_exit "$n" 60 || fail "$n did not finish: $(tail -5 "$(agent_log "$n")")"
+  assert_eq "$EXIT_RC" 0 "$n's exit status after the job"
+done
+line=$(grep -h ' ckpt loaded ' "$(agent_log r1)" "$(agent_log r2)" | head -n1)
+assert_contains "$line" "loaded $latest " "the checkpoint loaded"
+assert_contains "$line" "digest=$want" "the digest loaded vs the one logged at step $((ls_step - 1))"
+r_first=$(grep -m1 -oE ' step worker=0 .* world=2 step=[0-9]+' "$(agent_log r1)" | sed 's/.*step=//')
+assert_eq "$r_first" "$ls_step" "the first step after the resume"
+grep -q ' job finished: ' "$(agent_log r1)" || fail "r1 did not report the job finished"
+check_steps "$(agent_log r1)" "$(agent_log r2)" || fail "resumed step digests"
+pass "resumed $latest (digest $want) at world 2, trained to step $EA_TEST_STEPS; both agents exited 0"
+
+echo "WALL test_pytorch_inplace_ms=$(($(now_ms) - t_start))"
+exit 0
