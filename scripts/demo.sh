@@ -94,9 +94,10 @@ start() { # start NAME [flags…]
   shift
   mkdir -p "$DEMO/$name"
   echo "  \$ elastic-agent run --name $name --bind 127.0.0.1:0 --data-dir demo-run/$name/data \\"
-  echo "        --config examples/job.yaml --set train.steps=$STEPS $*"
+  echo "        --config examples/job.yaml --set train.steps=$STEPS --set checkpoint.dir=demo-run/ckpt $*"
   setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$DEMO/$name/data" \
     --config "$JOB" --set train.steps="$STEPS" --set observability.metrics_listen=127.0.0.1:0 \
+    --set checkpoint.dir="$DEMO/ckpt" \
     "$@" >"$DEMO/$name.log" 2>&1 </dev/null &
   PID[$name]=$!
   wait_for 10 grep -q ' listen .*gossip=' "$DEMO/$name.log" || die "$name did not start"
@@ -217,28 +218,47 @@ echo "   n4 was batched for distributed.scale_up_delay_ms, taken in at a step bo
 echo "   worker received the full training state (params + optimizer) over the new ring in"
 echo "   ${synced:-?} ms: training at world 3 ${JOIN_MS} ms after n4 started."
 
-watch $((STEPS / 3 + 300)) finished || die "training did not finish"
-FINAL_LOSS=$(field "$(ask)" '"%.3f" % d["generation"]["last_loss"]')
-FIRST_LOSS=$(grep -m1 -h 'progress gen=.* step=0 ' "$DEMO"/n1.log "$DEMO"/n2.log "$DEMO"/n3.log 2>/dev/null |
-  grep -o 'loss=[0-9.]*' | head -n1 | cut -d= -f2)
-T_END=$(now_ms)
-
 bold "elastic-agent status --data-dir demo-run/n4/data"
 status n4 | sed -n '1,/^workers/p'
 
-bold "Graceful stop: SIGTERM each agent in turn (drain, then leave)"
-for n in n4 "${ALIVE[@]:1:1}" "${ALIVE[0]}"; do
-  [ -n "${PID[$n]:-}" ] || continue
-  t=$(now_ms)
-  kill -TERM -- "-${PID[$n]}"
-  wait_for 40 bash -c "! [ -e /proc/${PID[$n]} ] || grep -q '^[0-9]* (.*) Z' /proc/${PID[$n]}/stat" ||
-    die "$n did not exit after SIGTERM"
+bold "Spot reclaim: SIGTERM n4 (it drains: the job re-forms without it, then it leaves)"
+t=$(now_ms)
+kill -TERM -- "-${PID[n4]}"
+wait_for 40 bash -c "! [ -e /proc/${PID[n4]} ] || grep -q '^[0-9]* (.*) Z' /proc/${PID[n4]}/stat" ||
+  die "n4 did not exit after SIGTERM"
+rc=0
+wait "${PID[n4]}" || rc=$?
+unset "PID[n4]"
+[ "$rc" -eq 0 ] || die "the drained n4 exited with status $rc, not 0"
+echo "  n4 exited with status 0 after $(($(now_ms) - t)) ms (drained)"
+
+bold "The job ends at train.steps: the final checkpoint is committed, every agent leaves, exit 0"
+# progress lines until the first agent leaves with the job (status cannot be
+# asked once they are gone)
+ended() { grep -q ' job finished: ' "$DEMO"/n[1-3].log; }
+watch $((STEPS / 3 + 300)) ended || die "training did not finish"
+STOPPED=()
+for n in n1 n2 n3; do
+  [ -n "${PID[$n]:-}" ] || continue # the crashed one
+  wait_for 60 bash -c "! [ -e /proc/${PID[$n]} ] || grep -q '^[0-9]* (.*) Z' /proc/${PID[$n]}/stat" ||
+    die "$n did not exit when the job finished"
   rc=0
   wait "${PID[$n]}" || rc=$?
   unset "PID[$n]"
-  how=$(grep -hoE 'drain (drained|[^:]*: no generation can form)' "$DEMO/$n.log" | tail -n1)
-  echo "  $n exited with status $rc after $(($(now_ms) - t)) ms (${how#drain })"
+  [ "$rc" -eq 0 ] || die "$n exited with status $rc when the job ended: $(grep -h ' job ' "$DEMO/$n.log" | tail -n1)"
+  STOPPED+=("$n")
 done
+T_END=$(now_ms)
+fin=$(grep -h ' job finished: ' "$DEMO/${STOPPED[0]}.log" | tail -n1)
+echo "  ${fin#* job }"
+echo "  ${STOPPED[*]} exited with status 0"
+FINAL_LOSS=$(grep -h 'progress gen=.* step=' "$DEMO/${STOPPED[0]}.log" | tail -n1 | grep -o 'loss=[0-9.]*' | cut -d= -f2)
+FIRST_LOSS=$(grep -m1 -h 'progress gen=.* step=0 ' "$DEMO"/n1.log "$DEMO"/n2.log "$DEMO"/n3.log 2>/dev/null |
+  grep -o 'loss=[0-9.]*' | head -n1 | cut -d= -f2)
+LAST_CKPT=$(find "$DEMO/ckpt" -maxdepth 1 -name "step-$STEPS.gen-*" | head -n1)
+if [ -z "$LAST_CKPT" ] || [ ! -f "$LAST_CKPT/MANIFEST" ]; then die "no committed checkpoint of step $STEPS in $DEMO/ckpt"; fi
+"$EA_BIN" ckpt verify "$DEMO/ckpt" "$STEPS" >/dev/null || die "the final checkpoint does not verify"
+echo "  final checkpoint $(basename "$LAST_CKPT") committed and verified (elastic-agent ckpt verify demo-run/ckpt $STEPS)"
 
 bold "Summary"
 printf '  %-12s %s\n' "training" "$STEPS of $STEPS steps in $(((T_END - T0) / 1000)) s; loss ${FIRST_LOSS:-?} -> $FINAL_LOSS nats/byte"
@@ -246,7 +266,8 @@ printf '  %-12s %s\n' "crash" "kill -9 $victim at step $KILL_STEP: world 3 -> 2;
 printf '  %-12s %s\n' "" "training again after ${REC_STEP} ms at step $resumed (the survivors had completed $held)"
 printf '  %-12s %s\n' "scale up" "n4 joined at step $JOIN_STEP: world 2 -> 3; training ${JOIN_MS} ms after it started"
 printf '  %-12s %s\n' "" "(including the ${synced:-?} ms state hand-off and the scale_up_delay batching)"
-printf '  %-12s %s\n' "stop" "each agent drained and exited 0; every worker stopped"
+printf '  %-12s %s\n' "end" "n4 drained and left (exit 0); the job finished at step $STEPS, final checkpoint"
+printf '  %-12s %s\n' "" "committed and verified, ${STOPPED[*]} exited 0"
 echo
 echo "Logs: $DEMO/n1.log … n4.log: one line per membership change, election, generation,"
 echo "recovery and progress (grep ' generation \\| recovery ' for the story)."
