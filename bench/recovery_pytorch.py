@@ -179,12 +179,12 @@ def analyze_event(e):
     res["nodes_stepped"] = len(firsts)
     commit = None
     for p in e.get("agent_logs", e["logs"]):
-        f = ours_commit if e["system"] == "ours" else torchrun_commit
+        f = ours_commit if e["system"].startswith("ours") else torchrun_commit
         c = f(p, world, t0, until)
         if c is not None and (commit is None or c < commit):
             commit = c
     res["commit_s"] = round(commit - t0, 3) if commit else None
-    if procs and firsts and len(procs) == len(logs):
+    if procs and firsts and len(procs) == len(logs) and e["system"] != "ours-inplace":
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
         marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
                  g["ckpt"], g["ddp"], min(firsts)]
@@ -209,7 +209,7 @@ def _cell(s):
 
 
 KINDS = ["node-kill", "node-stop", "worker-kill", "node-join"]
-SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours"]
+SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-inplace"]
 
 
 def analyze(a):
@@ -256,7 +256,8 @@ def print_table(out):
     print(f"load average at start: {m.get('loadavg_start')}   at end: {m.get('loadavg_end')}   "
           f"trials: {m.get('trials')}   wall: {m.get('wall_s', '?')} s")
     print("seconds from the fault to the first step completed at the new world size, median (max) [ok/trials]")
-    hdr = f"{'event':<12} {'torchrun default':>22} {'torchrun tuned':>22} {'elastic-agent':>22} {'default/ours':>12} {'tuned/ours':>10}"
+    hdr = (f"{'event':<12} {'torchrun default':>22} {'torchrun tuned':>22} {'elastic-agent':>22} "
+           f"{'ea in-place':>22} {'default/ours':>12} {'tuned/ours':>10}")
     print(hdr)
     print("-" * len(hdr))
     for k in KINDS:
@@ -266,10 +267,13 @@ def print_table(out):
             cells.append("-" if not r else f"{_cell(r['step_s'])} [{r['recovered']}/{r['trials']}]")
         rd = rt.get(k, {}).get("torchrun-default")
         rtu = rt.get(k, {}).get("torchrun-tuned")
-        print(f"{k:<12} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22} "
+        print(f"{k:<12} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22} {cells[3]:>22} "
               f"{(f'{rd}x' if rd else '-'):>12} {(f'{rtu}x' if rtu else '-'):>10}")
     print("node-join: from starting the new node's agent.  node-stop: SIGSTOP of agent and worker; "
           "torchrun's script runs with a 10 s gloo timeout (ours with the script's default, 30 min).")
+    print("elastic-agent: restart mode (the torchrun script, unchanged); ea in-place: the same model driven by "
+          "`import elastic_agent` (bench/recovery_pytorch_lib.py), the same processes, no worker-kill run; "
+          "the ratios are torchrun / restart mode.")
     print()
     print("where the seconds go, median per phase (s); the gating process = the last of the new group to finish import")
     hdr = f"{'system':<17} {'event':<12} " + " ".join(f"{p:>12}" for p in PHASES)

@@ -9,7 +9,7 @@
 # process: exec, script start, import torch done, gloo group up, checkpoint
 # loaded, DDP built) and --gloo-timeout; the example stays unmodified.
 #
-# Three systems, 4 nodes each on 127.0.0.1, one worker per node:
+# Four systems, 4 nodes each on 127.0.0.1, one worker per node:
 #   torchrun-default  torchrun --nnodes=3:4 --rdzv_backend=c10d as shipped
 #                     (monitor_interval 5, last_call 30 s, read 60 s)
 #   torchrun-tuned    --monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10
@@ -21,6 +21,12 @@
 #                     (compute.min_nodes 3, max_nodes 4, runtime.max_restarts
 #                     100, everything else default; the script keeps its
 #                     default gloo timeout); the victim is never the controller.
+#   ours-inplace      the same model, data, optimizer and step sleep driven by
+#                     the library (bench/recovery_pytorch_lib.py: `import
+#                     elastic_agent`), `--set compute.protocol=library`, the
+#                     rest as ours; node-kill, node-join and node-stop only
+#                     (its workers are not restarted: timed to the first step
+#                     at the new world size in a generation formed after it)
 # Per trial, on one running cluster per system:
 #   node-kill    SIGKILL the victim's process groups (agent + worker)
 #   node-join    a node (a fresh one) starts and joins: timed from its start
@@ -41,7 +47,7 @@
 # usage: bench/recovery_pytorch.sh [--quick] [--trials N] [--systems LIST]
 #            [--json PATH] [--out DIR] [--keep]
 #   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
-#   --systems   comma list of ours,torchrun-tuned,torchrun-default (all)
+#   --systems   comma list of ours,ours-inplace,torchrun-tuned,torchrun-default (all)
 #   --out DIR / --keep  keep the logs
 # env: EA_BINDIR (default bin) holds elastic-agent.
 set -u
@@ -56,7 +62,8 @@ HELPER=$HERE/recovery_pytorch.py
 SCRIPT=$HERE/recovery_pytorch_ddp.py
 ORIG_ARGS="$*"
 TRIALS=3
-SYSTEMS=ours,torchrun-tuned,torchrun-default
+SYSTEMS=ours,ours-inplace,torchrun-tuned,torchrun-default
+LIBSCRIPT=$HERE/recovery_pytorch_lib.py
 JSON=$HERE/results/recovery-pytorch.json
 OUT=
 KEEP=0
@@ -69,7 +76,7 @@ while [ $# -gt 0 ]; do
         --json) JSON=$2; shift ;;
         --out) OUT=$2; KEEP=1; shift ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
         *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -101,7 +108,7 @@ kill_group() { # KEY: SIGKILL the group (a stopped one too) and forget it
 kill_workers() { # only pids still running our script (a pid may be reused)
     local p
     for p in "${WORKER_PIDS[@]}"; do
-        grep -qs recovery_pytorch_ddp "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
+        grep -qsE 'recovery_pytorch_(ddp|lib)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
     done
     WORKER_PIDS=()
 }
@@ -200,13 +207,19 @@ run_torchrun() { # default|tuned
 
 # ---------------------------------------------------------------------- ours
 OURS_SEED=
+OURS_LIB=0    # 1: ours-inplace (library mode, bench/recovery_pytorch_lib.py)
 ours_start() { # DIR NAME
-    local d=$1 n=$2
+    local d=$1 n=$2 prog
     mkdir -p "$d/$n"
+    if [ "$OURS_LIB" = 1 ]; then
+        prog=(--set compute.protocol=library --set checkpoint.dir="$d/ck"
+            -- "$PY" "$LIBSCRIPT" --steps 100000000 --step-sleep "$STEP_SLEEP")
+    else
+        prog=(-- "$PY" "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep "$STEP_SLEEP" --ckpt "$d/ck")
+    fi
     start_group "ea-$n" "$d/$n.log" env OMP_NUM_THREADS=1 "$AGENT" run --name "$n" --bind 127.0.0.1:0 \
         --data-dir "$d/$n/data" ${OURS_SEED:+--join "$OURS_SEED"} \
-        --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 \
-        -- "$PY" "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck"
+        --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 "${prog[@]}"
     local i
     for i in $(seq 100); do grep -q ' listen .*gossip=' "$d/$n.log" && break; sleep 0.1; done
     if [ -z "$OURS_SEED" ]; then
@@ -223,16 +236,18 @@ ours_kill_node() { # DIR NAME SIGNAL: the agent's group and its worker's
     kill -"$3" -- "-${PG[ea-$2]}" ${w:+"-$w"} 2>/dev/null
 }
 
-run_ours() {
+run_ours() { # [inplace]
     local sys=ours d=$OUT/ours dl=60
+    OURS_LIB=0
+    [ "${1:-}" = inplace ] && { sys=ours-inplace d=$OUT/ours-inplace OURS_LIB=1; }
     mkdir -p "$d"
     OURS_SEED=
     local names=(n1 n2 n3 n4) next=5 n i t victim ctl w
-    log "ours: starting 4 elastic-agents"
+    log "$sys: starting 4 elastic-agents"
     t=$EPOCHREALTIME
     for n in "${names[@]}"; do ours_start "$d" "$n"; done
     logs_of() { local x out=(); for x in "$@"; do out+=("$d/$x.log"); done; join_by "${out[@]}"; }
-    wait_world "$(logs_of "${names[@]}")" 4 "$t" 120 > /dev/null || { log "ours: no world 4 within 120 s"; return 1; }
+    wait_world "$(logs_of "${names[@]}")" 4 "$t" 120 > /dev/null || { log "$sys: no world 4 within 120 s"; return 1; }
     for n in "${names[@]}"; do w=$(newest_pid "$d/$n.log") && WORKER_PIDS+=("$w"); done
     pick_victim() { # the newest node that is not the controller
         ctl=$(ours_controller "$d" "${names[0]}")
@@ -265,6 +280,7 @@ run_ours() {
         kill_group "ea-$victim"
         [ $ok = 0 ] || return 1
         join_one "$i" || return 1
+        [ "$OURS_LIB" = 1 ] && continue
         pick_victim
         w=$(newest_pid "$d/$victim.log") || { log "ours: no worker on $victim"; return 1; }
         t=$EPOCHREALTIME; kill -KILL "$w"
@@ -280,6 +296,7 @@ IFS=, read -r -a SLIST <<< "$SYSTEMS"
 for s in "${SLIST[@]}"; do
     case $s in
         ours) run_ours || { log "ours: stopped early"; status=1; } ;;
+        ours-inplace) run_ours inplace || { log "$s: stopped early"; status=1; } ;;
         torchrun-default) run_torchrun default || { log "$s: stopped early"; status=1; } ;;
         torchrun-tuned) run_torchrun tuned || { log "$s: stopped early"; status=1; } ;;
         *) echo "recovery_pytorch: unknown system $s" >&2; exit 2 ;;
@@ -296,6 +313,7 @@ cat > "$OUT/meta.json" <<EOF
   "torchrun-common":"torchrun --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT --max_restarts=100 --redirects=1 --tee=1; node 0 is_host=true; victim node 3; script --gloo-timeout 10",
   "torchrun-default":"--monitor_interval=5, rendezvous timeouts as shipped",
   "torchrun-tuned":"--monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10",
+  "ours-inplace":"bench/recovery_pytorch_lib.py (the same model, data, SGD and step sleep, driven by import elastic_agent; one phase line per generation) under elastic-agent run --set compute.protocol=library --set checkpoint.dir=DIR, the rest as ours",
   "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- /usr/bin/python3 SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
 EOF
 mkdir -p "$(dirname "$JSON")"
