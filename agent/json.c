@@ -21,6 +21,7 @@
  *     so 64-bit counters print exactly, and nesting is bounded.
  */
 #include "agent_int.h"
+#include "ea_base.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -62,19 +63,6 @@ json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key) {
   return child(b, o, key, json_array());
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one
- * (overlong forms, surrogates and code points past U+10FFFF are not). */
-static size_t utf8_len(const unsigned char *p) {
-  if (p[0] < 0x80) return 1;
-  size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
-  if (p[0] > 0xF4) return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((p[i] & 0xC0) != 0x80) return 0;
-  if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
-  if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
-  return n;
-}
-
 static json_t *jv_str(const char *s) {
   if (!s) s = "";
   json_t *v = json_string(s);
@@ -85,7 +73,7 @@ static json_t *jv_str(const char *s) {
   if (!t) return NULL;
   char *o = t;
   for (const unsigned char *p = (const unsigned char *)s; *p;) {
-    size_t n = utf8_len(p);
+    size_t n = ea_utf8_len(p);
     if (n == 0) {
       memcpy(o, "\xEF\xBF\xBD", 3);
       o += 3;

@@ -14,6 +14,15 @@ static uint64_t be(const uint8_t *p, size_t n) {
   return v;
 }
 
+/* The int8..64 / uint8..64 type bytes: payload width and signedness; false
+ * for any other type byte (fixints are the callers' own case). */
+static bool int_type(uint8_t t, size_t *w, bool *sgn) {
+  if (t < 0xcc || t > 0xd3) return false;
+  *sgn = t >= 0xd0;
+  *w = (size_t)1 << ((t - (*sgn ? 0xd0 : 0xcc)) & 3);
+  return true;
+}
+
 int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v) {
   if (r->pos >= r->end) return EA__MPR_EOF;
   uint8_t t = r->pos[0];
@@ -25,39 +34,9 @@ int ea__mpr_uint(ea__mpr *r, uint64_t max, uint64_t *v) {
     r->pos++;
     return 0;
   }
-  switch (t) {
-    case 0xcc:
-      w = 1;
-      break;
-    case 0xcd:
-      w = 2;
-      break;
-    case 0xce:
-      w = 4;
-      break;
-    case 0xcf:
-      w = 8;
-      break;
-    case 0xd0:
-      w = 1;
-      sgn = true;
-      break;
-    case 0xd1:
-      w = 2;
-      sgn = true;
-      break;
-    case 0xd2:
-      w = 4;
-      sgn = true;
-      break;
-    case 0xd3:
-      w = 8;
-      sgn = true;
-      break;
-    default:
-      /* negative fixint (0xe0..0xff) is an int, but never a valid value here */
-      return t >= 0xe0 ? EA__MPR_RANGE : EA__MPR_TYPE;
-  }
+  if (!int_type(t, &w, &sgn))
+    /* negative fixint (0xe0..0xff) is an int, but never a valid value here */
+    return t >= 0xe0 ? EA__MPR_RANGE : EA__MPR_TYPE;
   if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
   uint64_t x = be(r->pos + 1, w);
   if (sgn && (r->pos[1] & 0x80)) return EA__MPR_RANGE; /* negative */
@@ -228,42 +207,7 @@ int ea__mpr_int(ea__mpr *r, int64_t lo, int64_t hi, int64_t *v) {
   }
   size_t w;
   bool sgn;
-  switch (t) {
-    case 0xcc:
-      w = 1;
-      sgn = false;
-      break;
-    case 0xcd:
-      w = 2;
-      sgn = false;
-      break;
-    case 0xce:
-      w = 4;
-      sgn = false;
-      break;
-    case 0xcf:
-      w = 8;
-      sgn = false;
-      break;
-    case 0xd0:
-      w = 1;
-      sgn = true;
-      break;
-    case 0xd1:
-      w = 2;
-      sgn = true;
-      break;
-    case 0xd2:
-      w = 4;
-      sgn = true;
-      break;
-    case 0xd3:
-      w = 8;
-      sgn = true;
-      break;
-    default:
-      return EA__MPR_TYPE;
-  }
+  if (!int_type(t, &w, &sgn)) return EA__MPR_TYPE;
   if (ea__mpr_left(r) - 1 < w) return EA__MPR_EOF;
   uint64_t u = be(r->pos + 1, w);
   int64_t x;
