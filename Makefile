@@ -111,7 +111,7 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan BINDIR=build-asan/bin OPTFLAGS="-O1 -g -fno-omit-frame-pointer" \
 	    SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" tests
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    EA_BINDIR=build-asan/bin BUILD=build-asan tests/run.sh
+	    EA_PYTHONPATH=$(CURDIR)/python EA_BINDIR=build-asan/bin BUILD=build-asan tests/run.sh
 
 FUZZ_SECONDS ?= 30
 fuzz: deps

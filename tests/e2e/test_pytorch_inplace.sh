@@ -36,7 +36,11 @@ CK=$EA_TMP/ck
 J=(--set compute.protocol=library --set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300
   --set logging.level=debug --set checkpoint.dir="$CK" --set checkpoint.save_interval_steps=20)
 export EA_TEST_PACE=0.01 EA_TEST_MODE=ddp
-unset PYTHONPATH EA_PYTHONPATH
+# The agent must find python/ by itself, beside its binary (bin/../python).
+# The sanitizer build's binary is build-asan/bin/elastic-agent, with no
+# python/ beside it: make asan passes EA_PYTHONPATH for it.
+unset PYTHONPATH
+[[ ${EA_BIN:-bin/elastic-agent} == */build-asan/* || ${EA_BIN:-} == build-asan/* ]] || unset EA_PYTHONPATH
 
 js() {
   ea_status "$1" --json 2>/dev/null |
