@@ -247,6 +247,11 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
          ea__agent_member_name(m), hex, addr,
          old_state == 0xff ? "new" : ea_member_state_str(old_state), ea_member_state_str(m->state),
          m->incarnation, self ? " (self)" : "");
+  /* Into or out of DEAD: whatever the control connection to it held is
+   * stale (ea__ctl_reset_peer).  Closing a handle is all it does: safe
+   * inside the core. */
+  if (!self && old_state != m->state && (m->state == EA_STATE_DEAD || old_state == EA_STATE_DEAD))
+    ea__ctl_reset_peer(a->ctl, &m->id);
   a->members_dirty = true;
   /* An active idle handle makes the next poll non-blocking, so the
    * election and the peers file follow within this loop turn. */

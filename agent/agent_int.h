@@ -138,6 +138,7 @@ typedef struct {
   uint64_t encode_errors;           /* a message the codec refused */
   uint64_t connects, accepted;      /* outgoing connections made, incoming accepted */
   uint64_t conns_out, conns_in;     /* open now */
+  uint64_t resets;                  /* outgoing connections dropped by ea__ctl_reset_peer */
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
@@ -159,6 +160,13 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
  * decoded as rendezvous messages.  Called with the ctx of ea__ctl_start. */
 typedef bool (*ea__ctl_frame_fn)(void *ctx, const uint8_t *plain, size_t len);
 void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn);
+/* Drop the outgoing connection to `to`, if any (frames still queued on it
+ * are counted as send errors); the next send connects afresh.  For a
+ * member that membership declared dead or found alive again: a connection
+ * that lived through a partition may hold frames the kernel is still
+ * retransmitting on its back-off, and nothing sent after the heal would
+ * pass them. */
+void ea__ctl_reset_peer(ea__ctl *c, const ea_node_id *to);
 void ea__ctl_stats_get(const ea__ctl *c, ea__ctl_stats *out);
 /* Close the listener and every connection; closed(ctx) runs once all are
  * closed and the channel is freed.  Sends after this are ignored. */
@@ -444,6 +452,7 @@ typedef struct {
   ea__wstate state;
   uint64_t gen;       /* newest generation told (PREPARE/COMMIT), u64 form */
   uint64_t next_step; /* steps it has completed */
+  uint64_t state_gen; /* the generation (u64) of its last step: ea_rdzv_worker.state_gen */
   double loss;
   bool has_loss;
   uint64_t digest;
@@ -478,6 +487,7 @@ typedef struct {
   /* DIR/LATEST, read off the loop */
   char latest[EA_CKPT_NAME_MAX];
   bool latest_busy, latest_again;
+  uint64_t latest_read_ms; /* the last periodic re-read (ea__agent_ckpt_tick) */
   /* cold start */
   bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
   bool loaded;
@@ -620,6 +630,11 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* checkpoint.dir made absolute into out (before the loop runs). */
 int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, char *err,
                                size_t errlen);
+/* Every metrics tick: while this node runs no generation, re-read LATEST
+ * about once a second, so that the rendezvous knows the newest committed
+ * checkpoint (ea_rdzv_set_latest_ckpt) when it next plans — a node that
+ * was cut off has not seen the commits made meanwhile. */
+void ea__agent_ckpt_tick(ea__agent *a);
 /* Raise *g above every generation already in dir (before the loop runs). */
 void ea__agent_ckpt_gen_floor(const char *dir, ea_rdzv_gen *g);
 

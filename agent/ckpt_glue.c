@@ -59,6 +59,16 @@ static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   ea_log(lv, "ckpt", "%s", line);
 }
 
+/* The rendezvous plans with the newest committed checkpoint known (a live
+ * state older than it is not a sync source: ea_rdzv_set_latest_ckpt) —
+ * only when generations without a sync load the newest checkpoint. */
+static void latest_to_rdzv(ea__agent *a) {
+  uint64_t step, gen;
+  if (!a->rdzv || !a->o->cfg.checkpoint.resume_from_last || !ea__agent_ckpt_newest(a, &step, &gen))
+    return;
+  ea_rdzv_set_latest_ckpt(a->rdzv, gen);
+}
+
 static void latest_work(uv_work_t *w) {
   latest_job *j = (latest_job *)w;
   j->rc = ea_ckpt_read_latest(j->a->ckpt_dir, j->name, sizeof j->name);
@@ -70,6 +80,8 @@ static void latest_after(uv_work_t *w, int status) {
   a->ck.latest_busy = false;
   if (status == 0 && j->rc == 0) memcpy(a->ck.latest, j->name, sizeof a->ck.latest);
   free(j);
+  latest_to_rdzv(a);
+  ea__agent_job_sync(a); /* the job may have ended while we were cut off */
   if (a->ck.latest_again && a->phase < EA__PHASE_CLOSING) ckpt_read_latest(a);
 }
 
@@ -90,6 +102,14 @@ static void ckpt_read_latest(ea__agent *a) {
     return;
   }
   a->ck.latest_busy = true;
+}
+
+void ea__agent_ckpt_tick(ea__agent *a) {
+  if (!a->ckpt_svc || !a->rdzv || ea_rdzv_running(a->rdzv)) return;
+  uint64_t now = ea__agent_mono_ms();
+  if (now - a->ck.latest_read_ms < 1000) return;
+  a->ck.latest_read_ms = now;
+  ckpt_read_latest(a);
 }
 
 /* svc.reply: CKPT_DONE to the worker (a restarted worker ignores one for
@@ -194,6 +214,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_wait_s = e->wait_seconds;
       storage_check(a, "commit", e->name, e->commit_seconds);
       if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
+      latest_to_rdzv(a);
       /* The built-in job may be over now (its final checkpoint): the job
        * module judges and, as controller, tells the others (no call back
        * into the checkpoint code). */

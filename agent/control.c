@@ -40,6 +40,8 @@
 #include "ea_rdzv.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,14 @@
  * vanished without a FIN does not hold a descriptor for ever. */
 #define CTL_OUT_IDLE_MS 60000
 #define CTL_IN_IDLE_MS 120000
+/* Data left unacknowledged this long aborts an outgoing connection
+ * (TCP_USER_TIMEOUT).  Without it a connection that carried frames into a
+ * partition stays open with the kernel retransmitting on an exponential
+ * back-off, so after the heal the next PREPARE waited behind the backlog
+ * for the next retransmission: 1.9 s after a 5 s split, 32 s once
+ * (elastic-chaos --faults split).  1.5 s is several LAN round trips under
+ * loss; an abort costs one reconnect and a frame the protocol re-sends. */
+#define CTL_USER_TIMEOUT_MS 1500
 /* Connections kept per direction.  A controller talks to every member, so
  * the cap is about the largest cluster expected to share one controller;
  * past it the connection idle the longest is closed (and reopened by its
@@ -422,6 +432,10 @@ static void on_connect(uv_connect_t *req, int status) {
   k->connected = true;
   c->st.connects++;
   uv_tcp_nodelay(&k->tcp, 1);
+  uv_os_fd_t fd;
+  unsigned ut = CTL_USER_TIMEOUT_MS;
+  if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0)
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
   uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);
   k->last_ms = uv_now(c->loop);
   uv_timer_start(&k->timer, conn_timer_cb, CTL_OUT_IDLE_MS, 0);
@@ -444,6 +458,14 @@ static cconn *find_out(ea__ctl *c, const ea_node_id *to) {
   for (cconn *k = c->conns; k; k = k->next)
     if (k->outgoing && !k->closing && ea_node_id_cmp(&k->peer, to) == 0) return k;
   return NULL;
+}
+
+void ea__ctl_reset_peer(ea__ctl *c, const ea_node_id *to) {
+  if (!c || c->closing) return;
+  cconn *k = find_out(c, to);
+  if (!k) return;
+  c->st.resets++;
+  conn_close(k);
 }
 
 void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const ea_rdzv_msg *m) {

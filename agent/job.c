@@ -182,6 +182,7 @@ struct ea__job {
   bool controller, have_controller;
   ea_node_id controller_id;
   uint64_t formed;
+  bool ever_formed; /* this node has known a formed generation of the job */
   uint32_t formed_nodes;
   uint64_t restarts;
   ea_member *members;
@@ -336,7 +337,8 @@ static void decide(ea__job *J, uint8_t kind, const char *reason, const ea__job_f
   adopt_end(J, kind, reason, f);
   J->decided_here = true;
   ea_log(kind == EA__JOB_SUCCESS ? EA_LOG_INFO : EA_LOG_WARN, "job",
-         "controller: the job %s (%s); telling every member", ea__job_kind_str(kind), reason);
+         "%sthe job %s (%s); telling every member", J->controller ? "controller: " : "",
+         ea__job_kind_str(kind), reason);
   ea__job_msg m;
   end_msg(J, &m);
   for (size_t i = 0; i < J->nmembers; i++)
@@ -463,7 +465,25 @@ void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why) {
 
 /* The controller's judgement, after every change. */
 static void judge(ea__job *J, const ea_rdzv_status *st) {
-  if (J->ended || !J->controller) return;
+  if (J->ended) return;
+  if (J->formed) J->ever_formed = true;
+  /* Cut off while the job ended (a partition's minority, a node paused
+   * past the end): no END reached us, and the others have left, so no
+   * quorum will ever form again.  The final checkpoint in LATEST says the
+   * job succeeded: end here too, and tell whoever else is left.  Only for
+   * a node that trained in this job (a fresh start in a directory of a
+   * finished job forms, resumes the final checkpoint and ends normally). */
+  if (J->o.mode == EA__MODE_BUILTIN && J->o.ckpt_on && J->ever_formed && J->ckpt_known &&
+      J->ckpt_step >= J->o.train_steps && st->phase != EA_RDZV_RUNNING) {
+    char why[EA__JOB_REASON_MAX];
+    snprintf(why, sizeof why,
+             "the final checkpoint (step %" PRIu64
+             ") is committed: the job finished while this node ran no generation",
+             J->ckpt_step);
+    decide(J, EA__JOB_SUCCESS, why, NULL);
+    return;
+  }
+  if (!J->controller) return;
   uint8_t k = ea__job_kind_of_rdzv(st->job_failed);
   if (k) {
     decide(J, k, st->job_why, J->have_fail ? &J->fail : NULL);

@@ -54,7 +54,7 @@ static void restart_ready(void *ctx, uint64_t gen, const ea_addr *listen, uint32
   for (uint32_t k = 0; k < n && k < a->wpn; k++) {
     a->w[k].state = EA__W_READY;
     ea_addr_str(&listen[k], a->w[k].comm, sizeof a->w[k].comm);
-    ea_rdzv_worker_ready(a->rdzv, ea__agent_now_ms(a), k, &a->prep.gen, &listen[k], 0, NULL);
+    ea_rdzv_worker_ready(a->rdzv, ea__agent_now_ms(a), k, &a->prep.gen, &listen[k], 0, 0, NULL);
   }
   ea__agent_core_done(a);
 }
@@ -166,19 +166,6 @@ void ea__agent_local_done_check(ea__agent *a, uint64_t step) {
   ea__job_local_done(a->job, a->run.g64, step);
 }
 
-/* The newest committed checkpoint this node knows (own commit or LATEST). */
-static bool ckpt_newest_step(ea__agent *a, uint64_t *step) {
-  const ea__agent_ck *k = &a->ck;
-  uint64_t ls = 0, lg = 0;
-  bool have = k->latest[0] && ea_ckpt_parse_dir_name(k->latest, &ls, &lg) == 0;
-  if (k->have_last && (!have || k->last_step > ls)) {
-    ls = k->last_step;
-    have = true;
-  }
-  *step = ls;
-  return have;
-}
-
 /* After every call into the core: the job module sees what the agent sees. */
 void ea__agent_job_sync(ea__agent *a) {
   if (!a->job || !a->tr || !a->rdzv || a->phase == EA__PHASE_CLOSING) return;
@@ -193,7 +180,8 @@ void ea__agent_job_sync(ea__agent *a) {
                     .st = &st,
                     .members = ms,
                     .nmembers = n};
-  v.ckpt_known = ckpt_newest_step(a, &v.ckpt_step);
+  uint64_t gen;
+  v.ckpt_known = ea__agent_ckpt_newest(a, &v.ckpt_step, &gen);
   ea__job_update(a->job, &v);
 }
 

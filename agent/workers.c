@@ -372,6 +372,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       w->pid = (int)m->pid;
       w->state = EA__W_IDLE;
       w->next_step = m->next_step;
+      w->state_gen = 0; /* a new process: whatever state it has, not trained here */
       w->digest = m->digest;
       snprintf(w->comm, sizeof w->comm, "%s", m->comm_addr);
       ea_log(EA_LOG_INFO, "worker", "worker %u hello pid=%" PRIu64 " comm=%s step=%" PRIu64, k,
@@ -405,7 +406,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       ea_log(EA_LOG_DEBUG, "worker",
              "worker %u ready gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64, k, m->gen,
              m->next_step, m->digest);
-      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, m->next_step,
+      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, m->next_step, w->state_gen,
                            m->has_nccl_id ? m->nccl_id : NULL);
       ea__agent_core_done(a);
       break;
@@ -413,6 +414,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
     case EA_IPC_STEP:
       a->ck.resume_done = true; /* training runs: a --resume-from has been acted on */
       w->next_step = m->step + 1;
+      w->state_gen = m->gen;
       w->loss = m->loss;
       w->has_loss = true;
       w->digest = m->digest;

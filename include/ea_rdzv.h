@@ -102,6 +102,9 @@ void ea_rdzv_gen64_unpack(uint64_t g64, ea_rdzv_gen *out);
 typedef struct {
   ea_addr listen; /* tcp backend: where this rank's worker accepts its peers */
   uint64_t step;  /* steps this rank has completed (0: no live state) */
+  /* The 64-bit generation its last step was trained in (0: not known — a
+   * state just loaded from a checkpoint, or a peer too old to say). */
+  uint64_t state_gen;
 } ea_rdzv_worker;
 
 typedef struct {
@@ -114,7 +117,9 @@ typedef struct {
  * worker k is rank i·wpn + k.  The rank with the most completed steps (the
  * lowest such rank on a tie) broadcasts its state: sync_rank.  has_sync is
  * false when no rank has live state (cold start, or every trained node
- * lost): the generation loads the newest checkpoint instead. */
+ * lost) or when every live state is older than the newest committed
+ * checkpoint (ea_rdzv_set_latest_ckpt): the generation loads the newest
+ * checkpoint instead. */
 typedef struct {
   ea_rdzv_gen gen;
   uint32_t nnodes, wpn, world; /* world = nnodes · wpn */
@@ -343,7 +348,19 @@ void ea_rdzv_persisted(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_gen *g, int rc
  * the backend is nccl) is its unique id.  Returns 0, -EINVAL for a bad
  * index, or -ESTALE when gen is not the one being prepared (ignored). */
 int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_rdzv_gen *gen,
-                         const ea_addr *listen, uint64_t step, const uint8_t *nccl_id);
+                         const ea_addr *listen, uint64_t step, uint64_t state_gen,
+                         const uint8_t *nccl_id);
+/* The generation of the newest committed checkpoint this node knows of
+ * (its LATEST, 64-bit form; 0: none).  Set it only when
+ * generations without a sync source resume from the newest checkpoint
+ * (checkpoint.resume_from_last).  A live state whose last step was trained
+ * in an older generation than that checkpoint's is a lineage the job left
+ * behind — a side cut off while the rest trained on and committed, then
+ * finished or lost its own live state — and syncing from it would train
+ * committed steps a second time: the plan skips such ranks as sync sources
+ * (and with none left has no sync: the generation loads the checkpoint).
+ * A state of unknown generation (0) counts as older. */
+void ea_rdzv_set_latest_ckpt(ea_rdzv *r, uint64_t gen64);
 /* Local worker `local` has completed `step` steps (a step boundary). */
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step);
 /* Local worker `local` failed: its communicator broke or it died. */

@@ -131,6 +131,9 @@ struct ea_rdzv {
   ea_rng rng; /* back-off jitter */
   uint64_t now;
 
+  /* ea_rdzv_set_latest_ckpt: the newest committed checkpoint known */
+  uint64_t latest_gen;
+
   /* the membership view, sorted by id */
   ea_member *view;
   size_t nview, capview;
@@ -1134,13 +1137,19 @@ static void commit(ea_rdzv *r) {
   }
   /* State sync source: the most completed steps, lowest rank on a tie.
    * Every rank either finished a step's allreduce or did not, so ranks with
-   * equal counts hold identical state. */
-  for (uint32_t k = 0; k < p->world; k++)
-    if (p->ranks[k].step > 0 && (!p->has_sync || p->ranks[k].step > p->sync_step)) {
+   * equal counts hold identical state.  A state older than the newest
+   * committed checkpoint's generation is left behind
+   * (ea_rdzv_set_latest_ckpt); skipping it can only lead to no sync, and
+   * the generation then loads that checkpoint. */
+  for (uint32_t k = 0; k < p->world; k++) {
+    if (p->ranks[k].step == 0) continue;
+    if (r->latest_gen && p->ranks[k].state_gen < r->latest_gen) continue;
+    if (!p->has_sync || p->ranks[k].step > p->sync_step) {
       p->has_sync = true;
       p->sync_rank = k;
       p->sync_step = p->ranks[k].step;
     }
+  }
   p->has_nccl_id = r->f.has_nccl;
   memcpy(p->nccl_id, r->f.nccl, sizeof p->nccl_id);
   for (uint32_t i = 0; i < n; i++) post(r, &r->f.ids[i], &m);
@@ -2013,12 +2022,14 @@ void ea_rdzv_persisted(ea_rdzv *r, uint64_t now_ms, const ea_rdzv_gen *g, int rc
 }
 
 int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_rdzv_gen *gen,
-                         const ea_addr *listen, uint64_t step, const uint8_t *nccl_id) {
+                         const ea_addr *listen, uint64_t step, uint64_t state_gen,
+                         const uint8_t *nccl_id) {
   if (local >= r->cfg.workers_per_node) return -EINVAL;
   if (!r->prep || !r->prep_ordered || !gen_eq(gen, &r->prep_gen)) return -ESTALE;
   at(r, now_ms);
   r->winfo[local].listen = *listen;
   r->winfo[local].step = step;
+  r->winfo[local].state_gen = step ? state_gen : 0;
   r->wready[local] = true;
   if (step > r->last_step) r->last_step = step;
   if (nccl_id && local == 0) {
@@ -2027,6 +2038,10 @@ int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_r
   }
   settle(r);
   return 0;
+}
+
+void ea_rdzv_set_latest_ckpt(ea_rdzv *r, uint64_t gen64) {
+  r->latest_gen = gen64;
 }
 
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step) {

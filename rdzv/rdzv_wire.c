@@ -93,10 +93,14 @@ static void pk_nccl(msgpack_packer *pk, bool has, const uint8_t *id) {
     msgpack_pack_nil(pk);
 }
 
-static void pk_worker(msgpack_packer *pk, const ea_rdzv_worker *w) {
-  msgpack_pack_array(pk, 2);
+/* READY carries each worker's state_gen to the controller, which plans
+ * with it; a COMMIT's ranks leave it out (no member needs it, and it would
+ * break the per-rank bound of EA_RDZV_MAX_WORLD). */
+static void pk_worker(msgpack_packer *pk, const ea_rdzv_worker *w, bool state_gen) {
+  msgpack_pack_array(pk, state_gen ? 3 : 2);
   pk_addr(pk, &w->listen);
   msgpack_pack_uint64(pk, w->step);
+  if (state_gen) msgpack_pack_uint64(pk, w->state_gen);
 }
 
 /* The bounds the decoder enforces, checked before encoding so that whatever
@@ -178,7 +182,7 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
       /* restarts only when set: an older agent's decoder wants 3 elements */
       msgpack_pack_array(&pk, m->restarts ? 4 : 3);
       msgpack_pack_array(&pk, m->nworkers);
-      for (uint32_t i = 0; i < m->nworkers; i++) pk_worker(&pk, &m->workers[i]);
+      for (uint32_t i = 0; i < m->nworkers; i++) pk_worker(&pk, &m->workers[i], true);
       pk_nccl(&pk, m->has_nccl_id, m->nccl_id);
       pk_gen(&pk, &m->formed);
       if (m->restarts) msgpack_pack_uint64(&pk, m->restarts);
@@ -201,7 +205,7 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
         pk_addr(&pk, &p->nodes[i].control);
       }
       msgpack_pack_array(&pk, p->world);
-      for (uint32_t i = 0; i < p->world; i++) pk_worker(&pk, &p->ranks[i]);
+      for (uint32_t i = 0; i < p->world; i++) pk_worker(&pk, &p->ranks[i], false);
       if (p->restarts) msgpack_pack_uint64(&pk, p->restarts);
       break;
     }
@@ -287,10 +291,16 @@ static int rd_nccl(ea__mpr *r, bool *has, uint8_t id[EA_RDZV_NCCL_ID_BYTES], con
   return 0;
 }
 
+/* [listen, step, state_gen]; an agent from before state_gen sends the
+ * first two (its states then count as of unknown generation). */
 static int rd_worker(ea__mpr *r, ea_rdzv_worker *w, const char **err) {
-  if (ea__mpr_array_n(r, 2, "worker", err)) return -EA_EWIRE;
+  uint32_t n;
+  TRY(ea__mpr_array(r, &n), "worker");
+  NEED(n == 2 || n == 3, "worker");
   if (rd_addr(r, &w->listen, "worker.listen", err)) return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &w->step), "worker.step");
+  w->state_gen = 0;
+  if (n == 3) TRY(ea__mpr_uint(r, UINT64_MAX, &w->state_gen), "worker.state_gen");
   return 0;
 }
 

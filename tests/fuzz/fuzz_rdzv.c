@@ -157,7 +157,7 @@ static void feed(const ea_rdzv_msg *m, int self) {
   ea_rdzv_status st;
   ea_rdzv_status_get(r, &st);
   for (uint32_t k = 0; k < 2; k++) /* its own workers answer their PREPARE */
-    ea_rdzv_worker_ready(r, 3, k, &st.accepted, &listen, 5, NULL);
+    ea_rdzv_worker_ready(r, 3, k, &st.accepted, &listen, 5, 0, NULL);
   ea_rdzv_recv(r, 4, m);
   finish_persist(r, 5);
   ea_rdzv_recv(r, 6, m);

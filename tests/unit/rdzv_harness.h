@@ -57,6 +57,7 @@ typedef struct {
   int st;
   ea_rdzv_gen gen; /* PREPARING/READY: the one prepared; TRAINING: the one run */
   uint64_t step;
+  uint64_t state_gen;   /* u64 generation of its last step (the agent's ea__agent_wk.state_gen) */
   uint64_t stall_since; /* TRAINING but unable to progress since (0: not) */
 } h_worker;
 
@@ -123,6 +124,8 @@ struct h_sim {
   double persist_fail; /* probability that a persist reports -EIO */
   uint64_t link_last[H_MAX][H_MAX];
   uint64_t next_step_at;
+  /* the newest committed checkpoint every agent knows (h_set_latest) */
+  uint64_t latest_gen, latest_step;
   h_event *ev;
   size_t nev, capev;
   uint64_t seq;
@@ -318,9 +321,10 @@ static void h_check_plan(h_sim *h, int i, const ea_rdzv_plan *p) {
     }
   if (h->nplans < sizeof h->plans / sizeof h->plans[0])
     h->plans[h->nplans++] = (typeof(h->plans[0])){p->gen, hash};
-  uint64_t max = 0;
+  uint64_t max = 0; /* among states not older than the newest checkpoint */
   for (uint32_t k = 0; k < p->world; k++)
-    if (p->ranks[k].step > max) max = p->ranks[k].step;
+    if (p->ranks[k].step > max && (!h->latest_gen || p->ranks[k].state_gen >= h->latest_gen))
+      max = p->ranks[k].step;
   if (p->has_sync ? p->ranks[p->sync_rank].step != max || p->sync_step != max : max != 0)
     h_violate(h, "generation %" PRIu64 ": state-sync source does not hold the highest step",
               p->gen.term);
@@ -384,7 +388,7 @@ static void h_io_order(void *ctx, const ea_rdzv_order *o) {
         }
         w->st = HW_TRAINING;
         w->gen = p->gen;
-        w->step = p->has_sync ? p->sync_step : 0; /* state sync, or the checkpoint (0 here) */
+        w->step = p->has_sync ? p->sync_step : h->latest_step; /* state sync, or the checkpoint */
         w->stall_since = 0;
       }
       break;
@@ -464,6 +468,7 @@ static void h_boot(h_sim *h, int i) {
                    .reason = h_io_reason};
   a->r = ea_rdzv_new(&h->cfg, &a->id, &a->disk, &io, h->seed ^ (uint64_t)(i + 1) * 7919, h->now);
   if (!a->r) abort();
+  ea_rdzv_set_latest_ckpt(a->r, h->latest_gen);
   a->up = true;
   a->started = true;
   a->inc++;
@@ -474,6 +479,15 @@ static void h_boot(h_sim *h, int i) {
   for (uint32_t k = 0; k < h->cfg.workers_per_node; k++) a->w[k] = (h_worker){.st = HW_IDLE};
   /* it knows nobody until its view says so (a fresh SWIM node joining) */
   for (int j = 0; j < H_MAX; j++) a->shown[j] = a->pending[j] = 0xff;
+}
+
+/* A checkpoint of gen64 at step committed: every agent (and every later
+ * boot) knows it as LATEST, and a generation without a sync loads it. */
+static void h_set_latest(h_sim *h, uint64_t gen64, uint64_t step) {
+  h->latest_gen = gen64;
+  h->latest_step = step;
+  for (int i = 0; i < h->n; i++)
+    if (h->a[i].up) ea_rdzv_set_latest_ckpt(h->a[i].r, gen64);
 }
 
 static void h_start(h_sim *h, int i) {
@@ -632,6 +646,7 @@ static void h_train(h_sim *h) {
       if (w->st != HW_TRAINING) continue;
       if (ok[i]) {
         w->step++;
+        w->state_gen = ea_rdzv_gen_u64(&w->gen);
         w->stall_since = 0;
         a->last_step_at = h->now;
         bool seen = false;
@@ -711,7 +726,7 @@ static void h_event_run(h_sim *h, h_event *e) {
       listen.ip[3] = (uint8_t)(a->idx + 1);
       uint8_t nccl[EA_RDZV_NCCL_ID_BYTES];
       memset(nccl, 0xA0 + a->idx, sizeof nccl);
-      ea_rdzv_worker_ready(a->r, h->now, (uint32_t)e->b, &e->gen, &listen, w->step,
+      ea_rdzv_worker_ready(a->r, h->now, (uint32_t)e->b, &e->gen, &listen, w->step, w->state_gen,
                            e->b == 0 ? nccl : NULL);
       break;
     }

@@ -187,6 +187,7 @@ START_TEST(test_codec_roundtrip) {
   for (int i = 0; i < 3; i++) {
     m.workers[i].listen = mkaddr((uint8_t)i, (uint16_t)(9000 + i));
     m.workers[i].step = 1000ull * (uint64_t)i + (1ull << 35);
+    m.workers[i].state_gen = ((uint64_t)(i + 3) << 16) | 0xbeef;
   }
   m.has_nccl_id = true;
   for (int i = 0; i < EA_RDZV_NCCL_ID_BYTES; i++) m.nccl_id[i] = (uint8_t)i;
@@ -196,6 +197,7 @@ START_TEST(test_codec_roundtrip) {
   for (int i = 0; i < 3; i++) {
     ck_assert(ea_addr_eq(&d.workers[i].listen, &m.workers[i].listen));
     ck_assert_uint_eq(d.workers[i].step, m.workers[i].step);
+    ck_assert_uint_eq(d.workers[i].state_gen, m.workers[i].state_gen); /* READY carries it */
   }
   ck_assert(d.has_nccl_id);
   ck_assert_int_eq(memcmp(d.nccl_id, m.nccl_id, sizeof m.nccl_id), 0);
@@ -956,6 +958,60 @@ START_TEST(test_partition_minority_pauses) {
 }
 END_TEST
 
+/* The minority's live state is left behind: while {n0, n1} are cut off the
+ * majority trains on and commits a checkpoint, then all three restart
+ * (the job finished there, or they lost their workers).  After the heal
+ * the only live states are the minority's, older than the checkpoint:
+ * syncing from them would train committed steps again (found by
+ * elastic-chaos --faults split, where the restarted majority re-trained
+ * 2107 steps it had finished).  The plan has no sync; the generation loads
+ * the checkpoint.  Without the checkpoint known, the old choice stands. */
+static bool majority_trains(h_sim *h, void *arg) {
+  newer *n = arg;
+  n->got = h_running(h, 2);
+  return ea_rdzv_gen_cmp(&n->got, &n->after) > 0 && h_training(h, 2) && h_training(h, 3) &&
+         h_training(h, 4) && h->now - h->a[2].last_step_at <= 2 * h->step_ms;
+}
+
+static void left_behind(bool checkpoint_known) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed(checkpoint_known ? "left_behind" : "left_behind_nockpt"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 5);
+  int groups[5] = {1, 1, 0, 0, 0};
+  h_partition(h, groups);
+  newer nw = {.after = g0};
+  ck_assert(h_run_cond(h, h->now + 20000, majority_trains, &nw));
+  ea_rdzv_gen g = nw.got;
+  h_run_until(h, h->now + 2000); /* the majority trains on */
+  NO_VIOLATION(h);
+  uint64_t minority_step = h->a[0].w[0].step, majority_step = h->a[2].w[0].step;
+  ck_assert_uint_gt(majority_step, minority_step);
+  if (checkpoint_known) h_set_latest(h, ea_rdzv_gen_u64(&g), majority_step);
+  for (int i = 2; i < 5; i++) h_crash(h, i);
+  h_heal(h);
+  for (int i = 2; i < 5; i++) h_start(h, i);
+  ea_rdzv_gen any = {0};
+  ck_assert(h_run_cond(h, h->now + 60000, h_cond_settled, &any));
+  NO_VIOLATION(h);
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[0].r);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_eq(p->world, 5 * c.workers_per_node);
+  if (checkpoint_known) {
+    ck_assert(!p->has_sync);
+    ck_assert_uint_ge(h->a[0].w[0].step, majority_step); /* from the checkpoint, onwards */
+  } else {
+    ck_assert(p->has_sync); /* the minority's state, as before */
+    ck_assert_uint_lt(p->sync_step, majority_step);
+  }
+  h_free(h);
+}
+
+START_TEST(test_left_behind_state_not_synced) {
+  left_behind(true);
+  left_behind(false);
+}
+END_TEST
+
 /* The election the core exposes: nothing before the first view; without a
  * quorum it still names the lowest-id member (the agent's checkpoint
  * controller and report target) and says why it may not act. */
@@ -1704,6 +1760,7 @@ static Suite *rdzv_suite(void) {
       {"controller_failover", test_controller_failover},
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
+      {"left_behind_state_not_synced", test_left_behind_state_not_synced},
       {"partition_quorum_none", test_partition_quorum_none},
       {"election_exposed", test_election_exposed},
       {"drain", test_drain},
