@@ -281,20 +281,24 @@ static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
  * MAX-allreduce (as int64; ~x turns a MAX into a MIN without overflow):
  *   0 next_step   1 ~next_step   2 digest   3 ~digest
  *   4 the root's next_step (others −1)   5 state size   6 ~state size */
-static int sync_state(worker *w, ea_comm *c, uint32_t root, bool *broadcast) {
+static int sync_state(worker *w, ea_comm *c, uint32_t root, bool loaded, bool *broadcast) {
   *broadcast = false;
   const int64_t step = (int64_t)ea_trainer_step(w->t);
   const int64_t dig = (int64_t)ea_trainer_params_digest(w->t);
   const int64_t size = (int64_t)w->state_len;
-  int64_t v[7] = {step, ~step, dig, ~dig, w->rank == root ? step : -1, size, ~size};
-  int rc = ea_comm_allreduce(c, v, 7, EA_COMM_I64, EA_COMM_MAX);
+  /* v[7]: the root loaded a checkpoint just now — its state is the plan's
+   * choice even where a left-behind live state elsewhere counts more
+   * steps (a newer generation's checkpoint can be behind it). */
+  int64_t v[8] = {
+      step, ~step, dig, ~dig, w->rank == root ? step : -1, size, ~size, w->rank == root && loaded};
+  int rc = ea_comm_allreduce(c, v, 8, EA_COMM_I64, EA_COMM_MAX);
   if (rc) return rc;
   if (v[5] != ~v[6]) {
     ea_log(EA_LOG_ERROR, "worker",
            "state sync: ranks have different state sizes (model or data differ)");
     return -EPROTO;
   }
-  if (v[4] != v[0]) {
+  if (v[4] != v[0] && !v[7]) {
     ea_log(EA_LOG_ERROR, "worker",
            "state sync: sync_root %u holds step %" PRId64 ", the highest is %" PRId64, root, v[4],
            v[0]);
@@ -480,14 +484,19 @@ static void maybe_checkpoint(worker *w, uint64_t step) {
   }
 }
 
-/* Cold start: load the checkpoint the COMMIT names, if this rank holds no
- * state yet.  False when the generation failed (reported). */
-static bool resume(worker *w, const ea_ipc_msg *m) {
-  if (ea_trainer_step(w->t) != 0) {
-    ea_log(EA_LOG_INFO, "worker", "resume ignored: this rank holds live state at step %" PRIu64,
-           ea_trainer_step(w->t));
-    return true;
-  }
+/* The COMMIT names a checkpoint (the plan has no sync source): load it.
+ * Normally this rank holds no state yet (a cold start); a live state here
+ * is one the rendezvous left behind as older than the newest checkpoint
+ * (ea_rdzv_set_latest_ckpt), and the checkpoint replaces it.  Sets
+ * *loaded when a checkpoint was loaded.  False when the generation failed
+ * (reported). */
+static bool resume(worker *w, const ea_ipc_msg *m, bool *loaded) {
+  *loaded = false;
+  if (ea_trainer_step(w->t) != 0)
+    ea_log(EA_LOG_INFO, "worker",
+           "the live state at step %" PRIu64
+           " is older than the newest checkpoint (the plan syncs from no rank): loading %s",
+           ea_trainer_step(w->t), m->resume);
   const bool latest = strcmp(m->resume, "latest") == 0;
   ea_trainer_resume_info info;
   char err[512];
@@ -508,6 +517,7 @@ static bool resume(worker *w, const ea_ipc_msg *m) {
   ea_log(EA_LOG_INFO, "worker",
          "resumed from %s/%s: step %" PRIu64 " (written at world %u), %.1f ms", m->ckpt_dir,
          info.name, info.step, info.world_size, info.seconds * 1e3);
+  *loaded = true;
   ea_ipc_msg_init(w->out, EA_IPC_CKPT_LOADED);
   w->out->gen = m->gen;
   w->out->step = info.step;
@@ -578,9 +588,10 @@ static void do_commit(worker *w) {
     return;
   }
   const double t1 = now_s();
-  if (m->resume[0] && m->rank == m->sync_root && !resume(w, m)) return;
+  bool loaded = false;
+  if (m->resume[0] && m->rank == m->sync_root && !resume(w, m, &loaded)) return;
   bool bcast;
-  rc = sync_state(w, c, m->sync_root, &bcast);
+  rc = sync_state(w, c, m->sync_root, loaded, &bcast);
   if (rc) {
     fail(w, m->gen, rc, "state sync from rank %u", m->sync_root);
     return;

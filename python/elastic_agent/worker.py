@@ -316,6 +316,7 @@ class Worker:
         self._ckpt_skipped = 0
         self._stager = Stager()
         self._sync_how = "in-sync"
+        self._loaded_now = False  # this generation's sync root loaded a checkpoint (_resume)
         self._result: Any = None
         self._reader: Optional[threading.Thread] = None
         self._wake_r = self._wake_w = -1
@@ -522,6 +523,7 @@ class Worker:
         if self._interrupted():  # arrived while forming: the reader could not abort it yet
             self.backend.abort()
         t1 = time.monotonic()
+        self._loaded_now = False
         if plan.get("resume") and plan["rank"] == plan["sync_root"] and not self._resume(plan):
             return
         try:
@@ -550,6 +552,11 @@ class Worker:
             raise CommError("world %d: more than 2^20 ranks" % world, errno.EINVAL)
         step, dig, sig = st.step, _i64(st.sync_digest()), _i64(st.signature())
         key = (step << 21) | ((1 << 20) if rank == plan["sync_root"] else 0) | ((1 << 20) - 1 - rank)
+        if rank == plan["sync_root"] and self._loaded_now:
+            # It loaded the plan's checkpoint just now: its state is the
+            # plan's choice, even over a left-behind live state with more
+            # steps elsewhere (see _resume).
+            key |= 1 << 62
         v = self.backend.allreduce_max([step, ~step, dig, ~dig, sig, ~sig, key])
         root = (1 << 20) - 1 - (v[6] & ((1 << 20) - 1))
         if v[4] != ~v[5]:
@@ -581,12 +588,15 @@ class Worker:
         return "sent" if rank == root else "received"
 
     def _resume(self, plan: Mapping[str, Any]) -> bool:
-        """Cold start: load the checkpoint the COMMIT names if this rank holds
-        no state yet.  False when the generation failed (reported)."""
+        """The COMMIT names a checkpoint (the plan has no sync source): load
+        it.  Normally this rank holds no state yet (a cold start); a live
+        state here is one the agents left behind as older than the newest
+        checkpoint, and the checkpoint replaces it.  False when the
+        generation failed (reported)."""
         st = self.state
         if st.step != 0:
-            log.info("resume ignored: this rank holds live state at step %d", st.step)
-            return True
+            log.info("the live state at step %d is older than the newest checkpoint "
+                     "(the plan syncs from no rank): loading %s", st.step, plan["resume"])
         t0 = time.monotonic()
         d, spec = plan["ckpt_dir"], plan["resume"]
         try:
@@ -609,6 +619,7 @@ class Worker:
         log.info("resumed from %s/%s: step %d (written at world %d), %.1f ms", d, r.name, st.step,
                  r.manifest.world_size, secs * 1e3)
         self._sync_how = "loaded"
+        self._loaded_now = True
         self._send({"type": "ckpt_loaded", "gen": plan["gen"], "step": st.step, "name": _clip(r.name),
                     "digest": st.params_digest(), "fallbacks": r.fallbacks, "message": _clip(r.why),
                     "seconds": secs})
