@@ -493,6 +493,16 @@ static void mark_done(ea__ckpt_core *c, uint64_t step, uint64_t gen) {
   if (c->ndone < DONE_RING) c->ndone++;
 }
 
+void ea__ckpt_core_retry(ea__ckpt_core *c, uint64_t step, uint64_t gen) {
+  if (c->st.have_last && c->st.last_step == step && c->st.last_gen == gen) return; /* committed */
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < c->ndone; i++) /* compact the ring without the entry */
+    if (!(c->done[i].step == step && c->done[i].gen == gen)) c->done[n++] = c->done[i];
+  if (n == c->ndone) return;
+  c->ndone = n;
+  c->done_next = n % DONE_RING;
+}
+
 static void drop(ea__ckpt_core *c, pend *p) {
   mark_done(c, p->step, p->gen);
   ea_ckpt_manifest_close(&p->man);
@@ -916,6 +926,10 @@ int ea__ckpt_ctl_new(uv_loop_t *loop, const ea__ckpt_ctl_opts *o, const ea__ckpt
 void ea__ckpt_ctl_recv(ea__ckpt_ctl *c, const ea__ckpt_msg *m) {
   if (c->closing) return;
   ea__ckpt_core_recv(c->core, mono_s(), m);
+}
+
+void ea__ckpt_ctl_retry(ea__ckpt_ctl *c, uint64_t step, uint64_t gen) {
+  if (!c->closing) ea__ckpt_core_retry(c->core, step, gen);
 }
 
 void ea__ckpt_ctl_stats_get(const ea__ckpt_ctl *c, ea__ckpt_core_stats *out) {

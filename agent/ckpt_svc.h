@@ -307,6 +307,11 @@ void ea__ckpt_core_recv(ea__ckpt_core *c, double now, const ea__ckpt_msg *m);
 /* The job io.commit was given has run. */
 void ea__ckpt_core_committed(ea__ckpt_core *c, double now, ea__ckpt_commit_job *job);
 void ea__ckpt_core_stats_get(const ea__ckpt_core *c, ea__ckpt_core_stats *out);
+/* Checkpoint (step, gen) is attempted again (the job's final one, after a
+ * failure): forget that it was given up, so the new reports start a new
+ * collection instead of being ignored.  No-op while it is being collected
+ * or once committed. */
+void ea__ckpt_core_retry(ea__ckpt_core *c, uint64_t step, uint64_t gen);
 /* Frees the core and every job it owns (one handed to io.commit must have
  * come back first). */
 void ea__ckpt_core_free(ea__ckpt_core *c);
@@ -323,6 +328,8 @@ int ea__ckpt_ctl_new(uv_loop_t *loop, const ea__ckpt_ctl_opts *o, const ea__ckpt
 /* A report from any agent (ours included); m is copied. */
 void ea__ckpt_ctl_recv(ea__ckpt_ctl *c, const ea__ckpt_msg *m);
 void ea__ckpt_ctl_stats_get(const ea__ckpt_ctl *c, ea__ckpt_core_stats *out);
+/* ea__ckpt_core_retry on the loop's core. */
+void ea__ckpt_ctl_retry(ea__ckpt_ctl *c, uint64_t step, uint64_t gen);
 /* Wait for a commit in flight (a commit is never cut half-way), free, then
  * closed(ctx) (may be NULL).  No event after this call. */
 void ea__ckpt_ctl_close(ea__ckpt_ctl *c, void (*closed)(void *ctx), void *ctx);

@@ -176,7 +176,8 @@ static const cfg_key keys[] = {
     /* 300 s: a shard of a few GiB on a healthy shared file system is
      * written in well under a minute; five minutes is a store in trouble. */
     {U32(checkpoint, timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
-     .doc = "A shard write or a commit slower than this raises a storage_timeout alert."},
+     .doc = "A shard write or a commit slower than this raises a storage_timeout alert; a "
+            "failed final checkpoint is retried this long before the job fails (exit 5)."},
 
     {ENUM(logging, level, "debug", "info", "warn", "error"), .doc = "Least severe level written."},
     {ENUM(logging, format, "text", "json"), .doc = "text for people, json for log shippers."},

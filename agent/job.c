@@ -49,6 +49,11 @@
  * row can be bad luck (a node dying just after a commit); three are a
  * loop. */
 #define CHURN_ALERT_AT 3
+/* A failed final checkpoint is tried again after 1 s, then 2, 4, 8, 10, 10 …
+ * (a disk that filled up, a storage server restarting), until
+ * o.final_ckpt_timeout_ms after its first failure. */
+#define FINAL_RETRY_FIRST_MS 1000
+#define FINAL_RETRY_MAX_MS 10000
 
 /* ---- pure helpers ------------------------------------------------------------------- */
 
@@ -203,6 +208,10 @@ struct ea__job {
   ea__job_failure fail; /* first failure of the formed generation, or the latest */
   uint64_t ckpt_failed_step;
   char ckpt_why[EA__JOB_REASON_MAX];
+  /* the final checkpoint's retries */
+  uint64_t final_first_fail_ms; /* 0: it has not failed */
+  uint64_t final_retry_at;      /* 0: no retry armed */
+  uint32_t final_attempts;      /* retries sent */
 
   /* churn */
   uint64_t churn_alerted; /* streak number alerted about */
@@ -408,9 +417,25 @@ static void recv_msg(ea__job *J, const ea__job_msg *m) {
     case EA__JOB_END:
       on_end(J, m);
       break;
+    case EA__JOB_CKPT_AGAIN:
+      if (J->cb.ckpt_again) J->cb.ckpt_again(J->ctx, m->gen, m->step);
+      break;
     default:
       break;
   }
+}
+
+/* The armed retry of the final checkpoint is due: every member of the
+ * generation that finished stages its shard again. */
+static void final_retry(ea__job *J) {
+  J->final_retry_at = 0;
+  J->final_attempts++;
+  ea_log(EA_LOG_INFO, "job", "trying the final checkpoint (step %" PRIu64 ") again: retry %u",
+         J->o.train_steps, J->final_attempts);
+  ea__job_msg m = {.type = EA__JOB_CKPT_AGAIN, .gen = J->done_for, .step = J->o.train_steps};
+  if (J->cb.ckpt_again) J->cb.ckpt_again(J->ctx, m.gen, m.step);
+  for (size_t i = 0; i < J->nmembers; i++)
+    if (!is_self(J, &J->members[i].id) && up(&J->members[i])) send_msg(J, &J->members[i].id, &m);
 }
 
 bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len) {
@@ -494,12 +519,33 @@ static void judge(ea__job *J, const ea_rdzv_status *st) {
   char why[EA__JOB_REASON_MAX];
   if (J->o.mode == EA__MODE_BUILTIN && J->o.ckpt_on) {
     if (J->ckpt_failed_step >= J->o.train_steps) {
-      snprintf(why, sizeof why,
-               "the final checkpoint (step %" PRIu64 ") could not be committed: %.400s",
-               J->o.train_steps, J->ckpt_why);
-      decide(J, EA__JOB_FINAL_CKPT, why, NULL);
+      uint64_t now = uv_now(J->loop);
+      J->ckpt_failed_step = 0; /* consumed: the next attempt's failure arms the next retry */
+      if (!J->final_first_fail_ms) J->final_first_fail_ms = now;
+      uint64_t spent = now - J->final_first_fail_ms;
+      if (spent >= J->o.final_ckpt_timeout_ms) {
+        snprintf(why, sizeof why,
+                 "the final checkpoint (step %" PRIu64
+                 ") could not be committed in %.1f s (%u "
+                 "retries; checkpoint.timeout_seconds %.1f): %.360s",
+                 J->o.train_steps, (double)spent / 1000.0, J->final_attempts,
+                 (double)J->o.final_ckpt_timeout_ms / 1000.0, J->ckpt_why);
+        decide(J, EA__JOB_FINAL_CKPT, why, NULL);
+        return;
+      }
+      uint64_t delay = FINAL_RETRY_FIRST_MS;
+      for (uint32_t i = 0; i < J->final_attempts && delay < FINAL_RETRY_MAX_MS; i++) delay *= 2;
+      if (delay > FINAL_RETRY_MAX_MS) delay = FINAL_RETRY_MAX_MS;
+      J->final_retry_at = now + delay;
+      ea_log(EA_LOG_WARN, "job",
+             "the final checkpoint (step %" PRIu64 ") failed: %.360s; trying again in %" PRIu64
+             " ms (retry %u; the job fails %.1f s after the first failure: "
+             "checkpoint.timeout_seconds)",
+             J->o.train_steps, J->ckpt_why, delay, J->final_attempts + 1,
+             (double)J->o.final_ckpt_timeout_ms / 1000.0);
       return;
     }
+    if (J->final_retry_at) return; /* a retry is due: its commit or failure decides */
     if (!J->ckpt_known || J->ckpt_step < J->o.train_steps) return; /* wait for its commit */
     snprintf(why, sizeof why,
              "all %u ranks reached train.steps %" PRIu64 " in generation %" PRIu64
@@ -577,6 +623,7 @@ static void tick(uv_timer_t *t) {
   uint64_t now = uv_now(J->loop);
   if (!J->ended) {
     if (J->done_gen && now - J->done_sent_ms >= DONE_RESEND_MS) send_done(J);
+    if (J->final_retry_at && now >= J->final_retry_at && J->controller) final_retry(J);
     return;
   }
   if (!J->decided_here) return;

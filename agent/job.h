@@ -118,12 +118,18 @@ void ea__job_failure_str(const ea__job_failure *f, char *out, size_t cap);
 /* The largest message: JOB_END with a full failure ≈ 1 + 20 + 530 + 1100. */
 #define EA__JOB_WIRE_MAX 2048
 
-typedef enum { EA__JOB_EXIT = 0x30, EA__JOB_DONE = 0x31, EA__JOB_END = 0x32 } ea__job_msg_type;
+typedef enum {
+  EA__JOB_EXIT = 0x30,
+  EA__JOB_DONE = 0x31,
+  EA__JOB_END = 0x32,
+  EA__JOB_CKPT_AGAIN = 0x33, /* controller → members: stage the final checkpoint again */
+} ea__job_msg_type;
 
 typedef struct {
   uint8_t type;
   ea_node_id src;
-  /* JOB_EXIT: f; JOB_DONE: gen, step; JOB_END: kind, reason, has_failure, f */
+  /* JOB_EXIT: f; JOB_DONE, JOB_CKPT_AGAIN: gen, step; JOB_END: kind, reason,
+   * has_failure, f */
   uint64_t gen, step;
   uint8_t kind;
   char reason[EA__JOB_REASON_MAX];
@@ -151,6 +157,10 @@ typedef struct {
   /* An alert (what: EA__JOB_ALERT_*): the agent's registry logs and
    * delivers text.  NULL: job.c logs the `alert` line itself. */
   void (*alert)(void *ctx, int what, const char *text);
+  /* builtin: the final checkpoint of generation gen (step) is tried again:
+   * forget the failed attempt (as controller) and have the local workers
+   * that finished in gen stage it again.  Runs on every member of gen. */
+  void (*ckpt_again)(void *ctx, uint64_t gen, uint64_t step);
 } ea__job_cbs;
 
 enum { EA__JOB_ALERT_FAILED = 0, EA__JOB_ALERT_CHURN = 1 };
@@ -163,6 +173,9 @@ typedef struct {
   bool ckpt_on;         /* builtin: checkpoints are taken (the final one counts) */
   uint32_t max_restarts;
   uint32_t churn_cap_ms; /* the longest back-off (runtime.rendezvous_timeout_seconds) */
+  /* builtin: a failed final checkpoint is tried again for this long before
+   * the job fails with exit status 5 (checkpoint.timeout_seconds) */
+  uint32_t final_ckpt_timeout_ms;
   ea_node_id self;
   const char *name;
 } ea__job_opts;
@@ -189,7 +202,10 @@ void ea__job_local_failure(ea__job *J, const ea__job_failure *f);
  * new generation is being prepared).  Told to the controller until the job
  * ends. */
 void ea__job_local_done(ea__job *J, uint64_t gen, uint64_t step);
-/* builtin: the checkpoint of step `step` failed for good (as controller). */
+/* builtin: the checkpoint of step `step` failed (as controller).  For the
+ * final one the job retries (ckpt_again) with a back-off of 1, 2, 4, … 10 s
+ * until final_ckpt_timeout_ms has passed since its first failure, then
+ * fails. */
 void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why);
 /* A control frame; true when it was a job message (consumed). */
 bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len);

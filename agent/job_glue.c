@@ -210,6 +210,27 @@ static void job_alert(void *ctx, int what, const char *text) {
                   EA__SEV_CRITICAL, "", "%s", text);
 }
 
+/* job.ckpt_again: the final checkpoint is tried again.  As controller,
+ * the committer forgets the failed attempt; every local worker that
+ * finished in gen is asked to stage its shard once more. */
+static void job_ckpt_again(void *ctx, uint64_t gen, uint64_t step) {
+  ea__agent *a = ctx;
+  if (a->ckpt_ctl) ea__ckpt_ctl_retry(a->ckpt_ctl, step, gen);
+  if (!a->sup) return;
+  ea_ipc_msg *m = malloc(sizeof *m);
+  if (!m) return;
+  ea_ipc_msg_init(m, EA_IPC_CKPT_AGAIN);
+  m->gen = gen;
+  m->step = step;
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    if (a->w[k].done_gen != gen) continue;
+    int rc = ea__sup_send(a->sup, k, m);
+    if (rc && rc != -ESRCH)
+      ea_log(EA_LOG_WARN, "ckpt", "worker %u: cannot send ckpt_again: %s", k, strerror(-rc));
+  }
+  free(m);
+}
+
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
   char cmd[1024] = "";
   if (a->o->worker_argc > 0) {
@@ -229,9 +250,11 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                      .ckpt_on = a->o->cfg.checkpoint.save_interval_steps > 0,
                      .max_restarts = a->o->cfg.runtime.max_restarts,
                      .churn_cap_ms = a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u,
+                     .final_ckpt_timeout_ms = a->o->cfg.checkpoint.timeout_seconds * 1000u,
                      .self = a->id,
                      .name = a->o->name};
-  ea__job_cbs jc = {.send = job_send, .end = job_end, .alert = job_alert};
+  ea__job_cbs jc = {
+      .send = job_send, .end = job_end, .alert = job_alert, .ckpt_again = job_ckpt_again};
   int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
   if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));
   return rc;

@@ -40,6 +40,7 @@ static const char *check(const ea__job_msg *m) {
     case EA__JOB_EXIT:
       return check_failure(&m->f);
     case EA__JOB_DONE:
+    case EA__JOB_CKPT_AGAIN:
       return m->gen ? NULL : "gen";
     case EA__JOB_END:
       if (m->kind < EA__JOB_SUCCESS || m->kind > EA__JOB_FINAL_CKPT) return "kind";
@@ -99,6 +100,7 @@ int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) 
       bad |= pk_failure(&pk, &m->f);
       break;
     case EA__JOB_DONE:
+    case EA__JOB_CKPT_AGAIN:
       bad |= msgpack_pack_array(&pk, 2);
       bad |= msgpack_pack_uint64(&pk, m->gen);
       bad |= msgpack_pack_uint64(&pk, m->step);
@@ -156,7 +158,7 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
   uint64_t v;
   TRY(ea__mpr_uint(r, 255, &v), "version");
   NEED(v == EA__JOB_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA__JOB_END, &v), "type");
+  TRY(ea__mpr_uint(r, EA__JOB_CKPT_AGAIN, &v), "type");
   NEED(v >= EA__JOB_EXIT, "type");
   m->type = (uint8_t)v;
   const uint8_t *p;
@@ -169,6 +171,7 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
       if (rd_failure(r, &m->f, err)) return -EA_EWIRE;
       break;
     case EA__JOB_DONE:
+    case EA__JOB_CKPT_AGAIN:
       if (ea__mpr_array_n(r, 2, "done", err)) return -EA_EWIRE;
       TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
       NEED(m->gen > 0, "gen");

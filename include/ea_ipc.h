@@ -113,6 +113,11 @@
  *              The shard staged for `step` is written (status 0) or failed
  *              (a negative errno; message says why).  Either way the memfd
  *              is the worker's again.
+ *   "ckpt_again" gen:uint step:uint
+ *              The final checkpoint (`step` = train.steps) of generation
+ *              gen failed and is tried again: a worker that finished there
+ *              stages its shard once more (ckpt_staged, as the first time);
+ *              any other worker ignores it.
  *
  *   path     = str < EA_IPC_PATH_MAX bytes
  *
@@ -178,6 +183,7 @@ typedef enum {
 #define EA_IPC_CKPT_LOADED ((ea_ipc_type)10)
 /* agent → worker */
 #define EA_IPC_CKPT_DONE ((ea_ipc_type)20)
+#define EA_IPC_CKPT_AGAIN ((ea_ipc_type)21)
 
 /* commit.torch_backend: absent, "gloo", "nccl". */
 typedef enum {
@@ -226,7 +232,7 @@ typedef struct {
   bool has_nccl_id;
   uint8_t nccl_id[EA_COMM_NCCL_ID_BYTES];
   /* ckpt_staged (all), ckpt_skipped (step, rank, world, reason, skipped),
-   * ckpt_loaded (step, digest, seconds, message), ckpt_done (step) */
+   * ckpt_loaded (step, digest, seconds, message), ckpt_done and ckpt_again (step) */
   uint64_t offset, length, total, hash;
   uint64_t stall_us, wait_us, skipped;
   /* ckpt_done: 0 or a negative errno (message says why) */

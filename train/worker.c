@@ -104,6 +104,9 @@ typedef struct {
   ea_ipc_msg *plan; /* the COMMIT being formed */
   ea_ipc_msg *out;  /* outgoing scratch */
   bool training;
+  /* EA_IPC_CKPT_AGAIN: stage the final checkpoint again (under mu) */
+  bool ckpt_again;
+  uint64_t ckpt_again_gen, ckpt_again_step;
   uint64_t gen; /* generation of the communicator in use / last one */
   uint32_t rank, world;
   /* checkpoints, as the last COMMIT set them */
@@ -189,6 +192,11 @@ static void on_packet(worker *w, const ea_ipc_msg *m) {
       if (m->status)
         ea_log(EA_LOG_WARN, "worker", "checkpoint of step %" PRIu64 " failed in the agent: %s",
                m->step, m->message);
+      break;
+    case EA_IPC_CKPT_AGAIN: /* the training thread checks it applies (run) */
+      w->ckpt_again = true;
+      w->ckpt_again_gen = m->gen;
+      w->ckpt_again_step = m->step;
       break;
     default:
       ea_log(EA_LOG_WARN, "worker", "unexpected %s from the agent, ignored",
@@ -657,7 +665,8 @@ static void train_one(worker *w) {
 static void run(worker *w) {
   for (;;) {
     pthread_mutex_lock(&w->mu);
-    while (!w->stop && !w->pause && !w->prepare && !w->commit_pending && !w->training)
+    while (!w->stop && !w->pause && !w->prepare && !w->commit_pending && !w->training &&
+           !w->ckpt_again)
       pthread_cond_wait(&w->cv, &w->mu);
     if (w->stop) {
       pthread_mutex_unlock(&w->mu);
@@ -688,6 +697,25 @@ static void run(worker *w) {
       w->commit = tmp;
       pthread_mutex_unlock(&w->mu);
       do_commit(w);
+      continue;
+    }
+    if (w->ckpt_again) {
+      w->ckpt_again = false;
+      const bool busy = w->ckpt_inflight;
+      const uint64_t gen = w->ckpt_again_gen, step = w->ckpt_again_step;
+      pthread_mutex_unlock(&w->mu);
+      /* Only a worker that finished in that generation still holds that
+       * state; one whose last shard is still being written gets its answer
+       * first (and the controller retries again if it failed). */
+      if (busy || w->training || gen != w->gen || step != w->steps ||
+          ea_trainer_step(w->t) != w->steps) {
+        ea_log(EA_LOG_INFO, "worker", "ckpt_again gen=%" PRIu64 " step=%" PRIu64 " ignored%s", gen,
+               step, busy ? ": a shard is in flight" : "");
+        continue;
+      }
+      ea_log(EA_LOG_INFO, "worker", "staging the final checkpoint (step %" PRIu64 ") again",
+             w->steps);
+      maybe_checkpoint(w, w->steps);
       continue;
     }
     pthread_mutex_unlock(&w->mu);

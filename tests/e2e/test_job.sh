@@ -15,7 +15,12 @@
 #     all instead of milliseconds), exactly 5 generations commit (the first
 #     and 4 restarts, counted in the controller's log, not hundreds), one
 #     churn alert names the reason and the count, and both agents then exit
-#     3 with the program's stderr line in the alert.
+#     3 with the program's stderr line in the alert;
+#  4. (root: a 1 MiB tmpfs, full before the job starts) the final checkpoint
+#     fails, is retried (the log says when), and commits once the test frees
+#     the disk: every agent exits 0 and step-300 verifies; with
+#     checkpoint.timeout_seconds 3 and the disk never freed, every agent
+#     exits 5 and the alert counts the retries.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 TINY=(--set train.context=8 --set train.embed_dim=16 --set train.hidden=64 --set train.layers=1
@@ -87,6 +92,57 @@ for n in f1 f2; do
     fail "$n's job alert lacks the failing worker's stderr: $(grep 'alert job' "$(agent_log "$n")")"
 done
 pass "5 generations in $((t_end - t_loop)) ms, one churn alert, exit 3 with the program's stderr line"
+
+say "4. the final checkpoint on a full disk is retried: freed, the job succeeds; never freed, exit 5"
+# A small tmpfs that is full before the job starts: every checkpoint fails,
+# the final one (step 300) is retried until the test frees the disk.
+if [ "$(id -u)" != 0 ] || ! command -v mount >/dev/null; then
+  echo "skip part 4: a tmpfs needs root"
+else
+  FULL=$EA_TMP/full
+  mkdir -p "$FULL"
+  mount -t tmpfs -o size=1m tmpfs "$FULL" || fail "mount a tmpfs on $FULL"
+  trap 'umount -l "$FULL" 2>/dev/null; ea_cleanup' EXIT
+  fill() { dd if=/dev/zero of="$FULL/filler" bs=64k 2>/dev/null || true; }
+  retried() { grep -q 'the final checkpoint (step 300) failed: .*trying again in' "$(agent_log "$1")"; }
+  fill
+  JF=("${TINY[@]}" --set train.steps=300 --set checkpoint.save_interval_steps=100
+    --set checkpoint.dir="$FULL" --set checkpoint.timeout_seconds=120)
+  start_agent d1 "${JF[@]}"
+  start_agent d2 --join "${AGENT_ADDR[d1]}" "${JF[@]}"
+  start_agent d3 --join "${AGENT_ADDR[d1]}" "${JF[@]}"
+  ctrl=
+  wait_for 60 sh -c "grep -lq 'the final checkpoint (step 300) failed: .*trying again in' $EA_TMP/d[123]/log" ||
+    fail "no retry of the final checkpoint on the full disk: $(grep -h ' job \| ckpt ' "$EA_TMP"/d[123]/log | tail -5)"
+  for n in d1 d2 d3; do retried "$n" && ctrl=$n; done
+  agent_alive d1 && agent_alive d2 && agent_alive d3 || fail "an agent exited while the final checkpoint is retried"
+  rm -f "$FULL/filler"
+  for n in d1 d2 d3; do
+    wait_exit "$n" 60 || fail "$n did not finish once the disk was freed: $(tail -3 "$(agent_log "$n")")"
+    assert_eq "$EXIT_RC" 0 "$n's exit status after the retried final checkpoint"
+  done
+  grep -q 'trying the final checkpoint (step 300) again: retry' "$(agent_log "$ctrl")" || fail "$ctrl logged no retry"
+  grep -q ' job finished: all 3 ranks reached train.steps 300 .*final checkpoint step-300 committed' "$(agent_log d1)" ||
+    fail "d1 does not report the final checkpoint committed: $(grep ' job ' "$(agent_log d1)" | tail -3)"
+  "$EA_BIN" ckpt verify "$FULL" 300 >/dev/null 2>&1 || fail "step-300 does not verify"
+  pass "the final checkpoint failed on the full disk, was retried, committed once freed; every agent exited 0"
+
+  rm -rf "${FULL:?}"/*
+  fill
+  JF=("${TINY[@]}" --set train.steps=300 --set checkpoint.save_interval_steps=100
+    --set checkpoint.dir="$FULL" --set checkpoint.timeout_seconds=3)
+  start_agent e1 "${JF[@]}"
+  start_agent e2 --join "${AGENT_ADDR[e1]}" "${JF[@]}"
+  start_agent e3 --join "${AGENT_ADDR[e1]}" "${JF[@]}"
+  for n in e1 e2 e3; do
+    wait_exit "$n" 60 || fail "$n did not give up on the full disk: $(tail -3 "$(agent_log "$n")")"
+    assert_eq "$EXIT_RC" 5 "$n's exit status when the final checkpoint never commits"
+    grep -qE 'alert job failed \(final checkpoint failed, exit status 5\): the final checkpoint \(step 300\) could not be committed in [0-9.]+ s \([0-9]+ retries; checkpoint.timeout_seconds 3.0\)' "$(agent_log "$n")" ||
+      fail "$n's alert does not say why: $(grep 'alert job' "$(agent_log "$n")")"
+  done
+  pass "never freed: every agent exited 5 after checkpoint.timeout_seconds, the retries counted"
+  umount -l "$FULL"
+fi
 
 echo "WALL test_job_ms=$(($(now_ms) - t_start))"
 exit 0

@@ -48,6 +48,7 @@ static bool msg_same(const ea__job_msg *a, const ea__job_msg *b) {
     case EA__JOB_EXIT:
       return fail_same(&a->f, &b->f);
     case EA__JOB_DONE:
+    case EA__JOB_CKPT_AGAIN:
       return a->gen == b->gen && a->step == b->step;
     default:
       return a->kind == b->kind && strcmp(a->reason, b->reason) == 0 &&
@@ -151,6 +152,8 @@ int main(int argc, char **argv) {
   m.gen = (9ull << 16) | 0x0102;
   m.step = 250;
   put_msg("done", &m);
+  m.type = EA__JOB_CKPT_AGAIN;
+  put_msg("ckpt-again", &m);
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_END;
   memset(m.src.b, 0x33, 16);

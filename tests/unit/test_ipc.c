@@ -201,6 +201,19 @@ START_TEST(test_type_names) {
   for (size_t i = 0; i < NTYPES; i++) ck_assert_str_ne(ea_ipc_type_name(all_types[i]), "?");
   ck_assert_str_eq(ea_ipc_type_name((ea_ipc_type)99), "?");
   ck_assert_str_eq(ea_ipc_type_name(EA_IPC_COMMIT), "commit");
+  ck_assert_str_eq(ea_ipc_type_name(EA_IPC_CKPT_AGAIN), "ckpt_again");
+  /* ckpt_again carries gen and step, nothing else */
+  ea_ipc_msg *a = msg_new(), *b = msg_new();
+  ea_ipc_msg_init(a, EA_IPC_CKPT_AGAIN);
+  a->gen = (7ull << 16) | 0xbeef;
+  a->step = 250;
+  uint8_t buf[256];
+  char err[200] = "";
+  size_t len = enc(a, buf, sizeof buf);
+  ck_assert_msg(ea_ipc_decode(buf, len, b, err, sizeof err) == 0, "%s", err);
+  ck_assert(memcmp(a, b, sizeof *a) == 0);
+  free(a);
+  free(b);
 }
 END_TEST
 

@@ -351,6 +351,11 @@ START_TEST(job_codec_roundtrip) {
   d = job_roundtrip(&m);
   ck_assert_uint_eq(d.gen, m.gen);
   ck_assert_uint_eq(d.step, 250);
+  m.type = EA__JOB_CKPT_AGAIN; /* the same fields */
+  d = job_roundtrip(&m);
+  ck_assert_int_eq(d.type, EA__JOB_CKPT_AGAIN);
+  ck_assert_uint_eq(d.gen, m.gen);
+  ck_assert_uint_eq(d.step, 250);
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_END;
   m.kind = EA__JOB_MIN_NODES;
@@ -485,9 +490,139 @@ START_TEST(python_dir_next_to_the_binary) {
 }
 END_TEST
 
+/* ---- the final checkpoint's retries (agent/job.c) ------------------------------------ */
+
+typedef struct {
+  int again;
+  uint64_t again_gen, again_step;
+  bool ended;
+  uint8_t kind;
+  int code;
+} final_seen;
+
+static void fin_again(void *ctx, uint64_t gen, uint64_t step) {
+  final_seen *f = ctx;
+  f->again++;
+  f->again_gen = gen;
+  f->again_step = step;
+}
+static void fin_end(void *ctx, uint8_t kind, int code) {
+  final_seen *f = ctx;
+  f->ended = true;
+  f->kind = kind;
+  f->code = code;
+}
+static void fin_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len) {
+  (void)ctx, (void)to, (void)buf, (void)len;
+}
+static void fin_alert(void *ctx, int what, const char *text) {
+  (void)ctx, (void)what, (void)text;
+}
+
+/* One node, the controller of generation `gen`, all of whose workers
+ * finished at train.steps; the view says the newest checkpoint is at
+ * ckpt_step. */
+static void fin_view(ea__job *J, const ea_node_id *self, uint64_t gen64, uint64_t ckpt_step) {
+  ea_rdzv_status st;
+  memset(&st, 0, sizeof st);
+  ea_rdzv_gen64_unpack(gen64, &st.formed);
+  st.formed_nodes = 1;
+  st.phase = EA_RDZV_RUNNING;
+  ea_member me = {.id = *self, .state = EA_STATE_ALIVE, .incarnation = 1};
+  ea__job_view v = {.have_controller = true,
+                    .controller = true,
+                    .controller_id = *self,
+                    .st = &st,
+                    .members = &me,
+                    .nmembers = 1,
+                    .ckpt_step = ckpt_step,
+                    .ckpt_known = ckpt_step > 0};
+  ea__job_update(J, &v);
+}
+
+static void fin_run_until(uv_loop_t *loop, final_seen *f, int again, uint64_t limit_ms) {
+  uint64_t t0 = uv_now(loop);
+  while (!f->ended && f->again < again && uv_now(loop) - t0 < limit_ms) {
+    uv_run(loop, UV_RUN_ONCE);
+    uv_update_time(loop);
+  }
+}
+
+/* A final checkpoint that failed is tried again (ckpt_again after 1 s,
+ * then 2 s), and a commit then ends the job with success; one that keeps
+ * failing ends it with exit status 5 once final_ckpt_timeout_ms has passed,
+ * the reason counting the retries. */
+START_TEST(final_checkpoint_retried) {
+  for (int commit = 1; commit >= 0; commit--) {
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ea_node_id self = {{9}};
+    final_seen f = {0};
+    ea__job_opts o = {.mode = EA__MODE_BUILTIN,
+                      .wpn = 1,
+                      .train_steps = 250,
+                      .ckpt_on = true,
+                      .max_restarts = 3,
+                      .churn_cap_ms = 1000,
+                      .final_ckpt_timeout_ms = 2500,
+                      .self = self,
+                      .name = "n1"};
+    ea__job_cbs cb = {
+        .send = fin_send, .end = fin_end, .alert = fin_alert, .ckpt_again = fin_again};
+    ea__job *J;
+    ck_assert_int_eq(ea__job_new(&loop, &o, &cb, &f, &J), 0);
+    const uint64_t gen = ea_rdzv_gen64_pack(4, 0x0900);
+    fin_view(J, &self, gen, 200);
+    ea__job_local_done(J, gen, 250);
+    fin_view(J, &self, gen, 200); /* done, waiting for the final commit */
+    ck_assert(!f.ended);
+    uint64_t t0 = uv_now(&loop);
+    ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+    fin_view(J, &self, gen, 200);
+    ck_assert(!f.ended); /* not failed yet: a retry is armed */
+    fin_run_until(&loop, &f, 1, 5000);
+    ck_assert_int_eq(f.again, 1);
+    ck_assert_uint_eq(f.again_gen, gen);
+    ck_assert_uint_eq(f.again_step, 250);
+    ck_assert_uint_ge(uv_now(&loop) - t0, 900); /* after about 1 s */
+    if (commit) {
+      fin_view(J, &self, gen, 250); /* the retry committed */
+      fin_run_until(&loop, &f, 2, 3000);
+      ck_assert(f.ended);
+      ck_assert_int_eq(f.again, 1);
+      ck_assert_int_eq(f.kind, EA__JOB_SUCCESS);
+      ck_assert_int_eq(f.code, 0);
+    } else {
+      /* every attempt fails: a second retry 2 s later, then past 2.5 s the job fails */
+      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+      fin_view(J, &self, gen, 200);
+      ck_assert(!f.ended);
+      fin_run_until(&loop, &f, 2, 5000);
+      ck_assert_int_eq(f.again, 2);
+      ck_assert_uint_ge(uv_now(&loop) - t0, 2800);
+      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+      fin_view(J, &self, gen, 200);
+      fin_run_until(&loop, &f, 3, 3000); /* the end is called from the job's timer */
+      ck_assert(f.ended);
+      ck_assert_int_eq(f.again, 2);
+      ck_assert_int_eq(f.kind, EA__JOB_FINAL_CKPT);
+      ck_assert_int_eq(f.code, 5);
+      uint8_t kind;
+      int code;
+      ck_assert(ea__job_ended(J, &kind, &code));
+      ck_assert_int_eq(code, 5);
+    }
+    ea__job_free(J);
+    for (int i = 0; i < 10; i++) uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+  }
+}
+END_TEST
+
 static Suite *job_suite(void) {
   Suite *s = suite_create("job");
   TCase *tc = tcase_create("job");
+  tcase_set_timeout(tc, 60); /* final_checkpoint_retried waits out real back-offs: ~5 s */
   tcase_add_test(tc, mode_from_protocol_and_program);
   tcase_add_test(tc, keys_that_do_nothing);
   tcase_add_test(tc, env_has_the_torchrun_contract);
@@ -501,6 +636,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, job_codec_rejects);
   tcase_add_test(tc, lines_split_and_bounded);
   tcase_add_test(tc, python_dir_next_to_the_binary);
+  tcase_add_test(tc, final_checkpoint_retried);
   suite_add_tcase(s, tc);
   return s;
 }
