@@ -260,6 +260,14 @@ static const cfg_key keys[] = {
      .doc = "Period of the TCP full-state exchange (anti-entropy); 0 turns it off."},
     {U32(membership, dead_reclaim_ms), .min = 1000, .max = 86400000, .unit = "milliseconds",
      .doc = "Dead and left members are forgotten after this long."},
+    /* Serf's reconnect_interval / reconnect_timeout (30 s / 24 h). */
+    {U32(membership, reconnect_interval_ms), .min = 100, .max = 86400000, .flags = F_ZERO_OFF,
+     .unit = "milliseconds",
+     .doc = "Period of a push-pull with one forgotten dead member, so a partition longer than "
+            "dead_reclaim_ms heals; 0 turns it off."},
+    {U32(membership, reconnect_timeout_ms), .min = 1000, .max = 604800000, .flags = F_ZERO_OFF,
+     .unit = "milliseconds",
+     .doc = "A forgotten dead member is tried for this long; 0: never tried."},
     /* 512: room for a ping and a few piggybacked updates; the top is the
      * largest plaintext that still seals into one EA_WIRE_MAX_PACKET. */
     {U32(membership, max_packet), .min = 512, .max = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD,

@@ -706,11 +706,12 @@ static bool whole(ea__chaos_run *r, uint64_t step_after, int64_t bound_ms) {
   return ea__chaos_wait_until(r, ea__chaos_mono_ms() + bound_ms, ea__chaos_cond_formed, &w);
 }
 
-/* Every slot has a running agent: start (on its data dir) any that is not. */
+/* Every slot has a running agent: start (on its data dir) any that is not
+ * — unless it ended with the job (a job that finished is not restarted). */
 static void fill_slots(ea__chaos_run *r) {
   for (int s = 1; s <= r->o.nagents; s++) {
     ea__chaos_node *n = ea__chaos_slot_node(r, s);
-    if (n && !ea__chaos_node_running(n)) {
+    if (n && !ea__chaos_node_running(n) && !n->finished) {
       ea__chaos_say(r, "  restarting %s, which is not running", n->name);
       n->ckpt_fault[0] = 0;
       ea__chaos_node_start(r, n);
@@ -744,7 +745,9 @@ static bool cond_done(ea__chaos_run *r, void *ctx) {
   (void)ctx;
   for (int s = 1; s <= r->o.nagents; s++) {
     ea__chaos_node *n = ea__chaos_slot_node(r, s);
-    if (n && n->finished && all_done(r, &n->st)) continue; /* ended with the job */
+    /* Ended with the job: with its workers done, or cut off while it ended
+     * (it learnt the end from LATEST; its workers never reached it). */
+    if (n && n->finished) continue;
     if (!ea__chaos_node_running(n) || !n->st.ok || !all_done(r, &n->st)) return false;
   }
   return true;
@@ -847,7 +850,7 @@ int ea__chaos_execute(ea__chaos_run *r) {
       bool same = true;
       for (int s = 1; s <= r->o.nagents; s++) {
         ea__chaos_node *n = ea__chaos_slot_node(r, s);
-        for (uint32_t k = 0; n && k < n->st.nworkers; k++) {
+        for (uint32_t k = 0; n && all_done(r, &n->st) && k < n->st.nworkers; k++) {
           if (!r->final_digest_known) {
             snprintf(r->final_digest_str, sizeof r->final_digest_str, "%s", n->st.w[k].digest);
             r->final_digest = strtoull(n->st.w[k].digest, NULL, 16);

@@ -39,7 +39,14 @@ typedef struct {
   uint32_t gossip_nodes;          /* members per gossip round */
   uint32_t push_pull_interval_ms; /* anti-entropy; 0 disables */
   uint32_t dead_reclaim_ms;       /* dead/left members reaped after this */
-  uint32_t max_packet;            /* plaintext budget per packet */
+  /* A member reaped while DEAD (not LEFT) is remembered: every
+   * reconnect_interval_ms one of them gets a push-pull, for up to
+   * reconnect_timeout_ms after it was reaped (Serf's reconnect_interval /
+   * reconnect_timeout), so two sides of a partition longer than
+   * dead_reclaim_ms merge again.  0 turns either off. */
+  uint32_t reconnect_interval_ms;
+  uint32_t reconnect_timeout_ms;
+  uint32_t max_packet; /* plaintext budget per packet */
 } ea_swim_config;
 
 /* Defaults tuned for a datacenter training cluster (see membership/swim.c for
@@ -74,6 +81,7 @@ typedef struct {
   uint64_t declared_dead;
   uint64_t updates_sent;
   uint64_t syncs_started, syncs_merged;
+  uint64_t reconnects;    /* push-pulls started with a reaped dead member */
   uint64_t stale_dropped; /* updates older than what we know */
   uint32_t health;        /* current Lifeguard awareness score */
 } ea_swim_stats;

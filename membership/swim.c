@@ -309,6 +309,15 @@ struct ea_swim {
   reap_ent *reap;
   uint32_t reap_head, reap_cap;
 
+  /* reaped DEAD members still tried (cfg.reconnect_*): a bounded list */
+  struct recon {
+    ea_node_id id;
+    ea_addr addr;
+    uint64_t until;
+  } * recon;
+  uint32_t nrecon, caprecon, recon_next;
+  uint64_t recon_at; /* next reconnect attempt (NEVER: none due) */
+
   uint64_t pp_last; /* last periodic push-pull (NEVER: none yet) */
   uint64_t created;
   double pp_phase; /* in [0,1): where in its interval our first one falls */
@@ -554,6 +563,65 @@ static void reserve(ea_swim *s, uint32_t more) {
 }
 
 /* Add a member (not in the table).  Returns its index or NONE. */
+/* ---- reconnecting to reaped dead members --------------------------------
+ * Reaping forgets a dead member after dead_reclaim_ms; while it is in the
+ * table the probe round keeps pinging it (how a shorter partition heals).
+ * Past that, two sides of a partition would never talk again: each
+ * forgot the other.  So a member reaped while DEAD is remembered (id and
+ * address, at most RECON_MAX, the oldest dropped) and, every
+ * reconnect_interval_ms, the next one in turn gets a push-pull — the same
+ * exchange a join makes.  One that answers is merged back (with everyone
+ * it knows) and leaves the list when it reappears in the table; one that
+ * never does is dropped reconnect_timeout_ms after it was reaped.  LEFT
+ * members left on purpose and are not tried. */
+#define RECON_MAX 1024
+
+static void recon_del(ea_swim *s, const ea_node_id *id) {
+  for (uint32_t i = 0; i < s->nrecon; i++)
+    if (id_eq(&s->recon[i].id, id)) {
+      s->recon[i] = s->recon[--s->nrecon];
+      break;
+    }
+  if (!s->nrecon) s->recon_at = NEVER;
+}
+
+static void recon_add(ea_swim *s, uint64_t now, const ea_node_id *id, const ea_addr *addr) {
+  if (!s->cfg.reconnect_interval_ms || !s->cfg.reconnect_timeout_ms || s->left) return;
+  recon_del(s, id);
+  if (s->nrecon == RECON_MAX) { /* drop the one reaped first */
+    uint32_t old = 0;
+    for (uint32_t i = 1; i < s->nrecon; i++)
+      if (s->recon[i].until < s->recon[old].until) old = i;
+    s->recon[old] = s->recon[--s->nrecon];
+  }
+  if (s->nrecon == s->caprecon) {
+    uint32_t nc = s->caprecon ? s->caprecon * 2 : 8;
+    struct recon *nr = realloc(s->recon, (size_t)nc * sizeof *nr);
+    if (!nr) return;
+    s->recon = nr;
+    s->caprecon = nc;
+  }
+  s->recon[s->nrecon++] = (struct recon){*id, *addr, now + s->cfg.reconnect_timeout_ms};
+  if (s->recon_at == NEVER) s->recon_at = now + s->cfg.reconnect_interval_ms;
+}
+
+static void recon_try(ea_swim *s, uint64_t now) {
+  for (uint32_t i = 0; i < s->nrecon;) /* expired ones go */
+    if (s->recon[i].until <= now)
+      s->recon[i] = s->recon[--s->nrecon];
+    else
+      i++;
+  if (!s->nrecon || s->left) {
+    s->recon_at = NEVER;
+    return;
+  }
+  struct recon *r = &s->recon[s->recon_next++ % s->nrecon];
+  s->st.reconnects++;
+  s->st.syncs_started++;
+  if (s->io.sync) s->io.sync(s->io.ctx, &r->addr, EA_SYNC_PERIODIC);
+  s->recon_at = now + s->cfg.reconnect_interval_ms;
+}
+
 static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8_t st, uint32_t inc,
                            ea__meta_blob *meta) {
   if (s->nmem == s->capmem) {
@@ -581,6 +649,7 @@ static uint32_t add_member(ea_swim *s, uint64_t now, const ea_node_id *id, uint8
   if (is_live(st)) s->nlive++;
   if (st == EA_STATE_ALIVE) s->nalive++;
   if (!id_eq(id, &s->self_id)) ea__plist_insert(&s->pl, midx);
+  recon_del(s, id);
   return midx;
 }
 
@@ -1012,6 +1081,7 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   s->pp_last = NEVER;
   s->pp_phase = ea_rng_double(&s->r);
   s->pp_at = s->cfg.push_pull_interval_ms ? pp_due(s) : NEVER;
+  s->recon_at = NEVER;
   return s;
 }
 
@@ -1024,6 +1094,7 @@ void ea_swim_free(ea_swim *s) {
   ea__plist_close(&s->pl);
   ea__susp_close(&s->susp);
   free(s->reap);
+  free(s->recon);
   free(s->msg);
   free(s->view);
   free(s);
@@ -1093,6 +1164,7 @@ uint64_t ea_swim_next_deadline(const ea_swim *s) {
   d = umin(d, s->pp_at);
   if (ea__susp_count(&s->susp)) d = umin(d, ea__susp_first(&s->susp)->deadline);
   if (s->reap_len) d = umin(d, s->reap[s->reap_head].deadline);
+  d = umin(d, s->recon_at);
   for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++)
     if (s->relays[i].used) d = umin(d, s->relays[i].deadline);
   return d;
@@ -1141,8 +1213,10 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       uint32_t mi = find_idx(s, &e.id);
       if (mi == NONE || mi == s->self_idx) continue;
       member *m = &s->mem[mi];
-      if ((m->state == EA_STATE_DEAD || m->state == EA_STATE_LEFT) && m->since == e.since)
+      if ((m->state == EA_STATE_DEAD || m->state == EA_STATE_LEFT) && m->since == e.since) {
+        if (m->state == EA_STATE_DEAD) recon_add(s, now, &m->id, member_addr(s, mi));
         reap_member(s, mi);
+      }
     }
     if (s->probe.active && !s->probe.acked && !s->probe.indirect && now >= s->probe.timeout_at)
       probe_indirect(s, now);
@@ -1150,6 +1224,7 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       probe_finish(s, now);
       probe_start(s, now);
     }
+    if (now >= s->recon_at) recon_try(s, now);
     if (now >= s->pp_at && now >= (s->pp_at = pp_due(s))) {
       uint32_t pick;
       if (pick_random(s, 1, true, NULL, &pick) == 1) {

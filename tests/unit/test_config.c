@@ -207,7 +207,8 @@ START_TEST(membership_keys_are_swim_fields) {
   const char *want[] = {"probe_interval_ms",     "probe_timeout_ms",   "indirect_checks",
                         "suspicion_mult",        "suspicion_max_mult", "retransmit_mult",
                         "awareness_max",         "gossip_interval_ms", "gossip_nodes",
-                        "push_pull_interval_ms", "dead_reclaim_ms",    "max_packet"};
+                        "push_pull_interval_ms", "dead_reclaim_ms",    "reconnect_interval_ms",
+                        "reconnect_timeout_ms",  "max_packet"};
   size_t got = 0;
   for (size_t i = 0; i < n; i++) {
     if (strcmp(keys[i].section, "membership") != 0) continue;
@@ -216,7 +217,7 @@ START_TEST(membership_keys_are_swim_fields) {
     got++;
   }
   ck_assert_uint_eq(got, sizeof want / sizeof want[0]);
-  /* ea_swim_config has exactly these twelve uint32_t fields. */
+  /* ea_swim_config has exactly these fourteen uint32_t fields. */
   ck_assert_uint_eq(sizeof(ea_swim_config), got * sizeof(uint32_t));
   char err[256];
   ck_assert_int_eq(ea_config_set(c, "membership.max_packet", "512", err, sizeof err), 0);
@@ -247,7 +248,7 @@ START_TEST(example_has_every_key_and_loads_to_defaults) {
   char *dump = dump_alloc(def);
   key_info *keys = calloc(MAX_KEYS, sizeof *keys);
   size_t n = dump_keys(dump, keys, MAX_KEYS);
-  ck_assert_uint_eq(n, 66); /* the keys of include/ea_config.h, counted by hand */
+  ck_assert_uint_eq(n, 68); /* the keys of include/ea_config.h, counted by hand */
   char *text = read_text("examples/job.yaml", NULL);
   for (size_t i = 0; i < n; i++) {
     char sec[64], line[128];

@@ -335,6 +335,55 @@ START_TEST(test_partition_heals_into_one_view) {
 }
 END_TEST
 
+/* A partition longer than dead_reclaim_ms: both sides reap each other and
+ * the probe round no longer reaches across.  Reconnect (a push-pull with one
+ * remembered dead member every reconnect_interval_ms) merges them again
+ * within about one interval after the heal; with reconnect off they stay
+ * apart.  Short timings (reclaim 5 s, interval 2 s) keep it quick. */
+static ea_sim *long_partition(bool reconnect, uint64_t *t_heal) {
+  ea_sim_config c;
+  ea_sim_config_default(&c, 16, g_seed ^ (reconnect ? 0x51u : 0x52u));
+  c.swim.dead_reclaim_ms = 5000;
+  c.swim.reconnect_interval_ms = reconnect ? 2000 : 0;
+  ea_sim *sim = ea_sim_new(&c);
+  ck_assert_ptr_nonnull(sim);
+  converge(sim);
+  uint8_t side[16];
+  for (size_t i = 0; i < 16; i++) side[i] = i < 8 ? 1 : 2;
+  ea_sim_partition(sim, side);
+  ea_sim_run_for(sim, 15000); /* declared dead (~3 s), then reaped (5 s later) */
+  for (size_t i = 0; i < 16; i += 5) {
+    ck_assert_int_eq(ea_sim_view_state(sim, i, i < 8 ? 12 : 2, NULL), -1); /* forgotten */
+    ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, i)), 8);
+  }
+  *t_heal = ea_sim_now(sim);
+  ea_sim_heal(sim);
+  return sim;
+}
+
+START_TEST(test_long_partition_heals_by_reconnect) {
+  uint64_t t_heal;
+  ea_sim *sim = long_partition(true, &t_heal);
+  bool ok = ea_sim_run_until_cond(sim, t_heal + 30000, 10, all_alive, NULL);
+  printf("  long partition healed by reconnect: one view after %" PRIu64 " ms\n",
+         ea_sim_now(sim) - t_heal);
+  ck_assert_msg(ok, "views still split 30 s after the heal");
+  /* one interval for the first attempt, then the merge spreads */
+  ck_assert_uint_le(ea_sim_now(sim) - t_heal, 2000 + 3000);
+  ea_swim_stats st;
+  ea_swim_stats_get(ea_sim_core(sim, 0), &st);
+  ck_assert_uint_gt(st.reconnects, 0);
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+
+  sim = long_partition(false, &t_heal);
+  ea_sim_run_for(sim, 20000);
+  ck_assert(!all_alive(sim, NULL)); /* without reconnect: two clusters for good */
+  ck_assert_uint_eq(ea_swim_alive_count(ea_sim_core(sim, 0)), 8);
+  ea_sim_free(sim);
+}
+END_TEST
+
 static void elect_on(ea_sim *sim, size_t i, ea_election *e) {
   const ea_member *ms;
   size_t n = ea_swim_members(ea_sim_core(sim, i), &ms);
@@ -793,6 +842,7 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_pause_shorter_than_suspicion_refutes);
   tcase_add_test(t, test_loss_10pct_no_false_dead);
   tcase_add_test(t, test_partition_heals_into_one_view);
+  tcase_add_test(t, test_long_partition_heals_by_reconnect);
   tcase_add_test(t, test_every_node_elects_the_same_controller);
   tcase_add_test(t, test_graceful_leave_is_left_not_dead);
   tcase_add_test(t, test_dead_reaped_after_reclaim);
