@@ -591,18 +591,18 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0) rc = ea__gen_load(o->data_dir, &persisted, err, sizeof err);
   if (rc == 0) rc = ea__agent_ckpt_dir_resolve(o, a->ckpt_dir, sizeof a->ckpt_dir, err, sizeof err);
   uint8_t key[EA_KEY_BYTES];
-  bool have_key = false;
+  bool have_key = false, usage = false;
   if (rc == 0 && o->key_file[0]) {
     const char *kerr = "key file";
     rc = ea_wire_load_key(o->key_file, key, &kerr);
-    if (rc < 0)
-      snprintf(err, sizeof err, "--key-file %.300s: %s", o->key_file, kerr);
+    if (rc < 0) snprintf(err, sizeof err, "--key-file %.300s: %s", o->key_file, kerr);
+    if (rc == -EPERM)
+      usage = true; /* a key others can read: the operator's to fix, exit 2 */
     else
       have_key = true;
   }
   ea_addr cbind;
   if (rc == 0) rc = control_bind_addr(o, &cbind, err, sizeof err);
-  bool usage = false;
   if (rc == 0 && a) {
     a->o = o;
     rc = ea__agent_job_preflight(a, &usage, err, sizeof err);

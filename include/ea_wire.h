@@ -167,7 +167,10 @@ int ea_wire_seal(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len,
 int ea_wire_open(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
                  size_t cap, size_t *outlen);
 /* Load a key file: 64 hex characters (optionally followed by whitespace), or
- * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem. */
+ * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem
+ * (valid until the next call on this thread).  -EPERM: group or others may
+ * read it (mode 0600 wanted; root-owned group-readable is accepted only for a
+ * non-root agent in that group, the systemd/Kubernetes arrangement). */
 int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **err);
 
 /* Helpers shared by every module. */

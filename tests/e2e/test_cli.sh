@@ -7,7 +7,8 @@
 #  - a bad job file: the loader's "FILE:LINE: key: problem", non-zero exit,
 #    from both `config` and `run`; `config` prints overrides;
 #  - `status` with no agent: a clear error, exit 1;
-#  - keygen: a 0600 file of 64 hex characters, never overwritten;
+#  - keygen: a 0600 file of 64 hex characters, never overwritten; a key
+#    file that group or others can read is refused, exit 2 (issue 11);
 #  - one agent: a 0700 data dir with a persisted node id and a 0600 admin
 #    socket speaking one-line commands (help, status; unknown and overlong
 #    lines answered with a JSON error); a second agent on the same data dir is refused; SIGTERM exits 0
@@ -109,9 +110,20 @@ assert_eq "$(cat "$EA_TMP/cluster.key")" "$key1" "key after a refused keygen"
 "$EA_BIN" keygen | grep -qxE '[0-9a-f]{64}' || fail "keygen to stdout"
 [ "$("$EA_BIN" keygen)" != "$("$EA_BIN" keygen)" ] || fail "two keys are equal"
 printf 'short\n' >"$EA_TMP/bad.key"
+chmod 600 "$EA_TMP/bad.key"
 run_cli "$out" run --key-file "$EA_TMP/bad.key" --data-dir "$EA_TMP/kd" --bind 127.0.0.1:0
 [ "$RC" -eq 1 ] && grep -q "key-file" "$out" || fail "bad key file: rc=$RC $(cat "$out")"
 pass "keygen writes a 0600 64-hex key and refuses to overwrite"
+
+say "a key file that group or others can read is refused (as ssh does)"
+cp "$EA_TMP/cluster.key" "$EA_TMP/loose.key"
+for mode in 644 640 604; do
+  chmod "$mode" "$EA_TMP/loose.key"
+  run_cli "$out" run --key-file "$EA_TMP/loose.key" --data-dir "$EA_TMP/kd" --bind 127.0.0.1:0
+  [ "$RC" -eq 2 ] && grep -q -- "--key-file $EA_TMP/loose.key: key file: mode 0$mode" "$out" ||
+    fail "a mode $mode key file: rc=$RC $(cat "$out")"
+done
+pass "mode 0644, 0640, 0604 key files: exit 2 naming the file and its mode"
 
 say "one agent's life cycle"
 start_agent solo --key-file "$EA_TMP/cluster.key"

@@ -13,6 +13,7 @@
 #include "ea_wire.h"
 
 #include <check.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <msgpack.h>
@@ -329,6 +330,7 @@ typedef struct {
   int name_len;    /* meta.name length */
   int name_nul;    /* a NUL inside meta.name */
   int name_as_bin; /* meta.name sent as bin */
+  int name_ctl;    /* a control byte (this value) inside meta.name */
   int trailing;    /* extra bytes after the message */
 } knobs;
 
@@ -387,6 +389,7 @@ static void build_bad(const knobs *k, msgpack_sbuffer *sb) {
     char name[200];
     memset(name, 'n', sizeof name);
     if (k->name_nul) name[1] = 0;
+    if (k->name_ctl) name[2] = (char)k->name_ctl;
     if (k->name_as_bin) {
       msgpack_pack_bin(&pk, k->name_len);
       msgpack_pack_bin_body(&pk, name, k->name_len);
@@ -453,6 +456,13 @@ START_TEST(test_decode_rejects) {
   k = kdef(), k.name_len = 180, expect(&k, "update.meta.name");
   k = kdef(), k.name_nul = 1, expect(&k, "update.meta.name");
   k = kdef(), k.name_as_bin = 1, expect(&k, "update.meta.name: wrong type");
+  /* a name that would forge a log line ("n\n2026-… info …") or move the
+   * cursor (ESC) is refused (issue 11, item 7) */
+  k = kdef(), k.name_ctl = '\n', expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = '\r', expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x1b, expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x7f, expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x80, expect(&k, NULL); /* UTF-8 bytes are fine */
   k = kdef(), k.trailing = 1, expect(&k, "trailing");
 
   static ea_msg m;
@@ -757,6 +767,7 @@ static const char *write_file(const char *name, const void *data, size_t len) {
   ck_assert_ptr_nonnull(f);
   ck_assert_uint_eq(fwrite(data, 1, len, f), len);
   fclose(f);
+  ck_assert_int_eq(chmod(path, 0600), 0);
   return path;
 }
 
@@ -804,7 +815,27 @@ START_TEST(test_load_key) {
   ck_assert_int_eq(ea_wire_load_key(buf, key, &err), -ENOENT);
   ck_assert_ptr_nonnull(err);
 
-  const char *names[] = {"hex", "hexnl", "raw", "short", "raw31", "long", "badhex", "empty"};
+  /* a key that group or others can read is refused, naming the mode, and
+   * the key is left untouched (issue 11, item 7: as ssh does) */
+  static const unsigned loose[] = {0644, 0640, 0604, 0660, 0666, 0601};
+  for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
+    p = write_file("loose", hex, 64);
+    ck_assert_int_eq(chmod(p, loose[i]), 0);
+    /* root-owned and group-readable is accepted only for a non-root agent
+     * in the file's group; the test runs as root or owns the file */
+    ck_assert_int_eq(ea_wire_load_key(p, key, &err), -EPERM);
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", loose[i]);
+    ck_assert_msg(strstr(err, mode) && strstr(err, "chmod 600"), "%s", err);
+    for (int b = 0; b < EA_KEY_BYTES; b++) ck_assert_uint_eq(key[b], 0x77);
+  }
+  p = write_file("loose", hex, 64);
+  ck_assert_int_eq(chmod(p, 0400), 0);
+  ck_assert_int_eq(ea_wire_load_key(p, key, &err), 0);
+  ck_assert_mem_eq(key, want, sizeof key);
+
+  const char *names[] = {"hex",  "hexnl",  "raw",   "short", "raw31",
+                         "long", "badhex", "empty", "loose"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     snprintf(buf, sizeof buf, "%s/%s", g_dir, names[i]);
     unlink(buf);
