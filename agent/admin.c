@@ -8,7 +8,19 @@
  * The server side runs on the agent's libuv loop and never blocks it; each
  * connection has a deadline and a bounded request size, so a stuck client
  * cannot pin memory or a handle.  The socket is mode 0600 inside a 0700 data
- * directory: only the agent's user may ask it things.
+ * directory: only the agent's user may ask it things; and should an operator
+ * loosen that, commands that change state (drain) still ask the kernel who
+ * is calling (SO_PEERCRED) and answer only the agent's own user or root.
+ *
+ * Bounded, and never a reset.  At most ADMIN_MAX_CONNS connections are
+ * served at once.  Clients that hold connections open without a request
+ * (issue 11: 40 held connections made every `status` fail with "Connection
+ * reset by peer") cannot lock the operator out: a new connection over the
+ * limit evicts the oldest one that has not sent its request yet, which is
+ * answered "busy".  Only when every served connection is busy with an answer
+ * is the newcomer itself answered "busy" — after its request was read, since
+ * closing a Unix socket with unread input resets it and loses the answer.
+ * Past twice the limit a connection is closed at once.
  *
  * Both ends speak JSON through json.c (jansson): a command builds its
  * answer as a jansson document, which is sent as one line of compact JSON;
@@ -35,8 +47,12 @@
 /* Clients are local tools answered in microseconds; 5 s only expires for a
  * client that connected and went away without sending a line. */
 #define ADMIN_CONN_TIMEOUT_MS 5000
-/* Concurrent admin connections; more are refused (closed at once). */
+/* Connections served at once; as many more are answered "busy"; past that
+ * they are closed at once. */
 #define ADMIN_MAX_CONNS 16
+/* A connection answered "busy" waits this long for its request line (it is
+ * read so that the close does not reset the connection). */
+#define ADMIN_BUSY_TIMEOUT_MS 1000
 /* Status of a 5000-member cluster is ~1.5 MB of JSON; refuse absurd answers. */
 #define ADMIN_RESP_MAX (64u << 20)
 
@@ -66,7 +82,10 @@ struct aconn {
   uv_write_t wreq;
   int handles;
   bool answered;
+  bool busy;     /* over the limit: its request is read and answered "busy" */
   bool overlong; /* line exceeded ADMIN_LINE_MAX: discard up to its end */
+  bool have_peer;
+  uid_t peer_uid; /* SO_PEERCRED, at accept */
   size_t len;
   char line[ADMIN_LINE_MAX + 1];
   char *out; /* the answer being written: compact JSON and "\n" */
@@ -152,8 +171,20 @@ static json_t *help_answer(ea__admin *a) {
   return doc;
 }
 
+static const char busy_msg[] = "busy: the agent is already serving 16 admin connections; try again";
+
+/* May this connection's peer run a command that changes state?  The agent's
+ * own user and root may. */
+static bool peer_may_change(const aconn *c) {
+  return c->have_peer && (c->peer_uid == 0 || c->peer_uid == geteuid());
+}
+
 static void aconn_dispatch(aconn *c) {
   ea__admin *a = c->a;
+  if (c->busy) {
+    aconn_error(c, busy_msg);
+    return;
+  }
   char *line = c->line;
   while (*line == ' ') line++;
   char *end = line + strcspn(line, " ");
@@ -166,6 +197,17 @@ static void aconn_dispatch(aconn *c) {
   }
   for (size_t i = 0; i < a->ncmds; i++) {
     if (strcmp(a->cmds[i].name, line) != 0) continue;
+    if (a->cmds[i].owner_only && !peer_may_change(c)) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "permission denied: '%s' is allowed only to the agent's user (uid %u) or root; "
+               "the caller is uid %ld",
+               a->cmds[i].name, (unsigned)geteuid(), c->have_peer ? (long)c->peer_uid : -1L);
+      ea_log(EA_LOG_WARN, "admin", "refused '%s' from uid %ld: not the agent's user or root",
+             a->cmds[i].name, c->have_peer ? (long)c->peer_uid : -1L);
+      aconn_error(c, msg);
+      return;
+    }
     json_t *doc = NULL;
     a->cmds[i].fn(a->ctx, args, &doc);
     aconn_reply(c, doc);
@@ -223,7 +265,20 @@ static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void aconn_timeout(uv_timer_t *h) {
   aconn *c = h->data;
-  aconn_error(c, "no request line within 5 s");
+  aconn_error(c, c->busy ? busy_msg : "no request line within 5 s");
+}
+
+/* Room for a newcomer: the number of connections being served, and the
+ * oldest served one still waiting for its request (conns is newest first). */
+static int served(ea__admin *a, aconn **oldest_idle) {
+  int n = 0;
+  *oldest_idle = NULL;
+  for (aconn *c = a->conns; c; c = c->next) {
+    if (c->busy || uv_is_closing((uv_handle_t *)&c->pipe)) continue;
+    n++;
+    if (!c->answered) *oldest_idle = c;
+  }
+  return n;
 }
 
 static void admin_accept(uv_stream_t *server, int status) {
@@ -240,11 +295,28 @@ static void admin_accept(uv_stream_t *server, int status) {
   if (a->conns) a->conns->prev = c;
   a->conns = c;
   a->nconns++;
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0 || a->nconns > ADMIN_MAX_CONNS) {
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0 || a->nconns > 2 * ADMIN_MAX_CONNS) {
     aconn_close(c);
     return;
   }
-  uv_timer_start(&c->timer, aconn_timeout, ADMIN_CONN_TIMEOUT_MS, 0);
+  uv_os_fd_t fd;
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cl == sizeof cred) {
+    c->have_peer = true;
+    c->peer_uid = cred.uid;
+  }
+  aconn *idle;
+  if (served(a, &idle) > ADMIN_MAX_CONNS) { /* c itself is counted */
+    if (idle && idle != c) {
+      aconn_error(idle, "busy: evicted, the oldest of 16 admin connections without a request");
+    } else {
+      c->busy = true;
+    }
+  }
+  uv_timer_start(&c->timer, aconn_timeout, c->busy ? ADMIN_BUSY_TIMEOUT_MS : ADMIN_CONN_TIMEOUT_MS,
+                 0);
   if (uv_read_start((uv_stream_t *)&c->pipe, aconn_alloc, aconn_read) < 0) aconn_close(c);
 }
 

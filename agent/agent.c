@@ -416,7 +416,7 @@ static const ea__admin_cmd admin_cmds[] = {
     {"status", "members, controller, generation, workers, counters and configuration as JSON",
      ea__agent_cmd_status},
     {"drain", "drain NAME: re-form the group without that member, which then leaves and exits",
-     ea__agent_cmd_drain},
+     ea__agent_cmd_drain, .owner_only = true},
 };
 
 void ea__agent_opts_default(ea__agent_opts *o) {

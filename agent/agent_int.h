@@ -245,7 +245,9 @@ double ea__json_num(const ea__json *j, const char *path, double dflt);
  * "COMMAND [ARGS]\n" and reads one JSON document until the server closes.
  * Errors are {"error": "..."}.  New commands are new table entries (agent.c
  * has "status" and "drain NAME").  A connection that sends no full line within 5 s, or
- * a line over 1 KiB, is answered with an error and closed. */
+ * a line over 1 KiB, is answered with an error and closed.  At most 16 are
+ * served at once; over that, the oldest one without a request (or else the
+ * newcomer) is answered {"error":"busy: …"}. */
 
 /* Answer args with a JSON document in *out (owned by the caller, which
  * sends and releases it): return 0, or a negative errno with an
@@ -257,6 +259,7 @@ typedef struct {
   const char *name;
   const char *help;
   ea__admin_fn fn;
+  bool owner_only; /* changes state: only the agent's user or root (SO_PEERCRED) */
 } ea__admin_cmd;
 
 typedef struct ea__admin ea__admin;
