@@ -138,6 +138,8 @@ typedef struct {
   uint64_t encode_errors;           /* a message the codec refused */
   uint64_t connects, accepted;      /* outgoing connections made, incoming accepted */
   uint64_t conns_out, conns_in;     /* open now */
+  uint64_t preauth_evicted;         /* closed on probation: over the per-source or total cap */
+  uint64_t preauth_timeouts;        /* no header (or no whole body) within the deadline */
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals

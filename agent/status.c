@@ -410,6 +410,8 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "accepted", c.accepted);
   ea__jb_u64(b, o, "conns_out", c.conns_out);
   ea__jb_u64(b, o, "conns_in", c.conns_in);
+  ea__jb_u64(b, o, "preauth_evicted", c.preauth_evicted);
+  ea__jb_u64(b, o, "preauth_timeouts", c.preauth_timeouts);
   o = ea__jb_obj(b, cn, "workers");
   ea__jb_u64(b, o, "failures", a->worker_failures);
   ea__jb_u64(b, o, "restarts", a->worker_restarts);
