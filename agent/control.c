@@ -60,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 /* A COMMIT of EA_RDZV_MAX_WORLD ranks fits EA_WIRE_MAX_FRAME (ea_rdzv.h);
  * sealing adds its overhead.  Anything longer is refused unread. */
@@ -446,10 +447,21 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+/* Bytes of k's header that have arrived, in our buffer or still in the
+ * kernel's: a peer accepted in the same loop turn as a flood has its
+ * header there, not yet read, and must not be the one closed. */
+static size_t header_bytes(cconn *k) {
+  uv_os_fd_t fd;
+  int pending = 0;
+  if (uv_fileno((uv_handle_t *)&k->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &pending) != 0)
+    pending = 0;
+  return k->hdr_got + (pending > 0 ? (size_t)pending : 0);
+}
+
 /* Make room for a connection on probation from `from`: close the oldest
  * one on probation from the same address past the per-source limit, and
- * the oldest one at all past the total.  Connections that authenticated
- * are never closed here. */
+ * the oldest one at all past the total — of those whose header has not
+ * arrived.  Connections that authenticated are never closed here. */
 static void probation_room(ea__ctl *c, const cconn *self, const ea_addr *from) {
   for (int pass = 0; pass < 2; pass++) {
     size_t n = 0;
@@ -458,6 +470,7 @@ static void probation_room(ea__ctl *c, const cconn *self, const ea_addr *from) {
       if (k == self || k->outgoing || k->closing || k->authed) continue;
       if (pass == 0 && !ea_addr_eq(&k->from, from)) continue;
       n++;
+      if (header_bytes(k) >= ea_wire_frame_hdr_size(c->have_key)) continue;
       if (!oldest || k->since_ms <= oldest->since_ms) oldest = k;
     }
     size_t limit = pass == 0 ? CTL_PREAUTH_PER_SOURCE : CTL_PREAUTH_MAX;

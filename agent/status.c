@@ -366,6 +366,8 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "syncs_failed", t.syncs_failed);
   ea__jb_u64(b, o, "syncs_served", t.syncs_served);
   ea__jb_u64(b, o, "syncs_refused", t.syncs_refused);
+  ea__jb_u64(b, o, "preauth_evicted", t.preauth_evicted);
+  ea__jb_u64(b, o, "preauth_timeouts", t.preauth_timeouts);
   ea__jb_u64(b, o, "join_attempts", t.join_attempts);
   ea_swim_stats w;
   ea_swim_stats_get(ea_transport_swim(a->tr), &w);

@@ -44,14 +44,10 @@ int ea_wire_frame_hdr_encode(const uint8_t *key, uint32_t len, uint8_t flags, ui
                              size_t cap, size_t *outlen) {
   if ((flags & ~EA_WIRE_FRAME_BUSY) || ((flags & EA_WIRE_FRAME_BUSY) != 0) != (len == 0))
     return -EINVAL;
-  uint8_t p[EA_WIRE_FRAME_HDR_PLAIN] = {EA_WIRE_MAGIC_PLAIN,
-                                        HDR_TAG,
-                                        EA_WIRE_FRAME_VERSION,
-                                        flags,
-                                        (uint8_t)(len >> 24),
-                                        (uint8_t)(len >> 16),
-                                        (uint8_t)(len >> 8),
-                                        (uint8_t)len};
+  uint8_t p[EA_WIRE_FRAME_HDR_PLAIN] = {EA_WIRE_MAGIC_PLAIN,   HDR_TAG,
+                                        EA_WIRE_FRAME_VERSION, flags,
+                                        (uint8_t)(len >> 24),  (uint8_t)(len >> 16),
+                                        (uint8_t)(len >> 8),   (uint8_t)len};
   if (!key) {
     if (cap < sizeof p) return -EMSGSIZE;
     memcpy(out, p, sizeof p);
