@@ -395,6 +395,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "nacks_sent", st.nacks_sent);
   ea__jb_u64(b, o, "nacks_received", st.nacks_received);
   ea__jb_u64(b, o, "stale_ignored", st.stale_ignored);
+  ea__jb_u64(b, o, "state_refused", st.state_refused);
   ea__jb_u64(b, o, "persist_errors", st.persist_errors);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
