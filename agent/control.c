@@ -400,9 +400,9 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       size_t take = hsz - k->hdr_got < left ? hsz - k->hdr_got : left;
       memcpy(k->hdr + k->hdr_got, in, take);
       k->hdr_got += take, in += take, left -= take;
-      /* a version-1 length or a stranger's byte is known at once */
-      bool early =
-          k->hdr_got >= 1 && k->hdr[0] != EA_WIRE_MAGIC_PLAIN && k->hdr[0] != EA_WIRE_MAGIC_SEALED;
+      /* a version-1 length, a plain header to a keyed agent (or a sealed
+       * one to an agent without a key) is known from the first byte */
+      bool early = k->hdr[0] != (c->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
       if (k->hdr_got < hsz && !early) break;
       if (!header_in(c, k)) {
         conn_close(k);

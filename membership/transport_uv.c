@@ -654,7 +654,9 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       size_t k = hsz - c->hdr_got < left ? hsz - c->hdr_got : left;
       memcpy(c->hdr + c->hdr_got, p, k);
       c->hdr_got += k, p += k, left -= k;
-      bool early = c->hdr[0] != EA_WIRE_MAGIC_PLAIN && c->hdr[0] != EA_WIRE_MAGIC_SEALED;
+      /* a version-1 length, or the wrong magic for our key, is known from
+       * the first byte */
+      bool early = c->hdr[0] != (c->t->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
       if (c->hdr_got < hsz && !early) break;
       if (!conn_got_header(c)) return;
       continue;
