@@ -147,7 +147,6 @@ struct ea__ctl {
   cconn *conns;
   size_t nout, nin;
   ea__ctl_stats st;
-  size_t npreauth; /* incoming connections on probation */
   uint64_t warn_ms;
   void (*closed)(void *ctx);
   void *closed_ctx;
@@ -198,7 +197,6 @@ static void conn_close(cconn *k) {
     c->nout--;
   else
     c->nin--;
-  if (!k->outgoing && !k->authed) c->npreauth--;
   /* Frames that never left: the connect failed or we are shutting down. */
   for (wbuf *b = k->qhead; b;) {
     wbuf *n = b->next;
@@ -367,10 +365,7 @@ static bool header_in(ea__ctl *c, cconn *k) {
     }
     return false;
   }
-  if (!k->authed) {
-    k->authed = true;
-    c->npreauth--;
-  }
+  k->authed = true;
   k->hdr_got = 0;
   k->in_body = true;
   k->flen = flen;
@@ -492,7 +487,6 @@ static void on_accept(uv_stream_t *server, int status) {
   cconn *k = conn_new(c, false);
   if (!k) return;
   if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
-    k->authed = true; /* never on probation: npreauth was not counted */
     conn_close(k);
     return;
   }
@@ -504,7 +498,6 @@ static void on_accept(uv_stream_t *server, int status) {
   k->from.port = 0; /* per address, not per connection */
   k->since_ms = uv_now(c->loop);
   probation_room(c, k, &k->from);
-  c->npreauth++;
   uv_tcp_nodelay(&k->tcp, 1);
   uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);
   conn_arm(k);
