@@ -16,11 +16,15 @@
  * served at once.  Clients that hold connections open without a request
  * (issue 11: 40 held connections made every `status` fail with "Connection
  * reset by peer") cannot lock the operator out: a new connection over the
- * limit evicts the oldest one that has not sent its request yet, which is
- * answered "busy".  Only when every served connection is busy with an answer
- * is the newcomer itself answered "busy" — after its request was read, since
- * closing a Unix socket with unread input resets it and loses the answer.
- * Past twice the limit a connection is closed at once.
+ * limit evicts the oldest one that has not sent its request line (one whose
+ * line already waits unread in the kernel's buffer is about to be served
+ * and stays), which is answered "busy".  Only when every served connection
+ * is busy with an answer is the newcomer itself answered "busy" — after its
+ * request was read, since closing a Unix socket with unread input resets it
+ * and loses the answer; for the same reason an evicted connection is read
+ * until its EOF (1 s at most) after its answer.  Past 16 answered busy a
+ * newcomer is closed at once, and past ADMIN_MAX_DRAINING draining an
+ * evicted one.
  *
  * Both ends speak JSON through json.c (jansson): a command builds its
  * answer as a jansson document, which is sent as one line of compact JSON;
@@ -50,9 +54,12 @@
 /* Connections served at once; as many more are answered "busy"; past that
  * they are closed at once. */
 #define ADMIN_MAX_CONNS 16
-/* A connection answered "busy" waits this long for its request line (it is
- * read so that the close does not reset the connection). */
+/* A connection answered "busy" waits this long for its request line, and
+ * one answered before its request was read this long for its EOF (it is
+ * read so that the close does not reset the connection).  At most
+ * ADMIN_MAX_DRAINING of the latter; past that they are closed at once. */
 #define ADMIN_BUSY_TIMEOUT_MS 1000
+#define ADMIN_MAX_DRAINING (4 * ADMIN_MAX_CONNS)
 /* Status of a 5000-member cluster is ~1.5 MB of JSON; refuse absurd answers. */
 #define ADMIN_RESP_MAX (64u << 20)
 
@@ -80,9 +87,11 @@ struct aconn {
   uv_pipe_t pipe;
   uv_timer_t timer;
   uv_write_t wreq;
+  uv_shutdown_t sreq;
   int handles;
   bool answered;
   bool busy;     /* over the limit: its request is read and answered "busy" */
+  bool draining; /* answered without its request: read until EOF, then close */
   bool overlong; /* line exceeded ADMIN_LINE_MAX: discard up to its end */
   bool have_peer;
   uid_t peer_uid; /* SO_PEERCRED, at accept */
@@ -121,9 +130,21 @@ static void aconn_close(aconn *c) {
   uv_close((uv_handle_t *)&c->pipe, aconn_closed);
 }
 
+static void aconn_drain_timeout(uv_timer_t *h) {
+  aconn_close(h->data);
+}
+
 static void aconn_written(uv_write_t *w, int status) {
-  (void)status; /* the client went away: nothing to tell it */
-  aconn_close(w->data);
+  aconn *c = w->data;
+  /* Answered before its request was read (evicted, or timed out): closing
+   * with its bytes unread would reset the connection and lose the answer.
+   * Signal the end, read what it still sends, close at its EOF or after
+   * ADMIN_BUSY_TIMEOUT_MS. */
+  if (c->draining && status == 0 && uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, NULL) == 0) {
+    uv_timer_start(&c->timer, aconn_drain_timeout, ADMIN_BUSY_TIMEOUT_MS, 0);
+    return;
+  }
+  aconn_close(c); /* status < 0: the client went away, nothing to tell it */
 }
 
 /* Send doc (released here) as the answer, then close.  No document, or
@@ -134,7 +155,7 @@ static void aconn_reply(aconn *c, json_t *doc) {
     return;
   }
   c->answered = true;
-  uv_read_stop((uv_stream_t *)&c->pipe);
+  if (!c->draining) uv_read_stop((uv_stream_t *)&c->pipe);
   uv_timer_stop(&c->timer);
   char *text = doc ? ea__json_dump(doc) : NULL;
   json_decref(doc);
@@ -221,12 +242,20 @@ static void aconn_dispatch(aconn *c) {
 static void aconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   aconn *c = h->data;
+  if (c->draining && c->answered) { /* what it still sends is discarded */
+    *buf = uv_buf_init(c->line, ADMIN_LINE_MAX);
+    return;
+  }
   *buf = uv_buf_init(c->line + c->len, (unsigned)(ADMIN_LINE_MAX - c->len));
 }
 
 static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   aconn *c = s->data;
+  if (c->draining && c->answered) {
+    if (nread < 0) aconn_close(c); /* its EOF: everything was read */
+    return;
+  }
   if (c->answered || nread == 0) return;
   if (nread < 0) {
     /* EOF without a newline: treat what came as the line (nc -U sends no
@@ -265,18 +294,43 @@ static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void aconn_timeout(uv_timer_t *h) {
   aconn *c = h->data;
+  c->draining = true; /* part of a line may still arrive */
   aconn_error(c, c->busy ? busy_msg : "no request line within 5 s");
 }
 
+/* May c be evicted for a newcomer?  Not once answered, and not when its
+ * whole request line is waiting, unread, in the kernel's buffer
+ * (connections accepted in one loop turn are read after it): that is a
+ * client about to be served, not one holding a slot. */
+static bool aconn_evictable(aconn *c) {
+  if (c->answered) return false;
+  uv_os_fd_t fd;
+  char peek[ADMIN_LINE_MAX];
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0) return true;
+  size_t room = ADMIN_LINE_MAX - c->len;
+  ssize_t n = recv(fd, peek, room, MSG_PEEK | MSG_DONTWAIT);
+  return !(n > 0 && memchr(peek, '\n', (size_t)n));
+}
+
 /* Room for a newcomer: the number of connections being served, and the
- * oldest served one still waiting for its request (conns is newest first). */
-static int served(ea__admin *a, aconn **oldest_idle) {
+ * oldest served one that may be evicted (conns is newest first); *busy and
+ * *draining: how many are answered busy, or draining after an answer. */
+static int served(ea__admin *a, aconn *self, aconn **oldest_idle, int *busy, int *draining) {
   int n = 0;
   *oldest_idle = NULL;
+  *busy = *draining = 0;
   for (aconn *c = a->conns; c; c = c->next) {
-    if (c->busy || uv_is_closing((uv_handle_t *)&c->pipe)) continue;
+    if (uv_is_closing((uv_handle_t *)&c->pipe)) continue;
+    if (c->draining) {
+      (*draining)++;
+      continue;
+    }
+    if (c->busy) {
+      (*busy)++;
+      continue;
+    }
     n++;
-    if (!c->answered) *oldest_idle = c;
+    if (c != self && aconn_evictable(c)) *oldest_idle = c;
   }
   return n;
 }
@@ -295,7 +349,7 @@ static void admin_accept(uv_stream_t *server, int status) {
   if (a->conns) a->conns->prev = c;
   a->conns = c;
   a->nconns++;
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0 || a->nconns > 2 * ADMIN_MAX_CONNS) {
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0) {
     aconn_close(c);
     return;
   }
@@ -308,11 +362,16 @@ static void admin_accept(uv_stream_t *server, int status) {
     c->peer_uid = cred.uid;
   }
   aconn *idle;
-  if (served(a, &idle) > ADMIN_MAX_CONNS) { /* c itself is counted */
-    if (idle && idle != c) {
+  int nbusy, ndraining;
+  if (served(a, c, &idle, &nbusy, &ndraining) > ADMIN_MAX_CONNS) { /* c itself is counted */
+    if (idle) {
+      idle->draining = ndraining < ADMIN_MAX_DRAINING;
       aconn_error(idle, "busy: evicted, the oldest of 16 admin connections without a request");
-    } else {
+    } else if (nbusy < ADMIN_MAX_CONNS) {
       c->busy = true;
+    } else {
+      aconn_close(c); /* 16 served, 16 answered busy: no more */
+      return;
     }
   }
   uv_timer_start(&c->timer, aconn_timeout, c->busy ? ADMIN_BUSY_TIMEOUT_MS : ADMIN_CONN_TIMEOUT_MS,

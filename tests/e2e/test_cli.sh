@@ -191,7 +191,9 @@ while time.time() < deadline:
     if len(readable) >= 40 - 16:
         break
 fds = len(os.listdir(f"/proc/{pid}/fd"))
-assert fds <= fds0 + 2 * 16 + 2, f"agent fds {fds0} -> {fds} with 40 held connections"
+# one descriptor per held connection at most (16 served, the evicted ones
+# read until their EOF for 1 s), nothing else
+assert fds <= fds0 + 40 + 2, f"agent fds {fds0} -> {fds} with 40 held connections"
 for attempt in range(3):
     r = subprocess.run([binary, "status", "--data-dir", data, "--json"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 0, f"status with 40 held connections: rc={r.returncode} {r.stderr}"
