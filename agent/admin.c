@@ -8,7 +8,23 @@
  * The server side runs on the agent's libuv loop and never blocks it; each
  * connection has a deadline and a bounded request size, so a stuck client
  * cannot pin memory or a handle.  The socket is mode 0600 inside a 0700 data
- * directory: only the agent's user may ask it things.
+ * directory: only the agent's user may ask it things; and should an operator
+ * loosen that, commands that change state (drain) still ask the kernel who
+ * is calling (SO_PEERCRED) and answer only the agent's own user or root.
+ *
+ * Bounded, and never a reset.  At most ADMIN_MAX_CONNS connections are
+ * served at once.  Clients that hold connections open without a request
+ * (issue 11: 40 held connections made every `status` fail with "Connection
+ * reset by peer") cannot lock the operator out: a new connection over the
+ * limit evicts the oldest one that has not sent its request line (one whose
+ * line already waits unread in the kernel's buffer is about to be served
+ * and stays), which is answered "busy".  Only when every served connection
+ * is busy with an answer is the newcomer itself answered "busy" — after its
+ * request was read, since closing a Unix socket with unread input resets it
+ * and loses the answer; for the same reason an evicted connection is read
+ * until its EOF (1 s at most) after its answer.  Past 16 answered busy a
+ * newcomer is closed at once, and past ADMIN_MAX_DRAINING draining an
+ * evicted one.
  *
  * Both ends speak JSON through json.c (jansson): a command builds its
  * answer as a jansson document, which is sent as one line of compact JSON;
@@ -35,8 +51,15 @@
 /* Clients are local tools answered in microseconds; 5 s only expires for a
  * client that connected and went away without sending a line. */
 #define ADMIN_CONN_TIMEOUT_MS 5000
-/* Concurrent admin connections; more are refused (closed at once). */
+/* Connections served at once; as many more are answered "busy"; past that
+ * they are closed at once. */
 #define ADMIN_MAX_CONNS 16
+/* A connection answered "busy" waits this long for its request line, and
+ * one answered before its request was read this long for its EOF (it is
+ * read so that the close does not reset the connection).  At most
+ * ADMIN_MAX_DRAINING of the latter; past that they are closed at once. */
+#define ADMIN_BUSY_TIMEOUT_MS 1000
+#define ADMIN_MAX_DRAINING (4 * ADMIN_MAX_CONNS)
 /* Status of a 5000-member cluster is ~1.5 MB of JSON; refuse absurd answers. */
 #define ADMIN_RESP_MAX (64u << 20)
 
@@ -64,9 +87,14 @@ struct aconn {
   uv_pipe_t pipe;
   uv_timer_t timer;
   uv_write_t wreq;
+  uv_shutdown_t sreq;
   int handles;
   bool answered;
+  bool busy;     /* over the limit: its request is read and answered "busy" */
+  bool draining; /* answered without its request: read until EOF, then close */
   bool overlong; /* line exceeded ADMIN_LINE_MAX: discard up to its end */
+  bool have_peer;
+  uid_t peer_uid; /* SO_PEERCRED, at accept */
   size_t len;
   char line[ADMIN_LINE_MAX + 1];
   char *out; /* the answer being written: compact JSON and "\n" */
@@ -102,9 +130,21 @@ static void aconn_close(aconn *c) {
   uv_close((uv_handle_t *)&c->pipe, aconn_closed);
 }
 
+static void aconn_drain_timeout(uv_timer_t *h) {
+  aconn_close(h->data);
+}
+
 static void aconn_written(uv_write_t *w, int status) {
-  (void)status; /* the client went away: nothing to tell it */
-  aconn_close(w->data);
+  aconn *c = w->data;
+  /* Answered before its request was read (evicted, or timed out): closing
+   * with its bytes unread would reset the connection and lose the answer.
+   * Signal the end, read what it still sends, close at its EOF or after
+   * ADMIN_BUSY_TIMEOUT_MS. */
+  if (c->draining && status == 0 && uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, NULL) == 0) {
+    uv_timer_start(&c->timer, aconn_drain_timeout, ADMIN_BUSY_TIMEOUT_MS, 0);
+    return;
+  }
+  aconn_close(c); /* status < 0: the client went away, nothing to tell it */
 }
 
 /* Send doc (released here) as the answer, then close.  No document, or
@@ -115,7 +155,7 @@ static void aconn_reply(aconn *c, json_t *doc) {
     return;
   }
   c->answered = true;
-  uv_read_stop((uv_stream_t *)&c->pipe);
+  if (!c->draining) uv_read_stop((uv_stream_t *)&c->pipe);
   uv_timer_stop(&c->timer);
   char *text = doc ? ea__json_dump(doc) : NULL;
   json_decref(doc);
@@ -152,8 +192,20 @@ static json_t *help_answer(ea__admin *a) {
   return doc;
 }
 
+static const char busy_msg[] = "busy: the agent is already serving 16 admin connections; try again";
+
+/* May this connection's peer run a command that changes state?  The agent's
+ * own user and root may. */
+static bool peer_may_change(const aconn *c) {
+  return c->have_peer && (c->peer_uid == 0 || c->peer_uid == geteuid());
+}
+
 static void aconn_dispatch(aconn *c) {
   ea__admin *a = c->a;
+  if (c->busy) {
+    aconn_error(c, busy_msg);
+    return;
+  }
   char *line = c->line;
   while (*line == ' ') line++;
   char *end = line + strcspn(line, " ");
@@ -166,6 +218,17 @@ static void aconn_dispatch(aconn *c) {
   }
   for (size_t i = 0; i < a->ncmds; i++) {
     if (strcmp(a->cmds[i].name, line) != 0) continue;
+    if (a->cmds[i].owner_only && !peer_may_change(c)) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "permission denied: '%s' is allowed only to the agent's user (uid %u) or root; "
+               "the caller is uid %ld",
+               a->cmds[i].name, (unsigned)geteuid(), c->have_peer ? (long)c->peer_uid : -1L);
+      ea_log(EA_LOG_WARN, "admin", "refused '%s' from uid %ld: not the agent's user or root",
+             a->cmds[i].name, c->have_peer ? (long)c->peer_uid : -1L);
+      aconn_error(c, msg);
+      return;
+    }
     json_t *doc = NULL;
     a->cmds[i].fn(a->ctx, args, &doc);
     aconn_reply(c, doc);
@@ -179,12 +242,20 @@ static void aconn_dispatch(aconn *c) {
 static void aconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   aconn *c = h->data;
+  if (c->draining && c->answered) { /* what it still sends is discarded */
+    *buf = uv_buf_init(c->line, ADMIN_LINE_MAX);
+    return;
+  }
   *buf = uv_buf_init(c->line + c->len, (unsigned)(ADMIN_LINE_MAX - c->len));
 }
 
 static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   aconn *c = s->data;
+  if (c->draining && c->answered) {
+    if (nread < 0) aconn_close(c); /* its EOF: everything was read */
+    return;
+  }
   if (c->answered || nread == 0) return;
   if (nread < 0) {
     /* EOF without a newline: treat what came as the line (nc -U sends no
@@ -223,7 +294,45 @@ static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void aconn_timeout(uv_timer_t *h) {
   aconn *c = h->data;
-  aconn_error(c, "no request line within 5 s");
+  c->draining = true; /* part of a line may still arrive */
+  aconn_error(c, c->busy ? busy_msg : "no request line within 5 s");
+}
+
+/* May c be evicted for a newcomer?  Not once answered, and not when its
+ * whole request line is waiting, unread, in the kernel's buffer
+ * (connections accepted in one loop turn are read after it): that is a
+ * client about to be served, not one holding a slot. */
+static bool aconn_evictable(aconn *c) {
+  if (c->answered) return false;
+  uv_os_fd_t fd;
+  char peek[ADMIN_LINE_MAX];
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0) return true;
+  size_t room = ADMIN_LINE_MAX - c->len;
+  ssize_t n = recv(fd, peek, room, MSG_PEEK | MSG_DONTWAIT);
+  return !(n > 0 && memchr(peek, '\n', (size_t)n));
+}
+
+/* Room for a newcomer: the number of connections being served, and the
+ * oldest served one that may be evicted (conns is newest first); *busy and
+ * *draining: how many are answered busy, or draining after an answer. */
+static int served(ea__admin *a, aconn *self, aconn **oldest_idle, int *busy, int *draining) {
+  int n = 0;
+  *oldest_idle = NULL;
+  *busy = *draining = 0;
+  for (aconn *c = a->conns; c; c = c->next) {
+    if (uv_is_closing((uv_handle_t *)&c->pipe)) continue;
+    if (c->draining) {
+      (*draining)++;
+      continue;
+    }
+    if (c->busy) {
+      (*busy)++;
+      continue;
+    }
+    n++;
+    if (c != self && aconn_evictable(c)) *oldest_idle = c;
+  }
+  return n;
 }
 
 static void admin_accept(uv_stream_t *server, int status) {
@@ -240,11 +349,33 @@ static void admin_accept(uv_stream_t *server, int status) {
   if (a->conns) a->conns->prev = c;
   a->conns = c;
   a->nconns++;
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0 || a->nconns > ADMIN_MAX_CONNS) {
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0) {
     aconn_close(c);
     return;
   }
-  uv_timer_start(&c->timer, aconn_timeout, ADMIN_CONN_TIMEOUT_MS, 0);
+  uv_os_fd_t fd;
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cl == sizeof cred) {
+    c->have_peer = true;
+    c->peer_uid = cred.uid;
+  }
+  aconn *idle;
+  int nbusy, ndraining;
+  if (served(a, c, &idle, &nbusy, &ndraining) > ADMIN_MAX_CONNS) { /* c itself is counted */
+    if (idle) {
+      idle->draining = ndraining < ADMIN_MAX_DRAINING;
+      aconn_error(idle, "busy: evicted, the oldest of 16 admin connections without a request");
+    } else if (nbusy < ADMIN_MAX_CONNS) {
+      c->busy = true;
+    } else {
+      aconn_close(c); /* 16 served, 16 answered busy: no more */
+      return;
+    }
+  }
+  uv_timer_start(&c->timer, aconn_timeout, c->busy ? ADMIN_BUSY_TIMEOUT_MS : ADMIN_CONN_TIMEOUT_MS,
+                 0);
   if (uv_read_start((uv_stream_t *)&c->pipe, aconn_alloc, aconn_read) < 0) aconn_close(c);
 }
 

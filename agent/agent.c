@@ -421,7 +421,7 @@ static const ea__admin_cmd admin_cmds[] = {
     {"status", "members, controller, generation, workers, counters and configuration as JSON",
      ea__agent_cmd_status},
     {"drain", "drain NAME: re-form the group without that member, which then leaves and exits",
-     ea__agent_cmd_drain},
+     ea__agent_cmd_drain, .owner_only = true},
 };
 
 void ea__agent_opts_default(ea__agent_opts *o) {
@@ -596,18 +596,18 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0) rc = ea__gen_load(o->data_dir, &persisted, err, sizeof err);
   if (rc == 0) rc = ea__agent_ckpt_dir_resolve(o, a->ckpt_dir, sizeof a->ckpt_dir, err, sizeof err);
   uint8_t key[EA_KEY_BYTES];
-  bool have_key = false;
+  bool have_key = false, usage = false;
   if (rc == 0 && o->key_file[0]) {
     const char *kerr = "key file";
     rc = ea_wire_load_key(o->key_file, key, &kerr);
-    if (rc < 0)
-      snprintf(err, sizeof err, "--key-file %.300s: %s", o->key_file, kerr);
+    if (rc < 0) snprintf(err, sizeof err, "--key-file %.300s: %s", o->key_file, kerr);
+    if (rc == -EPERM)
+      usage = true; /* a key others can read: the operator's to fix, exit 2 */
     else
       have_key = true;
   }
   ea_addr cbind;
   if (rc == 0) rc = control_bind_addr(o, &cbind, err, sizeof err);
-  bool usage = false;
   if (rc == 0 && a) {
     a->o = o;
     rc = ea__agent_job_preflight(a, &usage, err, sizeof err);

@@ -139,6 +139,8 @@ typedef struct {
   uint64_t connects, accepted;      /* outgoing connections made, incoming accepted */
   uint64_t conns_out, conns_in;     /* open now */
   uint64_t resets;                  /* outgoing connections dropped by ea__ctl_reset_peer */
+  uint64_t preauth_evicted;         /* closed on probation: over the per-source or total cap */
+  uint64_t preauth_timeouts;        /* no header (or no whole body) within the deadline */
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
@@ -253,7 +255,9 @@ double ea__json_num(const ea__json *j, const char *path, double dflt);
  * "COMMAND [ARGS]\n" and reads one JSON document until the server closes.
  * Errors are {"error": "..."}.  New commands are new table entries (agent.c
  * has "status" and "drain NAME").  A connection that sends no full line within 5 s, or
- * a line over 1 KiB, is answered with an error and closed. */
+ * a line over 1 KiB, is answered with an error and closed.  At most 16 are
+ * served at once; over that, the oldest one without a request (or else the
+ * newcomer) is answered {"error":"busy: …"}. */
 
 /* Answer args with a JSON document in *out (owned by the caller, which
  * sends and releases it): return 0, or a negative errno with an
@@ -265,6 +269,7 @@ typedef struct {
   const char *name;
   const char *help;
   ea__admin_fn fn;
+  bool owner_only; /* changes state: only the agent's user or root (SO_PEERCRED) */
 } ea__admin_cmd;
 
 typedef struct ea__admin ea__admin;

@@ -87,7 +87,14 @@ void ea__ckpt_event_format(const ea__ckpt_event *e, char *buf, size_t cap) {
                e->retained.removed_partial, e->retain_error ? " retention_error=" : "",
                e->retain_error ? strerror(-e->retain_error) : "");
       break;
-    default: /* shard_failed, failed, stale */
+    case EA__CKPT_EV_FAILED:
+    case EA__CKPT_EV_STALE:
+      snprintf(buf, cap, "%s %s shards=%u/%u error=%s: %s partial_removed=%u%s%s", k, e->name,
+               e->shards_in, e->shards, e->error ? strerror(-e->error) : "-", e->why,
+               e->retained.removed_partial, e->retain_error ? " retention_error=" : "",
+               e->retain_error ? strerror(-e->retain_error) : "");
+      break;
+    default: /* shard_failed */
       snprintf(buf, cap, "%s %s shards=%u/%u error=%s: %s", k, e->name, e->shards_in, e->shards,
                e->error ? strerror(-e->error) : "-", e->why);
       break;
@@ -741,11 +748,11 @@ void ea__ckpt_core_committed(ea__ckpt_core *c, double now, ea__ckpt_commit_job *
     e.stall_seconds = p->max_stall;
     e.wait_seconds = p->max_wait;
   }
+  e.retain_error = j->retain_rc;
+  e.retained = j->retained;
   if (j->rc == 0) {
     e.kind = EA__CKPT_EV_COMMITTED;
     e.latest_moved = j->latest_moved;
-    e.retain_error = j->retain_rc;
-    e.retained = j->retained;
     if (j->retain_rc) snprintf(e.why, sizeof e.why, "retention: %.490s", j->err);
     c->st.committed++;
     c->st.have_last = true;
@@ -814,11 +821,20 @@ void ea__ckpt_commit_run(ea__ckpt_commit_job *j) {
     j->table_rc = ea__ckpt_state_table(path, &j->manifest, j->table_why, sizeof j->table_why);
   }
   j->rc = ea_ckpt_commit(j->dir, &j->manifest, &j->latest_moved, j->err, sizeof j->err);
-  if (j->rc == 0) {
+  /* Retention runs after a failed commit too: commits that keep failing
+   * (a full disk, a fence, a shard that never arrives) would otherwise leave
+   * one step directory per save interval until the disk is full.  Not after
+   * a lock timeout: retention would wait for the same frozen holder again,
+   * doubling the stall, and the lock's holder cleans up itself. */
+  if (j->rc != -ETIMEDOUT) {
     const char *names[EA__CKPT_PENDING_MAX];
     for (size_t i = 0; i < j->n_in_progress; i++) names[i] = j->in_progress[i];
-    j->retain_rc = ea_ckpt_retain(j->dir, j->keep_last, names, j->n_in_progress, &j->retained,
-                                  j->err, sizeof j->err);
+    char rerr[sizeof j->err];
+    j->retain_rc = ea_ckpt_retain(j->dir, j->keep_last, names, j->n_in_progress, &j->retained, rerr,
+                                  sizeof rerr);
+    /* a commit's own error is the one that matters; a successful commit
+     * reports retention's */
+    if (j->retain_rc && j->rc == 0) snprintf(j->err, sizeof j->err, "%s", rerr);
   }
   j->seconds = mono_s() - t0;
 }

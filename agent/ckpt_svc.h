@@ -161,7 +161,7 @@ typedef struct {
   double wait_seconds;   /* shard: its busy wait; committed: the worst one */
   int error;             /* failed, stale: negative errno */
   bool latest_moved;     /* committed: LATEST now names it */
-  int retain_error;      /* committed: retention's result (0, or a negative errno) */
+  int retain_error;      /* committed, failed, stale: retention's result (0, or a negative errno) */
   ea_ckpt_retain_stats retained;
   char why[512]; /* failed, stale: what happened, naming shard/file */
 } ea__ckpt_event;
@@ -260,7 +260,9 @@ typedef struct {
   char table_why[160];
 } ea__ckpt_commit_job;
 
-/* ea_ckpt_commit, then (if it succeeded) ea_ckpt_retain.  Blocks.  Before
+/* ea_ckpt_commit, then ea_ckpt_retain (also after a failed commit, so
+ * leftovers stay bounded while commits fail; not after a lock timeout).
+ * Blocks.  Before
  * the commit, a manifest with only the opaque `state u8` tensor gets the
  * state's own table when the state is in the ea-state-1 layout
  * (ea__ckpt_state_table). */

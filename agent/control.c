@@ -13,8 +13,24 @@
  *
  *   sender                                    receiver
  *   connect (cached per peer) ─────────────▶  accept
- *   [u32 BE len][0xEA | rdzv msg]  ───────▶   read, open, decode, deliver
- *   [u32 BE len][0xEB | nonce | AEAD] ─────▶  (sealed with the cluster key)
+ *   [hdr 8: len][0xEA | rdzv msg]  ───────▶   read header, then body,
+ *   [hdr 48: sealed len][0xEB | nonce | AEAD] ▶ open, decode, deliver
+ *
+ * The frame header (ea_wire.h, wire_frame.c, version 2) carries the body's
+ * length; with a cluster key it is sealed, and it is opened before any body
+ * is buffered: a connection that does not hold the key costs 48 bytes and
+ * is closed at its first header.
+ *
+ * Before authentication (no valid header yet) a connection is on
+ * probation: at most CTL_PREAUTH_PER_SOURCE of them per source address and
+ * CTL_PREAUTH_MAX in all, each given CTL_PREAUTH_DEADLINE_MS to send its
+ * header.  Over a limit the oldest one on probation (from that source, or
+ * at all) is closed, never one that authenticated: a real peer sends its
+ * header as soon as it connects, so it is on probation for microseconds,
+ * while connections held open without a header are what an attacker can
+ * cheaply make (issue 11: 64 half-sent frames took a keyed controller from
+ * 16 MB to 1.07 GB).  Once a header announced a body, the body must arrive
+ * within CTL_FRAME_DEADLINE_MS.
  *
  * Connections are one-way: a sender keeps one outgoing connection per peer
  * and reuses it; the receiver never writes.  The sender still reads, to see
@@ -23,8 +39,8 @@
  * allows: a frame that cannot be written (connect refused or timed out,
  * reset, queue full) is dropped and counted; the protocol re-sends what
  * matters or times out.  Frames longer than CTL_MAX_FRAME are refused
- * before any payload is buffered, and the receive buffer grows only with
- * bytes that arrived.  Malformed and unauthenticated input is counted and
+ * at their header, and the receive buffer grows only with bytes that
+ * arrived.  Malformed and unauthenticated input is counted and
  * dropped, never fatal; the connection it came on is closed, since a stream
  * cannot be re-synchronised after a bad length.
  *
@@ -46,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 /* A COMMIT of EA_RDZV_MAX_WORLD ranks fits EA_WIRE_MAX_FRAME (ea_rdzv.h);
  * sealing adds its overhead.  Anything longer is refused unread. */
@@ -80,6 +97,16 @@
 #define CTL_READ_CHUNK 65536
 /* Warnings about bad input are rate-limited to one per second. */
 #define CTL_WARN_INTERVAL_MS 1000
+/* Probation (above).  A peer writes its header right after its connect
+ * completes, so 3 s covers a connect plus one SYN retry on the sender's
+ * side; 8 per source covers a few agents behind one NAT address connecting
+ * at once; 64 in all is the gossip push-pull's incoming limit. */
+#define CTL_PREAUTH_DEADLINE_MS 3000
+#define CTL_PREAUTH_PER_SOURCE 8
+#define CTL_PREAUTH_MAX 64
+/* The largest body (16 MiB) crosses a LAN in well under a second; 10 s is
+ * for a congested one. */
+#define CTL_FRAME_DEADLINE_MS 10000
 
 typedef struct cconn cconn;
 
@@ -104,9 +131,16 @@ struct cconn {
   bool connected, closing;
   wbuf *qhead, *qtail; /* frames waiting for the connect */
   size_t qbytes;
-  uint8_t *rbuf; /* incoming: bytes of the frame being assembled */
+  uint8_t *rbuf; /* incoming: bytes of the frame body being assembled */
   size_t rlen, rcap;
-  uint64_t last_ms;
+  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX]; /* incoming: the header being read */
+  size_t hdr_got;
+  bool in_body; /* a header was read: flen bytes of body follow */
+  uint32_t flen;
+  bool authed;       /* a valid header has arrived: off probation */
+  ea_addr from;      /* incoming: the peer's address */
+  uint64_t last_ms;  /* last activity */
+  uint64_t since_ms; /* accepted (probation), or the body's header */
 };
 
 struct ea__ctl {
@@ -186,23 +220,45 @@ static void conn_close(cconn *k) {
   uv_close((uv_handle_t *)&k->tcp, conn_handle_closed);
 }
 
+/* When k is due to be closed: idle, on probation, or in a body too long. */
+static uint64_t conn_due(const cconn *k) {
+  if (k->outgoing) return k->last_ms + (k->connected ? CTL_OUT_IDLE_MS : CTL_CONNECT_TIMEOUT_MS);
+  if (!k->authed) return k->since_ms + CTL_PREAUTH_DEADLINE_MS;
+  uint64_t due = k->last_ms + CTL_IN_IDLE_MS;
+  if (k->in_body && k->since_ms + CTL_FRAME_DEADLINE_MS < due)
+    due = k->since_ms + CTL_FRAME_DEADLINE_MS;
+  return due;
+}
+
+static void conn_timer_cb(uv_timer_t *t);
+
+static void conn_arm(cconn *k) {
+  uint64_t now = uv_now(k->c->loop), due = conn_due(k);
+  uv_timer_start(&k->timer, conn_timer_cb, due > now ? due - now : 0, 0);
+}
+
 static void conn_timer_cb(uv_timer_t *t) {
   cconn *k = t->data;
-  uint64_t now = uv_now(k->c->loop);
-  uint64_t limit = !k->outgoing   ? CTL_IN_IDLE_MS
-                   : k->connected ? CTL_OUT_IDLE_MS
-                                  : CTL_CONNECT_TIMEOUT_MS;
-  if (now - k->last_ms >= limit) {
-    if (k->outgoing && !k->connected) {
-      char a[64];
-      ea_addr_str(&k->addr, a, sizeof a);
-      ea_log(EA_LOG_DEBUG, "control", "connect to %s timed out after %u ms", a,
-             CTL_CONNECT_TIMEOUT_MS);
-    }
-    conn_close(k);
+  ea__ctl *c = k->c;
+  uint64_t now = uv_now(c->loop);
+  if (now < conn_due(k)) {
+    conn_arm(k);
     return;
   }
-  uv_timer_start(&k->timer, conn_timer_cb, limit - (now - k->last_ms), 0);
+  if (k->outgoing && !k->connected) {
+    char a[64];
+    ea_addr_str(&k->addr, a, sizeof a);
+    ea_log(EA_LOG_DEBUG, "control", "connect to %s timed out after %u ms", a,
+           CTL_CONNECT_TIMEOUT_MS);
+  } else if (!k->outgoing && (!k->authed || k->in_body)) {
+    c->st.preauth_timeouts++;
+    char a[64], d[160];
+    ea_addr_str(&k->from, a, sizeof a);
+    snprintf(d, sizeof d, "%s sent no %s within %u ms", a, k->authed ? "whole frame" : "header",
+             k->authed ? CTL_FRAME_DEADLINE_MS : CTL_PREAUTH_DEADLINE_MS);
+    warn_bad(c, "timeout", d);
+  }
+  conn_close(k);
 }
 
 static cconn *conn_new(ea__ctl *c, bool outgoing) {
@@ -294,8 +350,39 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)k->c->chunk, sizeof k->c->chunk);
 }
 
-static uint32_t be32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+/* A header arrived whole: authenticate it, then expect its body. */
+static bool header_in(ea__ctl *c, cconn *k) {
+  uint32_t flen = 0;
+  uint8_t flags = 0;
+  const char *why = "?";
+  int rc = ea_wire_frame_hdr_decode(c->have_key ? c->key : NULL, k->hdr, k->hdr_got, CTL_MAX_FRAME,
+                                    &flen, &flags, &why);
+  if (rc == 0 && flags) rc = -EA_EWIRE, why = "frame header: busy on the control channel";
+  if (rc < 0) {
+    char d[200];
+    char a[64];
+    ea_addr_str(&k->from, a, sizeof a);
+    snprintf(d, sizeof d, "%s from %s", why, a);
+    if (rc == -EBADMSG) {
+      c->st.dropped_unauthenticated++;
+      warn_bad(c, "unauthenticated", d);
+    } else if (rc == -EMSGSIZE) {
+      c->st.dropped_oversize++;
+      warn_bad(c, "oversize", d);
+    } else {
+      c->st.dropped_malformed++;
+      warn_bad(c, "malformed", d);
+    }
+    return false;
+  }
+  k->authed = true;
+  k->hdr_got = 0;
+  k->in_body = true;
+  k->flen = flen;
+  k->rlen = 0;
+  k->since_ms = uv_now(c->loop);
+  conn_arm(k);
+  return true;
 }
 
 static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -311,18 +398,30 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   c->st.bytes_in += (uint64_t)nread;
   const uint8_t *in = (const uint8_t *)buf->base;
   size_t left = (size_t)nread;
+  const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
   while (left > 0 && !k->closing && !c->closing) {
-    /* How much this frame still needs: its 4-byte length first. */
-    size_t want = 4;
-    if (k->rlen >= 4) {
-      uint32_t flen = be32(k->rbuf);
-      want = 4 + (size_t)flen;
+    if (!k->in_body) {
+      /* The header: nothing else is buffered before it authenticates. */
+      size_t take = hsz - k->hdr_got < left ? hsz - k->hdr_got : left;
+      memcpy(k->hdr + k->hdr_got, in, take);
+      k->hdr_got += take, in += take, left -= take;
+      /* a version-1 length, a plain header to a keyed agent (or a sealed
+       * one to an agent without a key) is known from the first byte */
+      bool early = k->hdr[0] != (c->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
+      if (k->hdr_got < hsz && !early) break;
+      if (!header_in(c, k)) {
+        conn_close(k);
+        return;
+      }
+      continue;
     }
-    size_t take = want - k->rlen < left ? want - k->rlen : left;
+    size_t take = k->flen - k->rlen < left ? k->flen - k->rlen : left;
     if (k->rlen + take > k->rcap) {
+      /* Grow with what actually arrived, never to the announced length
+       * at once. */
       size_t cap = k->rcap ? k->rcap : 4096;
       while (cap < k->rlen + take) cap *= 2;
-      if (cap > 4 + (size_t)CTL_MAX_FRAME) cap = 4 + (size_t)CTL_MAX_FRAME;
+      if (cap > k->flen) cap = k->flen;
       uint8_t *nb = realloc(k->rbuf, cap);
       if (!nb) {
         conn_close(k);
@@ -332,30 +431,12 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       k->rcap = cap;
     }
     memcpy(k->rbuf + k->rlen, in, take);
-    k->rlen += take;
-    in += take;
-    left -= take;
-    if (k->rlen == 4) {
-      uint32_t flen = be32(k->rbuf);
-      if (flen > CTL_MAX_FRAME) {
-        c->st.dropped_oversize++;
-        char d[96];
-        snprintf(d, sizeof d, "announces %u bytes, limit %u", flen, (unsigned)CTL_MAX_FRAME);
-        warn_bad(c, "oversize", d);
-        conn_close(k);
-        return;
-      }
-      if (flen == 0) {
-        c->st.dropped_malformed++;
-        warn_bad(c, "malformed", "zero length");
-        conn_close(k);
-        return;
-      }
-      continue;
-    }
-    if (k->rlen >= 4 && k->rlen == 4 + (size_t)be32(k->rbuf)) {
-      bool ok = frame_in(c, k->rbuf + 4, k->rlen - 4);
+    k->rlen += take, in += take, left -= take;
+    if (k->rlen == k->flen) {
+      bool ok = frame_in(c, k->rbuf, k->rlen);
       k->rlen = 0;
+      k->in_body = false;
+      conn_arm(k);
       /* Frames are small in steady state: give back a buffer a large
        * COMMIT grew, instead of pinning megabytes per idle connection. */
       if (k->rcap > (1u << 20)) {
@@ -371,6 +452,45 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+/* Bytes of k's header that have arrived, in our buffer or still in the
+ * kernel's: a peer accepted in the same loop turn as a flood has its
+ * header there, not yet read, and must not be the one closed. */
+static size_t header_bytes(cconn *k) {
+  uv_os_fd_t fd;
+  int pending = 0;
+  if (uv_fileno((uv_handle_t *)&k->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &pending) != 0)
+    pending = 0;
+  return k->hdr_got + (pending > 0 ? (size_t)pending : 0);
+}
+
+/* Make room for a connection on probation from `from`: close the oldest
+ * one on probation from the same address past the per-source limit, and
+ * the oldest one at all past the total — of those whose header has not
+ * arrived.  Connections that authenticated are never closed here. */
+static void probation_room(ea__ctl *c, const cconn *self, const ea_addr *from) {
+  for (int pass = 0; pass < 2; pass++) {
+    size_t n = 0;
+    cconn *oldest = NULL;
+    for (cconn *k = c->conns; k; k = k->next) {
+      if (k == self || k->outgoing || k->closing || k->authed) continue;
+      if (pass == 0 && !ea_addr_eq(&k->from, from)) continue;
+      n++;
+      if (header_bytes(k) >= ea_wire_frame_hdr_size(c->have_key)) continue;
+      if (!oldest || k->since_ms <= oldest->since_ms) oldest = k;
+    }
+    size_t limit = pass == 0 ? CTL_PREAUTH_PER_SOURCE : CTL_PREAUTH_MAX;
+    if (n >= limit && oldest) {
+      c->st.preauth_evicted++;
+      char a[64], d[160];
+      ea_addr_str(&oldest->from, a, sizeof a);
+      snprintf(d, sizeof d, "closed a connection from %s that sent no header (%zu waiting%s)", a, n,
+               pass == 0 ? " from that address" : "");
+      warn_bad(c, "probation", d);
+      conn_close(oldest);
+    }
+  }
+}
+
 static void on_accept(uv_stream_t *server, int status) {
   ea__ctl *c = server->data;
   if (status < 0 || c->closing) return;
@@ -381,9 +501,16 @@ static void on_accept(uv_stream_t *server, int status) {
     return;
   }
   c->st.accepted++;
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  if (uv_tcp_getpeername(&k->tcp, (struct sockaddr *)&ss, &sl) == 0)
+    ea_addr_from_sockaddr((struct sockaddr *)&ss, &k->from);
+  k->from.port = 0; /* per address, not per connection */
+  k->since_ms = uv_now(c->loop);
+  probation_room(c, k, &k->from);
   uv_tcp_nodelay(&k->tcp, 1);
   uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);
-  uv_timer_start(&k->timer, conn_timer_cb, CTL_IN_IDLE_MS, 0);
+  conn_arm(k);
 }
 
 /* ---- sending ----------------------------------------------------------------- */
@@ -495,34 +622,34 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
     return;
   }
   size_t body = c->have_key ? plen + EA_WIRE_SEAL_OVERHEAD : plen;
-  wbuf *b = malloc(sizeof *b + 4 + body);
+  const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
+  wbuf *b = malloc(sizeof *b + hsz + body);
   if (!b) {
     c->st.send_errors++;
     return;
   }
   b->next = NULL;
-  size_t flen = plen;
+  size_t flen = plen, hlen = 0;
   int rc;
   if (c->have_key) {
-    rc = ea_wire_seal(c->key, plain, plen, b->data + 4, body, &flen);
+    rc = ea_wire_seal(c->key, plain, plen, b->data + hsz, body, &flen);
     if (rc != 0) {
       free(b);
       c->st.encode_errors++;
       return;
     }
   } else {
-    memcpy(b->data + 4, plain, plen);
+    memcpy(b->data + hsz, plain, plen);
   }
-  if (flen > CTL_MAX_FRAME) {
+  if (flen > CTL_MAX_FRAME ||
+      ea_wire_frame_hdr_encode(c->have_key ? c->key : NULL, (uint32_t)flen, 0, b->data, hsz,
+                               &hlen) != 0 ||
+      hlen != hsz) {
     free(b);
     c->st.encode_errors++;
     return;
   }
-  b->data[0] = (uint8_t)(flen >> 24);
-  b->data[1] = (uint8_t)(flen >> 16);
-  b->data[2] = (uint8_t)(flen >> 8);
-  b->data[3] = (uint8_t)flen;
-  b->len = 4 + flen;
+  b->len = hsz + flen;
 
   cconn *k = find_out(c, to);
   if (k && !ea_addr_eq(&k->addr, addr)) { /* it moved (restarted elsewhere) */

@@ -366,6 +366,8 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "syncs_failed", t.syncs_failed);
   ea__jb_u64(b, o, "syncs_served", t.syncs_served);
   ea__jb_u64(b, o, "syncs_refused", t.syncs_refused);
+  ea__jb_u64(b, o, "preauth_evicted", t.preauth_evicted);
+  ea__jb_u64(b, o, "preauth_timeouts", t.preauth_timeouts);
   ea__jb_u64(b, o, "join_attempts", t.join_attempts);
   ea_swim_stats w;
   ea_swim_stats_get(ea_transport_swim(a->tr), &w);
@@ -394,6 +396,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "nacks_sent", st.nacks_sent);
   ea__jb_u64(b, o, "nacks_received", st.nacks_received);
   ea__jb_u64(b, o, "stale_ignored", st.stale_ignored);
+  ea__jb_u64(b, o, "state_refused", st.state_refused);
   ea__jb_u64(b, o, "persist_errors", st.persist_errors);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
@@ -412,6 +415,8 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "conns_out", c.conns_out);
   ea__jb_u64(b, o, "conns_in", c.conns_in);
   ea__jb_u64(b, o, "resets", c.resets);
+  ea__jb_u64(b, o, "preauth_evicted", c.preauth_evicted);
+  ea__jb_u64(b, o, "preauth_timeouts", c.preauth_timeouts);
   o = ea__jb_obj(b, cn, "workers");
   ea__jb_u64(b, o, "failures", a->worker_failures);
   ea__jb_u64(b, o, "restarts", a->worker_restarts);

@@ -56,8 +56,30 @@ static size_t json_escape(char *out, size_t cap, size_t pos, const char *s) {
     if (c == '"' || c == '\\') {
       out[pos++] = '\\';
       out[pos++] = (char)c;
-    } else if (c < 0x20) {
+    } else if (c < 0x20 || c == 0x7f) {
       pos += (size_t)snprintf(out + pos, cap - pos, "\\u%04x", c);
+    } else {
+      out[pos++] = (char)c;
+    }
+  }
+  return pos;
+}
+
+/* Append s to out for a text line: control bytes (newline, carriage
+ * return, tab, escape sequences, DEL) are written as \n, \r, \t or \xNN,
+ * so that no value — a member's name from the network, a program's output,
+ * a path — can end the line early and forge the next one, or drive the
+ * terminal it is shown on.  (The gossip decoder refuses such names too;
+ * this is the last line of defence for everything else.)  Stops 8 bytes
+ * short of cap, which leaves room for the separators and the newline. */
+static size_t text_escape(char *out, size_t cap, size_t pos, const char *s) {
+  for (; *s && pos + 8 < cap; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out[pos++] = '\\';
+      out[pos++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+    } else if (c < 0x20 || c == 0x7f) {
+      pos += (size_t)snprintf(out + pos, cap - pos, "\\x%02x", c);
     } else {
       out[pos++] = (char)c;
     }
@@ -113,8 +135,13 @@ static void vlog_kv(ea_log_level level, const char *event, const ea_log_kv *kv, 
     pos = json_escape(line, sizeof line, pos, msg);
     pos += (size_t)snprintf(line + pos, sizeof line - pos, "\"}\n");
   } else {
-    pos = (size_t)snprintf(line, sizeof line, "%s %-5s %s%s%s %s\n", ts, level_names[level], g_node,
-                           *g_node ? " " : "", event, msg);
+    pos = (size_t)snprintf(line, sizeof line, "%s %-5s ", ts, level_names[level]);
+    pos = text_escape(line, sizeof line, pos, g_node);
+    if (*g_node) line[pos++] = ' ';
+    pos = text_escape(line, sizeof line, pos, event);
+    line[pos++] = ' ';
+    pos = text_escape(line, sizeof line, pos, msg);
+    line[pos++] = '\n';
   }
   if (pos >= sizeof line) pos = sizeof line - 1, line[pos - 1] = '\n';
   ssize_t w = write(g_fd, line, pos);

@@ -620,16 +620,27 @@ static int check_shards(const char *ckpt, const ea_ckpt_manifest *m, char *err, 
   return 0;
 }
 
-/* Under the lock: the newest generation among complete checkpoints (and
- * LATEST's, in case its manifest was damaged since). */
-static int newest_generation(const char *dir, uint64_t *gen, char *name, size_t cap) {
+/* Under the lock: the newest generation among complete checkpoints, and
+ * whether LATEST names one of them.
+ *
+ * Only a checkpoint that exists and whose MANIFEST verifies (parses, its
+ * own digest checks out, and it is for the directory it sits in) fences.
+ * LATEST is a witness, not an authority: a LATEST naming a directory that
+ * does not exist, or one without a valid MANIFEST, once fenced every later
+ * commit forever (issue 11: "step-1.gen-281474976710655", written by anyone
+ * who can write the directory, or left by a damaged manifest).  Such a
+ * LATEST is not trusted here, and the commit replaces it. */
+static int newest_generation(const char *dir, uint64_t *gen, char *name, size_t cap,
+                             bool *latest_ok) {
   ea_ckpt_entry *e = NULL;
   size_t n = 0;
+  *latest_ok = false;
   int rc = ea_ckpt_list(dir, &e, &n);
   if (rc < 0) return rc;
   bool any = false;
   for (size_t i = 0; i < n; i++) {
     if (!e[i].complete) continue;
+    if (e[i].latest) *latest_ok = true;
     if (!any || e[i].generation > *gen) {
       *gen = e[i].generation;
       snprintf(name, cap, "%s", e[i].name);
@@ -637,14 +648,6 @@ static int newest_generation(const char *dir, uint64_t *gen, char *name, size_t 
     }
   }
   free(e);
-  char latest[EA_CKPT_NAME_MAX];
-  uint64_t ls, lg;
-  if (ea_ckpt_read_latest(dir, latest, sizeof latest) == 0 &&
-      ea_ckpt_parse_dir_name(latest, &ls, &lg) == 0 && (!any || lg > *gen)) {
-    *gen = lg;
-    snprintf(name, cap, "%s", latest);
-    any = true;
-  }
   return any ? 1 : 0;
 }
 
@@ -712,7 +715,8 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
 
   uint64_t newest = 0;
   char newest_name[EA_CKPT_NAME_MAX] = "";
-  rc = newest_generation(dir, &newest, newest_name, sizeof newest_name);
+  bool latest_ok = false;
+  rc = newest_generation(dir, &newest, newest_name, sizeof newest_name, &latest_ok);
   if (rc < 0) {
     ea__ck_seterr(err, errlen, "commit: list %s: %s", dir, ea__ck_strerror(rc));
     goto out;
@@ -739,12 +743,13 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
   }
   if ((rc = ea__fs_fsync_dir(ckpt, err, errlen)) < 0) goto out;
 
-  /* LATEST only moves forward in (generation, step) */
+  /* LATEST only moves forward in (generation, step), from a checkpoint
+   * that exists: one that names no complete checkpoint is replaced */
   char cur[EA_CKPT_NAME_MAX];
   uint64_t cs, cg;
   int lr = ea_ckpt_read_latest(dir, cur, sizeof cur);
-  bool move = lr < 0 || ea_ckpt_parse_dir_name(cur, &cs, &cg) < 0 || m->generation > cg ||
-              (m->generation == cg && m->step > cs);
+  bool move = !latest_ok || lr < 0 || ea_ckpt_parse_dir_name(cur, &cs, &cg) < 0 ||
+              m->generation > cg || (m->generation == cg && m->step > cs);
   if (move) {
     char ltmp[EA_CKPT_PATH_MAX], lfin[EA_CKPT_PATH_MAX], line[EA_CKPT_NAME_MAX + 2];
     if ((rc = ea__ck_latest_path(ltmp, sizeof ltmp, dir, true)) < 0 ||

@@ -279,12 +279,24 @@ int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_pr
     }
   }
   st->kept = kept;
-  for (size_t i = 0; i < n && rc == 0 && newest; i++) {
-    if (e[i].complete || e[i].latest || in_set(e[i].name, in_progress, n_in_progress)) continue;
-    bool older = e[i].step < newest->step ||
-                 (e[i].step == newest->step && e[i].generation < newest->generation) ||
-                 e[i].generation < newest->generation;
-    if (!older) continue;
+  /* Leftovers.  Older than the newest complete checkpoint: abandoned, gone.
+   * Newer ones (or any, when nothing is complete yet) may be saves another
+   * controller is still writing, so they stay — but only the
+   * EA_CKPT_PARTIAL_KEEP newest of them beyond the caller's in-progress
+   * set: commits that keep failing (a full disk, a missing shard, a fence
+   * that refuses them) must not fill the disk with step directories one
+   * per save interval.  LATEST protects complete checkpoints only: one
+   * naming a leftover is not evidence that it is a checkpoint. */
+  uint32_t newer_kept = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (e[i].complete || in_set(e[i].name, in_progress, n_in_progress)) continue;
+    bool older = newest && (e[i].step < newest->step ||
+                            (e[i].step == newest->step && e[i].generation < newest->generation) ||
+                            e[i].generation < newest->generation);
+    if (!older && newer_kept < EA_CKPT_PARTIAL_KEEP) {
+      newer_kept++;
+      continue;
+    }
     char ck[EA_CKPT_PATH_MAX];
     if ((rc = ea__ck_join(ck, sizeof ck, dir, e[i].name)) < 0) break;
     if ((rc = remove_tree(ck, err, errlen)) < 0) break;

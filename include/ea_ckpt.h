@@ -310,9 +310,17 @@ typedef struct {
  * checkpoints — the newest complete one and LATEST's target are never
  * deleted — deletes older complete ones (MANIFEST first, made durable,
  * then the shards), and deletes leftovers without a valid MANIFEST that are
- * older than the newest complete checkpoint (by step, or by generation) and
- * not named in in_progress (directory names of saves under way).  st may be
- * NULL. */
+ * not named in in_progress (directory names of saves under way) and are
+ * either older than the newest complete checkpoint (by step, or by
+ * generation) or beyond the EA_CKPT_PARTIAL_KEEP newest of the others, so
+ * that commits which keep failing cannot fill the disk.  LATEST protects
+ * only a complete checkpoint.  st may be NULL. */
+/* Leftovers newer than the newest complete checkpoint that retention keeps
+ * besides the caller's in-progress set: saves another node may still be
+ * writing.  A healthy job has at most two steps in progress (one being
+ * written, one being reported: agent/ckpt_svc.h), so two. */
+#define EA_CKPT_PARTIAL_KEEP 2u
+
 int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_progress,
                    size_t n_in_progress, ea_ckpt_retain_stats *st, char *err, size_t errlen);
 

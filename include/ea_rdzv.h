@@ -482,6 +482,8 @@ typedef struct {
   uint64_t nacks_sent, nacks_received;
   uint64_t stale_ignored; /* COMMIT/ABORT/READY for a generation not current */
   uint64_t persist_errors;
+  uint64_t state_refused; /* STATE from neither the elected controller nor a member we asked,
+                             or naming a member we do not know */
 } ea_rdzv_status;
 
 void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out);

@@ -57,8 +57,10 @@ typedef struct {
   uint64_t updates_trimmed;         /* messages shortened to fit max_packet */
   uint64_t syncs_ok, syncs_failed;  /* push-pulls we started */
   uint64_t syncs_served;            /* push-pulls peers started with us, answered */
-  uint64_t syncs_refused;           /* incoming connections over the limit */
+  uint64_t syncs_refused;           /* incoming connections over the limit: answered busy */
   uint64_t join_attempts;
+  uint64_t preauth_evicted;  /* incoming closed before their frame header: over a cap */
+  uint64_t preauth_timeouts; /* incoming closed: no frame header within the deadline */
 } ea_transport_stats;
 
 typedef struct {

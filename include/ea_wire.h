@@ -30,8 +30,22 @@
  *   Sealing drops the plaintext's 0xEA (implied by 0xEB), so a sealed
  *   packet is len + EA_WIRE_SEAL_OVERHEAD - 1 bytes.
  *
- * TCP push-pull frame: u32 big-endian length, then the same 0xEA/0xEB framing
- * around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
+ * TCP push-pull frame: a frame header (below), then the same 0xEA/0xEB
+ * framing around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
+ *
+ * Frame header (version 2, membership/wire_frame.c), on both TCP channels
+ * (push-pull and the agent's control channel), in front of every frame:
+ *
+ *   plain  (8 bytes):   +------+-----+-----------+-------+-------------+
+ *                       | 0xEA | 'F' | version=2 | flags | len u32 BE  |
+ *                       +------+-----+-----------+-------+-------------+
+ *   sealed (48 bytes):  ea_wire_seal() of the plain header (with a key)
+ *
+ *   The body that follows is `len` bytes (the sealed or plain frame).  The
+ *   receiver opens the 48 bytes before it buffers any body, so input
+ *   without the key costs it 48 bytes.  flags: EA_WIRE_FRAME_BUSY (len 0,
+ *   no body): "too many connections, try later".  Version 1 sent the body
+ *   length bare (u32 BE, first byte 0x00 or 0x01); it is refused by name.
  *
  * Decoders are bounded by (buf, len), check every type and length, never
  * allocate from a length read off the wire, and on failure return
@@ -166,8 +180,34 @@ int ea_wire_seal(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len,
 /* Open a sealed buffer; -EBADMSG if it fails authentication or is not sealed. */
 int ea_wire_open(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
                  size_t cap, size_t *outlen);
+/* ---- the TCP frame header (wire_frame.c) ---- */
+
+#define EA_WIRE_FRAME_VERSION 2
+#define EA_WIRE_FRAME_HDR_PLAIN 8
+#define EA_WIRE_FRAME_HDR_SEALED (EA_WIRE_FRAME_HDR_PLAIN + EA_WIRE_SEAL_OVERHEAD - 1)
+#define EA_WIRE_FRAME_HDR_MAX EA_WIRE_FRAME_HDR_SEALED
+#define EA_WIRE_FRAME_BUSY 0x01 /* a responder over its connection limit; len 0 */
+
+/* The header's size on the wire: sealed (a cluster key) or plain. */
+size_t ea_wire_frame_hdr_size(bool sealed);
+/* Write the header for a body of len bytes (0 only with EA_WIRE_FRAME_BUSY)
+ * into out (cap ≥ ea_wire_frame_hdr_size(key != NULL)), sealed with key, or
+ * plain when key is NULL.  -EINVAL for a bad flags/len pair. */
+int ea_wire_frame_hdr_encode(const uint8_t *key, uint32_t len, uint8_t flags, uint8_t *out,
+                             size_t cap, size_t *outlen);
+/* Read a header of exactly ea_wire_frame_hdr_size(key != NULL) bytes
+ * (version-1 framing is recognised from the first byte alone).  0: *len and
+ * *flags set.  -EBADMSG: not authenticated (does not open with key, or
+ * sealed/plain mismatch); -EMSGSIZE: len > max_len; -EA_EWIRE: malformed.
+ * *err names the problem (a static string). */
+int ea_wire_frame_hdr_decode(const uint8_t *key, const uint8_t *in, size_t n, uint32_t max_len,
+                             uint32_t *len, uint8_t *flags, const char **err);
+
 /* Load a key file: 64 hex characters (optionally followed by whitespace), or
- * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem. */
+ * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem
+ * (valid until the next call on this thread).  -EPERM: group or others may
+ * read it (mode 0600 wanted; root-owned group-readable is accepted only for a
+ * non-root agent in that group, the systemd/Kubernetes arrangement). */
 int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **err);
 
 /* Helpers shared by every module. */

@@ -14,7 +14,8 @@
  * The key is 32 bytes shared by the whole cluster.  Make one with
  *     head -c32 /dev/urandom | xxd -p -c64 > cluster.key
  * and give every agent the same file (64 hex characters; 32 raw bytes are
- * accepted too).
+ * accepted too), mode 0600: a key file that group or others can read is
+ * refused (check_mode below).
  */
 #include "ea_wire.h"
 
@@ -22,7 +23,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NONCE_BYTES crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
@@ -84,6 +87,44 @@ static int is_space(uint8_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Who may read the key, as ssh decides for a private key: nobody but the
+ * agent's own user.  Mode bits for others are always refused.  Group read
+ * is refused too, with one exception that is how a non-root service reads
+ * a key it must not be able to change: the file is owned by root, the agent
+ * is not root, and the file's group is one of the agent's (systemd's
+ * root:elastic-agent 0640, Kubernetes' secret with fsGroup, deploy/).  The
+ * message names the mode and what to do; the check is on the open file
+ * (fstat), so a swap between the check and the read changes nothing. */
+static int check_mode(int fd, const char **err) {
+  static __thread char msg[200];
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    *err = "key file: cannot stat";
+    return -errno;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *err = "key file: not a regular file";
+    return -EINVAL;
+  }
+  unsigned mode = (unsigned)(st.st_mode & 07777);
+  bool others = (mode & 0007) != 0;
+  bool group = (mode & 0070) != 0;
+  if (group && !others && st.st_uid == 0 && geteuid() != 0 && !(mode & 0020)) {
+    bool ours = st.st_gid == getegid();
+    gid_t g[64];
+    int n = getgroups(64, g);
+    for (int i = 0; i < n && !ours; i++) ours = g[i] == st.st_gid;
+    if (ours) group = false;
+  }
+  if (!others && !group) return 0;
+  snprintf(msg, sizeof msg,
+           "key file: mode %04o lets %s access it; refused as ssh refuses such a private key "
+           "(chmod 600 it, owned by the agent's user)",
+           mode, others ? "others" : "the group");
+  *err = msg;
+  return -EPERM;
+}
+
 int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **err) {
   const char *dummy;
   if (!err) err = &dummy;
@@ -92,6 +133,11 @@ int ea_wire_load_key(const char *path, uint8_t key[EA_KEY_BYTES], const char **e
     int e = errno;
     *err = e == ENOENT ? "key file: not found" : "key file: cannot open";
     return -e;
+  }
+  int mrc = check_mode(fd, err);
+  if (mrc < 0) {
+    close(fd);
+    return mrc;
   }
   /* A valid file is at most 64 hex characters plus a little whitespace;
    * read a bit more than that so "too long" is recognised, not truncated. */

@@ -33,13 +33,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
-/* Incoming push-pull connections served at once; more are refused.  A join
- * storm of a whole cluster restarting hits the seed with one connection per
- * node, and each lasts a few ms, so 64 concurrent is ample while bounding
- * memory to 64 × the largest frame a hostile peer can make us buffer. */
+/* Incoming push-pull connections served at once; more are answered busy.  A
+ * join storm of a whole cluster restarting hits the seed with one
+ * connection per node, and each lasts a few ms, so 64 concurrent is ample.
+ *
+ * Before its frame header (wire_frame.c) a connection is on probation: at
+ * most PREAUTH_PER_SOURCE per source address and MAX_INCOMING in all, each
+ * given PREAUTH_DEADLINE_MS to send the header.  Over a cap the oldest one
+ * on probation is closed — one whose header has not arrived, in our buffer
+ * or the kernel's, so a joiner accepted in the same turn as a flood is not
+ * the one closed.  Issue 11: 200 idle connections to a seed's gossip port
+ * made every join through it fail.  With a key the header is sealed, and no
+ * body is buffered before it opens.  Past twice MAX_INCOMING a connection
+ * is closed at once. */
 #define MAX_INCOMING 64
+#define PREAUTH_PER_SOURCE 8
+/* A joiner writes its state right after its connect completes. */
+#define PREAUTH_DEADLINE_MS 2000
 /* Datagrams queued when the socket would block; beyond this they are
  * dropped (UDP gossip tolerates loss by design).  1024 × 1.4 KB ≈ 1.4 MB. */
 #define MAX_UDP_QUEUE 1024
@@ -416,6 +429,22 @@ static void conn_finish(conn *c, bool ok, const char *why) {
 
 static void conn_timeout(uv_timer_t *h) {
   conn *c = h->data;
+  ea_transport *t = c->t;
+  if (c->busy) {
+    conn_finish(c, false, "answered busy");
+    return;
+  }
+  if (!c->outgoing && !c->authed) {
+    t->st.preauth_timeouts++;
+    log_drop(t, 0, &c->peer, "push-pull: no frame header within the deadline");
+    conn_finish(c, false, "no frame header within the deadline");
+    return;
+  }
+  uint64_t now = uv_now(t->loop), end = c->since_ms + t->sync_timeout_ms;
+  if (now < end) {
+    uv_timer_start(&c->timer, conn_timeout, end - now, 0);
+    return;
+  }
   conn_finish(c, false, "timed out");
 }
 
@@ -434,11 +463,14 @@ static conn *conn_new(ea_transport *t, bool outgoing) {
   c->next = t->conns;
   if (t->conns) t->conns->prev = c;
   t->conns = c;
-  uv_timer_start(&c->timer, conn_timeout, t->sync_timeout_ms, 0);
+  c->since_ms = uv_now(t->loop);
+  uint32_t first = t->sync_timeout_ms;
+  if (!outgoing && PREAUTH_DEADLINE_MS < first) first = PREAUTH_DEADLINE_MS;
+  uv_timer_start(&c->timer, conn_timeout, first, 0);
   return c;
 }
 
-/* Build c->out = u32 BE length + (sealed) state frame of our member table. */
+/* Build c->out = frame header + (sealed) state frame of our member table. */
 static int conn_build_out(conn *c) {
   ea_transport *t = c->t;
   ea_update *ups = NULL;
@@ -455,23 +487,23 @@ static int conn_build_out(conn *c) {
     free(plain);
     return -EMSGSIZE;
   }
-  c->out = malloc(4 + flen + 1);
+  const size_t hsz = ea_wire_frame_hdr_size(t->have_key);
+  c->out = malloc(hsz + flen + 1);
   if (!c->out) {
     free(plain);
     return -ENOMEM;
   }
   if (t->have_key) {
-    rc = ea_wire_seal(t->key, plain, plen, c->out + 4, flen + 1, &flen);
+    rc = ea_wire_seal(t->key, plain, plen, c->out + hsz, flen + 1, &flen);
   } else {
-    memcpy(c->out + 4, plain, plen);
+    memcpy(c->out + hsz, plain, plen);
   }
   free(plain);
   if (rc < 0) return rc;
-  c->out[0] = (uint8_t)(flen >> 24);
-  c->out[1] = (uint8_t)(flen >> 16);
-  c->out[2] = (uint8_t)(flen >> 8);
-  c->out[3] = (uint8_t)flen;
-  c->out_len = 4 + flen;
+  size_t hl = 0;
+  rc = ea_wire_frame_hdr_encode(t->have_key ? t->key : NULL, (uint32_t)flen, 0, c->out, hsz, &hl);
+  if (rc < 0) return rc;
+  c->out_len = hsz + flen;
   return 0;
 }
 
@@ -479,6 +511,10 @@ static void conn_written(uv_write_t *req, int status) {
   conn *c = req->data;
   c->writing = false;
   if (c->done) return;
+  /* Busy: the answer is out; the initiator reads it and closes, and we
+   * keep reading until then (closing with its frame unread would reset
+   * the connection and lose the answer). */
+  if (c->busy) return;
   if (status < 0) {
     conn_finish(c, false, uv_strerror(status));
     return;
@@ -489,7 +525,13 @@ static void conn_written(uv_write_t *req, int status) {
 }
 
 static int conn_write_out(conn *c) {
-  int rc = conn_build_out(c);
+  int rc = c->busy ? 0 : conn_build_out(c);
+  if (c->busy) {
+    c->out = malloc(EA_WIRE_FRAME_HDR_MAX);
+    rc = c->out ? ea_wire_frame_hdr_encode(c->t->have_key ? c->t->key : NULL, 0, EA_WIRE_FRAME_BUSY,
+                                           c->out, EA_WIRE_FRAME_HDR_MAX, &c->out_len)
+                : -ENOMEM;
+  }
   if (rc < 0) return rc;
   uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
   rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_written);
@@ -552,32 +594,72 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)c->t->tcpbuf, sizeof c->t->tcpbuf);
 }
 
+/* The frame header arrived whole (or its first byte says it is not one):
+ * authenticate it.  Returns false after finishing the connection. */
+static bool conn_got_header(conn *c) {
+  ea_transport *t = c->t;
+  uint32_t len = 0;
+  uint8_t flags = 0;
+  const char *why = "?";
+  int rc = ea_wire_frame_hdr_decode(t->have_key ? t->key : NULL, c->hdr, c->hdr_got,
+                                    EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD, &len, &flags, &why);
+  if (rc == 0 && flags && !c->outgoing)
+    rc = -EA_EWIRE, why = "frame header: busy from an initiator";
+  if (rc < 0) {
+    if (rc == -EBADMSG) {
+      t->st.dropped_unauthenticated++;
+      log_drop(t, 1, &c->peer, why);
+    } else if (rc == -EMSGSIZE) {
+      t->st.dropped_oversize++;
+      log_drop(t, 2, &c->peer, why);
+    } else {
+      t->st.dropped_malformed++;
+      log_drop(t, 0, &c->peer, why);
+    }
+    conn_finish(c, false,
+                rc == -EBADMSG ? "peer's frame header rejected (cluster key mismatch?)" : why);
+    return false;
+  }
+  if (flags & EA_WIRE_FRAME_BUSY) {
+    conn_finish(c, false,
+                "busy: the peer has too many push-pull connections open (retrying with backoff)");
+    return false;
+  }
+  c->authed = true;
+  c->have_hdr = true;
+  c->frame_len = len;
+  return true;
+}
+
 static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   conn *c = s->data;
-  ea_transport *t = c->t;
   if (c->done || nread == 0) return;
   if (nread < 0) {
-    conn_finish(c, false,
-                nread == UV_EOF ? "peer closed before sending its state" : uv_strerror((int)nread));
+    const char *why =
+        nread == UV_EOF ? "peer closed before sending its state" : uv_strerror((int)nread);
+    if (c->outgoing && !c->have_hdr && (nread == UV_EOF || nread == UV_ECONNRESET))
+      why = nread == UV_EOF ? "peer closed the connection before it answered (a different cluster "
+                              "key, or an agent too old for frame header version 2?)"
+                            : "connection reset by peer before it answered (a different cluster "
+                              "key, or an agent too old for frame header version 2?)";
+    conn_finish(c, false, c->busy ? "answered busy" : why);
     return;
   }
+  if (c->busy) return; /* answered busy: discard what the initiator sends */
   const uint8_t *p = (const uint8_t *)buf->base;
   size_t left = (size_t)nread;
+  const size_t hsz = ea_wire_frame_hdr_size(c->t->have_key);
   while (left > 0 && !c->got_frame) {
-    if (c->hdr_got < 4) {
-      size_t k = 4 - c->hdr_got < left ? 4 - c->hdr_got : left;
+    if (!c->have_hdr) {
+      size_t k = hsz - c->hdr_got < left ? hsz - c->hdr_got : left;
       memcpy(c->hdr + c->hdr_got, p, k);
       c->hdr_got += k, p += k, left -= k;
-      if (c->hdr_got < 4) break;
-      c->frame_len =
-          (size_t)c->hdr[0] << 24 | (size_t)c->hdr[1] << 16 | (size_t)c->hdr[2] << 8 | c->hdr[3];
-      if (c->frame_len == 0 || c->frame_len > EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD) {
-        t->st.dropped_oversize += c->frame_len != 0;
-        t->st.dropped_malformed += c->frame_len == 0;
-        log_drop(t, c->frame_len ? 2 : 0, &c->peer, "push-pull frame length");
-        conn_finish(c, false, "bad frame length");
-        return;
-      }
+      /* a version-1 length, or the wrong magic for our key, is known from
+       * the first byte */
+      bool early = c->hdr[0] != (c->t->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
+      if (c->hdr_got < hsz && !early) break;
+      if (!conn_got_header(c)) return;
+      continue;
     }
     size_t want = c->frame_len - c->frame_got;
     size_t k = want < left ? want : left;
@@ -637,6 +719,42 @@ void ea__transport_sync(void *ctx, const ea_addr *to, ea_sync_kind kind) {
   if (rc < 0) conn_finish(c, false, uv_strerror(rc));
 }
 
+/* Bytes of c's frame header that have arrived, in our buffer or still in
+ * the kernel's. */
+static size_t header_bytes(conn *c) {
+  uv_os_fd_t fd;
+  int pending = 0;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &pending) != 0)
+    pending = 0;
+  return c->hdr_got + (pending > 0 ? (size_t)pending : 0);
+}
+
+/* Make room for the connection on probation `self`: past PREAUTH_PER_SOURCE
+ * from its address, or MAX_INCOMING in all, the oldest one still waiting
+ * for its header is closed (above). */
+static void probation_room(ea_transport *t, conn *self) {
+  const size_t hsz = ea_wire_frame_hdr_size(t->have_key);
+  for (int pass = 0; pass < 2; pass++) {
+    int n = 0;
+    conn *oldest = NULL;
+    for (conn *k = t->conns; k; k = k->next) {
+      if (k == self || k->outgoing || k->done || k->authed || k->busy) continue;
+      if (pass == 0 && (k->peer.family != self->peer.family ||
+                        memcmp(k->peer.ip, self->peer.ip, sizeof k->peer.ip) != 0))
+        continue;
+      n++;
+      if (header_bytes(k) >= hsz) continue; /* its header is here: read this turn */
+      if (!oldest || k->since_ms <= oldest->since_ms) oldest = k;
+    }
+    int limit = pass == 0 ? PREAUTH_PER_SOURCE : MAX_INCOMING;
+    if (n >= limit && oldest) {
+      t->st.preauth_evicted++;
+      log_drop(t, 0, &oldest->peer, "push-pull: closed, no frame header while others wait");
+      conn_finish(oldest, false, "evicted: no frame header while others wait");
+    }
+  }
+}
+
 static void on_accept(uv_stream_t *server, int status) {
   ea_transport *t = server->data;
   if (status < 0 || t->closing) return;
@@ -651,10 +769,22 @@ static void on_accept(uv_stream_t *server, int status) {
   int sl = sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0)
     ea_addr_from_sockaddr((struct sockaddr *)&ss, &c->peer);
-  if (t->nincoming > MAX_INCOMING) {
+  if (t->nincoming > 2 * MAX_INCOMING) {
     t->st.syncs_refused++;
     conn_finish(c, false, "too many connections");
     return;
+  }
+  probation_room(t, c);
+  if (t->nincoming > MAX_INCOMING) {
+    /* Every other connection is being served or has its header here:
+     * answer this one busy, so that its joiner can say so. */
+    t->st.syncs_refused++;
+    c->busy = true;
+    uv_timer_start(&c->timer, conn_timeout, PREAUTH_DEADLINE_MS, 0);
+    if (conn_write_out(c) < 0) {
+      conn_finish(c, false, "cannot answer busy");
+      return;
+    }
   }
   if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read) < 0)
     conn_finish(c, false, "read failed");

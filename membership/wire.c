@@ -287,6 +287,23 @@ static int rd_addr(ea__mpr *r, ea_addr *a) {
     if (rc_ < 0) FAIL(rc_ == EA__MPR_RANGE ? field ": not 19 bytes" : WHY(rc_, field)); \
   } while (0)
 
+/* A member's name, role, tags and version end up in log lines, status and
+ * the metrics labels of every node: a control byte (a newline, an escape
+ * sequence) in one would forge lines there.  They are refused here, on
+ * input from the network, as malformed (counted and dropped by the
+ * transport); base/log.c escapes them on output as well. */
+static bool has_ctl(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f) return true;
+  return false;
+}
+
+#define TEXT(dst, field)                                           \
+  do {                                                             \
+    R(ea__mpr_cstr(r, dst, sizeof dst), field);                    \
+    if (has_ctl(dst)) FAIL(field ": control character in string"); \
+  } while (0)
+
 static int rd_update(ea__mpr *r, ea_update *u, const char **err) {
   uint64_t v;
   memset(u, 0, sizeof *u);
@@ -303,12 +320,12 @@ static int rd_update(ea__mpr *r, ea_update *u, const char **err) {
   u->has_meta = true;
   ea_meta *mt = &u->meta;
   R(arr_exact(r, META_FIELDS), "update.meta: not a 7-element array or nil");
-  R(ea__mpr_cstr(r, mt->name, sizeof mt->name), "update.meta.name");
+  TEXT(mt->name, "update.meta.name");
   ADDR(rd_addr(r, &mt->gossip), "update.meta.gossip");
   ADDR(rd_addr(r, &mt->control), "update.meta.control");
-  R(ea__mpr_cstr(r, mt->role, sizeof mt->role), "update.meta.role");
-  R(ea__mpr_cstr(r, mt->tags, sizeof mt->tags), "update.meta.tags");
-  R(ea__mpr_cstr(r, mt->version, sizeof mt->version), "update.meta.version");
+  TEXT(mt->role, "update.meta.role");
+  TEXT(mt->tags, "update.meta.tags");
+  TEXT(mt->version, "update.meta.version");
   R(ea__mpr_uint(r, UINT64_MAX, &mt->last_gen), "update.meta.last_gen");
   return 0;
 }

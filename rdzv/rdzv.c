@@ -261,6 +261,8 @@ struct ea_rdzv {
   ea_rdzv_gen hint; /* a newer formed generation a READY or REPORT told us of */
   ea_node_id hint_from;
   uint32_t hint_tries;
+  ea_node_id asked; /* the member our last QUERY went to */
+  bool asked_set;
   char ctrl_reason[EA_RDZV_REASON_MAX];
 
   ea_rdzv_msg *selfq[SELFQ_MAX];
@@ -1399,10 +1401,31 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
   }
 }
 
+/* A newer formed generation is believed only from a member that may tell
+ * us: the controller our view elects (it answers every REPORT with what
+ * formed last) or the member our last QUERY went to — and only when it
+ * names members our view knows.  Issue 11: without a key, one forged
+ * 61-byte STATE naming an unknown member paused every node for good ("no
+ * quorum: 0 of 1 members of generation 5 reachable"); a plan never comes
+ * from anyone else, so neither does the generation a quorum is judged by. */
+static bool state_credible(const ea_rdzv *r, const ea_rdzv_msg *m) {
+  bool elected = r->el.have && id_eq(&m->src, &r->el.controller) && !id_eq(&m->src, &r->self);
+  bool asked = r->asked_set && id_eq(&m->src, &r->asked);
+  if (!(elected || asked) || !is_up(view_find(r, &m->src))) return false;
+  if (m->plan.nnodes == 0) return false;
+  for (uint32_t i = 0; i < m->plan.nnodes; i++)
+    if (!view_find(r, &m->plan.nodes[i].id)) return false;
+  return true;
+}
+
 static void ctrl_state(ea_rdzv *r, const ea_rdzv_msg *m) {
   /* Whatever the hint's holder says now is all it can teach us. */
   if (r->hint.term && id_eq(&m->src, &r->hint_from)) r->hint = (ea_rdzv_gen){0};
   if (m->gen.term == 0 || ea_rdzv_gen_cmp(&m->gen, &r->formed) <= 0) return;
+  if (!state_credible(r, m)) {
+    r->st.state_refused++;
+    return;
+  }
   ea_node_id *ids = malloc((m->plan.nnodes ? m->plan.nnodes : 1) * sizeof *ids);
   if (!ids) return;
   for (uint32_t i = 0; i < m->plan.nnodes; i++) ids[i] = m->plan.nodes[i].id;
@@ -1427,6 +1450,8 @@ static bool learn(ea_rdzv *r) {
     if (r->now >= r->query_at) {
       ea_rdzv_msg q = {.type = EA_RDZV_QUERY};
       post(r, &r->hint_from, &q);
+      r->asked = r->hint_from;
+      r->asked_set = true;
       r->hint_tries++;
       r->query_at = r->now + REPORT_MS;
     }
@@ -1460,6 +1485,8 @@ static bool learn(ea_rdzv *r) {
   if (r->now >= r->query_at) {
     ea_rdzv_msg q = {.type = EA_RDZV_QUERY};
     post(r, &t->id, &q);
+    r->asked = t->id;
+    r->asked_set = true;
     r->nqueries++;
     r->query_at = r->now + REPORT_MS;
   }

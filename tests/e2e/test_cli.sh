@@ -7,12 +7,15 @@
 #  - a bad job file: the loader's "FILE:LINE: key: problem", non-zero exit,
 #    from both `config` and `run`; `config` prints overrides;
 #  - `status` with no agent: a clear error, exit 1;
-#  - keygen: a 0600 file of 64 hex characters, never overwritten;
+#  - keygen: a 0600 file of 64 hex characters, never overwritten; a key
+#    file that group or others can read is refused, exit 2 (issue 11);
 #  - one agent: a 0700 data dir with a persisted node id and a 0600 admin
 #    socket speaking one-line commands (help, status; unknown and overlong
 #    lines answered with a JSON error); a second agent on the same data dir is refused; SIGTERM exits 0
 #    and removes the socket; a restart keeps the id; after SIGKILL the stale
-#    socket is replaced.
+#    socket is replaced.  40 held admin connections do not stop `status`
+#    (the held ones are answered "busy", never reset); only the agent's user
+#    or root may drain (SO_PEERCRED), even through a loosened socket.
 #  - issue 13: the bare command prints a short usage and exits 2, any flag
 #    alone still runs the agent; every command has its own --help (exit 0,
 #    stdout); stray arguments are errors naming them; --tags wants
@@ -109,9 +112,20 @@ assert_eq "$(cat "$EA_TMP/cluster.key")" "$key1" "key after a refused keygen"
 "$EA_BIN" keygen | grep -qxE '[0-9a-f]{64}' || fail "keygen to stdout"
 [ "$("$EA_BIN" keygen)" != "$("$EA_BIN" keygen)" ] || fail "two keys are equal"
 printf 'short\n' >"$EA_TMP/bad.key"
+chmod 600 "$EA_TMP/bad.key"
 run_cli "$out" run --key-file "$EA_TMP/bad.key" --data-dir "$EA_TMP/kd" --bind 127.0.0.1:0
 [ "$RC" -eq 1 ] && grep -q "key-file" "$out" || fail "bad key file: rc=$RC $(cat "$out")"
 pass "keygen writes a 0600 64-hex key and refuses to overwrite"
+
+say "a key file that group or others can read is refused (as ssh does)"
+cp "$EA_TMP/cluster.key" "$EA_TMP/loose.key"
+for mode in 644 640 604; do
+  chmod "$mode" "$EA_TMP/loose.key"
+  run_cli "$out" run --key-file "$EA_TMP/loose.key" --data-dir "$EA_TMP/kd" --bind 127.0.0.1:0
+  [ "$RC" -eq 2 ] && grep -q -- "--key-file $EA_TMP/loose.key: key file: mode 0$mode" "$out" ||
+    fail "a mode $mode key file: rc=$RC $(cat "$out")"
+done
+pass "mode 0644, 0640, 0604 key files: exit 2 naming the file and its mode"
 
 say "one agent's life cycle"
 start_agent solo --key-file "$EA_TMP/cluster.key"
@@ -154,6 +168,92 @@ a=$(admin "$(head -c 3000 /dev/zero | tr '\0' x)") || fail "admin long line"
 assert_contains "$a" "too long" "admin long line"
 a=$(admin 'status') || fail "admin status without newline (EOF ends the line)"
 assert_contains "$a" '"summary"' "admin status"
+# Issue 11: 40 held admin connections (half with a partial request) made
+# every status fail with "Connection reset by peer".  Now a status still
+# works while they are held, the held ones are answered "busy" or time
+# out (never a reset), and the agent's open fds stay bounded.
+"$PY" - "$data/admin.sock" "$EA_BIN" "$data" "${AGENT_PID[solo]}" <<'PY' || fail "admin connections held"
+import json, os, select, socket, subprocess, sys, time
+path, binary, data, pid = sys.argv[1:5]
+fds0 = len(os.listdir(f"/proc/{pid}/fd"))
+held = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    if i % 2:
+        s.sendall(b"sta")
+    held.append(s)
+# wait (5 s at most) until the agent has dealt with all 40: the 24 over the
+# limit are answered at once (evicted "busy"), the 16 it serves are not
+deadline = time.time() + 5
+while time.time() < deadline:
+    readable, _, _ = select.select(held, [], [], 0.05)
+    if len(readable) >= 40 - 16:
+        break
+fds = len(os.listdir(f"/proc/{pid}/fd"))
+# one descriptor per held connection at most (16 served, the evicted ones
+# read until their EOF for 1 s), nothing else
+assert fds <= fds0 + 40 + 2, f"agent fds {fds0} -> {fds} with 40 held connections"
+for attempt in range(3):
+    r = subprocess.run([binary, "status", "--data-dir", data, "--json"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, f"status with 40 held connections: rc={r.returncode} {r.stderr}"
+    assert "summary" in json.loads(r.stdout), r.stdout[:200]
+answers = {"busy": 0, "timeout": 0, "closed": 0}
+deadline = time.time() + 8
+for s in held:
+    s.settimeout(max(0.1, deadline - time.time()))
+    buf = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            buf += b
+    except ConnectionResetError:
+        raise AssertionError("a held admin connection was reset")
+    text = buf.decode()
+    if "busy" in text:
+        answers["busy"] += 1
+    elif "no request line" in text:
+        answers["timeout"] += 1
+    else:
+        answers["closed"] += 1
+    s.close()
+assert answers["busy"] >= 40 - 16, answers
+print("held connections:", answers, f"fds {fds0} -> {fds}")
+PY
+pass "status works with 40 admin connections held; the held ones are answered busy or time out"
+# Issue 11: only the agent's user (or root) may drain, even when an operator
+# loosens the socket's mode: SO_PEERCRED.  Another uid may still read status.
+chmod 755 "$EA_TMP" "${AGENT_DIR[solo]}" "$data"
+chmod 666 "$data/admin.sock"
+"$PY" - "$data/admin.sock" <<'PY' || fail "drain from another uid"
+import json, os, socket, sys
+os.setgid(65534)
+os.setuid(65534)
+def ask(line):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sys.argv[1])
+    s.sendall(line)
+    s.shutdown(socket.SHUT_WR)
+    buf = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        buf += b
+    return json.loads(buf)
+d = ask(b"drain solo\n")
+assert "permission denied" in d.get("error", "") and "uid 65534" in d["error"], d
+assert "summary" in ask(b"status\n")
+PY
+chmod 700 "$EA_TMP" "$data"
+chmod 600 "$data/admin.sock"
+a=$(admin $'drain nobody\n') || fail "admin drain as the agent's user"
+assert_contains "$a" "no alive member named 'nobody'" "drain as the agent's user still runs"
+grep -q "refused 'drain' from uid 65534" "$(agent_log solo)" || fail "no log line for the refused drain"
+pass "drain from uid 65534 refused (SO_PEERCRED), status allowed; the agent's user may drain"
 run_cli "$out" run --name dup --bind 127.0.0.1:0 --data-dir "$data"
 assert_eq "$RC" 1 "second agent on the same data dir"
 grep -q "in use by another agent" "$out" || fail "second agent message: $(cat "$out")"

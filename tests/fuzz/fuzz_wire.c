@@ -1,6 +1,7 @@
 /* libFuzzer harness for every network-facing decoder of the gossip wire
- * (membership/wire.c over base/mpread.c, seal.c).  Each input is fed, as is, to the
- * packet decoder, the push-pull state decoder and the seal opener.  Beyond
+ * (membership/wire.c over base/mpread.c, seal.c, wire_frame.c).  Each input is fed, as is,
+ * to the packet decoder, the push-pull state decoder, the seal opener and the
+ * TCP frame-header decoder (plain and sealed).  Beyond
  * "no crash, no sanitizer report", it checks the codec's promise that
  * whatever decodes is a valid struct: it re-encodes (to exactly the size the
  * size helpers predict) and decodes again to an equal struct; a mismatch
@@ -114,9 +115,35 @@ static void fuzz_seal(const uint8_t *data, size_t size) {
   }
 }
 
+/* The TCP frame header (wire_frame.c): plain and sealed.  Whatever decodes
+ * re-encodes to a header that decodes to the same length and flags; what
+ * does not names why. */
+static void fuzz_frame_hdr(const uint8_t *data, size_t size) {
+  for (int keyed = 0; keyed < 2; keyed++) {
+    const uint8_t *key = keyed ? fuzz_key : NULL;
+    uint32_t len = 0, len2 = 0;
+    uint8_t flags = 0, flags2 = 0, re[EA_WIRE_FRAME_HDR_MAX];
+    size_t rl = 0;
+    const char *err = NULL;
+    size_t n = size < ea_wire_frame_hdr_size(keyed) ? size : ea_wire_frame_hdr_size(keyed);
+    int rc = ea_wire_frame_hdr_decode(key, data, n, EA_WIRE_MAX_FRAME, &len, &flags, &err);
+    if (rc != 0) {
+      CHECK(err != NULL);
+      CHECK(rc == -EA_EWIRE || rc == -EBADMSG || rc == -EMSGSIZE);
+      continue;
+    }
+    CHECK(len <= EA_WIRE_MAX_FRAME && (flags == 0) == (len != 0));
+    CHECK(ea_wire_frame_hdr_encode(key, len, flags, re, sizeof re, &rl) == 0);
+    CHECK(rl == ea_wire_frame_hdr_size(keyed));
+    CHECK(ea_wire_frame_hdr_decode(key, re, rl, EA_WIRE_MAX_FRAME, &len2, &flags2, NULL) == 0);
+    CHECK(len == len2 && flags == flags2);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_msg(data, size);
   fuzz_state(data, size);
   fuzz_seal(data, size);
+  fuzz_frame_hdr(data, size);
   return 0;
 }

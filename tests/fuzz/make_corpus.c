@@ -1,11 +1,13 @@
 /* Writes the seed inputs of tests/fuzz/corpus/wire with the real encoder, so
  * the seeds always match the codec: one packet of each message type (IPv4
  * and IPv6, with and without meta, 0 to several updates), two push-pull
- * frames, and a packet sealed with the fuzz harness's fixed key.
+ * frames, a packet sealed with the fuzz harness's fixed key, and three TCP frame
+ * headers (plain, sealed, busy).
  *
  * The seeds are committed; regenerate them when the wire format changes:
  *   cc -D_GNU_SOURCE -Iinclude tests/fuzz/make_corpus.c membership/wire.c base/mpread.c \
- *      membership/seal.c -lmsgpackc -lsodium -o /tmp/mc && /tmp/mc tests/fuzz/corpus/wire
+ *      membership/seal.c membership/wire_frame.c -lmsgpackc -lsodium -o /tmp/mc && \
+ *      /tmp/mc tests/fuzz/corpus/wire
  *
  * Not a fuzz harness (no fuzz_ prefix); deterministic (no random input, so
  * only the sealed seed's nonce differs between runs).
@@ -103,5 +105,13 @@ int main(int argc, char **argv) {
   if (ea_wire_encode_state(EA_SYNC_PERIODIC, &src, NULL, 0, &out, &len)) return 1;
   if (put("state-empty", out, len)) return 1;
   free(out);
+  /* TCP frame headers (wire_frame.c): plain, sealed, busy */
+  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX];
+  if (ea_wire_frame_hdr_encode(NULL, 4096, 0, hdr, sizeof hdr, &len)) return 1;
+  if (put("frame-hdr-plain", hdr, len)) return 1;
+  if (ea_wire_frame_hdr_encode(fuzz_key, 4096, 0, hdr, sizeof hdr, &len)) return 1;
+  if (put("frame-hdr-sealed", hdr, len)) return 1;
+  if (ea_wire_frame_hdr_encode(fuzz_key, 0, EA_WIRE_FRAME_BUSY, hdr, sizeof hdr, &len)) return 1;
+  if (put("frame-hdr-busy", hdr, len)) return 1;
   return 0;
 }

@@ -54,6 +54,45 @@ START_TEST(test_logkv_fields_are_json_members) {
 }
 END_TEST
 
+/* A value with control bytes (a member name from the network, a worker's
+ * output) cannot forge a log line or drive a terminal: in text they are
+ * escaped as \n, \r, \t, \xNN, in JSON as \u00NN; either way the event is
+ * one line (issue 11, item 7). */
+START_TEST(test_log_escapes_control_bytes) {
+  char path[] = "/tmp/ea-test-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *forged = "n9\n2026-12-01T00:00:00.000Z info  n1 drain drained\r\x1b[2J\x7f\tend";
+  ck_assert_int_eq(ea_log_setup("info", "text", path), 0);
+  ea_log_set_node("n1\nx");
+  ea_log(EA_LOG_INFO, "membership", "member %s joined", forged);
+  ck_assert_int_eq(ea_log_setup("info", "json", path), 0);
+  ea_logkv(EA_LOG_INFO, "membership", (ea_log_kv[]){EA_KV_S("name", forged)}, 1, "member %s joined",
+           forged);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char a[1024] = "", b[1024] = "", c[64] = "";
+  ck_assert_ptr_nonnull(fgets(a, sizeof a, f));
+  ck_assert_ptr_nonnull(fgets(b, sizeof b, f));
+  ck_assert_ptr_null(fgets(c, sizeof c, f)); /* two events, two lines */
+  fclose(f);
+  unlink(path);
+  ck_assert_msg(strstr(a,
+                       " info  n1\\nx membership member n9\\n2026-12-01T00:00:00.000Z info  n1 "
+                       "drain drained\\r\\x1b[2J\\x7f\\tend joined\n"),
+                "%s", a);
+  ck_assert_msg(strstr(b, "\"node\":\"n1\\u000ax\"") &&
+                    strstr(b,
+                           "\"name\":\"n9\\u000a2026-12-01T00:00:00.000Z info  n1 drain "
+                           "drained\\u000d\\u001b[2J\\u007f\\u0009end\""),
+                "%s", b);
+  for (const char *p = a; *p; p++) ck_assert(*p == '\n' ? p[1] == 0 : (unsigned char)*p >= 0x20);
+  ea_log_set_node("");
+  ck_assert_int_eq(ea_log_setup("info", "text", NULL), 0);
+}
+END_TEST
+
 START_TEST(test_array_grows_and_keeps_contents) {
   uint32_t *a = NULL;
   size_t cap = 0;
@@ -217,6 +256,7 @@ int main(void) {
   Suite *s = suite_create("base");
   TCase *tc = tcase_create("base");
   tcase_add_test(tc, test_logkv_fields_are_json_members);
+  tcase_add_test(tc, test_log_escapes_control_bytes);
   tcase_add_test(tc, test_array_grows_and_keeps_contents);
   tcase_add_test(tc, test_array_overflow_refused_untouched);
   tcase_add_test(tc, test_sb_printf_long_and_short);

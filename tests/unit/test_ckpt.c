@@ -43,6 +43,11 @@
  *     the newer generation then commits, supersedes it and is resumed from;
  *   - retention keeps keep_last, never the newest complete nor LATEST's
  *     target, removes older leftovers but not newer ones nor in-progress ones;
+ *   - a LATEST naming a checkpoint that does not exist or does not verify
+ *     (step-1.gen-281474976710655) fences nothing, is replaced by the next
+ *     commit and protects nothing from retention; leftovers newer than the
+ *     newest complete checkpoint are bounded (EA_CKPT_PARTIAL_KEEP besides
+ *     the in-progress ones), even when nothing is complete;
  *   - a full file system (8 MiB tmpfs in a private mount namespace) gives
  *     -ENOSPC naming the file, removes the partial shard, and leaves the
  *     previous checkpoint intact and chosen by resume;
@@ -1007,6 +1012,107 @@ START_TEST(test_retention) {
 }
 END_TEST
 
+/* ---- a LATEST that names no checkpoint (issue 11, item 5) --------------- */
+
+static void write_latest(const char *text) {
+  char lp[512];
+  path_in(lp, sizeof lp, "LATEST");
+  FILE *f = fopen(lp, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+START_TEST(test_bogus_latest_neither_fences_nor_sticks) {
+  uint64_t total = 20011;
+  uint8_t *state = random_bytes(total, 6);
+  char latest[64], err[1024];
+  /* a LATEST naming a checkpoint that does not exist, before anything was
+   * committed: the first commit goes through and replaces it */
+  write_latest("step-1.gen-281474976710655\n");
+  ck_assert_int_eq(save(g_dir, 10, 2, 2, state, total, 0), 0);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-10.gen-2");
+  /* the same after a commit: a later commit of the same generation is not
+   * fenced, and LATEST moves back to a checkpoint that exists */
+  write_latest("step-1.gen-281474976710655\n");
+  ck_assert_int_eq(save(g_dir, 20, 2, 2, state, total, 0), 0);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-20.gen-2");
+  /* a LATEST naming a directory whose MANIFEST does not verify (planted
+   * with a huge generation) does not fence either, nor protect it */
+  char ck[512];
+  path_in(ck, sizeof ck, "step-30.gen-9000");
+  ck_assert_int_eq(mkdir(ck, 0755), 0);
+  char mp[600];
+  snprintf(mp, sizeof mp, "%s/MANIFEST", ck);
+  FILE *f = fopen(mp, "w");
+  fputs("ea-ckpt-manifest 1\nstep 30\ngeneration 9000\n", f);
+  fclose(f);
+  write_latest("step-30.gen-9000\n");
+  ck_assert_int_eq(save(g_dir, 40, 3, 2, state, total, 0), 0);
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, latest, sizeof latest), 0);
+  ck_assert_str_eq(latest, "step-40.gen-3");
+  /* a real newer generation still fences */
+  ck_assert_int_eq(save(g_dir, 50, 2, 2, state, total, 0), -ESTALE);
+  ea_ckpt_resume rs;
+  ck_assert_int_eq(ea_ckpt_find_resume(g_dir, EA_CKPT_VERIFY_FULL, &rs), 0);
+  ck_assert_str_eq(rs.name, "step-40.gen-3");
+  ea_ckpt_resume_close(&rs);
+  /* retention: the planted directory is a leftover, LATEST or not */
+  write_latest("step-30.gen-9000\n");
+  ea_ckpt_retain_stats st;
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 3, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(!exists("step-30.gen-9000"));
+  ck_assert(exists("step-40.gen-3") && exists("step-20.gen-2") && exists("step-10.gen-2"));
+  free(state);
+}
+END_TEST
+
+START_TEST(test_leftovers_bounded_while_commits_fail) {
+  /* commits that never succeed (here: nothing complete at all, as under a
+   * fence that refused every commit) leave one step directory per save;
+   * retention keeps the in-progress ones and EA_CKPT_PARTIAL_KEEP newest
+   * others, never a complete checkpoint */
+  char err[1024];
+  char name[64];
+  for (int s = 1; s <= 12; s++) {
+    snprintf(name, sizeof name, "step-%d.gen-4", s * 10);
+    make_partial(name, 100);
+  }
+  const char *inprog[] = {"step-30.gen-4"};
+  ea_ckpt_retain_stats st;
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 2, inprog, 1, &st, err, sizeof err), 0);
+  ck_assert_uint_eq(st.removed_partial, 12 - 1 - EA_CKPT_PARTIAL_KEEP);
+  ck_assert(exists("step-120.gen-4") && exists("step-110.gen-4") && exists("step-30.gen-4"));
+  ck_assert(!exists("step-100.gen-4") && !exists("step-10.gen-4"));
+  /* with complete checkpoints: they stay (keep_last), the newer leftovers
+   * are bounded, the older ones go */
+  uint64_t total = 5003;
+  uint8_t *state = random_bytes(total, 7);
+  ck_assert_int_eq(save(g_dir, 5, 4, 1, state, total, 0), 0);
+  ck_assert_int_eq(save(g_dir, 7, 4, 1, state, total, 0), 0);
+  for (int s = 13; s <= 20; s++) {
+    snprintf(name, sizeof name, "step-%d.gen-4", s * 10);
+    make_partial(name, 100);
+  }
+  make_partial("step-1.gen-4", 100);
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 2, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert_uint_eq(st.kept, 2);
+  ck_assert_uint_eq(st.removed_complete, 0);
+  ck_assert(exists("step-5.gen-4") && exists("step-7.gen-4"));
+  ck_assert(exists("step-200.gen-4") && exists("step-190.gen-4"));
+  ck_assert(!exists("step-180.gen-4") && !exists("step-120.gen-4") && !exists("step-30.gen-4"));
+  ck_assert(!exists("step-1.gen-4"));
+  ea_ckpt_entry *e;
+  size_t n;
+  ck_assert_int_eq(ea_ckpt_list(g_dir, &e, &n), 0);
+  ck_assert_uint_eq(n, 2 + EA_CKPT_PARTIAL_KEEP);
+  free(e);
+  free(state);
+}
+END_TEST
+
 /* ---- fence first, bounded lock --------------------------------------------- */
 
 START_TEST(test_stale_fenced_before_shard_check) {
@@ -1486,6 +1592,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_generation_fencing);
   tcase_add_test(tc, test_fencing_race);
   tcase_add_test(tc, test_retention);
+  tcase_add_test(tc, test_bogus_latest_neither_fences_nor_sticks);
+  tcase_add_test(tc, test_leftovers_bounded_while_commits_fail);
   tcase_add_test(tc, test_stale_fenced_before_shard_check);
   tcase_add_test(tc, test_lock_timeout);
   tcase_add_test(tc, test_frozen_committer);

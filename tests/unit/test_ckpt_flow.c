@@ -1862,6 +1862,64 @@ static void write_state_shards(const char *dir, const uint8_t *st, uint64_t tota
   }
 }
 
+/* Commits that keep failing (issue 11, item 5: a fence that refused
+ * every commit filled the disk, because retention ran only after a
+ * successful commit): each failed commit still runs retention, so the step
+ * directories stay bounded and the committed checkpoint stays. */
+START_TEST(test_core_failed_commits_keep_leftovers_bounded) {
+  seed_rng("test_core_failed_commits_keep_leftovers_bounded");
+  char tmp[] = "/tmp/ea-test-ckfail-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(tmp));
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/ck", tmp);
+  const ea_model_dims dims = {8, 8, 32, 1};
+  uint64_t total;
+  ck_assert_int_eq(ea_state_layout(&dims, &total, NULL), 0);
+  uint8_t *state = malloc(total);
+  for (uint64_t i = 0; i < total; i++) state[i] = (uint8_t)rnd();
+  core_io io = {0};
+  ea__ckpt_core_io cio = {.ctx = &io, .commit = cio_commit, .event = cio_event};
+  ea__ckpt_ctl_opts o = {.dir = dir, .keep_last = 2, .dims = &dims, .max_pending = 4};
+  ea__ckpt_core *c;
+  ck_assert_int_eq(ea__ckpt_core_new(&o, &cio, &c), 0);
+  ea__ckpt_msg rep[2];
+  /* one good checkpoint */
+  write_shards(dir, state, total, 10, 5, 2, rep);
+  ea__ckpt_core_recv(c, now_s(), &rep[0]);
+  ea__ckpt_core_recv(c, now_s(), &rep[1]);
+  cio_run(c, &io);
+  ck_assert_int_eq(io.events[EA__CKPT_EV_COMMITTED], 1);
+  /* then twelve that fail at commit: a shard file vanished */
+  for (uint64_t s = 20; s <= 130; s += 10) {
+    write_shards(dir, state, total, s, 5, 2, rep);
+    char p[EA_CKPT_PATH_MAX];
+    ck_assert_int_eq(ea_ckpt_shard_path(p, sizeof p, dir, s, 5, 1, 2), 0);
+    ck_assert_int_eq(unlink(p), 0);
+    ea__ckpt_core_recv(c, now_s(), &rep[0]);
+    ea__ckpt_core_recv(c, now_s(), &rep[1]);
+    cio_run(c, &io);
+  }
+  ck_assert_int_eq(io.events[EA__CKPT_EV_FAILED], 12);
+  ck_assert_int_eq(io.last_failed.error, -ENOENT);
+  ck_assert_uint_gt(io.last_failed.retained.removed_partial, 0);
+  ea_ckpt_entry *e;
+  size_t n;
+  ck_assert_int_eq(ea_ckpt_list(dir, &e, &n), 0);
+  ck_assert_uint_le(n, 1 + EA_CKPT_PARTIAL_KEEP);
+  bool good = false;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(e[i].name, "step-10.gen-5") == 0 && e[i].complete) good = true;
+  ck_assert(good);
+  free(e);
+  char line[1024];
+  ea__ckpt_event_format(&io.last_failed, line, sizeof line);
+  ck_assert_msg(strstr(line, "partial_removed="), "%s", line);
+  ea__ckpt_core_free(c);
+  free(state);
+  rm_rf(tmp);
+}
+END_TEST
+
 START_TEST(test_state_table_into_the_manifest) {
   char dir[] = "/tmp/ea-state-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -1940,6 +1998,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_layout_from_dims_and_staging);
   tcase_add_test(tc, test_core_collects_commits_and_gives_up);
   tcase_add_test(tc, test_state_table_into_the_manifest);
+  tcase_add_test(tc, test_core_failed_commits_keep_leftovers_bounded);
   suite_add_tcase(s, tc);
   TCase *tf = tcase_create("flow");
   tcase_set_timeout(tf, 90);

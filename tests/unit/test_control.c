@@ -8,6 +8,11 @@
  * nothing and counts dropped_unauthenticated; a raw peer's zero length,
  * oversize length and undecodable payload are counted and cut off, while a
  * valid frame dribbled in one byte per write is assembled and delivered;
+ * a keyed receiver reads only a 48-byte sealed header before it buffers
+ * a body, cuts forged headers off, keeps at most 8 connections without a
+ * header per source address (the oldest closed first) and closes them at
+ * their 3 s deadline while a keyed sender still gets through (issue 11);
+ * the version-1 framing is refused by its first byte;
  * a send to a port nobody listens on is dropped and counted, never fatal;
  * a peer that restarts elsewhere is reached at its new address; frames of
  * another codec sharing the channel go to the frame hook and the rest are
@@ -280,10 +285,13 @@ START_TEST(test_bad_input_counted_and_cut_off) {
   const ea_addr *baddr = ea__ctl_bound(b.c);
   uint8_t buf[64];
 
-  /* zero length */
+  /* zero length (a plain version-2 header announcing no body) */
   int fd = raw_connect(baddr);
-  put32(buf, 0);
-  ck_assert_int_eq(write(fd, buf, 4), 4);
+  memcpy(buf,
+         "\xEA"
+         "F\x02\x00\x00\x00\x00\x00",
+         8);
+  ck_assert_int_eq(write(fd, buf, 8), 8);
   cnt_arg c = {&b, 1, 0, 0, 0};
   ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "zero length not counted");
   eof_arg e = {fd};
@@ -292,8 +300,12 @@ START_TEST(test_bad_input_counted_and_cut_off) {
 
   /* a length over the limit: refused before any payload */
   fd = raw_connect(baddr);
-  put32(buf, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD + 1);
-  ck_assert_int_eq(write(fd, buf, 4), 4);
+  memcpy(buf,
+         "\xEA"
+         "F\x02\x00",
+         4);
+  put32(buf + 4, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD + 1);
+  ck_assert_int_eq(write(fd, buf, 8), 8);
   c = (cnt_arg){&b, 1, 0, 1, 0};
   ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "oversize not counted");
   e.fd = fd;
@@ -302,13 +314,25 @@ START_TEST(test_bad_input_counted_and_cut_off) {
 
   /* a payload that does not decode */
   fd = raw_connect(baddr);
-  put32(buf, 5);
-  memcpy(buf + 4, "\xEA\x93\x01\x10\xc0", 5);
-  ck_assert_int_eq(write(fd, buf, 9), 9);
+  size_t hl;
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 5, 0, buf, sizeof buf, &hl), 0);
+  ck_assert_uint_eq(hl, EA_WIRE_FRAME_HDR_PLAIN);
+  memcpy(buf + hl, "\xEA\x93\x01\x10\xc0", 5);
+  ck_assert_int_eq(write(fd, buf, hl + 5), (ssize_t)(hl + 5));
   c = (cnt_arg){&b, 2, 0, 1, 0};
   ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "undecodable payload not counted");
   e.fd = fd;
   ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "not cut off after garbage");
+  close(fd);
+  /* the version-1 framing (a bare length first): refused at its first byte */
+  fd = raw_connect(baddr);
+  put32(buf, 5);
+  memcpy(buf + 4, "\xEA\x93\x01\x10\xc0", 5);
+  ck_assert_int_eq(write(fd, buf, 9), 9);
+  c = (cnt_arg){&b, 3, 0, 1, 0};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "version-1 framing not counted");
+  e.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "not cut off after version 1");
   close(fd);
   ck_assert_int_eq(b.got, 0);
 
@@ -317,12 +341,12 @@ START_TEST(test_bad_input_counted_and_cut_off) {
   uint8_t *enc;
   size_t len;
   ck_assert_int_eq(ea_rdzv_encode(&m, &enc, &len), 0);
-  uint8_t *frame = malloc(4 + len);
-  put32(frame, (uint32_t)len);
-  memcpy(frame + 4, enc, len);
+  uint8_t *frame = malloc(EA_WIRE_FRAME_HDR_PLAIN + len);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, (uint32_t)len, 0, frame, 64, &hl), 0);
+  memcpy(frame + hl, enc, len);
   free(enc);
   fd = raw_connect(baddr);
-  for (size_t i = 0; i < 4 + len; i++) {
+  for (size_t i = 0; i < hl + len; i++) {
     ck_assert_int_eq(write(fd, frame + i, 1), 1);
     uv_run(&loop, UV_RUN_NOWAIT);
   }
@@ -331,8 +355,89 @@ START_TEST(test_bad_input_counted_and_cut_off) {
   ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "dribbled frame not delivered");
   ck_assert_uint_eq(b.last[0].gen.term, 42);
   ck_assert_int_eq(b.last[0].flags, EA_RDZV_F_FAILED);
-  ck_assert_uint_eq(stats(&b).dropped_malformed, 2);
+  ck_assert_uint_eq(stats(&b).dropped_malformed, 3);
   close(fd);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* Issue 11: the control port buffered a whole frame (up to 16 MiB) before
+ * it checked the key.  Now a keyed receiver reads a 48-byte sealed header
+ * first: junk is cut off at the header, connections that send no header
+ * are capped per source address (the oldest closed first) and closed at
+ * their deadline, and a keyed sender still gets through all the while. */
+static bool stats_at_least(void *ctx) {
+  uint64_t *want = ctx; /* {&peer, evicted, timeouts, unauth} packed below */
+  peer *p = (peer *)(uintptr_t)want[0];
+  ea__ctl_stats st = stats(p);
+  return st.preauth_evicted >= want[1] && st.preauth_timeouts >= want[2] &&
+         st.dropped_unauthenticated >= want[3];
+}
+
+START_TEST(test_preauth_bounded) {
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x5a, sizeof key);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b;
+  start(&loop, &a, key);
+  start(&loop, &b, key);
+  const ea_addr *baddr = ea__ctl_bound(b.c);
+  /* a frame that claims to be sealed, with 1 MiB behind it: closed at its
+   * 48th byte, the rest never buffered */
+  int junk = raw_connect(baddr);
+  static uint8_t big[1 << 20];
+  memset(big, 0x77, sizeof big);
+  big[0] = EA_WIRE_MAGIC_SEALED;
+  ck_assert_int_eq(send(junk, big, EA_WIRE_FRAME_HDR_SEALED, 0), EA_WIRE_FRAME_HDR_SEALED);
+  uint64_t w1[4] = {(uintptr_t)&b, 0, 0, 1};
+  ck_assert_msg(run_until(&loop, stats_at_least, w1, WAIT_MS), "forged header not counted");
+  eof_arg e = {junk};
+  ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "forged header not cut off");
+  close(junk);
+  /* 20 connections holding 47 of the 48 header bytes, all from 127.0.0.1:
+   * at most CTL_PREAUTH_PER_SOURCE (8) are kept, the oldest closed first */
+  enum { HOLD = 20 };
+  int fds[HOLD];
+  for (int i = 0; i < HOLD; i++) {
+    fds[i] = raw_connect(baddr);
+    ck_assert_int_eq(send(fds[i], big, EA_WIRE_FRAME_HDR_SEALED - 1, 0),
+                     EA_WIRE_FRAME_HDR_SEALED - 1);
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  uint64_t w2[4] = {(uintptr_t)&b, HOLD - 8, 0, 1};
+  ck_assert_msg(run_until(&loop, stats_at_least, w2, WAIT_MS), "evicted %llu, want %d",
+                (unsigned long long)stats(&b).preauth_evicted, HOLD - 8);
+  ck_assert_uint_eq(stats(&b).preauth_evicted, HOLD - 8);
+  for (int i = 0; i < HOLD - 8; i++) {
+    e.fd = fds[i];
+    ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "connection %d (oldest) kept", i);
+  }
+  /* a keyed sender from the same address still gets through: its
+   * connection makes room by closing the oldest one still waiting */
+  ea_rdzv_msg m = report(77, 0);
+  ea_node_id bid = idof(2);
+  ea__ctl_send(a.c, &bid, baddr, &m);
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "keyed frame not delivered");
+  ck_assert_uint_eq(b.last[0].gen.term, 77);
+  ck_assert_uint_eq(stats(&b).preauth_evicted, HOLD - 8 + 1);
+  /* the 7 left are closed at their deadline (3 s), the keyed one is not */
+  uint64_t w3[4] = {(uintptr_t)&b, HOLD - 8 + 1, 7, 1};
+  ck_assert_msg(run_until(&loop, stats_at_least, w3, 3000 + WAIT_MS), "timeouts %llu, want 7",
+                (unsigned long long)stats(&b).preauth_timeouts);
+  for (int i = HOLD - 8; i < HOLD; i++) {
+    e.fd = fds[i];
+    ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "connection %d not timed out", i);
+    close(fds[i]);
+  }
+  for (int i = 0; i < HOLD - 8; i++) close(fds[i]);
+  ck_assert_uint_eq(stats(&b).conns_in, 1);
+  ea__ctl_send(a.c, &bid, baddr, &m);
+  g.want = 2;
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "keyed connection did not survive");
+  close_peer(&loop, &a);
   close_peer(&loop, &b);
   ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
@@ -428,6 +533,7 @@ static Suite *control_suite(void) {
   tcase_add_test(tc, test_roundtrip_in_order_one_connection);
   tcase_add_test(tc, test_sealed);
   tcase_add_test(tc, test_bad_input_counted_and_cut_off);
+  tcase_add_test(tc, test_preauth_bounded);
   tcase_add_test(tc, test_unreachable_and_moved_peer);
   tcase_add_test(tc, test_frame_hook_shares_the_channel);
   suite_add_tcase(s, tc);

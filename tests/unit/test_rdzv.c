@@ -440,6 +440,56 @@ START_TEST(test_member_dies) {
 }
 END_TEST
 
+/* ---- a forged STATE (issue 11, item 4) ------------------------------------ */
+
+/* Without a key, one forged STATE frame naming an unknown member paused
+ * every node for good ("no quorum: 0 of 1 members of generation 5
+ * reachable").  Generation state is now believed only from the controller
+ * the local view elects or the member last asked, naming members the view
+ * knows: forged ones — from a stranger, from a member that is neither, or
+ * from the controller's id naming a stranger — are refused and counted, and
+ * training goes on. */
+START_TEST(test_forged_state_refused) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("forged_state"), 3, &c, true);
+  for (int i = 0; i < 3; i++) h_start(h, i);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, 20000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  int ctl = -1;
+  for (int i = 0; i < 3; i++)
+    if (status_of(h, i).controller) ctl = i;
+  ck_assert_int_ge(ctl, 0);
+  ea_node_id stranger;
+  memset(stranger.b, 0xee, sizeof stranger.b);
+  ea_rdzv_node forged_node = {.id = stranger};
+  snprintf(forged_node.name, sizeof forged_node.name, "ghost");
+  const ea_node_id *srcs[3] = {&stranger, &h->a[(ctl + 1) % 3].id, &h->a[ctl].id};
+  uint64_t steps = h->a[0].w[0].step;
+  for (int k = 0; k < 3; k++) {
+    ea_rdzv_msg m = {.type = EA_RDZV_STATE, .src = *srcs[k]};
+    m.gen.term = g.term + 5;
+    m.gen.ctrl = stranger;
+    m.plan.gen = m.gen;
+    m.plan.nodes = &forged_node;
+    m.plan.nnodes = 1;
+    for (int i = 0; i < 3; i++) ea_rdzv_recv(h->a[i].r, h->now, &m);
+  }
+  h_run_until(h, h->now + 3000);
+  NO_VIOLATION(h);
+  for (int i = 0; i < 3; i++) {
+    ea_rdzv_status st = status_of(h, i);
+    ck_assert_msg(!strstr(st.reason, "no quorum"), "n%d: %s", i, st.reason);
+    ck_assert(h_training(h, i));
+    ck_assert(gen_is(h, i, &g));
+    /* the controller's own id is forged to the others; to itself it is its own */
+    ck_assert_uint_ge(st.state_refused, 2);
+  }
+  ck_assert_uint_gt(h->a[0].w[0].step, steps);
+  h_free(h);
+}
+END_TEST
+
 /* ---- joiners -------------------------------------------------------------- */
 
 typedef struct {
@@ -1750,6 +1800,7 @@ static Suite *rdzv_suite(void) {
       {"codec_rejects", test_codec_rejects},
       {"cold_start", test_cold_start},
       {"member_dies", test_member_dies},
+      {"forged_state_refused", test_forged_state_refused},
       {"joiners_batched", test_joiners_batched},
       {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
       {"fail_during_prepare", test_fail_during_prepare},

@@ -8,7 +8,11 @@
  * datagram (garbage, a sealed packet without a key, truncated msgpack,
  * oversize) is dropped into its own counter and nothing else changes; a TCP
  * peer that claims a huge frame is cut off at once, and one that stalls is
- * cut off at the per-connection deadline; a graceful leave is seen as LEFT
+ * cut off at the per-connection deadline; the version-1 framing is refused
+ * by its first byte; 200 connections held without a frame header do not
+ * stop a join (capped per source and in all, oldest first, 2 s deadline),
+ * and a joiner refused because every slot is really in use logs "busy",
+ * never a reset (issue 11); a graceful leave is seen as LEFT
  * and its done callback runs; closing leaves no handle on the loop.  Every
  * wait polls a condition with a deadline.  Ports are ephemeral, so runs can
  * overlap; no randomness beyond the transports' own seeds (fixed here).
@@ -343,8 +347,8 @@ START_TEST(test_tcp_hostile_peers) {
 
   /* Claims a 1 GiB frame: refused at the header, before any buffering. */
   int fd = tcp_to(a.t);
-  uint8_t hdr[4] = {0x40, 0, 0, 0};
-  ck_assert_int_eq(send(fd, hdr, 4, 0), 4);
+  uint8_t hdr[8] = {EA_WIRE_MAGIC_PLAIN, 'F', EA_WIRE_FRAME_VERSION, 0, 0x40, 0, 0, 0};
+  ck_assert_int_eq(send(fd, hdr, 8, 0), 8);
   sockwait sw = {fd};
   ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "huge frame not refused");
   close(fd);
@@ -355,7 +359,17 @@ START_TEST(test_tcp_hostile_peers) {
   /* Claims 100 bytes, sends 3, then stalls: cut off at the deadline, not
    * before 300 ms. */
   fd = tcp_to(a.t);
-  uint8_t part[7] = {0, 0, 0, 100, EA_WIRE_MAGIC_PLAIN, 0x94, 0x01};
+  uint8_t part[11] = {EA_WIRE_MAGIC_PLAIN,
+                      'F',
+                      EA_WIRE_FRAME_VERSION,
+                      0,
+                      0,
+                      0,
+                      0,
+                      100,
+                      EA_WIRE_MAGIC_PLAIN,
+                      0x94,
+                      0x01};
   ck_assert_int_eq(send(fd, part, sizeof part, 0), (ssize_t)sizeof part);
   uv_update_time(&loop);
   uint64_t t0 = uv_now(&loop);
@@ -368,17 +382,137 @@ START_TEST(test_tcp_hostile_peers) {
 
   /* Garbage frame of the announced size: malformed, connection closed. */
   fd = tcp_to(a.t);
-  uint8_t junk[4 + 8] = {0, 0, 0, 8, EA_WIRE_MAGIC_PLAIN, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1};
+  uint8_t junk[8 + 8] = {EA_WIRE_MAGIC_PLAIN,
+                         'F',
+                         EA_WIRE_FRAME_VERSION,
+                         0,
+                         0,
+                         0,
+                         0,
+                         8,
+                         EA_WIRE_MAGIC_PLAIN,
+                         0xc1,
+                         0xc1,
+                         0xc1,
+                         0xc1,
+                         0xc1,
+                         0xc1,
+                         0xc1};
   ck_assert_int_eq(send(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
   sw.fd = fd;
   ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "garbage frame not refused");
   close(fd);
+  /* The version-1 framing (a bare u32 length): refused at its first byte. */
+  fd = tcp_to(a.t);
+  uint8_t v1[4 + 8] = {0, 0, 0, 8, EA_WIRE_MAGIC_PLAIN, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1};
+  ck_assert_int_eq(send(fd, v1, sizeof v1, 0), (ssize_t)sizeof v1);
+  sw.fd = fd;
+  ck_assert_msg(run_until(&loop, peer_closed, &sw, WAIT_MS), "version-1 frame not refused");
+  close(fd);
   ea_transport_stats_get(a.t, &s);
-  ck_assert_uint_eq(s.dropped_malformed, 1);
+  ck_assert_uint_eq(s.dropped_malformed, 2);
   ck_assert_uint_eq(s.syncs_served, 0);
   ck_assert_uint_eq(ea_swim_alive_count(ea_transport_swim(a.t)), 1);
   close_node(&loop, &a);
   finish_loop(&loop);
+}
+END_TEST
+
+/* Issue 11: 200 idle connections to a seed's gossip port made joins
+ * through it fail ("connection reset by peer").  Now connections without a
+ * frame header are capped per source (8) and in all (64), the oldest closed
+ * first but never one whose header has arrived, and closed after 2 s; a
+ * joiner gets through while 200 are held, and one refused because every
+ * slot is really in use is told "busy", not reset. */
+typedef struct {
+  node *n;
+  int want_ok, want_fail;
+} joinwait;
+static bool join_outcome(void *p) {
+  joinwait *w = p;
+  return w->n->join_ok >= w->want_ok && w->n->join_fail >= w->want_fail;
+}
+
+START_TEST(test_tcp_preauth_bounded) {
+  char logp[] = "/tmp/ea-test-transport-log-XXXXXX";
+  int lfd = mkstemp(logp);
+  ck_assert_int_ge(lfd, 0);
+  close(lfd);
+  ck_assert_int_eq(ea_log_setup("info", "text", logp), 0);
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x3c, sizeof key);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a, b, c;
+  start_node(&loop, &a, 1, key, 0);
+  start_node(&loop, &b, 2, key, 0);
+  start_node(&loop, &c, 3, key, 0);
+  /* 200 connections: idle, or 47 of the 48 header bytes */
+  enum { HOLD = 200 };
+  static int fds[HOLD];
+  uint8_t part[EA_WIRE_FRAME_HDR_SEALED];
+  memset(part, 0x11, sizeof part);
+  part[0] = EA_WIRE_MAGIC_SEALED;
+  for (int i = 0; i < HOLD; i++) {
+    fds[i] = tcp_to(a.t);
+    if (i % 2) ck_assert_int_eq(send(fds[i], part, sizeof part - 1, 0), (ssize_t)sizeof part - 1);
+    if (i % 10 == 0) uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  /* b joins through a while they are held */
+  join_to(&b, &a);
+  joinwait jw = {&b, 1, 0};
+  ck_assert_msg(run_until(&loop, join_outcome, &jw, WAIT_MS), "join failed with %d held: %d fails",
+                HOLD, b.join_fail);
+  ea_transport_stats s;
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_ge(s.preauth_evicted, HOLD - 8);
+  ck_assert_uint_ge(s.syncs_served, 1);
+  /* the ones kept are closed at the 2 s deadline */
+  for (int i = 0; i < HOLD; i++) {
+    sockwait sw = {fds[i]};
+    ck_assert_msg(run_until(&loop, peer_closed, &sw, 2000 + WAIT_MS), "held connection %d kept", i);
+    close(fds[i]);
+  }
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_ge(s.preauth_timeouts, 1);
+  ck_assert_uint_eq(s.preauth_evicted + s.preauth_timeouts, HOLD);
+
+  /* 64 connections that sent a valid sealed header and hold their body:
+   * every slot is in use, so c's join is answered busy, and says so */
+  enum { BUSY = 64 };
+  static int bfd[BUSY];
+  uint8_t hdr[EA_WIRE_FRAME_HDR_SEALED];
+  size_t hl = 0;
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 1000, 0, hdr, sizeof hdr, &hl), 0);
+  for (int i = 0; i < BUSY; i++) {
+    bfd[i] = tcp_to(a.t);
+    ck_assert_int_eq(send(bfd[i], hdr, hl, 0), (ssize_t)hl);
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  join_to(&c, &a);
+  joinwait jc = {&c, 0, 1};
+  ck_assert_msg(run_until(&loop, join_outcome, &jc, WAIT_MS), "c's join did not fail");
+  ea_transport_stats_get(a.t, &s);
+  ck_assert_uint_ge(s.syncs_refused, 1);
+  for (int i = 0; i < BUSY; i++) close(bfd[i]);
+  /* once they are gone, c's retry gets in */
+  jc = (joinwait){&c, 1, 1};
+  ck_assert_msg(run_until(&loop, join_outcome, &jc, 5000 + WAIT_MS), "c never joined");
+  close_node(&loop, &a);
+  close_node(&loop, &b);
+  close_node(&loop, &c);
+  finish_loop(&loop);
+  ea_log_setup("error", "text", NULL);
+  FILE *f = fopen(logp, "r");
+  ck_assert_ptr_nonnull(f);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  unlink(logp);
+  ck_assert_msg(strstr(text, "busy: the peer has too many push-pull connections open"),
+                "the joiner did not say busy: %.2000s", text);
+  ck_assert_msg(!strstr(text, "reset by peer"), "a joiner saw a reset: %.2000s", text);
 }
 END_TEST
 
@@ -433,6 +567,7 @@ Suite *transport_suite(void) {
   tcase_add_test(tc, test_bad_datagrams);
   tcase_add_test(tc, test_keyed_drops_plain);
   tcase_add_test(tc, test_tcp_hostile_peers);
+  tcase_add_test(tc, test_tcp_preauth_bounded);
   tcase_add_test(tc, test_join_retry);
   suite_add_tcase(s, tc);
   return s;

@@ -13,6 +13,7 @@
 #include "ea_wire.h"
 
 #include <check.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <msgpack.h>
@@ -329,6 +330,7 @@ typedef struct {
   int name_len;    /* meta.name length */
   int name_nul;    /* a NUL inside meta.name */
   int name_as_bin; /* meta.name sent as bin */
+  int name_ctl;    /* a control byte (this value) inside meta.name */
   int trailing;    /* extra bytes after the message */
 } knobs;
 
@@ -387,6 +389,7 @@ static void build_bad(const knobs *k, msgpack_sbuffer *sb) {
     char name[200];
     memset(name, 'n', sizeof name);
     if (k->name_nul) name[1] = 0;
+    if (k->name_ctl) name[2] = (char)k->name_ctl;
     if (k->name_as_bin) {
       msgpack_pack_bin(&pk, k->name_len);
       msgpack_pack_bin_body(&pk, name, k->name_len);
@@ -453,6 +456,13 @@ START_TEST(test_decode_rejects) {
   k = kdef(), k.name_len = 180, expect(&k, "update.meta.name");
   k = kdef(), k.name_nul = 1, expect(&k, "update.meta.name");
   k = kdef(), k.name_as_bin = 1, expect(&k, "update.meta.name: wrong type");
+  /* a name that would forge a log line ("n\n2026-… info …") or move the
+   * cursor (ESC) is refused (issue 11, item 7) */
+  k = kdef(), k.name_ctl = '\n', expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = '\r', expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x1b, expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x7f, expect(&k, "update.meta.name: control character");
+  k = kdef(), k.name_ctl = 0x80, expect(&k, NULL); /* UTF-8 bytes are fine */
   k = kdef(), k.trailing = 1, expect(&k, "trailing");
 
   static ea_msg m;
@@ -746,6 +756,106 @@ START_TEST(test_seal_open) {
 }
 END_TEST
 
+/* ---- the TCP frame header (version 2) ------------------------------------ */
+
+START_TEST(test_frame_header) {
+  uint8_t key[EA_KEY_BYTES], other[EA_KEY_BYTES];
+  memset(key, 0x42, sizeof key);
+  memset(other, 0x43, sizeof other);
+  uint8_t h[EA_WIRE_FRAME_HDR_MAX], p[EA_WIRE_FRAME_HDR_MAX];
+  size_t hl = 0, pl = 0;
+  uint32_t len = 0;
+  uint8_t flags = 9;
+  const char *err = NULL;
+  ck_assert_uint_eq(ea_wire_frame_hdr_size(false), 8);
+  ck_assert_uint_eq(ea_wire_frame_hdr_size(true), 48);
+  /* round trips, plain and sealed */
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 1234567, 0, p, sizeof p, &pl), 0);
+  ck_assert_uint_eq(pl, 8);
+  ck_assert_mem_eq(p,
+                   "\xEA"
+                   "F\x02\x00\x00\x12\xd6\x87",
+                   8);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(NULL, p, pl, EA_WIRE_MAX_FRAME, &len, &flags, &err), 0);
+  ck_assert_uint_eq(len, 1234567);
+  ck_assert_uint_eq(flags, 0);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 99, 0, h, sizeof h, &hl), 0);
+  ck_assert_uint_eq(hl, 48);
+  ck_assert_uint_eq(h[0], EA_WIRE_MAGIC_SEALED);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, h, hl, EA_WIRE_MAX_FRAME, &len, &flags, &err), 0);
+  ck_assert_uint_eq(len, 99);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 0, EA_WIRE_FRAME_BUSY, h, sizeof h, &hl), 0);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, h, hl, EA_WIRE_MAX_FRAME, &len, &flags, &err), 0);
+  ck_assert(len == 0 && flags == EA_WIRE_FRAME_BUSY);
+  /* bad pairs are not encoded */
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 0, 0, p, sizeof p, &pl), -EINVAL);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 5, EA_WIRE_FRAME_BUSY, p, sizeof p, &pl),
+                   -EINVAL);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 5, 0x80, p, sizeof p, &pl), -EINVAL);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 5, 0, h, 47, &hl), -EMSGSIZE);
+  /* unauthenticated: another key, every flipped bit, plain to keyed, sealed to plain */
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 99, 0, h, sizeof h, &hl), 0);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(other, h, hl, EA_WIRE_MAX_FRAME, &len, &flags, &err),
+                   -EBADMSG);
+  ck_assert_ptr_nonnull(strstr(err, "does not open"));
+  for (size_t i = 0; i < hl * 8; i++) {
+    h[i / 8] ^= (uint8_t)(1u << (i % 8));
+    int rc = ea_wire_frame_hdr_decode(key, h, hl, EA_WIRE_MAX_FRAME, &len, &flags, &err);
+    /* a flipped magic byte is no longer a sealed header at all */
+    ck_assert_msg(i < 8 ? rc < 0 : rc == -EBADMSG, "bit %zu flipped: rc %d", i, rc);
+    h[i / 8] ^= (uint8_t)(1u << (i % 8));
+  }
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, h, hl - 1, EA_WIRE_MAX_FRAME, &len, &flags, &err),
+                   -EBADMSG);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, p, pl, EA_WIRE_MAX_FRAME, &len, &flags, &err),
+                   -EBADMSG);
+  ck_assert_ptr_nonnull(strstr(err, "not sealed"));
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(NULL, h, 8, EA_WIRE_MAX_FRAME, &len, &flags, &err),
+                   -EBADMSG);
+  ck_assert_ptr_nonnull(strstr(err, "no cluster key"));
+  /* malformed, each named */
+  struct {
+    const char *bytes, *why;
+  } bad[] = {
+      {"\x00\x00\x00\x05\xEA\x93\x01\x10", "version-1 framing"},
+      {"\x01\x00\x00\x05\xEA\x93\x01\x10", "version-1 framing"},
+      {"GET / HT", "not an elastic-agent frame"},
+      {"\xEA"
+       "G\x02\x00\x00\x00\x00\x05",
+       "not a frame header"},
+      {"\xEA"
+       "F\x01\x00\x00\x00\x00\x05",
+       "unsupported version"},
+      {"\xEA"
+       "F\x03\x00\x00\x00\x00\x05",
+       "unsupported version"},
+      {"\xEA"
+       "F\x02\x02\x00\x00\x00\x05",
+       "reserved flag"},
+      {"\xEA"
+       "F\x02\x00\x00\x00\x00\x00",
+       "zero length"},
+      {"\xEA"
+       "F\x02\x01\x00\x00\x00\x05",
+       "busy with a length"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = ea_wire_frame_hdr_decode(NULL, (const uint8_t *)bad[i].bytes, 8, EA_WIRE_MAX_FRAME,
+                                      &len, &flags, &err);
+    ck_assert_msg(rc == -EA_EWIRE && strstr(err, bad[i].why), "case %zu: rc %d, %s", i, rc, err);
+  }
+  /* version 1 is named even with a key, from its first byte alone */
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, (const uint8_t *)"\x00", 1, EA_WIRE_MAX_FRAME,
+                                            &len, &flags, &err),
+                   -EA_EWIRE);
+  ck_assert_ptr_nonnull(strstr(err, "version-1"));
+  /* over the caller's limit */
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 1001, 0, h, sizeof h, &hl), 0);
+  ck_assert_int_eq(ea_wire_frame_hdr_decode(key, h, hl, 1000, &len, &flags, &err), -EMSGSIZE);
+  ck_assert_ptr_nonnull(strstr(err, "over the limit"));
+}
+END_TEST
+
 /* ---- key files ---------------------------------------------------------- */
 
 static char g_dir[64];
@@ -757,6 +867,7 @@ static const char *write_file(const char *name, const void *data, size_t len) {
   ck_assert_ptr_nonnull(f);
   ck_assert_uint_eq(fwrite(data, 1, len, f), len);
   fclose(f);
+  ck_assert_int_eq(chmod(path, 0600), 0);
   return path;
 }
 
@@ -804,7 +915,27 @@ START_TEST(test_load_key) {
   ck_assert_int_eq(ea_wire_load_key(buf, key, &err), -ENOENT);
   ck_assert_ptr_nonnull(err);
 
-  const char *names[] = {"hex", "hexnl", "raw", "short", "raw31", "long", "badhex", "empty"};
+  /* a key that group or others can read is refused, naming the mode, and
+   * the key is left untouched (issue 11, item 7: as ssh does) */
+  static const unsigned loose[] = {0644, 0640, 0604, 0660, 0666, 0601};
+  for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
+    p = write_file("loose", hex, 64);
+    ck_assert_int_eq(chmod(p, loose[i]), 0);
+    /* root-owned and group-readable is accepted only for a non-root agent
+     * in the file's group; the test runs as root or owns the file */
+    ck_assert_int_eq(ea_wire_load_key(p, key, &err), -EPERM);
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", loose[i]);
+    ck_assert_msg(strstr(err, mode) && strstr(err, "chmod 600"), "%s", err);
+    for (int b = 0; b < EA_KEY_BYTES; b++) ck_assert_uint_eq(key[b], 0x77);
+  }
+  p = write_file("loose", hex, 64);
+  ck_assert_int_eq(chmod(p, 0400), 0);
+  ck_assert_int_eq(ea_wire_load_key(p, key, &err), 0);
+  ck_assert_mem_eq(key, want, sizeof key);
+
+  const char *names[] = {"hex",  "hexnl",  "raw",   "short", "raw31",
+                         "long", "badhex", "empty", "loose"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     snprintf(buf, sizeof buf, "%s/%s", g_dir, names[i]);
     unlink(buf);
@@ -831,6 +962,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(tc, test_state_mutations);
   tcase_add_test(tc, test_seal_open);
   tcase_add_test(tc, test_load_key);
+  tcase_add_test(tc, test_frame_header);
   suite_add_tcase(s, tc);
   return s;
 }
