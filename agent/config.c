@@ -1025,15 +1025,23 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
     return -ENOMEM;
   }
   const char *problem = p->problem ? p->problem : "malformed YAML";
+  /* libyaml can put the mark of an error at the end of the input one line
+   * past the last (a file that does not end with a newline): name the last
+   * line instead of one that is not there (found by fuzz_config). */
+  size_t last = 1;
+  for (size_t i = 0; i < len; i++) last += buf[i] == '\n';
+  size_t pl = p->problem_mark.line + 1, cl = p->context_mark.line + 1;
+  if (pl > last) pl = last;
+  if (cl > last) cl = last;
   if (p->error == YAML_READER_ERROR) {
     /* The reader reports a byte offset, not a mark. */
     errf(err, errlen, "%s:%zu: syntax error: %s (byte %zu)", path,
          line_of_offset(buf, len, p->problem_offset), problem, p->problem_offset);
   } else if (p->context) {
-    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, p->problem_mark.line + 1,
-         problem, p->context, p->context_mark.line + 1);
+    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, pl, problem, p->context,
+         cl);
   } else {
-    errf(err, errlen, "%s:%zu: syntax error: %s", path, p->problem_mark.line + 1, problem);
+    errf(err, errlen, "%s:%zu: syntax error: %s", path, pl, problem);
   }
   return -EINVAL;
 }
