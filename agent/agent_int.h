@@ -31,6 +31,7 @@
 #include "job.h"
 #include "launch.h"
 #include "output.h"
+#include "probe.h"
 #include "supervisor.h"
 
 #include "ea_comm.h"
@@ -613,6 +614,9 @@ int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen);
 void ea__agent_ckpt_ctl_update(ea__agent *a);
 /* The control channel's frame hook: checkpoint reports. */
 bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len);
+/* probe.c: a preflight's checkpoint-dir probe (probe.h); true when the
+ * frame was one (answered off the loop), false to try the next codec. */
+bool ea__agent_probe_frame(ea__agent *a, const uint8_t *plain, size_t len);
 /* A worker staged or skipped a checkpoint (CKPT_STAGED, CKPT_SKIPPED). */
 void ea__agent_ckpt_from_worker(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* The sync root's worker loaded a checkpoint (CKPT_LOADED). */

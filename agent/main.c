@@ -52,6 +52,8 @@ static void usage_commands(FILE *f) {
 "                                             list, show or verify checkpoints\n"
 "  %1$s keygen [FILE]              make a cluster key (64 hex chars; FILE is mode 0600)\n"
 "  %1$s config [--config F] [--set K=V]...   print the effective configuration\n"
+"  %1$s preflight [--config F] [--join SEEDS] [--key-file K] [--json] [-- PROGRAM...]\n"
+"                                             check this node before a run: PASS/WARN/FAIL\n"
 "  %1$s version                    print the version\n"
 "  %1$s help [COMMAND]             this help, or one command's\n",
           prog);
@@ -171,7 +173,8 @@ static void usage(FILE *f) {
  * nobody typing the bare name means. */
 static void usage_short(FILE *f) {
   fprintf(f,
-"Usage: %1$s COMMAND [FLAGS]   (run, status, drain, worker, ckpt, keygen, config, version)\n"
+"Usage: %1$s COMMAND [FLAGS]   (run, status, drain, worker, ckpt, keygen, config, preflight,\n"
+"       version)\n"
 "       %1$s [run] --join SEEDS [FLAGS]   run the agent; any flag alone means run\n"
 "Try '%1$s --help' for everything, or '%1$s COMMAND --help' for one command.\n",
           prog);
@@ -1029,6 +1032,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
   if (strcmp(cmd, "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
   if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
+  if (strcmp(cmd, "preflight") == 0) return ea__preflight_main(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0) {
     if (argc > 2 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
       printf("Usage: %s version\n  Print the version (also: %s --version).\n", prog, prog);
@@ -1048,6 +1052,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   return usage_error(
-      "unknown command '%s' (commands: run, status, drain, worker, ckpt, keygen, config, version)",
+      "unknown command '%s' (commands: run, status, drain, worker, ckpt, keygen, config, "
+      "preflight, version)",
       cmd);
 }
