@@ -479,6 +479,7 @@ typedef struct {
   /* DIR/LATEST, read off the loop */
   char latest[EA_CKPT_NAME_MAX];
   bool latest_busy, latest_again;
+  bool unshared_said; /* "checkpoint.dir is not shared" logged (once) */
   /* cold start */
   bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
   bool loaded;

@@ -152,7 +152,10 @@ static int load_config(ea_config *cfg, const char *path, char **sets, int nsets)
     for (char *e = err; *e; e++)
       if (*e == '\n' && e[1]) *e = ';';
     err[strcspn(err, "\n")] = 0;
-    add("config", ST_FAIL, "fix the lines named (FILE:LINE: key: problem); `elastic-agent config --config FILE` prints the effective file", "%s", err);
+    add("config", ST_FAIL,
+        "fix the lines named (FILE:LINE: key: problem); `elastic-agent config --config FILE` "
+        "prints the effective file",
+        "%s", err);
     return -1;
   }
   for (int i = 0; i < nsets; i++) {
@@ -174,8 +177,8 @@ static int load_config(ea_config *cfg, const char *path, char **sets, int nsets)
     add("config", ST_FAIL, "fix the value named", "%s", err);
     return -1;
   }
-  add("config", ST_PASS, NULL, "%s: loaded (job \"%s\")", path && *path ? path : "built-in defaults",
-      cfg->experiment.name);
+  add("config", ST_PASS, NULL, "%s: loaded (job \"%s\")",
+      path && *path ? path : "built-in defaults", cfg->experiment.name);
   return 0;
 }
 
@@ -185,8 +188,8 @@ static void check_data_dir(const char *dir) {
   char err[EA_PATH_MAX + 256];
   int rc = ea__data_dir_prepare(dir, err, sizeof err);
   if (rc < 0) {
-    add("data_dir", ST_FAIL, "give --data-dir a directory this user can create and write",
-        "%s", err);
+    add("data_dir", ST_FAIL, "give --data-dir a directory this user can create and write", "%s",
+        err);
     return;
   }
   char path[EA_PATH_MAX + 64];
@@ -243,8 +246,7 @@ static void check_ckpt_io(const char *dir) {
   if (fd < 0) {
     int e = errno;
     free(buf);
-    add("ckpt_dir", ST_FAIL,
-        "checkpoint.dir must be writable by the agent's user on every node",
+    add("ckpt_dir", ST_FAIL, "checkpoint.dir must be writable by the agent's user on every node",
         "%s is not writable: %s", dir, strerror(e));
     return;
   }
@@ -372,8 +374,9 @@ static void check_bind(const char *name, const char *flag, const char *spec, uin
     if (rc < 0) {
       char hint[256];
       snprintf(hint, sizeof hint,
-               e == EADDRINUSE ? "something listens there already (an agent running on this node?): "
-                                 "stop it, or choose another port with %s"
+               e == EADDRINUSE
+                   ? "something listens there already (an agent running on this node?): "
+                     "stop it, or choose another port with %s"
                : e == EADDRNOTAVAIL ? "that address is not on this machine: check %s"
                : e == EACCES        ? "ports below 1024 need privileges: choose another with %s"
                                     : "check %s",
@@ -497,7 +500,7 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     snprintf(why, wl,
              key ? "it closed the connection without answering: it did not accept our key (it "
-                   "has another one, or none)"
+                   "has another one, or none), or it is not an agent's gossip port"
                  : "it closed the connection without answering: it did not accept our unsealed "
                    "frame (it has a cluster key: pass --key-file)");
     return -EACCES;
@@ -777,8 +780,9 @@ static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds,
   for (size_t i = 0; i < np; i++) {
     peer *p = &peers[i];
     char *dst = !p->answered ? none : p->ans.result == EA__PROBE_SEEN ? seen : bad;
-    size_t cap = !p->answered ? sizeof none : p->ans.result == EA__PROBE_SEEN ? sizeof seen
-                                                                               : sizeof bad;
+    size_t cap = !p->answered                      ? sizeof none
+                 : p->ans.result == EA__PROBE_SEEN ? sizeof seen
+                                                   : sizeof bad;
     size_t used = strlen(dst);
     if (!p->answered) {
       snprintf(dst + used, cap - used, "%s%s", nnone++ ? ", " : "", p->name);
@@ -786,8 +790,8 @@ static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds,
       snprintf(dst + used, cap - used, "%s%s", nseen++ ? ", " : "", p->name);
     } else {
       snprintf(dst + used, cap - used, "%s%s: %s in %s%s%s", nbad++ ? "; " : "", p->name,
-               ea__probe_result_str(p->ans.result), p->ans.dir,
-               p->ans.error ? ": " : "", p->ans.error ? strerror((int)p->ans.error) : "");
+               ea__probe_result_str(p->ans.result), p->ans.dir, p->ans.error ? ": " : "",
+               p->ans.error ? strerror((int)p->ans.error) : "");
     }
   }
   if (nbad)
@@ -801,8 +805,8 @@ static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds,
     add("ckpt_shared", ST_WARN,
         "an agent that does not answer is an older version, or its control port (gossip port + "
         "1 by default) is firewalled from here",
-        "%zu of %zu agents see %s (%s); no answer from %s", nseen, np, ckdir,
-        nseen ? seen : "none", none);
+        "%zu of %zu agents see %s (%s); no answer from %s", nseen, np, ckdir, nseen ? seen : "none",
+        none);
   else
     add("ckpt_shared", ST_PASS, NULL, "all %zu agents see %s (%s)", np, ckdir, seen);
 
@@ -984,8 +988,7 @@ static int run_python(const char *py, const char *code, const char *pypath, char
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static void check_import(const char *py, const char *module, const char *pypath,
-                         const char *hint) {
+static void check_import(const char *py, const char *module, const char *pypath, const char *hint) {
   char code[256], last[512];
   snprintf(code, sizeof code, "import %s, sys; print(getattr(%s, '__version__', 'ok'))", module,
            module);
@@ -1009,8 +1012,8 @@ static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode 
   ea__mode mode;
   *have_prog = cfg->compute.worker_command[0] || argc > 0;
   if (ea__launch_mode(cfg, argc, argv, &mode, err, sizeof err) < 0) {
-    add("program", ST_FAIL, "compute.protocol and the program must agree (docs/torchrun.md)",
-        "%s", err);
+    add("program", ST_FAIL, "compute.protocol and the program must agree (docs/torchrun.md)", "%s",
+        err);
     *mode_out = EA__MODE_BUILTIN;
     return;
   }
@@ -1041,8 +1044,8 @@ static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode 
   add("program", ST_PASS, NULL, "%s mode: %s → %s", ea__mode_name(mode), word, path);
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   if (strncmp(base, "python", 6) != 0) {
-    add("python", ST_WARN, NULL,
-        "%s is not a python interpreter: `import torch` not checked", base);
+    add("python", ST_WARN, NULL, "%s is not a python interpreter: `import torch` not checked",
+        base);
     return;
   }
   check_import(path, "torch", NULL,
@@ -1192,8 +1195,7 @@ int ea__preflight_main(int argc, char **argv) {
     pargc = argc - optind;
     pargv = argv + optind;
   } else if (optind < argc) {
-    fprintf(stderr,
-            "elastic-agent preflight: unexpected argument '%s' (a program goes after --)\n",
+    fprintf(stderr, "elastic-agent preflight: unexpected argument '%s' (a program goes after --)\n",
             argv[optind]);
     free(sets);
     return EXIT_USAGE;
@@ -1260,14 +1262,13 @@ int ea__preflight_main(int argc, char **argv) {
     }
     if (cbind) check_bind("control_port", "--control-bind", cbind, 0, false);
     if (o.cfg.observability.metrics_listen[0])
-      check_bind("metrics_port", "observability.metrics_listen",
-                 o.cfg.observability.metrics_listen, 9400, false);
+      check_bind("metrics_port", "observability.metrics_listen", o.cfg.observability.metrics_listen,
+                 9400, false);
     check_gpu(&o.cfg, mode, have_prog);
     if (join) {
       static seed_res seeds[16];
       size_t ns = check_seeds(join, have_key ? key : NULL, seeds, 16);
-      if (ck_ok)
-        check_shared(ckdir, have_key ? key : NULL, seeds, ns);
+      if (ck_ok) check_shared(ckdir, have_key ? key : NULL, seeds, ns);
       for (size_t i = 0; i < ns; i++) free(seeds[i].ups);
     }
   }

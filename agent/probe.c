@@ -62,8 +62,8 @@ static void probe_work(uv_work_t *w) {
     return;
   }
   size_t tl = strlen(j->req.token);
-  j->result = (size_t)n == tl && memcmp(buf, j->req.token, tl) == 0 ? EA__PROBE_SEEN
-                                                                     : EA__PROBE_DIFFERS;
+  j->result =
+      (size_t)n == tl && memcmp(buf, j->req.token, tl) == 0 ? EA__PROBE_SEEN : EA__PROBE_DIFFERS;
 }
 
 static void probe_after(uv_work_t *w, int status) {
@@ -73,9 +73,9 @@ static void probe_after(uv_work_t *w, int status) {
   if (status == 0 && a->ctl && a->phase < EA__PHASE_CLOSING) {
     ea__probe_msg ans = {.type = EA__PROBE_ANS, .src = a->id, .nonce = j->req.nonce};
     ans.result = j->result;
-    ans.error = j->result == EA__PROBE_ERROR ? (uint32_t)(j->error > 0 && j->error < 4096 ? j->error
-                                                                                          : EIO)
-                                             : 0;
+    ans.error = j->result == EA__PROBE_ERROR
+                    ? (uint32_t)(j->error > 0 && j->error < 4096 ? j->error : EIO)
+                    : 0;
     snprintf(ans.node, sizeof ans.node, "%s", a->o->name);
     snprintf(ans.dir, sizeof ans.dir, "%s", a->ckpt_dir);
     struct timespec ts;

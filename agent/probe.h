@@ -62,8 +62,8 @@ typedef struct {
   char file[EA__PROBE_FILE_MAX];
   char token[EA__PROBE_TOKEN_MAX];
   /* PROBE_ANS */
-  uint8_t result;  /* ea__probe_result */
-  uint32_t error;  /* errno for EA__PROBE_ERROR, else 0 */
+  uint8_t result; /* ea__probe_result */
+  uint32_t error; /* errno for EA__PROBE_ERROR, else 0 */
   char node[EA_NAME_MAX];
   char dir[EA_PATH_MAX]; /* the answering agent's checkpoint.dir, resolved */
   uint64_t wall_us;      /* its CLOCK_REALTIME when it answered */
