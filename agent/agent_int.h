@@ -32,6 +32,7 @@
 #include "launch.h"
 #include "output.h"
 #include "probe.h"
+#include "smoke.h"
 #include "supervisor.h"
 
 #include "ea_comm.h"
@@ -81,6 +82,9 @@ typedef struct {
    * must outlive ea__agent_run. */
   int worker_argc;
   char **worker_argv;
+  /* `run --smoke N` (smoke.h): what the agent saw, for main's report;
+   * NULL otherwise.  Borrowed: must outlive ea__agent_run. */
+  ea__smoke *smoke;
 } ea__agent_opts;
 
 /* Fills defaults: bind 0.0.0.0:7000, name = hostname, data dir

@@ -221,6 +221,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_stall_s = e->stall_seconds;
       k->last_wait_s = e->wait_seconds;
       storage_check(a, "commit", e->name, e->commit_seconds);
+      if (a->o->smoke) ea__smoke_committed(a->o->smoke, e->name, e->bytes, e->seconds);
       if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
       /* The built-in job may be over now (its final checkpoint): the job
        * module judges and, as controller, tells the others (no call back
