@@ -144,6 +144,24 @@ void ea__smoke_close(ea__agent *a) {
   s->gens = a->gens_committed;
   s->failures = a->worker_failures;
   s->restarts = a->worker_restarts;
+  /* The failing rank, its exit code or signal and message: the job's own. */
+  json_t *j = a->job ? ea__job_status(a->job) : NULL;
+  json_t *f = j ? json_object_get(j, "failure") : NULL;
+  if (json_is_object(f)) {
+    json_t *code = json_object_get(f, "exit_code"), *sig = json_object_get(f, "signal");
+    const char *msg = json_string_value(json_object_get(f, "message"));
+    const char *node = json_string_value(json_object_get(f, "node"));
+    char how[64];
+    if (json_is_integer(code))
+      snprintf(how, sizeof how, "exited with code %" JSON_INTEGER_FORMAT, json_integer_value(code));
+    else
+      snprintf(how, sizeof how, "killed by signal %" JSON_INTEGER_FORMAT,
+               json_is_integer(sig) ? json_integer_value(sig) : 0);
+    snprintf(s->failure, sizeof s->failure, "rank %" JSON_INTEGER_FORMAT " on %s %s: %.300s",
+             json_integer_value(json_object_get(f, "rank")), node ? node : "?", how,
+             msg ? msg : "");
+  }
+  json_decref(j);
   if (a->out) {
     s->have_out = true;
     uint64_t nl = 0, dropped = 0;
@@ -296,6 +314,7 @@ static void report_program(ea__smoke *s, int rc) {
       "%" PRIu64 " worker failure%s%s, %" PRIu64 " restart%s", s->failures_at_deadline,
       s->failures_at_deadline == 1 ? "" : "s", s->deadline_hit ? " in the smoke window" : "",
       s->restarts, s->restarts == 1 ? "" : "s");
+  if (s->failure[0]) printf("      %-11s last failure: %s\n", "", s->failure);
   if (s->deadline_hit)
     row(rc == 0, "ran", "still running after %" PRIu64 " s, then drained: exit status %d", s->n,
         rc);

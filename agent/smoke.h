@@ -60,6 +60,7 @@ typedef struct ea__smoke {
   uint64_t gens, failures, failures_at_deadline, restarts;
   bool have_out; /* restart mode: the output capture ran */
   uint64_t out_lines;
+  char failure[512]; /* the job's last failure as status shows it, "" if none */
   char ckpt_dir[EA_PATH_MAX];
 } ea__smoke;
 
