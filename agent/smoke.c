@@ -47,6 +47,12 @@ int ea__smoke_prepare(ea__smoke *s, ea_config *cfg, const char *data_dir, int ar
     snprintf(err, errlen, "--smoke %" PRIu64 ": %s", s->n, e2);
     return -EINVAL;
   }
+  /* A warmup longer than the run would not validate: shorten it. */
+  if (cfg->train.warmup_steps > s->n) cfg->train.warmup_steps = (uint32_t)s->n;
+  if (ea_config_validate(cfg, e2, sizeof e2) < 0) {
+    snprintf(err, errlen, "--smoke %" PRIu64 ": %s", s->n, e2);
+    return -EINVAL;
+  }
   /* Its own directory: a smoke run neither resumes from the real
    * checkpoints nor lets retention remove them. */
   char dir[EA_PATH_MAX];
@@ -173,7 +179,8 @@ void ea__smoke_close(ea__agent *a) {
 
 static int nfail, npass;
 
-static void row(bool ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void row(bool ok, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void row(bool ok, const char *name, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -220,7 +227,8 @@ static void report_training(const ea__smoke *s) {
   uint64_t steps = s->last_step - s->first_step;
   double secs = (double)(s->last_ms - s->first_ms) / 1e3;
   if (steps > 0 && secs > 0)
-    row(true, "trained", "steps %" PRIu64 "..%" PRIu64 " at world %u: %.1f steps/s; loss %.4f -> %.4f",
+    row(true, "trained",
+        "steps %" PRIu64 "..%" PRIu64 " at world %u: %.1f steps/s; loss %.4f -> %.4f",
         s->first_step, s->last_step, s->world, (double)steps / secs, s->first_loss, s->last_loss);
   else
     row(true, "trained", "step %" PRIu64 " at world %u; loss %.4f", s->last_step, s->world,
@@ -254,8 +262,9 @@ static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
   }
   char b1[32];
   if (s->committed)
-    row(true, "checkpoint", "%s committed here: %s, %u shard%s, %.3f s from first shard to MANIFEST",
-        res.name, human((double)res.manifest.total_bytes, b1, sizeof b1), res.manifest.world_size,
+    row(true, "checkpoint",
+        "%s committed here: %s, %u shard%s, %.3f s from first shard to MANIFEST", res.name,
+        human((double)res.manifest.total_bytes, b1, sizeof b1), res.manifest.world_size,
         res.manifest.world_size == 1 ? "" : "s", s->ck_seconds);
   else
     row(true, "checkpoint", "%s (committed by the controller): %s, %u shard%s", res.name,
@@ -323,7 +332,7 @@ static void report_program(ea__smoke *s, int rc) {
         exit_meaning(rc));
   if (s->have_out)
     row(s->out_lines > 0, "output", "%" PRIu64 " line%s of the program's output captured",
-      s->out_lines, s->out_lines == 1 ? "" : "s");
+        s->out_lines, s->out_lines == 1 ? "" : "s");
 }
 
 int ea__smoke_report(ea__smoke *s, const ea_config *cfg, int rc) {

@@ -37,8 +37,8 @@
 #define EA__SMOKE_DIR "smoke" /* under checkpoint.dir */
 
 typedef struct ea__smoke {
-  uint64_t n;    /* --smoke N: steps (built-in) or seconds (a program) */
-  bool builtin;  /* the built-in trainer (decided by ea__smoke_prepare) */
+  uint64_t n;          /* --smoke N: steps (built-in) or seconds (a program) */
+  bool builtin;        /* the built-in trainer (decided by ea__smoke_prepare) */
   uv_timer_t deadline; /* a program's N seconds */
   bool timer_open, deadline_hit;
   uint64_t start_ms;
