@@ -803,8 +803,9 @@ static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds,
         "%s is not the directory %zu of %zu agents see: %s", ckdir, nbad, np, bad);
   else if (nnone)
     add("ckpt_shared", ST_WARN,
-        "an agent that does not answer is an older version, or its control port (gossip port + "
-        "1 by default) is firewalled from here",
+        "an agent that does not answer is an older version, its control port (gossip port + 1 "
+        "by default) is firewalled from here, or it cannot connect back to this node (preflight "
+        "takes the answers on an ephemeral TCP port)",
         "%zu of %zu agents see %s (%s); no answer from %s", nseen, np, ckdir, nseen ? seen : "none",
         none);
   else
