@@ -719,6 +719,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   }
   if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
   if (rc == 0) rc = ea__agent_notice_start(a, err, sizeof err);
+  if (rc == 0 && o->smoke) ea__smoke_start(a);
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err); /* ea__agent_shutdown closes what started */
   } else {

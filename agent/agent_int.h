@@ -31,6 +31,8 @@
 #include "job.h"
 #include "launch.h"
 #include "output.h"
+#include "probe.h"
+#include "smoke.h"
 #include "supervisor.h"
 
 #include "ea_comm.h"
@@ -80,6 +82,9 @@ typedef struct {
    * must outlive ea__agent_run. */
   int worker_argc;
   char **worker_argv;
+  /* `run --smoke N` (smoke.h): what the agent saw, for main's report;
+   * NULL otherwise.  Borrowed: must outlive ea__agent_run. */
+  ea__smoke *smoke;
 } ea__agent_opts;
 
 /* Fills defaults: bind 0.0.0.0:7000, name = hostname, data dir
@@ -493,6 +498,7 @@ typedef struct {
   char latest[EA_CKPT_NAME_MAX];
   bool latest_busy, latest_again;
   uint64_t latest_read_ms; /* the last periodic re-read (ea__agent_ckpt_tick) */
+  bool unshared_said; /* "checkpoint.dir is not shared" logged (once) */
   /* cold start */
   bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
   bool loaded;
@@ -628,6 +634,9 @@ int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen);
 void ea__agent_ckpt_ctl_update(ea__agent *a);
 /* The control channel's frame hook: checkpoint reports. */
 bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len);
+/* probe.c: a preflight's checkpoint-dir probe (probe.h); true when the
+ * frame was one (answered off the loop), false to try the next codec. */
+bool ea__agent_probe_frame(ea__agent *a, const uint8_t *plain, size_t len);
 /* A worker staged or skipped a checkpoint (CKPT_STAGED, CKPT_SKIPPED). */
 void ea__agent_ckpt_from_worker(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* The sync root's worker loaded a checkpoint (CKPT_LOADED). */

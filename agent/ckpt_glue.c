@@ -43,6 +43,34 @@ static void ckpt_read_latest(ea__agent *a);
 static void ckpt_log_event(ea__agent *a, const ea__ckpt_event *e) {
   char line[1024];
   ea__ckpt_event_format(e, line, sizeof line);
+  /* A shard another node reported durable is not in our view of
+   * checkpoint.dir: the directory is per node (the default
+   * DATA_DIR/checkpoints) or not the same share.  Every commit of the job
+   * will fail the same way, so it is said once, plainly, and each alert
+   * names the cause instead of the bare `stat …: No such file`. */
+  if (e->kind == EA__CKPT_EV_FAILED && e->shard_unseen && a->run.nnodes > 1) {
+    if (!a->ck.unshared_said) {
+      a->ck.unshared_said = true;
+      ea_log(
+          EA_LOG_ERROR, "ckpt",
+          "checkpoint.dir %s is not shared between the nodes: shards that other nodes wrote "
+          "and reported durable are not in it here, so no checkpoint of this %u-node job can "
+          "be committed. Give every node the same directory on shared storage (NFS, a "
+          "ReadWriteMany volume) as checkpoint.dir%s; `elastic-agent preflight --join SEEDS` "
+          "checks it",
+          a->ckpt_dir, a->run.nnodes,
+          a->o->cfg.checkpoint.dir[0] ? "" : " (the default, DATA_DIR/checkpoints, is per node)");
+    }
+    char why[EA_PATH_MAX + 600];
+    snprintf(why, sizeof why,
+             "%s not committed: checkpoint.dir %s is not shared between the nodes (%.400s)",
+             e->name, a->ckpt_dir, e->why + (strncmp(e->why, "commit: ", 8) == 0 ? 8 : 0));
+    if (a->o->cfg.observability.alert_on_checkpoint_failure)
+      ea__agent_alert(a, EA__ALERT_CHECKPOINT_FAILED, EA__SEV_CRITICAL, "", "checkpoint %s", why);
+    else
+      ea_log(EA_LOG_WARN, "ckpt", "%s", why);
+    return;
+  }
   if (e->alert && a->o->cfg.observability.alert_on_checkpoint_failure) {
     ea__agent_alert(a, EA__ALERT_CHECKPOINT_FAILED, EA__SEV_CRITICAL, "", "checkpoint %s", line);
     return;
@@ -213,6 +241,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->last_stall_s = e->stall_seconds;
       k->last_wait_s = e->wait_seconds;
       storage_check(a, "commit", e->name, e->commit_seconds);
+      if (a->o->smoke) ea__smoke_committed(a->o->smoke, e->name, e->bytes, e->seconds);
       if (e->latest_moved) memcpy(k->latest, e->name, sizeof k->latest);
       latest_to_rdzv(a);
       /* The built-in job may be over now (its final checkpoint): the job
@@ -271,7 +300,8 @@ void ea__agent_ckpt_ctl_update(ea__agent *a) {
  * ea__ctl): a report for the controller. */
 bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len) {
   ea__agent *a = ctx;
-  if (ea__agent_job_frame(a, plain, len)) return true; /* the job's messages share the hook */
+  if (ea__agent_job_frame(a, plain, len)) return true;   /* the job's messages share the hook */
+  if (ea__agent_probe_frame(a, plain, len)) return true; /* and a preflight's probe */
   if (!ea__ckpt_wire_is(plain, len)) return false;
   ea__ckpt_msg m;
   const char *why = "?";

@@ -768,6 +768,10 @@ void ea__ckpt_core_committed(ea__ckpt_core *c, double now, ea__ckpt_commit_job *
     e.kind = EA__CKPT_EV_FAILED;
     e.alert = true;
     e.error = j->rc;
+    /* ea_ckpt_commit checks every shard file before it writes the
+     * manifest; ENOENT there is a shard some rank reported durable that
+     * this node cannot see. */
+    e.shard_unseen = j->rc == -ENOENT;
     snprintf(e.why, sizeof e.why, "commit: %.490s", j->err);
     c->st.failed++;
   }

@@ -162,6 +162,9 @@ typedef struct {
   int error;             /* failed, stale: negative errno */
   bool latest_moved;     /* committed: LATEST now names it */
   int retain_error;      /* committed, failed, stale: retention's result (0, or a negative errno) */
+  bool shard_unseen;     /* failed: the commit found a shard that was reported durable
+                            missing from this node's view of the directory (ENOENT): on a
+                            multi-node job, checkpoint.dir is not shared */
   ea_ckpt_retain_stats retained;
   char why[512]; /* failed, stale: what happened, naming shard/file */
 } ea__ckpt_event;

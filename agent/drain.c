@@ -25,6 +25,7 @@
 void ea__agent_shutdown(ea__agent *a) {
   if (a->phase == EA__PHASE_CLOSING) return;
   a->phase = EA__PHASE_CLOSING;
+  if (a->o->smoke) ea__smoke_close(a); /* what its report needs, before it goes */
   ea__agent_metrics_close(a);
   ea__agent_notice_close(a);
   ea__agent_alerts_close(a);

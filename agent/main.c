@@ -52,6 +52,8 @@ static void usage_commands(FILE *f) {
 "                                             list, show or verify checkpoints\n"
 "  %1$s keygen [FILE]              make a cluster key (64 hex chars; FILE is mode 0600)\n"
 "  %1$s config [--config F] [--set K=V]...   print the effective configuration\n"
+"  %1$s preflight [--config F] [--join SEEDS] [--key-file K] [--json] [-- PROGRAM...]\n"
+"                                             check this node before a run: PASS/WARN/FAIL\n"
 "  %1$s version                    print the version\n"
 "  %1$s help [COMMAND]             this help, or one command's\n",
           prog);
@@ -90,6 +92,11 @@ static void usage_run(FILE *f) {
 "                      directory, or latest; a checkpoint that does not verify is an\n"
 "                      error, not a fallback. Give it to every agent. Default: the\n"
 "                      newest complete one (checkpoint.resume_from_last)\n"
+"  --smoke N           a trial run, then a PASS/FAIL report (exit 0 only if all pass):\n"
+"                      the built-in trainer trains N steps, commits one checkpoint (into\n"
+"                      checkpoint.dir/smoke), verifies it and restores it into a fresh\n"
+"                      trainer, comparing the params digest; a program runs N seconds\n"
+"                      (or to its end). Give it to every agent (docs/operations.md)\n"
 "  -h, --help          this help\n",
           prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);
 }
@@ -171,7 +178,8 @@ static void usage(FILE *f) {
  * nobody typing the bare name means. */
 static void usage_short(FILE *f) {
   fprintf(f,
-"Usage: %1$s COMMAND [FLAGS]   (run, status, drain, worker, ckpt, keygen, config, version)\n"
+"Usage: %1$s COMMAND [FLAGS]   (run, status, drain, worker, ckpt, keygen, config, preflight,\n"
+"       version)\n"
 "       %1$s [run] --join SEEDS [FLAGS]   run the agent; any flag alone means run\n"
 "Try '%1$s --help' for everything, or '%1$s COMMAND --help' for one command.\n",
           prog);
@@ -294,6 +302,7 @@ enum {
   OPT_CONTROL_BIND,
   OPT_IPC_FD,
   OPT_RESUME_FROM,
+  OPT_SMOKE,
 };
 
 static const struct option run_opts[] = {
@@ -311,6 +320,7 @@ static const struct option run_opts[] = {
     {"log-level", required_argument, 0, OPT_LOG_LEVEL},
     {"log-format", required_argument, 0, OPT_LOG_FORMAT},
     {"resume-from", required_argument, 0, OPT_RESUME_FROM},
+    {"smoke", required_argument, 0, OPT_SMOKE},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -379,6 +389,7 @@ static int setup_logging(const ea_config *cfg, const char *name) {
 
 static int cmd_run(int argc, char **argv) {
   static ea__agent_opts o; /* large; static keeps it off the stack */
+  static ea__smoke smoke;
   ea__agent_opts_default(&o);
   char **sets = calloc((size_t)argc + 1, sizeof *sets);
   int nsets = 0, rc = 0;
@@ -428,6 +439,16 @@ static int cmd_run(int argc, char **argv) {
         else
           rc = set_str(o.resume_from, sizeof o.resume_from, "--resume-from", optarg);
         break;
+      case OPT_SMOKE: {
+        char *end;
+        unsigned long long n = strtoull(optarg, &end, 10);
+        if (!*optarg || *end || optarg[0] == '-' || n < 1 || n > 100000000ull)
+          rc = usage_error(
+              "--smoke: expected a count of steps (or seconds for a program), got '%s'", optarg);
+        else
+          smoke.n = n, o.smoke = &smoke;
+        break;
+      }
       case OPT_LOG_LEVEL:
         log_level = optarg;
         break;
@@ -478,9 +499,18 @@ static int cmd_run(int argc, char **argv) {
   if (rc == 0) rc = build_config(&o.cfg, o.config_path, sets, nsets, log_level, log_format);
   free(sets);
   if (rc != 0) return rc;
+  if (o.smoke) {
+    char err[1024];
+    if (ea__smoke_prepare(o.smoke, &o.cfg, o.data_dir, o.worker_argc, o.worker_argv, err,
+                          sizeof err) < 0)
+      return usage_error("%s", err);
+    if (o.resume_from[0])
+      return usage_error("--smoke: a smoke run starts fresh; drop --resume-from");
+  }
   if (setup_logging(&o.cfg, o.name)) return 1;
   ea_log_set_node(o.name);
-  return ea__agent_run(&o);
+  rc = ea__agent_run(&o);
+  return o.smoke ? ea__smoke_report(o.smoke, &o.cfg, rc) : rc;
 }
 
 /* ---- status ---------------------------------------------------------------- */
@@ -1029,6 +1059,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
   if (strcmp(cmd, "keygen") == 0) return cmd_keygen(argc - 1, argv + 1);
   if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
+  if (strcmp(cmd, "preflight") == 0) return ea__preflight_main(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0) {
     if (argc > 2 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
       printf("Usage: %s version\n  Print the version (also: %s --version).\n", prog, prog);
@@ -1048,6 +1079,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   return usage_error(
-      "unknown command '%s' (commands: run, status, drain, worker, ckpt, keygen, config, version)",
+      "unknown command '%s' (commands: run, status, drain, worker, ckpt, keygen, config, "
+      "preflight, version)",
       cmd);
 }

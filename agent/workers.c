@@ -424,6 +424,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       a->last_loss = m->loss;
       a->has_loss = true;
       log_step(a, k, m);
+      if (a->o->smoke) ea__smoke_step(a->o->smoke, k, m->step + 1, m->loss, a->run.world);
       ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
       ea__agent_core_done(a);
       break;

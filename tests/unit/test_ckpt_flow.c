@@ -701,6 +701,55 @@ static void write_shards(const char *dir, const uint8_t *state, uint64_t total, 
   }
 }
 
+/* A shard reported durable that the controller cannot see — another node
+ * wrote it into a checkpoint.dir that is not this one — fails the commit
+ * with ENOENT and marks the event shard_unseen (the agent then says,
+ * once, that the directory is not shared); a shard of the wrong size is a
+ * failure of another kind. */
+START_TEST(test_core_missing_shard_is_unseen) {
+  seed_rng("test_core_missing_shard_is_unseen");
+  char tmp[] = "/tmp/ea-test-ckunseen-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(tmp));
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/ck", tmp);
+  const ea_model_dims dims = {8, 8, 32, 1};
+  uint64_t total;
+  ck_assert_int_eq(ea_state_layout(&dims, &total, NULL), 0);
+  uint8_t *state = malloc(total);
+  for (uint64_t i = 0; i < total; i++) state[i] = (uint8_t)rnd();
+  core_io io = {0};
+  ea__ckpt_core_io cio = {.ctx = &io, .commit = cio_commit, .event = cio_event};
+  ea__ckpt_ctl_opts o = {.dir = dir, .keep_last = 2, .config_hash = 1, .dims = &dims};
+  ea__ckpt_core *c;
+  ck_assert_int_eq(ea__ckpt_core_new(&o, &cio, &c), 0);
+  ea__ckpt_msg rep[2];
+  char path[EA_CKPT_PATH_MAX];
+  /* step 10: rank 1's file is not in this directory */
+  write_shards(dir, state, total, 10, 1, 2, rep);
+  ck_assert_int_eq(ea_ckpt_shard_path(path, sizeof path, dir, 10, 1, 1, 2), 0);
+  ck_assert_int_eq(unlink(path), 0);
+  ea__ckpt_core_recv(c, now_s(), &rep[0]);
+  ea__ckpt_core_recv(c, now_s(), &rep[1]);
+  cio_run(c, &io);
+  ck_assert_int_eq(io.events[EA__CKPT_EV_FAILED], 1);
+  ck_assert_int_eq(io.last_failed.error, -ENOENT);
+  ck_assert(io.last_failed.shard_unseen);
+  ck_assert_ptr_nonnull(strstr(io.last_failed.why, "No such file"));
+  /* step 20: every file is here, one is short */
+  write_shards(dir, state, total, 20, 1, 2, rep);
+  ck_assert_int_eq(ea_ckpt_shard_path(path, sizeof path, dir, 20, 1, 0, 2), 0);
+  ck_assert_int_eq(truncate(path, 1), 0);
+  ea__ckpt_core_recv(c, now_s(), &rep[0]);
+  ea__ckpt_core_recv(c, now_s(), &rep[1]);
+  cio_run(c, &io);
+  ck_assert_int_eq(io.events[EA__CKPT_EV_FAILED], 2);
+  ck_assert(!io.last_failed.shard_unseen);
+  ea__ckpt_core_free(c);
+  free(state);
+  rm_rf(tmp);
+}
+END_TEST
+
 START_TEST(test_core_collects_commits_and_gives_up) {
   seed_rng("test_core_collects_commits_and_gives_up");
   char tmp[] = "/tmp/ea-test-ckcore-XXXXXX";
@@ -1997,6 +2046,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_ipc_passes_the_memfd);
   tcase_add_test(tc, test_layout_from_dims_and_staging);
   tcase_add_test(tc, test_core_collects_commits_and_gives_up);
+  tcase_add_test(tc, test_core_missing_shard_is_unseen);
   tcase_add_test(tc, test_state_table_into_the_manifest);
   tcase_add_test(tc, test_core_failed_commits_keep_leftovers_bounded);
   suite_add_tcase(s, tc);

@@ -1,0 +1,190 @@
+/* probe_wire.c — the checkpoint-directory probe's messages (PROBE_REQ,
+ * PROBE_ANS; drawn in probe.h).
+ *
+ * Same habits as the checkpoint reports (ckpt_wire.c) and the job's
+ * messages (job_wire.c): the control channel's framing and sealing, a type
+ * range of their own (0x40…), a positional msgpack array with a version,
+ * every field required, an encoder writing into the caller's fixed buffer
+ * that refuses what the decoder would, and a decoder that pulls one value
+ * at a time off a bounded cursor, allocates nothing and names the field
+ * that was wrong.
+ */
+#include "probe.h"
+
+#include "ea_mpread.h"
+
+#include <errno.h>
+#include <msgpack.h>
+#include <string.h>
+
+#define TRY EA__MPR_TRY
+#define NEED EA__MPR_NEED
+#define ADDR_BYTES 19
+
+const char *ea__probe_result_str(uint8_t r) {
+  switch (r) {
+    case EA__PROBE_SEEN:
+      return "seen";
+    case EA__PROBE_ABSENT:
+      return "absent";
+    case EA__PROBE_DIFFERS:
+      return "differs";
+    case EA__PROBE_ERROR:
+      return "error";
+    default:
+      return "?";
+  }
+}
+
+bool ea__probe_file_ok(const char *name) {
+  const size_t pl = sizeof EA__PROBE_FILE_PREFIX - 1;
+  if (strncmp(name, EA__PROBE_FILE_PREFIX, pl) != 0) return false;
+  size_t n = strlen(name + pl);
+  if (n < 1 || n > 32) return false;
+  for (const char *p = name + pl; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  return true;
+}
+
+static bool text_ok(const char *s, size_t cap) {
+  return strnlen(s, cap) < cap;
+}
+
+static const char *check(const ea__probe_msg *m) {
+  switch (m->type) {
+    case EA__PROBE_REQ:
+      if (m->reply_to.family != 4 && m->reply_to.family != 6) return "reply_to";
+      if (m->reply_to.port == 0) return "reply_to";
+      if (!text_ok(m->file, sizeof m->file) || !ea__probe_file_ok(m->file)) return "file";
+      if (!text_ok(m->token, sizeof m->token) || !m->token[0]) return "token";
+      return NULL;
+    case EA__PROBE_ANS:
+      if (m->result > EA__PROBE_ERROR) return "result";
+      if ((m->result == EA__PROBE_ERROR) != (m->error != 0) || m->error > 4095) return "errno";
+      if (!text_ok(m->node, sizeof m->node)) return "node";
+      if (!text_ok(m->dir, sizeof m->dir)) return "dir";
+      return NULL;
+    default:
+      return "type";
+  }
+}
+
+bool ea__probe_wire_is(const uint8_t *buf, size_t len) {
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  if (ea__mpr_left(&r) < 1 || r.pos[0] != EA_WIRE_MAGIC_PLAIN) return false;
+  r.pos++;
+  uint32_t n;
+  uint64_t v, t;
+  if (ea__mpr_array(&r, &n) || n < 2) return false;
+  if (ea__mpr_uint(&r, 255, &v) || ea__mpr_uint(&r, 255, &t)) return false;
+  return (t & 0xf0) == 0x40;
+}
+
+/* ---- encode -------------------------------------------------------------------- */
+
+static int pk_str(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  return msgpack_pack_str(pk, n) | msgpack_pack_str_body(pk, s, n);
+}
+
+int ea__probe_encode(const ea__probe_msg *m, uint8_t *buf, size_t cap, size_t *len) {
+  if (check(m)) return -EINVAL;
+  if (cap < 1) return -EMSGSIZE;
+  buf[0] = EA_WIRE_MAGIC_PLAIN;
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
+  int bad = msgpack_pack_array(&pk, 5);
+  bad |= msgpack_pack_uint8(&pk, EA__PROBE_WIRE_VERSION);
+  bad |= msgpack_pack_uint8(&pk, m->type);
+  bad |= msgpack_pack_bin(&pk, 16) | msgpack_pack_bin_body(&pk, m->src.b, 16);
+  bad |= msgpack_pack_uint64(&pk, m->nonce);
+  if (m->type == EA__PROBE_REQ) {
+    uint8_t a[ADDR_BYTES] = {0};
+    a[0] = m->reply_to.family;
+    a[1] = (uint8_t)(m->reply_to.port >> 8);
+    a[2] = (uint8_t)m->reply_to.port;
+    memcpy(a + 3, m->reply_to.ip, 16);
+    bad |= msgpack_pack_array(&pk, 3);
+    bad |= msgpack_pack_bin(&pk, ADDR_BYTES) | msgpack_pack_bin_body(&pk, a, ADDR_BYTES);
+    bad |= pk_str(&pk, m->file);
+    bad |= pk_str(&pk, m->token);
+  } else {
+    bad |= msgpack_pack_array(&pk, 5);
+    bad |= msgpack_pack_uint8(&pk, m->result);
+    bad |= msgpack_pack_uint32(&pk, m->error);
+    bad |= pk_str(&pk, m->node);
+    bad |= pk_str(&pk, m->dir);
+    bad |= msgpack_pack_uint64(&pk, m->wall_us);
+  }
+  if (bad) return -EMSGSIZE;
+  *len = f.len;
+  return 0;
+}
+
+/* ---- decode -------------------------------------------------------------------- */
+
+/* A str of at most cap-1 bytes without NUL, copied and terminated. */
+static int rd_text(ea__mpr *r, char *dst, size_t cap, const char *field, const char **err) {
+  const uint8_t *p;
+  size_t n;
+  TRY(ea__mpr_str(r, cap - 1, &p, &n), field);
+  NEED(memchr(p, 0, n) == NULL, field);
+  memcpy(dst, p, n);
+  dst[n] = 0;
+  return 0;
+}
+
+static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
+  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
+  r->pos++;
+  if (ea__mpr_array_n(r, 5, "msg", err)) return -EA_EWIRE;
+  uint64_t v;
+  TRY(ea__mpr_uint(r, 255, &v), "version");
+  NEED(v == EA__PROBE_WIRE_VERSION, "version");
+  TRY(ea__mpr_uint(r, 255, &v), "type");
+  NEED(v == EA__PROBE_REQ || v == EA__PROBE_ANS, "type");
+  m->type = (uint8_t)v;
+  const uint8_t *p;
+  size_t n;
+  TRY(ea__mpr_bin(r, 16, &p, &n), "src");
+  NEED(n == 16, "src");
+  memcpy(m->src.b, p, 16);
+  TRY(ea__mpr_uint(r, UINT64_MAX, &m->nonce), "nonce");
+  if (m->type == EA__PROBE_REQ) {
+    if (ea__mpr_array_n(r, 3, "body", err)) return -EA_EWIRE;
+    TRY(ea__mpr_bin(r, ADDR_BYTES, &p, &n), "reply_to");
+    NEED(n == ADDR_BYTES && (p[0] == 4 || p[0] == 6), "reply_to");
+    m->reply_to.family = p[0];
+    m->reply_to.port = (uint16_t)(p[1] << 8 | p[2]);
+    memcpy(m->reply_to.ip, p + 3, 16);
+    NEED(m->reply_to.port != 0, "reply_to");
+    if (rd_text(r, m->file, sizeof m->file, "file", err)) return -EA_EWIRE;
+    NEED(ea__probe_file_ok(m->file), "file");
+    if (rd_text(r, m->token, sizeof m->token, "token", err)) return -EA_EWIRE;
+    NEED(m->token[0], "token");
+  } else {
+    if (ea__mpr_array_n(r, 5, "body", err)) return -EA_EWIRE;
+    TRY(ea__mpr_uint(r, EA__PROBE_ERROR, &v), "result");
+    m->result = (uint8_t)v;
+    if (ea__mpr_u32(r, 4095, &m->error, "errno", err)) return -EA_EWIRE;
+    NEED((m->result == EA__PROBE_ERROR) == (m->error != 0), "errno");
+    if (rd_text(r, m->node, sizeof m->node, "node", err)) return -EA_EWIRE;
+    if (rd_text(r, m->dir, sizeof m->dir, "dir", err)) return -EA_EWIRE;
+    TRY(ea__mpr_uint(r, UINT64_MAX, &m->wall_us), "wall_us");
+  }
+  NEED(ea__mpr_left(r) == 0, "trailing bytes");
+  return 0;
+}
+
+int ea__probe_decode(const uint8_t *buf, size_t len, ea__probe_msg *m, const char **err) {
+  const char *dummy;
+  if (!err) err = &dummy;
+  memset(m, 0, sizeof *m);
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  int rc = decode(&r, m, err);
+  if (rc) memset(m, 0, sizeof *m);
+  return rc;
+}
