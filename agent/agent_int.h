@@ -498,7 +498,7 @@ typedef struct {
   char latest[EA_CKPT_NAME_MAX];
   bool latest_busy, latest_again;
   uint64_t latest_read_ms; /* the last periodic re-read (ea__agent_ckpt_tick) */
-  bool unshared_said; /* "checkpoint.dir is not shared" logged (once) */
+  bool unshared_said;      /* "checkpoint.dir is not shared" logged (once) */
   /* cold start */
   bool resume_done; /* --resume-from has been acted on: later cold starts take "latest" */
   bool loaded;

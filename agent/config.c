@@ -34,6 +34,8 @@
  * lines each. */
 #include "ea_config.h"
 
+#include "ea_base.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -626,6 +628,14 @@ static const char *uri_to_path(const char *s, size_t len, char *out, size_t cap,
     out[o++] = (char)c;
   }
   out[o] = 0;
+  /* The job file is UTF-8 text, and so is every value the dump writes back:
+   * a %XX that decodes to a byte sequence that is not UTF-8 could not be
+   * written back as the same path (found by fuzz_config). */
+  for (size_t i = 0; i < o;) {
+    size_t k = ea_utf8_len((const unsigned char *)out + i);
+    if (!k) return "file:// URI decodes to bytes that are not UTF-8";
+    i += k;
+  }
   return NULL;
 }
 
