@@ -278,6 +278,14 @@ typedef struct {
   /* As controller with a quorum: waiting this long for min_nodes fails the
    * job (EA_RDZV_JOB_MIN_NODES); 0: wait for ever. */
   uint32_t min_nodes_timeout_ms;
+  /* Flapping nodes (see "Hold-outs" below): a node that fails more than
+   * flap_threshold times within flap_window_ms is held out of generations
+   * for flap_cooldown_ms, doubled on each repeat.  flap_threshold 0: never
+   * (the default of ea_rdzv_config_default; runtime.flap_* in a job).  The
+   * cooldown is also what a straggler evicted by ea_rdzv_hold_out sits out. */
+  uint32_t flap_threshold;
+  uint32_t flap_window_ms;
+  uint32_t flap_cooldown_ms;
 } ea_rdzv_config;
 
 /* The defaults of agent/config.c, with no job limits (max_restarts
@@ -433,6 +441,61 @@ int ea_rdzv_tags_set(char *tags, size_t cap, const char *token, bool on);
  * controllers and retries do not move in lockstep. */
 uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
 
+/* ---- hold-outs (controller side) -----------------------------------------
+ *
+ * Horovod Elastic's blacklist with cooldown.  The controller counts the
+ * failures of each node of the last formed generation: it died (DEAD in
+ * the view), it restarted (a new incarnation that ran nothing since its
+ * start: meta.last_gen back to 0), or its agent says a worker crashed
+ * (ea_rdzv_node_failed) — at most one per node per formed generation, since
+ * the generation it breaks is what a failure costs.  More than
+ * flap_threshold of them within flap_window_ms hold the node out of every
+ * generation (neither kept as a survivor nor taken as a joiner) for
+ * flap_cooldown_ms · 2^(k−1) at its k-th hold-out, at most
+ * max(flap_cooldown_ms, EA_RDZV_HOLD_CAP_MS); the count of hold-outs is
+ * never forgiven while this controller lives (Horovod's neither).  When the
+ * hold ends the node is a joiner like any other.  A node held out while it
+ * is in the running generation (a straggler evicted) makes that generation
+ * re-form without it, unless too few nodes would remain (then it stays in,
+ * as an excluded member does).  The controller never holds itself out.
+ *
+ * The record is the controller's alone: a new controller starts with none
+ * (it has not seen the failures; docs/operations.md says so). */
+#define EA_RDZV_HOLD_CAP_MS 3600000u /* an hour: the longest hold a repeat grows to */
+
+typedef enum {
+  EA_RDZV_HOLD_FLAP = 1,      /* it failed too often */
+  EA_RDZV_HOLD_STRAGGLER = 2, /* evicted as a straggler (observability.straggler_evict) */
+} ea_rdzv_hold_why;
+
+const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler" */
+
+typedef struct {
+  ea_node_id id;
+  char name[EA_NAME_MAX];
+  uint8_t why;        /* ea_rdzv_hold_why */
+  char text[128];     /* "3 failures in 60 s (last: died)" */
+  uint64_t until_ms;  /* the core's clock: held out while now < until_ms */
+  uint32_t holds;     /* hold-outs so far, this one included */
+  uint32_t failures;  /* failures counted within the window now */
+} ea_rdzv_held;
+
+/* A worker of node `id` crashed (its agent told the controller): a failure
+ * of that node, counted as above.  Ignored unless this agent is the
+ * controller and id is a member of the last formed generation. */
+void ea_rdzv_node_failed(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, const char *what);
+/* Hold `id` out now for its next cooldown (as a flap hold-out would),
+ * for `why` with `text` (shown in status).  Returns 0; -EPERM when this
+ * agent is not the controller; -EINVAL for ourselves (never held out);
+ * -EALREADY when it is held out already. */
+int ea_rdzv_hold_out(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, uint8_t why,
+                     const char *text);
+/* The nodes held out now (controller only; 0 elsewhere), at most cap of
+ * them into out; returns how many are held out in all. */
+size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap);
+/* Whether id is held out now. */
+bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id);
+
 typedef struct {
   uint8_t phase; /* ea_rdzv_phase */
   bool draining;
@@ -465,6 +528,9 @@ typedef struct {
   uint64_t nacks_sent, nacks_received;
   uint64_t stale_ignored; /* COMMIT/ABORT/READY for a generation not current */
   uint64_t persist_errors;
+  uint64_t node_failures; /* as controller: failures counted toward flapping */
+  uint64_t holds;         /* as controller: hold-outs started (flapping or straggler) */
+  uint32_t held_now;      /* nodes held out now */
 } ea_rdzv_status;
 
 void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out);
