@@ -496,6 +496,65 @@ size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap);
 /* Whether id is held out now. */
 bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id);
 
+/* ---- straggler detection (rdzv/straggler.c) --------------------------------
+ *
+ * The controller's judge of the ranks' pace.  Every member sends, once a
+ * second, each of its ranks' mean forward/backward seconds per step
+ * (step.compute_seconds: the allreduce is left out, since in synchronous
+ * training every rank waits there for the slowest, which would hide it).
+ * A rank is *slow* while its newest sample is over factor × the median of
+ * the fresh samples (and over it by at least EA_RDZV_STRAG_MIN_EXCESS_S);
+ * slow without a break for window_ms, it is a *straggler*. (Slow since the
+ * first eval that found it slow, as of that sample's arrival.)  The median is
+ * the lower one: with two ranks the faster is the reference, so the
+ * slower of two can be a straggler; when most ranks are slow, the median is
+ * slow and none is.  Fewer than two fresh ranks: nothing is judged.
+ *
+ * Pure: time comes in as now_ms; nothing is sent or logged.  One
+ * generation at a time: a sample of a newer one forgets the older. */
+
+/* Below a millisecond the difference is timer and scheduler noise (a
+ * context switch, a cache miss storm), however large the ratio: a tiny
+ * model's step takes tens of microseconds. */
+#define EA_RDZV_STRAG_MIN_EXCESS_S 0.001
+/* A rank whose newest sample is older than this is not compared (3 report
+ * periods: it stopped stepping, or its reports are lost). */
+#define EA_RDZV_STRAG_STALE_MS 3000
+
+typedef struct ea_rdzv_strag ea_rdzv_strag;
+
+typedef struct {
+  bool have;         /* it has reported in this generation */
+  ea_node_id node;   /* the member that reported it */
+  double compute_s;  /* its newest sample */
+  uint64_t at_ms;    /* when that arrived */
+  bool slow;         /* over factor × median at the last eval */
+  uint64_t slow_since_ms; /* its first slow sample of the current run (0: not slow) */
+  bool straggler;    /* slow for window_ms */
+} ea_rdzv_strag_rank;
+
+/* factor > 1 (observability.straggler_factor), window_ms > 0.  NULL when
+ * out of memory or out of bounds. */
+ea_rdzv_strag *ea_rdzv_strag_new(double factor, uint32_t window_ms);
+void ea_rdzv_strag_free(ea_rdzv_strag *s);
+/* Forget everything (this agent no longer controls). */
+void ea_rdzv_strag_reset(ea_rdzv_strag *s);
+/* Rank `rank` of generation gen64 (world ranks) took compute_s per step,
+ * said by node at now_ms.  Returns 0; -EINVAL for rank ≥ world, world 0 or
+ * over EA_RDZV_MAX_WORLD, a gen64 of 0, or a compute_s that is negative or
+ * not finite; -ESTALE for an older generation (ignored), -ENOMEM. */
+int ea_rdzv_strag_sample(ea_rdzv_strag *s, uint64_t now_ms, uint64_t gen64, uint32_t world,
+                         uint32_t rank, const ea_node_id *node, double compute_s);
+/* Judge every rank as of now_ms; returns the number of stragglers. */
+uint32_t ea_rdzv_strag_eval(ea_rdzv_strag *s, uint64_t now_ms);
+/* The ranks of the current generation, indexed by rank (world of them;
+ * entries with have false never reported); valid until the next call. */
+size_t ea_rdzv_strag_ranks(const ea_rdzv_strag *s, const ea_rdzv_strag_rank **out);
+/* Of the last eval: the median (0 when nothing was judged) and how many
+ * fresh ranks it was taken over; the generation judged (0: none). */
+double ea_rdzv_strag_median(const ea_rdzv_strag *s, uint32_t *nfresh);
+uint64_t ea_rdzv_strag_gen(const ea_rdzv_strag *s);
+
 typedef struct {
   uint8_t phase; /* ea_rdzv_phase */
   bool draining;
