@@ -83,12 +83,12 @@ typedef struct {
     bool alert_on_nan;                        /* true (also alert_on_loss_nan) */
     bool alert_on_checkpoint_failure;         /* true */
     uint32_t metrics_export_interval_seconds; /* a `metrics` log line; 0 = off */
-    double straggler_factor;    /* 2.0: a rank this many × the median is a straggler */
+    double straggler_factor;           /* 2.0: a rank this many × the median is a straggler */
     uint32_t straggler_window_seconds; /* ... for this long: 30 */
     bool straggler_evict;              /* false: alert only; true: also hold it out */
-    char alertmanager_url[256]; /* "" = off; "http://127.0.0.1:9093" */
-    char alert_webhook[256];    /* "" = off; POST one JSON document per alert */
-    char alert_command[512];    /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
+    char alertmanager_url[256];        /* "" = off; "http://127.0.0.1:9093" */
+    char alert_webhook[256];           /* "" = off; POST one JSON document per alert */
+    char alert_command[512];           /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
   } observability;
   struct {
     char model[32];         /* "byte-mlp" */

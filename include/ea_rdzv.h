@@ -473,11 +473,11 @@ const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler" */
 typedef struct {
   ea_node_id id;
   char name[EA_NAME_MAX];
-  uint8_t why;        /* ea_rdzv_hold_why */
-  char text[128];     /* "3 failures in 60 s (last: died)" */
-  uint64_t until_ms;  /* the core's clock: held out while now < until_ms */
-  uint32_t holds;     /* hold-outs so far, this one included */
-  uint32_t failures;  /* failures counted within the window now */
+  uint8_t why;       /* ea_rdzv_hold_why */
+  char text[128];    /* "3 failures in 60 s (last: died)" */
+  uint64_t until_ms; /* the core's clock: held out while now < until_ms */
+  uint32_t holds;    /* hold-outs so far, this one included */
+  uint32_t failures; /* failures counted within the window now */
 } ea_rdzv_held;
 
 /* A worker of node `id` crashed (its agent told the controller): a failure
@@ -524,13 +524,13 @@ bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id);
 typedef struct ea_rdzv_strag ea_rdzv_strag;
 
 typedef struct {
-  bool have;         /* it has reported in this generation */
-  ea_node_id node;   /* the member that reported it */
-  double compute_s;  /* its newest sample */
-  uint64_t at_ms;    /* when that arrived */
-  bool slow;         /* over factor × median at the last eval */
+  bool have;              /* it has reported in this generation */
+  ea_node_id node;        /* the member that reported it */
+  double compute_s;       /* its newest sample */
+  uint64_t at_ms;         /* when that arrived */
+  bool slow;              /* over factor × median at the last eval */
   uint64_t slow_since_ms; /* its first slow sample of the current run (0: not slow) */
-  bool straggler;    /* slow for window_ms */
+  bool straggler;         /* slow for window_ms */
 } ea_rdzv_strag_rank;
 
 /* factor > 1 (observability.straggler_factor), window_ms > 0.  NULL when

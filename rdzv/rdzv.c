@@ -538,8 +538,8 @@ static void flap_fail(ea_rdzv *r, const ea_node_id *id, const char *what) {
   f->fails[f->nfails++] = r->now;
   if (f->nfails <= r->cfg.flap_threshold || f->until > r->now) return;
   char text[128];
-  fmt(text, sizeof text, "%u failures in %u s (last: %s)", f->nfails,
-      r->cfg.flap_window_ms / 1000, what);
+  fmt(text, sizeof text, "%u failures in %u s (last: %s)", f->nfails, r->cfg.flap_window_ms / 1000,
+      what);
   hold(r, f, EA_RDZV_HOLD_FLAP, text);
   f->nfails = 0; /* the next hold-out needs as many failures again */
 }
@@ -1800,8 +1800,7 @@ static bool ctrl_step(ea_rdzv *r) {
     const ea_node_id *id = &r->formed_ids[i];
     const ea_member *v = view_find(r, id);
     char nm[EA_NAME_MAX];
-    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) ||
-        held(r, id)) {
+    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) || held(r, id)) {
       if (!broken) {
         name_of(r, id, nm);
         snprintf(bwhy, sizeof bwhy, "%s is %s", nm,
@@ -1829,8 +1828,7 @@ static bool ctrl_step(ea_rdzv *r) {
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
-        excluded(r, &v->id) || held(r, &v->id) ||
-        find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+        excluded(r, &v->id) || held(r, &v->id) || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
       continue;
     if (starting(v)) {
       nstarting++;

@@ -891,8 +891,7 @@ START_TEST(test_flap_held_out) {
     /* held within the last beat, for exactly the cooldown */
     ck_assert_uint_le(held[0].until_ms, h->now + cool);
     ck_assert_uint_gt(held[0].until_ms + H_BEAT_MS, h->now + cool);
-    ck_assert_msg(strncmp(held[0].text, "3 failures in 60 s (last: ", 26) == 0, "%s",
-                  held[0].text);
+    ck_assert_msg(strncmp(held[0].text, "3 failures in 60 s (last: ", 26) == 0, "%s", held[0].text);
     ck_assert(ea_rdzv_is_held(h->a[0].r, &h->a[3].id));
     ck_assert(!ea_rdzv_is_held(h->a[1].r, &h->a[3].id)); /* the controller's record only */
     ck_assert_uint_eq(status_of(h, 0).held_now, 1);
@@ -923,17 +922,15 @@ START_TEST(test_flap_held_out) {
                    -EPERM);
   ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[0].id, EA_RDZV_HOLD_STRAGGLER, "x"),
                    -EINVAL);
-  ck_assert_int_eq(
-      ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"), 0);
-  ck_assert_int_eq(
-      ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
-      -EALREADY);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   -EALREADY);
   ck_assert_uint_eq(held_of(h, 0, held), 1);
   ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_STRAGGLER);
   ck_assert_uint_eq(held[0].until_ms, h->now + 5000); /* its first hold-out */
   /* re-formed without it at once, the survivors in their order */
-  ck_assert_msg(h_run_cond(h, h->now + 2000, order_of_0_is, "0,1,3"), "%s",
-                status_of(h, 0).reason);
+  ck_assert_msg(h_run_cond(h, h->now + 2000, order_of_0_is, "0,1,3"), "%s", status_of(h, 0).reason);
   NO_VIOLATION(h);
   h_free(h);
 }

@@ -135,8 +135,7 @@ START_TEST(test_stale_and_generations) {
   ck_assert_int_eq(ea_rdzv_strag_sample(s, 9000, 0, 2, 0, &id, 0.01), -EINVAL);
   ck_assert_int_eq(ea_rdzv_strag_sample(s, 9000, 11, 2, 0, &id, -1), -EINVAL);
   ck_assert_int_eq(ea_rdzv_strag_sample(s, 9000, 11, 2, 0, &id, NAN), -EINVAL);
-  ck_assert_int_eq(ea_rdzv_strag_sample(s, 9000, 11, EA_RDZV_MAX_WORLD + 1, 0, &id, 0.01),
-                   -EINVAL);
+  ck_assert_int_eq(ea_rdzv_strag_sample(s, 9000, 11, EA_RDZV_MAX_WORLD + 1, 0, &id, 0.01), -EINVAL);
   ea_rdzv_strag_reset(s);
   ck_assert_uint_eq(ea_rdzv_strag_gen(s), 0);
   ck_assert_uint_eq(ea_rdzv_strag_ranks(s, &x), 0);
