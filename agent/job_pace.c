@@ -139,6 +139,9 @@ static void evict(struct ea__agent_pace *p, const fired *f, const char *text, ui
   ea__agent *a = p->a;
   if (ea_rdzv_is_held(a->rdzv, &f->id)) return;
   int rc = ea_rdzv_hold_out(a->rdzv, now, &f->id, EA_RDZV_HOLD_STRAGGLER, text);
+  if (rc == -EINVAL)
+    ea_log(EA_LOG_WARN, "rdzv",
+           "straggler %s is the controller, which never holds itself out: not evicted", f->name);
   if (rc == 0) {
     p->evictions++;
     ea_rdzv_held h[8];
