@@ -963,6 +963,38 @@ START_TEST(test_flap_off_and_window) {
 }
 END_TEST
 
+START_TEST(test_flap_worker_crashes) {
+  /* A worker of n3 crashes in three generations in a row (its agent tells
+   * the controller: ea_rdzv_node_failed): one failure per generation
+   * however often it is said, none on a node that does not control, and
+   * the third holds n3 out. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_threshold = 2;
+  c.flap_window_ms = 60000;
+  c.flap_cooldown_ms = 5000;
+  h_sim *h = h_new(h_seed("flap_worker_crashes"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 4);
+  for (int k = 1; k <= 3; k++) {
+    ea_rdzv_node_failed(h->a[1].r, h->now, &h->a[3].id, "worker exited"); /* not the controller */
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[3].id, "worker exited");
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[3].id, "worker exited");
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[0].id, "worker exited"); /* itself: never */
+    ck_assert_uint_eq(status_of(h, 0).node_failures, (uint64_t)k);
+    ck_assert_uint_eq(status_of(h, 1).node_failures, 0);
+    if (k == 3) break;
+    h_fail_worker(h, 3, 0);
+    g = settle_after(h, g, 10000);
+  }
+  ea_rdzv_held held[4];
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert_str_eq(held[0].name, "n3");
+  ck_assert_str_eq(held[0].text, "3 failures in 60 s (last: worker exited)");
+  ck_assert_msg(h_run_cond(h, h->now + 3000, order_of_0_is, "0,1,2"), "%s", status_of(h, 0).reason);
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
 /* ---- controller failover mid-formation ------------------------------------ */
 
 typedef struct {
@@ -1846,6 +1878,7 @@ static Suite *rdzv_suite(void) {
       {"flapping_member_backs_off", test_flapping_member_backs_off},
       {"flap_held_out", test_flap_held_out},
       {"flap_off_and_window", test_flap_off_and_window},
+      {"flap_worker_crashes", test_flap_worker_crashes},
       {"controller_failover", test_controller_failover},
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
