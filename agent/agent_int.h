@@ -333,7 +333,8 @@ typedef struct {
   /* generations */
   uint64_t generation; /* term of the generation this node runs; 0: none */
   uint32_t world;
-  uint64_t gens_committed; /* generations this node ran (status committed_here) */
+  uint32_t held_out, stragglers; /* as controller: nodes held out, ranks straggling now */
+  uint64_t gens_committed;       /* generations this node ran (status committed_here) */
   uint64_t formations_started, formations_committed, formations_failed; /* as controller */
   ea__mx_hist formation; /* PREPARE → COMMIT, each generation this node ran */
   /* training */
@@ -824,5 +825,7 @@ void ea__agent_pace_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 void ea__agent_pace_wire(ea__job_cbs *cb);
 /* "stragglers" of the status document. */
 void ea__agent_pace_status(ea__agent *a, ea__jb *b, json_t *doc);
+/* Ranks judged stragglers now (the controller; 0 elsewhere). */
+uint32_t ea__agent_pace_stragglers(ea__agent *a);
 
 #endif

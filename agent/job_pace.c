@@ -300,6 +300,16 @@ void ea__agent_pace_status(ea__agent *a, ea__jb *b, json_t *doc) {
   }
 }
 
+uint32_t ea__agent_pace_stragglers(ea__agent *a) {
+  struct ea__agent_pace *p = a->pace;
+  if (!p || !controls(a)) return 0;
+  const ea_rdzv_strag_rank *r;
+  size_t world = ea_rdzv_strag_ranks(p->det, &r);
+  uint32_t n = 0;
+  for (size_t i = 0; i < world; i++) n += r[i].straggler;
+  return n;
+}
+
 void ea__agent_pace_wire(ea__job_cbs *cb) {
   cb->pace = job_pace;
 }

@@ -51,7 +51,7 @@ say "three agents, flap_threshold 2 in 60 s, cooldown ${COOL} s"
 with_id f1 01
 with_id f2 02
 with_id f3 03
-start_agent f1 "${JOB[@]}"
+start_agent f1 "${JOB[@]}" --set experiment.name=flap-e2e --set observability.metrics_listen=127.0.0.1:0
 start_agent f2 --join "${AGENT_ADDR[f1]}" "${JOB[@]}"
 start_agent f3 --join "${AGENT_ADDR[f1]}" "${JOB[@]}"
 for n in f1 f2 f3; do wait_for 30 trains "$n" 3 || fail "$n does not train at world 3"; done
@@ -99,6 +99,10 @@ ea_status f1 | grep -q '^ *held out: f3 (flapping: 3 failures in 60 s (last: ' |
   fail "text status: $(ea_status f1)"
 for n in f1 f2; do wait_for 15 trains "$n" 2 || fail "$n does not train at world 2 while f3 is held out"; done
 assert_eq "$(js f2 'd["held_out"]')" "[]" "f2's held_out (the controller's record only)"
+held_gauge() { curl -sf "http://$(metrics_addr f1)/metrics" | grep -q "^elastic_agent_held_out_nodes{job=\"flap-e2e\",node=\"f1\"} $1\$"; }
+if command -v curl >/dev/null 2>&1; then
+  wait_for 3 held_gauge 1 || fail "metrics: $(curl -s "http://$(metrics_addr f1)/metrics" | grep held_out)"
+fi
 pass "f3 held out ${held_ms} ms after its third failure: $(js f1 'd["held_out"][0]["reason"]'), until $(js f1 'd["held_out"][0]["until"]')"
 
 # Not taken back while held: every sample until the hold ends shows world 2.
@@ -109,6 +113,9 @@ until not_held; do
 done
 wait_for 15 back_in || fail "f3 not back at world 3 after the cooldown: $(js f1 'd["generation"]')"
 back_ms=$(($(now_ms) - t_held))
+if command -v curl >/dev/null 2>&1; then
+  wait_for 3 held_gauge 0 || fail "metrics after the hold: $(curl -s "http://$(metrics_addr f1)/metrics" | grep held_out)"
+fi
 pass "f3 stayed out for the cooldown and was back at world 3 $back_ms ms after it was held"
 
 echo "FLAP held_ms=$held_ms back_ms=$back_ms total_ms=$(($(now_ms) - t_start))"

@@ -89,8 +89,12 @@ for n in n2 n3; do
   assert_eq "$(js "$n" 'd["counters"]["alerts"]["straggler"]')" 0 "straggler alerts raised by $n"
   assert_eq "$(js "$n" 'd["stragglers"]["judged_here"]')" False "$n judges"
 done
-curl -sf "http://$(metrics_addr n1)/metrics" | grep -q '^elastic_agent_alerts_total{job="strag-e2e",node="n1",kind="straggler"} 1$' ||
-  fail "metrics: $(curl -s "http://$(metrics_addr n1)/metrics" | grep alerts_total)"
+M=$(curl -sf "http://$(metrics_addr n1)/metrics")
+grep -q '^elastic_agent_alerts_total{job="strag-e2e",node="n1",kind="straggler"} 1$' <<<"$M" ||
+  fail "metrics: $(grep alerts_total <<<"$M")"
+# the gauge follows the 0.5 s snapshot
+gauge_1() { curl -sf "http://$(metrics_addr n1)/metrics" | grep -q '^elastic_agent_stragglers{job="strag-e2e",node="n1"} 1$'; }
+wait_for 3 gauge_1 || fail "metrics: $(curl -s "http://$(metrics_addr n1)/metrics" | grep stragglers)"
 assert_eq "$(js n1 'd["generation"]["term"]')" "$gen0" "the generation (no eviction)"
 assert_eq "$(alert_lines n1 n3)" 1 "straggler alert lines on n1"
 pass "straggler n3 alerted once by the controller ${detect_ms} ms after training began; status, text status and /metrics show it; world stays 3"
