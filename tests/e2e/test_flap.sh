@@ -25,7 +25,7 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set compute.min_nodes=2 --set checkpoint.save_interval_steps=0
   --set distributed.communication_timeout_seconds=30
   --set runtime.flap_threshold=2 --set runtime.flap_window_seconds=60
-  --set runtime.flap_cooldown_seconds=$COOL)
+  --set "runtime.flap_cooldown_seconds=$COOL")
 
 js() {
   ea_status "$1" --json 2>/dev/null |
@@ -60,7 +60,7 @@ assert_eq "$(js f1 'd["controller"]["name"]')" f1 "the controller"
 say "1. f3's worker is SIGKILLed"
 wait_for 10 steps_past f3 20 || fail "f3 does not step"
 wpid=$(js f3 'd["workers"][0]["pid"]')
-[ -n "$wpid" ] && [ "$wpid" != 0 ] || fail "no worker pid on f3"
+{ [ -n "$wpid" ] && [ "$wpid" != 0 ]; } || fail "no worker pid on f3"
 kill -KILL "$wpid"
 wait_for 10 failures_are 1 || fail "f1 counted $(failures) failures after f3's worker crashed"
 wait_for 30 back_in || fail "f3 not back at world 3 after its worker crash"

@@ -33,7 +33,7 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set compute.min_nodes=2 --set checkpoint.save_interval_steps=0
   --set distributed.communication_timeout_seconds=30
   --set observability.straggler_factor=2
-  --set observability.straggler_window_seconds=$WINDOW)
+  --set "observability.straggler_window_seconds=$WINDOW")
 
 js() {
   ea_status "$1" --json 2>/dev/null |
