@@ -38,13 +38,14 @@
  * plain deadlines compared with now; ea_rdzv_next_deadline() tells the
  * driver when to call ea_rdzv_tick() next.
  *
- * Why one file of ~2000 lines: it is one state machine.  Both halves read
+ * Why one file of ~2400 lines: it is one state machine.  Both halves read
  * and write the same struct (the view, the generation numbers, the
- * formation in progress, the exclusions), and settle() iterates them
+ * formation in progress, the exclusions and hold-outs), and settle() iterates them
  * together to a fixpoint, so a split by half would share the whole struct
  * through a header and hide the order of evaluation that the invariants
  * above depend on.  The codec, which shares nothing with it, is
- * rdzv_wire.c.
+ * rdzv_wire.c; the straggler detector, which only feeds ea_rdzv_hold_out,
+ * is straggler.c.
  */
 #include "ea_rdzv.h"
 #include "ea_base.h"
