@@ -1935,6 +1935,22 @@ static bool ctrl_step(ea_rdzv *r) {
           r->formed.term, nsurv, nstarting, nstarting == 1 ? "" : "s");
     else
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes", r->formed.term, nsurv);
+    /* ...and who is kept out of it, so `status` says why a node is idle. */
+    uint32_t nheld = 0;
+    const flapper *first = NULL;
+    for (size_t i = 0; i < r->nflap; i++)
+      if (r->flap[i].until > r->now && is_up(view_find(r, &r->flap[i].id))) {
+        if (!nheld) first = &r->flap[i];
+        nheld++;
+      }
+    if (nheld) {
+      char nm[EA_NAME_MAX];
+      name_of(r, &first->id, nm);
+      size_t len = strlen(why);
+      fmt(why + len, cap - len, "; %u held out (%s: %s for %" PRIu64 " s%s)", nheld, nm,
+          ea_rdzv_hold_why_str(first->why), (first->until - r->now + 999) / 1000,
+          nheld > 1 ? ", …" : "");
+    }
   }
   free(draft);
   /* min_nodes out of reach for a whole rendezvous timeout fails the job

@@ -98,6 +98,8 @@ EOF
 ea_status f1 | grep -q '^ *held out: f3 (flapping: 3 failures in 60 s (last: ' ||
   fail "text status: $(ea_status f1)"
 for n in f1 f2; do wait_for 15 trains "$n" 2 || fail "$n does not train at world 2 while f3 is held out"; done
+reason_held() { js f1 'd["generation"]["reason"]' | grep -q 'running with 2 nodes; 1 held out (f3: flapping for [0-9]* s)'; }
+wait_for 5 reason_held || fail "f1's reason: $(js f1 'd["generation"]["reason"]')"
 assert_eq "$(js f2 'd["held_out"]')" "[]" "f2's held_out (the controller's record only)"
 held_gauge() { curl -sf "http://$(metrics_addr f1)/metrics" | grep -q "^elastic_agent_held_out_nodes{job=\"flap-e2e\",node=\"f1\"} $1\$"; }
 if command -v curl >/dev/null 2>&1; then
