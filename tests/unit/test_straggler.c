@@ -8,6 +8,8 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static ea_node_id node(int i) {
   ea_node_id id = {{0}};
@@ -146,12 +148,42 @@ START_TEST(test_stale_and_generations) {
 }
 END_TEST
 
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+START_TEST(test_median_is_the_lower_median) {
+  /* The selection (no sort) agrees with sorting, duplicates and all, for
+   * every size from 2 to 300 and seeded values. */
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  static double v[300], sorted[300];
+  for (uint32_t n = 2; n <= 300; n++) {
+    ea_rdzv_strag *s = ea_rdzv_strag_new(2.0, 1000);
+    for (uint32_t i = 0; i < n; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      v[i] = (double)(x % (n % 3 == 0 ? 5 : 1000)) / 1000.0; /* some sizes: many equal */
+      ea_node_id id = node((int)(i % 200));
+      ck_assert_int_eq(ea_rdzv_strag_sample(s, 1000, 1, n, i, &id, v[i]), 0);
+    }
+    memcpy(sorted, v, n * sizeof v[0]);
+    qsort(sorted, n, sizeof sorted[0], cmp_d);
+    ea_rdzv_strag_eval(s, 1000);
+    uint32_t nf;
+    ck_assert_msg(ea_rdzv_strag_median(s, &nf) == sorted[(n - 1) / 2], "n=%u", n);
+    ck_assert_uint_eq(nf, n);
+    ea_rdzv_strag_free(s);
+  }
+}
+END_TEST
+
 static Suite *straggler_suite(void) {
   Suite *s = suite_create("straggler");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_window_boundary);
   tcase_add_test(tc, test_ratio_rules);
   tcase_add_test(tc, test_stale_and_generations);
+  tcase_add_test(tc, test_median_is_the_lower_median);
   suite_add_tcase(s, tc);
   return s;
 }
