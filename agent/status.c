@@ -236,6 +236,7 @@ static void status_held_out(ea__agent *a, ea__jb *b, json_t *doc, uint64_t now) 
     ea__jb_str(b, o, "until", t);
     ea__jb_fixed(b, o, "remaining_s", left, 1);
     ea__jb_u64(b, o, "holds", h[i].holds);
+    ea__jb_bool(b, o, "waived", h[i].waived); /* too few nodes without it: kept in */
   }
 }
 

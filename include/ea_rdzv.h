@@ -456,8 +456,10 @@ uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
  * never forgiven while this controller lives (Horovod's neither).  When the
  * hold ends the node is a joiner like any other.  A node held out while it
  * is in the running generation (a straggler evicted) makes that generation
- * re-form without it, unless too few nodes would remain (then it stays in,
- * as an excluded member does).  The controller never holds itself out.
+ * re-form without it.  A hold never costs the job its min_nodes: while
+ * fewer than min_nodes nodes could train without the held-out ones, every
+ * hold is waived (ea_rdzv_held.waived) and they are kept or taken like the
+ * others.  The controller never holds itself out.
  *
  * The record is the controller's alone: a new controller starts with none
  * (it has not seen the failures; docs/operations.md says so). */
@@ -478,6 +480,7 @@ typedef struct {
   uint64_t until_ms; /* the core's clock: held out while now < until_ms */
   uint32_t holds;    /* hold-outs so far, this one included */
   uint32_t failures; /* failures counted within the window now */
+  bool waived;       /* not applied now: fewer than min_nodes could train without it */
 } ea_rdzv_held;
 
 /* A worker of node `id` crashed (its agent told the controller): a failure

@@ -248,6 +248,7 @@ struct ea_rdzv {
   size_t nexcl, capexcl;
   flapper *flap;
   size_t nflap, capflap;
+  bool holds_waived; /* too few nodes without the held-out ones: they are taken */
   bool formed_broken;
   char broken_why[96];
   /* ... by a worker's failure (a REPORT saying so), not only by a member
@@ -503,6 +504,11 @@ static flapper *flap_get(ea_rdzv *r, const ea_node_id *id) {
 static bool held(const ea_rdzv *r, const ea_node_id *id) {
   int k = find_flap(r, id);
   return k >= 0 && r->flap[k].until > r->now;
+}
+
+/* Held out, and the hold applies now (see waive_holds). */
+static bool kept_out(const ea_rdzv *r, const ea_node_id *id) {
+  return !r->holds_waived && held(r, id);
 }
 
 /* Drop failures older than the window. */
@@ -1366,7 +1372,7 @@ static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
      * restarted (or never ran it).  A failure toward flapping; held out
      * now, it leaves this formation. */
     flap_fail(r, &m->src, "restarted");
-    if (held(r, &m->src)) {
+    if (kept_out(r, &m->src)) {
       formation_drained(r);
       return;
     }
@@ -1714,6 +1720,30 @@ static void stop_formed(ea_rdzv *r, bool everyone) {
   }
 }
 
+/* A hold-out never costs the job its min_nodes: when the nodes that could
+ * train without the held-out ones (up, eligible, not draining or sitting
+ * out a failure; a joiner alive with its workers up) are fewer than
+ * min_nodes, every hold is waived for now and the held-out nodes are kept
+ * or taken like the others.  Otherwise a straggler evicted from a job that
+ * needs every node would stop it, and after the rendezvous timeout fail it
+ * (min_nodes not reached) while the node was alive and willing. */
+static void waive_holds(ea_rdzv *r) {
+  bool any = false;
+  uint32_t avail = 0;
+  for (size_t i = 0; i < r->nview; i++) {
+    const ea_member *v = &r->view[i];
+    if (!is_up(v) || observer(v) || in_drain_set(r, &v->id) || excluded(r, &v->id)) continue;
+    if (held(r, &v->id)) {
+      any = true;
+      continue;
+    }
+    bool member = find_id(r->formed_ids, r->nformed, &v->id) >= 0;
+    if (!member && (v->state != EA_STATE_ALIVE || starting(v))) continue;
+    avail++;
+  }
+  r->holds_waived = any && avail < r->cfg.min_nodes;
+}
+
 /* One pass of the controller.  Returns true when it changed something that
  * warrants another pass (a formation ended, so a new one may start). */
 static bool ctrl_step(ea_rdzv *r) {
@@ -1731,6 +1761,7 @@ static bool ctrl_step(ea_rdzv *r) {
     fmt(why, cap, "job failed: %s", r->job_why);
     return false;
   }
+  waive_holds(r);
   if (!r->f.phase && r->now >= r->retry_at && learn(r)) return false;
   if (quorum_lost(r)) {
     if (r->f.phase) abandon(r);
@@ -1741,7 +1772,7 @@ static bool ctrl_step(ea_rdzv *r) {
     /* A chosen member died, left or started draining: start over. */
     for (uint32_t i = 0; i < r->f.n; i++) {
       const ea_member *v = view_find(r, &r->f.ids[i]);
-      if (in_drain_set(r, &r->f.ids[i]) || held(r, &r->f.ids[i])) {
+      if (in_drain_set(r, &r->f.ids[i]) || kept_out(r, &r->f.ids[i])) {
         formation_drained(r); /* start over without it, nobody to blame */
         return true;
       }
@@ -1801,14 +1832,15 @@ static bool ctrl_step(ea_rdzv *r) {
     const ea_node_id *id = &r->formed_ids[i];
     const ea_member *v = view_find(r, id);
     char nm[EA_NAME_MAX];
-    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) || held(r, id)) {
+    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) ||
+        kept_out(r, id)) {
       if (!broken) {
         name_of(r, id, nm);
         snprintf(bwhy, sizeof bwhy, "%s is %s", nm,
                  !v                    ? "gone"
                  : !is_up(v)           ? (v->state == EA_STATE_LEFT ? "left" : "dead")
                  : in_drain_set(r, id) ? "draining"
-                 : held(r, id)         ? "held out"
+                 : kept_out(r, id)     ? "held out"
                                        : "excluded");
       }
       broken = true;
@@ -1829,7 +1861,8 @@ static bool ctrl_step(ea_rdzv *r) {
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
-        excluded(r, &v->id) || held(r, &v->id) || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+        excluded(r, &v->id) || kept_out(r, &v->id) ||
+        find_id(r->formed_ids, r->nformed, &v->id) >= 0)
       continue;
     if (starting(v)) {
       nstarting++;
@@ -1947,9 +1980,9 @@ static bool ctrl_step(ea_rdzv *r) {
       char nm[EA_NAME_MAX];
       name_of(r, &first->id, nm);
       size_t len = strlen(why);
-      fmt(why + len, cap - len, "; %u held out (%s: %s for %" PRIu64 " s%s)", nheld, nm,
+      fmt(why + len, cap - len, "; %u held out (%s: %s for %" PRIu64 " s%s)%s", nheld, nm,
           ea_rdzv_hold_why_str(first->why), (first->until - r->now + 999) / 1000,
-          nheld > 1 ? ", …" : "");
+          nheld > 1 ? ", …" : "", r->holds_waived ? ", waived: too few nodes without" : "");
     }
   }
   free(draft);
@@ -2438,6 +2471,7 @@ size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap) {
       h->until_ms = f->until;
       h->holds = f->holds;
       h->failures = f->nfails;
+      h->waived = r->holds_waived && is_up(view_find(r, &f->id));
     }
     n++;
   }

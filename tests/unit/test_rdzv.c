@@ -996,6 +996,36 @@ START_TEST(test_flap_worker_crashes) {
 }
 END_TEST
 
+START_TEST(test_hold_waived_below_min_nodes) {
+  /* min_nodes 3 with three nodes: a straggler evicted from them would stop
+   * the job (and fail it after the rendezvous timeout), so the hold is
+   * waived and the generation goes on with it; once a fourth node joins,
+   * the hold applies and the job re-forms without it. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  c.flap_cooldown_ms = 60000;
+  h_sim *h = h_new(h_seed("hold_waived_below_min_nodes"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 3);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  h_run_until(h, h->now + 5000);
+  NO_VIOLATION(h);
+  ck_assert(gen_is(h, 0, &g)); /* not re-formed */
+  ck_assert(h_training(h, 2));
+  ea_rdzv_held held[4];
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(held[0].waived);
+  ck_assert_msg(strstr(status_of(h, 0).reason, "waived: too few nodes without") != NULL, "%s",
+                status_of(h, 0).reason);
+  h_start(h, 3);
+  ck_assert_msg(h_run_cond(h, h->now + 5000, order_of_0_is, "0,1,3"), "%s", status_of(h, 0).reason);
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(!held[0].waived);
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
 /* ---- controller failover mid-formation ------------------------------------ */
 
 typedef struct {
@@ -1880,6 +1910,7 @@ static Suite *rdzv_suite(void) {
       {"flap_held_out", test_flap_held_out},
       {"flap_off_and_window", test_flap_off_and_window},
       {"flap_worker_crashes", test_flap_worker_crashes},
+      {"hold_waived_below_min_nodes", test_hold_waived_below_min_nodes},
       {"controller_failover", test_controller_failover},
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
