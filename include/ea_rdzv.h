@@ -456,10 +456,11 @@ uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
  * never forgiven while this controller lives (Horovod's neither).  When the
  * hold ends the node is a joiner like any other.  A node held out while it
  * is in the running generation (a straggler evicted) makes that generation
- * re-form without it.  A hold never costs the job its min_nodes: while
- * fewer than min_nodes nodes could train without the held-out ones, every
- * hold is waived (ea_rdzv_held.waived) and they are kept or taken like the
- * others.  The controller never holds itself out.
+ * re-form without it.  A hold never costs the job its min_nodes or its
+ * quorum: while fewer than min_nodes nodes could train without the
+ * held-out ones, or those would be no majority of the last generation,
+ * every hold is waived (ea_rdzv_held.waived) and they are kept or taken
+ * like the others.  The controller never holds itself out.
  *
  * The record is the controller's alone: a new controller starts with none
  * (it has not seen the failures; docs/operations.md says so). */

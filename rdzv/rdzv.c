@@ -1720,16 +1720,17 @@ static void stop_formed(ea_rdzv *r, bool everyone) {
   }
 }
 
-/* A hold-out never costs the job its min_nodes: when the nodes that could
- * train without the held-out ones (up, eligible, not draining or sitting
- * out a failure; a joiner alive with its workers up) are fewer than
- * min_nodes, every hold is waived for now and the held-out nodes are kept
- * or taken like the others.  Otherwise a straggler evicted from a job that
+/* A hold-out never costs the job its min_nodes or its quorum: when the
+ * nodes that could train without the held-out ones (up, eligible, not
+ * draining or sitting out a failure; a joiner alive with its workers up)
+ * are fewer than min_nodes, or the members among them no majority of the
+ * last generation, every hold is waived for now and the held-out nodes are
+ * kept or taken like the others.  Otherwise a straggler evicted from a job that
  * needs every node would stop it, and after the rendezvous timeout fail it
  * (min_nodes not reached) while the node was alive and willing. */
 static void waive_holds(ea_rdzv *r) {
   bool any = false;
-  uint32_t avail = 0;
+  uint32_t avail = 0, surv = 0;
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (!is_up(v) || observer(v) || in_drain_set(r, &v->id) || excluded(r, &v->id)) continue;
@@ -1738,10 +1739,20 @@ static void waive_holds(ea_rdzv *r) {
       continue;
     }
     bool member = find_id(r->formed_ids, r->nformed, &v->id) >= 0;
+    surv += member;
     if (!member && (v->state != EA_STATE_ALIVE || starting(v))) continue;
     avail++;
   }
-  r->holds_waived = any && avail < r->cfg.min_nodes;
+  /* ... nor its quorum: a generation without them must still hold a
+   * majority of the last one's voters (ctrl_step's rule). */
+  uint32_t voters = 0;
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_member *v = view_find(r, &r->formed_ids[i]);
+    if ((v && v->state == EA_STATE_LEFT) || in_drain_set(r, &r->formed_ids[i])) continue;
+    voters++;
+  }
+  bool no_quorum = !r->cfg.quorum_none && voters > 0 && 2 * surv <= voters;
+  r->holds_waived = any && (avail < r->cfg.min_nodes || no_quorum);
 }
 
 /* One pass of the controller.  Returns true when it changed something that

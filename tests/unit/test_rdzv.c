@@ -1023,6 +1023,18 @@ START_TEST(test_hold_waived_below_min_nodes) {
   ck_assert(!held[0].waived);
   NO_VIOLATION(h);
   h_free(h);
+  /* Two nodes, min_nodes 1: the other alone is no majority of the two. */
+  c.min_nodes = 1;
+  h = h_new(h_seed("hold_waived_below_min_nodes/quorum"), 2, &c, true);
+  g = settle_all(h, 2);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[1].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  h_run_until(h, h->now + 5000);
+  NO_VIOLATION(h);
+  ck_assert(gen_is(h, 0, &g) && h_training(h, 1));
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(held[0].waived);
+  h_free(h);
 }
 END_TEST
 
