@@ -351,7 +351,8 @@ typedef struct {
   /* generations */
   uint64_t generation; /* term of the generation this node runs; 0: none */
   uint32_t world;
-  uint64_t gens_committed; /* generations this node ran (status committed_here) */
+  uint32_t held_out, stragglers; /* as controller: nodes held out, ranks straggling now */
+  uint64_t gens_committed;       /* generations this node ran (status committed_here) */
   uint64_t formations_started, formations_committed, formations_failed; /* as controller */
   ea__mx_hist formation; /* PREPARE → COMMIT, each generation this node ran */
   /* training */
@@ -596,6 +597,8 @@ struct ea__agent {
   /* ---- alerts (alerts.c) and the preemption notice (notice.c) ---- */
   struct ea__agent_al *al;
   struct ea__agent_notice *notice;
+  /* ---- the job's pace, stragglers (job_pace.c) ---- */
+  struct ea__agent_pace *pace;
 };
 
 /* agent.c: the loop */
@@ -835,5 +838,23 @@ void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why);
 void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc);
 /* Shutdown: free the launcher, the capture and the job. */
 void ea__agent_job_close(ea__agent *a);
+/* builtin, library: local worker k crashed (exited non-zero or by a
+ * signal); the controller hears it (JOB_EXIT) and counts it toward the
+ * node's flapping (ea_rdzv_node_failed). */
+void ea__agent_job_worker_crashed(ea__agent *a, uint32_t k, int64_t status, int sig);
+
+/* job_pace.c: each rank's compute time to the controller (JOB_PACE, every
+ * second), the straggler detector there, its alert, status and eviction.
+ * Started and closed with the job (job_glue.c). */
+int ea__agent_pace_start(ea__agent *a, char *err, size_t errlen);
+void ea__agent_pace_close(ea__agent *a);
+/* A local worker's STEP (workers.c): its compute_seconds, when it sent them. */
+void ea__agent_pace_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
+/* The job's callback for JOB_PACE frames. */
+void ea__agent_pace_wire(ea__job_cbs *cb);
+/* "stragglers" of the status document. */
+void ea__agent_pace_status(ea__agent *a, ea__jb *b, json_t *doc);
+/* Ranks judged stragglers now (the controller; 0 elsewhere). */
+uint32_t ea__agent_pace_stragglers(ea__agent *a);
 
 #endif

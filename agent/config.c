@@ -234,6 +234,15 @@ static const cfg_key keys[] = {
             "http:// URL that answers 200 when the machine is going."},
     {STR(runtime, preemption_metadata_url), .check = check_http_url,
      .doc = "Base address of the metadata service (http://HOST:PORT); empty: the provider's."},
+    /* 64: the failure times the controller keeps per node (rdzv/rdzv.c). */
+    {U32(runtime, flap_threshold), .min = 1, .max = 64, .flags = F_ZERO_OFF, .unit = "failures",
+     .doc = "A node that fails (dies, restarts, a worker crashes) more than this many times "
+            "within flap_window_seconds is held out of generations; 0: never."},
+    {U32(runtime, flap_window_seconds), .min = 1, .max = 86400, .unit = "seconds",
+     .doc = "The window in which a node's failures are counted against flap_threshold."},
+    {U32(runtime, flap_cooldown_seconds), .min = 1, .max = 86400, .unit = "seconds",
+     .doc = "How long a flapping node (or an evicted straggler) is held out the first time; "
+            "doubled on each repeat, up to an hour (or this, when longer)."},
 
     /* Membership: the names are ea_swim_config's fields; defaults come from
      * ea_swim_config_default (membership/swim_config.c). */
@@ -287,8 +296,13 @@ static const cfg_key keys[] = {
             "0: none."},
     {DBL(observability, straggler_factor), .dmin = 1.0, .dmax = 100.0, .flags = F_MIN_OPEN,
      .unit = "x median",
-     .doc = "A rank whose step takes this many times the median step time is a straggler "
-            "(detection is not built yet: the value is only checked)."},
+     .doc = "A rank whose step compute time is over this many times the median of the ranks' "
+            "for straggler_window_seconds is a straggler: an alert, and in status."},
+    {U32(observability, straggler_window_seconds), .min = 1, .max = 86400, .unit = "seconds",
+     .doc = "How long a rank must stay over straggler_factor x the median to be a straggler."},
+    {BOOL(observability, straggler_evict),
+     .doc = "A straggler's node is also held out of generations (runtime.flap_cooldown_seconds, "
+            "doubled on each repeat) and the job re-forms without it."},
     {STR(observability, alertmanager_url), .check = check_http_url,
      .doc = "Prometheus Alertmanager (http://HOST:PORT) that alerts are pushed to; empty: off."},
     {STR(observability, alert_webhook), .check = check_http_url,
@@ -803,12 +817,21 @@ void ea_config_default(ea_config *c) {
   c->runtime.stop_grace_seconds = 5;
   c->runtime.lost_peer_grace_ms = 500;
   snprintf(c->runtime.preemption_notice, sizeof c->runtime.preemption_notice, "none");
+  /* Four failures in five minutes is no longer bad luck; a minute out
+   * (then 2, 4, …) lets the others train while someone looks. */
+  c->runtime.flap_threshold = 3;
+  c->runtime.flap_window_seconds = 300;
+  c->runtime.flap_cooldown_seconds = 60;
   ea_swim_config_default(&c->membership);
   snprintf(c->observability.metrics_listen, sizeof c->observability.metrics_listen,
            "127.0.0.1:9400");
   c->observability.alert_on_nan = true;
   c->observability.alert_on_checkpoint_failure = true;
   c->observability.straggler_factor = 2.0;
+  /* Half a minute: a checkpoint or a GC pause is seconds; a slow GPU or a
+   * noisy neighbour lasts. */
+  c->observability.straggler_window_seconds = 30;
+  c->observability.straggler_evict = false;
   snprintf(c->train.model, sizeof c->train.model, "byte-mlp");
   snprintf(c->train.data, sizeof c->train.data, "/usr/share/common-licenses");
   c->train.context = 16;

@@ -406,7 +406,14 @@ static void note_failure(ea__job *J, const ea__job_failure *f) {
 static void recv_msg(ea__job *J, const ea__job_msg *m) {
   switch (m->type) {
     case EA__JOB_EXIT:
-      if (J->controller) note_failure(J, &m->f);
+      if (J->controller) {
+        note_failure(J, &m->f);
+        if (J->cb.worker_failed && J->o.mode != EA__MODE_TORCHRUN)
+          J->cb.worker_failed(J->ctx, &m->src, &m->f);
+      }
+      break;
+    case EA__JOB_PACE:
+      if (J->cb.pace) J->cb.pace(J->ctx, m);
       break;
     case EA__JOB_DONE:
       if (J->controller) {

@@ -35,12 +35,18 @@
  *                    signal:uint, source:uint, at_ms:uint, message:str ]
  *   0x31 JOB_DONE  [ gen:uint, step:uint ]
  *   0x32 JOB_END   [ kind:uint, reason:str, failure:JOB_EXIT-body|nil ]
+ *   0x33 JOB_PACE  [ gen:uint, world:uint, [ [rank:uint, compute:float], … ] ]
  *
  * code: the exit status (0..255), nil when a signal ended it; source: 0 no
  * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
  * at_ms: the exit's wall-clock time (the first failure of a generation by
  * this clock is reported as its cause, as torchelastic does with its error
- * files' timestamps); kind: ea__job_kind.  Every string is bounded (EA__JOB_MSG_MAX,
+ * files' timestamps); kind: ea__job_kind.  JOB_PACE (agent/job_pace.c)
+ * goes to the controller once a second from every member of the running
+ * generation: per local rank that stepped since the last one, its mean
+ * forward/backward seconds per step (step.compute_seconds), for the
+ * straggler detector; 1 to EA_RDZV_MAX_WPN entries, rank < world ≤
+ * EA_RDZV_MAX_WORLD, compute finite and ≥ 0.  Every string is bounded (EA__JOB_MSG_MAX,
  * EA__JOB_REASON_MAX, EA_NAME_MAX) and NUL-free; the decoder checks every
  * field and names the wrong one.
  */
@@ -122,15 +128,24 @@ typedef enum {
   EA__JOB_EXIT = 0x30,
   EA__JOB_DONE = 0x31,
   EA__JOB_END = 0x32,
-  EA__JOB_CKPT_AGAIN = 0x33, /* controller → members: stage the final checkpoint again */
+  EA__JOB_PACE = 0x33,
+  EA__JOB_CKPT_AGAIN = 0x34, /* controller → members: stage the final checkpoint again */
 } ea__job_msg_type;
+
+/* One rank's pace (JOB_PACE). */
+typedef struct {
+  uint32_t rank;
+  double compute_s; /* mean seconds of forward/backward per step since the last report */
+} ea__job_pace;
 
 typedef struct {
   uint8_t type;
   ea_node_id src;
   /* JOB_EXIT: f; JOB_DONE, JOB_CKPT_AGAIN: gen, step; JOB_END: kind, reason,
-   * has_failure, f */
+   * has_failure, f; JOB_PACE: gen, world, npace entries of pace */
   uint64_t gen, step;
+  uint32_t world, npace;
+  ea__job_pace pace[EA_RDZV_MAX_WPN];
   uint8_t kind;
   char reason[EA__JOB_REASON_MAX];
   bool has_failure;
@@ -161,6 +176,12 @@ typedef struct {
    * forget the failed attempt (as controller) and have the local workers
    * that finished in gen stage it again.  Runs on every member of gen. */
   void (*ckpt_again)(void *ctx, uint64_t gen, uint64_t step);
+  /* Optional, as controller: member `src` says a worker of its failed
+   * (JOB_EXIT; ours too).  In restart mode every program of a generation
+   * exits when one fails, so it is not said there. */
+  void (*worker_failed)(void *ctx, const ea_node_id *src, const ea__job_failure *f);
+  /* Optional: a JOB_PACE arrived (the agent checks that it controls). */
+  void (*pace)(void *ctx, const ea__job_msg *m);
 } ea__job_cbs;
 
 enum { EA__JOB_ALERT_FAILED = 0, EA__JOB_ALERT_CHURN = 1 };

@@ -193,6 +193,37 @@ static void job_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t
     ea__ctl_send_bytes(a->ctl, to, &m->meta.control, buf, len);
 }
 
+/* job.worker_failed, as controller: a member's worker crashed (builtin,
+ * library: only the node whose worker died says so) — a failure toward
+ * its flapping (runtime.flap_threshold). */
+static void job_worker_failed(void *ctx, const ea_node_id *src, const ea__job_failure *f) {
+  ea__agent *a = ctx;
+  if (!a->rdzv || a->phase >= EA__PHASE_CLOSING) return;
+  char what[64];
+  snprintf(what, sizeof what, "worker of rank %u %s %u", f->rank,
+           f->has_code ? "exited with" : "killed by signal", f->has_code ? f->code : f->signal);
+  ea_rdzv_node_failed(a->rdzv, ea__agent_now_ms(a), src, what);
+  ea__agent_core_done(a);
+}
+
+void ea__agent_job_worker_crashed(ea__agent *a, uint32_t k, int64_t status, int sig) {
+  if (!a->job || a->launch) return; /* restart mode: restart_exited says it */
+  ea__agent_wk *w = &a->w[k];
+  ea__job_failure f = {.gen = a->run.active ? a->run.g64 : 0, .rank = a->run.rank_base + k};
+  snprintf(f.node, sizeof f.node, "%s", a->o->name);
+  f.has_code = sig == 0;
+  f.code = (uint8_t)status;
+  f.signal = (uint32_t)sig;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  f.at_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  if (w->exit_reason[0] && sig == 0 && w->exit_code == status) {
+    snprintf(f.message, sizeof f.message, "%s", w->exit_reason);
+    f.source = EA__JOB_SRC_NONE;
+  }
+  ea__job_local_failure(a->job, &f);
+}
+
 /* job.end: the job is over; this agent leaves and exits with its code. */
 static void job_end(void *ctx, uint8_t kind, int code) {
   ea__agent *a = ctx;
@@ -253,10 +284,15 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                      .final_ckpt_timeout_ms = a->o->cfg.checkpoint.timeout_seconds * 1000u,
                      .self = a->id,
                      .name = a->o->name};
-  ea__job_cbs jc = {
-      .send = job_send, .end = job_end, .alert = job_alert, .ckpt_again = job_ckpt_again};
+  ea__job_cbs jc = {.send = job_send,
+                    .end = job_end,
+                    .alert = job_alert,
+                    .worker_failed = job_worker_failed,
+                    .ckpt_again = job_ckpt_again};
+  ea__agent_pace_wire(&jc);
   int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
   if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));
+  if (rc == 0) rc = ea__agent_pace_start(a, err, errlen);
   return rc;
 }
 
@@ -349,6 +385,7 @@ void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc) {
 }
 
 void ea__agent_job_close(ea__agent *a) {
+  ea__agent_pace_close(a);
   if (a->launch) ea__launch_free(a->launch);
   a->launch = NULL;
   if (a->out) ea__out_free(a->out, NULL, NULL);

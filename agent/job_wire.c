@@ -1,5 +1,5 @@
-/* job_wire.c — the job's control messages (JOB_EXIT, JOB_DONE, JOB_END;
- * drawn in job.h).
+/* job_wire.c — the job's control messages (JOB_EXIT, JOB_DONE, JOB_END,
+ * JOB_PACE; drawn in job.h).
  *
  * Same habits as the checkpoint reports (ckpt_wire.c): the rendezvous
  * framing and sealing, a type range of their own (0x30…), a positional
@@ -14,6 +14,7 @@
 #include "ea_wire.h"
 
 #include <errno.h>
+#include <math.h>
 #include <msgpack.h>
 #include <string.h>
 
@@ -46,6 +47,15 @@ static const char *check(const ea__job_msg *m) {
       if (m->kind < EA__JOB_SUCCESS || m->kind > EA__JOB_FINAL_CKPT) return "kind";
       if (!text_ok(m->reason, sizeof m->reason)) return "reason";
       return m->has_failure ? check_failure(&m->f) : NULL;
+    case EA__JOB_PACE:
+      if (!m->gen) return "gen";
+      if (!m->world || m->world > EA_RDZV_MAX_WORLD) return "world";
+      if (!m->npace || m->npace > EA_RDZV_MAX_WPN) return "pace";
+      for (uint32_t i = 0; i < m->npace; i++) {
+        if (m->pace[i].rank >= m->world) return "rank";
+        if (!isfinite(m->pace[i].compute_s) || m->pace[i].compute_s < 0) return "compute";
+      }
+      return NULL;
     default:
       return "type";
   }
@@ -104,6 +114,17 @@ int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) 
       bad |= msgpack_pack_array(&pk, 2);
       bad |= msgpack_pack_uint64(&pk, m->gen);
       bad |= msgpack_pack_uint64(&pk, m->step);
+      break;
+    case EA__JOB_PACE:
+      bad |= msgpack_pack_array(&pk, 3);
+      bad |= msgpack_pack_uint64(&pk, m->gen);
+      bad |= msgpack_pack_uint32(&pk, m->world);
+      bad |= msgpack_pack_array(&pk, m->npace);
+      for (uint32_t i = 0; i < m->npace; i++) {
+        bad |= msgpack_pack_array(&pk, 2);
+        bad |= msgpack_pack_uint32(&pk, m->pace[i].rank);
+        bad |= msgpack_pack_double(&pk, m->pace[i].compute_s);
+      }
       break;
     default: /* END */
       bad |= msgpack_pack_array(&pk, 3);
@@ -177,6 +198,24 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
       NEED(m->gen > 0, "gen");
       TRY(ea__mpr_uint(r, UINT64_MAX, &m->step), "step");
       break;
+    case EA__JOB_PACE: {
+      if (ea__mpr_array_n(r, 3, "pace", err)) return -EA_EWIRE;
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
+      NEED(m->gen > 0, "gen");
+      if (ea__mpr_u32(r, EA_RDZV_MAX_WORLD, &m->world, "world", err)) return -EA_EWIRE;
+      NEED(m->world > 0, "world");
+      uint32_t n;
+      TRY(ea__mpr_array(r, &n), "pace");
+      NEED(n > 0 && n <= EA_RDZV_MAX_WPN, "pace");
+      for (uint32_t i = 0; i < n; i++) {
+        if (ea__mpr_array_n(r, 2, "pace", err)) return -EA_EWIRE;
+        if (ea__mpr_u32(r, m->world - 1, &m->pace[i].rank, "rank", err)) return -EA_EWIRE;
+        TRY(ea__mpr_float(r, &m->pace[i].compute_s), "compute");
+        NEED(isfinite(m->pace[i].compute_s) && m->pace[i].compute_s >= 0, "compute");
+      }
+      m->npace = n;
+      break;
+    }
     default: {
       if (ea__mpr_array_n(r, 3, "end", err)) return -EA_EWIRE;
       uint32_t k;

@@ -665,6 +665,19 @@ static void print_job(const ea__json *j) {
         "waits %s ms\n",
         ea__json_str(j, "job.churn.count", "?"), ea__json_str(j, "job.churn.reason", ""),
         ea__json_str(j, "job.churn.wait_ms", "?"));
+  /* The controller's hold-outs and stragglers (issue 13, items 4-5). */
+  const ea__json *ho = ea__json_get(j, "held_out");
+  for (const ea__json *x = ho && ho->type == EA__J_ARR ? ho->child : NULL; x; x = x->next)
+    printf("            held out: %s (%s: %s) until %s, %ss left (hold-out %s)\n",
+           ea__json_str(x, "node", "?"), ea__json_str(x, "why", "?"), ea__json_str(x, "reason", ""),
+           ea__json_str(x, "until", "?"), ea__json_str(x, "remaining_s", "?"),
+           ea__json_str(x, "holds", "?"));
+  const ea__json *sl = ea__json_get(j, "stragglers.slow");
+  for (const ea__json *x = sl && sl->type == EA__J_ARR ? sl->child : NULL; x; x = x->next)
+    printf("            %s: rank %s on %s computes %ss a step, %sx the median, for %ss\n",
+           ea__json_num(x, "straggler", 0) ? "straggler" : "slow", ea__json_str(x, "rank", "?"),
+           ea__json_str(x, "node", "?"), ea__json_str(x, "compute_s", "?"),
+           ea__json_str(x, "ratio", "?"), ea__json_str(x, "slow_for_s", "?"));
 }
 
 static void print_status(const ea__json *j) {

@@ -249,6 +249,12 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
         "Term of the generation this node trains in; 0 when none.", (double)s->generation);
   gauge(b, s, "elastic_agent_world_size",
         "Ranks in the generation this node trains in; 0 when none.", s->world);
+  gauge(b, s, "elastic_agent_held_out_nodes",
+        "Nodes this controller holds out of generations (flapping, evicted stragglers).",
+        s->held_out);
+  gauge(b, s, "elastic_agent_stragglers",
+        "Ranks this controller judges stragglers (compute time over straggler_factor x median).",
+        s->stragglers);
   counter(b, s, "elastic_agent_generations_committed_total",
           "Generations this node has run (committed with this node in them).", s->gens_committed);
   family(b, "elastic_agent_formations_total", "counter",
@@ -557,6 +563,8 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
   s->generation = st.running.term;
   s->world = p ? p->world : 0;
+  s->held_out = st.held_now;
+  s->stragglers = ea__agent_pace_stragglers(a);
   s->gens_committed = a->gens_committed;
   s->formations_started = st.formations_started;
   s->formations_committed = st.formations_committed;

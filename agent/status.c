@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How long after a member crashes can it take until every other member has
@@ -212,6 +213,33 @@ static void status_controller(ea__agent *a, ea__jb *b, json_t *doc) {
   }
 }
 
+/* "held_out": the nodes the controller keeps out of generations (flapping,
+ * or evicted stragglers), why and until when; empty except on the
+ * controller, whose record it is. */
+static void status_held_out(ea__agent *a, ea__jb *b, json_t *doc, uint64_t now) {
+  json_t *arr = ea__jb_arr(b, doc, "held_out");
+  ea_rdzv_held h[32];
+  size_t n = ea_rdzv_held_out(a->rdzv, h, 32);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  for (size_t i = 0; i < n && i < 32; i++) {
+    json_t *o = ea__jb_obj(b, arr, NULL);
+    char hex[33], t[40];
+    ea_node_id_hex(&h[i].id, hex);
+    double left = h[i].until_ms > now ? (double)(h[i].until_ms - now) / 1000.0 : 0;
+    ea__alert_time_str(wall + left, t, sizeof t);
+    ea__jb_str(b, o, "node", h[i].name);
+    ea__jb_str(b, o, "id", hex);
+    ea__jb_str(b, o, "why", ea_rdzv_hold_why_str(h[i].why));
+    ea__jb_str(b, o, "reason", h[i].text);
+    ea__jb_str(b, o, "until", t);
+    ea__jb_fixed(b, o, "remaining_s", left, 1);
+    ea__jb_u64(b, o, "holds", h[i].holds);
+    ea__jb_bool(b, o, "waived", h[i].waived); /* too few nodes without it: kept in */
+  }
+}
+
 /* "generation" and "workers": what this node trains, and why (not). */
 static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
   ea_rdzv_status st;
@@ -398,6 +426,8 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "stale_ignored", st.stale_ignored);
   ea__jb_u64(b, o, "state_refused", st.state_refused);
   ea__jb_u64(b, o, "persist_errors", st.persist_errors);
+  ea__jb_u64(b, o, "node_failures", st.node_failures); /* as controller, toward flapping */
+  ea__jb_u64(b, o, "holds", st.holds);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
   o = ea__jb_obj(b, cn, "control");
@@ -475,6 +505,8 @@ int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
   }
   status_controller(a, &b, doc);
   status_generation(a, &b, doc);
+  status_held_out(a, &b, doc, now);
+  ea__agent_pace_status(a, &b, doc);
   status_checkpoint(a, &b, doc);
   ea__agent_job_status(a, &b, doc);
   status_counters(a, &b, doc);

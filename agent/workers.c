@@ -425,6 +425,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       a->has_loss = true;
       log_step(a, k, m);
       if (a->o->smoke) ea__smoke_step(a->o->smoke, k, m->step + 1, m->loss, a->run.world);
+      ea__agent_pace_step(a, k, m); /* compute_seconds: the straggler signal */
       ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
       ea__agent_core_done(a);
       break;
@@ -510,6 +511,7 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   }
   a->worker_failures++;
   ea__agent_stall(a, "a worker exited");
+  ea__agent_job_worker_crashed(a, k, status, sig); /* the controller counts it (flapping) */
   /* A library program says why before it exits (`exiting`, e.g.
    * "RuntimeError: …"): that reason goes with the failure. */
   bool said = w->exit_reason[0] && sig == 0 && w->exit_code == status;

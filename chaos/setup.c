@@ -89,6 +89,10 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
         {"distributed.communication_timeout_seconds", "5"},
         /* a worker killed a dozen times must not drain its node */
         {"runtime.failure_retry_times", "1000"},
+        /* ... nor hold it out as flapping: every fault must be recovered
+         * from within the restore bound (a hold-out is tested by
+         * tests/e2e/test_flap.sh) */
+        {"runtime.flap_threshold", "0"},
         /* a formation that cannot finish is abandoned after 5 s (30 by
          * default): a crashed node that rejoins first sits out one such
          * timeout (docs/chaos.md), and formations here take milliseconds */

@@ -72,6 +72,10 @@ typedef struct {
     uint32_t lost_peer_grace_ms;            /* the same when a peer died or froze: 500 */
     char preemption_notice[256];            /* "none" | "aws" | "gcp" | "azure" | an http(s) URL */
     char preemption_metadata_url[256];      /* "" = the provider's metadata address */
+    /* flapping nodes held out (rdzv, "Hold-outs" in ea_rdzv.h) */
+    uint32_t flap_threshold;        /* more failures than this in the window: held out; 3 (0 off) */
+    uint32_t flap_window_seconds;   /* 300 */
+    uint32_t flap_cooldown_seconds; /* the first hold-out: 60, doubled on each repeat */
   } runtime;
   ea_swim_config membership; /* see ea_swim_config_default */
   struct {
@@ -79,10 +83,12 @@ typedef struct {
     bool alert_on_nan;                        /* true (also alert_on_loss_nan) */
     bool alert_on_checkpoint_failure;         /* true */
     uint32_t metrics_export_interval_seconds; /* a `metrics` log line; 0 = off */
-    double straggler_factor;    /* 2.0: a rank this many × the median is a straggler */
-    char alertmanager_url[256]; /* "" = off; "http://127.0.0.1:9093" */
-    char alert_webhook[256];    /* "" = off; POST one JSON document per alert */
-    char alert_command[512];    /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
+    double straggler_factor;           /* 2.0: a rank this many × the median is a straggler */
+    uint32_t straggler_window_seconds; /* ... for this long: 30 */
+    bool straggler_evict;              /* false: alert only; true: also hold it out */
+    char alertmanager_url[256];        /* "" = off; "http://127.0.0.1:9093" */
+    char alert_webhook[256];           /* "" = off; POST one JSON document per alert */
+    char alert_command[512];           /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
   } observability;
   struct {
     char model[32];         /* "byte-mlp" */

@@ -283,6 +283,14 @@ typedef struct {
   /* As controller with a quorum: waiting this long for min_nodes fails the
    * job (EA_RDZV_JOB_MIN_NODES); 0: wait for ever. */
   uint32_t min_nodes_timeout_ms;
+  /* Flapping nodes (see "Hold-outs" below): a node that fails more than
+   * flap_threshold times within flap_window_ms is held out of generations
+   * for flap_cooldown_ms, doubled on each repeat.  flap_threshold 0: never
+   * (the default of ea_rdzv_config_default; runtime.flap_* in a job).  The
+   * cooldown is also what a straggler evicted by ea_rdzv_hold_out sits out. */
+  uint32_t flap_threshold;
+  uint32_t flap_window_ms;
+  uint32_t flap_cooldown_ms;
 } ea_rdzv_config;
 
 /* The defaults of agent/config.c, with no job limits (max_restarts
@@ -450,6 +458,124 @@ int ea_rdzv_tags_set(char *tags, size_t cap, const char *token, bool on);
  * controllers and retries do not move in lockstep. */
 uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
 
+/* ---- hold-outs (controller side) -----------------------------------------
+ *
+ * Horovod Elastic's blacklist with cooldown.  The controller counts the
+ * failures of each node of the last formed generation: it died (DEAD in
+ * the view), it restarted (a new incarnation that ran nothing since its
+ * start: meta.last_gen back to 0), or its agent says a worker crashed
+ * (ea_rdzv_node_failed) — at most one per node per formed generation, since
+ * the generation it breaks is what a failure costs.  More than
+ * flap_threshold of them within flap_window_ms hold the node out of every
+ * generation (neither kept as a survivor nor taken as a joiner) for
+ * flap_cooldown_ms · 2^(k−1) at its k-th hold-out, at most
+ * max(flap_cooldown_ms, EA_RDZV_HOLD_CAP_MS); the count of hold-outs is
+ * never forgiven while this controller lives (Horovod's neither).  When the
+ * hold ends the node is a joiner like any other.  A node held out while it
+ * is in the running generation (a straggler evicted) makes that generation
+ * re-form without it.  A hold never costs the job its min_nodes or its
+ * quorum: while fewer than min_nodes nodes could train without the
+ * held-out ones, or those would be no majority of the last generation,
+ * every hold is waived (ea_rdzv_held.waived) and they are kept or taken
+ * like the others.  The controller never holds itself out.
+ *
+ * The record is the controller's alone: a new controller starts with none
+ * (it has not seen the failures; docs/operations.md says so). */
+#define EA_RDZV_HOLD_CAP_MS 3600000u /* an hour: the longest hold a repeat grows to */
+
+typedef enum {
+  EA_RDZV_HOLD_FLAP = 1,      /* it failed too often */
+  EA_RDZV_HOLD_STRAGGLER = 2, /* evicted as a straggler (observability.straggler_evict) */
+} ea_rdzv_hold_why;
+
+const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler" */
+
+typedef struct {
+  ea_node_id id;
+  char name[EA_NAME_MAX];
+  uint8_t why;       /* ea_rdzv_hold_why */
+  char text[128];    /* "3 failures in 60 s (last: died)" */
+  uint64_t until_ms; /* the core's clock: held out while now < until_ms */
+  uint32_t holds;    /* hold-outs so far, this one included */
+  uint32_t failures; /* failures counted within the window now */
+  bool waived;       /* not applied now: fewer than min_nodes could train without it */
+} ea_rdzv_held;
+
+/* A worker of node `id` crashed (its agent told the controller): a failure
+ * of that node, counted as above.  Ignored unless this agent is the
+ * controller and id is a member of the last formed generation. */
+void ea_rdzv_node_failed(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, const char *what);
+/* Hold `id` out now for its next cooldown (as a flap hold-out would),
+ * for `why` with `text` (shown in status).  Returns 0; -EPERM when this
+ * agent is not the controller; -EINVAL for ourselves (never held out);
+ * -EALREADY when it is held out already. */
+int ea_rdzv_hold_out(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, uint8_t why,
+                     const char *text);
+/* The nodes held out now (controller only; 0 elsewhere), at most cap of
+ * them into out; returns how many are held out in all. */
+size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap);
+/* Whether id is held out now. */
+bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id);
+
+/* ---- straggler detection (rdzv/straggler.c) --------------------------------
+ *
+ * The controller's judge of the ranks' pace.  Every member sends, once a
+ * second, each of its ranks' mean forward/backward seconds per step
+ * (step.compute_seconds: the allreduce is left out, since in synchronous
+ * training every rank waits there for the slowest, which would hide it).
+ * A rank is *slow* while its newest sample is over factor × the median of
+ * the fresh samples (and over it by at least EA_RDZV_STRAG_MIN_EXCESS_S);
+ * slow without a break for window_ms, it is a *straggler*. (Slow since the
+ * first eval that found it slow, as of that sample's arrival.)  The median is
+ * the lower one: with two ranks the faster is the reference, so the
+ * slower of two can be a straggler; when most ranks are slow, the median is
+ * slow and none is.  Fewer than two fresh ranks: nothing is judged.
+ *
+ * Pure: time comes in as now_ms; nothing is sent or logged.  One
+ * generation at a time: a sample of a newer one forgets the older. */
+
+/* Below a millisecond the difference is timer and scheduler noise (a
+ * context switch, a cache miss storm), however large the ratio: a tiny
+ * model's step takes tens of microseconds. */
+#define EA_RDZV_STRAG_MIN_EXCESS_S 0.001
+/* A rank whose newest sample is older than this is not compared (3 report
+ * periods: it stopped stepping, or its reports are lost). */
+#define EA_RDZV_STRAG_STALE_MS 3000
+
+typedef struct ea_rdzv_strag ea_rdzv_strag;
+
+typedef struct {
+  bool have;              /* it has reported in this generation */
+  ea_node_id node;        /* the member that reported it */
+  double compute_s;       /* its newest sample */
+  uint64_t at_ms;         /* when that arrived */
+  bool slow;              /* over factor × median at the last eval */
+  uint64_t slow_since_ms; /* its first slow sample of the current run (0: not slow) */
+  bool straggler;         /* slow for window_ms */
+} ea_rdzv_strag_rank;
+
+/* factor > 1 (observability.straggler_factor), window_ms > 0.  NULL when
+ * out of memory or out of bounds. */
+ea_rdzv_strag *ea_rdzv_strag_new(double factor, uint32_t window_ms);
+void ea_rdzv_strag_free(ea_rdzv_strag *s);
+/* Forget everything (this agent no longer controls). */
+void ea_rdzv_strag_reset(ea_rdzv_strag *s);
+/* Rank `rank` of generation gen64 (world ranks) took compute_s per step,
+ * said by node at now_ms.  Returns 0; -EINVAL for rank ≥ world, world 0 or
+ * over EA_RDZV_MAX_WORLD, a gen64 of 0, or a compute_s that is negative or
+ * not finite; -ESTALE for an older generation (ignored), -ENOMEM. */
+int ea_rdzv_strag_sample(ea_rdzv_strag *s, uint64_t now_ms, uint64_t gen64, uint32_t world,
+                         uint32_t rank, const ea_node_id *node, double compute_s);
+/* Judge every rank as of now_ms; returns the number of stragglers. */
+uint32_t ea_rdzv_strag_eval(ea_rdzv_strag *s, uint64_t now_ms);
+/* The ranks of the current generation, indexed by rank (world of them;
+ * entries with have false never reported); valid until the next call. */
+size_t ea_rdzv_strag_ranks(const ea_rdzv_strag *s, const ea_rdzv_strag_rank **out);
+/* Of the last eval: the median (0 when nothing was judged) and how many
+ * fresh ranks it was taken over; the generation judged (0: none). */
+double ea_rdzv_strag_median(const ea_rdzv_strag *s, uint32_t *nfresh);
+uint64_t ea_rdzv_strag_gen(const ea_rdzv_strag *s);
+
 typedef struct {
   uint8_t phase; /* ea_rdzv_phase */
   bool draining;
@@ -484,6 +610,9 @@ typedef struct {
   uint64_t persist_errors;
   uint64_t state_refused; /* STATE from neither the elected controller nor a member we asked,
                              or naming a member we do not know */
+  uint64_t node_failures; /* as controller: failures counted toward flapping */
+  uint64_t holds;         /* as controller: hold-outs started (flapping or straggler) */
+  uint32_t held_now;      /* nodes held out now */
 } ea_rdzv_status;
 
 void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out);

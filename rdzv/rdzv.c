@@ -38,13 +38,14 @@
  * plain deadlines compared with now; ea_rdzv_next_deadline() tells the
  * driver when to call ea_rdzv_tick() next.
  *
- * Why one file of ~2000 lines: it is one state machine.  Both halves read
+ * Why one file of ~2400 lines: it is one state machine.  Both halves read
  * and write the same struct (the view, the generation numbers, the
- * formation in progress, the exclusions), and settle() iterates them
+ * formation in progress, the exclusions and hold-outs), and settle() iterates them
  * together to a fixpoint, so a split by half would share the whole struct
  * through a header and hide the order of evaluation that the invariants
  * above depend on.  The codec, which shares nothing with it, is
- * rdzv_wire.c.
+ * rdzv_wire.c; the straggler detector, which only feeds ea_rdzv_hold_out,
+ * is straggler.c.
  */
 #include "ea_rdzv.h"
 #include "ea_base.h"
@@ -114,6 +115,23 @@ typedef struct {
   uint32_t strikes;     /* failed formations blamed on it in a row */
   uint64_t until;
 } exclusion;
+
+/* Failure times kept per node: flap_threshold + 1 at most (the config
+ * bound of runtime.flap_threshold is 64). */
+#define FLAP_MAX 65
+
+/* A node's failures and hold-outs, as controller (see "Hold-outs" in
+ * ea_rdzv.h).  Kept after a hold ends: holds makes the next one longer. */
+typedef struct {
+  ea_node_id id;
+  uint64_t fails[FLAP_MAX]; /* times of recent failures, oldest first */
+  uint32_t nfails;
+  uint64_t counted; /* the formed term its last failure was counted in (+1; 0: none) */
+  uint32_t holds;
+  uint64_t until;
+  uint8_t why;
+  char text[128];
+} flapper;
 
 /* A node known to drain, as of the incarnation it had then: a restarted node
  * comes back with another incarnation and no longer drains.  (An
@@ -231,6 +249,9 @@ struct ea_rdzv {
   size_t ndrain, capdrain;
   exclusion *excl;
   size_t nexcl, capexcl;
+  flapper *flap;
+  size_t nflap, capflap;
+  bool holds_waived; /* too few nodes without the held-out ones: they are taken */
   bool formed_broken;
   char broken_why[96];
   /* ... by a worker's failure (a REPORT saying so), not only by a member
@@ -455,6 +476,147 @@ static void forgive(ea_rdzv *r, const ea_node_id *id) {
   if (k >= 0) r->excl[k] = r->excl[--r->nexcl];
 }
 
+/* ---- hold-outs (flapping nodes, evicted stragglers) -------------------- */
+
+static void fmt(char *out, size_t cap, const char *f, ...) __attribute__((format(printf, 3, 4)));
+
+static bool is_ctrl(const ea_rdzv *r) {
+  return r->el.have && id_eq(&r->el.controller, &r->self);
+}
+
+static int find_flap(const ea_rdzv *r, const ea_node_id *id) {
+  for (size_t i = 0; i < r->nflap; i++)
+    if (id_eq(&r->flap[i].id, id)) return (int)i;
+  return -1;
+}
+
+static flapper *flap_get(ea_rdzv *r, const ea_node_id *id) {
+  int k = find_flap(r, id);
+  if (k >= 0) return &r->flap[k];
+  if (r->nflap == r->capflap) {
+    size_t cap = r->capflap ? 2 * r->capflap : 8;
+    flapper *p = realloc(r->flap, cap * sizeof *p);
+    if (!p) return NULL; /* not counted: at worst it is taken back once more */
+    r->flap = p;
+    r->capflap = cap;
+  }
+  flapper *f = &r->flap[r->nflap++];
+  memset(f, 0, sizeof *f);
+  f->id = *id;
+  return f;
+}
+
+static bool held(const ea_rdzv *r, const ea_node_id *id) {
+  int k = find_flap(r, id);
+  return k >= 0 && r->flap[k].until > r->now;
+}
+
+/* Held out, and the hold applies now (see waive_holds). */
+static bool kept_out(const ea_rdzv *r, const ea_node_id *id) {
+  return !r->holds_waived && held(r, id);
+}
+
+/* Drop failures older than the window. */
+static void flap_age(const ea_rdzv *r, flapper *f) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < f->nfails; i++)
+    if (r->now - f->fails[i] < r->cfg.flap_window_ms) f->fails[k++] = f->fails[i];
+  f->nfails = k;
+}
+
+/* Its k-th hold lasts cooldown · 2^(k−1), at most max(cooldown, the cap). */
+static void hold(ea_rdzv *r, flapper *f, uint8_t why, const char *text) {
+  uint64_t base = r->cfg.flap_cooldown_ms ? r->cfg.flap_cooldown_ms : 1;
+  uint64_t cap = base > EA_RDZV_HOLD_CAP_MS ? base : EA_RDZV_HOLD_CAP_MS, d = base;
+  for (uint32_t i = 0; i < f->holds && d < cap; i++) d *= 2;
+  f->holds++;
+  f->until = r->now + (d < cap ? d : cap);
+  f->why = why;
+  snprintf(f->text, sizeof f->text, "%s", text);
+  r->st.holds++;
+}
+
+/* A failure of node id, as controller: counted once per formed generation
+ * it is a member of; past the threshold within the window it is held out. */
+static void flap_fail(ea_rdzv *r, const ea_node_id *id, const char *what) {
+  if (!r->cfg.flap_threshold || !is_ctrl(r) || id_eq(id, &r->self)) return;
+  if (r->formed.term == 0 || find_id(r->formed_ids, r->nformed, id) < 0) return;
+  flapper *f = flap_get(r, id);
+  if (!f || f->counted == r->formed.term + 1) return;
+  f->counted = r->formed.term + 1;
+  r->st.node_failures++;
+  flap_age(r, f);
+  if (f->nfails == FLAP_MAX) memmove(f->fails, f->fails + 1, --f->nfails * sizeof f->fails[0]);
+  f->fails[f->nfails++] = r->now;
+  if (f->nfails <= r->cfg.flap_threshold || f->until > r->now) return;
+  char text[128];
+  fmt(text, sizeof text, "%u failures in %u s (last: %s)", f->nfails, r->cfg.flap_window_ms / 1000,
+      what);
+  hold(r, f, EA_RDZV_HOLD_FLAP, text);
+  f->nfails = 0; /* the next hold-out needs as many failures again */
+}
+
+/* What a new view says about the members of the formed generation, as
+ * controller: one died, or restarted — it advertised a generation and now
+ * advertises none (meta.last_gen 0: ran nothing since its start).  A
+ * member of the formed generation advertises 0 for no other reason: its
+ * last_gen is the generation it runs while that is the newest it knows of
+ * (ea_rdzv_last_gen), and one formed without it would not be ours.  The
+ * incarnation is not compared: a restart shows it at once, the new
+ * metadata after gossip's lag, possibly in another view. */
+typedef struct {
+  bool present, up;
+  uint64_t last_gen;
+} flap_prev;
+
+static flap_prev *flap_snapshot(const ea_rdzv *r) {
+  if (!r->cfg.flap_threshold || !is_ctrl(r) || !r->nformed) return NULL;
+  flap_prev *p = calloc(r->nformed, sizeof *p);
+  if (!p) return NULL;
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_member *m = view_find(r, &r->formed_ids[i]);
+    if (!m) continue;
+    p[i] = (flap_prev){true, is_up(m), m->meta.last_gen};
+  }
+  return p;
+}
+
+static void flap_compare(ea_rdzv *r, flap_prev *p, uint32_t n) {
+  if (!p) return;
+  for (uint32_t i = 0; i < n && i < r->nformed; i++) {
+    const ea_member *m = view_find(r, &r->formed_ids[i]);
+    if (!p[i].present || !m) continue;
+    if (p[i].up && m->state == EA_STATE_DEAD)
+      flap_fail(r, &r->formed_ids[i], "died");
+    else if (is_up(m) && p[i].last_gen && !m->meta.last_gen)
+      flap_fail(r, &r->formed_ids[i], "restarted");
+  }
+  free(p);
+}
+
+/* Forget records with nothing to remember: no failure in the window, not
+ * held, never held. */
+static void flap_prune(ea_rdzv *r) {
+  size_t k = 0;
+  for (size_t i = 0; i < r->nflap; i++) {
+    flapper *f = &r->flap[i];
+    flap_age(r, f);
+    if (f->nfails || f->holds) r->flap[k++] = *f;
+  }
+  r->nflap = k;
+}
+
+const char *ea_rdzv_hold_why_str(uint8_t why) {
+  switch (why) {
+    case EA_RDZV_HOLD_FLAP:
+      return "flapping";
+    case EA_RDZV_HOLD_STRAGGLER:
+      return "straggler";
+    default:
+      return "?";
+  }
+}
+
 static void prune(ea_rdzv *r) {
   size_t k = 0;
   for (size_t i = 0; i < r->nexcl; i++) {
@@ -464,6 +626,7 @@ static void prune(ea_rdzv *r) {
     r->excl[k++] = r->excl[i];
   }
   r->nexcl = k;
+  flap_prune(r);
   /* A drained node leaves; if it comes back it is a new incarnation that
    * no longer drains, so forget it once it is gone or reincarnated. */
   k = 0;
@@ -1214,6 +1377,17 @@ static void ctrl_ready(ea_rdzv *r, const ea_rdzv_msg *m) {
     abandon(r);
     return;
   }
+  if (ea_rdzv_gen_cmp(&m->formed, &r->formed) < 0 &&
+      find_id(r->formed_ids, r->nformed, &m->src) >= 0) {
+    /* A member of the formed generation that no longer knows it: it
+     * restarted (or never ran it).  A failure toward flapping; held out
+     * now, it leaves this formation. */
+    flap_fail(r, &m->src, "restarted");
+    if (kept_out(r, &m->src)) {
+      formation_drained(r);
+      return;
+    }
+  }
   uint32_t wpn = r->cfg.workers_per_node;
   if (m->nworkers != wpn) {
     formation_failed(r, &m->src, 1, EXCL_BASE_MS);
@@ -1362,6 +1536,14 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
   /* Idle and talking to us: if it sits out a failure, it is back (a
    * restarted agent introduces itself this way). */
   if (!(m->flags & EA_RDZV_F_ALL)) lift(r, find_excl(r, &m->src));
+  /* Idle, and the last generation it accepted is the formed one it is a
+   * member of: it no longer runs it, so it restarted (its persisted number
+   * came back) or lost its quorum.  A member paused by an abandoned
+   * formation accepted that newer one instead, and one still preparing or
+   * running says so in its flags. */
+  if (!(m->flags & EA_RDZV_F_ALL) && r->formed.term && gen_eq(&m->accepted, &r->formed) &&
+      find_id(r->formed_ids, r->nformed, &m->src) >= 0)
+    flap_fail(r, &m->src, "restarted");
   if (r->f.phase) {
     if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->f.gen) &&
         find_id(r->f.ids, r->f.n, &m->src) >= 0)
@@ -1574,6 +1756,41 @@ static void stop_formed(ea_rdzv *r, bool everyone) {
   }
 }
 
+/* A hold-out never costs the job its min_nodes or its quorum: when the
+ * nodes that could train without the held-out ones (up, eligible, not
+ * draining or sitting out a failure; a joiner alive with its workers up)
+ * are fewer than min_nodes, or the members among them no majority of the
+ * last generation, every hold is waived for now and the held-out nodes are
+ * kept or taken like the others.  Otherwise a straggler evicted from a job that
+ * needs every node would stop it, and after the rendezvous timeout fail it
+ * (min_nodes not reached) while the node was alive and willing. */
+static void waive_holds(ea_rdzv *r) {
+  bool any = false;
+  uint32_t avail = 0, surv = 0;
+  for (size_t i = 0; i < r->nview; i++) {
+    const ea_member *v = &r->view[i];
+    if (!is_up(v) || observer(v) || in_drain_set(r, &v->id) || excluded(r, &v->id)) continue;
+    if (held(r, &v->id)) {
+      any = true;
+      continue;
+    }
+    bool member = find_id(r->formed_ids, r->nformed, &v->id) >= 0;
+    surv += member;
+    if (!member && (v->state != EA_STATE_ALIVE || starting(v))) continue;
+    avail++;
+  }
+  /* ... nor its quorum: a generation without them must still hold a
+   * majority of the last one's voters (ctrl_step's rule). */
+  uint32_t voters = 0;
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_member *v = view_find(r, &r->formed_ids[i]);
+    if ((v && v->state == EA_STATE_LEFT) || in_drain_set(r, &r->formed_ids[i])) continue;
+    voters++;
+  }
+  bool no_quorum = !r->cfg.quorum_none && voters > 0 && 2 * surv <= voters;
+  r->holds_waived = any && (avail < r->cfg.min_nodes || no_quorum);
+}
+
 /* One pass of the controller.  Returns true when it changed something that
  * warrants another pass (a formation ended, so a new one may start). */
 static bool ctrl_step(ea_rdzv *r) {
@@ -1591,6 +1808,7 @@ static bool ctrl_step(ea_rdzv *r) {
     fmt(why, cap, "job failed: %s", r->job_why);
     return false;
   }
+  waive_holds(r);
   if (!r->f.phase && r->now >= r->retry_at && learn(r)) return false;
   if (quorum_lost(r)) {
     if (r->f.phase) abandon(r);
@@ -1601,8 +1819,8 @@ static bool ctrl_step(ea_rdzv *r) {
     /* A chosen member died, left or started draining: start over. */
     for (uint32_t i = 0; i < r->f.n; i++) {
       const ea_member *v = view_find(r, &r->f.ids[i]);
-      if (in_drain_set(r, &r->f.ids[i])) {
-        formation_drained(r);
+      if (in_drain_set(r, &r->f.ids[i]) || kept_out(r, &r->f.ids[i])) {
+        formation_drained(r); /* start over without it, nobody to blame */
         return true;
       }
       if (!is_up(v)) {
@@ -1661,13 +1879,15 @@ static bool ctrl_step(ea_rdzv *r) {
     const ea_node_id *id = &r->formed_ids[i];
     const ea_member *v = view_find(r, id);
     char nm[EA_NAME_MAX];
-    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id)) {
+    if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) ||
+        kept_out(r, id)) {
       if (!broken) {
         name_of(r, id, nm);
         snprintf(bwhy, sizeof bwhy, "%s is %s", nm,
                  !v                    ? "gone"
                  : !is_up(v)           ? (v->state == EA_STATE_LEFT ? "left" : "dead")
                  : in_drain_set(r, id) ? "draining"
+                 : kept_out(r, id)     ? "held out"
                                        : "excluded");
       }
       broken = true;
@@ -1688,7 +1908,8 @@ static bool ctrl_step(ea_rdzv *r) {
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
-        excluded(r, &v->id) || find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+        excluded(r, &v->id) || kept_out(r, &v->id) ||
+        find_id(r->formed_ids, r->nformed, &v->id) >= 0)
       continue;
     if (starting(v)) {
       nstarting++;
@@ -1794,6 +2015,22 @@ static bool ctrl_step(ea_rdzv *r) {
           r->formed.term, nsurv, nstarting, nstarting == 1 ? "" : "s");
     else
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes", r->formed.term, nsurv);
+    /* ...and who is kept out of it, so `status` says why a node is idle. */
+    uint32_t nheld = 0;
+    const flapper *first = NULL;
+    for (size_t i = 0; i < r->nflap; i++)
+      if (r->flap[i].until > r->now && is_up(view_find(r, &r->flap[i].id))) {
+        if (!nheld) first = &r->flap[i];
+        nheld++;
+      }
+    if (nheld) {
+      char nm[EA_NAME_MAX];
+      name_of(r, &first->id, nm);
+      size_t len = strlen(why);
+      fmt(why + len, cap - len, "; %u held out (%s: %s for %" PRIu64 " s%s)%s", nheld, nm,
+          ea_rdzv_hold_why_str(first->why), (first->until - r->now + 999) / 1000,
+          nheld > 1 ? ", …" : "", r->holds_waived ? ", waived: too few nodes without" : "");
+    }
   }
   free(draft);
   /* min_nodes out of reach for a whole rendezvous timeout fails the job
@@ -1944,6 +2181,9 @@ void ea_rdzv_config_default(ea_rdzv_config *c) {
   c->restart_mode = false;
   c->max_restarts = UINT32_MAX;
   c->min_nodes_timeout_ms = 0;
+  c->flap_threshold = 0; /* off: the simulator's tests restart nodes at will */
+  c->flap_window_ms = 300000;
+  c->flap_cooldown_ms = 60000;
 }
 
 void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
@@ -1956,6 +2196,9 @@ void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
   /* restart_mode and max_restarts depend on the launch mode: the agent
    * sets them (agent/launch.c). */
   c->min_nodes_timeout_ms = c->rendezvous_timeout_ms;
+  c->flap_threshold = job->runtime.flap_threshold;
+  c->flap_window_ms = job->runtime.flap_window_seconds * 1000u;
+  c->flap_cooldown_ms = job->runtime.flap_cooldown_seconds * 1000u;
 }
 
 ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
@@ -1966,7 +2209,8 @@ ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
       cfg->min_nodes == 0 || cfg->max_nodes < cfg->min_nodes ||
       cfg->max_nodes > EA_RDZV_MAX_NODES ||
       (uint64_t)cfg->max_nodes * cfg->workers_per_node > EA_RDZV_MAX_WORLD ||
-      cfg->rendezvous_timeout_ms == 0)
+      cfg->rendezvous_timeout_ms == 0 || cfg->flap_threshold >= FLAP_MAX ||
+      (cfg->flap_threshold && (cfg->flap_window_ms == 0 || cfg->flap_cooldown_ms == 0)))
     return NULL;
   ea_rdzv *r = calloc(1, sizeof *r);
   if (!r) return NULL;
@@ -1996,6 +2240,7 @@ void ea_rdzv_free(ea_rdzv *r) {
   free(r->view);
   free(r->drain_set);
   free(r->excl);
+  free(r->flap);
   free(r);
 }
 
@@ -2017,10 +2262,13 @@ void ea_rdzv_view(ea_rdzv *r, uint64_t now_ms, const ea_member *members, size_t 
     r->view = p;
     r->capview = n;
   }
+  flap_prev *fp = flap_snapshot(r); /* the formed members as the old view had them */
+  uint32_t nfp = r->nformed;
   if (n) memcpy(r->view, members, n * sizeof *members);
   r->nview = n;
   r->viewed = true;
   qsort(r->view, n, sizeof *r->view, cmp_member);
+  flap_compare(r, fp, nfp);
   const ea_member *me = view_find(r, &r->self);
   if (me) snprintf(r->self_name, sizeof r->self_name, "%s", me->meta.name);
   r->el_dirty = true;
@@ -2141,6 +2389,7 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
   if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
   for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
+  for (size_t i = 0; i < r->nflap; i++) soonest(&d, now, r->flap[i].until);
   if (r->formed_broken && r->broken_by_failure) soonest(&d, now, churn_until(r));
   if (r->churn && r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
   if (r->minn_since) soonest(&d, now, r->minn_since + r->cfg.min_nodes_timeout_ms);
@@ -2225,4 +2474,59 @@ void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
   out->churn_wait_ms = r->formed_broken && r->broken_by_failure && churn_until(r) > r->now
                            ? churn_until(r) - r->now
                            : 0;
+  out->held_now = (uint32_t)ea_rdzv_held_out(r, NULL, 0);
+}
+
+void ea_rdzv_node_failed(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, const char *what) {
+  at(r, now_ms);
+  flap_fail(r, id, what && what[0] ? what : "a worker crashed");
+  settle(r);
+}
+
+int ea_rdzv_hold_out(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, uint8_t why,
+                     const char *text) {
+  at(r, now_ms);
+  int rc = 0;
+  if (!is_ctrl(r)) {
+    rc = -EPERM;
+  } else if (id_eq(id, &r->self)) {
+    rc = -EINVAL;
+  } else if (held(r, id)) {
+    rc = -EALREADY;
+  } else {
+    flapper *f = flap_get(r, id);
+    if (!f)
+      rc = -ENOMEM;
+    else
+      hold(r, f, why, text ? text : "");
+  }
+  settle(r);
+  return rc;
+}
+
+bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id) {
+  return is_ctrl(r) && held(r, id);
+}
+
+size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap) {
+  if (!is_ctrl(r)) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < r->nflap; i++) {
+    const flapper *f = &r->flap[i];
+    if (f->until <= r->now) continue;
+    if (out && n < cap) {
+      ea_rdzv_held *h = &out[n];
+      memset(h, 0, sizeof *h);
+      h->id = f->id;
+      name_of(r, &f->id, h->name);
+      h->why = f->why;
+      snprintf(h->text, sizeof h->text, "%s", f->text);
+      h->until_ms = f->until;
+      h->holds = f->holds;
+      h->failures = f->nfails;
+      h->waived = r->holds_waived && is_up(view_find(r, &f->id));
+    }
+    n++;
+  }
+  return n;
 }

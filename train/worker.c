@@ -75,6 +75,9 @@ typedef struct {
   const ea_config *cfg;
   uint32_t local_rank;
   char bind[EA_COMM_ADDR_MAX];
+  /* EA_TEST_COMPUTE_DELAY_MS: tests only — this much longer in every
+   * step's forward/backward, a slow accelerator (tests/e2e/test_straggler.sh). */
+  uint32_t test_delay_ms;
   ea_data *data;
   ea_trainer *t;
   uint64_t steps; /* train.steps: stop here */
@@ -629,6 +632,11 @@ static void train_one(worker *w) {
     fail(w, w->gen, rc, "computing step %" PRIu64, step);
     return;
   }
+  if (w->test_delay_ms) {
+    struct timespec d = {w->test_delay_ms / 1000, (long)(w->test_delay_ms % 1000) * 1000000L};
+    while (nanosleep(&d, &d) < 0 && errno == EINTR) {
+    }
+  }
   const double t1 = now_s();
   size_t n;
   float *g = ea_trainer_grad_buffer(w->t, &n);
@@ -790,6 +798,9 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   w->local_rank = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
   const char *bind = getenv("EA_COMM_BIND");
   snprintf(w->bind, sizeof w->bind, "%s", bind && *bind ? bind : DEFAULT_COMM_BIND);
+  const char *slow = getenv("EA_TEST_COMPUTE_DELAY_MS");
+  w->test_delay_ms = slow ? (uint32_t)strtoul(slow, NULL, 10) : 0;
+  if (w->test_delay_ms > 60000) w->test_delay_ms = 60000;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   set_blas_threads(cfg);

@@ -25,9 +25,6 @@ declare -A EXCEPTIONS=(
   # One choice on purpose: the loader refusing every other strategy by name
   # is the whole behaviour; nothing downstream has anything to choose.
   [distributed.strategy]="single-choice key: validated, nothing to act on"
-  # Needs the controller to compare per-rank step times (issue 13 item 4),
-  # not built yet; the key's description says so.
-  [observability.straggler_factor]="straggler detection not built yet (issue 13 item 4)"
 )
 
 SRC=(agent base membership rdzv train ckpt)

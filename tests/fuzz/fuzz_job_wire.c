@@ -1,5 +1,5 @@
 /* libFuzzer harness for the job's control-message decoder (agent/job_wire.c
- * over base/mpread.c: JOB_EXIT, JOB_DONE, JOB_END), and for the error-file
+ * over base/mpread.c: JOB_EXIT, JOB_DONE, JOB_END, JOB_PACE), and for the error-file
  * parser (agent/job.c), which reads what a user's program wrote.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
@@ -50,6 +50,12 @@ static bool msg_same(const ea__job_msg *a, const ea__job_msg *b) {
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
       return a->gen == b->gen && a->step == b->step;
+    case EA__JOB_PACE:
+      if (a->gen != b->gen || a->world != b->world || a->npace != b->npace) return false;
+      for (uint32_t i = 0; i < a->npace; i++)
+        if (a->pace[i].rank != b->pace[i].rank || a->pace[i].compute_s != b->pace[i].compute_s)
+          return false;
+      return true;
     default:
       return a->kind == b->kind && strcmp(a->reason, b->reason) == 0 &&
              a->has_failure == b->has_failure && (!a->has_failure || fail_same(&a->f, &b->f));
@@ -154,6 +160,15 @@ int main(int argc, char **argv) {
   put_msg("done", &m);
   m.type = EA__JOB_CKPT_AGAIN;
   put_msg("ckpt-again", &m);
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_PACE;
+  memset(m.src.b, 0x44, 16);
+  m.gen = (9ull << 16) | 0x0102;
+  m.world = 8;
+  m.npace = 2;
+  m.pace[0] = (ea__job_pace){4, 0.0123};
+  m.pace[1] = (ea__job_pace){5, 0.25};
+  put_msg("pace", &m);
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_END;
   memset(m.src.b, 0x33, 16);

@@ -371,6 +371,23 @@ START_TEST(job_codec_roundtrip) {
   ck_assert(d.has_failure);
   ck_assert(!d.f.has_code);
   ck_assert_uint_eq(d.f.signal, 11);
+  /* JOB_PACE: the most entries a node has (EA_RDZV_MAX_WPN), up to the
+   * last rank of the largest world, fits the frame */
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_PACE;
+  m.gen = (5ull << 16) | 0xabcd;
+  m.world = EA_RDZV_MAX_WORLD;
+  m.npace = EA_RDZV_MAX_WPN;
+  for (uint32_t i = 0; i < m.npace; i++)
+    m.pace[i] = (ea__job_pace){EA_RDZV_MAX_WORLD - EA_RDZV_MAX_WPN + i, 1.0 / (i + 3)};
+  d = job_roundtrip(&m);
+  ck_assert_uint_eq(d.gen, m.gen);
+  ck_assert_uint_eq(d.world, m.world);
+  ck_assert_uint_eq(d.npace, m.npace);
+  for (uint32_t i = 0; i < m.npace; i++) {
+    ck_assert_uint_eq(d.pace[i].rank, m.pace[i].rank);
+    ck_assert(d.pace[i].compute_s == m.pace[i].compute_s);
+  }
 }
 END_TEST
 
@@ -407,6 +424,44 @@ START_TEST(job_codec_rejects) {
   /* another codec's frame is not ours (the checkpoint reports use 0x2x) */
   buf[3] = 0x20;
   ck_assert(!ea__job_wire_is(buf, len));
+  /* JOB_PACE bounds, refused by the encoder as the decoder would */
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_PACE;
+  m.gen = 1 << 16;
+  m.world = 4;
+  m.npace = 1;
+  m.pace[0] = (ea__job_pace){3, 0.5};
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), 0);
+  d = (ea__job_msg){0};
+  ck_assert_int_eq(ea__job_decode(buf, len, &d, &err), 0);
+  ck_assert(ea__job_wire_is(buf, len));
+  m.pace[0].rank = 4; /* past the world */
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.pace[0] = (ea__job_pace){3, -1};
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.pace[0].compute_s = 1.0 / 0.0;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.pace[0].compute_s = 0.5;
+  m.npace = 0;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.npace = EA_RDZV_MAX_WPN + 1;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.npace = 1;
+  m.world = 0;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  m.world = 4;
+  m.gen = 0;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  /* a rank past the world on the wire: the decoder names it */
+  m.gen = 1 << 16;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), 0);
+  /* ... [gen, world=4, [[rank=3, f64]]]: the rank is the byte before 0xcb */
+  uint8_t *cb = memchr(buf, 0xcb, len);
+  ck_assert_ptr_nonnull(cb);
+  ck_assert_uint_eq(cb[-1], 3);
+  cb[-1] = 4;
+  ck_assert_int_eq(ea__job_decode(buf, len, &d, &err), -EA_EWIRE);
+  ck_assert_str_eq(err, "rank");
 }
 END_TEST
 

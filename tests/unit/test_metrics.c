@@ -48,6 +48,8 @@ static ea__mx_snap *fixed_snapshot(void) {
   s->controller = true;
   s->generation = 7;
   s->world = 3;
+  s->held_out = 1;
+  s->stragglers = 2;
   s->gens_committed = 4;
   s->formations_started = 5;
   s->formations_committed = 4;
@@ -134,6 +136,16 @@ static const char expected[] =
     "# TYPE elastic_agent_world_size gauge\n"
     "elastic_agent_world_size{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\"} 3\n"
+    "# HELP elastic_agent_held_out_nodes Nodes this controller holds out of generations "
+    "(flapping, evicted stragglers).\n"
+    "# TYPE elastic_agent_held_out_nodes gauge\n"
+    "elastic_agent_held_out_nodes{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 1\n"
+    "# HELP elastic_agent_stragglers Ranks this controller judges stragglers (compute time over "
+    "straggler_factor x median).\n"
+    "# TYPE elastic_agent_stragglers gauge\n"
+    "elastic_agent_stragglers{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 2\n"
     "# HELP elastic_agent_generations_committed_total Generations this node has run (committed "
     "with this node in them).\n"
     "# TYPE elastic_agent_generations_committed_total counter\n"

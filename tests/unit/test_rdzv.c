@@ -872,6 +872,224 @@ START_TEST(test_flapping_member_backs_off) {
 }
 END_TEST
 
+/* ---- flapping nodes held out (Horovod Elastic's blacklist) ----------------- */
+
+static int controller_of(const h_sim *h);
+
+static bool in_gen_of_0(h_sim *h, void *arg) {
+  int who = *(int *)arg, m[H_MAX];
+  int k = h_members(h, 0, m);
+  for (int x = 0; x < k; x++)
+    if (m[x] == who) return h_training(h, 0) && h_training(h, who);
+  return false;
+}
+
+static bool order_of_0_is(h_sim *h, void *arg) {
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  return strcmp(o, arg) == 0 && h_training(h, 0);
+}
+
+static size_t held_of(const h_sim *h, int ctrl, ea_rdzv_held *out) {
+  return ea_rdzv_held_out(h->a[ctrl].r, out, 4);
+}
+
+/* Crash n3 and restart it at once (a node killed and brought back by its
+ * supervisor) once it trains in n0's generation; returns false when it was
+ * not taken back within `within` ms. */
+static bool bounce_3(h_sim *h, uint64_t within) {
+  int who = 3;
+  if (!h_run_cond(h, h->now + within, in_gen_of_0, &who)) return false;
+  h_run_until(h, h->now + 1000); /* it runs a while: its last_gen is gossiped */
+  h_crash(h, 3);
+  h_start(h, 3);
+  return true;
+}
+
+START_TEST(test_flap_held_out) {
+  /* runtime.flap_threshold 2, window 60 s, cooldown 5 s: n3 is killed and
+   * restarted as soon as it trains again.  The first two times it is taken
+   * back (a restart is let straight in); the third failure within the
+   * window holds it out for 5 s: the others re-form and train without it,
+   * it is not taken back before the cooldown ends, and is taken back
+   * after it (one join batch).  Three more failures hold it out for 10 s,
+   * the doubled cooldown.  The controller never counts itself. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_threshold = 2;
+  c.flap_window_ms = 60000;
+  c.flap_cooldown_ms = 5000;
+  h_sim *h = h_new(h_seed("flap_held_out"), 4, &c, true);
+  for (int i = 0; i < 4; i++) h->a[i].lag_ms = 200;
+  settle_all(h, 4);
+  ck_assert_int_eq(controller_of(h), 0);
+  ea_rdzv_held held[4];
+  for (int round = 1; round <= 2; round++) {
+    for (int k = 0; k < 3; k++) {
+      ck_assert_msg(held_of(h, 0, held) == 0, "round %d: n3 held after %d failures", round, k);
+      ck_assert_msg(bounce_3(h, 10000), "round %d: n3 not taken back after failure %d: %s", round,
+                    k, status_of(h, 0).reason);
+      NO_VIOLATION(h);
+    }
+    /* The third failure shows once the views notice the restart. */
+    uint64_t t0 = h->now;
+    while (held_of(h, 0, held) == 0 && h->now < t0 + 3000) h_run_until(h, h->now + H_BEAT_MS);
+    ck_assert_msg(held_of(h, 0, held) == 1, "round %d: n3 not held out: %s", round,
+                  status_of(h, 0).reason);
+    uint64_t cool = round == 1 ? 5000 : 10000;
+    ck_assert(ea_node_id_cmp(&held[0].id, &h->a[3].id) == 0);
+    ck_assert_str_eq(held[0].name, "n3");
+    ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_FLAP);
+    ck_assert_uint_eq(held[0].holds, (uint32_t)round);
+    /* held within the last beat, for exactly the cooldown */
+    ck_assert_uint_le(held[0].until_ms, h->now + cool);
+    ck_assert_uint_gt(held[0].until_ms + H_BEAT_MS, h->now + cool);
+    ck_assert_msg(strncmp(held[0].text, "3 failures in 60 s (last: ", 26) == 0, "%s", held[0].text);
+    ck_assert(ea_rdzv_is_held(h->a[0].r, &h->a[3].id));
+    ck_assert(!ea_rdzv_is_held(h->a[1].r, &h->a[3].id)); /* the controller's record only */
+    ck_assert_uint_eq(status_of(h, 0).held_now, 1);
+    uint64_t until = held[0].until_ms;
+    /* The others train without it, and it stays out until the end. */
+    ea_rdzv_gen g = {0};
+    h_run_until(h, until - 1);
+    NO_VIOLATION(h);
+    char o[64];
+    order_str(h, 0, o, sizeof o);
+    ck_assert_str_eq(o, "0,1,2");
+    ck_assert(h_training(h, 0));
+    ck_assert_msg(strstr(status_of(h, 0).reason,
+                         "running with 3 nodes; 1 held out (n3: flapping for ") != NULL,
+                  "%s", status_of(h, 0).reason);
+    /* Then it is a joiner again: in within one batch (and a formation). */
+    h_run_until(h, until + H_BEAT_MS);
+    ck_assert_uint_eq(held_of(h, 0, held), 0);
+    ck_assert(h_run_cond(h, h->now + c.scale_up_delay_ms + 1000, h_cond_settled, &g));
+    order_str(h, 0, o, sizeof o);
+    ck_assert_str_eq(o, "0,1,2,3");
+    NO_VIOLATION(h);
+  }
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_uint_eq(st.holds, 2);
+  ck_assert_uint_eq(st.node_failures, 6);
+  /* A straggler evicted: only by the controller, never itself, once. */
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[1].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "x"),
+                   -EPERM);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[0].id, EA_RDZV_HOLD_STRAGGLER, "x"),
+                   -EINVAL);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   -EALREADY);
+  ck_assert_uint_eq(held_of(h, 0, held), 1);
+  ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_STRAGGLER);
+  ck_assert_uint_eq(held[0].until_ms, h->now + 5000); /* its first hold-out */
+  /* re-formed without it at once, the survivors in their order */
+  ck_assert_msg(h_run_cond(h, h->now + 2000, order_of_0_is, "0,1,3"), "%s", status_of(h, 0).reason);
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_flap_off_and_window) {
+  /* flap_threshold 0 (ea_rdzv_config_default): never held out, however
+   * often it restarts.  With a threshold, failures spread wider than the
+   * window never add up. */
+  for (int variant = 0; variant < 2; variant++) {
+    ea_rdzv_config c = cfg_std();
+    if (variant == 1) {
+      c.flap_threshold = 2;
+      c.flap_window_ms = 3000; /* bounces below are 2 s apart: 3 never fit */
+      c.flap_cooldown_ms = 5000;
+    }
+    h_sim *h = h_new(h_seed("flap_off_and_window"), 4, &c, true);
+    for (int i = 0; i < 4; i++) h->a[i].lag_ms = 200;
+    settle_all(h, 4);
+    ea_rdzv_held held[4];
+    for (int k = 0; k < 6; k++) {
+      ck_assert(bounce_3(h, 10000));
+      h_run_until(h, h->now + 1000);
+      ck_assert_uint_eq(held_of(h, 0, held), 0);
+    }
+    ck_assert_uint_eq(status_of(h, 0).node_failures, (variant ? 6u : 0u));
+    NO_VIOLATION(h);
+    h_free(h);
+  }
+}
+END_TEST
+
+START_TEST(test_flap_worker_crashes) {
+  /* A worker of n3 crashes in three generations in a row (its agent tells
+   * the controller: ea_rdzv_node_failed): one failure per generation
+   * however often it is said, none on a node that does not control, and
+   * the third holds n3 out. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_threshold = 2;
+  c.flap_window_ms = 60000;
+  c.flap_cooldown_ms = 5000;
+  h_sim *h = h_new(h_seed("flap_worker_crashes"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 4);
+  for (int k = 1; k <= 3; k++) {
+    ea_rdzv_node_failed(h->a[1].r, h->now, &h->a[3].id, "worker exited"); /* not the controller */
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[3].id, "worker exited");
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[3].id, "worker exited");
+    ea_rdzv_node_failed(h->a[0].r, h->now, &h->a[0].id, "worker exited"); /* itself: never */
+    ck_assert_uint_eq(status_of(h, 0).node_failures, (uint64_t)k);
+    ck_assert_uint_eq(status_of(h, 1).node_failures, 0);
+    if (k == 3) break;
+    h_fail_worker(h, 3, 0);
+    g = settle_after(h, g, 10000);
+  }
+  ea_rdzv_held held[4];
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert_str_eq(held[0].name, "n3");
+  ck_assert_str_eq(held[0].text, "3 failures in 60 s (last: worker exited)");
+  ck_assert_msg(h_run_cond(h, h->now + 3000, order_of_0_is, "0,1,2"), "%s", status_of(h, 0).reason);
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_hold_waived_below_min_nodes) {
+  /* min_nodes 3 with three nodes: a straggler evicted from them would stop
+   * the job (and fail it after the rendezvous timeout), so the hold is
+   * waived and the generation goes on with it; once a fourth node joins,
+   * the hold applies and the job re-forms without it. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  c.flap_cooldown_ms = 60000;
+  h_sim *h = h_new(h_seed("hold_waived_below_min_nodes"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 3);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[2].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  h_run_until(h, h->now + 5000);
+  NO_VIOLATION(h);
+  ck_assert(gen_is(h, 0, &g)); /* not re-formed */
+  ck_assert(h_training(h, 2));
+  ea_rdzv_held held[4];
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(held[0].waived);
+  ck_assert_msg(strstr(status_of(h, 0).reason, "waived: too few nodes without") != NULL, "%s",
+                status_of(h, 0).reason);
+  h_start(h, 3);
+  ck_assert_msg(h_run_cond(h, h->now + 5000, order_of_0_is, "0,1,3"), "%s", status_of(h, 0).reason);
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(!held[0].waived);
+  NO_VIOLATION(h);
+  h_free(h);
+  /* Two nodes, min_nodes 1: the other alone is no majority of the two. */
+  c.min_nodes = 1;
+  h = h_new(h_seed("hold_waived_below_min_nodes/quorum"), 2, &c, true);
+  g = settle_all(h, 2);
+  ck_assert_int_eq(ea_rdzv_hold_out(h->a[0].r, h->now, &h->a[1].id, EA_RDZV_HOLD_STRAGGLER, "slow"),
+                   0);
+  h_run_until(h, h->now + 5000);
+  NO_VIOLATION(h);
+  ck_assert(gen_is(h, 0, &g) && h_training(h, 1));
+  ck_assert_uint_eq(ea_rdzv_held_out(h->a[0].r, held, 4), 1);
+  ck_assert(held[0].waived);
+  h_free(h);
+}
+END_TEST
+
 /* ---- controller failover mid-formation ------------------------------------ */
 
 typedef struct {
@@ -1808,6 +2026,10 @@ static Suite *rdzv_suite(void) {
       {"lost_control_messages", test_lost_control_messages},
       {"restart_rejoins_fast", test_restart_rejoins_fast},
       {"flapping_member_backs_off", test_flapping_member_backs_off},
+      {"flap_held_out", test_flap_held_out},
+      {"flap_off_and_window", test_flap_off_and_window},
+      {"flap_worker_crashes", test_flap_worker_crashes},
+      {"hold_waived_below_min_nodes", test_hold_waived_below_min_nodes},
       {"controller_failover", test_controller_failover},
       {"two_controllers", test_two_controllers},
       {"partition_minority_pauses", test_partition_minority_pauses},
