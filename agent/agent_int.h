@@ -647,10 +647,11 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* checkpoint.dir made absolute into out (before the loop runs). */
 int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, char *err,
                                size_t errlen);
-/* Every metrics tick: while this node runs no generation, re-read LATEST
- * about once a second, so that the rendezvous knows the newest committed
- * checkpoint (ea_rdzv_set_latest_ckpt) when it next plans — a node that
- * was cut off has not seen the commits made meanwhile. */
+/* Every metrics tick: while this node runs no generation (or all its
+ * workers are done), re-read LATEST about once a second, so that the
+ * rendezvous knows the newest committed checkpoint (ea_rdzv_set_latest_ckpt)
+ * when it next plans — a node that was cut off has not seen the commits
+ * made meanwhile — and the job sees a final checkpoint it did not write. */
 void ea__agent_ckpt_tick(ea__agent *a);
 /* Raise *g above every generation already in dir (before the loop runs). */
 void ea__agent_ckpt_gen_floor(const char *dir, ea_rdzv_gen *g);
@@ -833,7 +834,7 @@ void ea__agent_job_sync(ea__agent *a);
 /* The control channel's frame hook for job messages. */
 bool ea__agent_job_frame(void *ctx, const uint8_t *plain, size_t len);
 /* builtin: a checkpoint failed for good (as controller). */
-void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why);
+void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why, bool retry);
 /* "job" of the status document. */
 void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc);
 /* Shutdown: free the launcher, the capture and the job. */

@@ -133,7 +133,13 @@ static void ckpt_read_latest(ea__agent *a) {
 }
 
 void ea__agent_ckpt_tick(ea__agent *a) {
-  if (!a->ckpt_svc || !a->rdzv || ea_rdzv_running(a->rdzv)) return;
+  if (!a->ckpt_svc || !a->rdzv) return;
+  /* Also while every local worker is done and the job waits for its final
+   * checkpoint: one that resumed a checkpoint already at train.steps has
+   * nothing to stage, and that checkpoint is the final one. */
+  bool done = a->wpn > 0;
+  for (uint32_t k = 0; k < a->wpn; k++) done = done && a->w[k].state == EA__W_DONE;
+  if (ea_rdzv_running(a->rdzv) && !done) return;
   uint64_t now = ea__agent_mono_ms();
   if (now - a->ck.latest_read_ms < 1000) return;
   a->ck.latest_read_ms = now;
@@ -219,6 +225,32 @@ static void ckpt_svc_event(void *ctx, const ea__ckpt_event *e) {
   ckpt_log_event(a, e);
 }
 
+/* Whether trying a failed checkpoint again can succeed: storage that is
+ * full, slow, busy or briefly gone can recover; a directory that cannot be
+ * created or written for want of permission, or is not what it should be,
+ * will not without an operator (the final checkpoint is retried only for
+ * the first kind: ea__job_ckpt_failed). */
+static bool retry_can_mend(int error) {
+  switch (-error) {
+    case ENOSPC:
+    case EDQUOT:
+    case EIO:
+    case ETIMEDOUT:
+    case EAGAIN:
+    case EBUSY:
+    case EINTR:
+    case ENOMEM:
+    case ENOBUFS:
+    case ESTALE:
+    case ECONNRESET:
+    case EHOSTUNREACH:
+    case ENOLCK:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /* ctl.event: checkpoints of the job, while we are controller.  May run
  * from inside ea__ckpt_ctl_recv: records and logs only. */
 static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
@@ -259,7 +291,9 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       else
         k->failed++;
       if (e->alert) snprintf(k->last_error, sizeof k->last_error, "%s: %.440s", e->name, e->why);
-      if (e->kind == EA__CKPT_EV_FAILED) ea__agent_job_ckpt_failed(a, e->step, e->why);
+      if (e->kind == EA__CKPT_EV_FAILED)
+        ea__agent_job_ckpt_failed(a, e->step, e->why,
+                                  !e->shard_unseen && !a->o->smoke && retry_can_mend(e->error));
       break;
     default:
       break;

@@ -212,6 +212,7 @@ struct ea__job {
   uint64_t final_first_fail_ms; /* 0: it has not failed */
   uint64_t final_retry_at;      /* 0: no retry armed */
   uint32_t final_attempts;      /* retries sent */
+  bool final_no_retry;          /* a failure no retry mends (ea__job_ckpt_failed) */
 
   /* churn */
   uint64_t churn_alerted; /* streak number alerted about */
@@ -488,11 +489,12 @@ void ea__job_local_failure(ea__job *J, const ea__job_failure *f) {
   to_controller(J, &m);
 }
 
-void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why) {
+void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why, bool retry) {
   if (step > J->ckpt_failed_step) {
     J->ckpt_failed_step = step;
     snprintf(J->ckpt_why, sizeof J->ckpt_why, "%s", why ? why : "?");
   }
+  if (!retry && step >= J->o.train_steps) J->final_no_retry = true;
 }
 
 /* The controller's judgement, after every change. */
@@ -530,6 +532,13 @@ static void judge(ea__job *J, const ea_rdzv_status *st) {
       J->ckpt_failed_step = 0; /* consumed: the next attempt's failure arms the next retry */
       if (!J->final_first_fail_ms) J->final_first_fail_ms = now;
       uint64_t spent = now - J->final_first_fail_ms;
+      if (J->final_no_retry) {
+        snprintf(why, sizeof why,
+                 "the final checkpoint (step %" PRIu64 ") could not be committed: %.400s",
+                 J->o.train_steps, J->ckpt_why);
+        decide(J, EA__JOB_FINAL_CKPT, why, NULL);
+        return;
+      }
       if (spent >= J->o.final_ckpt_timeout_ms) {
         snprintf(why, sizeof why,
                  "the final checkpoint (step %" PRIu64

@@ -226,8 +226,9 @@ void ea__job_local_done(ea__job *J, uint64_t gen, uint64_t step);
 /* builtin: the checkpoint of step `step` failed (as controller).  For the
  * final one the job retries (ckpt_again) with a back-off of 1, 2, 4, … 10 s
  * until final_ckpt_timeout_ms has passed since its first failure, then
- * fails. */
-void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why);
+ * fails; at once when `retry` is false (a failure no retry can mend: a
+ * checkpoint.dir the nodes do not share). */
+void ea__job_ckpt_failed(ea__job *J, uint64_t step, const char *why, bool retry);
 /* A control frame; true when it was a job message (consumed). */
 bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len);
 /* ended: the job is over (and how: kind, exit code). */

@@ -376,8 +376,8 @@ bool ea__agent_job_frame(void *ctx, const uint8_t *plain, size_t len) {
   return a->job && ea__job_on_frame(a->job, plain, len);
 }
 
-void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why) {
-  if (a->job) ea__job_ckpt_failed(a->job, step, why);
+void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why, bool retry) {
+  if (a->job) ea__job_ckpt_failed(a->job, step, why, retry);
 }
 
 void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc) {

@@ -468,26 +468,29 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     return snprintf(why, wl, "cannot encode a push-pull frame"), rc;
   }
-  uint8_t frame[4 + 256];
+  /* The push-pull framing (wire_frame.c): a header carrying the body's
+   * length, sealed with the key like the body, then the body. */
+  const size_t hsz = ea_wire_frame_hdr_size(key != NULL);
+  uint8_t frame[EA_WIRE_FRAME_HDR_MAX + 256];
   size_t flen = plen;
   if (key) {
-    rc = ea_wire_seal(key, plain, plen, frame + 4, sizeof frame - 4, &flen);
-  } else if (plen <= sizeof frame - 4) {
-    memcpy(frame + 4, plain, plen);
+    rc = ea_wire_seal(key, plain, plen, frame + hsz, sizeof frame - hsz, &flen);
+  } else if (plen <= sizeof frame - hsz) {
+    memcpy(frame + hsz, plain, plen);
   } else {
     rc = -EMSGSIZE;
   }
   free(plain);
+  size_t hl = 0;
+  if (rc >= 0) rc = ea_wire_frame_hdr_encode(key, (uint32_t)flen, 0, frame, hsz, &hl);
   if (rc < 0) {
     close(s);
     return snprintf(why, wl, "cannot seal a push-pull frame"), rc;
   }
-  frame[0] = (uint8_t)(flen >> 24), frame[1] = (uint8_t)(flen >> 16);
-  frame[2] = (uint8_t)(flen >> 8), frame[3] = (uint8_t)flen;
   size_t sent = 0;
-  while (sent < 4 + flen) {
+  while (sent < hsz + flen) {
     if ((rc = wait_fd(s, POLLOUT, deadline)) < 0) break;
-    ssize_t w = send(s, frame + sent, 4 + flen - sent, MSG_NOSIGNAL);
+    ssize_t w = send(s, frame + sent, hsz + flen - sent, MSG_NOSIGNAL);
     if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (w < 0) {
       rc = -errno;
@@ -499,8 +502,8 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     return snprintf(why, wl, "sending: %s", strerror(-rc)), rc;
   }
-  uint8_t hdr[4];
-  rc = read_full(s, hdr, 4, deadline);
+  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX];
+  rc = read_full(s, hdr, hsz, deadline);
   if (rc == -ECONNRESET || rc == -EPIPE) {
     close(s);
     snprintf(why, wl,
@@ -514,10 +517,25 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     return snprintf(why, wl, "no answer within %d ms: %s", SEED_TIMEOUT_MS, strerror(-rc)), rc;
   }
-  uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-  if (n == 0 || n > EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD) {
+  uint32_t n = 0;
+  uint8_t flags = 0;
+  const char *herr = "?";
+  rc = ea_wire_frame_hdr_decode(key, hdr, hsz, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD, &n,
+                                &flags, &herr);
+  if (rc == -EBADMSG) {
     close(s);
-    return snprintf(why, wl, "answered a frame of %u bytes: not an elastic-agent", n), -EPROTO;
+    return snprintf(why, wl,
+                    key ? "its answer does not open with our key (it has another one, or none)"
+                        : "it answered sealed: it has a cluster key, pass --key-file"),
+           -EACCES;
+  }
+  if (rc == 0 && (flags & EA_WIRE_FRAME_BUSY)) {
+    close(s);
+    return snprintf(why, wl, "busy: it has too many push-pull connections open; try again"), -EBUSY;
+  }
+  if (rc < 0 || n == 0) {
+    close(s);
+    return snprintf(why, wl, "answered a frame that is not an elastic-agent's (%s)", herr), -EPROTO;
   }
   uint8_t *body = malloc(n), *open_buf = malloc(n);
   if (!body || !open_buf) {

@@ -4,7 +4,8 @@
 #  1. the built-in trainer reaching train.steps (250, checkpoints every 100):
 #     the final checkpoint (step-250, not a multiple of the interval) is
 #     committed, every agent reports the job finished and exits 0, and
-#     `ckpt ls` shows it;
+#     `ckpt ls` shows it; one agent started again with --resume-from 250
+#     ends at once, exit 0;
 #  2. a --resume-from that cannot resolve (a word, a step that is not in the
 #     directory) exits 2 at start naming it, before anything listens; one
 #     given to a torchrun-mode program is refused the same way; a program
@@ -44,6 +45,15 @@ ls=$("$EA_BIN" ckpt ls "$CK" 2>&1) || fail "ckpt ls: $ls"
 grep -qE ' 250 .* complete +step-250\.gen-' <<<"$ls" || fail "no step-250 checkpoint: $ls"
 "$EA_BIN" ckpt verify "$CK" 250 >/dev/null 2>&1 || fail "step-250 does not verify"
 pass "every agent exited 0 after step 250; step-250 committed and verifies"
+
+# A cold start from the final checkpoint itself has nothing left to train or
+# to checkpoint: it ends at once, exit 0 (it used to wait for a final commit
+# that nobody would write).
+start_agent r1 "${JOB[@]}" --set compute.min_nodes=1 --resume-from 250
+wait_exit r1 30 || fail "a resume from the final checkpoint did not end: $(tail -5 "$(agent_log r1)")"
+assert_eq "$EXIT_RC" 0 "r1's exit status (resumed at train.steps)"
+grep -q ' job finished: ' "$(agent_log r1)" || fail "r1 does not report the job finished"
+pass "a cold start from step-250 with train.steps 250 ends at once, exit 0"
 
 say "2. a --resume-from that cannot resolve exits 2 at start"
 run_bad() { # NAME EXPECT-IN-LOG ARGS…

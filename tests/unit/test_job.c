@@ -632,7 +632,7 @@ START_TEST(final_checkpoint_retried) {
     fin_view(J, &self, gen, 200); /* done, waiting for the final commit */
     ck_assert(!f.ended);
     uint64_t t0 = uv_now(&loop);
-    ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+    ea__job_ckpt_failed(J, 250, "shard 0: No space left on device", true);
     fin_view(J, &self, gen, 200);
     ck_assert(!f.ended); /* not failed yet: a retry is armed */
     fin_run_until(&loop, &f, 1, 5000);
@@ -649,13 +649,13 @@ START_TEST(final_checkpoint_retried) {
       ck_assert_int_eq(f.code, 0);
     } else {
       /* every attempt fails: a second retry 2 s later, then past 2.5 s the job fails */
-      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device", true);
       fin_view(J, &self, gen, 200);
       ck_assert(!f.ended);
       fin_run_until(&loop, &f, 2, 5000);
       ck_assert_int_eq(f.again, 2);
       ck_assert_uint_ge(uv_now(&loop) - t0, 2800);
-      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device");
+      ea__job_ckpt_failed(J, 250, "shard 0: No space left on device", true);
       fin_view(J, &self, gen, 200);
       fin_run_until(&loop, &f, 3, 3000); /* the end is called from the job's timer */
       ck_assert(f.ended);
