@@ -950,6 +950,7 @@ static struct {
   double commit_stall[MAX_COMMITS];
   int ncommitted;
   int failed, failed_alerts, stale;
+  int failed_broken; /* failed for a reason other than slowness: skipped (busy), given up, superseded */
   ea__ckpt_event last_failed;
   /* service events */
   int shard_failed;
@@ -1000,6 +1001,7 @@ static void ctl_event(void *ctx, const ea__ckpt_event *e) {
       printf("  event: %s\n", line);
       T.failed++;
       if (e->alert) T.failed_alerts++;
+      if (e->error != -EAGAIN && e->error != -ENOBUFS && e->error != -ECANCELED) T.failed_broken++;
       T.last_failed = *e;
       break;
     case EA__CKPT_EV_STALE:
@@ -1463,8 +1465,12 @@ START_TEST(test_flow_w3_checkpoints_commit_and_verify) {
   /* 6 checkpoints: 5, 10, …, 30 */
   wait_for(p_committed, 6, "6 committed checkpoints");
   /* Failures are counted up to here: a worker stopped while it waits for
-   * its previous shard legitimately reports that checkpoint skipped. */
-  ck_assert_int_eq(T.failed, 0);
+   * its previous shard legitimately reports that checkpoint skipped.  On a
+   * loaded machine a shard can also be slower than the busy wait (skipped)
+   * or too many be in flight (given up, superseded): slowness, not a broken
+   * write or commit, which is what must not happen (this once counted 7
+   * under a parallel fuzzer and four test runs). */
+  ck_assert_int_eq(T.failed_broken, 0);
   stop_workers(all);
   g_mask = all;
   wait_for(p_idle, 0, "the service and controller to be idle");
