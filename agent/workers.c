@@ -227,6 +227,25 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
            a->stall_ms ? a->stall_why : "");
 }
 
+/* A local worker's communicator failed: its ring neighbours on other nodes
+ * are probed now rather than at their turn in the gossip round (when the
+ * peer process is gone the kernel has already reset the connection, and
+ * the round could take N probe intervals to reach it).  Only a probe: a
+ * neighbour is declared dead, as ever, by failed probes and suspicion. */
+static void probe_ring_neighbours(ea__agent *a) {
+  const ea_rdzv_plan *p = a->rdzv ? ea_rdzv_running(a->rdzv) : NULL;
+  if (!p || !a->tr || p->world < 2 || !p->wpn) return;
+  const uint32_t base = a->run.rank_base;
+  const uint32_t ranks[2] = {(base + p->world - 1) % p->world, (base + p->wpn) % p->world};
+  for (int i = 0; i < 2; i++) {
+    uint32_t node = ranks[i] / p->wpn;
+    if (node >= p->nnodes || ea_node_id_cmp(&p->nodes[node].id, &a->id) == 0) continue;
+    if (ea_transport_probe_soon(a->tr, &p->nodes[node].id))
+      ea_log(EA_LOG_DEBUG, "worker", "probing ring neighbour %s (rank %u) now",
+             p->nodes[node].name[0] ? p->nodes[node].name : "?", ranks[i]);
+  }
+}
+
 static void order_pause(ea__agent *a, const char *why) {
   ea_ipc_msg *m = a->ipc;
   ea_ipc_msg_init(m, EA_IPC_PAUSE);
@@ -439,6 +458,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       }
       w->state = EA__W_FAILED;
       a->worker_failures++;
+      probe_ring_neighbours(a);
       ea__agent_stall(a, "a worker's communicator failed");
       ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s", k,
              m->gen, m->next_step, m->message);

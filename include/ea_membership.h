@@ -82,6 +82,7 @@ typedef struct {
   uint64_t updates_sent;
   uint64_t syncs_started, syncs_merged;
   uint64_t reconnects;    /* push-pulls started with a reaped dead member */
+  uint64_t urgent_probes; /* probes moved ahead of the round (ea_swim_probe_soon) */
   uint64_t stale_dropped; /* updates older than what we know */
   uint32_t health;        /* current Lifeguard awareness score */
 } ea_swim_stats;
@@ -94,6 +95,15 @@ void ea_swim_free(ea_swim *s);
 
 /* Ask seeds for their state (push-pull join).  May be called repeatedly. */
 void ea_swim_join(ea_swim *s, uint64_t now_ms, const ea_addr *seeds, size_t n);
+/* Probe member `id` next, before its turn in the round (at most
+ * URGENT_MAX waiting; one already asked for within a probe interval, or not
+ * ALIVE, is not asked again).  For a member whose connection the kernel
+ * reported reset: the probe starts at once when none is waiting for its
+ * ack, else when that one ends.  It is an ordinary probe — direct, then
+ * indirect, then suspicion — so a member that answers is unharmed and one
+ * that is gone is declared dead only by the usual protocol, just sooner.
+ * Returns true when a probe was scheduled. */
+bool ea_swim_probe_soon(ea_swim *s, uint64_t now_ms, const ea_node_id *id);
 /* Graceful leave: broadcast LEFT for our incarnation; afterwards the core
  * only answers pings with acks until freed. */
 void ea_swim_leave(ea_swim *s, uint64_t now_ms);

@@ -787,6 +787,14 @@ void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta) {
   after_call(sim, nd);
 }
 
+bool ea_sim_probe_soon(ea_sim *sim, size_t i, size_t target) {
+  node *nd = &sim->nodes[i];
+  if (nd->status != N_UP) return false;
+  bool yes = ea_swim_probe_soon(nd->core, sim->now, ea_sim_id(sim, target));
+  after_call(sim, nd);
+  return yes;
+}
+
 /* ---- network ---- */
 
 void ea_sim_set_loss(ea_sim *sim, double p) {

@@ -228,6 +228,7 @@
  * recheck_push).  64 covers every suspicion a node holds outside a mass
  * failure, where the round-robin probes the rest anyway. */
 #define PRIO_MAX 64
+#define URGENT_MAX 8
 /* Relays nack after 4/5 of their probe timeout (Lifeguard §IV-B), so the nack
  * lands inside the requester's remaining interval I − T even with I = 2T. */
 #define NACK_NUM 4
@@ -331,6 +332,16 @@ struct ea_swim {
     uint32_t inc;
     uint64_t due;
   } prio[PRIO_MAX]; /* suspicions to re-check by probing (unordered) */
+  struct {
+    ea_node_id id;
+    uint64_t at;        /* when it was asked for */
+  } urgent[URGENT_MAX]; /* ea_swim_probe_soon: probed next, oldest first */
+  uint32_t urgent_len;
+  struct {
+    ea_node_id id;
+    uint64_t at;
+  } urgent_seen[URGENT_MAX]; /* recently asked for (rate limit), a ring */
+  uint32_t urgent_seen_next;
   relay relays[RELAY_MAX];
 
   /* materialized views (logically const accessors fill these) */
@@ -968,6 +979,16 @@ static void probe_start(ea_swim *s, uint64_t now) {
     s->last_prio = true;
     recheck_push(s, now + 2 * iv, c); /* again, while it stays suspect */
   }
+  /* ea_swim_probe_soon: before the round, oldest first; one that is no
+   * longer ALIVE (suspected or declared meanwhile) needs no extra probe. */
+  while (mi == NONE && s->urgent_len) {
+    uint32_t c = find_idx(s, &s->urgent[0].id);
+    memmove(&s->urgent[0], &s->urgent[1], (size_t)(--s->urgent_len) * sizeof s->urgent[0]);
+    if (c != NONE && c != s->self_idx && s->mem[c].state == EA_STATE_ALIVE && s->mem[c].meta) {
+      mi = c;
+      s->st.urgent_probes++;
+    }
+  }
   for (uint32_t steps = 0; mi == NONE && steps <= s->pl.n; steps++) {
     bool new_round;
     uint32_t c = ea__plist_next(&s->pl, &new_round);
@@ -1098,6 +1119,29 @@ void ea_swim_free(ea_swim *s) {
   free(s->msg);
   free(s->view);
   free(s);
+}
+
+bool ea_swim_probe_soon(ea_swim *s, uint64_t now_ms, const ea_node_id *id) {
+  if (s->left) return false;
+  uint32_t mi = find_idx(s, id);
+  if (mi == NONE || mi == s->self_idx || s->mem[mi].state != EA_STATE_ALIVE) return false;
+  if (s->probe.active && id_eq(&s->probe.target, id) && !s->probe.acked) return false;
+  for (uint32_t k = 0; k < s->urgent_len; k++)
+    if (id_eq(&s->urgent[k].id, id)) return false;
+  for (uint32_t k = 0; k < URGENT_MAX; k++)
+    if (id_eq(&s->urgent_seen[k].id, id) && s->urgent_seen[k].at &&
+        now_ms < s->urgent_seen[k].at + s->cfg.probe_interval_ms)
+      return false;
+  if (s->urgent_len == URGENT_MAX) return false;
+  s->urgent[s->urgent_len].id = *id;
+  s->urgent[s->urgent_len++].at = now_ms;
+  s->urgent_seen[s->urgent_seen_next].id = *id;
+  s->urgent_seen[s->urgent_seen_next].at = now_ms;
+  s->urgent_seen_next = (s->urgent_seen_next + 1) % URGENT_MAX;
+  /* Start it now unless a probe still waits for its ack (that one ends at
+   * probe_at, at most one interval away). */
+  if (!s->probe.active || s->probe.acked || s->probe.dead) s->probe_at = now_ms;
+  return true;
 }
 
 void ea_swim_join(ea_swim *s, uint64_t now_ms, const ea_addr *seeds, size_t n) {

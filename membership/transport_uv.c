@@ -1005,6 +1005,13 @@ void ea_transport_set_meta(ea_transport *t, const ea_meta *meta) {
   ea__transport_rearm(t);
 }
 
+bool ea_transport_probe_soon(ea_transport *t, const ea_node_id *id) {
+  if (t->closing) return false;
+  bool yes = ea_swim_probe_soon(t->swim, uv_now(t->loop), id);
+  if (yes) ea__transport_rearm(t);
+  return yes;
+}
+
 void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out) {
   *out = t->st;
 }

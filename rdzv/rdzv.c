@@ -208,6 +208,9 @@ struct ea_rdzv {
   ea_node_id report_to;
   uint64_t report_at;
   uint64_t last_step;
+  /* How long a step takes here: the interval between local worker 0's step
+   * reports while running (an average over the last few; 0: not known). */
+  uint64_t step_at, step_iv_ms;
 
   /* ---- controller half ---- */
   struct {
@@ -1020,9 +1023,20 @@ static bool all_stepped(const ea_rdzv *r) {
 
 /* Step boundaries are waited for at most a third of the rendezvous timeout,
  * leaving two thirds for abort, ready and commit; a step that long is
- * aborted mid-way (state sync makes that safe, it only wastes the step). */
+ * aborted mid-way (state sync makes that safe, it only wastes the step).
+ * When the step time is known the wait is also at most four steps: the
+ * members that reached their boundary abort the old communicator at once,
+ * so a step still in flight here after that can only complete if every peer
+ * stepped too — otherwise it waits for its collective's timeout.  Seen in
+ * bench/recovery_pytorch.sh: a join stalled the library's ranks 10 s (gloo's
+ * send timeout, the boundary wait of 30 s / 3) while its steps took 57 ms. */
 static uint64_t boundary_deadline(const ea_rdzv *r) {
-  return r->prep_since + r->cfg.rendezvous_timeout_ms / 3;
+  uint64_t wait = r->cfg.rendezvous_timeout_ms / 3;
+  if (r->step_iv_ms) {
+    uint64_t steps = 4 * r->step_iv_ms < 50 ? 50 : 4 * r->step_iv_ms;
+    if (steps < wait) wait = steps;
+  }
+  return r->prep_since + wait;
 }
 
 /* An agent that prepared and heard nothing gives up after twice the
@@ -2322,6 +2336,15 @@ void ea_rdzv_set_latest_ckpt(ea_rdzv *r, uint64_t gen64) {
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step) {
   if (local >= r->cfg.workers_per_node) return;
   at(r, now_ms);
+  if (local == 0) {
+    /* steps back to back in a running generation (a first one, or one after
+     * a pause or formation, measures nothing) */
+    if (r->running && r->step_at && step == r->last_step + 1 && now_ms > r->step_at) {
+      uint64_t iv = now_ms - r->step_at;
+      r->step_iv_ms = r->step_iv_ms ? (3 * r->step_iv_ms + iv) / 4 : iv;
+    }
+    r->step_at = r->running ? now_ms : 0;
+  }
   if (step > r->last_step) r->last_step = step;
   if (r->prep && !r->prep_ordered) r->wstepped[local] = true;
   settle(r);

@@ -950,7 +950,8 @@ static struct {
   double commit_stall[MAX_COMMITS];
   int ncommitted;
   int failed, failed_alerts, stale;
-  int failed_broken; /* failed for a reason other than slowness: skipped (busy), given up, superseded */
+  int failed_broken; /* failed for a reason other than slowness: skipped (busy), given up,
+                        superseded */
   ea__ckpt_event last_failed;
   /* service events */
   int shard_failed;

@@ -384,6 +384,48 @@ START_TEST(test_long_partition_heals_by_reconnect) {
 }
 END_TEST
 
+/* A reset connection makes the agent ask for a probe of that member now
+ * (ea_swim_probe_soon): with 32 members the round would reach a crashed one
+ * after up to 31 probe intervals (4.6 s); the early probe suspects it within
+ * about one interval.  The same request for a live member is answered and
+ * changes nothing; a second one within an interval is refused. */
+START_TEST(test_probe_soon_after_a_reset) {
+  ea_sim *sim = make_sim(32, 13);
+  converge(sim);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  /* a live member: probed, answers, stays ALIVE */
+  ck_assert(ea_sim_probe_soon(sim, 0, 7));
+  ck_assert(!ea_sim_probe_soon(sim, 0, 7)); /* already waiting */
+  ea_sim_run_for(sim, 2 * cfg.probe_interval_ms);
+  ck_assert_int_eq(ea_sim_view_state(sim, 0, 7, NULL), EA_STATE_ALIVE);
+  ea_swim_stats st;
+  ea_swim_stats_get(ea_sim_core(sim, 0), &st);
+  ck_assert_uint_eq(st.urgent_probes, 1);
+  /* a crashed one */
+  ea_sim_crash(sim, 20);
+  uint64_t t0 = ea_sim_now(sim);
+  ck_assert(ea_sim_probe_soon(sim, 0, 20));
+  /* the probe went out at once (none was waiting for its ack), or at the
+   * latest when the one in flight ended */
+  ea_sim_run_for(sim, cfg.probe_interval_ms + 5);
+  ea_swim_stats_get(ea_sim_core(sim, 0), &st);
+  ck_assert_uint_eq(st.urgent_probes, 2);
+  while (ea_sim_now(sim) < t0 + 5000 && ea_sim_view_state(sim, 0, 20, NULL) == EA_STATE_ALIVE)
+    ea_sim_run_for(sim, 5);
+  uint64_t took = ea_sim_now(sim) - t0;
+  printf("  probe soon: crashed member suspected after %" PRIu64 " ms (interval %u ms)\n", took,
+         cfg.probe_interval_ms);
+  ck_assert_int_ne(ea_sim_view_state(sim, 0, 20, NULL), EA_STATE_ALIVE);
+  ck_assert_uint_le(took, 2 * cfg.probe_interval_ms + 50); /* the probe in flight, then ours */
+  /* and it is declared dead by the usual protocol, everywhere */
+  see_ctx dead = {.target = 20, .state = EA_STATE_DEAD};
+  ck_assert(ea_sim_run_until_cond(sim, t0 + 10000, 10, all_see, &dead));
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
 static void elect_on(ea_sim *sim, size_t i, ea_election *e) {
   const ea_member *ms;
   size_t n = ea_swim_members(ea_sim_core(sim, i), &ms);
@@ -843,6 +885,7 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_loss_10pct_no_false_dead);
   tcase_add_test(t, test_partition_heals_into_one_view);
   tcase_add_test(t, test_long_partition_heals_by_reconnect);
+  tcase_add_test(t, test_probe_soon_after_a_reset);
   tcase_add_test(t, test_every_node_elects_the_same_controller);
   tcase_add_test(t, test_graceful_leave_is_left_not_dead);
   tcase_add_test(t, test_dead_reaped_after_reclaim);
