@@ -126,21 +126,8 @@ static int rd_u64(ea__mpr *r, uint64_t *v, const char *field, const char **err) 
   return 0;
 }
 
-/* Peek at [version, type] after the magic, without judging the rest. */
-static int head(ea__mpr *r, uint64_t *version, uint64_t *type) {
-  if (ea__mpr_left(r) < 1 || r->pos[0] != EA_WIRE_MAGIC_PLAIN) return -1;
-  r->pos++;
-  uint32_t n;
-  if (ea__mpr_array(r, &n) || n < 2) return -1;
-  if (ea__mpr_uint(r, 255, version) || ea__mpr_uint(r, 255, type)) return -1;
-  return 0;
-}
-
 bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
-  ea__mpr r;
-  ea__mpr_init(&r, buf, len);
-  uint64_t v, t;
-  return head(&r, &v, &t) == 0 && (t & 0xf0) == 0x20;
+  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, 0x20);
 }
 
 static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {

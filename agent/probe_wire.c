@@ -70,15 +70,7 @@ static const char *check(const ea__probe_msg *m) {
 }
 
 bool ea__probe_wire_is(const uint8_t *buf, size_t len) {
-  ea__mpr r;
-  ea__mpr_init(&r, buf, len);
-  if (ea__mpr_left(&r) < 1 || r.pos[0] != EA_WIRE_MAGIC_PLAIN) return false;
-  r.pos++;
-  uint32_t n;
-  uint64_t v, t;
-  if (ea__mpr_array(&r, &n) || n < 2) return false;
-  if (ea__mpr_uint(&r, 255, &v) || ea__mpr_uint(&r, 255, &t)) return false;
-  return (t & 0xf0) == 0x40;
+  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, 0x40);
 }
 
 /* ---- encode -------------------------------------------------------------------- */

@@ -164,6 +164,18 @@ int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const 
   return 0;
 }
 
+bool ea__mpr_family_is(const uint8_t *buf, size_t len, uint8_t magic, uint8_t family) {
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  if (ea__mpr_left(&r) < 1 || r.pos[0] != magic) return false;
+  r.pos++;
+  uint32_t n;
+  uint64_t v, t;
+  if (ea__mpr_array(&r, &n) || n < 2) return false;
+  if (ea__mpr_uint(&r, 255, &v) || ea__mpr_uint(&r, 255, &t)) return false;
+  return (t & 0xf0) == family;
+}
+
 int ea__mpw_fixbuf_write(void *data, const char *p, size_t n) {
   ea__mpw_fixbuf *f = data;
   if (n > f->cap - f->len) return -1;

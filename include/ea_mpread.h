@@ -107,6 +107,12 @@ int ea__mpr_array_n(ea__mpr *r, uint32_t want, const char *field, const char **e
 /* An unsigned integer ≤ max, into a uint32_t. */
 int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err);
 
+/* Whether buf is a frame of one codec family sharing a channel: `magic`,
+ * then an array of at least [version, type] whose type's high nibble is
+ * `family` (the control channel's codecs: checkpoint 0x20, job 0x30, probe
+ * 0x40).  Judges nothing else: each codec's decoder does. */
+bool ea__mpr_family_is(const uint8_t *buf, size_t len, uint8_t magic, uint8_t family);
+
 /* ---- fixed-buffer writer for msgpack_packer ------------------------------ */
 typedef struct {
   uint8_t *buf;
