@@ -1045,9 +1045,12 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
   return 0;
 }
 
+/* The line of byte `off` as YAML counts them (libyaml's marks): a line
+ * ends at \n, at \r\n, and at a lone \r. */
 static size_t line_of_offset(const char *buf, size_t len, size_t off) {
   size_t line = 1;
-  for (size_t i = 0; i < off && i < len; i++) line += buf[i] == '\n';
+  for (size_t i = 0; i < off && i < len; i++)
+    line += buf[i] == '\n' || (buf[i] == '\r' && (i + 1 >= len || buf[i + 1] != '\n'));
   return line;
 }
 
@@ -1061,8 +1064,7 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
   /* libyaml can put the mark of an error at the end of the input one line
    * past the last (a file that does not end with a newline): name the last
    * line instead of one that is not there (found by fuzz_config). */
-  size_t last = 1;
-  for (size_t i = 0; i < len; i++) last += buf[i] == '\n';
+  size_t last = line_of_offset(buf, len, len);
   size_t pl = p->problem_mark.line + 1, cl = p->context_mark.line + 1;
   if (pl > last) pl = last;
   if (cl > last) cl = last;

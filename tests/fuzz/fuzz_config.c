@@ -104,8 +104,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(rc == -EINVAL);
     CHECK(memcmp(c, before, sizeof *c) == 0); /* a refused file changes nothing */
     CHECK(memchr(err, 0, sizeof err) != NULL);
-    size_t lines = 1;
-    for (size_t i = 0; i < size; i++) lines += data[i] == '\n';
+    size_t lines = 1; /* as YAML counts them: \n, \r\n and a lone \r end a line */
+    for (size_t i = 0; i < size; i++)
+      lines += data[i] == '\n' || (data[i] == '\r' && (i + 1 >= size || data[i + 1] != '\n'));
     check_message(err, path, lines);
   }
   free(before);
