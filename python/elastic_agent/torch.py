@@ -85,6 +85,26 @@ _DTYPE: Dict[Any, str] = {
 _TORCH = {v: k for k, v in _DTYPE.items()}
 
 
+# Python's `random` state as a fixed-size blob: version, the Mersenne Twister's
+# 624 words and its index, gauss_next and whether it is set.  As msgpack in
+# the meta its size varied with the words' values (a word below 2^16 packs in
+# 3 bytes, not 5), so ranks whose programs never seeded `random` laid out
+# states of different sizes and their checkpoint shards did not tile (seen
+# in test_inplace: offsets 3509 against 3508).
+_PY_RNG = struct.Struct("<I625IdB")
+
+
+def _py_rng_tensor() -> "torch.Tensor":
+    version, words, gauss = random.getstate()
+    blob = _PY_RNG.pack(version, *words, gauss if gauss is not None else 0.0, gauss is not None)
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+
+
+def _py_rng_restore(t: "torch.Tensor") -> None:
+    f = _PY_RNG.unpack(t.numpy().tobytes())
+    random.setstate((f[0], tuple(f[1:626]), f[626] if f[627] else None))
+
+
 def _ref(name: str, t: "torch.Tensor") -> TensorRef:
     """A layout entry viewing tensor ``t``'s bytes (no copy on the CPU; a
     device tensor is copied to the host piece by piece when read)."""
@@ -167,9 +187,9 @@ class TorchState(State):
     extras in name order — a tensor, an ``nn.Module`` (its state_dict),
     anything with ``state_dict()``/``load_state_dict()`` (a scheduler, a
     GradScaler), or plain values (numbers, strings, lists, tuples, dicts,
-    tensors inside them) — then ``rng.torch`` (and ``rng.cuda.<i>`` once CUDA
-    is initialised; Python's ``random`` state rides in meta) when ``rng``,
-    and ``meta``.
+    tensors inside them) — then ``rng.torch``, ``rng.python`` (Python's
+    ``random``, a fixed-size blob) and ``rng.cuda.<i>`` once CUDA is
+    initialised, when ``rng``; and ``meta``.
 
     ``optimizer.step`` is wrapped to note that an update was applied: if a
     collective fails after it and before :meth:`Generation.report`, the step
@@ -249,7 +269,8 @@ class TorchState(State):
         tree["extras"] = {k: self._extra_tree(k, self._extras[k], refs) for k in sorted(self._extras)}
         if self.rng:
             refs.append(_ref("rng.torch", torch.get_rng_state()))
-            r: Dict[str, Any] = {"python": random.getstate(), "cuda": 0}
+            refs.append(_ref("rng.python", _py_rng_tensor()))
+            r: Dict[str, Any] = {"cuda": 0}
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 states = torch.cuda.get_rng_state_all()
                 for i, s in enumerate(states):
@@ -353,9 +374,12 @@ class TorchState(State):
                     have = torch.cuda.device_count()
                     for i in range(min(n, have)):
                         torch.cuda.set_rng_state(tensors["rng.cuda.%d" % i][1].clone(), i)
-                py = r.get("python")
-                if isinstance(py, tuple):
-                    random.setstate(py)
+                if "rng.python" in tensors:
+                    _py_rng_restore(tensors["rng.python"][1])
+                else:  # a state laid out before rng.python: the tuple in the meta
+                    py = r.get("python")
+                    if isinstance(py, (list, tuple)) and len(py) == 3:
+                        random.setstate((py[0], tuple(py[1]), py[2]))
 
 
 # ---- sockets of a process group (the abort) ---------------------------------------
