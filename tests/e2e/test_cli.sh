@@ -313,9 +313,10 @@ expect_usage "--advertise: '10.0.0.1' has no port" run --advertise 10.0.0.1
 expect_usage "--role: expected worker or observer" run --bind 127.0.0.1 --role boss # portless --bind parses
 busy=$("$PY" -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # hold a UDP port for the duration of one agent start
-"$PY" -c 'import socket,sys,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",int(sys.argv[1]))); time.sleep(20)' "$busy" &
+rm -f "$EA_TMP/holder.ready"
+"$PY" -c 'import socket,sys,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",int(sys.argv[1]))); open(sys.argv[2], "w").close(); time.sleep(20)' "$busy" "$EA_TMP/holder.ready" &
 holder=$!
-sleep 0.3
+wait_for 10 test -e "$EA_TMP/holder.ready" || fail "the port holder did not bind 127.0.0.1:$busy"
 RC=0
 timeout 10 "$EA_BIN" run --bind "127.0.0.1:$busy" --name busy --data-dir "$EA_TMP/busy" \
   --set observability.metrics_listen= >"$out" 2>&1 </dev/null || RC=$?
