@@ -714,7 +714,8 @@ const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
  * gets it with endsAt = startsAt + EA__ALERT_EVENT_HOLD_S.  A condition
  * kind (stalled, loss_nan, node_lost, storage_timeout, straggler) is
  * firing from ea__agent_alert until ea__agent_alert_resolve with the same
- * (kind, subject): re-sent to Alertmanager every EA__ALERT_RESEND_S while
+ * (kind, subject): re-sent to Alertmanager every
+ * observability.alert_resend_seconds (60, as Prometheus' resend delay) while
  * firing, then sent with endsAt = now.  Deliveries of fires are limited to
  * one per kind per EA__ALERT_RATE_S; the next one delivered carries the
  * count of those held back ("suppressed", and "(N more since …)" in its
@@ -725,9 +726,6 @@ const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
 /* Alertmanager's own default resolve_timeout is 5 min: an event shows for
  * as long as an alert nobody re-sends would. */
 #define EA__ALERT_EVENT_HOLD_S 300
-/* Prometheus re-sends firing alerts every minute (resend_delay 1m) and
- * sets endsAt 4 re-sends ahead; we do the same. */
-#define EA__ALERT_RESEND_S 60
 /* One delivery per kind per minute: an operator's pager, not a log. */
 #define EA__ALERT_RATE_S 60
 #define EA__ALERT_RECENT 16
@@ -769,12 +767,13 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap);
  *   Alertmanager (POST /api/v2/alerts): an array of
  *     {"labels":{"alertname":KIND,"job":J,"node":N,"severity":S[,"subject":X]},
  *      "annotations":{"summary":…[,"suppressed":"N"]},"startsAt":T,"endsAt":T}
- *     (endsAt of a firing condition: now_s + 4 × EA__ALERT_RESEND_S);
+ *     (endsAt of a firing condition: now_s + 4 × resend_s, four re-sends ahead
+ *     as Prometheus sets it);
  *   webhook: {"version":1,"status":"firing"|"resolved","kind":…,"severity":…,
  *     "job":…,"node":…,"subject":…,"summary":…,"startsAt":T,"endsAt":T|null,
  *     "suppressed":N}. */
 char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
-                        double now_s);
+                        double now_s, double resend_s);
 char *ea__alert_webhook_body(const ea__alert_rec *r, const char *job, const char *node);
 
 int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen);

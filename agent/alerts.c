@@ -15,7 +15,8 @@
  * Alertmanager's model (API v2) is a set of alerts identified by their
  * labels, each with startsAt/endsAt; a firing alert must be re-sent or it
  * resolves itself at endsAt.  Conditions here are kept in a small table
- * while firing and re-sent every EA__ALERT_RESEND_S from a loop timer,
+ * while firing and re-sent every observability.alert_resend_seconds from a
+ * loop timer,
  * with endsAt four re-sends ahead (what Prometheus does); resolving sends
  * endsAt = now.  Events carry endsAt = startsAt + EA__ALERT_EVENT_HOLD_S.
  *
@@ -148,7 +149,7 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap) {
 }
 
 char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
-                        double now_s) {
+                        double now_s, double resend_s) {
   ea__jb b = {0};
   json_t *arr = json_array();
   if (!arr) return NULL;
@@ -172,7 +173,7 @@ char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job
     ea__alert_time_str(x->starts_s, t, sizeof t);
     ea__jb_str(&b, o, "startsAt", t);
     double ends = x->ends_s;
-    if (x->firing && ea__alert_kind_is_condition(x->kind)) ends = now_s + 4.0 * EA__ALERT_RESEND_S;
+    if (x->firing && ea__alert_kind_is_condition(x->kind)) ends = now_s + 4.0 * resend_s;
     ea__alert_time_str(ends, t, sizeof t);
     ea__jb_str(&b, o, "endsAt", t);
   }
@@ -419,7 +420,8 @@ static void push_am(struct ea__agent_al *al, const ea__alert_rec *const *r, size
   item *it = calloc(1, sizeof *it);
   if (!it) return;
   it->kind = D_AM;
-  it->body = ea__alert_am_body(r, n, o->cfg.experiment.name, o->name, wall_s());
+  it->body = ea__alert_am_body(r, n, o->cfg.experiment.name, o->name, wall_s(),
+                               (double)o->cfg.observability.alert_resend_seconds);
   if (!it->body) {
     free(it);
     return;
@@ -761,7 +763,8 @@ int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen) {
   uv_timer_init(&a->loop, &al->timer);
   al->timer.data = al;
   al->timer_open = true;
-  uv_timer_start(&al->timer, on_resend, EA__ALERT_RESEND_S * 1000u, EA__ALERT_RESEND_S * 1000u);
+  uint64_t every_ms = (uint64_t)a->o->cfg.observability.alert_resend_seconds * 1000u;
+  uv_timer_start(&al->timer, on_resend, every_ms, every_ms);
   a->al = al;
   return 0;
 }

@@ -305,6 +305,10 @@ static const cfg_key keys[] = {
             "doubled on each repeat) and the job re-forms without it."},
     {STR(observability, alertmanager_url), .check = check_http_url,
      .doc = "Prometheus Alertmanager (http://HOST:PORT) that alerts are pushed to; empty: off."},
+    /* Prometheus' --rules.alert.resend-delay (1m). */
+    {U32(observability, alert_resend_seconds), .min = 1, .max = 3600, .unit = "seconds",
+     .doc = "A firing condition is re-sent to Alertmanager this often, with endsAt four re-sends "
+            "ahead, so Alertmanager resolves it by itself if this agent goes away."},
     {STR(observability, alert_webhook), .check = check_http_url,
      .doc = "URL each alert is POSTed to as one JSON document; empty: off."},
     {STR(observability, alert_command),
@@ -832,6 +836,7 @@ void ea_config_default(ea_config *c) {
    * noisy neighbour lasts. */
   c->observability.straggler_window_seconds = 30;
   c->observability.straggler_evict = false;
+  c->observability.alert_resend_seconds = 60;
   snprintf(c->train.model, sizeof c->train.model, "byte-mlp");
   snprintf(c->train.data, sizeof c->train.data, "/usr/share/common-licenses");
   c->train.context = 16;

@@ -234,7 +234,7 @@ int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen) {
   }
   a->notice = N;
   ea_log(EA_LOG_INFO, "notice", "polling %s for a preemption notice every %d ms (%s)", N->url,
-         EA__NOTICE_PERIOD_MS, v);
+         EA__NOTICE_PERIOD_MS, N->p == P_URL ? "url" : v);
   return 0;
 }
 

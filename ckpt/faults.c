@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- fault points -------------------------------------------------------- */
@@ -63,7 +64,11 @@ static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 static uint64_t g_count[FP_COUNT];
 static int g_armed = -1; /* point index, -1 = none */
 static uint64_t g_nth;
-static int g_err; /* positive errno or EA_CKPT_FAULT_KILL */
+static int g_err; /* positive errno, EA_CKPT_FAULT_KILL or EA_CKPT_FAULT_SLOW */
+static uint32_t g_slow_ms;
+/* A slow fault that fired on this thread: the call sleeps this long once it
+ * has left the lock (unlock), so other threads' operations go on. */
+static __thread uint32_t tl_sleep_ms;
 static bool g_fired;
 static bool g_crashed;
 
@@ -125,7 +130,8 @@ static int arm_locked(const char *point, uint64_t nth, int err) {
   int p = -1;
   for (int i = 0; i < FP_COUNT; i++)
     if (strcmp(point, fp_names[i]) == 0) p = i;
-  if (p < 0 || nth == 0 || (err <= 0 && err != EA_CKPT_FAULT_KILL)) return -EINVAL;
+  if (p < 0 || nth == 0 || (err <= 0 && err != EA_CKPT_FAULT_KILL && err != EA_CKPT_FAULT_SLOW))
+    return -EINVAL;
   g_armed = p;
   g_nth = g_count[p] + nth;
   g_err = err;
@@ -133,7 +139,7 @@ static int arm_locked(const char *point, uint64_t nth, int err) {
   return 0;
 }
 
-/* "point:N[:errno]" */
+/* "point:N[:errno|kill|slow=MS]" */
 static int parse_locked(const char *spec) {
   char buf[128];
   if (!spec || strlen(spec) >= sizeof buf) return -EINVAL;
@@ -151,6 +157,11 @@ static int parse_locked(const char *spec) {
   if (es) {
     if (strcmp(es, "kill") == 0) {
       err = EA_CKPT_FAULT_KILL;
+    } else if (strncmp(es, "slow=", 5) == 0) {
+      unsigned long ms = strtoul(es + 5, &e, 10);
+      if (e == es + 5 || *e || ms == 0 || ms > 600000 || strcmp(buf, "torn") == 0) return -EINVAL;
+      err = EA_CKPT_FAULT_SLOW;
+      g_slow_ms = (uint32_t)ms;
     } else if (es[0] >= '0' && es[0] <= '9') {
       long v = strtol(es, &e, 10);
       if (*e || v <= 0 || v > 4095) return -EINVAL;
@@ -177,6 +188,12 @@ static void lock(void) {
 }
 static void unlock(void) {
   pthread_mutex_unlock(&g_mu);
+  if (tl_sleep_ms) {
+    struct timespec ts = {tl_sleep_ms / 1000u, (long)(tl_sleep_ms % 1000u) * 1000000L};
+    tl_sleep_ms = 0;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
 }
 
 /* Counts one call of point p; returns 0, a positive errno to inject, or
@@ -185,6 +202,10 @@ static int hit_locked(int p) {
   g_count[p]++;
   if (g_armed == p && !g_fired && g_count[p] == g_nth) {
     g_fired = true;
+    if (g_err == EA_CKPT_FAULT_SLOW) {
+      tl_sleep_ms = g_slow_ms; /* the call succeeds, late */
+      return 0;
+    }
     return g_err;
   }
   return 0;
@@ -196,7 +217,7 @@ static void die_now(void) {
 }
 
 int ea_ckpt_fault_arm(const char *point, uint64_t nth, int err) {
-  if (!point) return -EINVAL;
+  if (!point || err == EA_CKPT_FAULT_SLOW) return -EINVAL; /* slow: a spec names its time */
   lock();
   int rc = arm_locked(point, nth, err);
   unlock();

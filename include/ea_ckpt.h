@@ -448,12 +448,16 @@ int ea_ckpt_cli(int argc, char **argv);
  * later checkpoint file operation fails with EIO and nothing is cleaned up,
  * as if the process had died — unless err is EA_CKPT_FAULT_KILL, which
  * raises SIGKILL right after the prefix is written (for real processes).
+ * err EA_CKPT_FAULT_SLOW makes the Nth call succeed after sleeping for the
+ * milliseconds of the spec "point:N:slow=MS" (a slow disk; through
+ * ea_ckpt_fault_parse or the environment only, and not for torn).
  *
  * The environment variable EA_CKPT_FAULT="point:N[:errno]" (errno as a
- * number or a name such as EIO, ENOSPC; "kill" for torn) arms the same
- * thing at the first checkpoint operation of a process.
+ * number or a name such as EIO, ENOSPC; "kill" for torn; "slow=MS") arms
+ * the same thing at the first checkpoint operation of a process.
  * Returns 0 or -EINVAL (unknown point, N = 0). */
 #define EA_CKPT_FAULT_KILL (-1)
+#define EA_CKPT_FAULT_SLOW (-2)
 int ea_ckpt_fault_arm(const char *point, uint64_t nth, int err);
 int ea_ckpt_fault_parse(const char *spec);
 /* Disarms, zeroes the counters, leaves the crashed state. */

@@ -89,6 +89,7 @@ typedef struct {
     char alertmanager_url[256];        /* "" = off; "http://127.0.0.1:9093" */
     char alert_webhook[256];           /* "" = off; POST one JSON document per alert */
     char alert_command[512];           /* "" = off; /bin/sh -c with EA_ALERT_* in its environment */
+    uint32_t alert_resend_seconds;     /* 60: a firing condition re-sent to Alertmanager */
   } observability;
   struct {
     char model[32];         /* "byte-mlp" */

@@ -30,7 +30,17 @@
 #      NaN from step 20: exactly one loss_nan POST (a condition: not
 #      repeated while it stays NaN), the step in its summary;
 #   9. an Azure scheduled event of type Preempt (after a Freeze, which is
-#      not one) drains that one-node job's agent, exit 0.
+#      not one) drains that one-node job's agent, exit 0;
+#  10. storage_timeout: a second one-node job on a slow disk (its first
+#      fsync in a checkpoint takes 2.5 s: EA_CKPT_FAULT=fsync:3:slow=2500) with
+#      checkpoint.timeout_seconds 1 fires it (the POSTed summary names the
+#      operation, the time and the limit) and resolves it at the next fast
+#      one of the same operation; its checkpoints still verify;
+#  11. the same agent polls a plain URL (runtime.preemption_notice=URL):
+#      404 is no notice; once it answers 200 the node drains, exit 0;
+#   and, in 3, node_lost stays firing in Alertmanager because the
+#   controller re-sends it every observability.alert_resend_seconds (2 s
+#   here, 60 by default): its endsAt moves forward with no new fire.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
@@ -78,6 +88,8 @@ class H(http.server.BaseHTTPRequestHandler):
             if self.headers.get("Metadata-Flavor") != "Google":
                 return self.reply(403, "no flavor")
             return self.reply(200, "TRUE" if flag("gcp") else "FALSE")
+        if self.path == "/going":
+            return self.reply(200, "terminate at 22:00") if flag("going") else self.reply(404, "none")
         if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
             if self.headers.get("Metadata") != "true":
                 return self.reply(400, "no Metadata header")
@@ -131,7 +143,7 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set observability.alert_webhook="$URL/hook"
   --set observability.alert_command="printf '%s %s %s %s\\n' \"\$EA_ALERT_KIND\" \"\$EA_ALERT_STATUS\" \"\$EA_ALERT_NODE\" \"\$EA_ALERT_SUBJECT\" >>$EA_TMP/cmd.out"
   --set runtime.preemption_metadata_url="$URL")
-[ -n "$AM" ] && JOB+=(--set observability.alertmanager_url="$AM")
+[ -n "$AM" ] && JOB+=(--set observability.alertmanager_url="$AM" --set observability.alert_resend_seconds=2)
 
 js() {
   ea_status "$1" --json 2>/dev/null |
@@ -191,6 +203,16 @@ EOF
 else
   echo "note: $PY lacks msgpack (scripts/deps.sh installs python3-msgpack): the loss_nan part is skipped"
 fi
+
+# A one-node job on a slow disk: its third fsync (the first two come before
+# the first checkpoint) takes 2.5 s, over checkpoint.timeout_seconds 1; it
+# polls a plain URL for a notice.
+EA_CKPT_FAULT=fsync:3:slow=2500 start_agent z2 --set compute.min_nodes=1 --set experiment.name=alerts-slow \
+  --set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16 --set train.hidden=64 \
+  --set train.layers=1 --set distributed.global_batch=32 --set distributed.micro_batch=16 \
+  --set checkpoint.dir="$EA_TMP/ckpt-z2" --set checkpoint.save_interval_steps=2000 \
+  --set checkpoint.timeout_seconds=1 --set observability.alert_webhook="$URL/hook" \
+  --set runtime.preemption_notice="$URL/going"
 
 say "1. three agents train; n3's disk fails its second write"
 declare -A EXTRA=([n1]=aws [n2]=gcp [n3]=none)
@@ -267,8 +289,19 @@ assert l == {"alertname": "node_lost", "job": "alerts-e2e", "node": sys.argv[1],
              "subject": sys.argv[2]}, l
 assert a[0]["annotations"]["summary"].startswith("node lost: " + sys.argv[2]), a[0]
 ' "$ctrl" "$V" || fail "alertmanager's node_lost: $(curl -s "$AM/api/v2/alerts")"
+  # Re-sent every 2 s (observability.alert_resend_seconds) with endsAt four
+  # re-sends ahead: endsAt moves on while nothing new fires.
+  am_ends() {
+    curl -s -m 5 "$AM/api/v2/alerts" |
+      "$PY" -c 'import json,sys; print([x["endsAt"] for x in json.load(sys.stdin) if x["labels"]["alertname"]=="node_lost"][0])'
+  }
+  e0=$(am_ends)
+  s0=$(js "$ctrl" 'd["alerts"]["delivery"]["sent"]')
+  resent() { [[ "$(am_ends)" > "$e0" ]] && [ "$(js "$ctrl" 'd["alerts"]["delivery"]["sent"]')" -ge $((s0 + 2)) ]; }
+  wait_for 10 resent || fail "node_lost not re-sent: endsAt $e0 -> $(am_ends), sent $s0 -> $(js "$ctrl" 'd["alerts"]["delivery"]["sent"]')"
+  assert_eq "$(posts node_lost | wc -l)" 1 "node_lost webhook POSTs after the re-sends"
 fi
-pass "node_lost of $V: one POST from the controller $ctrl${AM:+, firing in Alertmanager}"
+pass "node_lost of $V: one POST from the controller $ctrl${AM:+, firing in Alertmanager, re-sent (endsAt $e0 -> $(am_ends))}"
 
 say "4. $V comes back: node_lost resolved"
 seed=n1
@@ -340,6 +373,45 @@ EOF
   assert_eq "$EXIT_RC" 0 "z1's exit status after the notice"
   pass "azure notice: z1 drained and exited 0"
 fi
+
+say "10. storage_timeout from z2's slow disk, then resolved"
+# z2's own webhook bodies of that kind and status.
+z2_st() { posts storage_timeout "$1" | grep '"node": "z2"' | head -n1; }
+z2_st_has() { [ -n "$(z2_st "$1")" ]; }
+wait_for 30 z2_st_has firing || fail "no storage_timeout POST from z2: $(grep -E ' alert |checkpoint' "$(agent_log z2)" | head -5)"
+b=$(z2_st firing)
+"$PY" - "$b" "$EA_TMP/ckpt-z2" <<'EOF' || fail "storage_timeout body: $b"
+import json, re, sys
+b = json.loads(sys.argv[1])
+assert b["job"] == "alerts-slow" and b["severity"] == "warning" and b["subject"] in ("shard write", "commit"), b
+m = re.match(r"storage timeout: (shard write|commit) of step-\d+\.gen-\d+ took (\d+\.\d) s "
+             r"\(checkpoint\.timeout_seconds 1\) in (.*)$", b["summary"])
+assert m and m.group(1) == b["subject"] and float(m.group(2)) >= 2.4 and m.group(3) == sys.argv[2], b
+EOF
+subj=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["subject"])' "$b")
+wait_for 30 z2_st_has resolved || fail "storage_timeout not resolved: $(grep -E ' alert |storage' "$(agent_log z2)" | tail -3)"
+b2=$(z2_st resolved)
+"$PY" - "$b2" "$subj" <<'EOF' || fail "resolved storage_timeout body: $b2"
+import json, re, sys
+b = json.loads(sys.argv[1])
+assert b["subject"] == sys.argv[2] and b["endsAt"] >= b["startsAt"], b
+assert re.match(r"storage timeout resolved: %s of step-\d+\.gen-\d+ took \d+\.\d s$" % sys.argv[2], b["summary"]), b
+EOF
+grep -q " alert storage timeout: $subj of step-.* kind=storage_timeout severity=warning" "$(agent_log z2)" ||
+  fail "z2's storage_timeout line: $(grep storage "$(agent_log z2)" | head -2)"
+"$EA_BIN" ckpt verify "$EA_TMP/ckpt-z2" >"$EA_TMP/z2-verify" 2>&1 || fail "z2's checkpoints: $(cat "$EA_TMP/z2-verify")"
+pass "storage_timeout ($subj: 2.5 s over 1 s) fired and resolved; z2's checkpoints verify"
+
+say "11. a plain-URL notice drains z2"
+grep -q " notice polling $URL/going for a preemption notice every [0-9]* ms (url)" "$(agent_log z2)" ||
+  fail "z2 does not poll the URL: $(grep notice "$(agent_log z2)")"
+agent_alive z2 || fail "z2 exited before the notice (404 is none): $(tail -n 3 "$(agent_log z2)")"
+touch "$SRV/going"
+wait_for 10 grep -q " notice preemption notice: $URL/going answered 200: terminate at 22:00; draining this node now" "$(agent_log z2)" ||
+  fail "z2 saw no notice: $(grep notice "$(agent_log z2)")"
+wait_exit z2 30 || fail "z2 did not exit after the notice"
+assert_eq "$EXIT_RC" 0 "z2's exit status after the notice"
+pass "plain-URL notice: z2 drained and exited 0"
 
 stop_agent n3 TERM
 wait_exit n3 20 || fail "n3 did not stop"

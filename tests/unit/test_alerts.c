@@ -67,7 +67,7 @@ START_TEST(alertmanager_body_exact) {
   ea__alert_rec res = rec(EA__ALERT_STALLED, EA__SEV_CRITICAL, false, "", "stalled resolved");
   res.ends_s = T0 + 10;
   const ea__alert_rec *r[] = {&ev, &cond, &res};
-  char *b = ea__alert_am_body(r, 3, "job-1", "n1", T0 + 1);
+  char *b = ea__alert_am_body(r, 3, "job-1", "n1", T0 + 1, 60);
   ck_assert_ptr_nonnull(b);
   ck_assert_str_eq(
       b,
@@ -83,6 +83,16 @@ START_TEST(alertmanager_body_exact) {
       "\"severity\":\"critical\"},"
       "\"annotations\":{\"summary\":\"stalled resolved\"},"
       "\"startsAt\":\"2026-12-01T21:00:00.250Z\",\"endsAt\":\"2026-12-01T21:00:10.250Z\"}]");
+  free(b);
+  /* observability.alert_resend_seconds 5: a firing condition ends four
+   * re-sends (20 s) ahead; an event and a resolved one do not move. */
+  b = ea__alert_am_body(r, 3, "job-1", "n1", T0 + 1, 5);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_ptr_nonnull(strstr(b,
+                               "\"subject\":\"n3\"},\"annotations\":{\"summary\":\"node lost: "
+                               "n3\"},\"startsAt\":\"2026-12-01T21:00:00.250Z\",\"endsAt\":"
+                               "\"2026-12-01T21:00:21.250Z\"}"));
+  ck_assert_ptr_nonnull(strstr(b, "\"endsAt\":\"2026-12-01T21:05:00.250Z\"}"));
   free(b);
 }
 END_TEST

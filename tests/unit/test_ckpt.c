@@ -426,6 +426,23 @@ START_TEST(test_write_cancel_and_errors) {
   ck_assert_int_eq(write_one(p, d, len, 0, 0, 0, &res), -ENOSPC);
   ck_assert_msg(strstr(res.err, "fsync ") && strstr(res.err, "No space left"), "message: %s",
                 res.err);
+  /* a slow disk: the 1st fsync from now takes 300 ms more, and succeeds */
+  ck_assert_int_eq(ea_ckpt_fault_parse("fsync:1:slow=300"), 0);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  ck_assert_int_eq(write_one(p, d, len, 0, 0, 0, &res), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ck_assert(ea_ckpt_fault_fired());
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  ck_assert_msg(ms >= 300.0, "a slow fsync took %.1f ms", ms);
+  ck_assert_uint_eq(res.hash, XXH3_64bits_dispatch(d, len));
+  /* ... named in a spec only, with a time, and not for torn */
+  ck_assert_int_eq(ea_ckpt_fault_arm("fsync", 1, EA_CKPT_FAULT_SLOW), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_fault_parse("fsync:1:slow=0"), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_fault_parse("fsync:1:slow="), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_fault_parse("write:1:slow=5x"), -EINVAL);
+  ck_assert_int_eq(ea_ckpt_fault_parse("torn:1:slow=5"), -EINVAL);
+  ea_ckpt_fault_reset();
   /* missing directory */
   ck_assert_int_eq(write_one("/nonexistent-ea-dir/x.bin", d, 10, 0, 0, 0, &res), -ENOENT);
   ck_assert_msg(strstr(res.err, "open /nonexistent-ea-dir/x.bin"), "message: %s", res.err);
