@@ -386,6 +386,7 @@ void ea__agent_ckpt_loaded(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
   c->loaded_fallbacks = m->fallbacks;
   c->loaded_s = m->seconds;
   snprintf(c->loaded_why, sizeof c->loaded_why, "%s", m->message);
+  if (a->o->smoke) ea__smoke_loaded(a->o->smoke, c->loaded_name, m->digest);
   ea_log(EA_LOG_INFO, "ckpt",
          "loaded %s worker=%u gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64
          " fallbacks=%u seconds=%.3f",

@@ -213,6 +213,8 @@ struct ea__job {
   uint64_t final_retry_at;      /* 0: no retry armed */
   uint32_t final_attempts;      /* retries sent */
   bool final_no_retry;          /* a failure no retry mends (ea__job_ckpt_failed) */
+  /* smoke_restore: the generation that finished first (0: not yet) */
+  uint64_t restored_from;
 
   /* churn */
   uint64_t churn_alerted; /* streak number alerted about */
@@ -428,6 +430,12 @@ static void recv_msg(ea__job *J, const ea__job_msg *m) {
     case EA__JOB_CKPT_AGAIN:
       if (J->cb.ckpt_again) J->cb.ckpt_again(J->ctx, m->gen, m->step);
       break;
+    case EA__JOB_RESTORE:
+      if (J->o.smoke_restore && !J->restored_from) {
+        J->restored_from = m->gen;
+        if (J->cb.restore) J->cb.restore(J->ctx, m->gen, m->step);
+      }
+      break;
     default:
       break;
   }
@@ -444,6 +452,21 @@ static void final_retry(ea__job *J) {
   if (J->cb.ckpt_again) J->cb.ckpt_again(J->ctx, m.gen, m.step);
   for (size_t i = 0; i < J->nmembers; i++)
     if (!is_self(J, &J->members[i].id) && up(&J->members[i])) send_msg(J, &J->members[i].id, &m);
+}
+
+/* smoke_restore, as controller: generation J->formed finished with its
+ * final checkpoint committed; every member restores it into a fresh
+ * generation before the job ends. */
+static void restore_now(ea__job *J) {
+  J->restored_from = J->formed;
+  ea_log(EA_LOG_INFO, "job",
+         "smoke run: generation %" PRIu64 " reached train.steps %" PRIu64
+         " with its checkpoint committed; restoring it into a fresh generation",
+         J->formed >> 16, J->o.train_steps);
+  ea__job_msg m = {.type = EA__JOB_RESTORE, .gen = J->formed, .step = J->o.train_steps};
+  for (size_t i = 0; i < J->nmembers; i++)
+    if (!is_self(J, &J->members[i].id) && up(&J->members[i])) send_msg(J, &J->members[i].id, &m);
+  if (J->cb.restore) J->cb.restore(J->ctx, m.gen, m.step); /* after: it forms the generation */
 }
 
 bool ea__job_on_frame(ea__job *J, const uint8_t *plain, size_t len) {
@@ -507,8 +530,8 @@ static void judge(ea__job *J, const ea_rdzv_status *st) {
    * job succeeded: end here too, and tell whoever else is left.  Only for
    * a node that trained in this job (a fresh start in a directory of a
    * finished job forms, resumes the final checkpoint and ends normally). */
-  if (J->o.mode == EA__MODE_BUILTIN && J->o.ckpt_on && J->ever_formed && J->ckpt_known &&
-      J->ckpt_step >= J->o.train_steps && st->phase != EA_RDZV_RUNNING) {
+  if (J->o.mode == EA__MODE_BUILTIN && J->o.ckpt_on && !J->o.smoke_restore && J->ever_formed &&
+      J->ckpt_known && J->ckpt_step >= J->o.train_steps && st->phase != EA_RDZV_RUNNING) {
     char why[EA__JOB_REASON_MAX];
     snprintf(why, sizeof why,
              "the final checkpoint (step %" PRIu64
@@ -563,6 +586,10 @@ static void judge(ea__job *J, const ea_rdzv_status *st) {
     }
     if (J->final_retry_at) return; /* a retry is due: its commit or failure decides */
     if (!J->ckpt_known || J->ckpt_step < J->o.train_steps) return; /* wait for its commit */
+    if (J->o.smoke_restore && (!J->restored_from || J->restored_from == J->formed)) {
+      if (!J->restored_from) restore_now(J);
+      return; /* the restored generation's own finish decides */
+    }
     snprintf(why, sizeof why,
              "all %u ranks reached train.steps %" PRIu64 " in generation %" PRIu64
              "; final checkpoint step-%" PRIu64 " committed",

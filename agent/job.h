@@ -36,6 +36,8 @@
  *   0x31 JOB_DONE  [ gen:uint, step:uint ]
  *   0x32 JOB_END   [ kind:uint, reason:str, failure:JOB_EXIT-body|nil ]
  *   0x33 JOB_PACE  [ gen:uint, world:uint, [ [rank:uint, compute:float], … ] ]
+ *   0x34 JOB_CKPT_AGAIN [ gen:uint, step:uint ]
+ *   0x35 JOB_RESTORE    [ gen:uint, step:uint ]
  *
  * code: the exit status (0..255), nil when a signal ended it; source: 0 no
  * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
@@ -45,7 +47,10 @@
  * goes to the controller once a second from every member of the running
  * generation: per local rank that stepped since the last one, its mean
  * forward/backward seconds per step (step.compute_seconds), for the
- * straggler detector; 1 to EA_RDZV_MAX_WPN entries, rank < world ≤
+ * straggler detector.  JOB_RESTORE (a smoke run): generation gen reached
+ * train.steps = step and its checkpoint is committed; restore it into a
+ * fresh generation before the job ends (ea__job_opts.smoke_restore).
+ * JOB_PACE: 1 to EA_RDZV_MAX_WPN entries, rank < world ≤
  * EA_RDZV_MAX_WORLD, compute finite and ≥ 0.  Every string is bounded (EA__JOB_MSG_MAX,
  * EA__JOB_REASON_MAX, EA_NAME_MAX) and NUL-free; the decoder checks every
  * field and names the wrong one.
@@ -130,6 +135,7 @@ typedef enum {
   EA__JOB_END = 0x32,
   EA__JOB_PACE = 0x33,
   EA__JOB_CKPT_AGAIN = 0x34, /* controller → members: stage the final checkpoint again */
+  EA__JOB_RESTORE = 0x35,    /* controller → members (smoke run): restore it, fresh generation */
 } ea__job_msg_type;
 
 /* One rank's pace (JOB_PACE). */
@@ -141,7 +147,7 @@ typedef struct {
 typedef struct {
   uint8_t type;
   ea_node_id src;
-  /* JOB_EXIT: f; JOB_DONE, JOB_CKPT_AGAIN: gen, step; JOB_END: kind, reason,
+  /* JOB_EXIT: f; JOB_DONE, JOB_CKPT_AGAIN, JOB_RESTORE: gen, step; JOB_END: kind, reason,
    * has_failure, f; JOB_PACE: gen, world, npace entries of pace */
   uint64_t gen, step;
   uint32_t world, npace;
@@ -182,6 +188,11 @@ typedef struct {
   void (*worker_failed)(void *ctx, const ea_node_id *src, const ea__job_failure *f);
   /* Optional: a JOB_PACE arrived (the agent checks that it controls). */
   void (*pace)(void *ctx, const ea__job_msg *m);
+  /* smoke_restore: generation gen finished at `step` with its checkpoint
+   * committed; offer no live state to the generations from now on (they
+   * load that checkpoint) and, as controller, form a new one.  Runs on
+   * every member (JOB_RESTORE; the controller's own first). */
+  void (*restore)(void *ctx, uint64_t gen, uint64_t step);
 } ea__job_cbs;
 
 enum { EA__JOB_ALERT_FAILED = 0, EA__JOB_ALERT_CHURN = 1 };
@@ -197,6 +208,10 @@ typedef struct {
   /* builtin: a failed final checkpoint is tried again for this long before
    * the job fails with exit status 5 (checkpoint.timeout_seconds) */
   uint32_t final_ckpt_timeout_ms;
+  /* builtin (run --smoke): when the job would succeed, restore its final
+   * checkpoint into a fresh generation first (JOB_RESTORE); it succeeds
+   * when that generation has finished too */
+  bool smoke_restore;
   ea_node_id self;
   const char *name;
 } ea__job_opts;

@@ -262,6 +262,12 @@ static void job_ckpt_again(void *ctx, uint64_t gen, uint64_t step) {
   free(m);
 }
 
+/* job.restore (a smoke run): restore the checkpoint into a fresh
+ * generation (smoke.c). */
+static void job_restore(void *ctx, uint64_t gen, uint64_t step) {
+  ea__smoke_restore(ctx, gen, step);
+}
+
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
   char cmd[1024] = "";
   if (a->o->worker_argc > 0) {
@@ -282,13 +288,15 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                      .max_restarts = a->o->cfg.runtime.max_restarts,
                      .churn_cap_ms = a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u,
                      .final_ckpt_timeout_ms = a->o->cfg.checkpoint.timeout_seconds * 1000u,
+                     .smoke_restore = a->o->smoke && a->o->smoke->builtin,
                      .self = a->id,
                      .name = a->o->name};
   ea__job_cbs jc = {.send = job_send,
                     .end = job_end,
                     .alert = job_alert,
                     .worker_failed = job_worker_failed,
-                    .ckpt_again = job_ckpt_again};
+                    .ckpt_again = job_ckpt_again,
+                    .restore = job_restore};
   ea__agent_pace_wire(&jc);
   int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
   if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));

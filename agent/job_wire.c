@@ -42,6 +42,7 @@ static const char *check(const ea__job_msg *m) {
       return check_failure(&m->f);
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
+    case EA__JOB_RESTORE:
       return m->gen ? NULL : "gen";
     case EA__JOB_END:
       if (m->kind < EA__JOB_SUCCESS || m->kind > EA__JOB_FINAL_CKPT) return "kind";
@@ -103,6 +104,7 @@ int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) 
       break;
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
+    case EA__JOB_RESTORE:
       bad |= msgpack_pack_array(&pk, 2);
       bad |= msgpack_pack_uint64(&pk, m->gen);
       bad |= msgpack_pack_uint64(&pk, m->step);
@@ -171,7 +173,7 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
   uint64_t v;
   TRY(ea__mpr_uint(r, 255, &v), "version");
   NEED(v == EA__JOB_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA__JOB_CKPT_AGAIN, &v), "type");
+  TRY(ea__mpr_uint(r, EA__JOB_RESTORE, &v), "type");
   NEED(v >= EA__JOB_EXIT, "type");
   m->type = (uint8_t)v;
   const uint8_t *p;
@@ -185,6 +187,7 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
       break;
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
+    case EA__JOB_RESTORE:
       if (ea__mpr_array_n(r, 2, "done", err)) return -EA_EWIRE;
       TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
       NEED(m->gen > 0, "gen");

@@ -94,8 +94,9 @@ static void usage_run(FILE *f) {
 "                      newest complete one (checkpoint.resume_from_last)\n"
 "  --smoke N           a trial run, then a PASS/FAIL report (exit 0 only if all pass):\n"
 "                      the built-in trainer trains N steps, commits one checkpoint (into\n"
-"                      checkpoint.dir/smoke), verifies it and restores it into a fresh\n"
-"                      trainer, comparing the params digest; a program runs N seconds\n"
+"                      checkpoint.dir/smoke), restores it into a fresh generation of the\n"
+"                      job, verifies it and loads it into a fresh trainer, comparing the\n"
+"                      params digests; a program runs N seconds\n"
 "                      (or to its end). Give it to every agent (docs/operations.md)\n"
 "  -h, --help          this help\n",
           prog, EA__DEFAULT_BIND, EA__DEFAULT_DATA_DIR);

@@ -5,10 +5,12 @@
  * Nothing is re-implemented here: the job is the agent's own (its
  * formation, training, checkpoint and job end), the checkpoint is found
  * with ea_ckpt_resolve and verified with ea_ckpt_verify (what `ckpt
- * verify` runs), and the restore is ea_trainer_resume into a fresh
- * trainer (what a cold-start generation's worker runs).  The agent only
- * records what it saw through a few hooks on its loop; the checks run in
- * main's thread after the loop is gone, so they may block.
+ * verify` runs), the restore is a generation of the job itself formed
+ * with no live state (the cold-start path, through the rendezvous:
+ * ea_rdzv_reform and JOB_RESTORE), and the reload is ea_trainer_resume
+ * into a fresh trainer.  The agent only records what it saw through a few
+ * hooks on its loop; the checks run in main's thread after the loop is
+ * gone, so they may block.
  */
 #include "smoke.h"
 
@@ -128,6 +130,52 @@ void ea__smoke_committed(ea__smoke *s, const char *name, uint64_t bytes, double 
   s->ck_seconds = seconds;
 }
 
+static void reform_cb(uv_timer_t *t) {
+  ea__agent *a = t->data;
+  /* -EAGAIN on the members: only the controller forms generations. */
+  if (a->rdzv &&
+      ea_rdzv_reform(a->rdzv, ea__agent_mono_ms(), "smoke run: restore the checkpoint") == 0)
+    ea__agent_core_done(a);
+}
+
+void ea__smoke_restore(ea__agent *a, uint64_t gen, uint64_t step) {
+  ea__smoke *s = a->o->smoke;
+  if (!s || !s->builtin || s->restore_asked) return;
+  s->restore_asked = true;
+  s->restore_from_gen = gen;
+  snprintf(s->restore_spec, sizeof s->restore_spec, "%" PRIu64, step);
+  s->before_agree = a->wpn > 0;
+  if (a->wpn > 0 && a->w) {
+    s->before_digest = a->w[0].digest;
+    for (uint32_t k = 1; k < a->wpn; k++)
+      if (a->w[k].digest != s->before_digest) s->before_agree = false;
+  }
+  ea_log(EA_LOG_INFO, "smoke",
+         "smoke run: restoring step-%" PRIu64 " into a fresh generation (params digest %016" PRIx64
+         " here now); this node offers no live state",
+         step, s->before_digest);
+  /* The new generation is asked for from the loop, not from inside the
+   * job's judgement that called us. */
+  uv_timer_init(&a->loop, &s->deadline);
+  s->deadline.data = a;
+  s->timer_open = true;
+  uv_timer_start(&s->deadline, reform_cb, 0, 0);
+}
+
+void ea__smoke_generation(ea__smoke *s, uint64_t gen64, bool has_sync, uint32_t world) {
+  if (!s->restore_asked || s->restore_gen) return;
+  s->restore_gen = gen64;
+  s->restore_synced_live = has_sync;
+  s->restore_world = world;
+}
+
+void ea__smoke_loaded(ea__smoke *s, const char *name, uint64_t digest) {
+  if (!s->restore_asked) return;
+  s->loaded_here = true;
+  snprintf(s->loaded_name, sizeof s->loaded_name, "%s", name);
+  s->loaded_digest = digest;
+}
+
 void ea__smoke_close(ea__agent *a) {
   ea__smoke *s = a->o->smoke;
   if (s->closed) return;
@@ -235,6 +283,37 @@ static void report_training(const ea__smoke *s) {
         s->last_loss);
 }
 
+/* The restore into a fresh generation: formed after the checkpoint was
+ * committed, with no live state offered, so it loaded the checkpoint; the
+ * digests here after it are the ones before. */
+static void report_restore(const ea__smoke *s) {
+  if (!s->restore_asked) {
+    row(false, "restore", "no fresh generation was asked for (no JOB_RESTORE reached this node)");
+    return;
+  }
+  if (!s->restore_gen) {
+    row(false, "restore", "no generation was committed here after the checkpoint");
+    return;
+  }
+  if (s->restore_synced_live) {
+    row(false, "restore",
+        "generation %" PRIu64 " synced a live state instead of loading the checkpoint",
+        s->restore_gen >> 16);
+    return;
+  }
+  bool ok = s->before_agree && s->digests_agree && s->digest == s->before_digest &&
+            s->next_step == s->n && (!s->loaded_here || s->loaded_digest == s->before_digest);
+  char loaded[160] = "";
+  if (s->loaded_here)
+    snprintf(loaded, sizeof loaded, "; %s read here (digest %016" PRIx64 ")", s->loaded_name,
+             s->loaded_digest);
+  row(ok, "restore",
+      "generation %" PRIu64 " (fresh, world %u) loaded the checkpoint%s: params digest %016" PRIx64
+      " at step %" PRIu64 " %s the workers' %016" PRIx64 " before it",
+      s->restore_gen >> 16, s->restore_world, loaded, s->digest, s->next_step,
+      ok ? "=" : "!=", s->before_digest);
+}
+
 static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
   printf("smoke run: %" PRIu64 " steps of the built-in trainer, checkpoints in %s\n", s->n,
          s->ckpt_dir);
@@ -248,6 +327,7 @@ static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
     row(false, "checkpoint", "not checked: the job did not end well");
     return;
   }
+  report_restore(s);
   /* The checkpoint of step N, found as --resume-from N would find it. */
   char spec[32];
   snprintf(spec, sizeof spec, "%" PRIu64, s->n);
@@ -284,7 +364,7 @@ static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
   ea_ckpt_resume_close(&res);
   if (r < 0) return;
 
-  /* The restore: a fresh trainer, the cold-start path. */
+  /* Once more in this process: a fresh trainer, the cold-start path. */
   char err[1024];
   ea_train_config tc;
   ea_data *data = NULL;
@@ -292,7 +372,7 @@ static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
   if (ea_train_config_from(&tc, cfg, err, sizeof err) < 0 ||
       ea_data_open(cfg->train.data, &data, err, sizeof err) < 0 ||
       ea_trainer_new(&tc, data, &t, err, sizeof err) < 0) {
-    row(false, "restore", "cannot build a trainer: %s", err);
+    row(false, "reload", "cannot build a trainer: %s", err);
     ea_data_close(data);
     return;
   }
@@ -302,11 +382,11 @@ static void report_builtin(ea__smoke *s, const ea_config *cfg, int rc) {
   r = ea_trainer_resume(t, s->ckpt_dir, name, true, &info, err, sizeof err);
   double tr = mono_s() - t0;
   if (r < 0) {
-    row(false, "restore", "%s", err);
+    row(false, "reload", "%s", err);
   } else {
     uint64_t d = ea_trainer_params_digest(t), st = ea_trainer_step(t);
     bool ok = st == s->next_step && d == s->digest;
-    row(ok, "restore",
+    row(ok, "reload",
         "%s loaded into a fresh trainer in %.1f ms: step %" PRIu64 ", params digest %016" PRIx64
         " %s the workers' %016" PRIx64 " at step %" PRIu64,
         name, tr * 1e3, st, d, ok ? "=" : "!=", s->digest, s->next_step);

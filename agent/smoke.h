@@ -6,13 +6,19 @@
  * (train.steps = N), commits one checkpoint (save_interval_steps = N: the
  * final one the job ends on) into CHECKPOINT_DIR/smoke (resume_from_last
  * off, so a smoke run never resumes from, or retains away, the real
- * checkpoints), and every agent exits when the job ends, as any built-in
- * job does.  Then each agent, in its own process after its loop is done,
- * verifies that checkpoint (every shard re-read and hashed: the code of
- * `elastic-agent ckpt verify`), restores it into a fresh trainer with the
- * cold-start path (ea_trainer_resume: what a new generation's worker runs
- * when no live state exists) and compares its parameter digest and step
- * with what its own workers reported at step N.
+ * checkpoints).  When every rank has reached step N and the checkpoint is
+ * committed, the controller does not end the job yet: it sends JOB_RESTORE
+ * (job.h) and forms a fresh generation of the same nodes in which no node
+ * offers its live state (ea__smoke_restore), so the generation loads the
+ * checkpoint — the sync root reads it, the others receive it from that
+ * rank, exactly a cold start — and finishes at step N at once; then the
+ * job ends and every agent exits, as any built-in job does.  Each agent
+ * compares the digest its workers hold after that generation with the one
+ * they held before it.  Then, in its own process after its loop is done,
+ * it verifies the checkpoint (every shard re-read and hashed: the code of
+ * `elastic-agent ckpt verify`) and loads it once more into a fresh trainer
+ * of its own (ea_trainer_resume, the cold-start path) to compare the
+ * digest and step again.
  *
  * A user's program (torchrun, library mode): N is seconds.  The program
  * runs as configured; at N s the agent drains as on SIGTERM, unless the
@@ -39,7 +45,7 @@
 typedef struct ea__smoke {
   uint64_t n;          /* --smoke N: steps (built-in) or seconds (a program) */
   bool builtin;        /* the built-in trainer (decided by ea__smoke_prepare) */
-  uv_timer_t deadline; /* a program's N seconds */
+  uv_timer_t deadline; /* a program's N seconds; the built-in trainer's restore */
   bool timer_open, deadline_hit;
   uint64_t start_ms;
   /* steps: from worker 0's STEP messages */
@@ -62,6 +68,18 @@ typedef struct ea__smoke {
   uint64_t out_lines;
   char failure[512]; /* the job's last failure as status shows it, "" if none */
   char ckpt_dir[EA_PATH_MAX];
+  /* the restore into a fresh generation (JOB_RESTORE) */
+  bool restore_asked;        /* from now on no live state is offered */
+  char restore_spec[24];     /* the step, as --resume-from names it */
+  uint64_t restore_from_gen; /* the generation that finished first */
+  uint64_t before_digest;    /* worker 0's digest then */
+  bool before_agree;         /* every local worker's */
+  uint64_t restore_gen;      /* the first generation committed after (0: none) */
+  bool restore_synced_live;  /* its plan synced a live state (it should not) */
+  uint32_t restore_world;
+  bool loaded_here; /* a worker here loaded the checkpoint in it */
+  char loaded_name[64];
+  uint64_t loaded_digest;
 } ea__smoke;
 
 struct ea__agent;
@@ -75,6 +93,13 @@ int ea__smoke_prepare(ea__smoke *s, ea_config *cfg, const char *data_dir, int ar
 void ea__smoke_start(struct ea__agent *a);
 void ea__smoke_step(ea__smoke *s, uint32_t worker, uint64_t step, double loss, uint32_t world);
 void ea__smoke_committed(ea__smoke *s, const char *name, uint64_t bytes, double seconds);
+/* JOB_RESTORE arrived: gen finished at step (the checkpoint's); remember
+ * the local workers' digests and offer no live state from now on. */
+void ea__smoke_restore(struct ea__agent *a, uint64_t gen, uint64_t step);
+/* A generation committed here (has_sync: its plan syncs from a live state). */
+void ea__smoke_generation(ea__smoke *s, uint64_t gen64, bool has_sync, uint32_t world);
+/* A local worker loaded a checkpoint (a generation without a sync source). */
+void ea__smoke_loaded(ea__smoke *s, const char *name, uint64_t digest);
 /* First thing of ea__agent_shutdown: what the report needs, the timer closed. */
 void ea__smoke_close(struct ea__agent *a);
 /* main.c, after ea__agent_run returned rc: the checks, the report on

@@ -178,11 +178,14 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
   memcpy(m->ckpt_dir, a->ckpt_dir, sizeof m->ckpt_dir);
   const char *resume = NULL;
   if (!p->has_sync) {
-    if (a->o->resume_from[0] && !a->ck.resume_done)
+    if (a->o->smoke && a->o->smoke->restore_asked)
+      resume = a->o->smoke->restore_spec; /* the smoke run's own checkpoint */
+    else if (a->o->resume_from[0] && !a->ck.resume_done)
       resume = a->o->resume_from;
     else if (cfg->checkpoint.resume_from_last)
       resume = "latest";
   }
+  if (a->o->smoke) ea__smoke_generation(a->o->smoke, a->run.g64, p->has_sync, p->world);
   if (resume) {
     memcpy(m->resume, resume, strlen(resume) + 1);
     m->ckpt_verify_size = strcmp(cfg->checkpoint.verify_on_resume, "size") == 0;
@@ -425,8 +428,11 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       ea_log(EA_LOG_DEBUG, "worker",
              "worker %u ready gen=%" PRIu64 " step=%" PRIu64 " digest=%016" PRIx64, k, m->gen,
              m->next_step, m->digest);
-      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, m->next_step, w->state_gen,
-                           m->has_nccl_id ? m->nccl_id : NULL);
+      /* A smoke run's restore: no live state is offered (the generation
+       * then loads the checkpoint, as a cold start does). */
+      bool fresh = a->o->smoke && a->o->smoke->restore_asked;
+      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, fresh ? 0 : m->next_step,
+                           fresh ? 0 : w->state_gen, m->has_nccl_id ? m->nccl_id : NULL);
       ea__agent_core_done(a);
       break;
     }

@@ -369,6 +369,12 @@ int ea_rdzv_worker_ready(ea_rdzv *r, uint64_t now_ms, uint32_t local, const ea_r
  * (and with none left has no sync: the generation loads the checkpoint).
  * A state of unknown generation (0) counts as older. */
 void ea_rdzv_set_latest_ckpt(ea_rdzv *r, uint64_t gen64);
+/* As controller of a formed generation: form a new one from the members
+ * (the running one stops, as after a membership change: nobody is blamed,
+ * nothing counts as a failure or a restart); why is the reason status and
+ * the log show.  The smoke run restores its checkpoint this way.  0, or
+ * -EAGAIN when this node is not the controller or nothing is formed. */
+int ea_rdzv_reform(ea_rdzv *r, uint64_t now_ms, const char *why);
 /* Local worker `local` has completed `step` steps (a step boundary). */
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step);
 /* Local worker `local` failed: its communicator broke or it died. */

@@ -2333,6 +2333,18 @@ void ea_rdzv_set_latest_ckpt(ea_rdzv *r, uint64_t gen64) {
   r->latest_gen = gen64;
 }
 
+int ea_rdzv_reform(ea_rdzv *r, uint64_t now_ms, const char *why) {
+  at(r, now_ms);
+  if (!(r->el.have && id_eq(&r->el.controller, &r->self)) || r->formed.term == 0) return -EAGAIN;
+  /* As after a membership change: nobody failed, nothing is damped. */
+  r->formed_broken = true;
+  r->broken_by_failure = false;
+  fmt(r->broken_why, sizeof r->broken_why, "%s",
+      why && why[0] ? why : "a new generation asked for");
+  settle(r);
+  return 0;
+}
+
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step) {
   if (local >= r->cfg.workers_per_node) return;
   at(r, now_ms);

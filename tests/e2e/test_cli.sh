@@ -379,5 +379,17 @@ assert any(l["event"] == "metrics" for l in lines), "no metrics line (metrics_ex
 PY
 pass "guide file: 1 agent × 4 workers to step 41, checkpoint under storage_uri verifies, JSON logs under logs_uri"
 
+say "a smoke run of the guide's job file"
+RC=0
+timeout 120 "$EA_BIN" run --smoke 30 --name g2 --bind 127.0.0.1:0 --data-dir "$g/data2" --config "$g/job.yaml" \
+  --set observability.metrics_listen= >"$g/smoke.out" 2>"$g/smoke.err" </dev/null || RC=$?
+assert_eq "$RC" 0 "exit status of the guide's smoke run ($(grep -E '^(FAIL|smoke)' "$g/smoke.out"))"
+grep -q '^smoke: PASS (8 passed, 0 failed)$' "$g/smoke.out" || fail "smoke report: $(cat "$g/smoke.out")"
+grep -q '^PASS  restore     generation [0-9]* (fresh, world 4) loaded the checkpoint' "$g/smoke.out" ||
+  fail "restore row: $(grep restore "$g/smoke.out")"
+ls "$g/experiments/training_baseline_v1/checkpoints/smoke" | grep -q '^step-30\.gen-' ||
+  fail "no smoke checkpoint under storage_uri/smoke: $(ls -R "$g/experiments" | head)"
+pass "guide file: run --smoke 30 passes its 8 checks at world 4"
+
 echo "WALL test_cli_ms=$(($(now_ms) - t_start))"
 exit 0

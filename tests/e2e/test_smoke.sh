@@ -3,9 +3,12 @@
 #
 #  - two agents of the built-in trainer with one shared checkpoint.dir:
 #    the job forms at world 2, trains N steps, commits one checkpoint into
-#    checkpoint.dir/smoke (the real directory's contents untouched),
-#    verifies it, restores it into a fresh trainer and finds the params
-#    digest equal to the workers'; both agents print the report and exit 0;
+#    checkpoint.dir/smoke (the real directory's contents untouched), then
+#    restores it into a fresh generation of the job (JOB_RESTORE: no node
+#    offers its live state, so one rank reads the checkpoint and the other
+#    receives it from that rank) whose params digest equals the workers'
+#    before it; each agent verifies the checkpoint and loads it once more
+#    into a fresh trainer of its own; both print the report and exit 0;
 #    `ckpt verify` agrees;
 #  - two agents with per-node checkpoint dirs (the default): no checkpoint
 #    can be committed, both exit 1 with the report's FAIL rows, and the
@@ -42,15 +45,24 @@ echo "keep me" >"$SHARED/real-checkpoint-marker"
 smoke_pair s1 s2 150 --set "checkpoint.dir=$SHARED"
 for n in s1 s2; do
   log=$(agent_log "$n")
-  grep -q '^smoke: PASS (7 passed, 0 failed)' "$log" || fail "$n report: $(grep -A12 '^smoke run' "$log")"
+  grep -q '^smoke: PASS (8 passed, 0 failed)' "$log" || fail "$n report: $(grep -A12 '^smoke run' "$log")"
+  grep -q '^PASS  restore     generation [0-9]* (fresh, world 2) loaded the checkpoint.*: params digest \([0-9a-f]*\) at step 150 = the workers. \1 before it$' "$log" ||
+    fail "$n restore row: $(grep restore "$log")"
+  # the fresh generation: no live state offered, the checkpoint of step 150 named
+  grep -q ' generation committed gen=.* world=2 .* sync=none (no live state): resume 150 ' "$log" ||
+    fail "$n: no generation resumed the checkpoint: $(grep -E 'committed gen|smoke' "$log")"
 done
 assert_eq "$RC1" 0 "s1 exit status"
 assert_eq "$RC2" 0 "s2 exit status"
 log=$(agent_log s1)
 grep -q '^PASS  trained     steps 1..150 at world 2: [0-9.]* steps/s; loss [0-9.]* -> [0-9.]*' "$log" ||
   fail "trained row: $(grep trained "$log")"
-grep -q '^PASS  restore     step-150.gen-[0-9]* loaded into a fresh trainer .* params digest \([0-9a-f]*\) = the workers. \1 at step 150' "$log" ||
-  fail "restore row: $(grep restore "$log")"
+grep -q '^PASS  reload      step-150.gen-[0-9]* loaded into a fresh trainer .* params digest \([0-9a-f]*\) = the workers. \1 at step 150' "$log" ||
+  fail "reload row: $(grep reload "$log")"
+# One rank read the checkpoint in the fresh generation (the sync root); the
+# controller asked for it once.
+assert_eq "$(cat "$(agent_log s1)" "$(agent_log s2)" | grep -c ' worker resumed from .*/step-150\.gen-')" 1 "ranks that read the checkpoint"
+assert_eq "$(cat "$(agent_log s1)" "$(agent_log s2)" | grep -c ' job smoke run: generation [0-9]* reached train.steps 150 with its checkpoint committed; restoring it into a fresh generation')" 1 "restore orders"
 grep -q '^PASS  checkpoint  step-150.gen-[0-9]* committed here: .*s from first shard to MANIFEST' "$(agent_log s1)" "$(agent_log s2)" ||
   grep -q 'committed here' "$(agent_log s1)" "$(agent_log s2)" || fail "no node committed the checkpoint"
 grep -h '^PASS  \|^smoke' "$log"

@@ -49,6 +49,7 @@ static bool msg_same(const ea__job_msg *a, const ea__job_msg *b) {
       return fail_same(&a->f, &b->f);
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
+    case EA__JOB_RESTORE:
       return a->gen == b->gen && a->step == b->step;
     case EA__JOB_PACE:
       if (a->gen != b->gen || a->world != b->world || a->npace != b->npace) return false;
@@ -160,6 +161,8 @@ int main(int argc, char **argv) {
   put_msg("done", &m);
   m.type = EA__JOB_CKPT_AGAIN;
   put_msg("ckpt-again", &m);
+  m.type = EA__JOB_RESTORE;
+  put_msg("restore", &m);
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_PACE;
   memset(m.src.b, 0x44, 16);

@@ -674,6 +674,70 @@ START_TEST(final_checkpoint_retried) {
 }
 END_TEST
 
+static int restores;
+static uint64_t restore_gen, restore_step;
+static void fin_restore(void *ctx, uint64_t gen, uint64_t step) {
+  (void)ctx;
+  restores++;
+  restore_gen = gen;
+  restore_step = step;
+}
+
+/* A smoke run (smoke_restore): the job that would succeed asks for its
+ * checkpoint to be restored into a fresh generation (once), and succeeds
+ * only when that generation has finished too; without it, it ends at once. */
+START_TEST(smoke_restore_before_the_end) {
+  for (int smoke = 1; smoke >= 0; smoke--) {
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ea_node_id self = {{9}};
+    final_seen f = {0};
+    restores = 0;
+    ea__job_opts o = {.mode = EA__MODE_BUILTIN,
+                      .wpn = 1,
+                      .train_steps = 250,
+                      .ckpt_on = true,
+                      .max_restarts = 3,
+                      .churn_cap_ms = 1000,
+                      .final_ckpt_timeout_ms = 2500,
+                      .smoke_restore = smoke,
+                      .self = self,
+                      .name = "n1"};
+    ea__job_cbs cb = {.send = fin_send, .end = fin_end, .alert = fin_alert, .restore = fin_restore};
+    ea__job *J;
+    ck_assert_int_eq(ea__job_new(&loop, &o, &cb, &f, &J), 0);
+    const uint64_t gen = ea_rdzv_gen64_pack(4, 0x0900), gen2 = ea_rdzv_gen64_pack(5, 0x0900);
+    fin_view(J, &self, gen, 200);
+    ea__job_local_done(J, gen, 250);
+    fin_view(J, &self, gen, 250); /* every rank done, the final checkpoint committed */
+    fin_run_until(&loop, &f, 1, 200);
+    if (!smoke) {
+      ck_assert(f.ended);
+      ck_assert_int_eq(restores, 0);
+    } else {
+      ck_assert(!f.ended);
+      ck_assert_int_eq(restores, 1);
+      ck_assert_uint_eq(restore_gen, gen);
+      ck_assert_uint_eq(restore_step, 250);
+      fin_view(J, &self, gen, 250); /* still the first generation: no second ask, no end */
+      ck_assert_int_eq(restores, 1);
+      ck_assert(!f.ended);
+      fin_view(J, &self, gen2, 250); /* the fresh generation runs ... */
+      ea__job_local_done(J, gen2, 250);
+      fin_view(J, &self, gen2, 250); /* ... and finished */
+      fin_run_until(&loop, &f, 1, 200);
+      ck_assert(f.ended);
+      ck_assert_int_eq(restores, 1);
+    }
+    ck_assert_int_eq(f.kind, EA__JOB_SUCCESS);
+    ck_assert_int_eq(f.code, 0);
+    ea__job_free(J);
+    for (int i = 0; i < 10; i++) uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+  }
+}
+END_TEST
+
 static Suite *job_suite(void) {
   Suite *s = suite_create("job");
   TCase *tc = tcase_create("job");
@@ -692,6 +756,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, lines_split_and_bounded);
   tcase_add_test(tc, python_dir_next_to_the_binary);
   tcase_add_test(tc, final_checkpoint_retried);
+  tcase_add_test(tc, smoke_restore_before_the_end);
   suite_add_tcase(s, tc);
   return s;
 }

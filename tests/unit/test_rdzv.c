@@ -1280,6 +1280,40 @@ START_TEST(test_left_behind_state_not_synced) {
 }
 END_TEST
 
+/* ea_rdzv_reform (how a smoke run restores its checkpoint into a fresh
+ * generation): only the controller may; it forms a new generation of the
+ * same members, and nothing counts as a failure, a restart or churn. */
+START_TEST(test_reform) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("reform"), 3, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  h_run_until(h, h->now + 1000);
+  int ctrl = -1;
+  for (int i = 0; i < 3; i++) {
+    ea_rdzv_status st = status_of(h, i);
+    if (ea_node_id_cmp(&st.controller_id, &h->a[i].id) == 0) ctrl = i;
+  }
+  ck_assert_int_ge(ctrl, 0);
+  ck_assert_int_eq(ea_rdzv_reform(h->a[(ctrl + 1) % 3].r, h->now, "not mine"), -EAGAIN);
+  ea_rdzv_status before = status_of(h, ctrl);
+  ck_assert_int_eq(ea_rdzv_reform(h->a[ctrl].r, h->now, "the smoke run restores"), 0);
+  newer nw = {.after = g0};
+  ck_assert(h_run_cond(h, h->now + 20000, settled_newer, &nw));
+  NO_VIOLATION(h);
+  ea_rdzv_status after = status_of(h, ctrl);
+  ck_assert_uint_eq(after.formed_nodes, 3);
+  ck_assert_uint_eq(after.formations_committed, before.formations_committed + 1);
+  ck_assert_uint_eq(after.formations_failed, before.formations_failed);
+  ck_assert_uint_eq(after.restarts, before.restarts);
+  ck_assert_uint_eq(after.churn, 0);
+  ck_assert_uint_eq(after.node_failures, before.node_failures);
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[ctrl].r);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_eq(p->world, 3 * c.workers_per_node);
+  h_free(h);
+}
+END_TEST
+
 /* The election the core exposes: nothing before the first view; without a
  * quorum it still names the lowest-id member (the agent's checkpoint
  * controller and report target) and says why it may not act. */
@@ -2036,6 +2070,7 @@ static Suite *rdzv_suite(void) {
       {"left_behind_state_not_synced", test_left_behind_state_not_synced},
       {"partition_quorum_none", test_partition_quorum_none},
       {"election_exposed", test_election_exposed},
+      {"reform", test_reform},
       {"drain", test_drain},
       {"drain_controller", test_drain_controller},
       {"drain_below_min_nodes", test_drain_below_min_nodes},
