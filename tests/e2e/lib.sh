@@ -154,6 +154,35 @@ ensure_cmd() {
   command -v "$1" >/dev/null 2>&1
 }
 
+# start_receiver DIR — http_receiver.py on a free port of 127.0.0.1 (the
+# alert webhook receiver and the fake metadata services); sets RECV_DIR and
+# RECV_URL (http://127.0.0.1:PORT).  Stopped with the test.
+start_receiver() {
+  RECV_DIR=$1
+  mkdir -p "$RECV_DIR"
+  setsid "$PY" "$(dirname "${BASH_SOURCE[0]}")/http_receiver.py" "$RECV_DIR" >"$RECV_DIR/log" 2>&1 </dev/null &
+  EA_PGIDS+=($!)
+  wait_for 10 test -s "$RECV_DIR/port" || fail "the HTTP receiver did not start: $(cat "$RECV_DIR/log")"
+  RECV_URL=http://127.0.0.1:$(cat "$RECV_DIR/port")
+}
+# posts KIND [STATUS] — the webhook bodies (POSTs to /hook) of that alert
+# kind and status (default firing) the receiver got, one JSON per line.
+posts() {
+  "$PY" - "$RECV_DIR/posts.jsonl" "$1" "${2:-firing}" <<'EOF'
+import json, sys
+try:
+    lines = open(sys.argv[1]).read().splitlines()
+except FileNotFoundError:
+    lines = []
+for l in lines:
+    p = json.loads(l)
+    b = p["body"]
+    if p["path"] == "/hook" and b["kind"] == sys.argv[2] and b["status"] == sys.argv[3]:
+        print(json.dumps(b))
+EOF
+}
+have_post() { [ -n "$(posts "$@")" ]; }
+
 # free_port — a TCP port on 127.0.0.1 nobody listens on right now (for
 # programs that cannot take port 0 and report the one they got).
 free_port() {

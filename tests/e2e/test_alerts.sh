@@ -49,67 +49,9 @@ command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
   exit 77
 }
 
-SRV=$EA_TMP/srv
-mkdir -p "$SRV"
-cat >"$SRV/server.py" <<'EOF'
-import http.server, json, os, sys
-D = sys.argv[1]
-TOKEN = "tok-123"
-class H(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def reply(self, code, body, ctype="text/plain"):
-        b = body.encode()
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(b)))
-        self.end_headers()
-        self.wfile.write(b)
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", "0"))
-        body = self.rfile.read(n).decode()
-        with open(os.path.join(D, "posts.jsonl"), "a") as f:
-            f.write(json.dumps({"path": self.path, "ctype": self.headers.get("Content-Type"),
-                                "body": json.loads(body)}) + "\n")
-        self.reply(200, "ok")
-    def do_PUT(self):
-        if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-            return self.reply(200, TOKEN)
-        self.reply(400, "bad")
-    def do_GET(self):
-        flag = lambda n: os.path.exists(os.path.join(D, n))
-        if self.path == "/latest/meta-data/spot/instance-action":
-            if self.headers.get("X-aws-ec2-metadata-token") != TOKEN:
-                return self.reply(401, "no token")
-            if flag("aws"):
-                return self.reply(200, '{"action": "terminate", "time": "2026-12-01T22:00:00Z"}',
-                                  "application/json")
-            return self.reply(404, "none")
-        if self.path == "/computeMetadata/v1/instance/preempted":
-            if self.headers.get("Metadata-Flavor") != "Google":
-                return self.reply(403, "no flavor")
-            return self.reply(200, "TRUE" if flag("gcp") else "FALSE")
-        if self.path == "/going":
-            return self.reply(200, "terminate at 22:00") if flag("going") else self.reply(404, "none")
-        if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
-            if self.headers.get("Metadata") != "true":
-                return self.reply(400, "no Metadata header")
-            ev = [{"EventId": "e1", "EventType": "Freeze", "NotBefore": "x"}]
-            if flag("azure"):
-                ev.append({"EventId": "e2", "EventType": "Preempt",
-                           "NotBefore": "Mon, 01 Dec 2026 22:00:00 GMT"})
-            return self.reply(200, json.dumps({"DocumentIncarnation": 1, "Events": ev}),
-                              "application/json")
-        self.reply(404, "unknown")
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-with open(os.path.join(D, "port.tmp"), "w") as f:
-    f.write(str(s.server_address[1]))
-os.rename(os.path.join(D, "port.tmp"), os.path.join(D, "port"))
-s.serve_forever()
-EOF
-setsid "$PY" "$SRV/server.py" "$SRV" >"$SRV/log" 2>&1 </dev/null &
-EA_PGIDS+=($!)
-wait_for 10 test -s "$SRV/port" || fail "the fake server did not start: $(cat "$SRV/log")"
-URL=http://127.0.0.1:$(cat "$SRV/port")
+start_receiver "$EA_TMP/srv"
+SRV=$RECV_DIR
+URL=$RECV_URL
 
 # A real Alertmanager, when it can be had.
 AM=
@@ -152,22 +94,6 @@ js() {
 trains() {
   [ "$(js "$1" '"%s %d" % (d["generation"]["phase"], d["generation"]["world"])')" = "running $2" ]
 }
-# posts KIND [STATUS] — the webhook bodies of that kind (one JSON per line).
-posts() {
-  "$PY" - "$SRV/posts.jsonl" "$1" "${2:-firing}" <<'EOF'
-import json, sys
-try:
-    lines = open(sys.argv[1]).read().splitlines()
-except FileNotFoundError:
-    lines = []
-for l in lines:
-    p = json.loads(l)
-    b = p["body"]
-    if p["path"] == "/hook" and b["kind"] == sys.argv[2] and b["status"] == sys.argv[3]:
-        print(json.dumps(b))
-EOF
-}
-have_post() { [ -n "$(posts "$@")" ]; }
 # am_active KIND — Alertmanager lists an active alert of that alertname.
 am_active() {
   curl -s -m 5 "$AM/api/v2/alerts?active=true&silenced=false&inhibited=false" |

@@ -16,7 +16,9 @@
 #     all instead of milliseconds), exactly 5 generations commit (the first
 #     and 4 restarts, counted in the controller's log, not hundreds), one
 #     churn alert names the reason and the count, and both agents then exit
-#     3 with the program's stderr line in the alert;
+#     3 with the program's stderr line in the alert; both alerts reach a
+#     webhook receiver on 127.0.0.1 (generation_churn once, from the
+#     controller; job_failed from each agent), their JSON bodies checked;
 #  4. (root: a 1 MiB tmpfs, full before the job starts) the final checkpoint
 #     fails, is retried (the log says when), and commits once the test frees
 #     the disk: every agent exits 0 and step-300 verifies; with
@@ -77,8 +79,10 @@ pass "bad --resume-from (a word, a missing step, torchrun mode) and conflicting 
 
 say "3. a failure loop backs off, raises one alert, then fails the job (exit 3)"
 PROG=(-- /bin/sh -c 'echo "boom: the dataset is not mounted" >&2; exit 1')
+start_receiver "$EA_TMP/recv"
 J3=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=100 --set runtime.max_restarts=4
-  --set runtime.rendezvous_timeout_seconds=5)
+  --set runtime.rendezvous_timeout_seconds=5 --set experiment.name=loop
+  --set observability.alert_webhook="$RECV_URL/hook")
 t_loop=$(now_ms)
 start_agent f1 "${J3[@]}" "${PROG[@]}"
 start_agent f2 --join "${AGENT_ADDR[f1]}" "${J3[@]}" "${PROG[@]}"
@@ -101,7 +105,29 @@ for n in f1 f2; do
   grep -qE ' alert job failed \(restarts exhausted, exit status 3\): .*failing worker: rank [01] on f[12] exited with code 1: boom: the dataset is not mounted \(last lines of its stderr\)' "$(agent_log "$n")" ||
     fail "$n's job alert lacks the failing worker's stderr: $(grep 'alert job' "$(agent_log "$n")")"
 done
-pass "5 generations in $((t_end - t_loop)) ms, one churn alert, exit 3 with the program's stderr line"
+# The deliveries (flushed before each agent exited).
+b=$(posts generation_churn)
+assert_eq "$(wc -l <<<"$b")" 1 "generation_churn POSTs"
+"$PY" - "$b" "$ctrl" <<'EOF' || fail "generation_churn body: $b"
+import json, re, sys
+b = json.loads(sys.argv[1])
+assert b["job"] == "loop" and b["node"] == sys.argv[2] and b["severity"] == "critical", b
+assert b["status"] == "firing" and b["endsAt"] is None, b
+assert re.match(r"generation churn: 3 generations in a row failed within 60 s of their commit: .*"
+                r"latest: rank [01] on f[12] exited with code 1: boom: the dataset is not mounted", b["summary"]), b
+EOF
+b=$(posts job_failed)
+assert_eq "$(wc -l <<<"$b")" 2 "job_failed POSTs (one per agent)"
+"$PY" - "$b" <<'EOF' || fail "job_failed bodies: $b"
+import json, re, sys
+bs = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert sorted(b["node"] for b in bs) == ["f1", "f2"], bs
+for b in bs:
+    assert b["job"] == "loop" and b["severity"] == "critical", b
+    assert re.match(r"job failed \(restarts exhausted, exit status 3\): .*failing worker: rank [01] on "
+                    r"f[12] exited with code 1: boom: the dataset is not mounted", b["summary"]), b
+EOF
+pass "5 generations in $((t_end - t_loop)) ms, one churn alert, exit 3 with the program's stderr line; both alerts POSTed"
 
 say "4. the final checkpoint on a full disk is retried: freed, the job succeeds; never freed, exit 5"
 # A small tmpfs that is full before the job starts: every checkpoint fails,

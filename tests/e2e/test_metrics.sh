@@ -44,6 +44,8 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set checkpoint.dir="$EA_TMP/ckpt" --set checkpoint.save_interval_steps=200)
 "$EA_BIN" keygen "$EA_TMP/cluster.key" 2>/dev/null || fail "keygen"
 JOB+=(--key-file "$EA_TMP/cluster.key")
+start_receiver "$EA_TMP/recv"
+JOB+=(--set observability.alert_webhook="$RECV_URL/hook")
 
 declare -A MADDR=()
 # http NAME PATH — the body; HTTP_CODE gets the status (not in a subshell:
@@ -206,6 +208,18 @@ for n in n1 n2 n3; do
   wait_for 30 code_is "$n" /readyz 200 || fail "$n /readyz after SIGCONT: $(http_body "$n" /readyz)"
 done
 grep -q ' alert stalled resolved after' "$(agent_log n1)" || fail "n1 logged no stalled resolved"
+# ... and both reached the webhook receiver
+n1_stalled() { posts stalled "$1" | grep '"node": "n1"' | head -n1; }
+n1_has_stalled() { [ -n "$(n1_stalled "$1")" ]; }
+wait_for 10 n1_has_stalled resolved || fail "no resolved stalled POST from n1: $(cat "$RECV_DIR/posts.jsonl" 2>/dev/null | tail -3)"
+"$PY" - "$(n1_stalled firing)" "$(n1_stalled resolved)" <<'EOF' || fail "stalled bodies: $(n1_stalled firing) / $(n1_stalled resolved)"
+import json, re, sys
+f, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert f["job"] == "metrics-e2e" and f["severity"] == "critical" and f["endsAt"] is None, f
+assert re.match(r"stalled gen=\S+ world=3 step=\d+: no step for [\d.]+ s \(runtime\.stall_timeout_seconds 4\)", f["summary"]), f
+assert r["status"] == "resolved" and r["summary"].startswith("stalled resolved after "), r
+assert r["endsAt"] >= r["startsAt"] == f["startsAt"], (f, r)
+EOF
 echo "STALL stop_to_503_ms=$((t_503 - t_stop)) cont_to_200_ms=$(($(now_ms) - t_cont)) stall_timeout_ms=4000"
 pass "/readyz 200 -> 503 ($why) -> 200; stalled metric, status, alert line and counter"
 

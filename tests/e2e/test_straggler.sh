@@ -34,6 +34,8 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set distributed.communication_timeout_seconds=30
   --set observability.straggler_factor=2
   --set "observability.straggler_window_seconds=$WINDOW")
+start_receiver "$EA_TMP/recv"
+JOB+=(--set observability.alert_webhook="$RECV_URL/hook")
 
 js() {
   ea_status "$1" --json 2>/dev/null |
@@ -97,6 +99,15 @@ gauge_1() { curl -sf "http://$(metrics_addr n1)/metrics" | grep -q '^elastic_age
 wait_for 3 gauge_1 || fail "metrics: $(curl -s "http://$(metrics_addr n1)/metrics" | grep stragglers)"
 assert_eq "$(js n1 'd["generation"]["term"]')" "$gen0" "the generation (no eviction)"
 assert_eq "$(alert_lines n1 n3)" 1 "straggler alert lines on n1"
+wait_for 5 have_post straggler || fail "no straggler POST: $(tail -3 "$RECV_DIR/posts.jsonl" 2>/dev/null)"
+b=$(posts straggler)
+assert_eq "$(wc -l <<<"$b")" 1 "straggler POSTs"
+"$PY" - "$b" <<'EOF' || fail "straggler body: $b"
+import json, sys
+b = json.loads(sys.argv[1])
+assert b["job"] == "strag-e2e" and b["node"] == "n1" and b["subject"] == "n3", b
+assert b["severity"] == "warning" and b["summary"].startswith("straggler: rank 2 on n3 computes a step in 0.02"), b
+EOF
 pass "straggler n3 alerted once by the controller ${detect_ms} ms after training began; status, text status and /metrics show it; world stays 3"
 
 say "2. the slow node is killed: the alert resolves"
