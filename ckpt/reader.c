@@ -386,9 +386,17 @@ int ea_ckpt_reader_read(ea_ckpt_reader *r, uint64_t offset, void *buf, size_t le
 
 /* ---- verify ------------------------------------------------------------- */
 
+typedef struct {
+  ea__ck_hasher *h;
+  uint8_t *dst; /* NULL: verify only; else where file offset 0 goes */
+} feed_arg;
+
+/* Verification's delivery: every byte through the hasher, in order, and
+ * (a one-pass load) into its place in the state. */
 static int feed_hash(void *arg, uint64_t file_off, const uint8_t *p, size_t n) {
-  (void)file_off;
-  ea__ck_hasher_feed(arg, p, n);
+  feed_arg *f = arg;
+  ea__ck_hasher_feed(f->h, p, n);
+  if (f->dst) memcpy(f->dst + file_off, p, n);
   return 0;
 }
 
@@ -415,8 +423,9 @@ static void report(ea_ckpt_verify_report *rep, const char *ckpt, const ea_ckpt_s
            ckpt, s->file, lo, hi, rep->state_lo, rep->state_hi, why);
 }
 
+/* dst: NULL, or where the shard's bytes go (a one-pass load; mode FULL). */
 static int verify_shard(const char *ckpt, const ea_ckpt_shard *s, ea_ckpt_verify_mode mode,
-                        unsigned io_flags, reng *eng, ea_ckpt_verify_report *rep) {
+                        unsigned io_flags, reng *eng, uint8_t *dst, ea_ckpt_verify_report *rep) {
   char p[EA_CKPT_PATH_MAX];
   int rc = ea__ck_join(p, sizeof p, ckpt, s->file);
   if (rc < 0) return rc;
@@ -459,7 +468,8 @@ static int verify_shard(const char *ckpt, const ea_ckpt_shard *s, ea_ckpt_verify
     return rc;
   }
   uint64_t where = 0;
-  rc = reng_read(eng, fd, direct, align, 0, s->length, feed_hash, &h, &where);
+  feed_arg fa = {&h, dst};
+  rc = reng_read(eng, fd, direct, align, 0, s->length, feed_hash, &fa, &where);
   close(fd);
   uint32_t nb = 0;
   uint64_t whole = ea__ck_hasher_final(&h, &nb);
@@ -496,8 +506,8 @@ static int verify_shard(const char *ckpt, const ea_ckpt_shard *s, ea_ckpt_verify
   return 0;
 }
 
-int ea_ckpt_verify(const char *ckpt_path, const ea_ckpt_manifest *m, ea_ckpt_verify_mode mode,
-                   unsigned io_flags, ea_ckpt_verify_report *rep) {
+static int verify_all(const char *ckpt_path, const ea_ckpt_manifest *m, ea_ckpt_verify_mode mode,
+                      unsigned io_flags, uint8_t *dst, size_t len, ea_ckpt_verify_report *rep) {
   if (rep) {
     memset(rep, 0, sizeof *rep);
     rep->shard = -1;
@@ -517,12 +527,31 @@ int ea_ckpt_verify(const char *ckpt_path, const ea_ckpt_manifest *m, ea_ckpt_ver
   uint64_t largest = 0;
   for (uint32_t i = 0; i < m->world_size; i++)
     if (m->shards[i].length > largest) largest = m->shards[i].length;
+  if (dst && len != m->total_bytes) {
+    if (rep)
+      snprintf(rep->msg, sizeof rep->msg,
+               "%s holds a state of %" PRIu64 " bytes, not the %zu asked for", ckpt_path,
+               m->total_bytes, len);
+    rc = -EINVAL;
+    goto out;
+  }
   if (mode == EA_CKPT_VERIFY_FULL && (rc = reng_init(&eng, io_flags, largest)) < 0) goto out;
   rc = 0;
   for (uint32_t r = 0; r < m->world_size && rc == 0; r++)
-    rc = verify_shard(ckpt_path, &m->shards[r], mode, io_flags, &eng, rep);
+    rc = verify_shard(ckpt_path, &m->shards[r], mode, io_flags, &eng,
+                      dst ? dst + m->shards[r].offset : NULL, rep);
   if (mode == EA_CKPT_VERIFY_FULL) reng_close(&eng);
 out:
   if (m == &own) ea_ckpt_manifest_close(&own);
   return rc;
+}
+
+int ea_ckpt_verify(const char *ckpt_path, const ea_ckpt_manifest *m, ea_ckpt_verify_mode mode,
+                   unsigned io_flags, ea_ckpt_verify_report *rep) {
+  return verify_all(ckpt_path, m, mode, io_flags, NULL, 0, rep);
+}
+
+int ea_ckpt_load_verified(const char *ckpt_path, const ea_ckpt_manifest *m, void *buf, size_t len,
+                          unsigned io_flags, ea_ckpt_verify_report *rep) {
+  return verify_all(ckpt_path, m, EA_CKPT_VERIFY_FULL, io_flags, buf, len, rep);
 }

@@ -346,6 +346,15 @@ typedef struct {
  * errors.  io_flags: EA_CKPT_IO_*. rep may be NULL. */
 int ea_ckpt_verify(const char *ckpt_path, const ea_ckpt_manifest *m, ea_ckpt_verify_mode mode,
                    unsigned io_flags, ea_ckpt_verify_report *rep);
+/* A resume in one pass: reads every shard of the checkpoint in ckpt_path
+ * (m: its manifest, NULL to load it) once, with the reader's machinery
+ * (io_uring, O_DIRECT), hashing each block as it arrives exactly as
+ * ea_ckpt_verify does, and places the bytes at their state offsets in buf
+ * (len must be the state's total_bytes).  Returns what ea_ckpt_verify
+ * returns, with the same report; on any error buf holds garbage.  Nothing
+ * in buf may be used unless it returned 0. */
+int ea_ckpt_load_verified(const char *ckpt_path, const ea_ckpt_manifest *m, void *buf, size_t len,
+                          unsigned io_flags, ea_ckpt_verify_report *rep);
 
 #define EA_CKPT_RESUME_MAX_SKIPPED 16
 typedef struct {

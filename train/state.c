@@ -20,8 +20,9 @@
  * the model dims alone (the controller writes a manifest without a
  * trainer), staging a shard range with its hash in one pass, and resuming
  * from a checkpoint directory: ckpt/'s resume search (ea_ckpt_search_resume)
- * picks the candidates and falls back past damaged ones, this file says
- * whether one loads, and the ckpt reader reads it.
+ * picks the candidates (sizes checked) and falls back past damaged ones,
+ * this file says whether one loads, and ea_ckpt_load_verified reads it,
+ * every byte hashed as it arrives (one pass).
  */
 #include "ea_train.h"
 
@@ -633,10 +634,12 @@ static double mono_s(void) {
 }
 
 /* Read the whole state of the checkpoint at path and load it into t.
- * -EINVAL: it does not fit this trainer; anything else: it is damaged or
- * unreadable. */
-static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, char *err,
-                    size_t errlen) {
+ * verify: every byte hashed against the manifest while it is read (one
+ * pass: ea_ckpt_load_verified); else the reader, with the sizes checked by
+ * the caller.  -EINVAL: it does not fit this trainer; anything else: it is
+ * damaged or unreadable. */
+static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, bool verify,
+                    char *err, size_t errlen) {
   const uint64_t size = ea_trainer_state_size(t);
   if (m->total_bytes != size) {
     seterr(err, errlen,
@@ -647,20 +650,28 @@ static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, 
   }
   uint8_t *buf = malloc(size);
   if (!buf) return -ENOMEM;
-  ea_ckpt_reader *r = NULL;
-  char e2[256] = "";
-  int rc = ea_ckpt_reader_open(&r, path, 0, e2, sizeof e2);
-  if (rc == 0) rc = ea_ckpt_reader_read(r, 0, buf, size, e2, sizeof e2);
-  if (rc) {
-    seterr(err, errlen, "read: %s", e2[0] ? e2 : strerror(-rc));
+  int rc;
+  if (verify) {
+    ea_ckpt_verify_report rep;
+    rc = ea_ckpt_load_verified(path, m, buf, size, 0, &rep);
+    if (rc) seterr(err, errlen, "%s", rep.msg[0] ? rep.msg : strerror(-rc));
   } else {
+    ea_ckpt_reader *r = NULL;
+    char e2[256] = "";
+    rc = ea_ckpt_reader_open(&r, path, 0, e2, sizeof e2);
+    if (rc == 0) rc = ea_ckpt_reader_read(r, 0, buf, size, e2, sizeof e2);
+    if (rc) seterr(err, errlen, "read: %s", e2[0] ? e2 : strerror(-rc));
+    ea_ckpt_reader_free(r);
+  }
+  /* A damaged read is no misfit: -EINVAL from it would stop the search. */
+  if (rc == -EINVAL) rc = -EIO;
+  if (rc == 0) {
     rc = ea_trainer_state_load(t, buf, size, err, errlen);
     /* A state that parses but is of another model is a misfit (-EINVAL); a
      * version this build cannot read is also no reason to try older ones
      * (they are no newer a format); digests that do not match are damage. */
     if (rc == -EPROTONOSUPPORT) rc = -EINVAL;
   }
-  ea_ckpt_reader_free(r);
   free(buf);
   return rc;
 }
@@ -677,6 +688,7 @@ static void fill_info(ea_trainer_resume_info *info, const char *name, const ea_c
  * load into this trainer. */
 typedef struct {
   ea_trainer *t;
+  bool verify; /* hash every byte while loading (verify_full) */
   ea_trainer_resume_info *info;
   uint32_t fallbacks;            /* counted even when info is NULL */
   char misfit[EA_CKPT_NAME_MAX]; /* the checkpoint that does not fit */
@@ -685,7 +697,7 @@ typedef struct {
 
 static int accept_loads(void *arg, const ea_ckpt_candidate *c, char *why, size_t whylen) {
   resume_ctx *x = arg;
-  int r = load_one(x->t, c->path, c->manifest, why, whylen);
+  int r = load_one(x->t, c->path, c->manifest, x->verify, why, whylen);
   if (r == 0) return 0;
   if (r == -EINVAL) { /* no fallback: an older one would not fit either */
     snprintf(x->misfit, sizeof x->misfit, "%s", c->name);
@@ -709,7 +721,11 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
                       ea_trainer_resume_info *info, char *err, size_t errlen) {
   const double t0 = mono_s();
   if (info) memset(info, 0, sizeof *info);
-  const ea_ckpt_verify_mode mode = verify_full ? EA_CKPT_VERIFY_FULL : EA_CKPT_VERIFY_SIZE;
+  /* The search and the resolve check sizes only: with verify_full the load
+   * itself hashes every byte as it reads it (one pass, not a verify pass
+   * and then a read pass), and a checkpoint it finds damaged is passed over
+   * as a damaged one found by verification would be. */
+  const ea_ckpt_verify_mode mode = EA_CKPT_VERIFY_SIZE;
   ea_ckpt_resume *res = malloc(sizeof *res); /* ~20 KiB of reasons: off the stack */
   if (!res) return -ENOMEM;
   char e2[512];
@@ -725,7 +741,7 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
       free(res);
       return rc == -ENOENT ? -ENOENT : rc;
     }
-    rc = load_one(t, res->path, &res->manifest, e2, sizeof e2);
+    rc = load_one(t, res->path, &res->manifest, verify_full, e2, sizeof e2);
     if (rc)
       seterr(err, errlen, "resume from %s: %s", res->name, e2);
     else
@@ -736,7 +752,7 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
     return rc;
   }
 
-  resume_ctx x = {.t = t, .info = info};
+  resume_ctx x = {.t = t, .verify = verify_full, .info = info};
   const ea_ckpt_resume_hooks hooks = {.accept = accept_loads, .skipped = note_fallback, .arg = &x};
   rc = ea_ckpt_search_resume(dir, mode, &hooks, res);
   if (rc == 0) {

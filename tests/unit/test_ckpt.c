@@ -705,6 +705,27 @@ START_TEST(test_verify_detects_damage) {
   ck_assert_uint_eq(rep.state_lo, m.shards[1].offset + rep.file_lo);
   ck_assert_msg(strstr(rep.msg, "shard-1-of-3.bin") && strstr(rep.msg, "bytes ["), "msg: %s",
                 rep.msg);
+  /* the one-pass load finds the same damage, in the same words */
+  uint8_t *back = malloc(total);
+  ck_assert_ptr_nonnull(back);
+  ea_ckpt_verify_report rep2;
+  ck_assert_int_eq(ea_ckpt_load_verified(ck, &m, back, total, 0, &rep2), -EBADMSG);
+  ck_assert_int_eq(rep2.shard, 1);
+  ck_assert_uint_eq(rep2.file_lo, rep.file_lo);
+  ck_assert_uint_eq(rep2.file_hi, rep.file_hi);
+  ck_assert_str_eq(rep2.msg, rep.msg);
+  /* ... and the good one loads, every byte in its place, any I/O path */
+  char ck10[512];
+  path_in(ck10, sizeof ck10, "step-10.gen-1");
+  const unsigned paths[] = {0, EA_CKPT_IO_SYNC, EA_CKPT_IO_BUFFERED};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    memset(back, 0, total);
+    ck_assert_int_eq(ea_ckpt_load_verified(ck10, NULL, back, total, paths[i], &rep2), 0);
+    ck_assert_int_eq(memcmp(back, state, total), 0);
+  }
+  ck_assert_int_eq(ea_ckpt_load_verified(ck10, NULL, back, total - 1, 0, &rep2), -EINVAL);
+  ck_assert_msg(strstr(rep2.msg, "not the"), "msg: %s", rep2.msg);
+  free(back);
 
   /* resume falls back to step 10 and says why */
   ea_ckpt_resume rs;
