@@ -36,7 +36,8 @@
  *     stager does — against a synchronous save of the same state
  *     (serialize + write + fsync), for the default model and a large one.
  *
- * --quick: sizes 256 and 1024 MiB, 3 repeats, shorter windows.  --sweep
+ * --tables 2,4: only those tables (1 and 2 come from one pass, so either
+ * runs both).  --quick: sizes 256 and 1024 MiB, 3 repeats, shorter windows.  --sweep
  * adds chunk size × queue depth rows (the measurement behind
  * EA_CKPT_CHUNK_DEFAULT and EA_CKPT_QUEUE_DEFAULT).  Benchmarks report;
  * they do not assert.  Run it through bench/ckpt.sh. */
@@ -48,6 +49,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,33 +420,39 @@ static double stage_seconds(ea_trainer *t, uint8_t *map, uint32_t world, uint32_
 }
 
 /* What the worker does (train/worker.c, the stager): rank 0 of world 1
- * stages its range on a thread of its own while the training thread
- * computes the next step (compute only reads the state), and waits for it
- * before the optimizer's apply.  The stall is that wait. */
+ * hands its range to a thread that waits for such work (created once)
+ * while the training thread computes the next step (compute only reads
+ * the state), and waits for it before the optimizer's apply.  The stall is
+ * that wait. */
 typedef struct {
   ea_trainer *t;
   uint8_t *map;
   uint64_t off, len;
-} stage_job;
+  sem_t go, done;
+  bool quit;
+} stager;
 
-static void *stage_thread(void *arg) {
-  stage_job *j = arg;
-  uint64_t hash;
-  int rc = ea_trainer_state_stage(j->t, j->off, j->map, (size_t)j->len, &hash);
-  if (rc) die("stage", rc, NULL);
-  return NULL;
+static void *stager_main(void *arg) {
+  stager *j = arg;
+  for (;;) {
+    while (sem_wait(&j->go) != 0) {
+    }
+    if (j->quit) return NULL;
+    uint64_t hash;
+    int rc = ea_trainer_state_stage(j->t, j->off, j->map, (size_t)j->len, &hash);
+    if (rc) die("stage", rc, NULL);
+    sem_post(&j->done);
+  }
 }
 
-static double overlap_stall(ea_trainer *t, uint8_t *map, double *compute_s) {
-  stage_job j = {.t = t, .map = map};
-  ea_ckpt_shard_range(ea_trainer_state_size(t), 1, 0, &j.off, &j.len);
-  pthread_t th;
+static double overlap_stall(stager *j, double *compute_s) {
   double t0 = now();
-  if (pthread_create(&th, NULL, stage_thread, &j) != 0) die("pthread_create", -EAGAIN, NULL);
-  int rc = ea_trainer_compute(t, 0, 1);
+  sem_post(&j->go);
+  int rc = ea_trainer_compute(j->t, 0, 1);
   if (rc) die("compute", rc, NULL);
   double t1 = now();
-  pthread_join(th, NULL);
+  while (sem_wait(&j->done) != 0) {
+  }
   *compute_s = t1 - t0;
   return now() - t1;
 }
@@ -480,14 +488,25 @@ static void stall_row(const char *label, ea_trainer *t) {
   snprintf(path, sizeof path, "%s/sync-save.bin", g_dir);
   double w1[MAX_REPEATS], r0[MAX_REPEATS], r1[MAX_REPEATS], sy[MAX_REPEATS];
   double ov[MAX_REPEATS], cp[MAX_REPEATS];
+  stager j = {.t = t, .map = map};
+  ea_ckpt_shard_range(total, 1, 0, &j.off, &j.len);
+  pthread_t th;
+  if (sem_init(&j.go, 0, 0) || sem_init(&j.done, 0, 0) ||
+      pthread_create(&th, NULL, stager_main, &j) != 0)
+    die("stager thread", -EAGAIN, NULL);
   for (int r = 0; r < g_repeats; r++) {
     w1[r] = stage_seconds(t, map, 1, 0);
-    ov[r] = overlap_stall(t, map, &cp[r]);
+    ov[r] = overlap_stall(&j, &cp[r]);
     r0[r] = stage_seconds(t, map, NODE_WORKERS, 0);
     r1[r] = stage_seconds(t, map, NODE_WORKERS, 1);
     sy[r] = sync_save(t, buf, path);
     unlink(path);
   }
+  j.quit = true;
+  sem_post(&j.go);
+  pthread_join(th, NULL);
+  sem_destroy(&j.go);
+  sem_destroy(&j.done);
   double a = median(w1, g_repeats), b = median(r0, g_repeats), c = median(r1, g_repeats),
          s = median(sy, g_repeats), o = median(ov, g_repeats), k = median(cp, g_repeats);
   printf(
@@ -547,8 +566,18 @@ int main(int argc, char **argv) {
   uint64_t sizes[MAX_SIZES] = {256, 1024, 2048, 4096};
   int nsizes = 4;
   bool quick = false, sweep = false, repeats_set = false;
+  bool want[5] = {false, true, true, true, true}; /* tables 1..4 */
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) {
+    if (strcmp(argv[i], "--tables") == 0 && i + 1 < argc) {
+      memset(want, 0, sizeof want);
+      for (const char *c = argv[++i]; *c; c++) {
+        if (*c >= '1' && *c <= '4')
+          want[*c - '0'] = true;
+        else if (*c != ',')
+          return fprintf(stderr, "--tables: a list of 1..4, got '%s'\n", argv[i]), 2;
+      }
+      want[1] = want[2] = want[1] || want[2]; /* one pass writes and reads back */
+    } else if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) {
       g_dir = argv[++i];
     } else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
       nsizes = 0;
@@ -566,7 +595,8 @@ int main(int argc, char **argv) {
       sweep = true;
     } else {
       fprintf(stderr,
-              "usage: %s [-d DIR] [-s MiB,MiB,...] [-r REPEATS] [--quick] [--no-fio] [--sweep]\n",
+              "usage: %s [-d DIR] [-s MiB,MiB,...] [-r REPEATS] [--quick] [--no-fio] [--sweep] "
+              "[--tables 1,2,3,4]\n",
               argv[0]);
       return 2;
     }
@@ -602,15 +632,17 @@ int main(int argc, char **argv) {
   /* 1 and 2 */
   size_row rows[MAX_SIZES];
   uint64_t step = 0;
-  for (int i = 0; i < nsizes; i++) {
+  for (int i = 0; i < nsizes && want[1]; i++) {
     memset(&rows[i], 0, sizeof rows[i]);
     rows[i].mib = sizes[i];
     run_size(d, &rows[i], &step);
     fprintf(stderr, "  %" PRIu64 " MiB done\n", sizes[i]);
   }
-  print_persist(rows, nsizes);
-  print_resume(rows, nsizes);
-  loadavg("after tables 1 and 2");
+  if (want[1]) {
+    print_persist(rows, nsizes);
+    print_resume(rows, nsizes);
+    loadavg("after tables 1 and 2");
+  }
 
   if (sweep) {
     printf("\n   sweep, %" PRIu64 " MiB, 1 shard: chunk x queue depth (MiB/s, median of %d)\n",
@@ -636,72 +668,77 @@ int main(int argc, char **argv) {
    * The rate during a persist alone would flatter a slow writer (it spreads
    * the same work thinner), so the table also gives how long each persist
    * took and the steps it cost: rate without × its time − steps done. */
-  printf("\n3. training steps per second (default model, W = 1) while a %" PRIu64
-         " MiB checkpoint is persisted by another thread (median of %d)\n",
-         maxmib, g_repeats);
-  {
-    ea_trainer *t = trainer(16, 24, 256, 2);
-    double base[MAX_REPEATS], ours[MAX_REPEATS], plain[MAX_REPEATS];
-    double ot[MAX_REPEATS], pt[MAX_REPEATS], ol[MAX_REPEATS], pl[MAX_REPEATS];
-    double window = quick ? 1.0 : 2.0;
-    for (int r = 0; r < 3; r++) ea_trainer_step_local(t, NULL); /* warm up */
-    for (int r = 0; r < g_repeats; r++) {
-      double secs, n = steps_during(t, NULL, window, &secs);
-      base[r] = n / secs;
-      bg_job j = {.d = d, .len = maxmib << 20, .step = ++step};
-      n = steps_during(t, &j, 0, &ot[r]);
-      ours[r] = n / ot[r];
-      ol[r] = base[r] * ot[r] - n;
-      drop_step(j.step);
-      bg_job p = {.d = d, .len = maxmib << 20, .plain = true};
-      n = steps_during(t, &p, 0, &pt[r]);
-      plain[r] = n / pt[r];
-      pl[r] = base[r] * pt[r] - n;
-    }
-    double b = median(base, g_repeats), o = median(ours, g_repeats), p = median(plain, g_repeats);
-    double lo = median(ol, g_repeats), lp = median(pl, g_repeats);
-    printf(
-        "| no checkpoint | our persist: s | steps/s | steps lost | pwrite+fsync: s | steps/s | "
-        "steps lost | rate ours/none | lost ours/pwrite |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    printf("| %.0f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.2f |\n", b,
-           median(ot, g_repeats), o, lo, median(pt, g_repeats), p, lp, o / b, lp > 0 ? lo / lp : 0);
-    ea_trainer_free(t);
-  }
-  loadavg("after table 3");
-  free(d);
-
-  /* 4: the stall */
-  printf(
-      "\n4. training stall per checkpoint: staging copy into the memfd vs a synchronous save "
-      "(median of %d)\n",
-      g_repeats);
-  printf(
-      "| model | state | copy W=1 | copy W=%d rank 0 | copy W=%d rank 1 | synchronous save "
-      "| sync/copy W=1 | sync/copy rank 1 | next step's compute | stall W=1, staged meanwhile "
-      "| stall/sync |\n",
-      NODE_WORKERS, NODE_WORKERS);
-  printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  {
-    ea_trainer *t = trainer(16, 24, 256, 2);
-    stall_row("default (C16 E24 H256 L2)", t);
-    ea_trainer_free(t);
-    /* ~22 M parameters (~250 MiB of state); --quick keeps to it, the full
-     * run adds ~78 M (~0.9 GiB). */
-    t = trainer(16, 64, 4096, 2);
-    stall_row("large (C16 E64 H4096 L2)", t);
-    ea_trainer_free(t);
-    if (!quick) {
-      t = trainer(16, 64, 8192, 2);
-      stall_row("larger (C16 E64 H8192 L2)", t);
+  if (want[3]) {
+    printf("\n3. training steps per second (default model, W = 1) while a %" PRIu64
+           " MiB checkpoint is persisted by another thread (median of %d)\n",
+           maxmib, g_repeats);
+    {
+      ea_trainer *t = trainer(16, 24, 256, 2);
+      double base[MAX_REPEATS], ours[MAX_REPEATS], plain[MAX_REPEATS];
+      double ot[MAX_REPEATS], pt[MAX_REPEATS], ol[MAX_REPEATS], pl[MAX_REPEATS];
+      double window = quick ? 1.0 : 2.0;
+      for (int r = 0; r < 3; r++) ea_trainer_step_local(t, NULL); /* warm up */
+      for (int r = 0; r < g_repeats; r++) {
+        double secs, n = steps_during(t, NULL, window, &secs);
+        base[r] = n / secs;
+        bg_job j = {.d = d, .len = maxmib << 20, .step = ++step};
+        n = steps_during(t, &j, 0, &ot[r]);
+        ours[r] = n / ot[r];
+        ol[r] = base[r] * ot[r] - n;
+        drop_step(j.step);
+        bg_job p = {.d = d, .len = maxmib << 20, .plain = true};
+        n = steps_during(t, &p, 0, &pt[r]);
+        plain[r] = n / pt[r];
+        pl[r] = base[r] * pt[r] - n;
+      }
+      double b = median(base, g_repeats), o = median(ours, g_repeats), p = median(plain, g_repeats);
+      double lo = median(ol, g_repeats), lp = median(pl, g_repeats);
+      printf(
+          "| no checkpoint | our persist: s | steps/s | steps lost | pwrite+fsync: s | steps/s | "
+          "steps lost | rate ours/none | lost ours/pwrite |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      printf("| %.0f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.2f |\n", b,
+             median(ot, g_repeats), o, lo, median(pt, g_repeats), p, lp, o / b,
+             lp > 0 ? lo / lp : 0);
       ea_trainer_free(t);
     }
+    loadavg("after table 3");
   }
-  printf(
-      "copy: ea_trainer_state_stage on the training thread (the stall before); stall: the wait "
-      "for that copy, run on a thread while the next step computes (the worker's stager), "
-      "before the step's apply; rank 0's range holds the state header, whose digest hashes "
-      "the whole payload\n");
+  free(d);
+
+  if (want[4]) {
+    /* 4: the stall */
+    printf(
+        "\n4. training stall per checkpoint: staging copy into the memfd vs a synchronous save "
+        "(median of %d)\n",
+        g_repeats);
+    printf(
+        "| model | state | copy W=1 | copy W=%d rank 0 | copy W=%d rank 1 | synchronous save "
+        "| sync/copy W=1 | sync/copy rank 1 | next step's compute | stall W=1, staged meanwhile "
+        "| stall/sync |\n",
+        NODE_WORKERS, NODE_WORKERS);
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    {
+      ea_trainer *t = trainer(16, 24, 256, 2);
+      stall_row("default (C16 E24 H256 L2)", t);
+      ea_trainer_free(t);
+      /* ~22 M parameters (~250 MiB of state); --quick keeps to it, the full
+       * run adds ~78 M (~0.9 GiB). */
+      t = trainer(16, 64, 4096, 2);
+      stall_row("large (C16 E64 H4096 L2)", t);
+      ea_trainer_free(t);
+      if (!quick) {
+        t = trainer(16, 64, 8192, 2);
+        stall_row("larger (C16 E64 H8192 L2)", t);
+        ea_trainer_free(t);
+      }
+    }
+    printf(
+        "copy: ea_trainer_state_stage on the training thread (the stall before); stall: the wait "
+        "for that copy, run on a thread while the next step computes (the worker's stager), "
+        "before the step's apply; rank 0's range holds the state header, whose digest hashes "
+        "the whole payload\n");
+  }
   loadavg("at the end");
   ea_data_close(g_data);
   rm_rf(g_dir);

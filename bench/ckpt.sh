@@ -11,6 +11,7 @@
 #      save of the same state.
 #
 #   bench/ckpt.sh [--quick] [--dir DIR] [--sizes MiB,MiB,...] [--repeats N] [--sweep]
+#                 [--tables 1,2,3,4]   (only those; 1 and 2 come from one pass)
 #
 # Defaults: DIR build/bench-ckpt (it must be on the file system checkpoints
 # will use), sizes 256,1024,2048,4096 MiB, 5 repeats; --quick: 256 and 1024
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
     --sizes) args+=(-s "$2"); shift ;;
     --repeats) args+=(-r "$2"); shift ;;
     --sweep) args+=(--sweep) ;;
+    --tables) args+=(--tables "$2"); shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench/ckpt.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
