@@ -280,6 +280,7 @@ typedef enum {
   EA__I_RECOVERY,   /* every fault recovered within its bound */
   EA__I_CLEAN_EXIT, /* drained / SIGTERMed agents exit 0 */
   EA__I_COVERAGE,   /* the schedule ran: at least min_faults injected */
+  EA__I_RESOURCES,  /* agents' memory and descriptors stay flat (resources.c) */
   EA__I_COUNT
 } ea__chaos_inv;
 
@@ -358,6 +359,18 @@ typedef struct {
 
 struct ea__chaos_history; /* history.c */
 
+/* One agent process's resources (resources.c): the first sample after the
+ * warm-up (base), the last, the largest. */
+typedef struct {
+  char node[CH_NAME_MAX];
+  pid_t pid;
+  int64_t t_start, t_base, t_last;
+  bool have_base;
+  uint32_t samples;
+  uint64_t rss_base, rss_last, rss_max; /* bytes */
+  uint32_t fd_base, fd_last, fd_max;
+} ea__chaos_rsrc;
+
 typedef struct ea__chaos_run {
   ea__chaos_opts o;
   ea_config cfg; /* the job every agent runs */
@@ -428,11 +441,29 @@ typedef struct ea__chaos_run {
   ea__chaos_refres ref;
   pthread_t ref_thread;
   bool ref_started;
+  /* agents' memory and descriptors */
+  ea__chaos_rsrc *rsrc;
+  size_t nrsrc, caprsrc;
   /* post-mortem */
   struct ea__chaos_history *hist;
   bool aborted;
   char abort_why[300];
 } ea__chaos_run;
+
+/* ---- resources.c ------------------------------------------------------------ */
+
+/* Samples every running agent's RSS and descriptors (rate-limited; from
+ * the poll loop). */
+void ea__chaos_rsrc_tick(ea__chaos_run *r);
+/* The resources_flat invariant, after the run: violations for growth. */
+void ea__chaos_rsrc_check(ea__chaos_run *r);
+bool ea__chaos_rsrc_judged(const ea__chaos_rsrc *x);
+size_t ea__chaos_rsrc_njudged(const ea__chaos_run *r);
+/* NULL when something was judged, else why not (the invariant's skip). */
+const char *ea__chaos_rsrc_skip(const ea__chaos_run *r);
+/* report.json's "resources" member; the summary's line. */
+void ea__chaos_rsrc_json(const ea__chaos_run *r, ea_sb *s);
+void ea__chaos_rsrc_summary(const ea__chaos_run *r, ea_sb *s);
 
 /* Set by SIGINT/SIGTERM: the run stops early, cleans up and reports. */
 extern volatile int ea__chaos_interrupted;

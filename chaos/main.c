@@ -458,6 +458,7 @@ int main(int argc, char **argv) {
   ea__chaos_execute(r);
   ea__chaos_say(r, "reading the agents' logs ...");
   ea__chaos_history_check(r);
+  ea__chaos_rsrc_check(r);
   ea__chaos_ckpt_final(r);
   ea__chaos_teardown(r);
   if (!ea__chaos_interrupted) {

@@ -146,6 +146,8 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
     case EA__I_REFERENCE:
       if (!r->t_done && nviol(r, inv) == 0) return "training did not reach the target step";
       return NULL;
+    case EA__I_RESOURCES:
+      return nviol(r, inv) ? NULL : ea__chaos_rsrc_skip(r);
     default:
       return NULL;
   }
@@ -362,7 +364,9 @@ static void write_json(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
     ea_sb_json_str(s, c->err);
     ea_sb_puts(s, "}");
   }
-  ea_sb_puts(s, "]},\n\"history\":");
+  ea_sb_puts(s, "]},\n");
+  ea__chaos_rsrc_json(r, s);
+  ea_sb_puts(s, ",\n\"history\":");
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv)) {
     ea_sb_printf(s,
@@ -506,6 +510,8 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
         "%d checkpoint failure events\n  %s\n",
         r->nckpts, verified, matched, known, r->ckpt_failed_events, r->resume_msg);
   }
+  ea_sb_puts(s, "\n");
+  ea__chaos_rsrc_summary(r, s);
   ea__chaos_histview hv;
   if (ea__chaos_history_view(r, &hv))
     ea_sb_printf(s,

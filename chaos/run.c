@@ -52,7 +52,8 @@ static const char *const inv_names[EA__I_COUNT] = {"target_step",       "step_on
                                                    "generations_grow",  "one_plan",
                                                    "one_controller",    "minority_never_trains",
                                                    "checkpoints",       "recovery_bound",
-                                                   "clean_exit",        "coverage"};
+                                                   "clean_exit",        "coverage",
+                                                   "resources_flat"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -68,7 +69,8 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "every committed checkpoint verifies; resuming the newest reproduces the live state",
     "every fault recovered within its bound (no hang)",
     "drained and SIGTERMed agents exit 0; no agent dies unexpectedly",
-    "the schedule ran: at least --min-faults faults were injected"};
+    "the schedule ran: at least --min-faults faults were injected",
+    "agents' resident memory and open descriptors stay flat (no leak over a long run)"};
 
 const char *ea__chaos_inv_name(int inv) {
   return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";
@@ -524,6 +526,7 @@ static void tick(ea__chaos_run *r) {
     }
   }
   check_cluster(r);
+  ea__chaos_rsrc_tick(r);
   int64_t now = ea__chaos_mono_ms();
   if (r->ckpt_available && now - last_ckpt_scan >= 1000) {
     last_ckpt_scan = now;
@@ -908,6 +911,7 @@ void ea__chaos_run_free(ea__chaos_run *r) {
   free(r->eps);
   free(r->viol);
   free(r->spans);
+  free(r->rsrc);
   free(r->prog);
   free(r->ckpts);
   free(r->ref.ref_loss);
