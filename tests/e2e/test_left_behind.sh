@@ -78,7 +78,7 @@ for n in n1 n2 n3; do signal_node "$n" KILL; done
 
 say "2. a node cut off while the job ended ends it too, exit 0"
 CK=$EA_TMP/ck2
-steps=60000
+steps=24000
 JOB=("${TINY[@]}" --set checkpoint.save_interval_steps=500 --set checkpoint.dir="$CK"
   --set train.steps=$steps)
 reached() { (($(last_step "$1") >= $2)); }
@@ -91,7 +91,7 @@ for n in m1 m2 m3; do
   EA_PGIDS+=("${WPID[$n]}")
 done
 # Stopped with a third of the job left, which m1 and m2 finish at world 2.
-wait_for 120 reached m1 40000 || fail "m1 does not reach step 40000: $(tail -2 "$(agent_log m1)")"
+wait_for 180 reached m1 16000 || fail "m1 does not reach step 16000: $(tail -2 "$(agent_log m1)")"
 signal_node m3 STOP
 for n in m1 m2; do
   wait_exit "$n" 120 || fail "$n did not finish the job: $(tail -3 "$(agent_log "$n")")"
