@@ -197,6 +197,10 @@ class Generation:
         self._samples = 0
         self._last = time.monotonic()
         self._open = True
+        # where its re-formation's time went, set at its first report:
+        # epoch seconds of last_step (the previous generation's last report),
+        # prepare, ready, commit, destroyed, formed, synced, first_step
+        self.timing: Optional[Dict[str, float]] = None
         self._outcome: Optional[str] = None  # done | interrupted | failed
         self._error: Optional[CommError] = None
 
@@ -327,6 +331,12 @@ class Worker:
         self._watchdog: Optional[threading.Timer] = None
         self._stop_handled = False
         self._warned_nan = False
+        # Where a re-formation's time goes (wall-clock seconds, time.time()):
+        # the reader thread stamps PREPARE and COMMIT as they arrive, the
+        # program thread the rest; logged and kept as Generation.timing at
+        # the generation's first report (docs/pytorch.md, "join stall").
+        self._t_prepare = self._t_commit = self._t_ready = self._t_step = 0.0
+        self._timing: Optional[Dict[str, float]] = None
 
     # ---- messages --------------------------------------------------------------
 
@@ -385,6 +395,7 @@ class Worker:
                     log.info("ignoring prepare gen=%d: gen %d already announced", m["gen"], self._max_gen)
                 else:
                     self._max_gen = m["gen"]
+                    self._t_prepare = time.time()
                     self._prepare = (m["gen"], bool(m.get("make_nccl_id", False)))
                     if self._commit is not None and self._commit["gen"] < m["gen"]:
                         self._commit = None
@@ -395,6 +406,7 @@ class Worker:
                     log.info("ignoring commit gen=%d: gen %d already announced", m["gen"], self._max_gen)
                 else:
                     self._max_gen = m["gen"]
+                    self._t_commit = time.time()
                     self._commit = m
                     g = self.backend.gen
                     if g is not None and g < m["gen"]:
@@ -495,9 +507,15 @@ class Worker:
             # agent asks rank 0 for one only because its built-in nccl does.
             msg["nccl_id"] = bytes(protocol.NCCL_ID_BYTES)
         self._send(msg)
+        self._t_ready = time.time()
 
     def _do_commit(self, plan: Dict[str, Any]) -> None:
+        with self._mu:
+            tm = {"last_step": self._t_step, "prepare": self._t_prepare, "ready": self._t_ready,
+                  "commit": self._t_commit}
+        self._timing = None
         self._teardown()
+        tm["destroyed"] = time.time()
         self._plan = plan
         self.gen, self.rank, self.world = plan["gen"], plan["rank"], plan["world"]
         self._ckpt_interval = plan.get("ckpt_interval", 0)
@@ -523,6 +541,7 @@ class Worker:
         if self._interrupted():  # arrived while forming: the reader could not abort it yet
             self.backend.abort()
         t1 = time.monotonic()
+        tm["formed"] = time.time()
         self._loaded_now = False
         if plan.get("resume") and plan["rank"] == plan["sync_root"] and not self._resume(plan):
             return
@@ -538,6 +557,8 @@ class Worker:
                  plan["gen"], plan["rank"], plan["world"], self.state.step, (t1 - t0) * 1e3,
                  (time.monotonic() - t1) * 1e3, how, self.backend.name)
         self._sync_how = how
+        tm["synced"] = time.time()
+        self._timing = tm
         self._training = True
 
     def _sync_state(self, plan: Mapping[str, Any]) -> str:
@@ -633,6 +654,14 @@ class Worker:
         step = st.step
         st.step += 1
         st._applied = False
+        now = time.time()
+        with self._mu:
+            self._t_step = now
+        tm = self._timing
+        if tm is not None and "first_step" not in tm:
+            tm["first_step"] = now
+            g.timing = tm
+            self._log_timing(g, tm)
         if not math.isfinite(loss) and not self._warned_nan:
             self._warned_nan = True  # the agent alerts on every such report
             log.warning("gen=%d step %d: the loss is %r", g.gen, step, loss)
@@ -650,6 +679,22 @@ class Worker:
         self._maybe_checkpoint(st.step)
         if self._interrupted():
             raise Interrupted()
+
+    @staticmethod
+    def _log_timing(g: Generation, tm: Mapping[str, float]) -> None:
+        """One line per generation: its stamps (epoch seconds) and the
+        intervals between them (ms); a stamp of 0 was not taken (no PREPARE
+        came before this COMMIT, no step before it)."""
+        order = ("last_step", "prepare", "ready", "commit", "destroyed", "formed", "synced", "first_step")
+        ms = []
+        prev = None
+        for k in order:
+            if tm.get(k):
+                if prev is not None:
+                    ms.append("%s_ms=%.1f" % (k, (tm[k] - prev) * 1e3))
+                prev = tm[k]
+        log.info("gen=%d rank=%d world=%d sync=%s timing %s %s", g.gen, g.rank, g.world, g.sync,
+                 " ".join("%s=%.6f" % (k, tm.get(k, 0.0)) for k in order), " ".join(ms))
 
     def _skip_ckpt(self, step: int, reason: str) -> None:
         self._ckpt_skipped += 1

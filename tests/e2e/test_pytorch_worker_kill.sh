@@ -50,6 +50,9 @@ wait_for 30 grep -q 'worker 0 restart 1 of' "$(agent_log n3)" || fail "n3 did no
 wait_for 60 sh -c "tail -c +$m3 '$(agent_log n3)' | grep -q 'worker 0 hello pid='" ||
   fail "n3's new worker never said hello: $(tail -5 "$(agent_log n3)")"
 t_hello=$(first_ts n3 'worker 0 hello pid=' "$m3")
+# n3's log from the new worker's hello on (the killed one's last reports
+# can come after m3)
+m3h=$((m3 + $(log_after n3 "$m3" | grep -b -m1 'worker 0 hello pid=' | cut -d: -f1)))
 # The survivors trained while the new process started (the hello gate for a
 # member whose worker restarts): world-2 steps logged before its hello.
 before=$(log_after n1 "$m1" | grep -E " step worker=0 gen=[0-9]+ rank=[0-9]+ world=2 " |
@@ -58,12 +61,12 @@ before=$(log_after n1 "$m1" | grep -E " step worker=0 gen=[0-9]+ rank=[0-9]+ wor
 pass "world 2 from step $first2, $((s2 - t_kill)) ms after the kill; $before steps before the restarted worker's hello ($((t_hello - t_kill)) ms)"
 
 say "3. n3's restarted worker is taken back after its hello and receives the state"
-wait_for 60 steps_at n3 3 20 "$m3" || fail "n3 does not train at world 3 again: $(tail -5 "$(agent_log n3)")"
-s3=$(first_ts n3 ' step worker=0 gen=[0-9]+ rank=[0-9]+ world=3 ' "$m3")
+wait_for 60 steps_at n3 3 20 "$m3h" || fail "n3 does not train at world 3 again: $(tail -5 "$(agent_log n3)")"
+s3=$(first_ts n3 ' step worker=0 gen=[0-9]+ rank=[0-9]+ world=3 ' "$m3h")
 p3b=$(wpid n3)
 track "$p3b"
 [ -n "$p3b" ] && [ "$p3b" != "$p3" ] || fail "n3's worker pid is $p3b (killed: $p3)"
-n3first=$(log_after n3 "$m3" | grep -m1 -oE ' step worker=0 .* step=[0-9]+' | sed 's/.*step=//')
+n3first=$(log_after n3 "$m3h" | grep -m1 -oE ' step worker=0 .* step=[0-9]+' | sed 's/.*step=//')
 last2=$(cat "$(agent_log n1)" "$(agent_log n2)" | grep -oE ' world=2 step=[0-9]+' | sed 's/.*step=//' | sort -n | tail -n1)
 assert_eq "$n3first" "$((last2 + 1))" "the restarted worker's first step vs the last step at world 2"
 assert_eq "$(wpid n1)" "$p1" "n1's worker pid"
