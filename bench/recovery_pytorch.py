@@ -42,8 +42,8 @@ STALL_PARTS = {
     "teardown": ("prepare", "ready"),       # abort + destroy the old group, READY sent
     "commit_wait": ("ready", "commit"),     # the others' READY (the joiner's too), the COMMIT
     "destroy": ("commit", "destroyed"),     # at COMMIT (already done at PREPARE: ~0)
-    "form": ("destroyed", "formed"),        # TCPStore client + init_process_group (gloo mesh)
-    "sync": ("formed", "synced"),           # 7-slot allreduce, state broadcast, digest allreduce
+    "form": ("destroyed", "formed"),        # TCPStore client + init_process_group, to the last rank's
+    "sync": ("formed", "synced"),           # from the group formed: allreduce, state broadcast, allreduce
     "first_step": ("synced", "first_step"),  # the user's first step (DDP built, its allreduce, the sleep)
 }
 KV = re.compile(r"(\w+)=(\S+)")
@@ -167,14 +167,26 @@ def step_interval(log, before):
 
 def join_stall(e):
     """ours-inplace node-join: per running rank (every log but the joiner's,
-    the last), the re-formation's stamps → the stall and its parts (ms)."""
+    the last), the stall and its parts (ms).  The group is formed when its
+    last rank (the joiner included) has formed it, so "form" runs from this
+    rank's old group gone to that moment and "sync" (the state sync: its
+    allreduce, the broadcast, the digest allreduce) from it to this rank's
+    sync done; the ranks' clocks are one host's."""
     t0, until, world = e["t0"], e.get("t_end") or float("inf"), e["world"]
+    tl = {}
+    for p in e["logs"]:
+        x = timing_lines(p, world, t0, until)
+        if x:
+            tl[p] = x[0]
+    if len(tl) != len(e["logs"]):
+        return []
+    formed_all = max(t["formed"] for t in tl.values())
     ranks = []
     for p in e["logs"][:-1]:
-        tl = timing_lines(p, world, t0, until)
-        if not tl or not all(tl[0].get(k) for k in STAMPS):
+        tm = dict(tl[p])
+        if not all(tm.get(k) for k in STAMPS):
             continue
-        tm = tl[0]
+        tm["formed"] = formed_all
         lg = Log(p).poll() or Log(p)
         iv = step_interval(lg, tm["last_step"] + 1e-6)
         r = {k: round((tm[b] - tm[a]) * 1e3, 1) for k, (a, b) in STALL_PARTS.items()}

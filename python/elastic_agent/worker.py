@@ -118,8 +118,11 @@ class Backend:
         """Element-wise MAX of int64 values over the group."""
         raise NotImplementedError
 
-    def broadcast(self, data: Optional[bytearray], root: int) -> bytearray:
-        """``root``'s bytes on every rank (``data`` is None elsewhere)."""
+    def broadcast(self, data: Optional[bytearray], root: int, size: Optional[int] = None) -> bytearray:
+        """``root``'s bytes on every rank (``data`` is None elsewhere).  With
+        ``size`` (every rank passes the same, at least the root's length) no
+        length is exchanged first: the root's bytes arrive zero-padded to
+        ``size``."""
         raise NotImplementedError
 
     def comm_error(self, exc: BaseException) -> Optional[CommError]:
@@ -166,7 +169,7 @@ class SoloBackend(Backend):
             raise CommError("aborted", errno.ECANCELED)
         return list(values)
 
-    def broadcast(self, data: Optional[bytearray], root: int) -> bytearray:
+    def broadcast(self, data: Optional[bytearray], root: int, size: Optional[int] = None) -> bytearray:
         if self._aborted:
             raise CommError("aborted", errno.ECANCELED)
         assert data is not None
@@ -567,7 +570,10 @@ class Worker:
         MAX into a MIN): 0 step, 1 ~step, 2 digest, 3 ~digest, 4 signature,
         5 ~signature, 6 the root key: step·2²¹ + 2²⁰·[rank is sync_root] +
         (2²⁰-1-rank), whose maximum names the lowest rank among those with
-        the most steps, the COMMIT's sync_root first."""
+        the most steps, the COMMIT's sync_root first, 7 the flat state's
+        size (the broadcast is that long: no length goes first; a root whose
+        state is shorter pads it, and the receivers' load reads the header's
+        own length)."""
         st, rank, world = self.state, plan["rank"], plan["world"]
         if world >= (1 << 20):
             raise CommError("world %d: more than 2^20 ranks" % world, errno.EINVAL)
@@ -578,7 +584,7 @@ class Worker:
             # plan's choice, even over a left-behind live state with more
             # steps elsewhere (see _resume).
             key |= 1 << 62
-        v = self.backend.allreduce_max([step, ~step, dig, ~dig, sig, ~sig, key])
+        v = self.backend.allreduce_max([step, ~step, dig, ~dig, sig, ~sig, key, st.flat().total])
         root = (1 << 20) - 1 - (v[6] & ((1 << 20) - 1))
         if v[4] != ~v[5]:
             # Another model somewhere: every rank fails; the non-roots say
@@ -594,7 +600,7 @@ class Worker:
         if v[0] == ~v[1] and v[2] == ~v[3]:
             return "in-sync"
         data = st.flat().to_bytes() if rank == root else None
-        buf = self.backend.broadcast(data, root)
+        buf = self.backend.broadcast(data, root, size=v[7])
         err: Optional[StateError] = None
         if rank != root:
             try:
