@@ -503,8 +503,9 @@ def _no_store_barrier(backend: str) -> Iterator[None]:
 
 
 def _synced_already(*_a: Any, **_kw: Any) -> None:
-    """Stands in for DDP's _sync_module_states (see TorchGeneration.ddp) and
-    init_process_group's closing barrier (_no_store_barrier)."""
+    """Stands in for DDP's shape check and parameter broadcast (see
+    TorchGeneration.ddp) and init_process_group's closing barrier
+    (_no_store_barrier)."""
 
 
 def _sum_hook(_state, bucket):  # no annotations: DDP checks the bucket's
@@ -751,20 +752,26 @@ class TorchGeneration(Generation):
             import torch.nn.parallel.distributed as ddp_mod
             if self.device.type == "cuda":
                 kwargs.setdefault("device_ids", [self.device.index])
-            # DDP's constructor broadcasts every parameter and buffer from
-            # rank 0 (_sync_module_states): for the state's model that is a
-            # second full broadcast per generation, after the state sync has
-            # made the ranks' models bit-identical and proved it (the digest
-            # allreduce).  Skipped for it; any other module gets DDP's own.
-            skip = m is getattr(self.state, "model", None) and hasattr(ddp_mod, "_sync_module_states")
-            orig = getattr(ddp_mod, "_sync_module_states", None)
+            # DDP's constructor checks the parameters' shapes across the
+            # ranks (an allgather: _verify_param_shape_across_processes) and
+            # broadcasts every parameter and buffer from rank 0
+            # (_sync_module_states): for the state's model, two collectives
+            # more per generation — one a second full broadcast — after the
+            # state sync has compared the tensor tables (the signature) and
+            # made the models bit-identical (the digest allreduce).  Skipped
+            # for it; any other module gets DDP's own.
+            names = ("_verify_param_shape_across_processes", "_sync_module_states")
+            skip = m is getattr(self.state, "model", None) and all(hasattr(ddp_mod, n) for n in names)
+            orig = {n: getattr(ddp_mod, n, None) for n in names}
             if skip:
-                ddp_mod._sync_module_states = _synced_already
+                for n in names:
+                    setattr(ddp_mod, n, _synced_already)
             try:
                 d = ddp_mod.DistributedDataParallel(m, **kwargs)
             finally:
                 if skip:
-                    ddp_mod._sync_module_states = orig
+                    for n in names:
+                        setattr(ddp_mod, n, orig[n])
             if not average:
                 d.register_comm_hook(None, _sum_hook)
             self._tb._ddp[id(m)] = d
