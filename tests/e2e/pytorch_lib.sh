@@ -77,3 +77,17 @@ print("steps %d..%d: each in one generation, identical digests across its ranks%
 PY
 }
 
+# start_three — agents n1 (the seed), n2, n3 with the program; waits until
+# each logged 40 steps at world 3; sets seed, p1 p2 p3 (worker pids, tracked).
+start_three() {
+  start_agent n1 "${J[@]}" "${PROG[@]}"
+  seed=${AGENT_ADDR[n1]}
+  start_agent n2 --join "$seed" "${J[@]}" "${PROG[@]}"
+  start_agent n3 --join "$seed" "${J[@]}" "${PROG[@]}"
+  local n p
+  for n in n1 n2 n3; do
+    wait_for 90 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
+  done
+  p1=$(wpid n1) p2=$(wpid n2) p3=$(wpid n3)
+  for p in "$p1" "$p2" "$p3"; do [ -n "$p" ] && [ "$p" != 0 ] || fail "no worker pid in status"; track "$p"; done
+}

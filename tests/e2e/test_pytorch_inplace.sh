@@ -33,20 +33,12 @@ t_start=$(now_ms)
 source "$(dirname "$0")/pytorch_lib.sh"
 
 say "1. three agents, library mode: the program trains at world 3"
-start_agent n1 "${J[@]}" "${PROG[@]}"
-seed=${AGENT_ADDR[n1]}
-start_agent n2 --join "$seed" "${J[@]}" "${PROG[@]}"
-start_agent n3 --join "$seed" "${J[@]}" "${PROG[@]}"
-for n in n1 n2 n3; do
-  wait_for 90 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
-done
+start_three
 grep -q "library mode: workers get PYTHONPATH=$PWD/python" "$(agent_log n1)" || fail "no PYTHONPATH line"
 assert_eq "$(js n1 'd["job"]["protocol"]')" library "status job.protocol"
 # the program's report fields reach status: loss, digest, compute time
 "$PY" -c 'import json,sys; w=json.load(sys.stdin)["workers"][0]; assert w["state"] == "training" and w["loss"] is not None and w["compute_ms"] >= 0 and w["digest"] != "0000000000000000", w' \
   < <(ea_status n1 --json) || fail "status workers[0] lacks the program's report fields: $(ea_status n1 --json | head -c 600)"
-p1=$(wpid n1) p2=$(wpid n2) p3=$(wpid n3)
-for p in "$p1" "$p2" "$p3"; do [ -n "$p" ] && [ "$p" != 0 ] || fail "no worker pid in status"; track "$p"; done
 pass "world 3; worker pids $p1 $p2 $p3"
 
 say "2. SIGKILL n3 (agent and worker): n1 and n2 go on at world 2 in the same processes"

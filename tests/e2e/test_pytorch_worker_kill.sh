@@ -25,15 +25,7 @@ source "$(dirname "$0")/pytorch_lib.sh"
 export EA_TEST_STEPS_FILE=$EA_TMP/steps
 
 say "1. three agents, library mode: the program trains at world 3"
-start_agent n1 "${J[@]}" "${PROG[@]}"
-seed=${AGENT_ADDR[n1]}
-start_agent n2 --join "$seed" "${J[@]}" "${PROG[@]}"
-start_agent n3 --join "$seed" "${J[@]}" "${PROG[@]}"
-for n in n1 n2 n3; do
-  wait_for 90 steps_at "$n" 3 40 || fail "$n does not train at world 3: $(tail -5 "$(agent_log "$n")")"
-done
-p1=$(wpid n1) p2=$(wpid n2) p3=$(wpid n3)
-for p in "$p1" "$p2" "$p3"; do [ -n "$p" ] && [ "$p" != 0 ] || fail "no worker pid in status"; track "$p"; done
+start_three
 pass "world 3; worker pids $p1 $p2 $p3"
 
 say "2. SIGKILL n3's worker (pid $p3): n1 and n2 go on at world 2 in the same processes"

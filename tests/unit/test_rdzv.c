@@ -159,6 +159,8 @@ static void fill_gen(ea_rdzv_gen *g, uint64_t term, uint8_t id) {
   memset(g->ctrl.b, id, 16);
 }
 
+static const char *decode_err(const uint8_t *b, size_t n);
+
 START_TEST(test_codec_roundtrip) {
   ea_rdzv_msg m, d;
   /* PREPARE */
@@ -256,6 +258,21 @@ START_TEST(test_codec_roundtrip) {
   ck_assert_int_eq(d.flags, m.flags);
   ck_assert_uint_eq(d.gen.term, 0);
   ck_assert_uint_eq(d.accepted.term, 9);
+  /* STARTING (0x10) is the last flag: 0x20 is refused both ways */
+  m.flags = EA_RDZV_F_FAILED | EA_RDZV_F_STARTING;
+  d = roundtrip(&m);
+  ck_assert_int_eq(d.flags, EA_RDZV_F_FAILED | EA_RDZV_F_STARTING);
+  {
+    uint8_t *rb;
+    size_t rn;
+    ck_assert_int_eq(ea_rdzv_encode(&m, &rb, &rn), 0);
+    ck_assert_uint_eq(rb[rn - 1], EA_RDZV_F_FAILED | EA_RDZV_F_STARTING); /* a fixint, last */
+    rb[rn - 1] = 0x20;
+    ck_assert_str_eq(decode_err(rb, rn), "flags");
+    free(rb);
+    m.flags = 0x20;
+    ck_assert_int_eq(ea_rdzv_encode(&m, &rb, &rn), -EINVAL);
+  }
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_DRAIN;
   snprintf(m.name, sizeof m.name, "gpu-node-17");
