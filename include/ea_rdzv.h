@@ -440,7 +440,9 @@ typedef enum {
  *   - the REPORT flag EA_RDZV_F_STARTING (ea_rdzv_worker_starting): fast,
  *     it goes out with the worker's failure report; the controller believes
  *     the newest REPORT of a node, either way, for EA_RDZV_STARTING_TTL_MS
- *     (the member re-sends it every REPORT_MS while a worker starts);
+ *     (the member re-sends it every REPORT_MS while a worker starts) — a
+ *     REPORT without the flag only from a node that had set it (one that
+ *     never does, builtin mode or an older agent, is judged by its tag);
  *   - otherwise its gossip tags ("k=v,k=v") holding EA_RDZV_TAG_STARTING,
  *     which its agent sets as long.
  * Waived for members of the running generation when without them fewer
