@@ -358,7 +358,12 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
 void ea__agent_update_starting(ea__agent *a) {
   if (a->mode != EA__MODE_LIBRARY || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
   bool up = true;
-  for (uint32_t k = 0; k < a->wpn; k++) up = up && a->w[k].hello;
+  for (uint32_t k = 0; k < a->wpn; k++) {
+    up = up && a->w[k].hello;
+    /* the fast signal, on the control channel (EA_RDZV_F_STARTING) */
+    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, !a->w[k].hello);
+  }
+  ea__agent_core_done(a);
   bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);
   if (was == !up) return;
   if (ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, EA_RDZV_TAG_STARTING, !up) < 0) {
@@ -543,10 +548,15 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   bool said = w->exit_reason[0] && sig == 0 && w->exit_code == status;
   ea_log(EA_LOG_WARN, "worker", "worker %u failure: exited status=%" PRId64 " signal=%d%s%s", k,
          status, sig, said ? ": " : "", said ? w->exit_reason : "");
+  uint32_t max = a->o->cfg.runtime.max_restarts;
+  /* Library mode: the failure report says at once that this worker is
+   * starting again, so the others re-form without this node rather than
+   * wait for the new process's imports (it comes back after its hello). */
+  if (a->mode == EA__MODE_LIBRARY && w->restarts < max)
+    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, true);
   ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
   ea__agent_core_done(a);
   if (a->phase >= EA__PHASE_STOPPING) return; /* the report drained us */
-  uint32_t max = a->o->cfg.runtime.max_restarts;
   if (w->restarts >= max) {
     ea_log(EA_LOG_ERROR, "worker",
            "worker %u failed %u time%s after %u restart%s (runtime.max_restarts): draining "
@@ -612,5 +622,6 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot start the workers: %s", uv_strerror(rc));
     return rc;
   }
+  ea__agent_update_starting(a); /* none has said hello yet */
   return 0;
 }

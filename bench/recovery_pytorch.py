@@ -33,6 +33,19 @@ import sys
 import time
 
 LINE = re.compile(r"train rank=(\d+) world=(\d+) (.*) t=(\d+\.\d+)\s*$")
+# The library's per-generation line (elastic_agent/worker.py, _log_timing).
+TIMING = re.compile(r"elastic_agent: INFO gen=(\d+) rank=(\d+) world=(\d+) sync=(\S+) timing (.*)$")
+STAMPS = ["last_step", "prepare", "ready", "commit", "destroyed", "formed", "synced", "first_step"]
+# The running ranks' stall at a join, stamp to stamp (ms).
+STALL_PARTS = {
+    "boundary": ("last_step", "prepare"),   # the old generation's last step -> PREPARE arrives
+    "teardown": ("prepare", "ready"),       # abort + destroy the old group, READY sent
+    "commit_wait": ("ready", "commit"),     # the others' READY (the joiner's too), the COMMIT
+    "destroy": ("commit", "destroyed"),     # at COMMIT (already done at PREPARE: ~0)
+    "form": ("destroyed", "formed"),        # TCPStore client + init_process_group, to the last rank's
+    "sync": ("formed", "synced"),           # from the group formed: allreduce, state broadcast, allreduce
+    "first_step": ("synced", "first_step"),  # the user's first step (DDP built, its allreduce, the sleep)
+}
 KV = re.compile(r"(\w+)=(\S+)")
 
 
@@ -124,6 +137,70 @@ def pid_cmd(a):
 
 # ------------------------------------------------------------------ analysis
 
+def timing_lines(path, world, after, until):
+    """The library's timing records at world W whose COMMIT came in (after, until]."""
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = TIMING.search(line)
+                if not m or int(m.group(3)) != world:
+                    continue
+                r = {"gen": int(m.group(1)), "rank": int(m.group(2)), "sync": m.group(4)}
+                for k, v in KV.findall(m.group(5)):
+                    if k in STAMPS:
+                        r[k] = float(v)
+                if after < r.get("commit", 0) <= until:
+                    out.append(r)
+    except OSError:
+        pass
+    return out
+
+
+def step_interval(log, before):
+    """Median interval between consecutive steps of the log's newest process
+    (generation) before `before`: the pace of undisturbed training."""
+    ts = [r["t"] for r in log.recs if r["ev"] == "step" and r["t"] < before][-21:]
+    iv = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+    return statistics.median(iv) if iv else None
+
+
+def join_stall(e):
+    """ours-inplace node-join: per running rank (every log but the joiner's,
+    the last), the stall and its parts (ms).  The group is formed when its
+    last rank (the joiner included) has formed it, so "form" runs from this
+    rank's old group gone to that moment and "sync" (the state sync: its
+    allreduce, the broadcast, the digest allreduce) from it to this rank's
+    sync done; the ranks' clocks are one host's."""
+    t0, until, world = e["t0"], e.get("t_end") or float("inf"), e["world"]
+    tl = {}
+    for p in e["logs"]:
+        x = timing_lines(p, world, t0, until)
+        if x:
+            tl[p] = x[0]
+    if len(tl) != len(e["logs"]):
+        return []
+    formed_all = max(t["formed"] for t in tl.values())
+    ranks = []
+    for p in e["logs"][:-1]:
+        tm = dict(tl[p])
+        if not all(tm.get(k) for k in STAMPS):
+            continue
+        tm["formed"] = formed_all
+        lg = Log(p).poll() or Log(p)
+        iv = step_interval(lg, tm["last_step"] + 1e-6)
+        r = {k: round((tm[b] - tm[a]) * 1e3, 1) for k, (a, b) in STALL_PARTS.items()}
+        r["gap"] = round((tm["first_step"] - tm["last_step"]) * 1e3, 1)
+        r["step"] = round(iv * 1e3, 1) if iv else None
+        # the stall: the gap minus the one step it holds anyway (undisturbed
+        # training completes a step every `step`); beyond the broadcast: that
+        # minus the state sync
+        r["stall"] = round(r["gap"] - r["step"], 1) if iv else None
+        r["beyond_sync"] = round(r["stall"] - r["sync"], 1) if iv else None
+        ranks.append(r)
+    return ranks
+
+
 def ours_commit(path, world, after, until):
     """The first 'generation committed … world=W' line of an agent log after
     `after`, at the harness's stamp (the line's first field, $EPOCHREALTIME)."""
@@ -184,6 +261,8 @@ def analyze_event(e):
         if c is not None and (commit is None or c < commit):
             commit = c
     res["commit_s"] = round(commit - t0, 3) if commit else None
+    if e["system"] == "ours-inplace" and e["kind"] == "node-join":
+        res["join_stall"] = join_stall(e)
     if procs and firsts and len(procs) == len(logs) and e["system"] != "ours-inplace":
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
         marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
@@ -208,7 +287,8 @@ def _cell(s):
     return "-" if s["median"] is None else f"{s['median']:.2f} ({s['max']:.2f})"
 
 
-KINDS = ["node-kill", "node-stop", "worker-kill", "node-join"]
+KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join"]
+STALL_COLS = ["gap", "step", "stall", "sync", "beyond_sync"] + [k for k in STALL_PARTS if k != "sync"]
 SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-inplace"]
 
 
@@ -229,6 +309,13 @@ def analyze(a):
             row = {"trials": len(rs), "recovered": sum(1 for r in rs if r["recovered"]),
                    "step_s": _stat([r["step_s"] for r in rs]),
                    "commit_s": _stat([r["commit_s"] for r in rs])}
+            js = [x for r in rs for x in r.get("join_stall") or []]
+            if js:
+                row["join_stall_median_ms"] = {c: round(statistics.median(x[c] for x in js if x[c] is not None), 1)
+                                               for c in STALL_COLS if any(x[c] is not None for x in js)}
+                row["join_stall_max_ms"] = {c: max(x[c] for x in js if x[c] is not None)
+                                            for c in STALL_COLS if any(x[c] is not None for x in js)}
+                row["join_stall_ranks"] = len(js)
             bs = [r["breakdown"] for r in rs if r.get("breakdown")]
             if bs:
                 row["breakdown_median_s"] = {p: round(statistics.median(b[p] for b in bs), 3) for p in PHASES}
@@ -272,8 +359,20 @@ def print_table(out):
     print("node-join: from starting the new node's agent.  node-stop: SIGSTOP of agent and worker; "
           "torchrun's script runs with a 10 s gloo timeout (ours with the script's default, 30 min).")
     print("elastic-agent: restart mode (the torchrun script, unchanged); ea in-place: the same model driven by "
-          "`import elastic_agent` (bench/recovery_pytorch_lib.py), the same processes, no worker-kill run; "
-          "the ratios are torchrun / restart mode.")
+          "`import elastic_agent` (bench/recovery_pytorch_lib.py), the same processes; its worker-kill is to the "
+          "first step at world 3 (the survivors, without the restarting worker), worker-back the same kill to "
+          "world 4 with the restarted worker back; the ratios are torchrun / restart mode.")
+    j = s.get("ours-inplace", {}).get("node-join", {})
+    if j.get("join_stall_median_ms"):
+        med, mx = j["join_stall_median_ms"], j["join_stall_max_ms"]
+        print()
+        print(f"ea in-place, the running ranks' stall at a join (ms, median (max) over {j['join_stall_ranks']} "
+              "rank-joins), from the library's timing line:")
+        print("  " + "  ".join(f"{c}={med[c]:.1f} ({mx[c]:.1f})" for c in STALL_COLS if c in med))
+        print("  gap: last step of the old generation -> first step of the new; step: the median step interval "
+              "before (one step the gap holds anyway); stall = gap - step; beyond_sync = stall - sync (the state "
+              "broadcast and its two allreduces)")
+        print("  parts of the gap: " + ", ".join(f"{k} = {a} -> {b}" for k, (a, b) in STALL_PARTS.items()))
     print()
     print("where the seconds go, median per phase (s); the gating process = the last of the new group to finish import")
     hdr = f"{'system':<17} {'event':<12} " + " ".join(f"{p:>12}" for p in PHASES)

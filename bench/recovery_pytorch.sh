@@ -24,15 +24,24 @@
 #   ours-inplace      the same model, data, optimizer and step sleep driven by
 #                     the library (bench/recovery_pytorch_lib.py: `import
 #                     elastic_agent`), `--set compute.protocol=library`, the
-#                     rest as ours; node-kill, node-join and node-stop only
-#                     (its workers are not restarted: timed to the first step
-#                     at the new world size in a generation formed after it)
+#                     rest as ours; timed to the first step at the new world
+#                     size in a generation formed after the fault (the same
+#                     processes go on); its worker-kill is timed twice: to the
+#                     first step at world 3 (the survivors re-formed without
+#                     the restarting worker: "worker-kill") and to the first
+#                     step at world 4 with the restarted worker back, after its
+#                     hello and the joiner batching ("worker-back")
 # Per trial, on one running cluster per system:
 #   node-kill    SIGKILL the victim's process groups (agent + worker)
 #   node-join    a node (a fresh one) starts and joins: timed from its start
 #   node-stop    SIGSTOP the victim's process groups; SIGKILLed once measured
 #   node-join    again (the stopped node replaced)
-#   worker-kill  SIGKILL the victim's worker only
+#   worker-kill  SIGKILL the victim's worker only (ours-inplace: then
+#                worker-back, the same kill timed to world 4 again)
+# ours-inplace also reports the running ranks' stall at each node-join, from
+# the library's per-generation timing line (docs/pytorch.md, "join stall"):
+# last step of the old generation → PREPARE → READY → COMMIT → old group
+# destroyed → new group formed → state synced → first step.
 # Each is timed from just before the signal (or the start) to the first step
 # completed at the new world size by a process started after it (every node
 # of the new group must have stepped twice for the fault to count as
@@ -76,7 +85,7 @@ while [ $# -gt 0 ]; do
         --json) JSON=$2; shift ;;
         --out) OUT=$2; KEEP=1; shift ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
         *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -280,7 +289,17 @@ run_ours() { # [inplace]
         kill_group "ea-$victim"
         [ $ok = 0 ] || return 1
         join_one "$i" || return 1
-        [ "$OURS_LIB" = 1 ] && continue
+        if [ "$OURS_LIB" = 1 ]; then
+            pick_victim
+            w=$(newest_pid "$d/$victim.log") || { log "$sys: no worker on $victim"; return 1; }
+            local others=() x
+            for x in "${names[@]}"; do [ "$x" != "$victim" ] && others+=("$x"); done
+            t=$EPOCHREALTIME; kill -KILL "$w"
+            measure $sys worker-kill "$i" "$t" 3 $dl "$(logs_of "${others[@]}")" || return 1
+            measure $sys worker-back "$i" "$t" 4 $dl "$(logs_of "${names[@]}")" || return 1
+            w=$(newest_pid "$d/$victim.log") && WORKER_PIDS+=("$w")
+            continue
+        fi
         pick_victim
         w=$(newest_pid "$d/$victim.log") || { log "ours: no worker on $victim"; return 1; }
         t=$EPOCHREALTIME; kill -KILL "$w"

@@ -163,7 +163,7 @@ typedef struct {
  *   0x14  ABORT    the abandoned one nil   (a prepared one, or the running
  *                                            one stopped: see below)
  *   0x15  DRAIN    none              [ name:str ]
- *   0x16  REPORT   running/prepared  [ accepted:gen, flags:uint ]
+ *   0x16  REPORT   running/prepared  [ accepted:gen, flags:uint ]  (EA_RDZV_F_*)
  *   0x17  QUERY    none              nil
  *   0x18  STATE    last formed       [ id:bin16, … ]  (rank order)
  *   0x19  RELEASE  the new one       nil
@@ -213,7 +213,12 @@ typedef enum {
 #define EA_RDZV_F_PREPARING 0x02 /* gen is prepared here, waiting for COMMIT */
 #define EA_RDZV_F_FAILED 0x04    /* a local worker failed in gen */
 #define EA_RDZV_F_DRAINING 0x08  /* this node is draining */
-#define EA_RDZV_F_ALL 0x0f
+/* A local worker is (re)starting and has not said hello yet (library mode:
+ * Python and `import torch` still running): take this node into no
+ * generation — neither keep it as a survivor nor take it as a joiner —
+ * until a REPORT without it (see "Admission after hello" below). */
+#define EA_RDZV_F_STARTING 0x10
+#define EA_RDZV_F_ALL 0x1f
 
 typedef struct {
   uint8_t type; /* ea_rdzv_msg_type */
@@ -431,14 +436,34 @@ typedef enum {
   EA_RDZV_JOB_MIN_NODES = 2, /* fewer than min_nodes for rendezvous_timeout */
 } ea_rdzv_job_fail;
 
-/* Admission after hello.  A member whose gossip tags ("k=v,k=v") hold the
- * token EA_RDZV_TAG_STARTING is not taken into a generation as a joiner
- * (nor into the first one): its agent sets it while a local worker has not
- * yet said hello since it (re)started — a library program still importing
- * torch and building its model — so the running ranks never stand still
- * waiting for a newcomer's start-up (docs/pytorch.md).  A member already in
- * the running generation is not affected. */
+/* Admission after hello.  A node whose local worker has not yet said hello
+ * since it (re)started — a library program still importing torch and
+ * building its model — is taken into no generation: not as a joiner, not
+ * into the first one, and not kept as a survivor when its worker restarted
+ * in the running generation (the others re-form without it and it comes
+ * back as a joiner), so the running ranks never stand still waiting for a
+ * Python start (docs/pytorch.md).  Two signals say so:
+ *   - the REPORT flag EA_RDZV_F_STARTING (ea_rdzv_worker_starting): fast,
+ *     it goes out with the worker's failure report; the controller believes
+ *     the newest REPORT of a node, either way, for EA_RDZV_STARTING_TTL_MS
+ *     (the member re-sends it every REPORT_MS while a worker starts) — a
+ *     REPORT without the flag only from a node that had set it (one that
+ *     never does, builtin mode or an older agent, is judged by its tag);
+ *   - otherwise its gossip tags ("k=v,k=v") holding EA_RDZV_TAG_STARTING,
+ *     which its agent sets as long.
+ * Waived for members of the running generation when without them fewer
+ * than min_nodes would remain, or no majority of it: they are kept and
+ * waited for, as before the flag. */
 #define EA_RDZV_TAG_STARTING "ea.starting=1"
+/* Three report periods: a lost REPORT costs at most this, after which the
+ * gossip tag (by then propagated) decides. */
+#define EA_RDZV_STARTING_TTL_MS 3000u
+/* Local worker `local` is starting (on: spawned, no hello yet) or up (off:
+ * it said hello).  Library mode only; a node that never calls it reports
+ * no EA_RDZV_F_STARTING.  While any is starting, REPORTs carry the flag and
+ * are re-sent every REPORT_MS; when the last says hello, one goes out
+ * without it at once. */
+void ea_rdzv_worker_starting(ea_rdzv *r, uint64_t now_ms, uint32_t local, bool on);
 /* Whether the comma-separated tags hold token exactly. */
 bool ea_rdzv_tags_have(const char *tags, const char *token);
 /* Add (on) or remove (off) token in tags (capacity cap): 0, or -ENOSPC

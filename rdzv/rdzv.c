@@ -142,6 +142,15 @@ typedef struct {
   uint32_t incarnation;
 } drainer;
 
+/* What a node's newest REPORT said of its workers (EA_RDZV_F_STARTING),
+ * believed until `until` (EA_RDZV_STARTING_TTL_MS after it came); after
+ * that its gossip tag decides. */
+typedef struct {
+  ea_node_id id;
+  bool starting;
+  uint64_t until;
+} wstart;
+
 struct ea_rdzv {
   ea_rdzv_config cfg;
   ea_node_id self;
@@ -187,6 +196,7 @@ struct ea_rdzv {
   uint64_t prep_since;
   bool wready[EA_RDZV_MAX_WPN];
   bool wstepped[EA_RDZV_MAX_WPN];
+  bool wstarting[EA_RDZV_MAX_WPN]; /* ea_rdzv_worker_starting: no hello yet */
   ea_rdzv_worker winfo[EA_RDZV_MAX_WPN];
   bool whas_nccl;
   uint8_t wnccl[EA_RDZV_NCCL_ID_BYTES];
@@ -250,6 +260,11 @@ struct ea_rdzv {
   bool stop_all;
   drainer *drain_set;
   size_t ndrain, capdrain;
+  wstart *wst; /* nodes' REPORTs about their starting workers */
+  size_t nwst, capwst;
+  /* Too few nodes without the members whose workers are starting: they are
+   * kept and waited for (see "Admission after hello" in ea_rdzv.h). */
+  bool starting_waived;
   exclusion *excl;
   size_t nexcl, capexcl;
   flapper *flap;
@@ -639,6 +654,10 @@ static void prune(ea_rdzv *r) {
       r->drain_set[k++] = r->drain_set[i];
   }
   r->ndrain = k;
+  k = 0;
+  for (size_t i = 0; i < r->nwst; i++)
+    if (r->now < r->wst[i].until && view_find(r, &r->wst[i].id)) r->wst[k++] = r->wst[i];
+  r->nwst = k;
 }
 
 static void set_formed(ea_rdzv *r, const ea_rdzv_gen *g, const ea_node_id *ids, uint32_t n) {
@@ -976,12 +995,19 @@ static bool self_in_formed(const ea_rdzv *r) {
   return find_id(r->formed_ids, r->nformed, &r->self) >= 0;
 }
 
+static bool any_wstarting(const ea_rdzv *r) {
+  for (uint32_t i = 0; i < r->cfg.workers_per_node; i++)
+    if (r->wstarting[i]) return true;
+  return false;
+}
+
 /* Something the controller must hear from us, re-sent until it has an
  * effect: a failure, our drain, or that we belong to the formed generation
  * but are not running it (restarted, paused, timed out). */
 static bool need_report(const ea_rdzv *r) {
   if (r->drained) return false;
   if (r->draining || r->announce) return true;
+  if (any_wstarting(r)) return true; /* EA_RDZV_F_STARTING, refreshed every REPORT_MS */
   if (r->fail_gen.term) {
     if (r->running && gen_eq(&r->fail_gen, &r->run.gen)) return true;
     if (r->prep && gen_eq(&r->fail_gen, &r->prep_gen)) return true;
@@ -1006,6 +1032,7 @@ static void send_report(ea_rdzv *r) {
     m.flags &= (uint8_t)~EA_RDZV_F_RUNNING;
   }
   if (r->draining) m.flags |= EA_RDZV_F_DRAINING;
+  if (any_wstarting(r)) m.flags |= EA_RDZV_F_STARTING;
   post(r, &r->el.controller, &m);
 }
 
@@ -1488,8 +1515,46 @@ int ea_rdzv_tags_set(char *tags, size_t cap, const char *token, bool on) {
   return 0;
 }
 
-static bool starting(const ea_member *m) {
+static int find_wst(const ea_rdzv *r, const ea_node_id *id) {
+  for (size_t i = 0; i < r->nwst; i++)
+    if (id_eq(&r->wst[i].id, id)) return (int)i;
+  return -1;
+}
+
+/* A REPORT of id said whether a worker of it is starting.  "Not starting"
+ * is news only from a node that said it was: one that never sets the flag
+ * (builtin mode, an older agent) is judged by its gossip tag alone. */
+static void wst_note(ea_rdzv *r, const ea_node_id *id, bool on) {
+  int k = find_wst(r, id);
+  if (k < 0 && !on) return;
+  if (k < 0) {
+    if (r->nwst == r->capwst) {
+      size_t cap = r->capwst ? 2 * r->capwst : 8;
+      wstart *p = realloc(r->wst, cap * sizeof *p);
+      if (!p) return; /* the gossip tag still tells, later */
+      r->wst = p;
+      r->capwst = cap;
+    }
+    k = (int)r->nwst++;
+    r->wst[k].id = *id;
+  }
+  r->wst[k].starting = on;
+  r->wst[k].until = r->now + EA_RDZV_STARTING_TTL_MS;
+}
+
+/* Whether a worker of m has not said hello since it (re)started: its newest
+ * REPORT says, while fresh; else its gossip tag. */
+static bool starting(const ea_rdzv *r, const ea_member *m) {
+  int k = find_wst(r, &m->id);
+  if (k >= 0 && r->now < r->wst[k].until) return r->wst[k].starting;
   return ea_rdzv_tags_have(m->meta.tags, EA_RDZV_TAG_STARTING);
+}
+
+/* A member of the formed generation left out of the next one until its
+ * restarted worker says hello (unless that is waived: waive_holds). */
+static bool starting_out(const ea_rdzv *r, const ea_node_id *id) {
+  const ea_member *v = view_find(r, id);
+  return v && !r->starting_waived && starting(r, v);
 }
 
 uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64) {
@@ -1535,8 +1600,12 @@ static void ctrl_report(ea_rdzv *r, const ea_rdzv_msg *m) {
   if (r->el.have && id_eq(&r->el.controller, &r->self)) send_state(r, &m->src);
 }
 
+/* The flags that say a member is doing something (not idle). */
+#define F_BUSY (EA_RDZV_F_RUNNING | EA_RDZV_F_PREPARING | EA_RDZV_F_FAILED | EA_RDZV_F_DRAINING)
+
 static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
   if (m->flags & EA_RDZV_F_DRAINING) drain_set_add(r, &m->src);
+  wst_note(r, &m->src, m->flags & EA_RDZV_F_STARTING);
   /* It runs (or ran, until a worker failed) a committed generation newer
    * than the last we know: one we never heard of (formed by a controller
    * on the other side of a healed partition, possibly with our very term).
@@ -1549,18 +1618,22 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
   }
   /* Idle and talking to us: if it sits out a failure, it is back (a
    * restarted agent introduces itself this way). */
-  if (!(m->flags & EA_RDZV_F_ALL)) lift(r, find_excl(r, &m->src));
+  if (!(m->flags & F_BUSY)) lift(r, find_excl(r, &m->src));
   /* Idle, and the last generation it accepted is the formed one it is a
    * member of: it no longer runs it, so it restarted (its persisted number
    * came back) or lost its quorum.  A member paused by an abandoned
    * formation accepted that newer one instead, and one still preparing or
    * running says so in its flags. */
-  if (!(m->flags & EA_RDZV_F_ALL) && r->formed.term && gen_eq(&m->accepted, &r->formed) &&
+  if (!(m->flags & F_BUSY) && r->formed.term && gen_eq(&m->accepted, &r->formed) &&
       find_id(r->formed_ids, r->nformed, &m->src) >= 0)
     flap_fail(r, &m->src, "restarted");
   if (r->f.phase) {
-    if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->f.gen) &&
-        find_id(r->f.ids, r->f.n, &m->src) >= 0)
+    /* A chosen member whose worker restarts: nobody's fault, start over
+     * without it (unless waived: then its READY follows its hello). */
+    if (find_id(r->f.ids, r->f.n, &m->src) >= 0 && starting_out(r, &m->src))
+      formation_drained(r);
+    else if ((m->flags & EA_RDZV_F_FAILED) && gen_eq(&m->gen, &r->f.gen) &&
+             find_id(r->f.ids, r->f.n, &m->src) >= 0)
       formation_failed(r, &m->src, 1, EXCL_BASE_MS);
     return; /* draining draft members are caught by ctrl_eval */
   }
@@ -1779,8 +1852,8 @@ static void stop_formed(ea_rdzv *r, bool everyone) {
  * needs every node would stop it, and after the rendezvous timeout fail it
  * (min_nodes not reached) while the node was alive and willing. */
 static void waive_holds(ea_rdzv *r) {
-  bool any = false;
-  uint32_t avail = 0, surv = 0;
+  bool any = false, anyst = false;
+  uint32_t avail = 0, surv = 0, avail_st = 0, surv_st = 0; /* _st: the starting ones out too */
   for (size_t i = 0; i < r->nview; i++) {
     const ea_member *v = &r->view[i];
     if (!is_up(v) || observer(v) || in_drain_set(r, &v->id) || excluded(r, &v->id)) continue;
@@ -1789,9 +1862,16 @@ static void waive_holds(ea_rdzv *r) {
       continue;
     }
     bool member = find_id(r->formed_ids, r->nformed, &v->id) >= 0;
+    bool st = starting(r, v);
     surv += member;
-    if (!member && (v->state != EA_STATE_ALIVE || starting(v))) continue;
+    if (!member && (v->state != EA_STATE_ALIVE || st)) continue;
     avail++;
+    if (member && st) {
+      anyst = true;
+      continue;
+    }
+    surv_st += member;
+    avail_st++;
   }
   /* ... nor its quorum: a generation without them must still hold a
    * majority of the last one's voters (ctrl_step's rule). */
@@ -1803,6 +1883,10 @@ static void waive_holds(ea_rdzv *r) {
   }
   bool no_quorum = !r->cfg.quorum_none && voters > 0 && 2 * surv <= voters;
   r->holds_waived = any && (avail < r->cfg.min_nodes || no_quorum);
+  /* The same rule for members whose worker restarts: without them the job
+   * must still have min_nodes and a quorum, or they are waited for. */
+  bool no_quorum_st = !r->cfg.quorum_none && voters > 0 && 2 * surv_st <= voters;
+  r->starting_waived = anyst && (avail_st < r->cfg.min_nodes || no_quorum_st);
 }
 
 /* One pass of the controller.  Returns true when it changed something that
@@ -1833,7 +1917,8 @@ static bool ctrl_step(ea_rdzv *r) {
     /* A chosen member died, left or started draining: start over. */
     for (uint32_t i = 0; i < r->f.n; i++) {
       const ea_member *v = view_find(r, &r->f.ids[i]);
-      if (in_drain_set(r, &r->f.ids[i]) || kept_out(r, &r->f.ids[i])) {
+      if (in_drain_set(r, &r->f.ids[i]) || kept_out(r, &r->f.ids[i]) ||
+          starting_out(r, &r->f.ids[i])) {
         formation_drained(r); /* start over without it, nobody to blame */
         return true;
       }
@@ -1894,7 +1979,7 @@ static bool ctrl_step(ea_rdzv *r) {
     const ea_member *v = view_find(r, id);
     char nm[EA_NAME_MAX];
     if (!is_up(v) || (v && observer(v)) || in_drain_set(r, id) || excluded(r, id) ||
-        kept_out(r, id)) {
+        kept_out(r, id) || starting_out(r, id)) {
       if (!broken) {
         name_of(r, id, nm);
         snprintf(bwhy, sizeof bwhy, "%s is %s", nm,
@@ -1902,7 +1987,8 @@ static bool ctrl_step(ea_rdzv *r) {
                  : !is_up(v)           ? (v->state == EA_STATE_LEFT ? "left" : "dead")
                  : in_drain_set(r, id) ? "draining"
                  : kept_out(r, id)     ? "held out"
-                                       : "excluded");
+                 : excluded(r, id)     ? "excluded"
+                                       : "restarting its workers");
       }
       broken = true;
       if (!is_up(v) || observer(v) || in_drain_set(r, id)) lost = true;
@@ -1925,7 +2011,7 @@ static bool ctrl_step(ea_rdzv *r) {
         excluded(r, &v->id) || kept_out(r, &v->id) ||
         find_id(r->formed_ids, r->nformed, &v->id) >= 0)
       continue;
-    if (starting(v)) {
+    if (starting(r, v)) {
       nstarting++;
       continue;
     }
@@ -2253,6 +2339,7 @@ void ea_rdzv_free(ea_rdzv *r) {
   free(r->formed_ids);
   free(r->view);
   free(r->drain_set);
+  free(r->wst);
   free(r->excl);
   free(r->flap);
   free(r);
@@ -2379,6 +2466,19 @@ void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local) {
   settle(r);
 }
 
+void ea_rdzv_worker_starting(ea_rdzv *r, uint64_t now_ms, uint32_t local, bool on) {
+  if (local >= r->cfg.workers_per_node) return;
+  at(r, now_ms);
+  if (r->wstarting[local] != on) {
+    r->wstarting[local] = on;
+    r->report_to_set = false; /* tell the controller now */
+    /* The last one up: one REPORT without the flag, until the controller
+     * answers (an introduction), so it need not wait for gossip. */
+    if (!on && !any_wstarting(r)) r->announce = true;
+  }
+  settle(r);
+}
+
 int ea_rdzv_drain(ea_rdzv *r, uint64_t now_ms, const char *name) {
   at(r, now_ms);
   int rc = 0;
@@ -2424,6 +2524,7 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
   if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
   for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
+  for (size_t i = 0; i < r->nwst; i++) soonest(&d, now, r->wst[i].until);
   for (size_t i = 0; i < r->nflap; i++) soonest(&d, now, r->flap[i].until);
   if (r->formed_broken && r->broken_by_failure) soonest(&d, now, churn_until(r));
   if (r->churn && r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);

@@ -52,6 +52,7 @@ built-in trainer does.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -65,7 +66,7 @@ import threading
 import types
 import weakref
 from datetime import timedelta
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -479,6 +480,34 @@ def _iface_of(ip: str) -> Optional[str]:
     return None
 
 
+@contextlib.contextmanager
+def _no_store_barrier(backend: str) -> Iterator[None]:
+    """init_process_group without its closing store-based barrier (torch
+    1.13's _store_based_barrier: every rank adds to a key, then polls it every
+    10 ms until all have).  For gloo it only delays: the group's full mesh is
+    connected when the constructor returns, the sequence number that follows
+    is handed out through the store from rank 0 anyway, and the first thing
+    every rank does with the group is the state sync's allreduce, which waits
+    for all of them.  The poll adds up to 10 ms (a sleep, longer on a loaded
+    machine) to every formation.  Other backends keep it."""
+    c10d = dist.distributed_c10d
+    orig = getattr(c10d, "_store_based_barrier", None)
+    if backend != "gloo" or orig is None:
+        yield
+        return
+    c10d._store_based_barrier = _synced_already
+    try:
+        yield
+    finally:
+        c10d._store_based_barrier = orig
+
+
+def _synced_already(*_a: Any, **_kw: Any) -> None:
+    """Stands in for DDP's shape check and parameter broadcast (see
+    TorchGeneration.ddp) and init_process_group's closing barrier
+    (_no_store_barrier)."""
+
+
 def _sum_hook(_state, bucket):  # no annotations: DDP checks the bucket's
     """A DDP comm hook that sums (DDP's default divides by the world size)."""
     fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
@@ -555,8 +584,9 @@ class TorchBackend(Backend):
                 os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
             client = dist.TCPStore(host, port, None, False, timeout)
             store = dist.PrefixStore("ea/%d/" % plan["gen"], client)
-            dist.init_process_group(be, store=store, rank=plan["rank"], world_size=plan["world"],
-                                    timeout=timeout)
+            with _no_store_barrier(be):
+                dist.init_process_group(be, store=store, rank=plan["rank"], world_size=plan["world"],
+                                        timeout=timeout)
             self._client = client
             ok = True
         except RuntimeError as e:
@@ -652,10 +682,13 @@ class TorchBackend(Backend):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return [int(x) for x in t.tolist()]
 
-    def broadcast(self, data: Optional[bytearray], root: int) -> bytearray:
-        n = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64, device=self.device)
-        dist.broadcast(n, root)
-        size = int(n.item())
+    def broadcast(self, data: Optional[bytearray], root: int, size: Optional[int] = None) -> bytearray:
+        if size is None:
+            n = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64, device=self.device)
+            dist.broadcast(n, root)
+            size = int(n.item())
+        elif data is not None and len(data) < size:
+            data = data + bytes(size - len(data))  # rare: a rank with a longer meta
         out = data if data is not None else bytearray(size)
         if size == 0:
             return out
@@ -716,10 +749,29 @@ class TorchGeneration(Generation):
             raise ValueError("ddp(): no module (and the state has no model)")
         d = self._tb._ddp.get(id(m))
         if d is None:
-            from torch.nn.parallel import DistributedDataParallel as DDP
+            import torch.nn.parallel.distributed as ddp_mod
             if self.device.type == "cuda":
                 kwargs.setdefault("device_ids", [self.device.index])
-            d = DDP(m, **kwargs)
+            # DDP's constructor checks the parameters' shapes across the
+            # ranks (an allgather: _verify_param_shape_across_processes) and
+            # broadcasts every parameter and buffer from rank 0
+            # (_sync_module_states): for the state's model, two collectives
+            # more per generation — one a second full broadcast — after the
+            # state sync has compared the tensor tables (the signature) and
+            # made the models bit-identical (the digest allreduce).  Skipped
+            # for it; any other module gets DDP's own.
+            names = ("_verify_param_shape_across_processes", "_sync_module_states")
+            skip = m is getattr(self.state, "model", None) and all(hasattr(ddp_mod, n) for n in names)
+            orig = {n: getattr(ddp_mod, n, None) for n in names}
+            if skip:
+                for n in names:
+                    setattr(ddp_mod, n, _synced_already)
+            try:
+                d = ddp_mod.DistributedDataParallel(m, **kwargs)
+            finally:
+                if skip:
+                    for n in names:
+                        setattr(ddp_mod, n, orig[n])
             if not average:
                 d.register_comm_hook(None, _sum_hook)
             self._tb._ddp[id(m)] = d

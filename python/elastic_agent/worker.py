@@ -118,8 +118,11 @@ class Backend:
         """Element-wise MAX of int64 values over the group."""
         raise NotImplementedError
 
-    def broadcast(self, data: Optional[bytearray], root: int) -> bytearray:
-        """``root``'s bytes on every rank (``data`` is None elsewhere)."""
+    def broadcast(self, data: Optional[bytearray], root: int, size: Optional[int] = None) -> bytearray:
+        """``root``'s bytes on every rank (``data`` is None elsewhere).  With
+        ``size`` (every rank passes the same, at least the root's length) no
+        length is exchanged first: the root's bytes arrive zero-padded to
+        ``size``."""
         raise NotImplementedError
 
     def comm_error(self, exc: BaseException) -> Optional[CommError]:
@@ -166,7 +169,7 @@ class SoloBackend(Backend):
             raise CommError("aborted", errno.ECANCELED)
         return list(values)
 
-    def broadcast(self, data: Optional[bytearray], root: int) -> bytearray:
+    def broadcast(self, data: Optional[bytearray], root: int, size: Optional[int] = None) -> bytearray:
         if self._aborted:
             raise CommError("aborted", errno.ECANCELED)
         assert data is not None
@@ -197,6 +200,10 @@ class Generation:
         self._samples = 0
         self._last = time.monotonic()
         self._open = True
+        # where its re-formation's time went, set at its first report:
+        # epoch seconds of last_step (the previous generation's last report),
+        # prepare, ready, commit, destroyed, formed, synced, first_step
+        self.timing: Optional[Dict[str, float]] = None
         self._outcome: Optional[str] = None  # done | interrupted | failed
         self._error: Optional[CommError] = None
 
@@ -327,6 +334,12 @@ class Worker:
         self._watchdog: Optional[threading.Timer] = None
         self._stop_handled = False
         self._warned_nan = False
+        # Where a re-formation's time goes (wall-clock seconds, time.time()):
+        # the reader thread stamps PREPARE and COMMIT as they arrive, the
+        # program thread the rest; logged and kept as Generation.timing at
+        # the generation's first report (docs/pytorch.md, "join stall").
+        self._t_prepare = self._t_commit = self._t_ready = self._t_step = 0.0
+        self._timing: Optional[Dict[str, float]] = None
 
     # ---- messages --------------------------------------------------------------
 
@@ -385,6 +398,7 @@ class Worker:
                     log.info("ignoring prepare gen=%d: gen %d already announced", m["gen"], self._max_gen)
                 else:
                     self._max_gen = m["gen"]
+                    self._t_prepare = time.time()
                     self._prepare = (m["gen"], bool(m.get("make_nccl_id", False)))
                     if self._commit is not None and self._commit["gen"] < m["gen"]:
                         self._commit = None
@@ -395,6 +409,7 @@ class Worker:
                     log.info("ignoring commit gen=%d: gen %d already announced", m["gen"], self._max_gen)
                 else:
                     self._max_gen = m["gen"]
+                    self._t_commit = time.time()
                     self._commit = m
                     g = self.backend.gen
                     if g is not None and g < m["gen"]:
@@ -495,9 +510,15 @@ class Worker:
             # agent asks rank 0 for one only because its built-in nccl does.
             msg["nccl_id"] = bytes(protocol.NCCL_ID_BYTES)
         self._send(msg)
+        self._t_ready = time.time()
 
     def _do_commit(self, plan: Dict[str, Any]) -> None:
+        with self._mu:
+            tm = {"last_step": self._t_step, "prepare": self._t_prepare, "ready": self._t_ready,
+                  "commit": self._t_commit}
+        self._timing = None
         self._teardown()
+        tm["destroyed"] = time.time()
         self._plan = plan
         self.gen, self.rank, self.world = plan["gen"], plan["rank"], plan["world"]
         self._ckpt_interval = plan.get("ckpt_interval", 0)
@@ -523,6 +544,7 @@ class Worker:
         if self._interrupted():  # arrived while forming: the reader could not abort it yet
             self.backend.abort()
         t1 = time.monotonic()
+        tm["formed"] = time.time()
         self._loaded_now = False
         if plan.get("resume") and plan["rank"] == plan["sync_root"] and not self._resume(plan):
             return
@@ -538,6 +560,8 @@ class Worker:
                  plan["gen"], plan["rank"], plan["world"], self.state.step, (t1 - t0) * 1e3,
                  (time.monotonic() - t1) * 1e3, how, self.backend.name)
         self._sync_how = how
+        tm["synced"] = time.time()
+        self._timing = tm
         self._training = True
 
     def _sync_state(self, plan: Mapping[str, Any]) -> str:
@@ -546,7 +570,10 @@ class Worker:
         MAX into a MIN): 0 step, 1 ~step, 2 digest, 3 ~digest, 4 signature,
         5 ~signature, 6 the root key: step·2²¹ + 2²⁰·[rank is sync_root] +
         (2²⁰-1-rank), whose maximum names the lowest rank among those with
-        the most steps, the COMMIT's sync_root first."""
+        the most steps, the COMMIT's sync_root first, 7 the flat state's
+        size (the broadcast is that long: no length goes first; a root whose
+        state is shorter pads it, and the receivers' load reads the header's
+        own length)."""
         st, rank, world = self.state, plan["rank"], plan["world"]
         if world >= (1 << 20):
             raise CommError("world %d: more than 2^20 ranks" % world, errno.EINVAL)
@@ -557,7 +584,7 @@ class Worker:
             # plan's choice, even over a left-behind live state with more
             # steps elsewhere (see _resume).
             key |= 1 << 62
-        v = self.backend.allreduce_max([step, ~step, dig, ~dig, sig, ~sig, key])
+        v = self.backend.allreduce_max([step, ~step, dig, ~dig, sig, ~sig, key, st.flat().total])
         root = (1 << 20) - 1 - (v[6] & ((1 << 20) - 1))
         if v[4] != ~v[5]:
             # Another model somewhere: every rank fails; the non-roots say
@@ -573,7 +600,7 @@ class Worker:
         if v[0] == ~v[1] and v[2] == ~v[3]:
             return "in-sync"
         data = st.flat().to_bytes() if rank == root else None
-        buf = self.backend.broadcast(data, root)
+        buf = self.backend.broadcast(data, root, size=v[7])
         err: Optional[StateError] = None
         if rank != root:
             try:
@@ -633,6 +660,14 @@ class Worker:
         step = st.step
         st.step += 1
         st._applied = False
+        now = time.time()
+        with self._mu:
+            self._t_step = now
+        tm = self._timing
+        if tm is not None and "first_step" not in tm:
+            tm["first_step"] = now
+            g.timing = tm
+            self._log_timing(g, tm)
         if not math.isfinite(loss) and not self._warned_nan:
             self._warned_nan = True  # the agent alerts on every such report
             log.warning("gen=%d step %d: the loss is %r", g.gen, step, loss)
@@ -650,6 +685,22 @@ class Worker:
         self._maybe_checkpoint(st.step)
         if self._interrupted():
             raise Interrupted()
+
+    @staticmethod
+    def _log_timing(g: Generation, tm: Mapping[str, float]) -> None:
+        """One line per generation: its stamps (epoch seconds) and the
+        intervals between them (ms); a stamp of 0 was not taken (no PREPARE
+        came before this COMMIT, no step before it)."""
+        order = ("last_step", "prepare", "ready", "commit", "destroyed", "formed", "synced", "first_step")
+        ms = []
+        prev = None
+        for k in order:
+            if tm.get(k):
+                if prev is not None:
+                    ms.append("%s_ms=%.1f" % (k, (tm[k] - prev) * 1e3))
+                prev = tm[k]
+        log.info("gen=%d rank=%d world=%d sync=%s timing %s %s", g.gen, g.rank, g.world, g.sync,
+                 " ".join("%s=%.6f" % (k, tm.get(k, 0.0)) for k in order), " ".join(ms))
 
     def _skip_ckpt(self, step: int, reason: str) -> None:
         self._ckpt_skipped += 1

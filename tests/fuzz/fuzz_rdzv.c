@@ -310,6 +310,8 @@ int main(int argc, char **argv) {
   m.accepted = g1;
   m.flags = EA_RDZV_F_FAILED | EA_RDZV_F_DRAINING;
   put("report", &m);
+  m.flags = EA_RDZV_F_FAILED | EA_RDZV_F_STARTING;
+  put("report-starting", &m);
 
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_QUERY;

@@ -151,3 +151,35 @@ def test_what_cannot_be_laid_out_fails_at_construction():
         TorchState(step=3)
     with pytest.raises(StateError, match="contains a space"):
         TorchState(**{"a b": 1})
+
+
+def test_ddp_skips_its_own_broadcast_for_the_synced_model():
+    """gen.ddp() of the state's model runs neither DDP's shape check nor its
+    parameter broadcast (the state sync compared and equalised the models
+    already); another module gets both, and DDP's functions are put back."""
+    child = (
+        "import torch, torch.nn.parallel.distributed as d\n"
+        "import elastic_agent\n"
+        "from elastic_agent.torch import TorchState\n"
+        "calls, checks = [], []\n"
+        "orig, orig_check = d._sync_module_states, d._verify_param_shape_across_processes\n"
+        "def spy(**kw):\n"
+        "    calls.append(kw['module'])\n"
+        "    orig(**kw)\n"
+        "def check(*a, **kw):\n"
+        "    checks.append(len(a[1]))\n"
+        "    return orig_check(*a, **kw)\n"
+        "d._sync_module_states, d._verify_param_shape_across_processes = spy, check\n"
+        "model, other = torch.nn.Linear(3, 1), torch.nn.Linear(2, 1)\n"
+        "state = TorchState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))\n"
+        "@elastic_agent.run(state)\n"
+        "def train(gen):\n"
+        "    gen.ddp(); gen.ddp(other)\n"
+        "    assert d._sync_module_states is spy and d._verify_param_shape_across_processes is check\n"
+        "    return [m is other for m in calls], checks\n"
+        "print(train())\n")
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("EA_IPC_FD", None)
+    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "([True], [2])"  # other's weight and bias

@@ -106,6 +106,44 @@ def test_a_whole_run(agent):
     assert r.exc is None and r.result == "finished" and st.step == 5 and st.counter == 5
 
 
+def test_a_generations_timing_is_stamped_in_order(agent):
+    """Generation.timing (the join-stall breakdown of docs/pytorch.md): the
+    stamps of PREPARE, READY, COMMIT, the old group gone, the new one formed,
+    the state synced and the first step, in that order; no step before this
+    generation: last_step 0.  A second generation stamps the first one's
+    last report (before its READY)."""
+    st = ObjectState(counter=0)
+    gens = []
+    inner = steps(st, n=None)
+
+    def fn(gen):
+        gens.append(gen)
+        return inner(gen)
+
+    r, hello = start(agent, st, fn)
+    addr = hello["comm_addr"]
+    t0 = time.time()
+    agent.send(type="prepare", gen=1, at_boundary=False, make_nccl_id=False)
+    agent.expect("ready")
+    agent.send(**commit(1, addr))
+    agent.expect("step")
+    agent.send(type="prepare", gen=2, at_boundary=True, make_nccl_id=False)
+    agent.expect("ready", skip=("step",))
+    last = [m["step"] for m in agent.log if m["type"] == "step"][-1]
+    agent.send(**commit(2, addr))
+    agent.expect("step", skip=("step",))
+    agent.send(type="stop")
+    agent.expect("exiting", skip=("step",))
+    r.join()
+    keys = ["prepare", "ready", "commit", "destroyed", "formed", "synced", "first_step"]
+    one, two = gens[0].timing, gens[1].timing
+    assert one["last_step"] == 0
+    assert [one[k] for k in keys] == sorted(one[k] for k in keys) and one["prepare"] >= t0
+    assert [two[k] for k in keys] == sorted(two[k] for k in keys)
+    # at a boundary the step in flight ends after PREPARE came, before READY
+    assert one["first_step"] <= two["last_step"] <= two["ready"] and last >= 0
+
+
 def test_pause_keeps_state_and_a_new_generation_continues(agent):
     st = ObjectState(counter=0)
     r, hello = start(agent, st, steps(st))

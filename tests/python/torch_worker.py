@@ -4,7 +4,9 @@ under DDP (gloo), driven by elastic_agent, as a user would write it.
 Environment: EA_TEST_MODE ddp|flat (DDP with the sum hook, or one flat
 gradient allreduce), EA_TEST_PACE seconds of sleep per step (a rate limit, so
 that the fake agent reads a few hundred reports rather than thousands),
-EA_TEST_STEPS (default: until stopped).
+EA_TEST_STEPS (default: until stopped), EA_TEST_STEPS_FILE (a file whose
+number, once written, replaces EA_TEST_STEPS; read before every step, so a
+test ends a running job by writing a step well ahead of every rank).
 """
 import os
 import time
@@ -19,6 +21,17 @@ B = 12
 PACE = float(os.environ.get("EA_TEST_PACE", "0.003"))
 STEPS = int(os.environ.get("EA_TEST_STEPS", "1000000000"))
 MODE = os.environ.get("EA_TEST_MODE", "ddp")
+STEPS_FILE = os.environ.get("EA_TEST_STEPS_FILE")
+
+
+def steps():
+    if STEPS_FILE:
+        try:
+            with open(STEPS_FILE) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            pass
+    return STEPS
 
 torch.manual_seed(int(os.environ.get("EA_TEST_INIT_SEED", "1234")))
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
@@ -33,7 +46,7 @@ Y = X @ torch.randn(8, 1, generator=g)
 @elastic_agent.run(state)
 def train(gen):
     net = gen.ddp() if MODE == "ddp" else model
-    while state.step < STEPS:
+    while state.step < steps():
         t0 = time.monotonic()
         idx = torch.tensor(list(gen.samples(B))) % len(X)
         opt.zero_grad()

@@ -59,6 +59,9 @@ typedef struct {
   uint64_t step;
   uint64_t state_gen;   /* u64 generation of its last step (the agent's ea__agent_wk.state_gen) */
   uint64_t stall_since; /* TRAINING but unable to progress since (0: not) */
+  /* restarted (h_restart_worker): no READY before its hello at this time
+   * (a library program importing torch); 0: up */
+  uint64_t hello_at;
 } h_worker;
 
 typedef struct {
@@ -97,7 +100,7 @@ typedef struct {
 
 typedef enum { H_DELIVER = 0, H_DROP = 1 } h_verdict;
 
-enum { EV_MSG = 1, EV_PERSIST, EV_WREADY, EV_CRASH, EV_LEAVE };
+enum { EV_MSG = 1, EV_PERSIST, EV_WREADY, EV_CRASH, EV_LEAVE, EV_HELLO };
 
 typedef struct {
   uint64_t t, seq;
@@ -678,6 +681,22 @@ static void h_fail_worker(h_sim *h, int i, uint32_t k) {
   ea_rdzv_worker_failed(a->r, h->now, k);
 }
 
+/* Kill local worker k of agent i and restart it, as a library-mode agent
+ * does: it reports the failure and that the worker is starting, and the new
+ * process (no state: step 0) says hello `hello_ms` later. */
+static void h_restart_worker(h_sim *h, int i, uint32_t k, uint64_t hello_ms) {
+  h_agent *a = &h->a[i];
+  if (!a->up) return;
+  h_worker *w = &a->w[k];
+  w->st = HW_IDLE;
+  w->step = 0;
+  w->state_gen = 0;
+  w->hello_at = h->now + hello_ms;
+  ea_rdzv_worker_starting(a->r, h->now, k, true);
+  ea_rdzv_worker_failed(a->r, h->now, k);
+  h_push(h, (h_event){.t = w->hello_at, .kind = EV_HELLO, .a = i, .b = (int)k, .inc = a->inc});
+}
+
 /* ---- the loop ----------------------------------------------------------- */
 
 static void h_event_run(h_sim *h, h_event *e) {
@@ -714,6 +733,15 @@ static void h_event_run(h_sim *h, h_event *e) {
       if (!live) break;
       h_worker *w = &a->w[e->b];
       if (w->st != HW_PREPARING || h_gcmp(&w->gen, &e->gen) != 0) break; /* superseded */
+      if (w->hello_at > h->now) { /* still starting: ready after its hello */
+        h_push(h, (h_event){.t = w->hello_at + h_between(h, h->ready_min_ms, h->ready_max_ms),
+                            .kind = EV_WREADY,
+                            .a = e->a,
+                            .b = e->b,
+                            .inc = e->inc,
+                            .gen = e->gen});
+        break;
+      }
       if (a->fail_ready) {
         w->st = HW_FAILED;
         h->worker_failures++;
@@ -730,6 +758,11 @@ static void h_event_run(h_sim *h, h_event *e) {
                            e->b == 0 ? nccl : NULL);
       break;
     }
+    case EV_HELLO:
+      if (!live || a->w[e->b].hello_at != e->t) break; /* restarted again since */
+      a->w[e->b].hello_at = 0;
+      ea_rdzv_worker_starting(a->r, h->now, (uint32_t)e->b, false);
+      break;
     case EV_CRASH:
       if (live) h_crash(h, e->a);
       break;

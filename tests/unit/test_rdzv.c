@@ -159,6 +159,8 @@ static void fill_gen(ea_rdzv_gen *g, uint64_t term, uint8_t id) {
   memset(g->ctrl.b, id, 16);
 }
 
+static const char *decode_err(const uint8_t *b, size_t n);
+
 START_TEST(test_codec_roundtrip) {
   ea_rdzv_msg m, d;
   /* PREPARE */
@@ -256,6 +258,21 @@ START_TEST(test_codec_roundtrip) {
   ck_assert_int_eq(d.flags, m.flags);
   ck_assert_uint_eq(d.gen.term, 0);
   ck_assert_uint_eq(d.accepted.term, 9);
+  /* STARTING (0x10) is the last flag: 0x20 is refused both ways */
+  m.flags = EA_RDZV_F_FAILED | EA_RDZV_F_STARTING;
+  d = roundtrip(&m);
+  ck_assert_int_eq(d.flags, EA_RDZV_F_FAILED | EA_RDZV_F_STARTING);
+  {
+    uint8_t *rb;
+    size_t rn;
+    ck_assert_int_eq(ea_rdzv_encode(&m, &rb, &rn), 0);
+    ck_assert_uint_eq(rb[rn - 1], EA_RDZV_F_FAILED | EA_RDZV_F_STARTING); /* a fixint, last */
+    rb[rn - 1] = 0x20;
+    ck_assert_str_eq(decode_err(rb, rn), "flags");
+    free(rb);
+    m.flags = 0x20;
+    ck_assert_int_eq(ea_rdzv_encode(&m, &rb, &rn), -EINVAL);
+  }
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_DRAIN;
   snprintf(m.name, sizeof m.name, "gpu-node-17");
@@ -544,6 +561,82 @@ START_TEST(test_starting_joiner_waits_for_hello) {
   order_str(h, 3, o, sizeof o);
   ck_assert_str_eq(o, "0,1,2,3");
   ck_assert_uint_eq(h->worker_failures, fails);
+  h_free(h);
+}
+END_TEST
+
+/* Admission after hello for a member of the running generation: a library
+ * worker killed in place is restarted by its agent, which reports the
+ * failure with EA_RDZV_F_STARTING (its gossip tag is not set here, so only
+ * the wire can tell).  The other members re-form without it at once and
+ * train on while the new process starts (2.5 s: Python + `import torch`);
+ * after its hello it joins as any joiner (batched by scale_up_delay) and
+ * its worker, at step 0, gets the state by sync.  Before the flag the
+ * re-formation kept the member and every rank stood still until its READY.
+ * With two nodes and min_nodes 2 the flag is waived: the member is waited
+ * for, as before, rather than the job dropping below min_nodes. */
+typedef struct {
+  int n;
+  ea_rdzv_gen after, got;
+} fewer;
+
+static bool running_without_last(h_sim *h, void *arg) {
+  fewer *f = arg;
+  for (int i = 0; i < f->n - 1; i++) {
+    ea_rdzv_gen g = h_running(h, i);
+    int m[H_MAX];
+    if (!h_training(h, i) || ea_rdzv_gen_cmp(&g, &f->after) <= 0 || h_members(h, i, m) != f->n - 1)
+      return false;
+    f->got = g;
+  }
+  return true;
+}
+
+START_TEST(test_restarting_worker_left_out_until_hello) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("restarting_worker"), 3, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  uint64_t t0 = h->now, hello_ms = 2500;
+  h_restart_worker(h, 2, 1, hello_ms);
+  fewer f = {.n = 3, .after = g0};
+  ck_assert_msg(h_run_cond(h, t0 + 1000, running_without_last, &f),
+                "n0 and n1 did not re-form without n2 within 1 s");
+  NO_VIOLATION(h);
+  uint64_t formed_in = h->now - t0;
+  ck_assert(!gen_is(h, 2, &f.got));
+  ck_assert(h->a[2].w[1].hello_at > h->now); /* still starting */
+  uint64_t s0 = h->a[0].w[0].step;
+  h_run_until(h, t0 + hello_ms - 100);
+  NO_VIOLATION(h);
+  ck_assert(gen_is(h, 0, &f.got) && h_training(h, 0) && h_training(h, 1));
+  ck_assert_uint_gt(h->a[0].w[0].step, s0 + 10); /* trained on meanwhile */
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_msg(strstr(st.reason, "1 joiner starting its workers"), "%s", st.reason);
+  ea_rdzv_gen g2 = settle_after(h, f.got, 20000);
+  ck_assert_uint_ge(h->now, t0 + hello_ms); /* not before its hello */
+  char o[64];
+  order_str(h, 2, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2");
+  const ea_rdzv_plan *p = h_plan_of(h, 0);
+  ck_assert(p && p->has_sync && p->sync_rank < 4); /* the restarted rank received the state */
+  ck_assert_uint_eq(h->a[2].w[1].step, h->a[0].w[0].step);
+  fprintf(stderr, "restarting_worker: world 2 after %" PRIu64 " ms, back at %" PRIu64 " ms\n",
+          formed_in, h->now - t0);
+  (void)g2;
+  h_free(h);
+
+  /* two nodes, min_nodes 2: waived, the member is waited for */
+  h = h_new(h_seed("restarting_worker_waived"), 2, &c, true);
+  g0 = settle_all(h, 2);
+  t0 = h->now;
+  uint64_t commits = h->a[0].commits;
+  h_restart_worker(h, 1, 0, 1500);
+  h_run_until(h, t0 + 1400);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->a[0].commits, commits); /* no generation of one node */
+  ea_rdzv_gen g1 = settle_after(h, g0, 20000);
+  ck_assert(gen_is(h, 0, &g1) && gen_is(h, 1, &g1));
+  ck_assert_uint_eq(h->a[0].commits, commits + 1);
   h_free(h);
 }
 END_TEST
@@ -2055,6 +2148,7 @@ static Suite *rdzv_suite(void) {
       {"forged_state_refused", test_forged_state_refused},
       {"joiners_batched", test_joiners_batched},
       {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
+      {"restarting_worker_left_out_until_hello", test_restarting_worker_left_out_until_hello},
       {"fail_during_prepare", test_fail_during_prepare},
       {"ready_timeout", test_ready_timeout},
       {"lost_control_messages", test_lost_control_messages},
