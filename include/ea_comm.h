@@ -179,7 +179,7 @@ void ea_comm_get_stats(const ea_comm *c, ea_comm_stats *st);
 /* After a failure: the rank this one could not exchange with, when the
  * backend has evidence about that one link, and why (e.g. "rank 2 at
  * 198.18.0.12:4100 acknowledged none of 3 segments in flight (4 TCP
- * retransmissions, last ack 3012 ms ago)").  Returns true and fills *peer
+ * retransmissions)").  Returns true and fills *peer
  * and why (cap bytes, truncated), or false when it cannot tell.
  *
  *   tcp   the connect to the right neighbour got no answer (SYN or hello

@@ -325,9 +325,8 @@ static void blame_right(ea_comm *c) {
   uint32_t right = (c->rank + 1) % c->world;
   c->blame_rank = right;
   snprintf(c->blame_why, sizeof c->blame_why,
-           "rank %u at %.64s acknowledged none of %u segments in flight (%u TCP retransmissions, "
-           "last ack %u ms ago)",
-           right, b->right_addr, ti.tcpi_unacked, ti.tcpi_retransmits, ti.tcpi_last_ack_recv);
+           "rank %u at %.64s acknowledged none of %u segments in flight (%u TCP retransmissions)",
+           right, b->right_addr, ti.tcpi_unacked, ti.tcpi_retransmits);
 }
 
 static void tcp_fail(ea_comm *c, int err) {
