@@ -366,8 +366,8 @@ struct ea__agent_mx {
   uint64_t stalled_gen, stalled_since_ms;
   bool expected;        /* training_expected at the last sample */
   uint64_t expected_ms; /* when it last became true */
-  uint64_t health_ms; /* last stall check (runtime.health_check_interval_seconds) */
-  uint64_t export_ms; /* last `metrics` line (observability.metrics_export_interval_seconds) */
+  uint64_t health_ms;   /* last stall check (runtime.health_check_interval_seconds) */
+  uint64_t export_ms;   /* last `metrics` line (observability.metrics_export_interval_seconds) */
   /* the newest checkpoint known and when we learned of it */
   bool ck_have;
   uint64_t ck_step, ck_gen;

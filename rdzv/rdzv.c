@@ -272,7 +272,7 @@ struct ea_rdzv {
   size_t nblame, capblame;
   ea_rdzv_gen prev_formed; /* the formed generation before `formed` (link blame's streaks) */
   bool formed_stepped;     /* a local worker completed a step in `formed` */
-  bool holds_waived; /* too few nodes without the held-out ones: they are taken */
+  bool holds_waived;       /* too few nodes without the held-out ones: they are taken */
   bool formed_broken;
   char broken_why[96];
   /* ... by a worker's failure (a REPORT saying so), not only by a member

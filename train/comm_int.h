@@ -47,7 +47,7 @@ struct ea_comm {
    * backend on the op thread when it fails. */
   int64_t blame_rank;
   char blame_why[EA_COMM_BLAME_MAX];
-  void *be;            /* backend state */
+  void *be; /* backend state */
 };
 
 /* Backend constructors: fill c->vt and c->be from plan (no I/O). */

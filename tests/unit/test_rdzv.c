@@ -2040,7 +2040,6 @@ END_TEST
 
 /* ---- suite ---------------------------------------------------------------- */
 
-
 /* ---- link blame: a gray failure (issue 11) --------------------------------- */
 
 static bool order_of_is(h_sim *h, int ctrl, const char *want) {
@@ -2109,7 +2108,7 @@ START_TEST(test_blame_link_held_out) {
   }
   ea_rdzv_status st = status_of(h, 0);
   ck_assert_uint_eq(st.holds, 2);
-  ck_assert_uint_eq(st.blames, 4); /* two generations a round, one blame each */
+  ck_assert_uint_eq(st.blames, 4);              /* two generations a round, one blame each */
   ck_assert_uint_eq(status_of(h, 1).blames, 0); /* the controller's record only */
   h_free(h);
 }
@@ -2149,8 +2148,8 @@ START_TEST(test_blame_end_chosen) {
   ea_rdzv_config c = cfg_std();
   c.flap_cooldown_ms = 60000;
   for (int variant = 0; variant < 2; variant++) {
-    h_sim *h = h_new(h_seed(variant ? "blame_end_chosen/tie" : "blame_end_chosen/ctrl"), 4, &c,
-                     true);
+    h_sim *h =
+        h_new(h_seed(variant ? "blame_end_chosen/tie" : "blame_end_chosen/ctrl"), 4, &c, true);
     settle_all(h, 4);
     ck_assert_int_eq(controller_of(h), 0);
     if (variant == 0) {
