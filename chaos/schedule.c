@@ -31,9 +31,9 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause", "drain",     "sigterm",
-    "join",       "isolate",     "split",           "loss",  "ckpt-kill", "disk-full",
-    "oneway"};
+    "node-crash", "worker-kill", "controller-kill", "pause", "drain",
+    "sigterm",    "join",        "isolate",         "split", "loss",
+    "ckpt-kill",  "disk-full",   "oneway"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -46,8 +46,7 @@ int ea__chaos_kind_parse(const char *name) {
 }
 
 bool ea__chaos_kind_needs_netns(int kind) {
-  return kind == EA__F_ISOLATE || kind == EA__F_SPLIT || kind == EA__F_LOSS ||
-         kind == EA__F_ONEWAY;
+  return kind == EA__F_ISOLATE || kind == EA__F_SPLIT || kind == EA__F_LOSS || kind == EA__F_ONEWAY;
 }
 
 bool ea__chaos_kind_needs_ckpt(int kind) {
