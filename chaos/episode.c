@@ -206,6 +206,25 @@ static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v)
     ea__chaos_hang(r, e, "restored", &w);
 }
 
+/* After a network fault was healed: a degraded phase that was expected
+ * and not seen is a hang (what: which); then every node must be back,
+ * within the restore bound plus extra_ms. */
+static void heal_and_restore(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_want *w,
+                             const char *what, int64_t extra_ms) {
+  if (e->deg.expected && !e->deg.observed) {
+    ea__chaos_hang(r, e, what, w);
+    e->deg.timed_out = true;
+  }
+  ea__chaos_want_set(w, r, NULL, NULL);
+  w->gen_after = e->gen_at_inject;
+  w->strictly = false;
+  w->step_after = ea__chaos_cluster_step(r);
+  r->bound_extra_ms = extra_ms;
+  if (!ea__chaos_phase_wait(r, &e->res, w, e->t_heal, true, "restored"))
+    ea__chaos_hang(r, e, "restored", w);
+  r->bound_extra_ms = 0;
+}
+
 static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minority, int loss) {
   const ea__chaos_fault *f = &e->f;
   ea__chaos_want w;
@@ -266,16 +285,7 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
   ea__chaos_net_heal(r);
   r->partition_since = 0;
   r->minority_mask = 0;
-  if (e->deg.expected && !e->deg.observed) {
-    ea__chaos_hang(r, e, "degraded (the majority re-forms without the minority)", &w);
-    e->deg.timed_out = true;
-  }
-  ea__chaos_want_set(&w, r, NULL, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = false;
-  w.step_after = ea__chaos_cluster_step(r);
-  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_heal, true, "restored"))
-    ea__chaos_hang(r, e, "restored", &w);
+  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0);
 }
 
 /* One-way loss between ring neighbours (issue 11, items 6 and 8): all that
@@ -344,18 +354,8 @@ static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
   ea__chaos_net_heal(r);
   snprintf(e->note, sizeof e->note, "%s → %s dropped; %s", from->name, to->name,
            e->deg.observed ? "trained without the receiver" : "not re-formed without it");
-  if (e->deg.expected && !e->deg.observed) {
-    ea__chaos_hang(r, e, "degraded (the others re-form without one end of the link)", &w);
-    e->deg.timed_out = true;
-  }
-  ea__chaos_want_set(&w, r, NULL, NULL);
-  w.gen_after = e->gen_at_inject;
-  w.strictly = false;
-  w.step_after = ea__chaos_cluster_step(r);
-  r->bound_extra_ms = 4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000;
-  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_heal, true, "restored"))
-    ea__chaos_hang(r, e, "restored", &w);
-  r->bound_extra_ms = 0;
+  heal_and_restore(r, e, &w, "degraded (the others re-form without one end of the link)",
+                   4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000);
 }
 
 static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {

@@ -646,13 +646,8 @@ static link_blame *blame_get(ea_rdzv *r, const ea_node_id *x, const ea_node_id *
   const ea_node_id *a = id_lt(x, y) ? x : y, *b = id_lt(x, y) ? y : x;
   for (size_t i = 0; i < r->nblame; i++)
     if (id_eq(&r->blame[i].a, a) && id_eq(&r->blame[i].b, b)) return &r->blame[i];
-  if (r->nblame == r->capblame) {
-    size_t cap = r->capblame ? 2 * r->capblame : 8;
-    link_blame *p = realloc(r->blame, cap * sizeof *p);
-    if (!p) return NULL; /* not counted: the link fails once more before it is */
-    r->blame = p;
-    r->capblame = cap;
-  }
+  /* Out of memory: not counted, the link fails once more before it is. */
+  if (EA_ARRAY_RESERVE(r->blame, r->capblame, r->nblame + 1)) return NULL;
   link_blame *l = &r->blame[r->nblame++];
   memset(l, 0, sizeof *l);
   l->a = *a;
