@@ -476,6 +476,12 @@ typedef struct {
   double compute_s;  /* forward/backward of its last step (step.compute_seconds), -1: not sent */
   char exit_reason[EA_IPC_TEXT_MAX]; /* its last `exiting` reason ("" before one) */
   int32_t exit_code;                 /* and the code that came with it */
+  /* Its last communicator failure (`failed`): what it said, and the peer it
+   * could not exchange with when it named one (fail_rank -1: none). */
+  char fail_msg[EA_IPC_TEXT_MAX];
+  uint64_t fail_gen;
+  int64_t fail_rank;
+  char fail_node[EA_NAME_MAX];
 } ea__agent_wk;
 
 /* What `status` shows about checkpoints.  Commits are known to the node

@@ -212,8 +212,9 @@ static const cfg_key keys[] = {
      .doc = "A generation that has not committed after this long is abandoned and retried."},
     {SYN(runtime, request_timeout_seconds, rendezvous_timeout_seconds)},
     {U32(runtime, stall_timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
-     .doc = "A running generation with no step for this long is stalled: an alert, and /readyz "
-            "fails."},
+     .doc = "No step for this long while this node takes part in the job (a generation running, "
+            "failed or forming; re-formations do not reset the clock) is a stall: an alert, and "
+            "/readyz fails."},
     {U32(runtime, health_check_interval_seconds), .min = 1, .max = 3600, .flags = F_ZERO_OFF,
      .unit = "seconds",
      .doc = "How often a running generation is checked for a stall (alert, /readyz); 0: every "

@@ -540,7 +540,9 @@ static const char *or_dash(const ea__json *j, const char *path) {
 /* The generation this node trains in, why, and its workers. */
 static void print_generation(const ea__json *j) {
   const char *phase = ea__json_str(j, "generation.phase", "?");
-  printf("\ngeneration: %s %s", phase, ea__json_str(j, "generation.running", "none"));
+  /* A stall first: "running" alone hid one that re-formed without a step (issue 11). */
+  printf("\ngeneration: %s%s %s", ea__json_num(j, "generation.stalled", 0) ? "stalled, " : "",
+         phase, ea__json_str(j, "generation.running", "none"));
   const ea__json *nodes = ea__json_get(j, "generation.nodes");
   if (nodes && nodes->n > 0) {
     printf(", world %s (", ea__json_str(j, "generation.world", "?"));

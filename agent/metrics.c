@@ -364,8 +364,10 @@ struct ea__agent_mx {
   /* stalls */
   bool stalled;
   uint64_t stalled_gen, stalled_since_ms;
-  uint64_t health_ms; /* last stall check (runtime.health_check_interval_seconds) */
-  uint64_t export_ms; /* last `metrics` line (observability.metrics_export_interval_seconds) */
+  bool expected;        /* training_expected at the last sample */
+  uint64_t expected_ms; /* when it last became true */
+  uint64_t health_ms;   /* last stall check (runtime.health_check_interval_seconds) */
+  uint64_t export_ms;   /* last `metrics` line (observability.metrics_export_interval_seconds) */
   /* the newest checkpoint known and when we learned of it */
   bool ck_have;
   uint64_t ck_step, ck_gen;
@@ -399,14 +401,24 @@ static bool workers_all_done(const ea__agent *a) {
   return true;
 }
 
-/* This node trains in a committed generation that should be making steps. */
+/* This node takes part in the job and should be making steps: it runs a
+ * committed generation, or one of its generations broke or is forming —
+ * the gaps of a job that re-forms again and again without a step, which
+ * must not read as "not expected to train" (issue 11: a one-way link loss
+ * re-formed the same nodes for 20 s with no step, and status said running). */
 static bool training_expected(const ea__agent *a) {
-  return a->wpn > 0 && a->run.active && a->phase == EA__PHASE_RUNNING && !workers_all_done(a);
+  if (a->wpn == 0 || a->phase != EA__PHASE_RUNNING || workers_all_done(a)) return false;
+  if (a->run.active || a->prep.active) return true;
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  return st.phase == EA_RDZV_PREPARED || st.phase == EA_RDZV_RUNNING || st.phase == EA_RDZV_FAILED;
 }
 
-/* The stall clock: the last step, or the commit when none came since. */
-static uint64_t quiet_since_ms(const ea__agent *a, const struct ea__agent_mx *mx) {
-  return mx->step_ms > a->run.commit_ms ? mx->step_ms : a->run.commit_ms;
+/* The stall clock: the last step, or when this node began to take part
+ * (expected went true) if no step came since.  Not a generation's commit:
+ * a generation that re-forms keeps the clock of the stall it is part of. */
+static uint64_t quiet_since_ms(const struct ea__agent_mx *mx) {
+  return mx->step_ms > mx->expected_ms ? mx->step_ms : mx->expected_ms;
 }
 
 /* Sample the step; update the rate and the stall verdict (its alert and
@@ -440,14 +452,16 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
   /* stalls */
   uint64_t limit_ms = (uint64_t)a->o->cfg.runtime.stall_timeout_seconds * 1000u;
   bool expected = training_expected(a);
-  uint64_t since = quiet_since_ms(a, mx);
+  if (expected && !mx->expected) mx->expected_ms = now;
+  mx->expected = expected;
+  uint64_t since = quiet_since_ms(mx);
   bool stalled = expected && now >= since && now - since >= limit_ms;
   /* runtime.health_check_interval_seconds: the verdict changes only on a
    * check; 0 checks at every sample. */
   uint64_t every_ms = (uint64_t)a->o->cfg.runtime.health_check_interval_seconds * 1000u;
   bool check = every_ms == 0 || now - mx->health_ms >= every_ms;
   if (check) mx->health_ms = now;
-  if (check && stalled && (!mx->stalled || mx->stalled_gen != a->run.g64)) {
+  if (check && stalled && !mx->stalled) {
     char g[48];
     ea_rdzv_gen_str(&a->run.gen, g, sizeof g);
     mx->stalled = true;

@@ -298,6 +298,15 @@ static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
       ea__jb_str(b, x, "exit_reason", w->exit_reason);
       ea__jb_int(b, x, "exit_code", w->exit_code);
     }
+    if (w->fail_msg[0]) { /* its last communicator failure, and whom it blamed */
+      json_t *f = ea__jb_obj(b, x, "last_failure");
+      ea__jb_u64(b, f, "gen", w->fail_gen);
+      ea__jb_str(b, f, "message", w->fail_msg);
+      if (w->fail_rank >= 0) {
+        ea__jb_int(b, f, "peer_rank", w->fail_rank);
+        ea__jb_str(b, f, "peer_node", w->fail_node);
+      }
+    }
   }
 }
 
@@ -428,6 +437,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "state_refused", st.state_refused);
   ea__jb_u64(b, o, "persist_errors", st.persist_errors);
   ea__jb_u64(b, o, "node_failures", st.node_failures); /* as controller, toward flapping */
+  ea__jb_u64(b, o, "blames", st.blames);               /* as controller, toward link hold-outs */
   ea__jb_u64(b, o, "holds", st.holds);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);

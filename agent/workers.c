@@ -249,6 +249,24 @@ static void probe_ring_neighbours(ea__agent *a) {
   }
 }
 
+/* Keep worker w's `failed` for status, and find the node of the rank it
+ * could not exchange with (rank r of the plan is on node r / wpn).  Returns
+ * that node's id, or NULL when the worker named no peer, the rank is not
+ * in the running plan, or it is one of our own (a link inside this node
+ * says nothing about the network). */
+static const ea_node_id *note_failure(ea__agent *a, ea__agent_wk *w, const ea_ipc_msg *m) {
+  snprintf(w->fail_msg, sizeof w->fail_msg, "%s", m->message);
+  w->fail_gen = m->gen;
+  w->fail_rank = m->has_peer ? (int64_t)m->peer : -1;
+  w->fail_node[0] = 0;
+  const ea_rdzv_plan *p = a->rdzv ? ea_rdzv_running(a->rdzv) : NULL;
+  if (!m->has_peer || !p || !p->wpn || ea_rdzv_gen_u64(&p->gen) != m->gen || m->peer >= p->world)
+    return NULL;
+  const ea_rdzv_node *n = &p->nodes[m->peer / p->wpn];
+  snprintf(w->fail_node, sizeof w->fail_node, "%s", n->name);
+  return ea_node_id_cmp(&n->id, &a->id) == 0 ? NULL : &n->id;
+}
+
 static void order_pause(ea__agent *a, const char *why) {
   ea_ipc_msg *m = a->ipc;
   ea_ipc_msg_init(m, EA_IPC_PAUSE);
@@ -471,9 +489,11 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       a->worker_failures++;
       probe_ring_neighbours(a);
       ea__agent_stall(a, "a worker's communicator failed");
-      ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s", k,
-             m->gen, m->next_step, m->message);
-      ea_rdzv_worker_failed(a->rdzv, now, k);
+      const ea_node_id *peer = note_failure(a, w, m);
+      ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s%s%s%s",
+             k, m->gen, m->next_step, m->message, peer ? " (blames node " : "",
+             peer ? w->fail_node : "", peer ? ")" : "");
+      ea_rdzv_worker_failed_peer(a->rdzv, now, k, peer);
       ea__agent_core_done(a);
       break;
     case EA_IPC_ABORTED:

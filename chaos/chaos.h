@@ -147,6 +147,7 @@ typedef enum {
   EA__F_LOSS,            /* random packet loss on every node (netns), then healed */
   EA__F_CKPT_KILL,       /* the agent dies while writing a checkpoint shard */
   EA__F_DISK_FULL,       /* the checkpoint file system is full, then freed */
+  EA__F_ONEWAY,          /* one-way loss between ring neighbours (netns), then healed */
   EA__F_NKINDS
 } ea__chaos_kind;
 
@@ -418,6 +419,7 @@ typedef struct ea__chaos_run {
   uint64_t target_steps;
   int64_t bound_ms;         /* a fault's degraded phase, a heal */
   int64_t bound_restore_ms; /* taking a node back (+ one rendezvous timeout) */
+  int64_t bound_extra_ms;   /* added to both while a fault's phases allow for more (oneway) */
   uint64_t detection_bound_ms;
   int64_t t_done;        /* training reached the target (polling) */
   uint64_t final_digest; /* the digest every final worker reported */

@@ -206,6 +206,25 @@ static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v)
     ea__chaos_hang(r, e, "restored", &w);
 }
 
+/* After a network fault was healed: a degraded phase that was expected
+ * and not seen is a hang (what: which); then every node must be back,
+ * within the restore bound plus extra_ms. */
+static void heal_and_restore(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_want *w,
+                             const char *what, int64_t extra_ms) {
+  if (e->deg.expected && !e->deg.observed) {
+    ea__chaos_hang(r, e, what, w);
+    e->deg.timed_out = true;
+  }
+  ea__chaos_want_set(w, r, NULL, NULL);
+  w->gen_after = e->gen_at_inject;
+  w->strictly = false;
+  w->step_after = ea__chaos_cluster_step(r);
+  r->bound_extra_ms = extra_ms;
+  if (!ea__chaos_phase_wait(r, &e->res, w, e->t_heal, true, "restored"))
+    ea__chaos_hang(r, e, "restored", w);
+  r->bound_extra_ms = 0;
+}
+
 static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minority, int loss) {
   const ea__chaos_fault *f = &e->f;
   ea__chaos_want w;
@@ -266,16 +285,77 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
   ea__chaos_net_heal(r);
   r->partition_since = 0;
   r->minority_mask = 0;
-  if (e->deg.expected && !e->deg.observed) {
-    ea__chaos_hang(r, e, "degraded (the majority re-forms without the minority)", &w);
-    e->deg.timed_out = true;
+  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0);
+}
+
+/* One-way loss between ring neighbours (issue 11, items 6 and 8): all that
+ * a node sends to its right neighbour in the plan is dropped on the
+ * neighbour's input chain, while gossip still reaches both through the
+ * others.  The pair is the victim and its right neighbour, moved along the
+ * ring to the first pair without the controller (its control messages to
+ * the receiver would be lost too: another fault).  The controller holds
+ * the receiver out after two failed generations (link blame: the end the
+ * sender's failures name, docs/rendezvous.md), so the others must train
+ * without it within the bound plus two communication timeouts (the op that
+ * fails, then the new generation's connect), and, once healed, everyone
+ * must be back within the restore bound plus the hold-out's cooldown
+ * (doubled for each earlier hold of that node: four cooldowns cover
+ * three). */
+static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
+  const ea__chaos_fault *f = &e->f;
+  ea__chaos_status st;
+  ea__chaos_node *from = NULL, *to = NULL;
+  if (v && ea__chaos_status_query(v->sock, EA__CHAOS_STATUS_TIMEOUT_MS, &st) == 0 &&
+      st.nnodes >= 3) {
+    int at = -1;
+    for (uint32_t i = 0; i < st.nnodes; i++)
+      if (!strcmp(st.nodes[i], v->name)) at = (int)i;
+    for (uint32_t k = 0; at >= 0 && k < st.nnodes && !to; k++) {
+      ea__chaos_node *a = NULL, *b = NULL;
+      const char *na = st.nodes[((uint32_t)at + k) % st.nnodes];
+      const char *nb = st.nodes[((uint32_t)at + k + 1) % st.nnodes];
+      for (int s = 1; s <= r->nslots; s++) {
+        ea__chaos_node *n = ea__chaos_slot_node(r, s);
+        if (n && !strcmp(n->name, na)) a = n;
+        if (n && !strcmp(n->name, nb)) b = n;
+      }
+      if (a && b && !a->st.controller && !b->st.controller) {
+        from = a;
+        to = b;
+      }
+    }
   }
-  ea__chaos_want_set(&w, r, NULL, NULL);
+  if (!to) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "no ring of 3 or more nodes with two neighbours that are not the controller");
+    return;
+  }
+  snprintf(e->victim, sizeof e->victim, "%s", to->name);
+  const int64_t comm_ms = (int64_t)r->cfg.distributed.communication_timeout_seconds * 1000;
+  ea__chaos_want w;
+  ea__chaos_want_set(&w, r, to->name, NULL);
   w.gen_after = e->gen_at_inject;
-  w.strictly = false;
-  w.step_after = ea__chaos_cluster_step(r);
-  if (!ea__chaos_phase_wait(r, &e->res, &w, e->t_heal, true, "restored"))
-    ea__chaos_hang(r, e, "restored", &w);
+  w.strictly = true;
+  w.step_after = e->step_at_inject;
+  uint32_t drop[CH_MAX_SLOTS + 2] = {0};
+  drop[to->slot] = 1u << from->slot;
+  e->deg.t_start = e->t_inject = ea__chaos_now_ms();
+  e->deg.bound_ms = r->bound_ms + 2 * comm_ms;
+  e->deg.t_detect = e->deg.t_reform = e->deg.t_first_step = -1;
+  ea__chaos_want_str(&w, e->deg.nodes, sizeof e->deg.nodes);
+  ea__chaos_say(r, "  dropping what %s sends to %s on %s's input", from->name, to->name, to->name);
+  int rc = ea__chaos_net_rules(r, drop, 0);
+  if (rc) ea__chaos_say(r, "  nft failed (%d): see %s", rc, r->log_path);
+  ea__chaos_add_span(r, to->name, e->t_inject, e->t_inject + f->dur_ms, 2);
+  e->deg.expected = (int64_t)f->dur_ms > e->deg.bound_ms;
+  watch_until(r, &e->deg, &w, e->t_inject + f->dur_ms);
+  e->t_heal = ea__chaos_now_ms();
+  ea__chaos_net_heal(r);
+  snprintf(e->note, sizeof e->note, "%s → %s dropped; %s", from->name, to->name,
+           e->deg.observed ? "trained without the receiver" : "not re-formed without it");
+  heal_and_restore(r, e, &w, "degraded (the others re-form without one end of the link)",
+                   4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000);
 }
 
 static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
@@ -552,6 +632,9 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
       break;
     case EA__F_LOSS:
       run_partition(r, e, 0, f->loss_pct);
+      break;
+    case EA__F_ONEWAY:
+      run_oneway(r, e, v);
       break;
     case EA__F_CKPT_KILL:
       run_ckpt_kill(r, e, v);

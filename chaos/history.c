@@ -987,6 +987,7 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
         p->t_detect = first_member(h, p->t_start, e->minority, "alive", e->minority);
       break;
     case EA__F_LOSS:
+    case EA__F_ONEWAY: /* nobody dies: the first failure the agents log */
       p->t_detect = -1;
       for (size_t i = 0; i < h->nev; i++)
         if (h->ev[i].ts >= e->t_inject && h->ev[i].ts <= e->t_heal && h->ev[i].kind == 0 &&

@@ -81,6 +81,7 @@ static const char *restore_label(const ea__chaos_episode *e) {
     case EA__F_ISOLATE:
     case EA__F_SPLIT:
     case EA__F_LOSS:
+    case EA__F_ONEWAY:
       return "heal";
     case EA__F_WORKER_KILL:
       return "restart";

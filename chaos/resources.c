@@ -143,8 +143,9 @@ const char *ea__chaos_rsrc_skip(const ea__chaos_run *r) {
 }
 
 void ea__chaos_rsrc_json(const ea__chaos_run *r, ea_sb *s) {
-  ea_sb_printf(s, "\"resources\": {\"period_ms\": %d, \"warmup_ms\": %d, \"judge_ms\": %d, "
-                  "\"processes\": [",
+  ea_sb_printf(s,
+               "\"resources\": {\"period_ms\": %d, \"warmup_ms\": %d, \"judge_ms\": %d, "
+               "\"processes\": [",
                RS_PERIOD_MS, RS_WARMUP_MS, RS_JUDGE_MS);
   for (size_t i = 0; i < r->nrsrc; i++) {
     const ea__chaos_rsrc *x = &r->rsrc[i];
@@ -154,8 +155,8 @@ void ea__chaos_rsrc_json(const ea__chaos_run *r, ea_sb *s) {
                  ", \"pid\": %d, \"samples\": %u, \"judged\": %s, \"rss_base\": %" PRIu64
                  ", \"rss_last\": %" PRIu64 ", \"rss_max\": %" PRIu64
                  ", \"fds_base\": %u, \"fds_last\": %u, \"fds_max\": %u, \"judged_s\": %.0f}",
-                 (int)x->pid, x->samples, ea__chaos_rsrc_judged(x) ? "true" : "false",
-                 x->rss_base, x->rss_last, x->rss_max, x->fd_base, x->fd_last, x->fd_max,
+                 (int)x->pid, x->samples, ea__chaos_rsrc_judged(x) ? "true" : "false", x->rss_base,
+                 x->rss_last, x->rss_max, x->fd_base, x->fd_last, x->fd_max,
                  x->have_base ? (double)(x->t_last - x->t_base) / 1000.0 : 0.0);
   }
   ea_sb_puts(s, "]}");

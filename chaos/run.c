@@ -635,7 +635,8 @@ bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *
   /* A node coming back may first sit out one rendezvous timeout (it was
    * part of a formation abandoned when it failed, docs/rendezvous.md), so
    * phases that take a node back get the longer bound. */
-  p->bound_ms = strcmp(what, "restored") == 0 ? r->bound_restore_ms : r->bound_ms;
+  p->bound_ms =
+      (strcmp(what, "restored") == 0 ? r->bound_restore_ms : r->bound_ms) + r->bound_extra_ms;
   p->t_detect = p->t_reform = p->t_first_step = -1;
   ea__chaos_want_str(w, p->nodes, sizeof p->nodes);
   int64_t deadline = ea__chaos_mono_ms() + p->bound_ms - (ea__chaos_now_ms() - t_start);

@@ -31,8 +31,9 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause", "drain",     "sigterm",
-    "join",       "isolate",     "split",           "loss",  "ckpt-kill", "disk-full"};
+    "node-crash", "worker-kill", "controller-kill", "pause", "drain",
+    "sigterm",    "join",        "isolate",         "split", "loss",
+    "ckpt-kill",  "disk-full",   "oneway"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -45,7 +46,7 @@ int ea__chaos_kind_parse(const char *name) {
 }
 
 bool ea__chaos_kind_needs_netns(int kind) {
-  return kind == EA__F_ISOLATE || kind == EA__F_SPLIT || kind == EA__F_LOSS;
+  return kind == EA__F_ISOLATE || kind == EA__F_SPLIT || kind == EA__F_LOSS || kind == EA__F_ONEWAY;
 }
 
 bool ea__chaos_kind_needs_ckpt(int kind) {
@@ -90,6 +91,13 @@ static void params(ea_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f)
     case EA__F_LOSS:
     case EA__F_DISK_FULL:
       f->dur_ms = window_ms;
+      break;
+    case EA__F_ONEWAY:
+      /* 14–22 s: longer than the two failed generations (an op's timeout,
+       * then the new generation's connect: 2 × 5 s in the built-in job)
+       * it takes to hold an end of the link out.  No draw of its own, so
+       * the other faults' numbers stay what they were. */
+      f->dur_ms = 4 * window_ms;
       break;
     default:
       f->dur_ms = 0;
@@ -215,6 +223,12 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
     case EA__F_LOSS:
       snprintf(out, cap, "%s: drop %d%% of packets on every node for %.1f s", k, f->loss_pct,
                f->dur_ms / 1000.0);
+      break;
+    case EA__F_ONEWAY:
+      snprintf(out, cap,
+               "%s: drop what slot %d sends to its ring neighbour (on the receiver's input) for "
+               "%.1f s, then heal",
+               k, f->slot, f->dur_ms / 1000.0);
       break;
     case EA__F_CKPT_KILL:
       snprintf(out, cap, "%s: slot %d restarts armed to die at its shard write #%d; %s", k, f->slot,

@@ -174,6 +174,28 @@ typedef struct {
 } ea_comm_stats;
 void ea_comm_get_stats(const ea_comm *c, ea_comm_stats *st);
 
+/* Room for ea_comm_blame's why, NUL included. */
+#define EA_COMM_BLAME_MAX 192
+/* After a failure: the rank this one could not exchange with, when the
+ * backend has evidence about that one link, and why (e.g. "rank 2 at
+ * 198.18.0.12:4100 acknowledged none of 3 segments in flight (4 TCP
+ * retransmissions)").  Returns true and fills *peer
+ * and why (cap bytes, truncated), or false when it cannot tell.
+ *
+ *   tcp   the connect to the right neighbour got no answer (SYN or hello
+ *         unanswered at the init timeout), or bytes sent to it stayed
+ *         unacknowledged while the kernel retransmitted them (TCP_INFO at
+ *         the moment the op failed) — its host does not get what we send,
+ *         or we do not get its acknowledgements.  A neighbour that closed
+ *         or reset its connection is not blamed: it failed on its own (or
+ *         passed on its own neighbour's failure) and says so itself; nor is
+ *         a left neighbour that is merely silent, since every rank of a
+ *         stalled ring waits on a silent left neighbour.
+ *   nccl  never (NCCL does not say which peer).
+ *
+ * Op thread only, like the ops; valid until ea_comm_free. */
+bool ea_comm_blame(const ea_comm *c, uint32_t *peer, char *why, size_t cap);
+
 /* "tcp" | "nccl"; parse also accepts "auto" (nccl when built, else tcp). */
 const char *ea_comm_backend_name(ea_comm_backend b);
 int ea_comm_backend_parse(const char *s, ea_comm_backend *out);

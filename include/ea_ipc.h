@@ -34,12 +34,18 @@
  *              wall time of the whole step, compute_seconds the part spent
  *              in forward/backward (the straggler signal: the allreduce
  *              hides who was slow).
- *   "failed"   gen:uint error:int message:text next_step:uint
+ *   "failed"   gen:uint error:int message:text next_step:uint [peer:uint]
  *              The communicator of gen broke (error is a negative errno:
  *              -ECONNRESET peer gone, -ETIMEDOUT, -ESTALE newer plan, -EPROTO
  *              state sync disagreement, -EDOM non-finite loss).  The step in
  *              flight was NOT applied; the process keeps its state at
- *              next_step and waits for PREPARE/COMMIT.
+ *              next_step and waits for PREPARE/COMMIT.  peer: the rank of
+ *              gen this worker could not exchange with, when it has evidence
+ *              about that one link (ea_comm_blame; message says what); absent
+ *              when it cannot tell (a peer that reset its connection failed
+ *              on its own; torch's gloo does not name the peer).  The agent
+ *              tells the controller, which excludes one end of a link blamed
+ *              generation after generation (docs/rendezvous.md).
  *   "aborted"  gen:uint next_step:uint
  *              Answer to PAUSE: training stopped, communicator torn down,
  *              state kept.
@@ -216,6 +222,8 @@ typedef struct {
   double grad_norm, compute_seconds;
   /* failed */
   int32_t error; /* negative errno */
+  bool has_peer; /* peer: the rank it could not exchange with */
+  uint32_t peer;
   char message[EA_IPC_TEXT_MAX];
   /* exiting, pause */
   char reason[EA_IPC_TEXT_MAX];

@@ -167,6 +167,7 @@ typedef struct {
  *   0x17  QUERY    none              nil
  *   0x18  STATE    last formed       [ id:bin16, … ]  (rank order)
  *   0x19  RELEASE  the new one       nil
+ *   0x1A  BLAME    the failed one    [ peer:bin16 ]
  *
  *   worker  = [ listen:addr, step:uint ]
  *   node    = [ id:bin16, name:str, control:addr ]
@@ -177,6 +178,12 @@ typedef struct {
  * so agents of an older version understand every message of a job that has
  * not restarted.  world = len(nodes) · wpn is checked, as are every bound
  * below.
+ *
+ * BLAME (member → controller) goes with a REPORT that says a local worker
+ * failed in gen, just before it, when that worker named the peer it could
+ * not exchange with (ea_rdzv_worker_failed_peer): peer is that rank's node.
+ * A type of its own rather than a third REPORT element, so that an older
+ * controller drops only the blame ("type") and still reads the REPORT.
  *
  * In restart mode (torchrun) rank 0's worker entry carries MASTER_ADDR and
  * MASTER_PORT: the advertised address of its node and a port its agent found
@@ -200,6 +207,7 @@ typedef enum {
   EA_RDZV_STATE = 0x18,   /* answer to QUERY and REPORT: the last formed
                              generation and its members */
   EA_RDZV_RELEASE = 0x19, /* controller → non-member: the group re-formed without you */
+  EA_RDZV_BLAME = 0x1A,   /* member → controller: my worker could not exchange with peer */
 } ea_rdzv_msg_type;
 
 typedef enum {
@@ -245,6 +253,8 @@ typedef struct {
   /* REPORT: gen is the running (or prepared) one, term 0 when idle. */
   ea_rdzv_gen accepted;
   uint8_t flags;
+  /* BLAME: the node of the rank a local worker could not exchange with */
+  ea_node_id peer;
   /* DRAIN */
   char name[EA_NAME_MAX];
   /* COMMIT: the whole plan (plan.gen == gen).  STATE: plan.nodes[i].id
@@ -384,6 +394,11 @@ int ea_rdzv_reform(ea_rdzv *r, uint64_t now_ms, const char *why);
 void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t step);
 /* Local worker `local` failed: its communicator broke or it died. */
 void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local);
+/* The same, and the worker named the peer it could not exchange with: a
+ * rank of node `peer` (NULL, ourselves: as ea_rdzv_worker_failed).  The
+ * REPORT of the failure goes with a BLAME naming peer (see "Link blame"). */
+void ea_rdzv_worker_failed_peer(ea_rdzv *r, uint64_t now_ms, uint32_t local,
+                                const ea_node_id *peer);
 
 /* Drain `name` (NULL or "" or our own name: ourselves).  Another node's name
  * is forwarded to it as DRAIN.  Returns 0, or -ENOENT when no alive member
@@ -517,9 +532,38 @@ uint64_t ea_rdzv_churn_delay_ms(uint32_t streak, uint64_t cap_ms, uint64_t r64);
 typedef enum {
   EA_RDZV_HOLD_FLAP = 1,      /* it failed too often */
   EA_RDZV_HOLD_STRAGGLER = 2, /* evicted as a straggler (observability.straggler_evict) */
+  EA_RDZV_HOLD_LINK = 3,      /* one end of a link blamed generation after generation */
 } ea_rdzv_hold_why;
 
-const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler" */
+const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler", "link" */
+
+/* ---- link blame (controller side) ------------------------------------------
+ *
+ * A gray failure: one link between two nodes of the generation loses what
+ * one end sends (a one-way drop), while gossip still reaches both through
+ * other paths, so SWIM keeps both alive and every re-formation takes the
+ * same nodes and stalls again.  A worker whose communicator can tell which
+ * peer it could not exchange with (ea_comm_blame) names it; its agent's
+ * BLAME reaches the controller with the failure's REPORT.  The controller
+ * counts, per unordered pair of nodes, the consecutive formed generations
+ * that failed with a blame on that pair (at most one per generation,
+ * whoever sent it); at EA_RDZV_BLAME_GENS it holds one end out, as a
+ * flapping node is held (why "link", for flap_cooldown_ms doubled on each
+ * hold-out of that node, waived while the job would fall below min_nodes
+ * or its quorum), so the rest trains; the node comes back as a joiner
+ * once the hold ends, and if the link still fails the count starts again.
+ * A formed generation without a blame on the pair ends its count.
+ *
+ * Which end: never the controller; otherwise the end the blames named,
+ * when they named only one (the one that did not answer: the receiver of
+ * a one-way drop is the end that acknowledges nothing); when both ends
+ * named each other, the higher name (then the higher id), so every
+ * controller picks the same one whatever order the blames arrive in. */
+/* Two: one failed generation is what any failure costs (a peer process
+ * that hung once); the same link failing again right after, with both
+ * nodes alive, is the gray failure that would otherwise repeat until it
+ * heals — two is the earliest that tells them apart. */
+#define EA_RDZV_BLAME_GENS 2u
 
 typedef struct {
   ea_node_id id;
@@ -642,7 +686,8 @@ typedef struct {
   uint64_t state_refused; /* STATE from neither the elected controller nor a member we asked,
                              or naming a member we do not know */
   uint64_t node_failures; /* as controller: failures counted toward flapping */
-  uint64_t holds;         /* as controller: hold-outs started (flapping or straggler) */
+  uint64_t holds;         /* as controller: hold-outs started (flapping, straggler, link) */
+  uint64_t blames;        /* as controller: BLAMEs counted (one per link per generation) */
   uint32_t held_now;      /* nodes held out now */
 } ea_rdzv_status;
 

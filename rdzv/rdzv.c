@@ -133,6 +133,18 @@ typedef struct {
   char text[128];
 } flapper;
 
+/* A link (unordered pair of nodes, a < b) blamed for failed generations,
+ * as controller (see "Link blame" in ea_rdzv.h). */
+typedef struct {
+  ea_node_id a, b;
+  uint64_t term;    /* the formed generation its last blame was counted in */
+  uint32_t gens;    /* consecutive formed generations failed with a blame on it */
+  uint32_t named_a; /* blames, over those, that named a (the end that did not answer) */
+  uint32_t named_b;
+  uint8_t named_now; /* bit 0: a named in `term`, bit 1: b */
+  ea_node_id by;     /* the last node that blamed it */
+} link_blame;
+
 /* A node known to drain, as of the incarnation it had then: a restarted node
  * comes back with another incarnation and no longer drains.  (An
  * incarnation that moved for another reason, a refuted suspicion, only
@@ -203,6 +215,8 @@ struct ea_rdzv {
   bool running;
   ea_rdzv_plan run;     /* owned arrays */
   ea_rdzv_gen fail_gen; /* a local worker failed in this one */
+  bool fail_blame;      /* ... naming a rank of fail_peer (BLAME goes with the REPORT) */
+  ea_node_id fail_peer;
   bool paused;
   char pause_why[EA_RDZV_REASON_MAX];
   /* The controller stopped this generation (ABORT of the one running,
@@ -269,7 +283,11 @@ struct ea_rdzv {
   size_t nexcl, capexcl;
   flapper *flap;
   size_t nflap, capflap;
-  bool holds_waived; /* too few nodes without the held-out ones: they are taken */
+  link_blame *blame;
+  size_t nblame, capblame;
+  ea_rdzv_gen prev_formed; /* the formed generation before `formed` (link blame's streaks) */
+  bool formed_stepped;     /* a local worker completed a step in `formed` */
+  bool holds_waived;       /* too few nodes without the held-out ones: they are taken */
   bool formed_broken;
   char broken_why[96];
   /* ... by a worker's failure (a REPORT saying so), not only by a member
@@ -624,12 +642,112 @@ static void flap_prune(ea_rdzv *r) {
   r->nflap = k;
 }
 
+/* ---- link blame (see ea_rdzv.h) ----------------------------------------- */
+
+static bool id_lt(const ea_node_id *x, const ea_node_id *y) {
+  return memcmp(x->b, y->b, sizeof x->b) < 0;
+}
+
+/* Keep only the links whose streak can go on: blamed in the generation just
+ * replaced (now prev_formed).  Called as a new formed generation is set. */
+static void blame_prune(ea_rdzv *r) {
+  size_t k = 0;
+  for (size_t i = 0; i < r->nblame; i++)
+    if (r->blame[i].gens && r->blame[i].term == r->prev_formed.term) r->blame[k++] = r->blame[i];
+  r->nblame = k;
+}
+
+static link_blame *blame_get(ea_rdzv *r, const ea_node_id *x, const ea_node_id *y) {
+  const ea_node_id *a = id_lt(x, y) ? x : y, *b = id_lt(x, y) ? y : x;
+  for (size_t i = 0; i < r->nblame; i++)
+    if (id_eq(&r->blame[i].a, a) && id_eq(&r->blame[i].b, b)) return &r->blame[i];
+  /* Out of memory: not counted, the link fails once more before it is. */
+  if (EA_ARRAY_RESERVE(r->blame, r->capblame, r->nblame + 1)) return NULL;
+  link_blame *l = &r->blame[r->nblame++];
+  memset(l, 0, sizeof *l);
+  l->a = *a;
+  l->b = *b;
+  return l;
+}
+
+/* Which end of l to hold out: never ourselves; the only end the blames
+ * named, when they named one only; else the higher name, then the higher
+ * id.  (Not "named more often": which BLAME of the deciding generation
+ * arrives first would then decide.) */
+static const ea_node_id *blame_pick(const ea_rdzv *r, const link_blame *l) {
+  if (id_eq(&l->a, &r->self)) return &l->b;
+  if (id_eq(&l->b, &r->self)) return &l->a;
+  if (!l->named_a != !l->named_b) return l->named_a ? &l->a : &l->b;
+  char na[EA_NAME_MAX], nb[EA_NAME_MAX];
+  name_of(r, &l->a, na);
+  name_of(r, &l->b, nb);
+  return strcmp(na, nb) > 0 ? &l->a : &l->b; /* equal names: b, the higher id */
+}
+
+/* BLAME from src: its worker could not exchange with a rank of m->peer in
+ * m->gen.  Counted once per link per formed generation, whoever says it. */
+static void ctrl_blame(ea_rdzv *r, const ea_rdzv_msg *m) {
+  if (!is_ctrl(r) || r->formed.term == 0 || !gen_eq(&m->gen, &r->formed)) return;
+  if (id_eq(&m->src, &m->peer) || find_id(r->formed_ids, r->nformed, &m->src) < 0 ||
+      find_id(r->formed_ids, r->nformed, &m->peer) < 0)
+    return;
+  link_blame *l = blame_get(r, &m->src, &m->peer);
+  if (!l) return;
+  uint8_t bit = id_eq(&m->peer, &l->a) ? 1 : 2;
+  l->by = m->src;
+  if (l->term == r->formed.term) {
+    /* Counted for this generation already; the other end's view of it
+     * still says which end did not answer. */
+    if (!(l->named_now & bit)) {
+      l->named_now |= bit;
+      if (bit == 1)
+        l->named_a++;
+      else
+        l->named_b++;
+    }
+    return;
+  }
+  /* The streak goes on from the generation just before, unless this one
+   * made a step (synchronous training: a step done here was done by every
+   * rank, so the link carried it): then the link worked for a while, and
+   * this is a new first failure.  (A controller outside the generation
+   * sees no steps and counts it as none.) */
+  if (!(l->gens && r->prev_formed.term && l->term == r->prev_formed.term && !r->formed_stepped)) {
+    l->gens = 0;
+    l->named_a = l->named_b = 0;
+  }
+  l->gens++;
+  l->term = r->formed.term;
+  l->named_now = bit;
+  if (bit == 1)
+    l->named_a++;
+  else
+    l->named_b++;
+  r->st.blames++;
+  if (l->gens < EA_RDZV_BLAME_GENS) return;
+  const ea_node_id *pick = blame_pick(r, l);
+  const ea_node_id *other = id_eq(pick, &l->a) ? &l->b : &l->a;
+  if (held(r, pick)) return;
+  flapper *f = flap_get(r, pick);
+  if (!f) return;
+  char on[EA_NAME_MAX], by[EA_NAME_MAX], text[128];
+  name_of(r, other, on);
+  name_of(r, &l->by, by);
+  fmt(text, sizeof text, "no exchange with %s in %u generations in a row (last blamed by %s)", on,
+      l->gens, by);
+  hold(r, f, EA_RDZV_HOLD_LINK, text);
+  l->gens = 0; /* after the hold, the link starts a new count */
+  l->named_a = l->named_b = 0;
+}
+
 const char *ea_rdzv_hold_why_str(uint8_t why) {
   switch (why) {
     case EA_RDZV_HOLD_FLAP:
       return "flapping";
     case EA_RDZV_HOLD_STRAGGLER:
       return "straggler";
+    case EA_RDZV_HOLD_LINK:
+      return "link";
     default:
       return "?";
   }
@@ -670,6 +788,11 @@ static void set_formed(ea_rdzv *r, const ea_rdzv_gen *g, const ea_node_id *ids, 
   free(r->formed_ids);
   r->formed_ids = p;
   r->nformed = n;
+  if (!gen_eq(g, &r->formed)) {
+    r->prev_formed = r->formed;
+    r->formed_stepped = false;
+    blame_prune(r);
+  }
   r->formed = *g;
   gen_raise(&r->seen, g);
   r->formed_broken = false;
@@ -860,6 +983,7 @@ static void agent_prepare(ea_rdzv *r, const ea_rdzv_msg *m) {
   memset(r->wready, 0, sizeof r->wready);
   memset(r->wstepped, 0, sizeof r->wstepped);
   r->fail_gen = (ea_rdzv_gen){0};
+  r->fail_blame = false;
   /* The workers are told once the number is durable (agent_eval): an agent
    * acts on no generation it could forget in a crash.  A join does not
    * break anything, so then the old generation also finishes the step in
@@ -1030,6 +1154,12 @@ static void send_report(ea_rdzv *r) {
   if (r->fail_gen.term && gen_eq(&r->fail_gen, &m.gen)) {
     m.flags |= EA_RDZV_F_FAILED;
     m.flags &= (uint8_t)~EA_RDZV_F_RUNNING;
+    if (r->fail_blame) {
+      /* Before the REPORT, so the blame is counted before the failure
+       * makes the controller re-form. */
+      ea_rdzv_msg b = {.type = EA_RDZV_BLAME, .gen = m.gen, .peer = r->fail_peer};
+      post(r, &r->el.controller, &b);
+    }
   }
   if (r->draining) m.flags |= EA_RDZV_F_DRAINING;
   if (any_wstarting(r)) m.flags |= EA_RDZV_F_STARTING;
@@ -2182,6 +2312,9 @@ static void dispatch(ea_rdzv *r, const ea_rdzv_msg *m) {
     case EA_RDZV_REPORT:
       ctrl_report(r, m);
       break;
+    case EA_RDZV_BLAME:
+      ctrl_blame(r, m);
+      break;
     case EA_RDZV_STATE:
       ctrl_state(r, m);
       break;
@@ -2342,6 +2475,7 @@ void ea_rdzv_free(ea_rdzv *r) {
   free(r->wst);
   free(r->excl);
   free(r->flap);
+  free(r->blame);
   free(r);
 }
 
@@ -2445,13 +2579,20 @@ void ea_rdzv_worker_step(ea_rdzv *r, uint64_t now_ms, uint32_t local, uint64_t s
     r->step_at = r->running ? now_ms : 0;
   }
   if (step > r->last_step) r->last_step = step;
+  if (r->running && gen_eq(&r->run.gen, &r->formed)) r->formed_stepped = true;
   if (r->prep && !r->prep_ordered) r->wstepped[local] = true;
   settle(r);
 }
 
 void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local) {
+  ea_rdzv_worker_failed_peer(r, now_ms, local, NULL);
+}
+
+void ea_rdzv_worker_failed_peer(ea_rdzv *r, uint64_t now_ms, uint32_t local,
+                                const ea_node_id *peer) {
   if (local >= r->cfg.workers_per_node) return;
   at(r, now_ms);
+  ea_rdzv_gen was = r->fail_gen;
   if (r->prep && !r->prep_ordered) {
     /* Waiting for a boundary: a failed step is one too. */
     r->prep_boundary = false;
@@ -2462,6 +2603,12 @@ void ea_rdzv_worker_failed(ea_rdzv *r, uint64_t now_ms, uint32_t local) {
   } else if (r->running) {
     r->fail_gen = r->run.gen;
     r->report_to_set = false;
+  }
+  /* The first named peer of this failure is the one blamed; a later
+   * worker's failure of the same generation adds nothing. */
+  if (r->fail_gen.term && (!gen_eq(&was, &r->fail_gen) || !r->fail_blame)) {
+    r->fail_blame = peer && !id_eq(peer, &r->self);
+    if (r->fail_blame) r->fail_peer = *peer;
   }
   settle(r);
 }

@@ -53,6 +53,8 @@ const char *ea_rdzv_msg_type_str(uint8_t type) {
       return "STATE";
     case EA_RDZV_RELEASE:
       return "RELEASE";
+    case EA_RDZV_BLAME:
+      return "BLAME";
     default:
       return "?";
   }
@@ -129,6 +131,8 @@ static int check_out(const ea_rdzv_msg *m) {
       return m->flags & ~EA_RDZV_F_ALL ? -EINVAL : 0;
     case EA_RDZV_STATE:
       return m->plan.nnodes > EA_RDZV_MAX_NODES || (m->plan.nnodes && !m->plan.nodes) ? -EINVAL : 0;
+    case EA_RDZV_BLAME:
+      return m->gen.term == 0 ? -EINVAL : 0;
     case EA_RDZV_ABORT:
     case EA_RDZV_DRAIN:
     case EA_RDZV_QUERY:
@@ -226,6 +230,10 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
     case EA_RDZV_STATE:
       msgpack_pack_array(&pk, m->plan.nnodes);
       for (uint32_t i = 0; i < m->plan.nnodes; i++) pk_bin(&pk, m->plan.nodes[i].id.b, 16);
+      break;
+    case EA_RDZV_BLAME:
+      msgpack_pack_array(&pk, 1);
+      pk_bin(&pk, m->peer.b, 16);
       break;
     default: /* ABORT, QUERY, RELEASE */
       msgpack_pack_nil(&pk);
@@ -410,7 +418,7 @@ static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
   uint64_t v;
   TRY(ea__mpr_uint(r, 255, &v), "version");
   NEED(v == EA_RDZV_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA_RDZV_RELEASE, &v), "type");
+  TRY(ea__mpr_uint(r, EA_RDZV_BLAME, &v), "type");
   NEED(v >= EA_RDZV_PREPARE, "type");
   m->type = (uint8_t)v;
   if (rd_id(r, &m->src, "src", err)) return -EA_EWIRE;
@@ -423,6 +431,7 @@ static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
     case EA_RDZV_NACK:
     case EA_RDZV_ABORT:
     case EA_RDZV_RELEASE:
+    case EA_RDZV_BLAME:
       NEED(m->gen.term > 0, "gen");
       break;
     default:
@@ -460,6 +469,10 @@ static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
     case EA_RDZV_STATE:
       rc = body_state(r, m, err);
       m->plan.gen = m->gen;
+      break;
+    case EA_RDZV_BLAME:
+      if (ea__mpr_array_n(r, 1, "blame", err)) return -EA_EWIRE;
+      rc = rd_id(r, &m->peer, "peer", err);
       break;
     default: /* ABORT, QUERY, RELEASE: body nil */
       NEED(ea__mpr_nil(r) == 1, "body");

@@ -11,6 +11,7 @@
 #include "comm_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -96,6 +97,7 @@ int ea_comm_new(const ea_comm_plan *plan, ea_comm **out) {
   c->generation = plan->generation;
   c->timeout_ms = plan->timeout_ms ? plan->timeout_ms : EA_COMM_DEFAULT_TIMEOUT_MS;
   c->init_timeout_ms = plan->init_timeout_ms ? plan->init_timeout_ms : c->timeout_ms;
+  c->blame_rank = -1;
   atomic_init(&c->aborted, 0);
   int rc;
   switch (plan->backend) {
@@ -238,6 +240,13 @@ void ea_comm_free(ea_comm *c) {
   if (!c) return;
   c->vt->destroy(c);
   free(c);
+}
+
+bool ea_comm_blame(const ea_comm *c, uint32_t *peer, char *why, size_t cap) {
+  if (!c || c->blame_rank < 0 || c->error == 0 || c->error == -ECANCELED) return false;
+  if (peer) *peer = (uint32_t)c->blame_rank;
+  if (why && cap) snprintf(why, cap, "%s", c->blame_why);
+  return true;
 }
 
 uint32_t ea_comm_rank(const ea_comm *c) {

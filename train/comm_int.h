@@ -43,7 +43,11 @@ struct ea_comm {
   int connected;
   uint64_t op_seq;     /* ops started on this communicator */
   ea_comm_stats stats; /* op thread only */
-  void *be;            /* backend state */
+  /* ea_comm_blame: the rank a failure is blamed on (-1: none), set by the
+   * backend on the op thread when it fails. */
+  int64_t blame_rank;
+  char blame_why[EA_COMM_BLAME_MAX];
+  void *be; /* backend state */
 };
 
 /* Backend constructors: fill c->vt and c->be from plan (no I/O). */

@@ -302,8 +302,35 @@ static void tcp_abort(ea_comm *c) {
   shut_both(b);
 }
 
+/* Retransmissions without an acknowledgement before unacknowledged bytes
+ * count as evidence against the link: two RTO expiries, at least 200 ms +
+ * 400 ms of silence at Linux's minimum RTO (a loss the link recovers from
+ * is acknowledged after the first), and checked only once an op has
+ * already failed, at its timeout or when a neighbour's failure reached us. */
+#define BLAME_MIN_RETRANSMITS 2
+
+/* ea_comm_blame's evidence on an op's failure, read before the sockets are
+ * shut down: bytes we sent right that its host has not acknowledged while
+ * our kernel retransmits them.  (The left neighbour being silent is no
+ * evidence: in a stalled ring every rank waits on a silent left one.) */
+static void blame_right(ea_comm *c) {
+  tcp_be *b = c->be;
+  int fd = atomic_load(&b->right_fd);
+  if (fd < 0 || c->blame_rank >= 0 || c->world < 2) return;
+  struct tcp_info ti;
+  socklen_t tl = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0) return;
+  if (ti.tcpi_unacked == 0 || ti.tcpi_retransmits < BLAME_MIN_RETRANSMITS) return;
+  uint32_t right = (c->rank + 1) % c->world;
+  c->blame_rank = right;
+  snprintf(c->blame_why, sizeof c->blame_why,
+           "rank %u at %.64s acknowledged none of %u segments in flight (%u TCP retransmissions)",
+           right, b->right_addr, ti.tcpi_unacked, ti.tcpi_retransmits);
+}
+
 static void tcp_fail(ea_comm *c, int err) {
-  (void)err;
+  if (err != -ECANCELED) blame_right(c);
   shut_both(c->be);
 }
 
@@ -420,6 +447,18 @@ static int tcp_connect(ea_comm *c) {
     uint64_t now = ea__comm_now_ns();
     if (now >= deadline) {
       rc = -ETIMEDOUT;
+      /* The right neighbour's host took our SYN, hello or ack wait to the
+       * deadline without an answer: evidence against that link (a refused
+       * connect, retried from CONN_IDLE, is an answer: its host is there). */
+      if (cstate == CONN_CONNECTING || cstate == CONN_HELLO || cstate == CONN_ACK) {
+        c->blame_rank = right;
+        snprintf(c->blame_why, sizeof c->blame_why, "rank %u at %.64s did not answer %s in %u ms",
+                 right, b->right_addr,
+                 cstate == CONN_CONNECTING ? "our connect"
+                 : cstate == CONN_HELLO    ? "while we sent our hello"
+                                           : "our hello",
+                 c->init_timeout_ms);
+      }
       break;
     }
     /* Start (or restart) the outgoing connection. */

@@ -86,6 +86,8 @@ typedef enum {
   K_TORCH_BACKEND,
   K_LAYOUT,
   K_HEADER_BYTES,
+  /* failed's peer (issue 11, gray failures): after everything older. */
+  K_PEER,
   K__COUNT
 } key;
 /* Key sets are 64-bit masks. */
@@ -136,6 +138,7 @@ static const char *const key_name[K__COUNT] = {
     [K_TORCH_BACKEND] = "torch_backend",
     [K_LAYOUT] = "layout",
     [K_HEADER_BYTES] = "header_bytes",
+    [K_PEER] = "peer",
 };
 
 #define B(k) (1ull << (k))
@@ -153,7 +156,7 @@ static const type_def types[] = {
     {EA_IPC_STEP, "step",
      B(K_GEN) | B(K_STEP) | B(K_LOSS) | B(K_DIGEST) | B(K_SAMPLES) | B(K_SECONDS),
      B(K_GRAD_NORM) | B(K_COMPUTE_SECONDS)},
-    {EA_IPC_FAILED, "failed", B(K_GEN) | B(K_ERROR) | B(K_MESSAGE) | B(K_NEXT_STEP), 0},
+    {EA_IPC_FAILED, "failed", B(K_GEN) | B(K_ERROR) | B(K_MESSAGE) | B(K_NEXT_STEP), B(K_PEER)},
     {EA_IPC_ABORTED, "aborted", B(K_GEN) | B(K_NEXT_STEP), 0},
     {EA_IPC_DONE, "done", B(K_GEN) | B(K_NEXT_STEP) | B(K_DIGEST), 0},
     {EA_IPC_EXITING, "exiting", B(K_REASON) | B(K_CODE), 0},
@@ -220,6 +223,7 @@ static uint64_t present_opt(const ea_ipc_msg *m, const type_def *d) {
   if ((d->opt & B(K_STORE)) && m->store[0]) o |= B(K_STORE);
   if ((d->opt & B(K_TORCH_BACKEND)) && m->torch_backend) o |= B(K_TORCH_BACKEND);
   if ((d->opt & B(K_LAYOUT)) && m->layout) o |= B(K_LAYOUT) | B(K_HEADER_BYTES);
+  if ((d->opt & B(K_PEER)) && m->has_peer) o |= B(K_PEER);
   return o;
 }
 
@@ -464,6 +468,8 @@ static int pack_value(msgpack_packer *pk, const ea_ipc_msg *m, key k) {
       return pack_str(pk, "ea-state-1");
     case K_HEADER_BYTES:
       return msgpack_pack_uint64(pk, m->header_bytes);
+    case K_PEER:
+      return msgpack_pack_uint32(pk, m->peer);
     case K__COUNT:
       break;
   }
@@ -708,6 +714,9 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
     }
     case K_HEADER_BYTES:
       return read_u(r, UINT64_MAX, &m->header_bytes, why);
+    case K_PEER:
+      m->has_peer = true;
+      return read_u32(r, &m->peer, why);
     case K_NCCL_ID: {
       const uint8_t *p;
       size_t n;

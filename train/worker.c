@@ -284,6 +284,11 @@ static void stage_finish(worker *w);
 
 static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
   stage_finish(w); /* the state of its step is intact: the shard still counts */
+  /* Which peer it could not exchange with, if the communicator can tell:
+   * read before it is freed (only this thread changes w->comm). */
+  uint32_t peer = 0;
+  char why[EA_COMM_BLAME_MAX] = "";
+  bool blamed = w->comm && ea_comm_blame(w->comm, &peer, why, sizeof why);
   drop_comm(w);
   char what[160];
   va_list ap;
@@ -295,11 +300,15 @@ static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
            strerror(-rc));
     return;
   }
-  ea_log(EA_LOG_WARN, "worker", "gen=%" PRIu64 " %s: %s", gen, what, strerror(-rc));
+  ea_log(EA_LOG_WARN, "worker", "gen=%" PRIu64 " %s: %s%s%s", gen, what, strerror(-rc),
+         blamed ? "; " : "", why);
   ea_ipc_msg_init(w->out, EA_IPC_FAILED);
   w->out->gen = gen;
   w->out->error = rc < 0 ? rc : -EIO;
-  snprintf(w->out->message, sizeof w->out->message, "%s: %s", what, strerror(-rc));
+  snprintf(w->out->message, sizeof w->out->message, "%s: %s%s%s", what, strerror(-rc),
+           blamed ? "; " : "", why);
+  w->out->has_peer = blamed;
+  w->out->peer = peer;
   w->out->next_step = ea_trainer_step(w->t);
   send_out(w);
 }

@@ -6,6 +6,8 @@ enough to find the cause: ``ProtocolError("commit.peers[2]: too long")``,
 """
 from __future__ import annotations
 
+from typing import Optional
+
 __all__ = [
     "ElasticAgentError",
     "ProtocolError",
@@ -48,8 +50,14 @@ class CheckpointError(ElasticAgentError):
 
 class CommError(ElasticAgentError):
     """A collective operation of the generation failed (a peer died, a timeout,
-    an abort).  ``errno`` is the positive errno the agent is told (negated)."""
+    an abort).  ``errno`` is the positive errno the agent is told (negated).
+    ``peer``: the rank of the generation it could not exchange with, when the
+    backend can tell (the agent tells the controller, which holds out one end
+    of a link that fails generation after generation: docs/operations.md, "A
+    bad link"); None when it cannot — torch's gloo and NCCL errors do not
+    name the peer, so a library program's failures never do."""
 
-    def __init__(self, message: str, errno: int) -> None:
+    def __init__(self, message: str, errno: int, peer: Optional[int] = None) -> None:
         super().__init__(message)
         self.errno = errno
+        self.peer = peer

@@ -91,6 +91,8 @@ KEYS: Tuple[Tuple[str, str], ...] = (
     ("ckpt_busy", _BUSY), ("ckpt_dir", _PATH), ("resume", _PATH), ("ckpt_verify", _VERIFY),
     # ---- extensions (docs/pytorch.md, "Agent-side changes required") ----
     ("store", _ADDR), ("torch_backend", _TBACKEND), ("layout", _LAYOUT), ("header_bytes", _U64),
+    # ---- the agent's keys added since (ea_ipc.h) ----
+    ("peer", _U32),
 )
 _KIND = dict(KEYS)
 _ORDER = {k: i for i, (k, _) in enumerate(KEYS)}
@@ -109,7 +111,7 @@ TYPES: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "ready": (("gen", "comm_addr", "next_step", "digest"), ("nccl_id",)),
     "step": (("gen", "step", "loss", "digest", "samples", "seconds"),
              ("grad_norm", "compute_seconds")),
-    "failed": (("gen", "error", "message", "next_step"), ()),
+    "failed": (("gen", "error", "message", "next_step"), ("peer",)),
     "aborted": (("gen", "next_step"), ()),
     "done": (("gen", "next_step", "digest"), ()),
     "exiting": (("reason", "code"), ()),

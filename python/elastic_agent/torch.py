@@ -718,6 +718,9 @@ class TorchBackend(Backend):
         else:
             e = errno.EIO
         first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+        # No peer: gloo says "Connection reset by peer [10.0.0.2]:43012" or
+        # "Timed out waiting ... for recv operation", neither a rank we could
+        # trust, so the failure is reported without one (ea_ipc.h "failed").
         return CommError(first, e)
 
     def make_generation(self, worker: Worker, plan: Mapping[str, Any], sync: str) -> "TorchGeneration":

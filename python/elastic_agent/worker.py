@@ -489,8 +489,11 @@ class Worker:
             log.info("gen=%d %s: %s (superseded by the agent)", gen, what, err)
             return
         log.warning("gen=%d %s: %s", gen, what, err)
-        self._send({"type": "failed", "gen": gen, "error": -(err.errno or errno.EIO),
-                    "message": _clip("%s: %s" % (what, err)), "next_step": self.state.step})
+        msg = {"type": "failed", "gen": gen, "error": -(err.errno or errno.EIO),
+               "message": _clip("%s: %s" % (what, err)), "next_step": self.state.step}
+        if err.peer is not None:
+            msg["peer"] = err.peer
+        self._send(msg)
 
     def _classify(self, exc: BaseException) -> Optional[CommError]:
         ce = self.backend.comm_error(exc)

@@ -24,6 +24,9 @@ if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
 # Short path: the admin socket path must fit sun_path (108 bytes).
 EA_TMP=$(mktemp -d /tmp/ea-e2e.XXXXXX)
 declare -gA AGENT_PID=() AGENT_DIR=() AGENT_ADDR=()
+# Set before start_agent NAME to run it in network namespace AGENT_NS[NAME]
+# (`ip netns exec`, root) bound to AGENT_BIND[NAME] (default 127.0.0.1:0).
+declare -gA AGENT_NS=() AGENT_BIND=()
 EA_PGIDS=()
 EA_FAILED=0
 
@@ -77,8 +80,10 @@ start_agent() {
   mkdir -p "$dir"
   # Metrics off unless the script asks (a --set in "$@" comes later and
   # wins): many agents on one host cannot all have the default port.
-  setsid "$EA_BIN" run --name "$name" --bind 127.0.0.1:0 --data-dir "$dir/data" \
-    --set observability.metrics_listen= "$@" >"$dir/log" 2>&1 </dev/null &
+  local -a in_ns=()
+  [ -n "${AGENT_NS[$name]:-}" ] && in_ns=(ip netns exec "${AGENT_NS[$name]}")
+  setsid "${in_ns[@]}" "$EA_BIN" run --name "$name" --bind "${AGENT_BIND[$name]:-127.0.0.1:0}" \
+    --data-dir "$dir/data" --set observability.metrics_listen= "$@" >"$dir/log" 2>&1 </dev/null &
   local pid=$!
   EA_PGIDS+=("$pid")
   AGENT_PID[$name]=$pid

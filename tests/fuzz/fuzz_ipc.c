@@ -111,6 +111,11 @@ int main(int argc, char **argv) {
   m->error = -ECONNRESET;
   strcpy(m->message, "allreduce of step 12: Connection reset by peer");
   put("failed");
+  m->has_peer = true;
+  m->peer = 3;
+  strcpy(m->message,
+         "connecting rank 2/5: Connection timed out; rank 3 did not answer our connect");
+  put("failed-peer");
 
   ea_ipc_msg_init(m, EA_IPC_EXITING);
   strcpy(m->reason, "stop");

@@ -104,6 +104,8 @@ static bool msg_same(const ea_rdzv_msg *a, const ea_rdzv_msg *b) {
       for (uint32_t i = 0; i < a->plan.nnodes; i++)
         if (memcmp(a->plan.nodes[i].id.b, b->plan.nodes[i].id.b, 16)) return false;
       return true;
+    case EA_RDZV_BLAME:
+      return memcmp(a->peer.b, b->peer.b, 16) == 0;
     default:
       return true;
   }
@@ -331,6 +333,13 @@ int main(int argc, char **argv) {
   m.src = view[0].id;
   m.gen = g2;
   put("release", &m);
+
+  memset(&m, 0, sizeof m);
+  m.type = EA_RDZV_BLAME;
+  m.src = view[2].id;
+  m.gen = g1;
+  m.peer = view[1].id;
+  put("blame", &m);
   return 0;
 }
 

@@ -104,6 +104,9 @@ VECTORS = [
     ('ckpt_done_enospc',
      {'type': 'ckpt_done', 'gen': 5, 'step': 20, 'status': -28, 'message': 'write /ck/x: No space left on device'},
      '85a474797065a9636b70745f646f6e65a367656e05a47374657014a76d657373616765d9247772697465202f636b2f783a204e6f207370616365206c656674206f6e20646576696365a6737461747573e4'),
+    ('failed_peer',
+     {'type': 'failed', 'gen': 4, 'error': -110, 'message': 'connecting rank 1/5: Connection timed out', 'next_step': 905, 'peer': 2},
+     '86a474797065a66661696c6564a367656e04a96e6578745f73746570cd0389a56572726f72d092a76d657373616765d929636f6e6e656374696e672072616e6b20312f353a20436f6e6e656374696f6e2074696d6564206f7574a47065657202'),
 ]
 
 

@@ -120,6 +120,12 @@ struct h_sim {
   h_agent a[H_MAX];
   int group[H_MAX];       /* partition: links between different groups are cut */
   bool cut[H_MAX][H_MAX]; /* single links cut (both directions set by h_cut) */
+  /* Gray links (h_gray): the workers' data from i to j is lost while the
+   * control network and the views still work.  A generation with such a
+   * pair cannot step, and i's workers, failing, name j as the peer they
+   * could not exchange with (as the tcp ring's sender sees its bytes go
+   * unacknowledged); every other worker fails without naming anyone. */
+  bool gray[H_MAX][H_MAX];
   double loss;
   uint32_t delay_min_ms, delay_max_ms;
   uint32_t lag_min_ms, lag_max_ms;
@@ -532,6 +538,11 @@ static void h_cut(h_sim *h, int i, int j, bool cut) {
   h->cut[i][j] = h->cut[j][i] = cut;
 }
 
+/* One-way data loss from i to j (see h_sim.gray). */
+static void h_gray(h_sim *h, int i, int j, bool on) {
+  h->gray[i][j] = on;
+}
+
 static int h_drain(h_sim *h, int i, const char *name) {
   if (!h->a[i].up) return -1;
   return ea_rdzv_drain(h->a[i].r, h->now, name);
@@ -620,7 +631,7 @@ static bool h_group_ok(const h_sim *h, const ea_rdzv_plan *p) {
       if (h->a[j].w[k].st != HW_TRAINING || h_gcmp(&h->a[j].w[k].gen, &p->gen) != 0) return false;
     for (uint32_t y = 0; y < p->nnodes; y++) {
       int l = h_index(h, &p->nodes[y].id);
-      if (l < 0 || !h_linked(h, j, l)) return false;
+      if (l < 0 || !h_linked(h, j, l) || h->gray[j][l]) return false;
     }
   }
   return true;
@@ -661,7 +672,13 @@ static void h_train(h_sim *h) {
         if (h->now - w->stall_since >= h->comm_timeout_ms) {
           w->st = HW_FAILED;
           h->worker_failures++;
-          ea_rdzv_worker_failed(a->r, h->now, k);
+          const ea_rdzv_plan *p = h_plan_of(h, i);
+          const ea_node_id *peer = NULL;
+          for (uint32_t y = 0; p && y < p->nnodes && !peer; y++) {
+            int l = h_index(h, &p->nodes[y].id);
+            if (l >= 0 && h->gray[i][l]) peer = &p->nodes[y].id;
+          }
+          ea_rdzv_worker_failed_peer(a->r, h->now, k, peer);
         }
       }
       if (!a->up) break;

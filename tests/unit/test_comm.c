@@ -908,8 +908,58 @@ START_TEST(op_timeout_when_peer_stops) {
     }
   }
   ck_assert_msg(timed_out >= 1, "nobody reported -ETIMEDOUT");
+  /* A peer that is connected but silent is no evidence against a link:
+   * its kernel acknowledged every byte, and a stalled ring is all silent
+   * left neighbours. */
+  for (int r = 0; r < W - 1; r++)
+    ck_assert_msg(!ea_comm_blame(x[r].comm, NULL, NULL, 0), "rank %d blamed a peer", r);
   ranks_free(x, W);
   ring_close(&g);
+}
+END_TEST
+
+START_TEST(blame_names_the_peer) {
+  /* ea_comm_blame after init failures of rank 0 of 2.  Rank 1's listener
+   * exists but nobody serves it: the kernel completes the connect, our
+   * hello is never answered — rank 1 is blamed, and the why says so.
+   * Rank 1 refuses (no listener): its host answered, nothing is blamed.
+   * An abort is never blamed on anyone. */
+  ring g;
+  ring_open(&g, 2);
+  for (int variant = 0; variant < 3; variant++) {
+    if (variant == 1) {
+      close(g.lfd[1]);
+      g.lfd[1] = -1;
+    }
+    ea_comm_plan p;
+    ea_comm_plan_init(&p);
+    p.world = 2;
+    p.rank = 0;
+    p.generation = 1;
+    p.peers = g.peers;
+    p.listen_fd = g.lfd[0];
+    p.timeout_ms = 300;
+    ea_comm *c;
+    ck_assert_int_eq(ea_comm_new(&p, &c), 0);
+    uint32_t peer = 99;
+    char why[EA_COMM_BLAME_MAX] = "";
+    ck_assert(!ea_comm_blame(c, &peer, why, sizeof why)); /* nothing failed yet */
+    if (variant == 2) ea_comm_abort(c);
+    int rc = ea_comm_connect(c);
+    ck_assert_int_eq(rc, variant == 2 ? -ECANCELED : -ETIMEDOUT);
+    bool blamed = ea_comm_blame(c, &peer, why, sizeof why);
+    if (variant == 0) {
+      ck_assert_msg(blamed, "rank 1 not blamed");
+      ck_assert_uint_eq(peer, 1);
+      ck_assert_msg(
+          strstr(why, "rank 1 at 127.0.0.1:") == why && strstr(why, "did not answer our hello"),
+          "%s", why);
+    } else {
+      ck_assert_msg(!blamed, "variant %d blamed rank %u: %s", variant, peer, why);
+    }
+    ea_comm_free(c);
+  }
+  close(g.lfd[0]);
 }
 END_TEST
 
@@ -1065,6 +1115,7 @@ static Suite *comm_suite(void) {
   TCase *tc = tcase_create("tcp");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, args_and_world_one);
+  tcase_add_test(tc, blame_names_the_peer);
   tcase_add_loop_test(tc, allreduce_matrix, 0, (int)(sizeof Ws / sizeof Ws[0]));
   tcase_add_loop_test(tc, allreduce_64mib, 0, 2);
   tcase_add_loop_test(tc, broadcast_matrix, 0, (int)(sizeof Ws / sizeof Ws[0]));

@@ -88,6 +88,10 @@ static void fill(ea_ipc_msg *m, ea_ipc_type t, bool opt) {
       m->error = -ECONNRESET;
       strcpy(m->message, "allreduce of step 12: Connection reset by peer");
       m->next_step = 12;
+      if (opt) { /* the rank it could not exchange with */
+        m->has_peer = true;
+        m->peer = 4;
+      }
       break;
     case EA_IPC_ABORTED:
       m->gen = 5;

@@ -2133,6 +2133,183 @@ END_TEST
 
 /* ---- suite ---------------------------------------------------------------- */
 
+/* ---- link blame: a gray failure (issue 11) --------------------------------- */
+
+static bool order_of_is(h_sim *h, int ctrl, const char *want) {
+  char o[64];
+  order_str(h, ctrl, o, sizeof o);
+  return strcmp(o, want) == 0 && h_training(h, ctrl);
+}
+
+static bool order_of_0_trains(h_sim *h, void *arg) {
+  return order_of_is(h, 0, arg) && h->a[0].last_step_at + 3 * h->step_ms >= h->now;
+}
+
+/* Settled in a generation of n nodes (a joiner comes last in rank order). */
+static bool settled_with(h_sim *h, void *arg) {
+  ea_rdzv_gen g;
+  int m[H_MAX];
+  return h_settled(h, &g) && h_members(h, 0, m) == *(int *)arg;
+}
+
+START_TEST(test_blame_link_held_out) {
+  /* Five nodes; n1's data to n2 is lost while gossip and control still
+   * work, so the controller would re-form the same five for ever.  n1's
+   * workers name n2 when they fail: after two generations in a row failed
+   * with a blame on {n1, n2}, n2 (the end named) is held out for the flap
+   * cooldown (flap_threshold 0: hold-outs for flapping are off, link
+   * blame is not), the other four train, n2 is taken back once the hold
+   * ends (the link healed meanwhile); the same fault again holds it out
+   * for twice as long. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_cooldown_ms = 5000;
+  h_sim *h = h_new(h_seed("blame_link_held_out"), 5, &c, true);
+  settle_all(h, 5);
+  ck_assert_int_eq(controller_of(h), 0);
+  ea_rdzv_held held[4];
+  for (int round = 1; round <= 2; round++) {
+    uint64_t t0 = h->now;
+    h_gray(h, 1, 2, true);
+    /* comm timeout 500 ms a generation, two of them, plus formations */
+    ck_assert_msg(h_run_cond(h, h->now + 5000, order_of_0_trains, "0,1,3,4"),
+                  "round %d: not training without n2 after %" PRIu64 " ms: %s", round, h->now - t0,
+                  status_of(h, 0).reason);
+    NO_VIOLATION(h);
+    ck_assert_uint_eq(held_of(h, 0, held), 1);
+    ck_assert_str_eq(held[0].name, "n2");
+    ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_LINK);
+    ck_assert_str_eq(ea_rdzv_hold_why_str(held[0].why), "link");
+    ck_assert_uint_eq(held[0].holds, (uint32_t)round);
+    ck_assert(!held[0].waived);
+    ck_assert_msg(strcmp(held[0].text,
+                         "no exchange with n1 in 2 generations in a row (last blamed by n1)") == 0,
+                  "%s", held[0].text);
+    uint64_t cool = round == 1 ? 5000 : 10000;
+    ck_assert_uint_le(held[0].until_ms, h->now + cool);
+    ck_assert_uint_gt(held[0].until_ms, t0 + cool);
+    ck_assert_msg(strstr(status_of(h, 0).reason, "1 held out (n2: link for ") != NULL, "%s",
+                  status_of(h, 0).reason);
+    /* Stays out until the hold ends, though the link heals at once. */
+    h_gray(h, 1, 2, false);
+    uint64_t until = held[0].until_ms;
+    h_run_until(h, until - 1);
+    ck_assert(order_of_is(h, 0, "0,1,3,4"));
+    int five = 5;
+    ck_assert_msg(h_run_cond(h, until + c.scale_up_delay_ms + 2000, settled_with, &five),
+                  "round %d: n2 not back: %s", round, status_of(h, 0).reason);
+    NO_VIOLATION(h);
+  }
+  ea_rdzv_status st = status_of(h, 0);
+  ck_assert_uint_eq(st.holds, 2);
+  ck_assert_uint_eq(st.blames, 4);              /* two generations a round, one blame each */
+  ck_assert_uint_eq(status_of(h, 1).blames, 0); /* the controller's record only */
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_blame_one_generation_forgiven) {
+  /* A link blamed in one generation that then trains is forgiven: a
+   * second, later failure on it starts a new count, and nothing is held. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_cooldown_ms = 5000;
+  h_sim *h = h_new(h_seed("blame_one_generation_forgiven"), 4, &c, true);
+  ea_rdzv_gen g = settle_all(h, 4);
+  ea_rdzv_held held[4];
+  for (int k = 0; k < 3; k++) {
+    h_gray(h, 1, 2, true);
+    uint64_t t0 = h->now;
+    while (status_of(h, 0).blames == (uint64_t)k && h->now < t0 + 3000)
+      h_run_until(h, h->now + H_BEAT_MS);
+    ck_assert_uint_eq(status_of(h, 0).blames, (uint64_t)k + 1);
+    h_gray(h, 1, 2, false);
+    g = settle_after(h, g, 10000);
+    h_run_until(h, h->now + 1000); /* it trains */
+    ck_assert_uint_eq(held_of(h, 0, held), 0);
+  }
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3");
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_blame_end_chosen) {
+  /* Which end is held out.  n1 names the controller n0 (data n1 → n0
+   * lost): never the controller, so n1.  Both of n2 and n3 name each other
+   * (lost both ways): a tie, the higher name, n3. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_cooldown_ms = 60000;
+  for (int variant = 0; variant < 2; variant++) {
+    h_sim *h =
+        h_new(h_seed(variant ? "blame_end_chosen/tie" : "blame_end_chosen/ctrl"), 4, &c, true);
+    settle_all(h, 4);
+    ck_assert_int_eq(controller_of(h), 0);
+    if (variant == 0) {
+      h_gray(h, 1, 0, true);
+    } else {
+      h_gray(h, 2, 3, true);
+      h_gray(h, 3, 2, true);
+    }
+    const char *want = variant ? "0,1,2" : "0,2,3";
+    ck_assert_msg(h_run_cond(h, h->now + 5000, order_of_0_trains, (void *)want), "%s",
+                  status_of(h, 0).reason);
+    ea_rdzv_held held[4];
+    ck_assert_uint_eq(held_of(h, 0, held), 1);
+    ck_assert_str_eq(held[0].name, variant ? "n3" : "n1");
+    ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_LINK);
+    NO_VIOLATION(h);
+    h_free(h);
+  }
+}
+END_TEST
+
+START_TEST(test_blame_waived_below_min_nodes) {
+  /* min_nodes 3 with three nodes: holding an end of the bad link out
+   * would stop the job, so the hold is waived (shown) and the generations
+   * go on failing with both ends until the link heals. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  c.flap_cooldown_ms = 60000;
+  h_sim *h = h_new(h_seed("blame_waived_below_min_nodes"), 3, &c, true);
+  ea_rdzv_gen g = settle_all(h, 3);
+  h_gray(h, 1, 2, true);
+  h_run_until(h, h->now + 4000);
+  NO_VIOLATION(h);
+  ea_rdzv_held held[4];
+  ck_assert_uint_eq(held_of(h, 0, held), 1);
+  ck_assert_str_eq(held[0].name, "n2");
+  ck_assert(held[0].waived);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2");
+  h_gray(h, 1, 2, false);
+  g = settle_after(h, g, 10000);
+  ck_assert(h_run_cond(h, h->now + 3000, order_of_0_trains, "0,1,2"));
+  NO_VIOLATION(h);
+  h_free(h);
+}
+END_TEST
+
+START_TEST(test_codec_blame) {
+  /* BLAME round-trips; gen 0 is refused both ways; an older decoder's
+   * view (type bound) is checked by codec_rejects's type test. */
+  ea_rdzv_msg m = {.type = EA_RDZV_BLAME};
+  fill_gen(&m.gen, 9, 3);
+  memset(m.src.b, 4, 16);
+  memset(m.peer.b, 5, 16);
+  ea_rdzv_msg d = roundtrip(&m);
+  ck_assert_uint_eq(d.type, EA_RDZV_BLAME);
+  ck_assert_uint_eq(d.gen.term, 9);
+  ck_assert_int_eq(memcmp(d.peer.b, m.peer.b, 16), 0);
+  ck_assert_str_eq(ea_rdzv_msg_type_str(EA_RDZV_BLAME), "BLAME");
+  m.gen.term = 0;
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(ea_rdzv_encode(&m, &buf, &len), -EINVAL);
+}
+END_TEST
+
 static Suite *rdzv_suite(void) {
   /* one case per test, so CK_RUN_CASE=<name> runs just one */
   const struct {
@@ -2176,6 +2353,11 @@ static Suite *rdzv_suite(void) {
       {"churn_backs_off", test_churn_backs_off},
       {"min_nodes_timeout", test_min_nodes_timeout},
       {"codec_restart_count", test_codec_restart_count},
+      {"blame_link_held_out", test_blame_link_held_out},
+      {"blame_one_generation_forgiven", test_blame_one_generation_forgiven},
+      {"blame_end_chosen", test_blame_end_chosen},
+      {"blame_waived_below_min_nodes", test_blame_waived_below_min_nodes},
+      {"codec_blame", test_codec_blame},
   };
   Suite *s = suite_create("rdzv");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
