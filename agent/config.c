@@ -874,6 +874,10 @@ static void lerr(loader *L, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(L->err + at, L->errlen - at, fmt, ap);
   va_end(ap);
+  /* One line per problem: a value quoted in it may hold line breaks (a
+   * double-quoted YAML scalar folds them in) or other control bytes. */
+  for (char *c = L->err + at; *c; c++)
+    if ((unsigned char)*c < 0x20) *c = '?';
   if (n < 0 || at + (size_t)n >= L->errlen) {
     /* Keep whole lines only (a cut one would not read as FILE:LINE: …),
      * except the first: better cut than nothing. */

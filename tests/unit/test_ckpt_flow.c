@@ -950,8 +950,9 @@ static struct {
   double commit_stall[MAX_COMMITS];
   int ncommitted;
   int failed, failed_alerts, stale;
-  int failed_broken; /* failed for a reason other than slowness: skipped (busy), given up,
-                        superseded */
+  char broken_line[1024]; /* the last of those, as logged */
+  int failed_broken;      /* failed for a reason other than slowness: skipped (busy), given up,
+                             superseded */
   ea__ckpt_event last_failed;
   /* service events */
   int shard_failed;
@@ -1002,7 +1003,10 @@ static void ctl_event(void *ctx, const ea__ckpt_event *e) {
       printf("  event: %s\n", line);
       T.failed++;
       if (e->alert) T.failed_alerts++;
-      if (e->error != -EAGAIN && e->error != -ENOBUFS && e->error != -ECANCELED) T.failed_broken++;
+      if (e->error != -EAGAIN && e->error != -ENOBUFS && e->error != -ECANCELED) {
+        T.failed_broken++;
+        snprintf(T.broken_line, sizeof T.broken_line, "%s", line);
+      }
       T.last_failed = *e;
       break;
     case EA__CKPT_EV_STALE:
@@ -1471,7 +1475,7 @@ START_TEST(test_flow_w3_checkpoints_commit_and_verify) {
    * or too many be in flight (given up, superseded): slowness, not a broken
    * write or commit, which is what must not happen (this once counted 7
    * under a parallel fuzzer and four test runs). */
-  ck_assert_int_eq(T.failed_broken, 0);
+  ck_assert_msg(T.failed_broken == 0, "%d broken; the last: %s", T.failed_broken, T.broken_line);
   stop_workers(all);
   g_mask = all;
   wait_for(p_idle, 0, "the service and controller to be idle");

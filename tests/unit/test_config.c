@@ -505,6 +505,26 @@ START_TEST(every_problem_of_a_file_at_once) {
 }
 END_TEST
 
+/* A value quoted in a problem keeps it on its line: a double-quoted YAML
+ * scalar folds its line breaks into the value (fuzz_config found this:
+ * the URI's host held "\n" and the message broke into lines that did not
+ * read PATH:LINE:). */
+START_TEST(a_problem_stays_on_its_line) {
+  write_job("checkpoint:\n  storage_uri: \"file:// :\n\n \n/x y\"\ntrain:\n  lr: \"a\n\nb\"\n");
+  ea_config *c = cfg_new();
+  char err[2048] = "", want[2048];
+  ck_assert_int_eq(ea_config_load(c, g_path, err, sizeof err), -EINVAL);
+  snprintf(want, sizeof want,
+           "%s:2: checkpoint.storage_uri: file:// URI names the host ' :?"
+           "?': write "
+           "file:///ABSOLUTE/PATH or a plain path\n"
+           "%s:7: train.lr: expected a number in (0, 10], found the quoted string \"a\\x0ab\"",
+           g_path, g_path);
+  ck_assert_str_eq(err, want);
+  free(c);
+}
+END_TEST
+
 /* ---- loading ------------------------------------------------------------- */
 
 /* Files that leave every key at its default. */
@@ -1253,6 +1273,7 @@ static Suite *config_suite(void) {
   tcase_add_loop_test(tc, uri_keys_take_file_uris_and_paths, 0,
                       (int)(sizeof uris / sizeof uris[0]));
   tcase_add_test(tc, every_problem_of_a_file_at_once);
+  tcase_add_test(tc, a_problem_stays_on_its_line);
   tcase_add_loop_test(tc, empty_files_give_defaults, 0,
                       (int)(sizeof empty_files / sizeof empty_files[0]));
   tcase_add_test(tc, load_overlays_only_given_keys);
