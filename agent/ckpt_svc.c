@@ -834,8 +834,8 @@ void ea__ckpt_commit_run(ea__ckpt_commit_job *j) {
     const char *names[EA__CKPT_PENDING_MAX];
     for (size_t i = 0; i < j->n_in_progress; i++) names[i] = j->in_progress[i];
     char rerr[sizeof j->err];
-    j->retain_rc = ea_ckpt_retain(j->dir, j->keep_last, names, j->n_in_progress, &j->retained, rerr,
-                                  sizeof rerr);
+    j->retain_rc = ea_ckpt_retain_after(j->dir, j->keep_last, j->step, j->gen, names,
+                                        j->n_in_progress, &j->retained, rerr, sizeof rerr);
     /* a commit's own error is the one that matters; a successful commit
      * reports retention's */
     if (j->retain_rc && j->rc == 0) snprintf(j->err, sizeof j->err, "%s", rerr);

@@ -32,8 +32,8 @@
  *     range of the serialized state into a memfd (ea_trainer_state_stage:
  *     copy + XXH3) at W = 1 and W = 4 (rank 0's range holds the header,
  *     whose digest hashes the whole payload), and the stall left when that
- *     copy runs on a thread while the next step computes (a design the
- *     worker does not use yet) — against a synchronous save of the same state
+ *     copy runs on a thread while the next step computes, as the worker's
+ *     stager does — against a synchronous save of the same state
  *     (serialize + write + fsync), for the default model and a large one.
  *
  * --tables 2,4: only those tables (1 and 2 come from one pass, so either
@@ -419,7 +419,7 @@ static double stage_seconds(ea_trainer *t, uint8_t *map, uint32_t world, uint32_
   return now() - t0;
 }
 
-/* A design the worker does not use yet (a stager thread): rank 0 of world 1
+/* What the worker does (train/worker.c, the stager): rank 0 of world 1
  * hands its range to a thread that waits for such work (created once)
  * while the training thread computes the next step (compute only reads
  * the state), and waits for it before the optimizer's apply.  The stall is
@@ -735,8 +735,7 @@ int main(int argc, char **argv) {
     }
     printf(
         "copy: ea_trainer_state_stage on the training thread (the stall before); stall: the wait "
-        "for that copy, run on a thread while the next step computes (a design the worker does not "
-        "use yet), "
+        "for that copy, run on a thread while the next step computes (the worker's stager), "
         "before the step's apply; rank 0's range holds the state header, whose digest hashes "
         "the whole payload\n");
   }

@@ -233,6 +233,13 @@ static bool in_set(const char *name, const char *const *set, size_t n) {
 
 int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_progress,
                    size_t n_in_progress, ea_ckpt_retain_stats *st, char *err, size_t errlen) {
+  return ea_ckpt_retain_after(dir, keep_last, EA_CKPT_NO_STEP, 0, in_progress, n_in_progress, st,
+                              err, errlen);
+}
+
+int ea_ckpt_retain_after(const char *dir, uint32_t keep_last, uint64_t after_step,
+                         uint64_t after_gen, const char *const *in_progress, size_t n_in_progress,
+                         ea_ckpt_retain_stats *st, char *err, size_t errlen) {
   ea_ckpt_retain_stats dummy;
   if (!st) st = &dummy;
   memset(st, 0, sizeof *st);
@@ -293,6 +300,13 @@ int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_pr
     bool older = newest && (e[i].step < newest->step ||
                             (e[i].step == newest->step && e[i].generation < newest->generation) ||
                             e[i].generation < newest->generation);
+    /* A save that began after the commit running this retention: every
+     * rank stages in step order, so its reports may still be on their way
+     * (the in-progress set was taken when this commit was queued, and the
+     * ranks trained on meanwhile); a later commit's retention judges it. */
+    const bool later =
+        after_step != EA_CKPT_NO_STEP && e[i].step > after_step && e[i].generation >= after_gen;
+    if (!older && later) continue;
     if (!older && newer_kept < EA_CKPT_PARTIAL_KEEP) {
       newer_kept++;
       continue;

@@ -324,6 +324,19 @@ typedef struct {
 int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_progress,
                    size_t n_in_progress, ea_ckpt_retain_stats *st, char *err, size_t errlen);
 
+/* ea_ckpt_retain run by the commit of step `after_step` of generation
+ * `after_gen` (committed or failed): leftovers of a later step in that
+ * generation or a newer one are also kept, beyond EA_CKPT_PARTIAL_KEEP.
+ * Ranks stage their shards in step order and train on while a commit runs,
+ * so saves newer than the commit can be under way before their first
+ * report reaches the controller, outside any in-progress set it could
+ * give; the retention of a later commit judges them.  after_step
+ * EA_CKPT_NO_STEP: none (ea_ckpt_retain). */
+#define EA_CKPT_NO_STEP UINT64_MAX
+int ea_ckpt_retain_after(const char *dir, uint32_t keep_last, uint64_t after_step,
+                         uint64_t after_gen, const char *const *in_progress, size_t n_in_progress,
+                         ea_ckpt_retain_stats *st, char *err, size_t errlen);
+
 /* ---- verification, resume, reading ------------------------------------- */
 
 typedef enum {

@@ -120,6 +120,19 @@ typedef struct {
   int stage_fd;           /* the memfd, created on first use */
   uint8_t *stage_map;     /* its mapping, stage_len bytes */
   size_t stage_len;
+  /* a shard being staged by the stager while the next step computes */
+  bool stage_pending;
+  uint64_t stage_step, stage_off, stage_len_now;
+  double stage_waited; /* seconds it waited for the previous shard (busy) */
+
+  /* ---- the stager thread and its hand-off (under smu) ---- */
+  pthread_t stager;
+  bool stager_started;
+  pthread_mutex_t smu;
+  pthread_cond_t scv;
+  bool s_job, s_done, s_quit;
+  int s_rc;
+  uint64_t s_hash;
 
   /* ---- reader thread only ---- */
   ea_ipc_msg *in;
@@ -267,7 +280,10 @@ static bool interrupted(worker *w) {
 
 static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+static void stage_finish(worker *w);
+
 static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
+  stage_finish(w); /* the state of its step is intact: the shard still counts */
   /* Which peer it could not exchange with, if the communicator can tell:
    * read before it is freed (only this thread changes w->comm). */
   uint32_t peer = 0;
@@ -416,8 +432,59 @@ static void ckpt_skipped(worker *w, uint64_t step, const char *fmt, ...) {
   send_out(w);
 }
 
-/* The trainer has just completed `step` steps: stage this rank's shard of
- * that state if a checkpoint is due. */
+/* The stager: copies a shard range of the state into the memfd and hashes
+ * it (ea_trainer_state_stage) while the training thread computes the next
+ * step.  compute() only reads the params and writes the gradients, which
+ * are not part of the state, so the copy sees the state of the step that
+ * was due; whatever changes the state (apply, a sync, a resume) first waits
+ * for it (stage_finish). */
+static void *stager_main(void *arg) {
+  worker *w = arg;
+  pthread_mutex_lock(&w->smu);
+  for (;;) {
+    while (!w->s_job && !w->s_quit) pthread_cond_wait(&w->scv, &w->smu);
+    if (w->s_quit) break;
+    pthread_mutex_unlock(&w->smu);
+    uint64_t hash = 0;
+    int rc =
+        ea_trainer_state_stage(w->t, w->stage_off, w->stage_map, (size_t)w->stage_len_now, &hash);
+    pthread_mutex_lock(&w->smu);
+    w->s_rc = rc;
+    w->s_hash = hash;
+    w->s_job = false;
+    w->s_done = true;
+    pthread_cond_broadcast(&w->scv);
+  }
+  pthread_mutex_unlock(&w->smu);
+  return NULL;
+}
+
+static int stager_start(worker *w) {
+  if (w->stager_started) return 0;
+  int rc = pthread_create(&w->stager, NULL, stager_main, w);
+  if (rc) {
+    ea_log(EA_LOG_WARN, "worker", "no stager thread (%s): checkpoints stage in the step",
+           strerror(rc));
+    return -rc;
+  }
+  w->stager_started = true;
+  return 0;
+}
+
+static void stager_stop(worker *w) {
+  if (!w->stager_started) return;
+  pthread_mutex_lock(&w->smu);
+  while (w->s_job) pthread_cond_wait(&w->scv, &w->smu);
+  w->s_quit = true;
+  pthread_cond_broadcast(&w->scv);
+  pthread_mutex_unlock(&w->smu);
+  pthread_join(w->stager, NULL);
+  w->stager_started = false;
+}
+
+/* The trainer has just completed `step` steps: if a checkpoint is due,
+ * hand this rank's shard of that state to the stager (stage_finish
+ * completes it). */
 static void maybe_checkpoint(worker *w, uint64_t step) {
   /* The last step is always saved: the job ends there (job.h: success is
    * train.steps reached with its final checkpoint committed). */
@@ -469,10 +536,41 @@ static void maybe_checkpoint(worker *w, uint64_t step) {
     ckpt_skipped(w, step, "staging memfd of %" PRIu64 " bytes: %s", len, strerror(-rc));
     return;
   }
+  w->stage_step = step;
+  w->stage_off = off;
+  w->stage_len_now = len;
+  w->stage_waited = waited;
+  w->stage_pending = true;
+  if (stager_start(w) == 0) {
+    pthread_mutex_lock(&w->smu);
+    w->s_job = true;
+    w->s_done = false;
+    pthread_cond_signal(&w->scv);
+    pthread_mutex_unlock(&w->smu);
+  } else { /* no thread: stage here and now */
+    w->s_rc = ea_trainer_state_stage(w->t, off, w->stage_map, (size_t)len, &w->s_hash);
+    w->s_done = true;
+  }
+}
+
+/* The shard maybe_checkpoint handed to the stager is complete: wait for it
+ * (the training thread's stall: the copy that did not fit inside the step
+ * that computed meanwhile) and tell the agent.  Called before anything
+ * changes the trainer's state (apply, a sync, a resume) and before any
+ * message that must follow the shard's (DONE, FAILED, ABORTED). */
+static void stage_finish(worker *w) {
+  if (!w->stage_pending) return;
   const double t1 = now_s();
-  uint64_t hash = 0;
-  rc = ea_trainer_state_stage(w->t, off, w->stage_map, (size_t)len, &hash);
+  pthread_mutex_lock(&w->smu);
+  while (!w->s_done) pthread_cond_wait(&w->scv, &w->smu);
+  w->s_done = false;
+  int rc = w->s_rc;
+  const uint64_t hash = w->s_hash;
+  pthread_mutex_unlock(&w->smu);
   const double stall = now_s() - t1;
+  w->stage_pending = false;
+  const uint64_t step = w->stage_step, off = w->stage_off, len = w->stage_len_now;
+  const double waited = w->stage_waited;
   if (rc) {
     ckpt_skipped(w, step, "staging: %s", strerror(-rc));
     return;
@@ -627,6 +725,7 @@ static void train_one(worker *w) {
   ea_comm *c = w->comm; /* only this thread changes it */
   const uint64_t step = ea_trainer_step(w->t);
   if (step >= w->steps) {
+    stage_finish(w); /* the final shard goes before DONE */
     drop_comm(w);
     ea_ipc_msg_init(w->out, EA_IPC_DONE);
     w->out->gen = w->gen;
@@ -654,6 +753,7 @@ static void train_one(worker *w) {
     fail(w, w->gen, rc, "allreduce of step %" PRIu64, step);
     return;
   }
+  stage_finish(w); /* apply changes the state the stager copies */
   ea_train_stats st;
   rc = ea_trainer_apply(w->t, &st);
   if (rc) {
@@ -685,6 +785,12 @@ static void run(worker *w) {
     while (!w->stop && !w->pause && !w->prepare && !w->commit_pending && !w->training &&
            !w->ckpt_again)
       pthread_cond_wait(&w->cv, &w->mu);
+    if (w->stage_pending &&
+        (w->stop || w->pause || w->prepare || w->commit_pending || w->ckpt_again)) {
+      pthread_mutex_unlock(&w->mu);
+      stage_finish(w); /* before whatever comes next touches the state */
+      continue;
+    }
     if (w->stop) {
       pthread_mutex_unlock(&w->mu);
       return;
@@ -733,6 +839,7 @@ static void run(worker *w) {
       ea_log(EA_LOG_INFO, "worker", "staging the final checkpoint (step %" PRIu64 ") again",
              w->steps);
       maybe_checkpoint(w, w->steps);
+      stage_finish(w); /* no step follows to overlap it with */
       continue;
     }
     pthread_mutex_unlock(&w->mu);
@@ -812,6 +919,8 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   if (w->test_delay_ms > 60000) w->test_delay_ms = 60000;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
+  pthread_mutex_init(&w->smu, NULL);
+  pthread_cond_init(&w->scv, NULL);
   set_blas_threads(cfg);
 
   char err[256] = "";
@@ -852,6 +961,7 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   }
   if (w->wake_fd >= 0) close(w->wake_fd);
   if (w->lfd >= 0) close(w->lfd);
+  stager_stop(w);
   if (w->stage_map) munmap(w->stage_map, w->stage_len);
   if (w->stage_fd >= 0) close(w->stage_fd);
   ea_trainer_free(w->t);
@@ -863,6 +973,8 @@ int ea_worker_main(int ipc_fd, const ea_config *cfg) {
   free(w->plan);
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->scv);
+  pthread_mutex_destroy(&w->smu);
   free(w);
   return rc;
 }

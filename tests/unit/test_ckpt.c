@@ -1151,6 +1151,44 @@ START_TEST(test_leftovers_bounded_while_commits_fail) {
 }
 END_TEST
 
+START_TEST(test_retention_keeps_saves_begun_after_the_commit) {
+  /* the commit of step 20 runs its retention while the ranks trained on
+   * and wrote shards of steps 25, 30 and 35 whose first reports had not
+   * reached the controller when the commit was queued (its in-progress set
+   * is empty): all three stay.  Plain retention would keep only the
+   * EA_CKPT_PARTIAL_KEEP newest and delete step 25's shards under its
+   * writers (found by test_ckpt_flow: "stat …/step-25.gen-1/shard-0-of-3.bin:
+   * No such file or directory" at its commit) */
+  char err[1024];
+  uint64_t total = 4099;
+  uint8_t *state = random_bytes(total, 11);
+  ck_assert_int_eq(save(g_dir, 20, 3, 1, state, total, 0), 0);
+  make_partial("step-15.gen-3", 100); /* behind the commit: abandoned */
+  make_partial("step-25.gen-3", 100);
+  make_partial("step-30.gen-3", 100);
+  make_partial("step-35.gen-3", 100);
+  make_partial("step-40.gen-2", 100); /* an older generation's: abandoned */
+  ea_ckpt_retain_stats st;
+  ck_assert_int_eq(ea_ckpt_retain_after(g_dir, 3, 20, 3, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert_uint_eq(st.removed_partial, 2);
+  ck_assert(exists("step-25.gen-3") && exists("step-30.gen-3") && exists("step-35.gen-3"));
+  ck_assert(!exists("step-15.gen-3") && !exists("step-40.gen-2"));
+  ck_assert(exists("step-20.gen-3"));
+  /* a (failed) commit of step 30 then judges them: 35 began after it, 25
+   * and 30 fall under the bound (the two newest of the others) */
+  make_partial("step-22.gen-3", 100);
+  ck_assert_int_eq(ea_ckpt_retain_after(g_dir, 3, 30, 3, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(exists("step-25.gen-3") && exists("step-30.gen-3") && exists("step-35.gen-3"));
+  ck_assert(!exists("step-22.gen-3"));
+  /* without a commit to be after, the bound applies to all of them */
+  make_partial("step-45.gen-3", 100);
+  ck_assert_int_eq(ea_ckpt_retain(g_dir, 3, NULL, 0, &st, err, sizeof err), 0);
+  ck_assert(exists("step-45.gen-3") && exists("step-35.gen-3"));
+  ck_assert(!exists("step-30.gen-3") && !exists("step-25.gen-3"));
+  free(state);
+}
+END_TEST
+
 /* ---- fence first, bounded lock --------------------------------------------- */
 
 START_TEST(test_stale_fenced_before_shard_check) {
@@ -1632,6 +1670,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_retention);
   tcase_add_test(tc, test_bogus_latest_neither_fences_nor_sticks);
   tcase_add_test(tc, test_leftovers_bounded_while_commits_fail);
+  tcase_add_test(tc, test_retention_keeps_saves_begun_after_the_commit);
   tcase_add_test(tc, test_stale_fenced_before_shard_check);
   tcase_add_test(tc, test_lock_timeout);
   tcase_add_test(tc, test_frozen_committer);
