@@ -141,12 +141,13 @@ typedef struct {
  *
  * One message per TCP frame on the control connection (meta.control):
  *
- *   frame = [u32 BE length][0xEA | msgpack msg]      (plaintext)
- *         = [u32 BE length][0xEB | nonce | AEAD ]    (sealed, ea_wire_seal)
+ *   frame = [frame header][0xEA | msgpack msg]              (plaintext)
+ *         = [frame header][0xEC | nonce | AEAD(rp | msg) ]  (sealed, ea_wire_seal_rp)
  *
- * The plaintext starts with 0xEA so ea_wire_seal/ea_wire_open apply as
- * they are; the types start at 0x10, so a control message that reaches the
- * gossip decoder (whose types are 1..5) or the reverse fails at `type`.
+ * (the frame header and the replay header rp: ea_wire.h).  The plaintext
+ * starts with 0xEA so ea_wire_seal_rp/ea_wire_open_rp apply as they are; the types start at 0x10,
+ * so a control message that reaches the gossip decoder (whose types are 1..5) or the reverse fails
+ * at `type`.
  *
  *   msg     = [ version=1, type, src:bin16, gen, body ]
  *   gen     = [ term:uint, ctrl:bin16 ]          (term 0: none)

@@ -12,10 +12,12 @@
  *   unsealed:  +------+----------------------------------------------+
  *              | 0xEA | msgpack array: ea_msg (see below)            |
  *              +------+----------------------------------------------+
- *   sealed:    +------+-------------------+---------------------------+
- *              | 0xEB | nonce (24 bytes)  | XChaCha20-Poly1305(0xEA…) |
- *              +------+-------------------+---------------------------+
+ *   sealed:    +------+-------------------+-----------------------------------+
+ *              | 0xEC | nonce (24 bytes)  | XChaCha20-Poly1305(rp | ea_msg)   |
+ *              +------+-------------------+-----------------------------------+
  *                       (ciphertext = plaintext + 16-byte tag)
+ *   rp      = replay header, 32 bytes: sender:16 epoch:u64 BE counter:u64 BE
+ *             (ea_wire_seal_rp below; judged by ea_antireplay.h)
  *
  *   ea_msg  = [ version=1, type, seq, src:bin16, target:bin16,
  *               target_addr:addr, reply_to:addr, [update, …] ]
@@ -27,10 +29,11 @@
  *   Every value uses msgpack-c's smallest header, except the [update, …]
  *   array of an ea_msg, which is always array16 (3 bytes) so that a message
  *   is exactly ea_wire_msg_base_size() + Σ ea_wire_update_size() bytes.
- *   Sealing drops the plaintext's 0xEA (implied by 0xEB), so a sealed
- *   packet is len + EA_WIRE_SEAL_OVERHEAD - 1 bytes.
+ *   Sealing drops the plaintext's 0xEA (implied by 0xEC), so a sealed
+ *   packet is len + EA_WIRE_SEAL_RP_OVERHEAD - 1 bytes (len + 72).  The
+ *   previous sealed layout, 0xEB without rp, is refused by name.
  *
- * TCP push-pull frame: a frame header (below), then the same 0xEA/0xEB
+ * TCP push-pull frame: a frame header (below), then the same 0xEA/0xEC
  * framing around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
  *
  * Frame header (version 2, membership/wire_frame.c), on both TCP channels
@@ -39,7 +42,8 @@
  *   plain  (8 bytes):   +------+-----+-----------+-------+-------------+
  *                       | 0xEA | 'F' | version=2 | flags | len u32 BE  |
  *                       +------+-----+-----------+-------+-------------+
- *   sealed (48 bytes):  ea_wire_seal() of the plain header (with a key)
+ *   sealed (48 bytes):  ea_wire_seal() of the plain header (with a key;
+ *                       0xEB, no replay header: the body carries one)
  *
  *   The body that follows is `len` bytes (the sealed or plain frame).  The
  *   receiver opens the 48 bytes before it buffers any body, so input
