@@ -730,6 +730,10 @@ int ea__agent_run(const ea__agent_opts *o) {
     rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
     if (rc < 0) bind_hint(rc, "gossip", o->bind, "--bind", err, sizeof err);
   }
+  if (have_key) {
+    ea__ring_key(key, a->ring_key);
+    a->have_ring_key = true;
+  }
   memset(key, 0, sizeof key);
   a->first_inc = to.incarnation;
   if (rc == 0)
@@ -809,6 +813,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   int status = rc < 0 ? EA__EXIT_START : a->exit_status;
   if (rc == 0 && status)
     ea_log(EA_LOG_ERROR, "exit", "exit status %d: the job failed (see the alert above)", status);
+  explicit_bzero(a->ring_key, sizeof a->ring_key);
   free(a->w);
   free(a->ipc);
   free(a->run_ids);

@@ -124,6 +124,15 @@ int ea__node_id_load(const char *dir, ea_node_id *id, bool *created, char *err, 
  * windows of ea_antireplay.h) and this run's first incarnation.  A boot
  * file that does not parse is refused (the operator removes it). */
 int ea__boot_epoch_next(const char *dir, uint64_t *epoch, char *err, size_t errlen);
+/* The ring key of a cluster key: BLAKE2b-256 keyed with the cluster key
+ * over a fixed label, so that what reaches the ring tokens cannot open a
+ * sealed frame. */
+void ea__ring_key(const uint8_t key[EA_KEY_BYTES], uint8_t ring_key[32]);
+/* Generation g64's ring token (ea_comm_plan.hello_key): BLAKE2b-256 keyed
+ * with the ring key over the label and g64.  Every member holding the key
+ * computes the same token, so it never travels; without a key there is
+ * none and the ring hello is not authenticated (docs/security.md). */
+void ea__ring_token(const uint8_t ring_key[32], uint64_t g64, uint8_t token[32]);
 /* Write data to path atomically: path.tmp, fsync, rename, fsync dir.
  * Blocking: call it off the loop (uv_queue_work) or before the loop runs. */
 int ea__write_file_atomic(const char *path, const void *data, size_t len, int mode);
@@ -551,8 +560,12 @@ struct ea__agent {
   bool ctrl_logged, ctrl_logged_have;
   ea_node_id ctrl_logged_id;
   ea_node_id id;
-  ea_wire_sender sender;   /* id, boot epoch and counter of everything sealed */
-  uint32_t first_inc;      /* this run's first incarnation (agent.c) */
+  ea_wire_sender sender; /* id, boot epoch and counter of everything sealed */
+  uint32_t first_inc;    /* this run's first incarnation (agent.c) */
+  /* With a cluster key: the key the ring tokens are derived from
+   * (ea__ring_token), never the cluster key itself. */
+  bool have_ring_key;
+  uint8_t ring_key[32];
   uint64_t drains_refused; /* DRAINs naming another id or an earlier run's incarnation */
   char idhex[33];
   char sock_path[EA_PATH_MAX + 32];

@@ -25,6 +25,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +241,18 @@ int ea__boot_epoch_next(const char *dir, uint64_t *epoch, char *err, size_t errl
   }
   *epoch = e;
   return 0;
+}
+
+void ea__ring_key(const uint8_t key[EA_KEY_BYTES], uint8_t ring_key[32]) {
+  static const char label[] = "elastic-agent ring key v1";
+  crypto_generichash(ring_key, 32, (const uint8_t *)label, sizeof label - 1, key, EA_KEY_BYTES);
+}
+
+void ea__ring_token(const uint8_t ring_key[32], uint64_t g64, uint8_t token[32]) {
+  uint8_t in[24 + 8];
+  memcpy(in, "elastic-agent ring hello", 24);
+  for (int i = 0; i < 8; i++) in[24 + i] = (uint8_t)(g64 >> (8 * i));
+  crypto_generichash(token, 32, in, sizeof in, ring_key, 32);
 }
 
 int ea__peers_load(const char *dir, ea_addr **out, size_t *n) {
