@@ -119,9 +119,29 @@ static int get_bit(const ea_ar_entry *e, uint64_t c) {
   return (int)((e->bits[b / 64] >> (b % 64)) & 1);
 }
 
-static void clear_bit(ea_ar_entry *e, uint64_t c) {
-  uint64_t b = c % EA_AR_WINDOW;
-  e->bits[b / 64] &= ~(1ULL << (b % 64));
+/* Clear bits lo..hi (lo ≤ hi < EA_AR_WINDOW) of the ring. */
+static void clear_bits(ea_ar_entry *e, uint64_t lo, uint64_t hi) {
+  uint64_t wl = lo / 64, wh = hi / 64;
+  uint64_t ml = ~0ULL << (lo % 64), mh = ~0ULL >> (63 - hi % 64);
+  if (wl == wh) {
+    e->bits[wl] &= ~(ml & mh);
+    return;
+  }
+  e->bits[wl] &= ~ml;
+  for (uint64_t w = wl + 1; w < wh; w++) e->bits[w] = 0;
+  e->bits[wh] &= ~mh;
+}
+
+/* Clear the bits of counters from..to (to - from < EA_AR_WINDOW), which
+ * may wrap around the ring. */
+static void clear_range(ea_ar_entry *e, uint64_t from, uint64_t to) {
+  uint64_t b0 = from % EA_AR_WINDOW, b1 = to % EA_AR_WINDOW;
+  if (b0 <= b1) {
+    clear_bits(e, b0, b1);
+  } else {
+    clear_bits(e, b0, EA_AR_WINDOW - 1);
+    clear_bits(e, 0, b1);
+  }
 }
 
 static void restart_at(ea_ar_entry *e, uint64_t epoch, uint64_t counter, uint64_t floor) {
@@ -164,7 +184,7 @@ ea_ar_verdict ea_ar_check(ea_ar_table *t, const ea_node_id *sender, uint64_t epo
     if (counter - e->top >= EA_AR_WINDOW) {
       memset(e->bits, 0, sizeof e->bits);
     } else {
-      for (uint64_t c = e->top + 1; c < counter; c++) clear_bit(e, c);
+      if (counter - e->top > 1) clear_range(e, e->top + 1, counter - 1);
     }
     e->top = counter;
     set_bit(e, counter);
