@@ -562,7 +562,11 @@ static int tcp_connect(ea_comm *c) {
       if (got > 0) {
         pend[i].got += (size_t)got;
         if (pend[i].got == HELLO_BYTES) {
-          int v = left_fd < 0 ? judge_hello(c, pend[i].fd, pend[i].buf) : 0;
+          int v = 0;
+          if (left_fd < 0)
+            v = judge_hello(c, pend[i].fd, pend[i].buf);
+          else if (get32(pend[i].buf) == HELLO_MAGIC && !hello_tag_ok(c, pend[i].buf))
+            c->stats.hellos_refused++; /* a forgery behind the real neighbour: count it too */
           if (v < 0) {
             rc = v;
             break;

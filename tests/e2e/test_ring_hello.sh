@@ -44,32 +44,38 @@ say "2. forged hellos at every ring port, and a third agent joins"
 setsid "$PY" - "$EA_TMP/forging" $ports <<'PY' &
 import os, socket, struct, sys, time
 flag, addrs = sys.argv[1], sys.argv[2:]
-open(flag, "w").close()
+n = 0
+# A burst of forged hellos at every ring port each second: they wait in the
+# listeners' backlogs (a few dozen at most, far below the 64 a listener
+# holds) for the next formation to read them.
 deadline = time.time() + 60
-while os.path.exists(flag) and time.time() < deadline:
+while not os.path.exists(flag + ".stop") and time.time() < deadline:
     for a in addrs:
         h, p = a.rsplit(":", 1)
-        for world in (2, 3):
-            for frm in range(world):
-                to = (frm + 1) % world
-                # magic "EAC1", version 2, kind hello, world, from, to, status 0,
-                # generation far in the future, and a zero tag
-                # (version 1, 32 bytes, is the hello of agents before the
-                # token: what the forgery looked like then)
-                for version, tag in ((2, bytes(16)), (1, b"")):
-                    hello = struct.pack("<IHHIIIIQ", 0x45414331, version, 1, world, frm, to, 0,
-                                        (1 << 62)) + tag
-                    try:
-                        s = socket.create_connection((h, int(p)), timeout=1)
-                        s.sendall(hello)
-                        s.close()
-                    except OSError:
-                        pass
-    time.sleep(0.02)
+        for world, frm in ((3, 0), (3, 1), (2, 0)):
+            to = (frm + 1) % world
+            # magic "EAC1", version, kind hello, world, from, to, status 0,
+            # a generation far in the future; version 2 with a zero tag, and
+            # version 1 (32 bytes), the hello of agents before the token
+            for version, tag in ((2, bytes(16)), (1, b"")):
+                hello = struct.pack("<IHHIIIIQ", 0x45414331, version, 1, world, frm, to, 0,
+                                    (1 << 62)) + tag
+                try:
+                    s = socket.create_connection((h, int(p)), timeout=1)
+                    s.sendall(hello)
+                    s.close()
+                except OSError:
+                    pass
+    n += 1
+    with open(flag + ".tmp", "w") as f:
+        f.write(str(n))
+    os.replace(flag + ".tmp", flag)
+    time.sleep(1)
 PY
 forger=$!
 EA_PGIDS+=("$forger")
-wait_for 5 test -e "$EA_TMP/forging" || fail "the forger did not start"
+bursts() { (($(cat "$EA_TMP/forging" 2>/dev/null || echo 0) >= $1)); }
+wait_for 10 bursts 2 || fail "the forger did not send its bursts"
 start_agent h3 --key-file "$EA_TMP/cluster.key" --join "${AGENT_ADDR[h1]}" "${JOB[@]}"
 wait_for 60 trains h1 3 || fail "the job did not re-form at world 3 under forged hellos: $(ea_status h1)"
 s0=$(js h1 'd["generation"]["last_step"] or 0')
@@ -78,8 +84,11 @@ wait_for 30 steps_beyond h1 "$((s0 + 20))" || fail "world 3 does not make steps:
 # generation failed and was formed again)
 stale=$(grep -h 'Stale file handle' "$(agent_log h1)" "$(agent_log h2)" "$(agent_log h3)" | head -n1)
 [ -z "$stale" ] || fail "a forged hello made a rank's init fail: $stale"
-refused=$(cat "$(agent_log h1)" "$(agent_log h2)" "$(agent_log h3)" |
-  grep -o "refused [0-9]* ring hellos\? without this generation's token" | head -n1)
+refused_line() {
+  cat "$(agent_log h1)" "$(agent_log h2)" "$(agent_log h3)" |
+    grep -o "refused [0-9]* ring hellos\? without this generation's token" | head -n1
+}
+refused=$(refused_line)
 [ -n "$refused" ] || fail "no worker logged refused ring hellos"
-rm -f "$EA_TMP/forging"
+touch "$EA_TMP/forging.stop"
 pass "world 3 trains under forged hellos (step $s0 → $(js h1 'd["generation"]["last_step"]')); a worker $refused"

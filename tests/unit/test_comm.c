@@ -872,14 +872,18 @@ START_TEST(forged_hello_costs_nothing_with_a_token) {
    * init fail (-ESTALE: the formation is lost, issue 11); with the
    * generation's token it is dropped unanswered and counted, and the ring
    * forms when the real rank 0 arrives. */
-  ring g;
-  ring_open(&g, 2);
-  solo r1 = {.g = &g, .rank = 1, .world = 2, .gen = 5, .timeout_ms = 10000};
+  ring u; /* listeners of its own: r1's hello to rank 0 stays in u's backlog */
+  ring_open(&u, 2);
+  solo r1 = {.g = &u, .rank = 1, .world = 2, .gen = 5, .timeout_ms = 10000};
   pthread_t t1;
   pthread_create(&t1, NULL, solo_main, &r1);
-  forge_hello(&g, 6);
+  forge_hello(&u, 6);
   pthread_join(t1, NULL);
   ck_assert_int_eq(r1.rc, -ESTALE);
+  ring_close(&u);
+
+  ring g;
+  ring_open(&g, 2);
 
   solo k1 = {.g = &g, .rank = 1, .world = 2, .gen = 5, .timeout_ms = 10000, .keep = 1, .keyed = 1};
   pthread_create(&t1, NULL, solo_main, &k1);
