@@ -314,9 +314,33 @@ static void elect_update(ea__agent *a) {
 }
 
 /* A control message from another agent. */
+/* A DRAIN applies only to the member it names precisely: our id, and an
+ * incarnation of this run (from its first, the boot epoch, to the current
+ * one).  A DRAIN of an earlier run of this node — captured and replayed
+ * after a restart — names an older incarnation and is refused, loudly. */
+static bool drain_is_for_us(ea__agent *a, const ea_rdzv_msg *m) {
+  const ea_member *me = a->tr ? ea_swim_self(ea_transport_swim(a->tr)) : NULL;
+  uint32_t now_inc = me ? me->incarnation : a->first_inc;
+  bool id_ok = ea_node_id_cmp(&m->target, &a->id) == 0;
+  if (id_ok && m->target_inc >= a->first_inc && m->target_inc <= now_inc) return true;
+  char want[33], got[33], src[33];
+  ea_node_id_hex(&a->id, want);
+  ea_node_id_hex(&m->target, got);
+  ea_node_id_hex(&m->src, src);
+  a->drains_refused++;
+  ea_log(EA_LOG_WARN, "drain",
+         "refused a DRAIN from %.12s for '%s' id %.12s incarnation %u: this node is id %.12s "
+         "incarnation %u (this run: %u..%u)%s",
+         src, m->name, got, m->target_inc, want, now_inc, a->first_inc, now_inc,
+         id_ok ? " — an old command (an earlier run of this node), replayed or late"
+               : " — meant for another member");
+  return false;
+}
+
 static void on_control(void *ctx, const ea_rdzv_msg *m) {
   ea__agent *a = ctx;
   if (a->phase >= EA__PHASE_LEAVING || !a->rdzv) return;
+  if (m->type == EA_RDZV_DRAIN && !drain_is_for_us(a, m)) return;
   ea_rdzv_recv(a->rdzv, ea__agent_now_ms(a), m);
   ea__agent_core_done(a);
 }
@@ -592,6 +616,8 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0 && !a) rc = -ENOMEM, snprintf(err, sizeof err, "out of memory");
   bool created = false;
   if (rc == 0) rc = ea__node_id_load(o->data_dir, &a->id, &created, err, sizeof err);
+  if (rc == 0) rc = ea__boot_epoch_next(o->data_dir, &a->sender.epoch, err, sizeof err);
+  if (rc == 0) a->sender.id = a->id;
   ea_rdzv_gen persisted = {0};
   if (rc == 0) rc = ea__gen_load(o->data_dir, &persisted, err, sizeof err);
   if (rc == 0) rc = ea__agent_ckpt_dir_resolve(o, a->ckpt_dir, sizeof a->ckpt_dir, err, sizeof err);
@@ -669,8 +695,8 @@ int ea__agent_run(const ea__agent_opts *o) {
 
   rc = ea__agent_alerts_start(a, err, sizeof err);
   if (rc == 0)
-    rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, on_control, a, &a->ctl, err,
-                       sizeof err);
+    rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, &a->sender, on_control, a, &a->ctl,
+                       err, sizeof err);
   /* (its message already names the address and --control-bind) */
   if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
   ea_transport_opts to = {
@@ -679,6 +705,11 @@ int ea__agent_run(const ea__agent_opts *o) {
       .key = have_key ? key : NULL,
       .swim = o->cfg.membership,
       .self = a->id,
+      .sender = &a->sender,
+      /* This run's first incarnation is its boot epoch: above every
+       * incarnation of an earlier run unless one refuted more times than
+       * seconds passed between the runs. */
+      .incarnation = a->sender.epoch < UINT32_MAX ? (uint32_t)a->sender.epoch : UINT32_MAX,
       .seed = seed,
       .join_retry_max_ms = o->cfg.runtime.join_retry_max_ms,
       .control_port = a->ctl ? ea__ctl_bound(a->ctl)->port : 0,
@@ -699,7 +730,12 @@ int ea__agent_run(const ea__agent_opts *o) {
     rc = ea_transport_start(&a->loop, &to, &a->tr, err, sizeof err);
     if (rc < 0) bind_hint(rc, "gossip", o->bind, "--bind", err, sizeof err);
   }
+  if (have_key) {
+    ea__ring_key(key, a->ring_key);
+    a->have_ring_key = true;
+  }
   memset(key, 0, sizeof key);
+  a->first_inc = to.incarnation;
   if (rc == 0)
     rc = ea__admin_start(&a->loop, a->sock_path, admin_cmds,
                          sizeof admin_cmds / sizeof admin_cmds[0], a, &a->admin, err, sizeof err);
@@ -777,6 +813,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   int status = rc < 0 ? EA__EXIT_START : a->exit_status;
   if (rc == 0 && status)
     ea_log(EA_LOG_ERROR, "exit", "exit status %d: the job failed (see the alert above)", status);
+  explicit_bzero(a->ring_key, sizeof a->ring_key);
   free(a->w);
   free(a->ipc);
   free(a->run_ids);

@@ -57,6 +57,7 @@
 #define EA__ADMIN_SOCK "admin.sock"
 #define EA__PEERS_FILE "peers"
 #define EA__NODE_ID_FILE "node-id"
+#define EA__BOOT_FILE "boot" /* the last boot epoch (node_id.c) */
 #define EA__LOCK_FILE "lock"
 
 /* ---- the agent (agent.c) ------------------------------------------------ */
@@ -116,6 +117,22 @@ int ea__data_dir_lock(const char *dir, int *fd, char *err, size_t errlen);
 /* Read <dir>/node-id, or create it (random, written and fsynced before it
  * is returned).  *created tells which. */
 int ea__node_id_load(const char *dir, ea_node_id *id, bool *created, char *err, size_t errlen);
+/* This run's boot epoch: max(the one in <dir>/boot + 1, the wall clock in
+ * seconds), written back (temp, fsync, rename, fsync of the directory)
+ * before it is returned, so that it is larger than every earlier run's
+ * even after a crash.  It is the epoch of every sealed message (the replay
+ * windows of ea_antireplay.h) and this run's first incarnation.  A boot
+ * file that does not parse is refused (the operator removes it). */
+int ea__boot_epoch_next(const char *dir, uint64_t *epoch, char *err, size_t errlen);
+/* The ring key of a cluster key: BLAKE2b-256 keyed with the cluster key
+ * over a fixed label, so that what reaches the ring tokens cannot open a
+ * sealed frame. */
+void ea__ring_key(const uint8_t key[EA_KEY_BYTES], uint8_t ring_key[32]);
+/* Generation g64's ring token (ea_comm_plan.hello_key): BLAKE2b-256 keyed
+ * with the ring key over the label and g64.  Every member holding the key
+ * computes the same token, so it never travels; without a key there is
+ * none and the ring hello is not authenticated (docs/security.md). */
+void ea__ring_token(const uint8_t ring_key[32], uint64_t g64, uint8_t token[32]);
 /* Write data to path atomically: path.tmp, fsync, rename, fsync dir.
  * Blocking: call it off the loop (uv_queue_work) or before the loop runs. */
 int ea__write_file_atomic(const char *path, const void *data, size_t len, int mode);
@@ -138,6 +155,7 @@ typedef struct {
   uint64_t frames_in, frames_out, bytes_in, bytes_out;
   uint64_t dropped_malformed;       /* did not decode, or a zero length */
   uint64_t dropped_unauthenticated; /* failed to open, or sealed/unsealed mismatch */
+  uint64_t dropped_replayed;        /* authentic, but seen before or too old (ea_antireplay.h) */
   uint64_t dropped_oversize;        /* a length over the frame limit */
   uint64_t send_errors;             /* connect/write failed, queue full, no address */
   uint64_t encode_errors;           /* a message the codec refused */
@@ -149,10 +167,14 @@ typedef struct {
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals
- * every frame; NULL: none.  On failure returns a negative errno with a
- * one-line reason in err, and nothing is left open once the loop runs. */
-int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea__ctl_recv_fn on_msg,
-                  void *ctx, ea__ctl **out, char *err, size_t errlen);
+ * every frame; NULL: none.  sender (borrowed, outlives the channel): the
+ * epoch and counter every sealed frame carries (ea_wire_seal_rp), shared
+ * with the transport; NULL: one of its own (a random id).  Every opened
+ * frame is judged by a replay window (dropped_replayed).  On failure
+ * returns a negative errno with a one-line reason in err, and nothing is
+ * left open once the loop runs. */
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_wire_sender *sender,
+                  ea__ctl_recv_fn on_msg, void *ctx, ea__ctl **out, char *err, size_t errlen);
 const ea_addr *ea__ctl_bound(const ea__ctl *c);
 /* Send m to node `to` at addr (encoded and sealed now; m may go away after
  * the call).  Never fails loudly: undeliverable frames are counted. */
@@ -374,8 +396,9 @@ typedef struct {
   ea__mx_hist persist;         /* as controller: first report → MANIFEST durable */
   /* gossip (UDP datagrams; drops include push-pull frames) and control */
   uint64_t gossip_in, gossip_out, gossip_bytes_in, gossip_bytes_out;
-  uint64_t gossip_drop_malformed, gossip_drop_unauth, gossip_drop_oversize;
-  uint64_t ctl_drop_malformed, ctl_drop_unauth, ctl_drop_oversize;
+  uint64_t gossip_drop_malformed, gossip_drop_unauth, gossip_drop_oversize, gossip_drop_replayed;
+  uint64_t ctl_drop_malformed, ctl_drop_unauth, ctl_drop_oversize, ctl_drop_replayed;
+  uint64_t drains_refused;
   /* alerts */
   uint64_t alerts[EA__ALERT_KINDS];
 } ea__mx_snap;
@@ -537,6 +560,13 @@ struct ea__agent {
   bool ctrl_logged, ctrl_logged_have;
   ea_node_id ctrl_logged_id;
   ea_node_id id;
+  ea_wire_sender sender; /* id, boot epoch and counter of everything sealed */
+  uint32_t first_inc;    /* this run's first incarnation (agent.c) */
+  /* With a cluster key: the key the ring tokens are derived from
+   * (ea__ring_token), never the cluster key itself. */
+  bool have_ring_key;
+  uint8_t ring_key[32];
+  uint64_t drains_refused; /* DRAINs naming another id or an earlier run's incarnation */
   char idhex[33];
   char sock_path[EA_PATH_MAX + 32];
   char peers_path[EA_PATH_MAX + 32];

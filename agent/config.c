@@ -282,7 +282,7 @@ static const cfg_key keys[] = {
      .doc = "A forgotten dead member is tried for this long; 0: never tried."},
     /* 512: room for a ping and a few piggybacked updates; the top is the
      * largest plaintext that still seals into one EA_WIRE_MAX_PACKET. */
-    {U32(membership, max_packet), .min = 512, .max = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD,
+    {U32(membership, max_packet), .min = 512, .max = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_RP_OVERHEAD,
      .unit = "bytes", .doc = "Plaintext budget of one gossip packet (before sealing)."},
 
     {STR(observability, metrics_listen), .check = check_listen,

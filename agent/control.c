@@ -52,21 +52,30 @@
  */
 #include "agent_int.h"
 
+#include "ea_antireplay.h"
 #include "ea_log.h"
 #include "ea_rdzv.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sodium.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
 
 /* A COMMIT of EA_RDZV_MAX_WORLD ranks fits EA_WIRE_MAX_FRAME (ea_rdzv.h);
  * sealing adds its overhead.  Anything longer is refused unread. */
-#define CTL_MAX_FRAME (EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD)
+#define CTL_MAX_FRAME (EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD)
+/* Senders whose replay window is kept: a controller hears from every
+ * member (EA_RDZV_MAX_NODES is far below); past it the one heard from
+ * longest ago is forgotten (ea_antireplay.h). */
+#define CTL_AR_SENDERS 8192
 /* A connect on a LAN completes in well under a millisecond; a lost SYN is
  * retried by the kernel after 1 s.  3 s covers one retry, and a message
  * that waited longer is stale for a protocol that re-sends every second. */
@@ -151,6 +160,11 @@ struct ea__ctl {
   ea_addr bound;
   bool have_key;
   uint8_t key[EA_KEY_BYTES];
+  ea_wire_sender own_sender; /* when ea__ctl_start was given none */
+  ea_wire_sender *sender;    /* epoch + counter of every frame sealed here */
+  ea_ar_table ar;            /* replay window of every sender heard */
+  char *record_dir;          /* EA_TEST_RECORD_FRAMES (a test hook), or NULL */
+  uint64_t record_seq;
   ea__ctl_recv_fn on_msg;
   ea__ctl_frame_fn on_frame;
   void *ctx;
@@ -168,6 +182,8 @@ static void maybe_free(ea__ctl *c) {
   void (*closed)(void *) = c->closed;
   void *ctx = c->closed_ctx;
   memset(c->key, 0, sizeof c->key);
+  ea_ar_free(&c->ar);
+  free(c->record_dir);
   free(c);
   if (closed) closed(ctx);
 }
@@ -179,8 +195,10 @@ static void warn_bad(ea__ctl *c, const char *what, const char *detail) {
   uint64_t now = uv_now(c->loop);
   if (c->warn_ms && now - c->warn_ms < CTL_WARN_INTERVAL_MS) return;
   c->warn_ms = now;
-  ea_log(strcmp(what, "unauthenticated") == 0 ? EA_LOG_WARN : EA_LOG_DEBUG, "control",
-         "dropped a frame (%s): %s", what, detail);
+  /* A wrong key and a replay are worth a warning; garbage is noise an
+   * attacker controls. */
+  bool warn = strcmp(what, "unauthenticated") == 0 || strcmp(what, "replayed") == 0;
+  ea_log(warn ? EA_LOG_WARN : EA_LOG_DEBUG, "control", "dropped a frame (%s): %s", what, detail);
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -303,7 +321,7 @@ static bool frame_in(ea__ctl *c, const uint8_t *p, size_t n) {
     return false;
   }
   if (c->have_key) {
-    if (p[0] != EA_WIRE_MAGIC_SEALED) {
+    if (p[0] != EA_WIRE_MAGIC_SEALED_RP && p[0] != EA_WIRE_MAGIC_SEALED) {
       c->st.dropped_unauthenticated++;
       warn_bad(c, "unauthenticated", "not sealed, and this agent has a cluster key");
       return false;
@@ -311,15 +329,33 @@ static bool frame_in(ea__ctl *c, const uint8_t *p, size_t n) {
     plain = malloc(n);
     size_t pl = 0;
     if (!plain) return false;
-    if (ea_wire_open(c->key, p, n, plain, n, &pl) != 0) {
+    ea_wire_rp rp;
+    int orc = ea_wire_open_rp(c->key, p, n, plain, n, &pl, &rp);
+    if (orc != 0) {
       free(plain);
       c->st.dropped_unauthenticated++;
-      warn_bad(c, "unauthenticated", "does not open with this cluster key");
+      warn_bad(c, "unauthenticated",
+               orc == -EPROTO
+                   ? "sealed without a replay header (0xEB): an agent of an older version"
+                   : "does not open with this cluster key");
       return false;
+    }
+    ea_ar_verdict v = ea_ar_check(&c->ar, &rp.sender, rp.epoch, rp.counter);
+    if (v != EA_AR_OK) {
+      free(plain);
+      char d[160], hex[33];
+      ea_node_id_hex(&rp.sender, hex);
+      snprintf(d, sizeof d, "sender %.12s epoch %llu counter %llu: %s", hex,
+               (unsigned long long)rp.epoch, (unsigned long long)rp.counter, ea_ar_verdict_str(v));
+      c->st.dropped_replayed++;
+      warn_bad(c, "replayed", d);
+      /* The stream itself is intact (the frame was whole and authentic):
+       * only this frame is dropped. */
+      return true;
     }
     p = plain;
     n = pl;
-  } else if (p[0] == EA_WIRE_MAGIC_SEALED) {
+  } else if (p[0] == EA_WIRE_MAGIC_SEALED || p[0] == EA_WIRE_MAGIC_SEALED_RP) {
     c->st.dropped_unauthenticated++;
     warn_bad(c, "unauthenticated", "sealed, and this agent has no cluster key");
     return false;
@@ -595,6 +631,9 @@ void ea__ctl_reset_peer(ea__ctl *c, const ea_node_id *to) {
   conn_close(k);
 }
 
+static void send_frame(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const uint8_t *plain,
+                       size_t plen, const char *label);
+
 void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const ea_rdzv_msg *m) {
   if (!c || c->closing) return;
   uint8_t *plain = NULL;
@@ -606,12 +645,33 @@ void ea__ctl_send(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const e
            strerror(-rc));
     return;
   }
-  ea__ctl_send_bytes(c, to, addr, plain, plen);
+  send_frame(c, to, addr, plain, plen, ea_rdzv_msg_type_str(m->type));
   free(plain);
 }
 
 void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const uint8_t *plain,
                         size_t plen) {
+  send_frame(c, to, addr, plain, plen, "frame");
+}
+
+/* EA_TEST_RECORD_FRAMES=DIR (a test hook, docs/security.md): every frame
+ * written to the wire is also written to DIR/<seq>-<label>-<to>.bin, header
+ * and body as sent, so that a test can replay one. */
+static void record_frame(ea__ctl *c, const ea_node_id *to, const char *label, const uint8_t *b,
+                         size_t len) {
+  char hex[33], path[4096];
+  ea_node_id_hex(to, hex);
+  snprintf(path, sizeof path, "%s/%06llu-%s-%.12s.bin", c->record_dir,
+           (unsigned long long)++c->record_seq, label, hex);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  ssize_t w = write(fd, b, len);
+  (void)w;
+  close(fd);
+}
+
+static void send_frame(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, const uint8_t *plain,
+                       size_t plen, const char *label) {
   if (!c || c->closing) return;
   if (!addr || (addr->family != 4 && addr->family != 6) || addr->port == 0) {
     c->st.send_errors++;
@@ -621,7 +681,7 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
     c->st.encode_errors++;
     return;
   }
-  size_t body = c->have_key ? plen + EA_WIRE_SEAL_OVERHEAD : plen;
+  size_t body = c->have_key ? plen + EA_WIRE_SEAL_RP_OVERHEAD : plen;
   const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
   wbuf *b = malloc(sizeof *b + hsz + body);
   if (!b) {
@@ -632,7 +692,7 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
   size_t flen = plen, hlen = 0;
   int rc;
   if (c->have_key) {
-    rc = ea_wire_seal(c->key, plain, plen, b->data + hsz, body, &flen);
+    rc = ea_wire_seal_rp(c->key, c->sender, plain, plen, b->data + hsz, body, &flen, NULL);
     if (rc != 0) {
       free(b);
       c->st.encode_errors++;
@@ -650,6 +710,7 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
     return;
   }
   b->len = hsz + flen;
+  if (c->record_dir) record_frame(c, to, label, b->data, b->len);
 
   cconn *k = find_out(c, to);
   if (k && !ea_addr_eq(&k->addr, addr)) { /* it moved (restarted elsewhere) */
@@ -700,14 +761,28 @@ static void listener_closed(uv_handle_t *h) {
   maybe_free(c);
 }
 
-int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea__ctl_recv_fn on_msg,
-                  void *ctx, ea__ctl **out, char *err, size_t errlen) {
+int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_wire_sender *sender,
+                  ea__ctl_recv_fn on_msg, void *ctx, ea__ctl **out, char *err, size_t errlen) {
   *out = NULL;
   ea__ctl *c = calloc(1, sizeof *c);
-  if (!c) {
+  if (!c || ea_ar_init(&c->ar, CTL_AR_SENDERS) < 0) {
+    free(c);
     snprintf(err, errlen, "control: out of memory");
     return -ENOMEM;
   }
+  if (sender) {
+    c->sender = sender;
+  } else {
+    /* A channel of its own (preflight, tests): a random id, an epoch from
+     * the wall clock in microseconds. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    randombytes_buf(c->own_sender.id.b, sizeof c->own_sender.id.b);
+    c->own_sender.epoch = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    c->sender = &c->own_sender;
+  }
+  const char *rec = getenv("EA_TEST_RECORD_FRAMES");
+  if (rec && *rec) c->record_dir = strdup(rec);
   c->loop = loop;
   c->on_msg = on_msg;
   c->ctx = ctx;

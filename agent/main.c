@@ -727,9 +727,11 @@ static void print_status(const ea__json *j) {
 #define T(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))
   printf("transport:  packets in %s out %s, bytes in %s out %s\n", T("packets_in"),
          T("packets_out"), T("bytes_in"), T("bytes_out"));
-  printf("            dropped: malformed %s, unauthenticated %s, oversize %s; send errors %s\n",
-         T("dropped_malformed"), T("dropped_unauthenticated"), T("dropped_oversize"),
-         T("send_errors"));
+  printf(
+      "            dropped: malformed %s, unauthenticated %s, replayed %s, oversize %s; send "
+      "errors %s\n",
+      T("dropped_malformed"), T("dropped_unauthenticated"), T("dropped_replayed"),
+      T("dropped_oversize"), T("send_errors"));
   printf("            push-pull: ok %s, failed %s, served %s, refused %s; join attempts %s\n",
          T("syncs_ok"), T("syncs_failed"), T("syncs_served"), T("syncs_refused"),
          T("join_attempts"));
@@ -755,9 +757,11 @@ static void print_status(const ea__json *j) {
   printf("control:    frames in %s out %s, bytes in %s out %s; connections out %s in %s\n",
          C("frames_in"), C("frames_out"), C("bytes_in"), C("bytes_out"), C("conns_out"),
          C("conns_in"));
-  printf("            dropped: malformed %s, unauthenticated %s, oversize %s; send errors %s\n",
-         C("dropped_malformed"), C("dropped_unauthenticated"), C("dropped_oversize"),
-         C("send_errors"));
+  printf(
+      "            dropped: malformed %s, unauthenticated %s, replayed %s, oversize %s; send "
+      "errors %s\n",
+      C("dropped_malformed"), C("dropped_unauthenticated"), C("dropped_replayed"),
+      C("dropped_oversize"), C("send_errors"));
 #undef C
   printf("detection:  probe every %s ms, suspicion %s..%s ms, dead everywhere within %s ms\n",
          ea__json_str(j, "config.probe_interval_ms", "?"),

@@ -327,6 +327,8 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
              s->gossip_drop_unauth);
   sample_u64(b, s, "elastic_agent_gossip_packets_dropped_total", "reason", "oversize",
              s->gossip_drop_oversize);
+  sample_u64(b, s, "elastic_agent_gossip_packets_dropped_total", "reason", "replayed",
+             s->gossip_drop_replayed);
   family(b, "elastic_agent_control_frames_dropped_total", "counter",
          "Control-channel frames dropped, by reason.");
   sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "malformed",
@@ -335,6 +337,12 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
              s->ctl_drop_unauth);
   sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "oversize",
              s->ctl_drop_oversize);
+  sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "replayed",
+             s->ctl_drop_replayed);
+  counter(b, s, "elastic_agent_drains_refused_total",
+          "DRAIN commands refused: they named another member id or an incarnation of an "
+          "earlier run of this node.",
+          s->drains_refused);
 
   /* alerts */
   family(b, "elastic_agent_alerts_total", "counter", "Alerts this node raised, by kind.");
@@ -618,11 +626,14 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   s->gossip_drop_malformed = t.dropped_malformed;
   s->gossip_drop_unauth = t.dropped_unauthenticated;
   s->gossip_drop_oversize = t.dropped_oversize;
+  s->gossip_drop_replayed = t.dropped_replayed;
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
   s->ctl_drop_malformed = c.dropped_malformed;
   s->ctl_drop_unauth = c.dropped_unauthenticated;
   s->ctl_drop_oversize = c.dropped_oversize;
+  s->ctl_drop_replayed = c.dropped_replayed;
+  s->drains_refused = a->drains_refused;
   for (int k = 0; k < EA__ALERT_KINDS; k++) s->alerts[k] = ea__agent_alerts(a, (ea__alert_kind)k);
   return s;
 }

@@ -25,6 +25,8 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sodium.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The peers file lists at most a few dozen lines of ~80 bytes; anything
@@ -193,6 +195,64 @@ int ea__node_id_load(const char *dir, ea_node_id *id, bool *created, char *err, 
   }
   *created = true;
   return 0;
+}
+
+int ea__boot_epoch_next(const char *dir, uint64_t *epoch, char *err, size_t errlen) {
+  char path[EA_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/%s", dir, EA__BOOT_FILE);
+  uint64_t prev = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[40];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) {
+      int e = errno;
+      snprintf(err, errlen, "cannot read %s: %s", path, strerror(e));
+      return -e;
+    }
+    buf[n] = 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno || end == buf || (*end && *end != '\n') || v >= UINT64_MAX - 1) {
+      snprintf(err, errlen,
+               "%s: expected one decimal number (the last boot epoch); remove the file to "
+               "start over",
+               path);
+      return -EINVAL;
+    }
+    prev = v;
+  } else if (errno != ENOENT) {
+    int e = errno;
+    snprintf(err, errlen, "cannot open %s: %s", path, strerror(e));
+    return -e;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t e = prev + 1;
+  if ((uint64_t)ts.tv_sec > e) e = (uint64_t)ts.tv_sec;
+  char out[32];
+  int len = snprintf(out, sizeof out, "%llu\n", (unsigned long long)e);
+  int rc = ea__write_file_atomic(path, out, (size_t)len, 0600);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+    return rc;
+  }
+  *epoch = e;
+  return 0;
+}
+
+void ea__ring_key(const uint8_t key[EA_KEY_BYTES], uint8_t ring_key[32]) {
+  static const char label[] = "elastic-agent ring key v1";
+  crypto_generichash(ring_key, 32, (const uint8_t *)label, sizeof label - 1, key, EA_KEY_BYTES);
+}
+
+void ea__ring_token(const uint8_t ring_key[32], uint64_t g64, uint8_t token[32]) {
+  uint8_t in[24 + 8];
+  memcpy(in, "elastic-agent ring hello", 24);
+  for (int i = 0; i < 8; i++) in[24 + i] = (uint8_t)(g64 >> (8 * i));
+  crypto_generichash(token, 32, in, sizeof in, ring_key, 32);
 }
 
 int ea__peers_load(const char *dir, ea_addr **out, size_t *n) {

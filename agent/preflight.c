@@ -474,7 +474,8 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
   uint8_t frame[EA_WIRE_FRAME_HDR_MAX + 256];
   size_t flen = plen;
   if (key) {
-    rc = ea_wire_seal(key, plain, plen, frame + hsz, sizeof frame - hsz, &flen);
+    ea_wire_sender once = {.id = me, .epoch = 1};
+    rc = ea_wire_seal_rp(key, &once, plain, plen, frame + hsz, sizeof frame - hsz, &flen, NULL);
   } else if (plen <= sizeof frame - hsz) {
     memcpy(frame + hsz, plain, plen);
   } else {
@@ -520,7 +521,7 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
   uint32_t n = 0;
   uint8_t flags = 0;
   const char *herr = "?";
-  rc = ea_wire_frame_hdr_decode(key, hdr, hsz, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD, &n,
+  rc = ea_wire_frame_hdr_decode(key, hdr, hsz, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD, &n,
                                 &flags, &herr);
   if (rc == -EBADMSG) {
     close(s);
@@ -550,17 +551,24 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
   }
   const uint8_t *p = body;
   size_t pl = n;
-  if (key && body[0] != EA_WIRE_MAGIC_SEALED) {
+  if (key && body[0] != EA_WIRE_MAGIC_SEALED_RP && body[0] != EA_WIRE_MAGIC_SEALED) {
     free(body), free(open_buf);
     return snprintf(why, wl, "it answered unsealed: it runs without a cluster key"), -EACCES;
   }
   if (key) {
-    if (ea_wire_open(key, body, n, open_buf, n, &pl) < 0) {
+    ea_wire_rp rp;
+    int orc = ea_wire_open_rp(key, body, n, open_buf, n, &pl, &rp);
+    if (orc == -EPROTO) {
+      free(body), free(open_buf);
+      return snprintf(why, wl, "it answered without a replay header: an agent of an older version"),
+             -EPROTO;
+    }
+    if (orc < 0) {
       free(body), free(open_buf);
       return snprintf(why, wl, "its answer does not open with our key"), -EACCES;
     }
     p = open_buf;
-  } else if (body[0] == EA_WIRE_MAGIC_SEALED) {
+  } else if (body[0] == EA_WIRE_MAGIC_SEALED || body[0] == EA_WIRE_MAGIC_SEALED_RP) {
     free(body), free(open_buf);
     return snprintf(why, wl, "it answered sealed: it has a cluster key, pass --key-file"), -EACCES;
   }
@@ -761,7 +769,7 @@ static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds,
   ea_addr_from_sockaddr((struct sockaddr *)&s->local, &bind);
   bind.port = 0;
   char err[512];
-  int rc = ea__ctl_start(&pr.loop, &bind, key, probe_ignore, &pr, &pr.ctl, err, sizeof err);
+  int rc = ea__ctl_start(&pr.loop, &bind, key, NULL, probe_ignore, &pr, &pr.ctl, err, sizeof err);
   if (rc < 0) {
     unlink(path);
     uv_loop_close(&pr.loop);

@@ -395,6 +395,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "bytes_out", t.bytes_out);
   ea__jb_u64(b, o, "dropped_malformed", t.dropped_malformed);
   ea__jb_u64(b, o, "dropped_unauthenticated", t.dropped_unauthenticated);
+  ea__jb_u64(b, o, "dropped_replayed", t.dropped_replayed);
   ea__jb_u64(b, o, "dropped_oversize", t.dropped_oversize);
   ea__jb_u64(b, o, "send_errors", t.send_errors);
   ea__jb_u64(b, o, "encode_errors", t.encode_errors);
@@ -439,6 +440,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "node_failures", st.node_failures); /* as controller, toward flapping */
   ea__jb_u64(b, o, "blames", st.blames);               /* as controller, toward link hold-outs */
   ea__jb_u64(b, o, "holds", st.holds);
+  ea__jb_u64(b, o, "drains_refused", a->drains_refused);
   ea__ctl_stats c = {0};
   if (a->ctl) ea__ctl_stats_get(a->ctl, &c);
   o = ea__jb_obj(b, cn, "control");
@@ -448,6 +450,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "bytes_out", c.bytes_out);
   ea__jb_u64(b, o, "dropped_malformed", c.dropped_malformed);
   ea__jb_u64(b, o, "dropped_unauthenticated", c.dropped_unauthenticated);
+  ea__jb_u64(b, o, "dropped_replayed", c.dropped_replayed);
   ea__jb_u64(b, o, "dropped_oversize", c.dropped_oversize);
   ea__jb_u64(b, o, "send_errors", c.send_errors);
   ea__jb_u64(b, o, "encode_errors", c.encode_errors);

@@ -148,6 +148,12 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
     for (uint32_t r = 0; ok && r < p->world; r++)
       ea_addr_str(&p->ranks[r].listen, m->peers[r], sizeof m->peers[r]);
     m->npeers = ok ? p->world : 0;
+    /* The ring the builtin workers form authenticates its hellos with the
+     * generation's token (a library program's ring is torch's own). */
+    if (a->have_ring_key && a->mode == EA__MODE_BUILTIN) {
+      ea__ring_token(a->ring_key, a->run.g64, m->ring_token);
+      m->has_ring_token = true;
+    }
     if (ok && a->mode == EA__MODE_LIBRARY) {
       /* The library's TCPStore lives in rank 0's worker, on the comm_addr
        * it bound once at start and said in hello/ready: a port this agent

@@ -73,6 +73,8 @@ typedef enum { EA_COMM_SUM = 0, EA_COMM_MAX = 1 } ea_comm_op;
 #define EA_COMM_ADDR_MAX 96
 /* Size of the NCCL unique id (NCCL_UNIQUE_ID_BYTES), opaque to everyone else. */
 #define EA_COMM_NCCL_ID_BYTES 128
+/* The tcp ring's per-generation hello key (ea_comm_plan.hello_key). */
+#define EA_COMM_HELLO_KEY_BYTES 32
 
 typedef struct {
   ea_comm_backend backend;
@@ -94,6 +96,15 @@ typedef struct {
    * to every rank by the controller; the CUDA device this rank drives. */
   uint8_t nccl_id[EA_COMM_NCCL_ID_BYTES];
   int cuda_device;
+  /* tcp: the generation's ring token (the agent derives it from the
+   * cluster key: docs/security.md).  With it, every hello and ack carries
+   * a keyed BLAKE2b tag over its fields; a hello whose tag does not verify
+   * is dropped without an answer and counted (ea_comm_stats.hellos_refused)
+   * and the ring keeps waiting for its real neighbour — a forged hello
+   * costs nothing.  Without it (has_hello_key false) the tag is not checked:
+   * anyone who reaches the port can disturb the formation. */
+  bool has_hello_key;
+  uint8_t hello_key[EA_COMM_HELLO_KEY_BYTES];
 } ea_comm_plan;
 
 /* Zero a plan and set the defaults (tcp, world 1, listen_fd -1). */
@@ -170,7 +181,8 @@ typedef struct {
   uint64_t ops;        /* completed ops */
   uint64_t bytes_sent; /* payload bytes written to the network (tcp) */
   uint64_t bytes_recv;
-  int error; /* the sticky error, 0 while healthy */
+  uint64_t hellos_refused; /* tcp init: hellos without this generation's tag, dropped */
+  int error;               /* the sticky error, 0 while healthy */
 } ea_comm_stats;
 void ea_comm_get_stats(const ea_comm *c, ea_comm_stats *st);
 

@@ -99,6 +99,7 @@
  *              [ckpt_interval:uint ckpt_busy:str("wait"|"skip")]
  *              [ckpt_dir:path] [resume:path ckpt_verify:str("full"|"size")]
  *              [store:addr] [torch_backend:str("gloo"|"nccl")]
+ *              [ring_token:bin32]
  *              Form the communicator of gen; peers[i] is rank i's
  *              comm_addr (tcp: exactly `world` of them; nccl: may be []
  *              and nccl_id is required).  sync_root is a rank holding the
@@ -113,6 +114,9 @@
  *              torch_backend are for library programs: the host:port of the
  *              generation's TCPStore (absent: peers[0]) and the backend of
  *              torch.distributed (absent: the program chooses).
+ *              ring_token (builtin workers, tcp backend, with a cluster
+ *              key): the generation's ring token, the key of the tag every
+ *              ring hello carries (ea_comm_plan.hello_key).
  *   "pause"    reason:text        Minority side: stop training, keep state.
  *   "stop"     (nothing)          Exit cleanly (EXITING, code 0).
  *   "ckpt_done" gen:uint step:uint status:int message:text
@@ -239,6 +243,9 @@ typedef struct {
   /* ready (when asked for), commit (nccl) */
   bool has_nccl_id;
   uint8_t nccl_id[EA_COMM_NCCL_ID_BYTES];
+  /* commit: the generation's ring token (tcp ring hellos; ea_comm_plan) */
+  bool has_ring_token;
+  uint8_t ring_token[EA_COMM_HELLO_KEY_BYTES];
   /* ckpt_staged (all), ckpt_skipped (step, rank, world, reason, skipped),
    * ckpt_loaded (step, digest, seconds, message), ckpt_done and ckpt_again (step) */
   uint64_t offset, length, total, hash;

@@ -110,6 +110,12 @@ void ea_swim_leave(ea_swim *s, uint64_t now_ms);
 /* Replace our metadata (bumps incarnation, gossips ALIVE). */
 void ea_swim_set_meta(ea_swim *s, uint64_t now_ms, const ea_meta *meta);
 
+/* Raise our incarnation to inc (never lowers it) and gossip ALIVE.  The
+ * agent calls it once, right after ea_swim_new, with a number above every
+ * incarnation of its earlier runs (its boot epoch), so that nothing naming
+ * an incarnation of an earlier run of this node applies to this one. */
+void ea_swim_set_incarnation(ea_swim *s, uint64_t now_ms, uint32_t inc);
+
 uint64_t ea_swim_tick(ea_swim *s, uint64_t now_ms);
 uint64_t ea_swim_next_deadline(const ea_swim *s);
 void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg *msg);

@@ -141,12 +141,13 @@ typedef struct {
  *
  * One message per TCP frame on the control connection (meta.control):
  *
- *   frame = [u32 BE length][0xEA | msgpack msg]      (plaintext)
- *         = [u32 BE length][0xEB | nonce | AEAD ]    (sealed, ea_wire_seal)
+ *   frame = [frame header][0xEA | msgpack msg]              (plaintext)
+ *         = [frame header][0xEC | nonce | AEAD(rp | msg) ]  (sealed, ea_wire_seal_rp)
  *
- * The plaintext starts with 0xEA so ea_wire_seal/ea_wire_open apply as
- * they are; the types start at 0x10, so a control message that reaches the
- * gossip decoder (whose types are 1..5) or the reverse fails at `type`.
+ * (the frame header and the replay header rp: ea_wire.h).  The plaintext
+ * starts with 0xEA so ea_wire_seal_rp/ea_wire_open_rp apply as they are; the types start at 0x10,
+ * so a control message that reaches the gossip decoder (whose types are 1..5) or the reverse fails
+ * at `type`.
  *
  *   msg     = [ version=1, type, src:bin16, gen, body ]
  *   gen     = [ term:uint, ctrl:bin16 ]          (term 0: none)
@@ -162,7 +163,7 @@ typedef struct {
  *   0x13  NACK     the refused one   [ seen:gen, why:uint (ea_rdzv_nack) ]
  *   0x14  ABORT    the abandoned one nil   (a prepared one, or the running
  *                                            one stopped: see below)
- *   0x15  DRAIN    none              [ name:str ]
+ *   0x15  DRAIN    none              [ name:str, target:bin16, incarnation:uint ]
  *   0x16  REPORT   running/prepared  [ accepted:gen, flags:uint ]  (EA_RDZV_F_*)
  *   0x17  QUERY    none              nil
  *   0x18  STATE    last formed       [ id:bin16, … ]  (rank order)
@@ -255,8 +256,13 @@ typedef struct {
   uint8_t flags;
   /* BLAME: the node of the rank a local worker could not exchange with */
   ea_node_id peer;
-  /* DRAIN */
+  /* DRAIN: the member it is for, precisely: its name, id and the
+   * incarnation the sender saw.  The receiver drains only when the id is
+   * its own and the incarnation one of this run's (a DRAIN of an earlier run
+   * of the node, replayed, names an older incarnation: refused). */
   char name[EA_NAME_MAX];
+  ea_node_id target;
+  uint32_t target_inc;
   /* COMMIT: the whole plan (plan.gen == gen).  STATE: plan.nodes[i].id
    * only, world 0.  Arrays owned as documented at ea_rdzv_decode. */
   ea_rdzv_plan plan;

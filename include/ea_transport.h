@@ -51,6 +51,8 @@ typedef struct {
   uint64_t bytes_in, bytes_out;
   uint64_t dropped_malformed;       /* did not decode (UDP) or bad frame (TCP) */
   uint64_t dropped_unauthenticated; /* failed to open, or sealed/unsealed mismatch */
+  uint64_t dropped_replayed;        /* opened, but its (sender, epoch, counter) was seen
+                                       or is older than the window (ea_antireplay.h) */
   uint64_t dropped_oversize;        /* datagram > EA_WIRE_MAX_PACKET, frame > max */
   uint64_t send_errors;             /* sendto failed or the send queue was full */
   uint64_t encode_errors;           /* an outgoing message the codec refused */
@@ -75,9 +77,16 @@ typedef struct {
   uint64_t seed;              /* seeds the core's probe order and the join jitter */
   uint32_t join_retry_max_ms; /* backoff ceiling; 0 = 5000 */
   uint32_t sync_timeout_ms;   /* 0 = EA_TRANSPORT_SYNC_TIMEOUT_MS */
-  uint16_t control_port;      /* TCP port of the agent's control channel, advertised
-                                 in meta.control with the advertised gossip ip;
-                                 0 = the gossip port */
+  /* Epoch and counter of what this transport seals (shared with the control
+   * channel); NULL: one of its own, epoch from the wall clock (µs). */
+  ea_wire_sender *sender;
+  /* Our first incarnation (0: 0).  The agent starts each run above the
+   * last one (its boot epoch), so a command naming an incarnation of an
+   * earlier run never matches (ea_swim_set_incarnation). */
+  uint32_t incarnation;
+  uint16_t control_port; /* TCP port of the agent's control channel, advertised
+                            in meta.control with the advertised gossip ip;
+                            0 = the gossip port */
   void *ctx;
   /* A member changed state; called from inside the core (see above). */
   void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);

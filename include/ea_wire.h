@@ -12,10 +12,12 @@
  *   unsealed:  +------+----------------------------------------------+
  *              | 0xEA | msgpack array: ea_msg (see below)            |
  *              +------+----------------------------------------------+
- *   sealed:    +------+-------------------+---------------------------+
- *              | 0xEB | nonce (24 bytes)  | XChaCha20-Poly1305(0xEA…) |
- *              +------+-------------------+---------------------------+
+ *   sealed:    +------+-------------------+-----------------------------------+
+ *              | 0xEC | nonce (24 bytes)  | XChaCha20-Poly1305(rp | ea_msg)   |
+ *              +------+-------------------+-----------------------------------+
  *                       (ciphertext = plaintext + 16-byte tag)
+ *   rp      = replay header, 32 bytes: sender:16 epoch:u64 BE counter:u64 BE
+ *             (ea_wire_seal_rp below; judged by ea_antireplay.h)
  *
  *   ea_msg  = [ version=1, type, seq, src:bin16, target:bin16,
  *               target_addr:addr, reply_to:addr, [update, …] ]
@@ -27,10 +29,11 @@
  *   Every value uses msgpack-c's smallest header, except the [update, …]
  *   array of an ea_msg, which is always array16 (3 bytes) so that a message
  *   is exactly ea_wire_msg_base_size() + Σ ea_wire_update_size() bytes.
- *   Sealing drops the plaintext's 0xEA (implied by 0xEB), so a sealed
- *   packet is len + EA_WIRE_SEAL_OVERHEAD - 1 bytes.
+ *   Sealing drops the plaintext's 0xEA (implied by 0xEC), so a sealed
+ *   packet is len + EA_WIRE_SEAL_RP_OVERHEAD - 1 bytes (len + 72).  The
+ *   previous sealed layout, 0xEB without rp, is refused by name.
  *
- * TCP push-pull frame: a frame header (below), then the same 0xEA/0xEB
+ * TCP push-pull frame: a frame header (below), then the same 0xEA/0xEC
  * framing around  [ version=1, kind (join|sync), src:bin16, [update, …] ].
  *
  * Frame header (version 2, membership/wire_frame.c), on both TCP channels
@@ -39,7 +42,8 @@
  *   plain  (8 bytes):   +------+-----+-----------+-------+-------------+
  *                       | 0xEA | 'F' | version=2 | flags | len u32 BE  |
  *                       +------+-----+-----------+-------+-------------+
- *   sealed (48 bytes):  ea_wire_seal() of the plain header (with a key)
+ *   sealed (48 bytes):  ea_wire_seal() of the plain header (with a key;
+ *                       0xEB, no replay header: the body carries one)
  *
  *   The body that follows is `len` bytes (the sealed or plain frame).  The
  *   receiver opens the 48 bytes before it buffers any body, so input
@@ -180,6 +184,55 @@ int ea_wire_seal(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len,
 /* Open a sealed buffer; -EBADMSG if it fails authentication or is not sealed. */
 int ea_wire_open(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
                  size_t cap, size_t *outlen);
+
+/* ---- the replay-proof seal (every sealed packet and frame body) ---------
+ *
+ * Like ea_wire_seal, with magic 0xEC and a 32-byte replay header first in
+ * the AEAD plaintext (authenticated and encrypted with it):
+ *
+ *   0xEC | nonce(24) | AEAD( sender:16 | epoch:u64 BE | counter:u64 BE |
+ *                            plaintext after its 0xEA ) | tag(16)
+ *
+ * sender is the node id, epoch strictly increases across restarts of the
+ * node (agent/node_id.c: <data-dir>/boot), counter strictly increases
+ * within the epoch (ea_wire_sender.next).  The receiver judges the header
+ * with its window (ea_antireplay.h) after the AEAD opened.  The old sealed
+ * magic 0xEB is not accepted for a packet or a frame body, so an agent of
+ * the previous version fails loudly ("no replay header") rather than
+ * silently.  (The TCP frame header keeps ea_wire_seal: replaying one makes
+ * the receiver read a body, and that body must pass the window.) */
+#define EA_WIRE_MAGIC_SEALED_RP 0xEC
+#define EA_WIRE_RP_BYTES 32
+#define EA_WIRE_SEAL_RP_OVERHEAD (EA_WIRE_SEAL_OVERHEAD + EA_WIRE_RP_BYTES)
+
+typedef struct {
+  ea_node_id sender;
+  uint64_t epoch;
+  uint64_t counter;
+} ea_wire_rp;
+
+/* A sender's identity and its next counter.  One per process, shared by
+ * every channel (gossip UDP and TCP, control): next is advanced atomically. */
+typedef struct {
+  ea_node_id id;
+  uint64_t epoch;
+  uint64_t next;
+} ea_wire_sender;
+
+/* Seal in (0xEA first) with the next counter of s.  out must hold
+ * len + EA_WIRE_SEAL_RP_OVERHEAD - 1 bytes.  *rp_out (if not NULL) gets
+ * the header used. */
+int ea_wire_seal_rp(const uint8_t key[EA_KEY_BYTES], ea_wire_sender *s, const uint8_t *in,
+                    size_t len, uint8_t *out, size_t cap, size_t *outlen, ea_wire_rp *rp_out);
+/* Open a 0xEC buffer into out (cap ≥ len − 40; the result is 0xEA + the
+ * payload, len − 72 bytes) and return its header in *rp.  -EBADMSG: does
+ * not authenticate; -EPROTO: a 0xEB buffer (sealed by an older agent,
+ * without a replay header). */
+int ea_wire_open_rp(const uint8_t key[EA_KEY_BYTES], const uint8_t *in, size_t len, uint8_t *out,
+                    size_t cap, size_t *outlen, ea_wire_rp *rp);
+/* Decode the 32-byte header (for the fuzzer and the tests). */
+void ea_wire_rp_decode(const uint8_t in[EA_WIRE_RP_BYTES], ea_wire_rp *rp);
+void ea_wire_rp_encode(const ea_wire_rp *rp, uint8_t out[EA_WIRE_RP_BYTES]);
 /* ---- the TCP frame header (wire_frame.c) ---- */
 
 #define EA_WIRE_FRAME_VERSION 2

@@ -1064,7 +1064,7 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   if (s->cfg.probe_interval_ms == 0) s->cfg.probe_interval_ms = 1;
   if (s->cfg.gossip_interval_ms == 0) s->cfg.gossip_interval_ms = 1;
   if (s->cfg.awareness_max == 0) s->cfg.awareness_max = 1;
-  if (s->cfg.max_packet == 0) s->cfg.max_packet = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD;
+  if (s->cfg.max_packet == 0) s->cfg.max_packet = EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_RP_OVERHEAD;
   s->io = *io;
   ea_rng_seed(&s->r, seed, EA_RNG_SWIM, 0);
   s->self_id = *self;
@@ -1197,6 +1197,14 @@ void ea_swim_set_meta(ea_swim *s, uint64_t now_ms, const ea_meta *meta) {
   ea__meta_release(b);
   refresh_self_view(s);
   enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, s->mem[s->self_idx].inc, &s->self_id);
+}
+
+void ea_swim_set_incarnation(ea_swim *s, uint64_t now_ms, uint32_t inc) {
+  member *self = &s->mem[s->self_idx];
+  if (s->left || inc <= self->inc) return;
+  set_state(s, now_ms, s->self_idx, EA_STATE_ALIVE, inc, self->meta);
+  refresh_self_view(s);
+  enqueue(s, now_ms, s->self_idx, EA_STATE_ALIVE, inc, &s->self_id);
 }
 
 uint64_t ea_swim_next_deadline(const ea_swim *s) {

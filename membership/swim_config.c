@@ -31,5 +31,5 @@ void ea_swim_config_default(ea_swim_config *c) {
   c->dead_reclaim_ms = 60000;         /* reap dead/left members after a minute */
   c->reconnect_interval_ms = 10000;   /* Serf: 30 s; a stalled training cluster is dearer */
   c->reconnect_timeout_ms = 86400000; /* Serf: 24 h */
-  c->max_packet = 1400 - 41;          /* EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_OVERHEAD */
+  c->max_packet = 1400 - 73;          /* EA_WIRE_MAX_PACKET - EA_WIRE_SEAL_RP_OVERHEAD */
 }

@@ -9,6 +9,7 @@
 #ifndef EA_TRANSPORT_INT_H
 #define EA_TRANSPORT_INT_H
 
+#include "ea_antireplay.h"
 #include "ea_transport.h"
 #include "ea_base.h"
 
@@ -18,6 +19,9 @@
 
 /* Default port for seeds written without one (the documented gossip port). */
 #define EA__TRANSPORT_DEFAULT_PORT 7000
+/* Senders the replay windows remember (UDP and TCP each): the gossip
+ * peers one node hears from; the least recently heard is forgotten. */
+#define EA__TRANSPORT_AR_SENDERS 4096
 
 typedef struct conn conn;
 typedef struct gai_req gai_req;
@@ -29,6 +33,11 @@ struct ea_transport {
   size_t budget; /* plaintext bytes per datagram */
   bool have_key;
   uint8_t key[EA_KEY_BYTES];
+  ea_wire_sender own_sender;  /* when opts.sender is NULL */
+  ea_wire_sender *sender;     /* epoch + counter of what we seal */
+  ea_ar_table ar_udp, ar_tcp; /* replay windows (ea_antireplay.h) */
+  char *record_dir;           /* EA_TEST_RECORD_FRAMES (a test hook), or NULL */
+  unsigned recorded;          /* datagrams written there (the first few only) */
   ea_node_id self;
   ea_addr bound, gossip;
   ea_addr control; /* advertised in meta.control: gossip, or its ip with opts.control_port */
@@ -80,13 +89,13 @@ struct ea_transport {
     void *ctx;
   } leave;
 
-  uint64_t drop_log_ms[3];
-  uint64_t drop_suppressed[3];
+  uint64_t drop_log_ms[4];
+  uint64_t drop_suppressed[4];
 
   uint8_t rxbuf[65536];
   uint8_t plain[65536];
   uint8_t txplain[EA_WIRE_MAX_PACKET];
-  uint8_t txsealed[EA_WIRE_MAX_PACKET + EA_WIRE_SEAL_OVERHEAD];
+  uint8_t txsealed[EA_WIRE_MAX_PACKET + EA_WIRE_SEAL_RP_OVERHEAD];
   uint8_t tcpbuf[65536];
   ea_msg rxmsg;
   ea_msg trimmed;

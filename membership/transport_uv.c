@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Incoming push-pull connections served at once; more are answered busy.  A
@@ -158,7 +159,7 @@ static bool addr_is_any(const ea_addr *a) {
 
 /* kind: 0 malformed, 1 unauthenticated, 2 oversize. */
 static void log_drop(ea_transport *t, int kind, const ea_addr *from, const char *detail) {
-  static const char *what[] = {"malformed", "unauthenticated", "oversize"};
+  static const char *what[] = {"malformed", "unauthenticated", "oversize", "replayed"};
   uint64_t now = uv_now(t->loop);
   if (t->drop_log_ms[kind] && now - t->drop_log_ms[kind] < DROP_LOG_INTERVAL_MS) {
     t->drop_suppressed[kind]++;
@@ -168,7 +169,7 @@ static void log_drop(ea_transport *t, int kind, const ea_addr *from, const char 
   ea_addr_str(from, a, sizeof a);
   /* A wrong cluster key is an operator's mistake worth a warning; garbage
    * and oversize input is noise an attacker controls: debug only. */
-  ea_log(kind == 1 ? EA_LOG_WARN : EA_LOG_DEBUG, "transport",
+  ea_log(kind == 1 || kind == 3 ? EA_LOG_WARN : EA_LOG_DEBUG, "transport",
          "dropped %s input from %s: %s (%llu similar suppressed)", what[kind], a, detail,
          (unsigned long long)t->drop_suppressed[kind]);
   t->drop_log_ms[kind] = now ? now : 1;
@@ -210,6 +211,9 @@ void ea__transport_maybe_free(ea_transport *t) {
   free(t->join.extra);
   free(t->join.cand);
   free(t->local);
+  ea_ar_free(&t->ar_udp);
+  ea_ar_free(&t->ar_tcp);
+  free(t->record_dir);
   sodium_memzero(t->key, sizeof t->key);
   free(t);
   if (cb) cb(ctx);
@@ -278,6 +282,18 @@ static void udp_send_bytes(ea_transport *t, const ea_addr *to, const uint8_t *da
   t->udp_queued++;
 }
 
+/* EA_TEST_RECORD_FRAMES=DIR (a test hook, docs/security.md): the first 16
+ * sealed datagrams are also written to DIR/udp-<n>.bin, so that a test can
+ * replay one. */
+static void record_datagram(ea_transport *t, const uint8_t *b, size_t len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/udp-%02u.bin", t->record_dir, t->recorded++);
+  FILE *f = fopen(path, "wbx");
+  if (!f) return;
+  fwrite(b, 1, len, f);
+  fclose(f);
+}
+
 /* ea_swim_io.send */
 static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
   ea_transport *t = ctx;
@@ -304,10 +320,12 @@ static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
     return;
   }
   size_t slen = 0;
-  if (ea_wire_seal(t->key, t->txplain, len, t->txsealed, sizeof t->txsealed, &slen) < 0) {
+  if (ea_wire_seal_rp(t->key, t->sender, t->txplain, len, t->txsealed, sizeof t->txsealed, &slen,
+                      NULL) < 0) {
     t->st.encode_errors++;
     return;
   }
+  if (t->record_dir && t->recorded < 16) record_datagram(t, t->txsealed, slen);
   udp_send_bytes(t, to, t->txsealed, slen);
 }
 
@@ -317,24 +335,43 @@ static void udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)t->rxbuf, sizeof t->rxbuf);
 }
 
-/* Open (when keyed) a packet or frame into t->plain-like storage.  Returns
- * the plaintext pointer and length, or NULL after counting the drop. */
-static const uint8_t *open_input(ea_transport *t, const ea_addr *from, const uint8_t *data,
-                                 size_t len, uint8_t *scratch, size_t cap, size_t *plen) {
+/* Open (when keyed) a packet or frame into t->plain-like storage, and
+ * judge its replay header with window ar (UDP or TCP).  Returns the
+ * plaintext pointer and length, or NULL after counting the drop. */
+static const uint8_t *open_input(ea_transport *t, ea_ar_table *ar, const ea_addr *from,
+                                 const uint8_t *data, size_t len, uint8_t *scratch, size_t cap,
+                                 size_t *plen) {
   if (len == 0) {
     t->st.dropped_malformed++;
     log_drop(t, 0, from, "empty");
     return NULL;
   }
-  if (data[0] == EA_WIRE_MAGIC_SEALED) {
+  if (data[0] == EA_WIRE_MAGIC_SEALED || data[0] == EA_WIRE_MAGIC_SEALED_RP) {
     if (!t->have_key) {
       t->st.dropped_unauthenticated++;
       log_drop(t, 1, from, "sealed, but this agent has no cluster key (--key-file)");
       return NULL;
     }
-    if (ea_wire_open(t->key, data, len, scratch, cap, plen) < 0) {
+    ea_wire_rp rp;
+    int rc = ea_wire_open_rp(t->key, data, len, scratch, cap, plen, &rp);
+    if (rc == -EPROTO) {
+      t->st.dropped_unauthenticated++;
+      log_drop(t, 1, from, "sealed without a replay header (0xEB): an agent of an older version");
+      return NULL;
+    }
+    if (rc < 0) {
       t->st.dropped_unauthenticated++;
       log_drop(t, 1, from, "failed authentication (a different cluster key?)");
+      return NULL;
+    }
+    ea_ar_verdict v = ea_ar_check(ar, &rp.sender, rp.epoch, rp.counter);
+    if (v != EA_AR_OK) {
+      char d[160], hex[33];
+      ea_node_id_hex(&rp.sender, hex);
+      snprintf(d, sizeof d, "sender %.12s epoch %llu counter %llu: %s", hex,
+               (unsigned long long)rp.epoch, (unsigned long long)rp.counter, ea_ar_verdict_str(v));
+      t->st.dropped_replayed++;
+      log_drop(t, 3, from, d);
       return NULL;
     }
     return scratch;
@@ -349,7 +386,7 @@ static const uint8_t *open_input(ea_transport *t, const ea_addr *from, const uin
     return data;
   }
   t->st.dropped_malformed++;
-  log_drop(t, 0, from, "magic: neither 0xEA nor 0xEB");
+  log_drop(t, 0, from, "magic: neither 0xEA nor 0xEC");
   return NULL;
 }
 
@@ -371,8 +408,8 @@ static void udp_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const stru
     return;
   }
   size_t plen = 0;
-  const uint8_t *p = open_input(t, &from, (const uint8_t *)buf->base, (size_t)nread, t->plain,
-                                sizeof t->plain, &plen);
+  const uint8_t *p = open_input(t, &t->ar_udp, &from, (const uint8_t *)buf->base, (size_t)nread,
+                                t->plain, sizeof t->plain, &plen);
   if (!p) return;
   const char *err = "?";
   if (ea_wire_decode_msg(p, plen, &t->rxmsg, &err) < 0) {
@@ -482,7 +519,7 @@ static int conn_build_out(conn *c) {
   rc = ea_wire_encode_state(c->kind, &t->self, ups, n, &plain, &plen);
   free(ups);
   if (rc < 0) return rc;
-  size_t flen = t->have_key ? plen + EA_WIRE_SEAL_OVERHEAD - 1 : plen;
+  size_t flen = t->have_key ? plen + EA_WIRE_SEAL_RP_OVERHEAD - 1 : plen;
   if (flen > EA_WIRE_MAX_FRAME) {
     free(plain);
     return -EMSGSIZE;
@@ -494,7 +531,7 @@ static int conn_build_out(conn *c) {
     return -ENOMEM;
   }
   if (t->have_key) {
-    rc = ea_wire_seal(t->key, plain, plen, c->out + hsz, flen + 1, &flen);
+    rc = ea_wire_seal_rp(t->key, t->sender, plain, plen, c->out + hsz, flen + 1, &flen, NULL);
   } else {
     memcpy(c->out + hsz, plain, plen);
   }
@@ -547,14 +584,15 @@ static void conn_got_frame(conn *c) {
   size_t plen = 0;
   uint8_t *scratch = NULL;
   const uint8_t *p;
-  if (c->frame_len > 0 && c->frame[0] == EA_WIRE_MAGIC_SEALED) {
+  if (c->frame_len > 0 &&
+      (c->frame[0] == EA_WIRE_MAGIC_SEALED || c->frame[0] == EA_WIRE_MAGIC_SEALED_RP)) {
     scratch = malloc(c->frame_len);
     if (!scratch) {
       conn_finish(c, false, "out of memory");
       return;
     }
   }
-  p = open_input(t, &c->peer, c->frame, c->frame_len, scratch, c->frame_len, &plen);
+  p = open_input(t, &t->ar_tcp, &c->peer, c->frame, c->frame_len, scratch, c->frame_len, &plen);
   if (!p) {
     free(scratch);
     conn_finish(c, false, "peer's state frame rejected (cluster key mismatch?)");
@@ -601,8 +639,9 @@ static bool conn_got_header(conn *c) {
   uint32_t len = 0;
   uint8_t flags = 0;
   const char *why = "?";
-  int rc = ea_wire_frame_hdr_decode(t->have_key ? t->key : NULL, c->hdr, c->hdr_got,
-                                    EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD, &len, &flags, &why);
+  int rc =
+      ea_wire_frame_hdr_decode(t->have_key ? t->key : NULL, c->hdr, c->hdr_got,
+                               EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD, &len, &flags, &why);
   if (rc == 0 && flags && !c->outgoing)
     rc = -EA_EWIRE, why = "frame header: busy from an initiator";
   if (rc < 0) {
@@ -898,8 +937,31 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   ea_rng_seed(&t->rng, o->seed, EA_RNG_TRANSPORT, 0);
   t->have_key = o->key != NULL;
   if (o->key) memcpy(t->key, o->key, EA_KEY_BYTES);
-  /* The datagram on the wire must fit EA_WIRE_MAX_PACKET with the seal. */
-  size_t cap = t->have_key ? EA_WIRE_MAX_PACKET - (EA_WIRE_SEAL_OVERHEAD - 1) : EA_WIRE_MAX_PACKET;
+  /* The datagram on the wire must fit EA_WIRE_MAX_PACKET with the seal
+   * and its replay header. */
+  size_t cap =
+      t->have_key ? EA_WIRE_MAX_PACKET - (EA_WIRE_SEAL_RP_OVERHEAD - 1) : EA_WIRE_MAX_PACKET;
+  if (o->sender) {
+    t->sender = o->sender;
+  } else {
+    /* A transport of its own (tests, tools): an epoch from the wall clock
+     * in microseconds, larger at every start. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t->own_sender.id = o->self;
+    t->own_sender.epoch = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    t->sender = &t->own_sender;
+  }
+  if (ea_ar_init(&t->ar_udp, EA__TRANSPORT_AR_SENDERS) < 0 ||
+      ea_ar_init(&t->ar_tcp, EA__TRANSPORT_AR_SENDERS) < 0) {
+    ea_ar_free(&t->ar_udp);
+    close_fds(ufd, tfd);
+    free(t);
+    snprintf(err, errlen, "transport: out of memory");
+    return -ENOMEM;
+  }
+  const char *rec = getenv("EA_TEST_RECORD_FRAMES");
+  if (rec && *rec) t->record_dir = strdup(rec);
   t->budget = t->cfg.max_packet && t->cfg.max_packet < cap ? t->cfg.max_packet : cap;
   t->cfg.max_packet = (uint32_t)t->budget;
 
@@ -947,6 +1009,7 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
         .ctx = t, .send = io_send, .sync = ea__transport_sync, .on_change = io_on_change};
     t->swim = ea_swim_new(&t->cfg, &t->self, &meta, &io, o->seed, uv_now(loop));
     if (!t->swim) step = "swim", rc = UV_ENOMEM;
+    if (t->swim && o->incarnation) ea_swim_set_incarnation(t->swim, uv_now(loop), o->incarnation);
   }
   if (rc < 0) {
     snprintf(err, errlen, "transport: %s: %s", step, uv_strerror(rc));

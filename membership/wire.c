@@ -333,7 +333,8 @@ static int rd_update(ea__mpr *r, ea_update *u, const char **err) {
 /* Magic byte, outer array, version: common to packets and frames. */
 static int rd_head(ea__mpr *r, const uint8_t *buf, size_t len, uint32_t fields, const char **err) {
   if (len < 1) FAIL("magic: empty input");
-  if (buf[0] == EA_WIRE_MAGIC_SEALED) FAIL("magic: sealed input (no cluster key configured?)");
+  if (buf[0] == EA_WIRE_MAGIC_SEALED || buf[0] == EA_WIRE_MAGIC_SEALED_RP)
+    FAIL("magic: sealed input (no cluster key configured?)");
   if (buf[0] != EA_WIRE_MAGIC_PLAIN) FAIL("magic: not an elastic-agent packet");
   ea__mpr_init(r, buf + 1, len - 1);
   uint32_t n;

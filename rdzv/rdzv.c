@@ -2636,7 +2636,7 @@ int ea_rdzv_drain(ea_rdzv *r, uint64_t now_ms, const char *name) {
     for (size_t i = 0; i < r->nview; i++) {
       const ea_member *v = &r->view[i];
       if (is_up(v) && strcmp(v->meta.name, name) == 0) {
-        ea_rdzv_msg m = {.type = EA_RDZV_DRAIN};
+        ea_rdzv_msg m = {.type = EA_RDZV_DRAIN, .target = v->id, .target_inc = v->incarnation};
         snprintf(m.name, sizeof m.name, "%s", name);
         rc = post(r, &v->id, &m) ? 0 : -ENOENT;
         break;

@@ -219,8 +219,10 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
       msgpack_pack_uint8(&pk, m->nack);
       break;
     case EA_RDZV_DRAIN:
-      msgpack_pack_array(&pk, 1);
+      msgpack_pack_array(&pk, 3);
       pk_str(&pk, m->name);
+      pk_bin(&pk, m->target.b, 16);
+      msgpack_pack_uint32(&pk, m->target_inc);
       break;
     case EA_RDZV_REPORT:
       msgpack_pack_array(&pk, 2);
@@ -457,8 +459,16 @@ static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
       m->nack = (uint8_t)v;
       break;
     case EA_RDZV_DRAIN:
-      if (ea__mpr_array_n(r, 1, "drain", err)) return -EA_EWIRE;
+      /* [name] alone is a DRAIN of an older agent, which names no
+       * incarnation and so could apply to any later run: refused. */
+      if (ea__mpr_array_n(r, 3, "drain (without target id and incarnation: an older agent)", err))
+        return -EA_EWIRE;
       rc = rd_name(r, m->name, "name", err);
+      if (rc == 0) rc = rd_id(r, &m->target, "target", err);
+      if (rc == 0) {
+        TRY(ea__mpr_uint(r, UINT32_MAX, &v), "target incarnation");
+        m->target_inc = (uint32_t)v;
+      }
       break;
     case EA_RDZV_REPORT:
       if (ea__mpr_array_n(r, 2, "report", err)) return -EA_EWIRE;

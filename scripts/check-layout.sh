@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 declare -A owner=(
   [ea_base.h]=base [ea_log.h]=base [ea_mpread.h]=base
   [ea_membership.h]=membership [ea_transport.h]=membership [ea_wire.h]=membership
+  [ea_antireplay.h]=membership
   [ea_rdzv.h]=rdzv
   [ea_ckpt.h]=ckpt
   [ea_comm.h]=train [ea_train.h]=train [ea_ipc.h]=train [ea_worker.h]=train

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -74,19 +75,32 @@
 /* listen(2) backlog: one real connection per generation plus stale ones. */
 #define LISTEN_BACKLOG 64
 
-enum { HELLO_BYTES = 32, OPHDR_BYTES = 32 };
+enum {
+  HELLO_FIELDS = 32,
+  HELLO_TAG = 16,
+  HELLO_BYTES = HELLO_FIELDS + HELLO_TAG,
+  OPHDR_BYTES = 32
+};
 #define HELLO_MAGIC 0x45414331u /* "EAC1" */
 #define OPHDR_MAGIC 0x45414f50u /* "EAOP" */
-#define PROTO_VERSION 1
+/* 2: the hello and ack grew a 16-byte tag (the ring token, issue 11). */
+#define PROTO_VERSION 2
 enum { KIND_HELLO = 1, KIND_ACK = 2 };
 /* Ack status: what the acceptor thinks of the hello. */
 enum { ACK_OK = 0, ACK_YOU_ARE_STALE = 1, ACK_I_AM_STALE = 2, ACK_BAD_RANK = 3 };
 enum { OP_ALLREDUCE = 1, OP_BROADCAST = 2, OP_BARRIER = 3 };
 
-/*  hello / ack, 32 bytes, little endian:
+/*  hello / ack, 48 bytes, little endian:
  *   0  u32 magic "EAC1"      4  u16 version   6  u16 kind (hello|ack)
  *   8  u32 world            12  u32 from rank 16  u32 to rank
  *  20  u32 status (ack)     24  u64 generation
+ *  32  tag[16]: BLAKE2b-128 keyed with the plan's hello_key over bytes
+ *      0..31 (crypto_generichash); zero, and not checked, without a key.
+ *      A hello whose tag does not verify is closed unanswered and counted
+ *      (hellos_refused), so a host without the cluster key can neither make
+ *      a rank's init fail (-ESTALE by a forged newer generation) nor take
+ *      the left neighbour's place.  Replaying a real hello of the same
+ *      generation is not prevented (the tag has no connection binding).
  *
  *  op header, 32 bytes, little endian, first on every op's stream:
  *   0  u32 magic "EAOP"      4  u8 kind  5 u8 dtype  6 u8 op  7 u8 0
@@ -139,6 +153,8 @@ typedef struct {
   uint8_t *stage; /* CHUNK_BYTES, reduction staging */
   step *steps;
   size_t steps_cap;
+  bool has_hello_key; /* the plan's ring token: hellos carry its tag */
+  uint8_t hello_key[EA_COMM_HELLO_KEY_BYTES];
 } tcp_be;
 
 /* ---- addresses ---------------------------------------------------------- */
@@ -256,6 +272,14 @@ int ea__comm_tcp_new(ea_comm *c, const ea_comm_plan *p) {
   atomic_init(&b->left_fd, -1);
   atomic_init(&b->right_fd, -1);
   b->listen_fd = p->listen_fd;
+  b->has_hello_key = p->has_hello_key;
+  if (p->has_hello_key) {
+    if (sodium_init() < 0) {
+      free(b);
+      return -EIO;
+    }
+    memcpy(b->hello_key, p->hello_key, sizeof b->hello_key);
+  }
   b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (b->efd < 0) {
     int rc = -errno;
@@ -281,6 +305,7 @@ static void tcp_destroy(ea_comm *c) {
   close(b->efd);
   free(b->stage);
   free(b->steps);
+  sodium_memzero(b->hello_key, sizeof b->hello_key);
   free(b);
   c->be = NULL;
 }
@@ -347,6 +372,19 @@ static void make_hello(uint8_t *h, const ea_comm *c, uint16_t kind, uint32_t fro
   put32(h + 16, to);
   put32(h + 20, status);
   put64(h + 24, c->generation);
+  tcp_be *b = c->be;
+  if (b->has_hello_key)
+    crypto_generichash(h + HELLO_FIELDS, HELLO_TAG, h, HELLO_FIELDS, b->hello_key,
+                       sizeof b->hello_key);
+}
+
+/* The tag of a hello or ack: right, or not checked (no key). */
+static bool hello_tag_ok(const ea_comm *c, const uint8_t *h) {
+  const tcp_be *b = c->be;
+  if (!b->has_hello_key) return true;
+  uint8_t want[HELLO_TAG];
+  crypto_generichash(want, HELLO_TAG, h, HELLO_FIELDS, b->hello_key, sizeof b->hello_key);
+  return crypto_verify_16(want, h + HELLO_FIELDS) == 0;
 }
 
 /* Socket options for the data path.  TCP_NODELAY: small tail writes of a
@@ -380,6 +418,10 @@ static int judge_hello(ea_comm *c, int fd, const uint8_t *h) {
   uint32_t left = (c->rank + c->world - 1) % c->world;
   if (get32(h) != HELLO_MAGIC || get16(h + 4) != PROTO_VERSION || get16(h + 6) != KIND_HELLO)
     return 0; /* not one of ours: drop silently */
+  if (!hello_tag_ok(c, h)) {
+    c->stats.hellos_refused++; /* not from a holder of this generation's token */
+    return 0;
+  }
   uint64_t gen = get64(h + 24);
   uint32_t status, verdict;
   if (gen < c->generation) {
@@ -520,7 +562,11 @@ static int tcp_connect(ea_comm *c) {
       if (got > 0) {
         pend[i].got += (size_t)got;
         if (pend[i].got == HELLO_BYTES) {
-          int v = left_fd < 0 ? judge_hello(c, pend[i].fd, pend[i].buf) : 0;
+          int v = 0;
+          if (left_fd < 0)
+            v = judge_hello(c, pend[i].fd, pend[i].buf);
+          else if (get32(pend[i].buf) == HELLO_MAGIC && !hello_tag_ok(c, pend[i].buf))
+            c->stats.hellos_refused++; /* a forgery behind the real neighbour: count it too */
           if (v < 0) {
             rc = v;
             break;
@@ -585,8 +631,15 @@ static int tcp_connect(ea_comm *c) {
             rc = -EPROTO;
             break;
           }
+          if (!hello_tag_ok(c, cack)) {
+            /* not our neighbour's answer: count it, and try again */
+            c->stats.hellos_refused++;
+            err = EAGAIN;
+          }
           uint32_t st = get32(cack + 20);
-          if (st == ACK_OK) {
+          if (err) {
+            /* (the tag did not verify: handled below) */
+          } else if (st == ACK_OK) {
             cstate = CONN_DONE;
           } else if (st == ACK_YOU_ARE_STALE) {
             rc = -ESTALE;

@@ -88,6 +88,8 @@ typedef enum {
   K_HEADER_BYTES,
   /* failed's peer (issue 11, gray failures): after everything older. */
   K_PEER,
+  /* commit's ring token (issue 11, forged ring hellos). */
+  K_RING_TOKEN,
   K__COUNT
 } key;
 /* Key sets are 64-bit masks. */
@@ -139,6 +141,7 @@ static const char *const key_name[K__COUNT] = {
     [K_LAYOUT] = "layout",
     [K_HEADER_BYTES] = "header_bytes",
     [K_PEER] = "peer",
+    [K_RING_TOKEN] = "ring_token",
 };
 
 #define B(k) (1ull << (k))
@@ -165,7 +168,7 @@ static const type_def types[] = {
      B(K_GEN) | B(K_RANK) | B(K_WORLD) | B(K_PEERS) | B(K_SYNC_ROOT) | B(K_BACKEND) |
          B(K_TIMEOUT_MS),
      B(K_NCCL_ID) | B(K_CKPT_INTERVAL) | B(K_CKPT_BUSY) | B(K_CKPT_DIR) | B(K_RESUME) |
-         B(K_CKPT_VERIFY) | B(K_STORE) | B(K_TORCH_BACKEND)},
+         B(K_CKPT_VERIFY) | B(K_STORE) | B(K_TORCH_BACKEND) | B(K_RING_TOKEN)},
     {EA_IPC_PAUSE, "pause", B(K_REASON), 0},
     {EA_IPC_STOP, "stop", 0, 0},
     {EA_IPC_CKPT_STAGED, "ckpt_staged",
@@ -224,6 +227,7 @@ static uint64_t present_opt(const ea_ipc_msg *m, const type_def *d) {
   if ((d->opt & B(K_TORCH_BACKEND)) && m->torch_backend) o |= B(K_TORCH_BACKEND);
   if ((d->opt & B(K_LAYOUT)) && m->layout) o |= B(K_LAYOUT) | B(K_HEADER_BYTES);
   if ((d->opt & B(K_PEER)) && m->has_peer) o |= B(K_PEER);
+  if ((d->opt & B(K_RING_TOKEN)) && m->has_ring_token) o |= B(K_RING_TOKEN);
   return o;
 }
 
@@ -430,6 +434,9 @@ static int pack_value(msgpack_packer *pk, const ea_ipc_msg *m, key k) {
     case K_NCCL_ID:
       if (msgpack_pack_bin(pk, sizeof m->nccl_id)) return -1;
       return msgpack_pack_bin_body(pk, m->nccl_id, sizeof m->nccl_id);
+    case K_RING_TOKEN:
+      if (msgpack_pack_bin(pk, sizeof m->ring_token)) return -1;
+      return msgpack_pack_bin_body(pk, m->ring_token, sizeof m->ring_token);
     case K_OFFSET:
       return msgpack_pack_uint64(pk, m->offset);
     case K_LENGTH:
@@ -717,6 +724,21 @@ static int read_value(ea__mpr *r, ea_ipc_msg *m, key k, const char **why, long *
     case K_PEER:
       m->has_peer = true;
       return read_u32(r, &m->peer, why);
+    case K_RING_TOKEN: {
+      const uint8_t *p;
+      size_t n;
+      int rc = ea__mpr_bin(r, sizeof m->ring_token, &p, &n);
+      if (rc == 0 && n != sizeof m->ring_token) rc = EA__MPR_RANGE;
+      if (rc) {
+        *why = rc == EA__MPR_TYPE    ? "expected bin"
+               : rc == EA__MPR_RANGE ? "expected 32 bytes"
+                                     : ea__mpr_strerror(rc);
+        return rc;
+      }
+      memcpy(m->ring_token, p, n);
+      m->has_ring_token = true;
+      return 0;
+    }
     case K_NCCL_ID: {
       const uint8_t *p;
       size_t n;

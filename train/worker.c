@@ -685,6 +685,8 @@ static void do_commit(worker *w) {
   p.listen_fd = w->lfd;
   if (m->has_nccl_id) memcpy(p.nccl_id, m->nccl_id, sizeof p.nccl_id);
   p.cuda_device = (int)w->local_rank;
+  p.has_hello_key = m->has_ring_token;
+  if (m->has_ring_token) memcpy(p.hello_key, m->ring_token, sizeof p.hello_key);
 
   const double t0 = now_s();
   ea_comm *c;
@@ -701,6 +703,14 @@ static void do_commit(worker *w) {
   pthread_mutex_unlock(&w->mu);
 
   rc = ea_comm_connect(c);
+  ea_comm_stats cs;
+  ea_comm_get_stats(c, &cs);
+  if (cs.hellos_refused)
+    ea_log(EA_LOG_WARN, "worker",
+           "gen=%" PRIu64 " refused %" PRIu64
+           " ring hello%s without this generation's token (not from a cluster member: "
+           "docs/security.md)",
+           m->gen, cs.hellos_refused, cs.hellos_refused == 1 ? "" : "s");
   if (rc) {
     fail(w, m->gen, rc, "connecting rank %u/%u", m->rank, m->world);
     return;

@@ -141,6 +141,9 @@ int main(int argc, char **argv) {
   strcpy(m->resume, "latest");
   m->ckpt_verify_size = true;
   put("commit-ckpt");
+  m->has_ring_token = true;
+  for (int i = 0; i < (int)sizeof m->ring_token; i++) m->ring_token[i] = (uint8_t)(0x40 + i);
+  put("commit-ring-token");
 
   ea_ipc_msg_init(m, EA_IPC_STOP);
   put("stop");

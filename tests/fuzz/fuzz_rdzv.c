@@ -96,7 +96,8 @@ static bool msg_same(const ea_rdzv_msg *a, const ea_rdzv_msg *b) {
     case EA_RDZV_NACK:
       return gen_same(&a->seen, &b->seen) && a->nack == b->nack;
     case EA_RDZV_DRAIN:
-      return strcmp(a->name, b->name) == 0;
+      return strcmp(a->name, b->name) == 0 && memcmp(a->target.b, b->target.b, 16) == 0 &&
+             a->target_inc == b->target_inc;
     case EA_RDZV_REPORT:
       return gen_same(&a->accepted, &b->accepted) && a->flags == b->flags;
     case EA_RDZV_STATE:
@@ -303,6 +304,8 @@ int main(int argc, char **argv) {
   m.type = EA_RDZV_DRAIN;
   m.src = view[2].id;
   snprintf(m.name, sizeof m.name, "n1");
+  m.target = view[0].id;
+  m.target_inc = 1796224317u;
   put("drain", &m);
 
   memset(&m, 0, sizeof m);

@@ -1,7 +1,8 @@
 /* Writes the seed inputs of tests/fuzz/corpus/wire with the real encoder, so
  * the seeds always match the codec: one packet of each message type (IPv4
  * and IPv6, with and without meta, 0 to several updates), two push-pull
- * frames, a packet sealed with the fuzz harness's fixed key, and three TCP frame
+ * frames, a packet sealed with the fuzz harness's fixed key (both layouts:
+ * 0xEB, and 0xEC with its replay header), and three TCP frame
  * headers (plain, sealed, busy).
  *
  * The seeds are committed; regenerate them when the wire format changes:
@@ -92,6 +93,11 @@ int main(int argc, char **argv) {
     if (t == EA_MSG_ACK) {
       if (ea_wire_seal(fuzz_key, buf, len, sealed, sizeof sealed, &slen)) return 1;
       if (put("sealed-ack", sealed, slen)) return 1;
+      /* the replay-proof seal (0xEC) every agent sends now */
+      ea_wire_sender s = {.epoch = 1796224317u, .next = 41};
+      memset(s.id.b, 0xa2, 16);
+      if (ea_wire_seal_rp(fuzz_key, &s, buf, len, sealed, sizeof sealed, &slen, NULL)) return 1;
+      if (put("sealed-rp-ack", sealed, slen)) return 1;
     }
   }
   ea_update ups[4];

@@ -41,6 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -768,7 +771,10 @@ typedef struct {
   double t_done;
   ea_comm *c;
   int keep;
+  int keyed; /* the plan carries a hello key (a fixed one) */
 } solo;
+
+static const uint8_t HELLO_KEY[EA_COMM_HELLO_KEY_BYTES] = {7, 7, 7, 1, 2, 3};
 
 static void *solo_main(void *p) {
   solo *s = p;
@@ -780,6 +786,10 @@ static void *solo_main(void *p) {
   pl.peers = s->g->peers;
   pl.listen_fd = s->g->lfd[s->rank];
   pl.timeout_ms = s->timeout_ms;
+  if (s->keyed) {
+    pl.has_hello_key = true;
+    memcpy(pl.hello_key, HELLO_KEY, sizeof pl.hello_key);
+  }
   s->rc = ea_comm_init(&pl, &s->c);
   if (s->rc == 0) {
     int64_t v = s->rank + 1;
@@ -830,6 +840,81 @@ START_TEST(stale_generation_refused) {
   ck_assert_msg(r0.rc == 0, "gen-5 rank 0: %s", strerror(-r0.rc));
   ck_assert_msg(r1.rc == 0, "gen-5 rank 1: %s", strerror(-r1.rc));
   ring_close(&spare);
+  ring_close(&g);
+}
+END_TEST
+
+/* A forged hello (a host without the cluster key): version 2, from rank 0
+ * to rank 1 of world 2, a newer generation, the tag all zero.  Sent on a
+ * connection of its own to rank 1's listener; returns once rank 1 closed it
+ * (judged it) or 5 s passed. */
+static void forge_hello(const ring *g, uint64_t gen) {
+  const char *a = g->addr[1];
+  const char *colon = strrchr(a, ':');
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  uint8_t h[48] = {0};
+  uint32_t v[] = {0x45414331u, 2u | 1u << 16, 2, 0, 1, 0};
+  for (int i = 0; i < 6; i++)
+    for (int k = 0; k < 4; k++) h[4 * i + k] = (uint8_t)(v[i] >> (8 * k));
+  for (int k = 0; k < 8; k++) h[24 + k] = (uint8_t)(gen >> (8 * k));
+  ck_assert_int_eq(send(fd, h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  ck_assert_int_eq(poll(&p, 1, 5000), 1); /* closed (EOF) or answered */
+  close(fd);
+}
+
+START_TEST(forged_hello_costs_nothing_with_a_token) {
+  /* Without a token a forged hello of a newer generation makes rank 1's
+   * init fail (-ESTALE: the formation is lost, issue 11); with the
+   * generation's token it is dropped unanswered and counted, and the ring
+   * forms when the real rank 0 arrives. */
+  ring u; /* listeners of its own: r1's hello to rank 0 stays in u's backlog */
+  ring_open(&u, 2);
+  solo r1 = {.g = &u, .rank = 1, .world = 2, .gen = 5, .timeout_ms = 10000};
+  pthread_t t1;
+  pthread_create(&t1, NULL, solo_main, &r1);
+  forge_hello(&u, 6);
+  pthread_join(t1, NULL);
+  ck_assert_int_eq(r1.rc, -ESTALE);
+  ring_close(&u);
+
+  ring g;
+  ring_open(&g, 2);
+
+  solo k1 = {.g = &g, .rank = 1, .world = 2, .gen = 5, .timeout_ms = 10000, .keep = 1, .keyed = 1};
+  pthread_create(&t1, NULL, solo_main, &k1);
+  forge_hello(&g, 6);
+  forge_hello(&g, 5); /* the right generation, ranks and world: still no tag */
+  solo k0 = {.g = &g, .rank = 0, .world = 2, .gen = 5, .timeout_ms = 10000, .keep = 1, .keyed = 1};
+  pthread_t t0;
+  pthread_create(&t0, NULL, solo_main, &k0);
+  pthread_join(t0, NULL);
+  pthread_join(t1, NULL);
+  ck_assert_msg(k0.rc == 0, "keyed rank 0: %s", strerror(-k0.rc));
+  ck_assert_msg(k1.rc == 0, "keyed rank 1: %s", strerror(-k1.rc));
+  ea_comm_stats st;
+  ea_comm_get_stats(k1.c, &st);
+  ck_assert_uint_eq(st.hellos_refused, 2);
+  ea_comm_get_stats(k0.c, &st);
+  ck_assert_uint_eq(st.hellos_refused, 0);
+  ea_comm_free(k0.c);
+  ea_comm_free(k1.c);
+
+  /* a rank with another token is a stranger too: init times out, the
+   * hellos it sent counted by the other side */
+  solo w1 = {.g = &g, .rank = 1, .world = 2, .gen = 7, .timeout_ms = 800, .keep = 1, .keyed = 1};
+  solo w0 = {.g = &g, .rank = 0, .world = 2, .gen = 7, .timeout_ms = 800, .keep = 1};
+  pthread_create(&t1, NULL, solo_main, &w1);
+  pthread_create(&t0, NULL, solo_main, &w0);
+  pthread_join(t0, NULL);
+  pthread_join(t1, NULL);
+  ck_assert_int_ne(w1.rc, 0);
+  ea_comm_free(w0.c);
+  ea_comm_free(w1.c);
   ring_close(&g);
 }
 END_TEST
@@ -1128,6 +1213,7 @@ static Suite *comm_suite(void) {
   tcase_add_test(tc, peer_sigkilled_mid_op);
   tcase_add_test(tc, stale_generation_refused);
   tcase_add_test(tc, newer_generation_makes_init_stale);
+  tcase_add_test(tc, forged_hello_costs_nothing_with_a_token);
   tcase_add_test(tc, listener_serves_generations);
   tcase_add_loop_test(tc, op_timeout_when_peer_stops, 0, 2);
   tcase_add_test(tc, init_timeout);

@@ -639,7 +639,7 @@ START_TEST(load_overlays_only_given_keys) {
       "  probe_interval_ms: 100\n"
       "  probe_timeout_ms: 40\n"
       "  push_pull_interval_ms: 0\n"
-      "  max_packet: 1359\n"
+      "  max_packet: 1327\n"
       "train:\n"
       "  lr: 1e-4\n"
       "  weight_decay: 0\n");
@@ -665,7 +665,7 @@ START_TEST(load_overlays_only_given_keys) {
   ck_assert_uint_eq(c->membership.probe_interval_ms, 100);
   ck_assert_uint_eq(c->membership.probe_timeout_ms, 40);
   ck_assert_uint_eq(c->membership.push_pull_interval_ms, 0);
-  ck_assert_uint_eq(c->membership.max_packet, 1359);
+  ck_assert_uint_eq(c->membership.max_packet, 1327);
   ck_assert(c->train.lr == 1e-4);
   ck_assert(c->train.weight_decay == 0.0);
   /* Untouched keys keep what c held, defaults or an earlier override. */
@@ -770,10 +770,10 @@ static const struct {
     {"membership:\n  push_pull_interval_ms: 500\n",
      "2: membership.push_pull_interval_ms: expected 0 (off) or an integer in 1000..86400000, "
      "found 500"},
-    {"membership:\n  max_packet: 1360\n",
-     "2: membership.max_packet: expected an integer in 512..1359, found 1360"},
+    {"membership:\n  max_packet: 1328\n",
+     "2: membership.max_packet: expected an integer in 512..1327, found 1328"},
     {"membership:\n  max_packet: 511\n",
-     "2: membership.max_packet: expected an integer in 512..1359, found 511"},
+     "2: membership.max_packet: expected an integer in 512..1327, found 511"},
     {"compute:\n  workers_per_node: 65\n",
      "2: compute.workers_per_node: expected an integer in 1..64, found 65"},
     {"compute:\n  min_nodes: 0\n",

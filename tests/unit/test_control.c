@@ -12,7 +12,10 @@
  * a body, cuts forged headers off, keeps at most 8 connections without a
  * header per source address (the oldest closed first) and closes them at
  * their 3 s deadline while a keyed sender still gets through (issue 11);
- * the version-1 framing is refused by its first byte;
+ * the version-1 framing is refused by its first byte; a sealed frame sent
+ * again byte for byte is dropped and counted (dropped_replayed) — to the
+ * same receiver, to one that restarted, after the sender restarted —
+ * while the connection and later frames are unharmed;
  * a send to a port nobody listens on is dropped and counted, never fatal;
  * a peer that restarts elsewhere is reached at its new address; frames of
  * another codec sharing the channel go to the frame hook and the rest are
@@ -85,14 +88,18 @@ static bool run_until(uv_loop_t *loop, bool (*pred)(void *), void *ctx, uint64_t
   return ok;
 }
 
-static void start(uv_loop_t *loop, peer *p, const uint8_t *key) {
+static void start_as(uv_loop_t *loop, peer *p, const uint8_t *key, ea_wire_sender *sender) {
   memset(p, 0, sizeof *p);
   ea_addr bind;
   ck_assert_int_eq(ea_addr_parse("127.0.0.1:0", 0, &bind), 0);
   char err[256];
-  int rc = ea__ctl_start(loop, &bind, key, on_msg, p, &p->c, err, sizeof err);
+  int rc = ea__ctl_start(loop, &bind, key, sender, on_msg, p, &p->c, err, sizeof err);
   ck_assert_msg(rc == 0, "start: %s", err);
   ck_assert_uint_ne(ea__ctl_bound(p->c)->port, 0);
+}
+
+static void start(uv_loop_t *loop, peer *p, const uint8_t *key) {
+  start_as(loop, p, key, NULL);
 }
 
 static void close_peer(uv_loop_t *loop, peer *p) {
@@ -131,6 +138,15 @@ static bool counted(void *ctx) {
   ea__ctl_stats s = stats(a->p);
   return s.dropped_malformed >= a->malformed && s.dropped_unauthenticated >= a->unauth &&
          s.dropped_oversize >= a->oversize && s.send_errors >= a->send_errors;
+}
+
+typedef struct {
+  peer *p;
+  uint64_t replayed;
+} rp_arg;
+static bool replayed_n(void *ctx) {
+  rp_arg *a = ctx;
+  return stats(a->p).dropped_replayed >= a->replayed;
 }
 
 static ea_rdzv_msg report(uint64_t term, uint8_t flags) {
@@ -277,6 +293,102 @@ static bool peer_closed(void *ctx) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
+/* The bytes of the n-th frame a channel started with EA_TEST_RECORD_FRAMES
+ * wrote (header and body, as sent). */
+static size_t recorded(const char *dir, int n, uint8_t *buf, size_t cap) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "ls %s | sort | sed -n %dp", dir, n);
+  FILE *ls = popen(cmd, "r");
+  ck_assert_ptr_nonnull(ls);
+  char name[256] = "";
+  ck_assert_ptr_nonnull(fgets(name, sizeof name, ls));
+  pclose(ls);
+  name[strcspn(name, "\n")] = 0;
+  char path[768];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  size_t len = fread(buf, 1, cap, f);
+  fclose(f);
+  ck_assert_uint_gt(len, EA_WIRE_FRAME_HDR_SEALED);
+  return len;
+}
+
+static void send_raw(const ea_addr *to, const uint8_t *b, size_t len) {
+  int fd = raw_connect(to);
+  ck_assert_int_eq(write(fd, b, len), (ssize_t)len);
+  close(fd);
+}
+
+/* Issue 11: a sealed frame captured on the wire and sent again is dropped
+ * and counted (dropped_replayed) — to the same receiver, to a receiver that
+ * restarted (its window is empty: the first frame it sees from the sender
+ * sets the floor), and after the sender restarted (a newer epoch). */
+START_TEST(test_replayed_frame_dropped) {
+  uint8_t k[EA_KEY_BYTES];
+  memset(k, 0x33, sizeof k);
+  char dir[] = "/tmp/ea-ctl-record-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  ea_wire_sender sa = {.id = idof(1), .epoch = 100};
+  peer a, b;
+  setenv("EA_TEST_RECORD_FRAMES", dir, 1);
+  start_as(&loop, &a, k, &sa);
+  unsetenv("EA_TEST_RECORD_FRAMES");
+  start(&loop, &b, k);
+  ea_rdzv_msg m = report(7, 0);
+  ea_node_id bid = idof(2);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "first frame not delivered");
+  static uint8_t cap[65536];
+  size_t len = recorded(dir, 1, cap, sizeof cap);
+  /* the same bytes, on a new connection: a duplicate */
+  send_raw(ea__ctl_bound(b.c), cap, len);
+  rp_arg r = {&b, 1};
+  ck_assert_msg(run_until(&loop, replayed_n, &r, WAIT_MS), "replay not counted");
+  ck_assert_int_eq(b.got, 1);
+  ck_assert_uint_eq(stats(&b).dropped_unauthenticated + stats(&b).dropped_malformed, 0);
+  /* the connection survives a replayed frame: the next real one arrives */
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  g.want = 2;
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "frame after the replay not delivered");
+
+  /* the receiver restarts: a fresh window, and the sender's next frame
+   * arrives first; the captured one is older than it and refused */
+  close_peer(&loop, &b);
+  start(&loop, &b, k);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  g.want = 1;
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "frame to the restarted receiver lost");
+  send_raw(ea__ctl_bound(b.c), cap, len);
+  r.replayed = 1;
+  ck_assert_msg(run_until(&loop, replayed_n, &r, WAIT_MS), "replay to a restarted receiver");
+  ck_assert_int_eq(b.got, 1);
+
+  /* the sender restarts (a newer epoch, its counter from 0): everything of
+   * its earlier run is refused, whatever the counter */
+  close_peer(&loop, &a);
+  ea_wire_sender sa2 = {.id = idof(1), .epoch = 101};
+  start_as(&loop, &a, k, &sa2);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  g.want = 2;
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "frame of the new epoch lost");
+  size_t len3 = recorded(dir, 3, cap, sizeof cap); /* counter 2 of epoch 100 */
+  send_raw(ea__ctl_bound(b.c), cap, len3);
+  r.replayed = 2;
+  ck_assert_msg(run_until(&loop, replayed_n, &r, WAIT_MS), "replay of an older epoch");
+  ck_assert_int_eq(b.got, 2);
+  close_peer(&loop, &a);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
 START_TEST(test_bad_input_counted_and_cut_off) {
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -304,7 +416,7 @@ START_TEST(test_bad_input_counted_and_cut_off) {
          "\xEA"
          "F\x02\x00",
          4);
-  put32(buf + 4, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_OVERHEAD + 1);
+  put32(buf + 4, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD + 1);
   ck_assert_int_eq(write(fd, buf, 8), 8);
   c = (cnt_arg){&b, 1, 0, 1, 0};
   ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "oversize not counted");
@@ -533,6 +645,7 @@ static Suite *control_suite(void) {
   tcase_add_test(tc, test_roundtrip_in_order_one_connection);
   tcase_add_test(tc, test_sealed);
   tcase_add_test(tc, test_bad_input_counted_and_cut_off);
+  tcase_add_test(tc, test_replayed_frame_dropped);
   tcase_add_test(tc, test_preauth_bounded);
   tcase_add_test(tc, test_unreachable_and_moved_peer);
   tcase_add_test(tc, test_frame_hook_shares_the_channel);

@@ -85,6 +85,9 @@ static ea__mx_snap *fixed_snapshot(void) {
   s->ctl_drop_malformed = 4;
   s->ctl_drop_unauth = 5;
   s->ctl_drop_oversize = 6;
+  s->gossip_drop_replayed = 7;
+  s->ctl_drop_replayed = 8;
+  s->drains_refused = 9;
   s->alerts[EA__ALERT_STALLED] = 2;
   s->alerts[EA__ALERT_CHECKPOINT_FAILED] = 1;
   return s;
@@ -284,6 +287,8 @@ static const char expected[] =
     "\",reason=\"unauthenticated\"} 2\n"
     "elastic_agent_gossip_packets_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\",reason=\"oversize\"} 3\n"
+    "elastic_agent_gossip_packets_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",reason=\"replayed\"} 7\n"
     "# HELP elastic_agent_control_frames_dropped_total Control-channel frames dropped, by reason.\n"
     "# TYPE elastic_agent_control_frames_dropped_total counter\n"
     "elastic_agent_control_frames_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
@@ -292,6 +297,13 @@ static const char expected[] =
     "\",reason=\"unauthenticated\"} 5\n"
     "elastic_agent_control_frames_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\",reason=\"oversize\"} 6\n"
+    "elastic_agent_control_frames_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",reason=\"replayed\"} 8\n"
+    "# HELP elastic_agent_drains_refused_total DRAIN commands refused: they named another member "
+    "id or an incarnation of an earlier run of this node.\n"
+    "# TYPE elastic_agent_drains_refused_total counter\n"
+    "elastic_agent_drains_refused_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 9\n"
     "# HELP elastic_agent_alerts_total Alerts this node raised, by kind.\n"
     "# TYPE elastic_agent_alerts_total counter\n"
     "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"

@@ -17,6 +17,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <msgpack.h>
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -276,8 +277,37 @@ START_TEST(test_codec_roundtrip) {
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_DRAIN;
   snprintf(m.name, sizeof m.name, "gpu-node-17");
+  memset(m.target.b, 0x5a, 16);
+  m.target_inc = 1764000123u;
   d = roundtrip(&m);
   ck_assert_str_eq(d.name, "gpu-node-17");
+  ck_assert_int_eq(memcmp(d.target.b, m.target.b, 16), 0);
+  ck_assert_uint_eq(d.target_inc, 1764000123u);
+  {
+    /* the DRAIN of an older agent, [name] alone, names no incarnation:
+     * refused (issue 11: it applied to every later run of the node) */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint8_t magic = EA_WIRE_MAGIC_PLAIN, id[16] = {1};
+    msgpack_sbuffer_write(&sb, (const char *)&magic, 1);
+    msgpack_pack_array(&pk, 5);
+    msgpack_pack_uint8(&pk, EA_RDZV_WIRE_VERSION);
+    msgpack_pack_uint8(&pk, EA_RDZV_DRAIN);
+    msgpack_pack_bin(&pk, 16);
+    msgpack_pack_bin_body(&pk, id, 16);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_uint8(&pk, 0);
+    msgpack_pack_bin(&pk, 16);
+    msgpack_pack_bin_body(&pk, id, 16);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_str(&pk, 2);
+    msgpack_pack_str_body(&pk, "n2", 2);
+    ck_assert_str_eq(decode_err((uint8_t *)sb.data, sb.size),
+                     "drain (without target id and incarnation: an older agent)");
+    msgpack_sbuffer_destroy(&sb);
+  }
   memset(&m, 0, sizeof m);
   m.type = EA_RDZV_STATE;
   fill_gen(&m.gen, 4, 4);

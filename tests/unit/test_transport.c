@@ -12,7 +12,10 @@
  * by its first byte; 200 connections held without a frame header do not
  * stop a join (capped per source and in all, oldest first, 2 s deadline),
  * and a joiner refused because every slot is really in use logs "busy",
- * never a reset (issue 11); a graceful leave is seen as LEFT
+ * never a reset (issue 11); a sealed datagram sent twice, or one of an
+ * earlier epoch of its sender, is counted dropped_replayed and never reaches
+ * the core, and one sealed without a replay header (0xEB) is refused;
+ * a graceful leave is seen as LEFT
  * and its done callback runs; closing leaves no handle on the loop.  Every
  * wait polls a condition with a deadline.  Ports are ephemeral, so runs can
  * overlap; no randomness beyond the transports' own seeds (fixed here).
@@ -319,6 +322,76 @@ START_TEST(test_keyed_drops_plain) {
 END_TEST
 
 typedef struct {
+  const ea_transport *t;
+  uint64_t replayed;
+  uint64_t msgs;
+} want_replay;
+
+static bool replay_reached(void *p) {
+  want_replay *w = p;
+  ea_transport_stats s;
+  ea_transport_stats_get(w->t, &s);
+  ea_swim_stats ss;
+  ea_swim_stats_get(ea_transport_swim(w->t), &ss);
+  return s.dropped_replayed >= w->replayed && ss.msgs_in >= w->msgs;
+}
+
+/* Issue 11: a sealed datagram sent again byte for byte is dropped and
+ * counted (dropped_replayed) and never reaches the core; so is one of an
+ * earlier epoch of its sender (before it restarted); one sealed the old
+ * way (0xEB, no replay header) is refused as unauthenticated. */
+START_TEST(test_replayed_datagram) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  node a;
+  start_node(&loop, &a, 1, key1, 0);
+  ea_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA_MSG_GOSSIP;
+  memset(m.src.b, 5, 16);
+  uint8_t plain[EA_WIRE_MAX_PACKET], p1[EA_WIRE_MAX_PACKET], p2[EA_WIRE_MAX_PACKET],
+      old[EA_WIRE_MAX_PACKET];
+  size_t len = 0, l1 = 0, l2 = 0, lo = 0;
+  ck_assert_int_eq(ea_wire_encode_msg(&m, plain, sizeof plain, &len), 0);
+  ea_wire_sender s5 = {.epoch = 50};
+  memset(s5.id.b, 5, 16);
+  ck_assert_int_eq(ea_wire_seal_rp(key1, &s5, plain, len, p1, sizeof p1, &l1, NULL), 0);
+  ck_assert_uint_le(l1, EA_WIRE_MAX_PACKET);
+  ck_assert_int_eq(udp_to(a.t, p1, l1), 0);
+  want_replay w = {a.t, 0, 1};
+  ck_assert_msg(run_until(&loop, replay_reached, &w, WAIT_MS), "first packet not taken");
+  ck_assert_int_eq(udp_to(a.t, p1, l1), 0); /* the same bytes again */
+  w.replayed = 1;
+  ck_assert_msg(run_until(&loop, replay_reached, &w, WAIT_MS), "replay not counted");
+  /* the sender restarts: epoch 51; then its epoch-50 packet is a replay */
+  ck_assert_int_eq(ea_wire_seal_rp(key1, &s5, plain, len, p2, sizeof p2, &l2, NULL), 0);
+  s5.epoch = 51, s5.next = 0;
+  uint8_t p3[EA_WIRE_MAX_PACKET];
+  size_t l3 = 0;
+  ck_assert_int_eq(ea_wire_seal_rp(key1, &s5, plain, len, p3, sizeof p3, &l3, NULL), 0);
+  ck_assert_int_eq(udp_to(a.t, p3, l3), 0);
+  w.msgs = 2;
+  ck_assert_msg(run_until(&loop, replay_reached, &w, WAIT_MS), "new epoch not taken");
+  ck_assert_int_eq(udp_to(a.t, p2, l2), 0); /* never seen, but of epoch 50 */
+  w.replayed = 2;
+  ck_assert_msg(run_until(&loop, replay_reached, &w, WAIT_MS), "old epoch not counted");
+  ck_assert_int_eq(ea_wire_seal(key1, plain, len, old, sizeof old, &lo), 0);
+  ck_assert_int_eq(udp_to(a.t, old, lo), 0);
+  want_counts wu = {a.t, 0, 1, 0};
+  ck_assert_msg(run_until(&loop, counts_reached, &wu, WAIT_MS), "0xEB packet not refused");
+  ea_transport_stats st;
+  ea_transport_stats_get(a.t, &st);
+  ck_assert_uint_eq(st.dropped_replayed, 2);
+  ck_assert_uint_eq(st.dropped_malformed, 0);
+  ea_swim_stats ss;
+  ea_swim_stats_get(ea_transport_swim(a.t), &ss);
+  ck_assert_uint_eq(ss.msgs_in, 2);
+  close_node(&loop, &a);
+  finish_loop(&loop);
+}
+END_TEST
+
+typedef struct {
   int fd;
 } sockwait;
 
@@ -566,6 +639,7 @@ Suite *transport_suite(void) {
   tcase_add_test(tc, test_cluster_key);
   tcase_add_test(tc, test_bad_datagrams);
   tcase_add_test(tc, test_keyed_drops_plain);
+  tcase_add_test(tc, test_replayed_datagram);
   tcase_add_test(tc, test_tcp_hostile_peers);
   tcase_add_test(tc, test_tcp_preauth_bounded);
   tcase_add_test(tc, test_join_retry);

@@ -10,6 +10,7 @@
  * a frame cannot make the decoder allocate for more updates than its bytes
  * hold.  Randomized tests print their seed; EA_SEED=… replays one.
  */
+#include "ea_membership.h"
 #include "ea_wire.h"
 
 #include <check.h>
@@ -24,7 +25,7 @@
 #include <unistd.h>
 
 /* Plaintext budget such that the sealed packet is at most EA_WIRE_MAX_PACKET. */
-#define PLAIN_CAP (EA_WIRE_MAX_PACKET - (EA_WIRE_SEAL_OVERHEAD - 1))
+#define PLAIN_CAP (EA_WIRE_MAX_PACKET - (EA_WIRE_SEAL_RP_OVERHEAD - 1))
 
 /* ---- seeded randomness ------------------------------------------------- */
 
@@ -222,8 +223,14 @@ START_TEST(test_roundtrip_every_type) {
         size_t len = roundtrip(&m, buf, sizeof buf);
         ck_assert_uint_eq(len, used);
         size_t slen;
-        ck_assert_int_eq(ea_wire_seal(key, buf, len, sealed, sizeof sealed, &slen), 0);
+        ea_wire_sender snd = {.epoch = 1};
+        ck_assert_int_eq(ea_wire_seal_rp(key, &snd, buf, len, sealed, sizeof sealed, &slen, NULL),
+                         0);
         ck_assert_uint_le(slen, EA_WIRE_MAX_PACKET);
+        /* the core's default budget is the same plaintext less its 0xEA */
+        ea_swim_config dc;
+        ea_swim_config_default(&dc);
+        ck_assert_uint_eq(dc.max_packet + EA_WIRE_SEAL_RP_OVERHEAD, EA_WIRE_MAX_PACKET);
       }
 }
 END_TEST
