@@ -448,6 +448,25 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
 
 typedef struct ea__http ea__http;
 
+/* What the endpoint answers one request, as a pure function of the method
+ * and path libmicrohttpd hands over (NUL-terminated; the path already
+ * percent-decoded, so any bytes), the newest snapshot (NULL before the
+ * first) and the time (CLOCK_MONOTONIC ms, as s->mono_ms): the server
+ * (http.c), tests/unit/test_metrics.c and tests/fuzz/fuzz_http.c call
+ * it.  Every body is UTF-8, as its type says: what a body repeats of the
+ * request or of the snapshot's reason has invalid sequences replaced by
+ * U+FFFD and control characters by '?', so a text answer stays one line. */
+typedef struct {
+  unsigned code;    /* HTTP status */
+  char *body;       /* malloc'd, owned by the caller; NULL: out of memory (a 500) */
+  size_t len;       /* of body */
+  const char *type; /* Content-Type, static */
+  bool allow;       /* a 405: add "Allow: GET, HEAD" */
+} ea__http_reply;
+
+void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
+                     ea__http_reply *r);
+
 /* Listen on HOST:PORT (a name is resolved now: call before the loop runs
  * or accept the blocking lookup); port 0 picks a free one.  The bound
  * address goes to bound ("127.0.0.1:9400", "[::1]:9400").  Returns 0, or a
