@@ -30,6 +30,8 @@
 #include "agent_int.h"
 #include "fuzz_text.h"
 
+#include "ea_log.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +181,12 @@ FUZZ_NOCOV static void check_line(const ea__admin_rx *rx, const uint8_t *seen, s
   if (nl && ll > 0 && seen[ll - 1] == '\r') ll--; /* "\r\n"; at EOF a "\r" stays */
   CHECK(memcmp(rx->line, seen, ll) == 0);
   CHECK(rx->line[ll] == 0);
+}
+
+/* The refusal of an owner-only command is a warning line: not at every run. */
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  return ea_log_setup("error", "text", NULL) == 0 ? 0 : 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
