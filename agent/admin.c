@@ -24,7 +24,13 @@
  * and loses the answer; for the same reason an evicted connection is read
  * until its EOF (1 s at most) after its answer.  Past 16 answered busy a
  * newcomer is closed at once, and past ADMIN_MAX_DRAINING draining an
- * evicted one.
+ * evicted one.  A client that sent more than its line (or whose bytes still
+ * wait unread when its answer is out) is read until its EOF the same way.
+ *
+ * The request side is pure: the framing of the line (ea__admin_rx_*) and
+ * its dispatch to the command table (ea__admin_dispatch) read no socket,
+ * so tests/unit/test_admin.c and tests/fuzz/fuzz_admin.c run them as the
+ * server does.
  *
  * Both ends speak JSON through json.c (jansson): a command builds its
  * answer as a jansson document, which is sent as one line of compact JSON;
@@ -47,7 +53,7 @@
 #include <unistd.h>
 
 /* A command line is a word and a member name or two; 1 KiB is generous. */
-#define ADMIN_LINE_MAX 1024
+#define ADMIN_LINE_MAX EA__ADMIN_LINE_MAX
 /* Clients are local tools answered in microseconds; 5 s only expires for a
  * client that connected and went away without sending a line. */
 #define ADMIN_CONN_TIMEOUT_MS 5000
@@ -55,13 +61,111 @@
  * they are closed at once. */
 #define ADMIN_MAX_CONNS 16
 /* A connection answered "busy" waits this long for its request line, and
- * one answered before its request was read this long for its EOF (it is
- * read so that the close does not reset the connection).  At most
+ * one that may still send after its answer (answered before its request
+ * was read, or one that sent more than its line) this long for its EOF (it
+ * is read so that the close does not reset the connection).  At most
  * ADMIN_MAX_DRAINING of the latter; past that they are closed at once. */
 #define ADMIN_BUSY_TIMEOUT_MS 1000
 #define ADMIN_MAX_DRAINING (4 * ADMIN_MAX_CONNS)
 /* Status of a 5000-member cluster is ~1.5 MB of JSON; refuse absurd answers. */
 #define ADMIN_RESP_MAX (64u << 20)
+
+/* ---- the request, pure ----------------------------------------------------- */
+
+void ea__admin_rx_init(ea__admin_rx *rx) {
+  rx->len = 0;
+  rx->overlong = rx->extra = false;
+  rx->line[0] = 0;
+}
+
+char *ea__admin_rx_buf(ea__admin_rx *rx, size_t *room) {
+  *room = ADMIN_LINE_MAX - rx->len; /* ≥ 1: a full buffer without "\n" is emptied */
+  return rx->line + rx->len;
+}
+
+ea__admin_rx_ev ea__admin_rx_got(ea__admin_rx *rx, ssize_t nread) {
+  if (nread < 0) {
+    /* EOF without a newline: what came is the line (nc -U sends no
+     * newline with echo -n). */
+    if (nread != UV_EOF) return EA__ADMIN_RX_CLOSE;
+    if (rx->overlong) return EA__ADMIN_RX_TOO_LONG;
+    if (rx->len == 0) return EA__ADMIN_RX_CLOSE;
+    rx->line[rx->len] = 0;
+    return EA__ADMIN_RX_LINE;
+  }
+  size_t n = (size_t)nread;
+  if (n > ADMIN_LINE_MAX - rx->len) n = ADMIN_LINE_MAX - rx->len; /* never past rx_buf's room */
+  char *start = rx->line + rx->len;
+  char *nl = memchr(start, '\n', n);
+  rx->len += n;
+  rx->line[rx->len] = 0;
+  if (nl) {
+    rx->extra = nl + 1 < rx->line + rx->len;
+    if (rx->overlong) return EA__ADMIN_RX_TOO_LONG; /* the end of the long line */
+    *nl = 0;
+    if (nl > rx->line && nl[-1] == '\r') nl[-1] = 0;
+    rx->len = (size_t)(nl - rx->line);
+    return EA__ADMIN_RX_LINE;
+  }
+  if (rx->overlong || rx->len >= ADMIN_LINE_MAX) {
+    /* Read the rest of the line before answering: closing with unread
+     * input would reset the connection and lose the answer. */
+    rx->overlong = true;
+    rx->len = 0;
+    rx->line[0] = 0;
+  }
+  return EA__ADMIN_RX_MORE;
+}
+
+static json_t *help_answer(const ea__admin_cmd *cmds, size_t ncmds) {
+  ea__jb b = {0};
+  json_t *doc = json_object();
+  json_t *arr = ea__jb_arr(&b, doc, "commands");
+  for (size_t i = 0; i <= ncmds; i++) {
+    json_t *c = ea__jb_obj(&b, arr, NULL);
+    ea__jb_str(&b, c, "name", i < ncmds ? cmds[i].name : "help");
+    ea__jb_str(&b, c, "help", i < ncmds ? cmds[i].help : "list the commands");
+  }
+  if (b.oom) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
+}
+
+void ea__admin_dispatch(const ea__admin_cmd *cmds, size_t ncmds, void *ctx, char *line,
+                        bool have_peer, uid_t peer_uid, json_t **out) {
+  *out = NULL;
+  while (*line == ' ') line++;
+  char *end = line + strcspn(line, " ");
+  char *args = *end ? end + 1 : end;
+  *end = 0;
+  while (*args == ' ') args++;
+  if (strcmp(line, "help") == 0) {
+    *out = help_answer(cmds, ncmds);
+    return;
+  }
+  for (size_t i = 0; i < ncmds; i++) {
+    if (strcmp(cmds[i].name, line) != 0) continue;
+    /* A command that changes state: the agent's own user and root only. */
+    if (cmds[i].owner_only && !(have_peer && (peer_uid == 0 || peer_uid == geteuid()))) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "permission denied: '%s' is allowed only to the agent's user (uid %u) or root; "
+               "the caller is uid %ld",
+               cmds[i].name, (unsigned)geteuid(), have_peer ? (long)peer_uid : -1L);
+      ea_log(EA_LOG_WARN, "admin", "refused '%s' from uid %ld: not the agent's user or root",
+             cmds[i].name, have_peer ? (long)peer_uid : -1L);
+      *out = ea__json_error(msg);
+      return;
+    }
+    cmds[i].fn(ctx, args, out);
+    return;
+  }
+  char msg[160];
+  snprintf(msg, sizeof msg, "unknown command '%.64s' (try 'help')", line);
+  *out = ea__json_error(msg);
+}
 
 /* ---- server ------------------------------------------------------------------ */
 
@@ -91,12 +195,13 @@ struct aconn {
   int handles;
   bool answered;
   bool busy;     /* over the limit: its request is read and answered "busy" */
-  bool draining; /* answered without its request: read until EOF, then close */
-  bool overlong; /* line exceeded ADMIN_LINE_MAX: discard up to its end */
+  bool draining; /* read until EOF after the answer, then close */
+  bool finished; /* the answer is out (or none is coming): waiting for EOF */
+  bool eof;      /* the client's EOF (or a read error) was read */
+  bool more;     /* bytes came after the request was complete */
   bool have_peer;
   uid_t peer_uid; /* SO_PEERCRED, at accept */
-  size_t len;
-  char line[ADMIN_LINE_MAX + 1];
+  ea__admin_rx rx;
   char *out; /* the answer being written: compact JSON and "\n" */
 };
 
@@ -134,28 +239,60 @@ static void aconn_drain_timeout(uv_timer_t *h) {
   aconn_close(h->data);
 }
 
-static void aconn_written(uv_write_t *w, int status) {
-  aconn *c = w->data;
-  /* Answered before its request was read (evicted, or timed out): closing
-   * with its bytes unread would reset the connection and lose the answer.
-   * Signal the end, read what it still sends, close at its EOF or after
-   * ADMIN_BUSY_TIMEOUT_MS. */
-  if (c->draining && status == 0 && uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, NULL) == 0) {
-    uv_timer_start(&c->timer, aconn_drain_timeout, ADMIN_BUSY_TIMEOUT_MS, 0);
-    return;
-  }
-  aconn_close(c); /* status < 0: the client went away, nothing to tell it */
+/* Does input wait unread in the kernel's buffer? */
+static bool input_waits(aconn *c) {
+  uv_os_fd_t fd;
+  char b;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0) return false;
+  return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
-/* Send doc (released here) as the answer, then close.  No document, or
- * one that cannot be written out (out of memory): close without one. */
+static int count_draining(ea__admin *a) {
+  int n = 0;
+  for (aconn *c = a->conns; c; c = c->next)
+    n += c->draining && !uv_is_closing((uv_handle_t *)&c->pipe);
+  return n;
+}
+
+/* The answer is out, or none is coming: end the connection.  Closing a
+ * Unix socket with unread input resets it, and the client loses the answer
+ * it has not read yet ("Connection reset by peer" instead of its EOF: a
+ * client that sent more than its line, issue 11 item 8, found by
+ * fuzz_admin's model).  So unless the client's EOF was read, or nothing
+ * was sent after the request and nothing waits, signal our end and read
+ * what it still sends; close at its EOF or after ADMIN_BUSY_TIMEOUT_MS
+ * (past ADMIN_MAX_DRAINING such connections, at once). */
+static void aconn_finish(aconn *c) {
+  if (uv_is_closing((uv_handle_t *)&c->pipe) || c->finished) return;
+  c->finished = true;
+  uv_timer_stop(&c->timer);
+  bool drain = !c->eof && (c->draining || c->rx.extra || c->more || input_waits(c)) &&
+               (c->draining || count_draining(c->a) < ADMIN_MAX_DRAINING);
+  if (!drain || uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, NULL) != 0) {
+    aconn_close(c);
+    return;
+  }
+  c->draining = true;
+  uv_timer_start(&c->timer, aconn_drain_timeout, ADMIN_BUSY_TIMEOUT_MS, 0);
+}
+
+static void aconn_written(uv_write_t *w, int status) {
+  aconn *c = w->data;
+  if (status < 0) {
+    aconn_close(c); /* the client went away, nothing to tell it */
+    return;
+  }
+  aconn_finish(c);
+}
+
+/* Send doc (released here) as the answer, then finish.  No document, or
+ * one that cannot be written out (out of memory): finish without one. */
 static void aconn_reply(aconn *c, json_t *doc) {
   if (c->answered) {
     json_decref(doc);
     return;
   }
   c->answered = true;
-  if (!c->draining) uv_read_stop((uv_stream_t *)&c->pipe);
   uv_timer_stop(&c->timer);
   char *text = doc ? ea__json_dump(doc) : NULL;
   json_decref(doc);
@@ -163,7 +300,7 @@ static void aconn_reply(aconn *c, json_t *doc) {
   char *line = n ? realloc(text, n + 2) : NULL;
   if (!line) {
     free(text);
-    aconn_close(c);
+    aconn_finish(c);
     return;
   }
   memcpy(line + n, "\n", 2);
@@ -176,29 +313,7 @@ static void aconn_error(aconn *c, const char *msg) {
   aconn_reply(c, ea__json_error(msg));
 }
 
-static json_t *help_answer(ea__admin *a) {
-  ea__jb b = {0};
-  json_t *doc = json_object();
-  json_t *cmds = ea__jb_arr(&b, doc, "commands");
-  for (size_t i = 0; i <= a->ncmds; i++) {
-    json_t *c = ea__jb_obj(&b, cmds, NULL);
-    ea__jb_str(&b, c, "name", i < a->ncmds ? a->cmds[i].name : "help");
-    ea__jb_str(&b, c, "help", i < a->ncmds ? a->cmds[i].help : "list the commands");
-  }
-  if (b.oom) {
-    json_decref(doc);
-    return NULL;
-  }
-  return doc;
-}
-
 static const char busy_msg[] = "busy: the agent is already serving 16 admin connections; try again";
-
-/* May this connection's peer run a command that changes state?  The agent's
- * own user and root may. */
-static bool peer_may_change(const aconn *c) {
-  return c->have_peer && (c->peer_uid == 0 || c->peer_uid == geteuid());
-}
 
 static void aconn_dispatch(aconn *c) {
   ea__admin *a = c->a;
@@ -206,89 +321,48 @@ static void aconn_dispatch(aconn *c) {
     aconn_error(c, busy_msg);
     return;
   }
-  char *line = c->line;
-  while (*line == ' ') line++;
-  char *end = line + strcspn(line, " ");
-  char *args = *end ? end + 1 : end;
-  *end = 0;
-  while (*args == ' ') args++;
-  if (strcmp(line, "help") == 0) {
-    aconn_reply(c, help_answer(a));
-    return;
-  }
-  for (size_t i = 0; i < a->ncmds; i++) {
-    if (strcmp(a->cmds[i].name, line) != 0) continue;
-    if (a->cmds[i].owner_only && !peer_may_change(c)) {
-      char msg[200];
-      snprintf(msg, sizeof msg,
-               "permission denied: '%s' is allowed only to the agent's user (uid %u) or root; "
-               "the caller is uid %ld",
-               a->cmds[i].name, (unsigned)geteuid(), c->have_peer ? (long)c->peer_uid : -1L);
-      ea_log(EA_LOG_WARN, "admin", "refused '%s' from uid %ld: not the agent's user or root",
-             a->cmds[i].name, c->have_peer ? (long)c->peer_uid : -1L);
-      aconn_error(c, msg);
-      return;
-    }
-    json_t *doc = NULL;
-    a->cmds[i].fn(a->ctx, args, &doc);
-    aconn_reply(c, doc);
-    return;
-  }
-  char msg[160];
-  snprintf(msg, sizeof msg, "unknown command '%.64s' (try 'help')", line);
-  aconn_error(c, msg);
+  json_t *doc = NULL;
+  ea__admin_dispatch(a->cmds, a->ncmds, a->ctx, c->rx.line, c->have_peer, c->peer_uid, &doc);
+  aconn_reply(c, doc);
 }
 
 static void aconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   aconn *c = h->data;
-  if (c->draining && c->answered) { /* what it still sends is discarded */
-    *buf = uv_buf_init(c->line, ADMIN_LINE_MAX);
+  if (c->answered) { /* what it still sends is read and discarded */
+    *buf = uv_buf_init(c->rx.line, ADMIN_LINE_MAX);
     return;
   }
-  *buf = uv_buf_init(c->line + c->len, (unsigned)(ADMIN_LINE_MAX - c->len));
+  size_t room;
+  char *p = ea__admin_rx_buf(&c->rx, &room);
+  *buf = uv_buf_init(p, (unsigned)room);
 }
 
 static void aconn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   aconn *c = s->data;
-  if (c->draining && c->answered) {
-    if (nread < 0) aconn_close(c); /* its EOF: everything was read */
-    return;
-  }
-  if (c->answered || nread == 0) return;
   if (nread < 0) {
-    /* EOF without a newline: treat what came as the line (nc -U sends no
-     * newline with echo -n). */
-    if (nread == UV_EOF && c->overlong) {
-      aconn_error(c, "request line too long");
-    } else if (nread == UV_EOF && c->len > 0) {
-      c->line[c->len] = 0;
+    c->eof = true; /* libuv stops reading at EOF; an error ends it too */
+    uv_read_stop(s);
+  }
+  if (c->answered) {
+    if (nread > 0) c->more = true;
+    if (nread < 0 && c->finished) aconn_close(c); /* its EOF: everything was read */
+    return;
+  }
+  if (nread == 0) return;
+  switch (ea__admin_rx_got(&c->rx, nread)) {
+    case EA__ADMIN_RX_MORE:
+      return;
+    case EA__ADMIN_RX_LINE:
       aconn_dispatch(c);
-    } else {
-      aconn_close(c);
-    }
-    return;
-  }
-  c->len += (size_t)nread;
-  c->line[c->len] = 0;
-  char *nl = memchr(c->line, '\n', c->len);
-  if (c->overlong) {
-    /* Read the rest of the line before answering: closing with unread
-     * input would reset the connection and lose the answer. */
-    if (nl)
+      return;
+    case EA__ADMIN_RX_TOO_LONG:
       aconn_error(c, "request line too long");
-    else
-      c->len = 0;
-    return;
-  }
-  if (nl) {
-    *nl = 0;
-    if (nl > c->line && nl[-1] == '\r') nl[-1] = 0;
-    aconn_dispatch(c);
-  } else if (c->len >= ADMIN_LINE_MAX) {
-    c->overlong = true;
-    c->len = 0;
+      return;
+    case EA__ADMIN_RX_CLOSE:
+      aconn_close(c);
+      return;
   }
 }
 
@@ -307,7 +381,7 @@ static bool aconn_evictable(aconn *c) {
   uv_os_fd_t fd;
   char peek[ADMIN_LINE_MAX];
   if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0) return true;
-  size_t room = ADMIN_LINE_MAX - c->len;
+  size_t room = ADMIN_LINE_MAX - c->rx.len;
   ssize_t n = recv(fd, peek, room, MSG_PEEK | MSG_DONTWAIT);
   return !(n > 0 && memchr(peek, '\n', (size_t)n));
 }
@@ -345,6 +419,7 @@ static void admin_accept(uv_stream_t *server, int status) {
   uv_timer_init(a->loop, &c->timer);
   c->pipe.data = c->timer.data = c->wreq.data = c;
   c->handles = 2;
+  ea__admin_rx_init(&c->rx);
   c->next = a->conns;
   if (a->conns) a->conns->prev = c;
   a->conns = c;

@@ -309,6 +309,49 @@ int ea__admin_start(uv_loop_t *loop, const char *path, const ea__admin_cmd *cmds
  * runs when the last handle is closed and the server is freed. */
 void ea__admin_close(ea__admin *a, void (*closed)(void *ctx), void *ctx);
 
+/* The request side of one connection, as pure functions (no socket, no
+ * loop): the framing of the request line and the dispatch of a line to the
+ * command table.  The server (admin.c) and tests/fuzz/fuzz_admin.c run the
+ * same code.
+ *
+ * Framing: bytes are read into rx (ea__admin_rx_buf says where and how
+ * many at most) and handed over with ea__admin_rx_got (the count, or a
+ * negative UV error: UV_EOF at the client's end).  The line ends at the
+ * first "\n" (a "\r" before it is dropped), or at EOF; a line of
+ * EA__ADMIN_LINE_MAX bytes or more is refused once its end arrived (closing
+ * a Unix socket with unread input resets it, and the error would be lost).
+ * Every event but MORE ends the framing: the connection answers (or
+ * closes) and reads nothing more into rx; ea__admin_rx_init starts over. */
+#define EA__ADMIN_LINE_MAX 1024
+
+typedef struct {
+  size_t len;    /* bytes of the line so far (discarded ones excluded) */
+  bool overlong; /* passed EA__ADMIN_LINE_MAX: discarding up to its end */
+  bool extra;    /* bytes followed the line in what was read */
+  char line[EA__ADMIN_LINE_MAX + 1];
+} ea__admin_rx;
+
+typedef enum {
+  EA__ADMIN_RX_MORE,     /* no whole line yet: read on */
+  EA__ADMIN_RX_LINE,     /* rx->line is the request, NUL-terminated, without "\r\n" */
+  EA__ADMIN_RX_TOO_LONG, /* answer "request line too long" */
+  EA__ADMIN_RX_CLOSE,    /* EOF before any byte, or a read error: close, no answer */
+} ea__admin_rx_ev;
+
+void ea__admin_rx_init(ea__admin_rx *rx);
+/* Where the next read goes, and *room ≥ 1 bytes at most. */
+char *ea__admin_rx_buf(ea__admin_rx *rx, size_t *room);
+/* nread bytes were read to ea__admin_rx_buf (0: nothing), or nread < 0. */
+ea__admin_rx_ev ea__admin_rx_got(ea__admin_rx *rx, ssize_t nread);
+
+/* Answer one request line (split in place): "help", a command of cmds —
+ * one that is owner_only only for the agent's own uid or root (have_peer,
+ * peer_uid: SO_PEERCRED) — or an {"error":…} naming the word.  *out is
+ * the document to send (owned by the caller); NULL when the command gave
+ * none (out of memory): the connection is then finished without one. */
+void ea__admin_dispatch(const ea__admin_cmd *cmds, size_t ncmds, void *ctx, char *line,
+                        bool have_peer, uid_t peer_uid, json_t **out);
+
 /* Client side (blocking; for the CLI, never on the loop): send line, read
  * the answer into *resp (malloc'd, NUL-terminated).  Errors are negative
  * errnos with a sentence in err ("no agent is running …"). */
@@ -427,6 +470,25 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
 #define EA__HEALTH_MAX_AGE_MS 5000
 
 typedef struct ea__http ea__http;
+
+/* What the endpoint answers one request, as a pure function of the method
+ * and path libmicrohttpd hands over (NUL-terminated; the path already
+ * percent-decoded, so any bytes), the newest snapshot (NULL before the
+ * first) and the time (CLOCK_MONOTONIC ms, as s->mono_ms): the server
+ * (http.c), tests/unit/test_metrics.c and tests/fuzz/fuzz_http.c call
+ * it.  Every body is UTF-8, as its type says: what a body repeats of the
+ * request or of the snapshot's reason has invalid sequences replaced by
+ * U+FFFD and control characters by '?', so a text answer stays one line. */
+typedef struct {
+  unsigned code;    /* HTTP status */
+  char *body;       /* malloc'd, owned by the caller; NULL: out of memory (a 500) */
+  size_t len;       /* of body */
+  const char *type; /* Content-Type, static */
+  bool allow;       /* a 405: add "Allow: GET, HEAD" */
+} ea__http_reply;
+
+void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
+                     ea__http_reply *r);
 
 /* Listen on HOST:PORT (a name is resolved now: call before the loop runs
  * or accept the blocking lookup); port 0 picks a free one.  The bound

@@ -12,7 +12,10 @@
  *
  * libmicrohttpd parses the requests (method, path, headers, limits); this
  * file compares the method and the path it hands over and parses nothing
- * itself, which is why there is no fuzz harness for it.  Limits: 64
+ * itself.  What it answers is a pure function (ea__http_answer) of those
+ * two, the snapshot and the time, which tests/fuzz/fuzz_http.c drives
+ * with arbitrary bytes; a body repeats what it was sent only as UTF-8
+ * (U+FFFD for what is not), as its charset says.  Limits: 64
  * connections at once, 10 s idle timeout, libmicrohttpd's 32 KiB of
  * request memory per connection.
  *
@@ -99,40 +102,86 @@ uint64_t ea__http_requests(const ea__http *h) {
   return atomic_load((atomic_uint_fast64_t *)&h->requests);
 }
 
-/* Queue a response whose body is the malloc'd text (freed by
- * libmicrohttpd); NULL text (out of memory) is a 500 without a body. */
-static enum MHD_Result answer(struct MHD_Connection *c, unsigned code, char *text, size_t len,
-                              const char *type) {
-  if (!text) {
-    code = MHD_HTTP_INTERNAL_SERVER_ERROR;
-    len = 0;
-  }
-  struct MHD_Response *r = MHD_create_response_from_buffer(
-      len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (!r) {
-    free(text);
-    return MHD_NO;
-  }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-  enum MHD_Result ok = MHD_queue_response(c, code, r);
-  MHD_destroy_response(r);
-  return ok;
+/* ---- the answers, pure ------------------------------------------------------ */
+
+static const char text_type[] = "text/plain; charset=utf-8";
+
+/* What an answer repeats of the request or the snapshot: UTF-8, at most max
+ * bytes of s, control characters as '?' (the answer stays one line). */
+static void put_text(ea_sb *b, const char *s, size_t max) {
+  size_t from = b->len;
+  ea_sb_put_utf8(b, s, max);
+  if (b->oom) return;
+  for (size_t i = from; i < b->len; i++)
+    if ((unsigned char)b->buf[i] < 0x20 || b->buf[i] == 0x7f) b->buf[i] = '?';
 }
 
-static enum MHD_Result answer_text(struct MHD_Connection *c, unsigned code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum MHD_Result answer_text(struct MHD_Connection *c, unsigned code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = NULL;
-  int n = vasprintf(&s, fmt, ap);
-  va_end(ap);
-  if (n < 0) s = NULL;
-  return answer(c, code, s, s ? (size_t)n : 0, "text/plain; charset=utf-8");
+void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
+                     ea__http_reply *r) {
+  memset(r, 0, sizeof *r);
+  r->type = text_type;
+  ea_sb b = {0};
+  bool metrics = strcmp(url, "/metrics") == 0, healthz = strcmp(url, "/healthz") == 0,
+       readyz = strcmp(url, "/readyz") == 0;
+  uint64_t age = s && now_ms > s->mono_ms ? now_ms - s->mono_ms : 0;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+    r->code = MHD_HTTP_METHOD_NOT_ALLOWED;
+    r->allow = true;
+    ea_sb_puts(&b, "method ");
+    put_text(&b, method, 64);
+    ea_sb_puts(&b, " not allowed: GET or HEAD\n");
+  } else if (strcmp(url, "/") == 0) {
+    r->code = MHD_HTTP_OK;
+    ea_sb_puts(&b,
+               "elastic-agent\n/metrics  Prometheus text exposition\n"
+               "/healthz  200 while the agent's loop answers\n"
+               "/readyz   200 while joined and training makes steps; else 503 and why\n");
+  } else if (!metrics && !healthz && !readyz) {
+    r->code = MHD_HTTP_NOT_FOUND;
+    ea_sb_puts(&b, "not found: ");
+    put_text(&b, url, 200);
+    ea_sb_puts(&b, " (try /metrics, /healthz, /readyz)\n");
+  } else if (!s) {
+    r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+    ea_sb_puts(&b, "starting\n");
+  } else if (healthz) {
+    if (age <= EA__HEALTH_MAX_AGE_MS) {
+      r->code = MHD_HTTP_OK;
+      ea_sb_puts(&b, "ok\n");
+    } else {
+      r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+      ea_sb_printf(&b, "the agent's loop has not answered for %.1f s (limit %.1f s)\n",
+                   (double)age / 1000.0, EA__HEALTH_MAX_AGE_MS / 1000.0);
+    }
+  } else if (readyz) {
+    if (age > EA__HEALTH_MAX_AGE_MS) {
+      r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+      ea_sb_printf(&b, "not ready: the agent's loop has not answered for %.1f s\n",
+                   (double)age / 1000.0);
+    } else {
+      /* The reason names --join specs and members (any bytes) and was cut
+       * by its buffer, perhaps inside a character. */
+      r->code = s->ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+      put_text(&b, s->ready_why, sizeof s->ready_why);
+      ea_sb_puts(&b, "\n");
+    }
+  } else {
+    r->code = MHD_HTTP_OK;
+    r->type = "text/plain; version=0.0.4; charset=utf-8";
+    ea__mx_format(s, &b);
+  }
+  if (b.oom || !b.buf) {
+    ea_sb_free(&b);
+    r->code = MHD_HTTP_INTERNAL_SERVER_ERROR;
+    r->type = text_type;
+    r->allow = false;
+    return;
+  }
+  r->body = b.buf;
+  r->len = b.len;
 }
+
+/* ---- the server ------------------------------------------------------------------ */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
@@ -140,52 +189,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   ea__http *h = cls;
   (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
   atomic_fetch_add(&h->requests, 1);
-  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-    return answer_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method %s not allowed: GET or HEAD\n",
-                       method);
-  bool metrics = strcmp(url, "/metrics") == 0, healthz = strcmp(url, "/healthz") == 0,
-       readyz = strcmp(url, "/readyz") == 0;
-  if (strcmp(url, "/") == 0)
-    return answer_text(c, MHD_HTTP_OK,
-                       "elastic-agent\n/metrics  Prometheus text exposition\n"
-                       "/healthz  200 while the agent's loop answers\n"
-                       "/readyz   200 while joined and training makes steps; else 503 and why\n");
-  if (!metrics && !healthz && !readyz)
-    return answer_text(c, MHD_HTTP_NOT_FOUND,
-                       "not found: %.200s (try /metrics, /healthz, /readyz)\n", url);
   held *x = held_get(h);
-  if (!x) return answer_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "starting\n");
-  const ea__mx_snap *s = x->s;
-  enum MHD_Result rc;
-  uint64_t now = uv_hrtime() / 1000000u;
-  uint64_t age = now > s->mono_ms ? now - s->mono_ms : 0;
-  if (healthz) {
-    if (age <= EA__HEALTH_MAX_AGE_MS)
-      rc = answer_text(c, MHD_HTTP_OK, "ok\n");
-    else
-      rc = answer_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-                       "the agent's loop has not answered for %.1f s (limit %.1f s)\n",
-                       (double)age / 1000.0, EA__HEALTH_MAX_AGE_MS / 1000.0);
-  } else if (readyz) {
-    if (age > EA__HEALTH_MAX_AGE_MS)
-      rc = answer_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-                       "not ready: the agent's loop has not answered for %.1f s\n",
-                       (double)age / 1000.0);
-    else
-      rc = answer_text(c, s->ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, "%s\n",
-                       s->ready_why);
-  } else {
-    ea_sb b = {0};
-    ea__mx_format(s, &b);
-    if (b.oom) {
-      ea_sb_free(&b);
-      rc = answer(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, 0, "text/plain");
-    } else {
-      rc = answer(c, MHD_HTTP_OK, b.buf, b.len, "text/plain; version=0.0.4; charset=utf-8");
-    }
-  }
+  ea__http_reply r;
+  ea__http_answer(method, url, x ? x->s : NULL, uv_hrtime() / 1000000u, &r);
   held_put(h, x);
-  return rc;
+  /* The body (freed by libmicrohttpd); none (out of memory): a 500 without one. */
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      r.len, r.body ? r.body : (char *)"", r.body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!resp) {
+    free(r.body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.type);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  if (r.allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  enum MHD_Result ok = MHD_queue_response(c, r.code, resp);
+  MHD_destroy_response(resp);
+  return ok;
 }
 
 /* libmicrohttpd's own complaints (a client that sent garbage, out of

@@ -123,28 +123,18 @@ static void put_double(ea_sb *b, double v) {
   ea_sb_puts(b, s);
 }
 
-/* A label value: \ " and newline escaped as the format requires; bytes
+/* A label value: \\ " and newline escaped as the format requires; bytes
  * that are not UTF-8 (a --name is any bytes) become U+FFFD, since the
- * format is UTF-8 and a scraper refuses the whole page otherwise. */
+ * format is UTF-8 and a scraper refuses the whole page otherwise.  The runs
+ * between escapes go out whole (every sample carries job and node). */
 static void put_label_value(ea_sb *b, const char *s) {
-  for (const unsigned char *p = (const unsigned char *)s; *p;) {
-    if (*p == '\\' || *p == '"') {
-      char e[2] = {'\\', (char)*p};
-      ea_sb_putn(b, e, 2);
-      p++;
-    } else if (*p == '\n') {
-      ea_sb_puts(b, "\\n");
-      p++;
-    } else {
-      size_t n = ea_utf8_len(p);
-      if (n == 0) {
-        ea_sb_puts(b, "\xEF\xBF\xBD");
-        p++;
-      } else {
-        ea_sb_putn(b, (const char *)p, n);
-        p += n;
-      }
-    }
+  for (;;) {
+    size_t run = strcspn(s, "\\\"\n");
+    ea_sb_put_utf8(b, s, run); /* no character crosses run: the escapes are ASCII */
+    s += run;
+    if (!*s) return;
+    ea_sb_putn(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+    s++;
   }
 }
 

@@ -76,6 +76,23 @@ size_t ea_utf8_len(const unsigned char *p) {
   return n;
 }
 
+void ea_sb_put_utf8(ea_sb *b, const char *s, size_t max) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0, run = 0; /* p[run..i) is valid and not yet appended */
+  while (i < max && p[i]) {
+    size_t n = ea_utf8_len(p + i); /* reads no further than p's NUL */
+    if (n && i + n > max) break;   /* a whole character past max: leave it out */
+    if (n) {
+      i += n;
+      continue;
+    }
+    ea_sb_putn(b, s + run, i - run);
+    ea_sb_putn(b, "\xEF\xBF\xBD", 3);
+    run = ++i;
+  }
+  ea_sb_putn(b, s + run, i - run);
+}
+
 void ea_sb_json_str(ea_sb *b, const char *s) {
   size_t len = strlen(s);
   if (len > (SIZE_MAX - 2) / 6 || !ea_sb_reserve(b, len * 6 + 2)) return;

@@ -38,6 +38,11 @@ void ea_sb_json_str(ea_sb *b, const char *s);
  * is not one (overlong forms, surrogates and code points past U+10FFFF
  * are not).  p must be NUL-terminated: it never reads past a NUL. */
 size_t ea_utf8_len(const unsigned char *p);
+/* s as UTF-8 text (for answers that say charset=utf-8: a name or a URL is
+ * any bytes): each byte that does not start a valid sequence becomes
+ * U+FFFD; at most max bytes of s are read (fewer at its NUL), and a
+ * character that would cross max is left out whole, never cut. */
+void ea_sb_put_utf8(ea_sb *b, const char *s, size_t max);
 /* Room for `extra` more bytes (and the NUL); false (and oom set) if not. */
 bool ea_sb_reserve(ea_sb *b, size_t extra);
 void ea_sb_reset(ea_sb *b); /* len = 0, keeps the memory */

@@ -166,6 +166,28 @@ START_TEST(test_sb_json_str_hostile_bytes) {
 }
 END_TEST
 
+/* UTF-8 text out of any bytes: invalid bytes as U+FFFD one for one, valid
+ * characters kept, a character that crosses the limit left out whole. */
+START_TEST(test_sb_put_utf8) {
+  ea_sb b = {0};
+  ea_sb_put_utf8(&b, "ok \xc3\xa9\xff\xed\xa0\x80 \xf0\x9f\x98\x80\xc3", 100);
+  ck_assert_str_eq(b.buf,
+                   "ok \xc3\xa9\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xf0\x9f\x98\x80"
+                   "\xEF\xBF\xBD");
+  ea_sb_reset(&b);
+  ea_sb_put_utf8(&b, "ab\xf0\x9f\x98\x80", 5); /* the 4-byte character crosses 5 */
+  ck_assert_str_eq(b.buf, "ab");
+  ea_sb_reset(&b);
+  ea_sb_put_utf8(&b, "ab\xff\xfe", 3); /* an invalid byte is one byte */
+  ck_assert_str_eq(b.buf, "ab\xEF\xBF\xBD");
+  ea_sb_reset(&b);
+  ea_sb_put_utf8(&b, "", 10);
+  ea_sb_put_utf8(&b, "xyz", 0);
+  ck_assert_uint_eq(b.len, 0);
+  ea_sb_free(&b);
+}
+END_TEST
+
 /* msgpack bytes packed with msgpack-c, the writer every peer uses. */
 typedef struct {
   msgpack_sbuffer sb;
@@ -261,6 +283,7 @@ int main(void) {
   tcase_add_test(tc, test_array_overflow_refused_untouched);
   tcase_add_test(tc, test_sb_printf_long_and_short);
   tcase_add_test(tc, test_sb_json_str_hostile_bytes);
+  tcase_add_test(tc, test_sb_put_utf8);
   tcase_add_test(tc, test_mpr_int_float_map);
   tcase_add_test(tc, test_mpr_skip_depth_and_lies);
   tcase_add_test(tc, test_mpr_cstr);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,6 +569,101 @@ START_TEST(server_answers_from_the_snapshot) {
 }
 END_TEST
 
+/* Is s (n bytes) well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF)?  Written here from the RFC's table,
+ * not with the code under test. */
+static bool utf8_valid(const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      k = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      k = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      k = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + k >= n) return false;
+    if (s[i + 1] < lo || s[i + 1] > hi) return false;
+    for (size_t j = 2; j <= k; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/* Every text answer is UTF-8, as its Content-Type says, whatever bytes the
+ * request or the snapshot holds: a reason naming a --join spec or a member
+ * (any bytes), a reason cut inside a character by its buffer, a URL that
+ * percent-decodes to bytes that are not UTF-8, or one cut at 200 bytes in
+ * the middle of a character.  Each byte that starts no valid sequence
+ * becomes U+FFFD; a character cut by a limit is left out whole.  (Before,
+ * each was echoed as it came, and the page was not UTF-8.) */
+START_TEST(text_answers_are_utf8) {
+  char bound[96], err[256];
+  ea__http *h = NULL;
+  ck_assert_msg(ea__http_start("127.0.0.1:0", &h, bound, sizeof bound, err, sizeof err) == 0, "%s",
+                err);
+  uint16_t port = port_of(bound);
+  http_resp r;
+  ea__mx_snap *s = fixed_snapshot();
+  s->mono_ms = uv_hrtime() / 1000000u;
+  s->ready = false;
+  /* a reason naming bytes that are not UTF-8, cut by its buffer inside "é" */
+  memset(s->ready_why, 'a', sizeof s->ready_why);
+  memcpy(s->ready_why, "not joined: no seed of --join h\xff\xfe:1 has answered", 48);
+  s->ready_why[sizeof s->ready_why - 3] = '\xC3';
+  s->ready_why[sizeof s->ready_why - 2] = '\xA9';
+  s->ready_why[sizeof s->ready_why - 4] = '\xE2'; /* a 3-byte character cut after one */
+  s->ready_why[sizeof s->ready_why - 1] = 0;
+  ea__http_publish(h, s);
+  request(port, "GET", "/readyz", &r);
+  ck_assert_int_eq(r.code, 503);
+  ck_assert_msg(utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
+  ck_assert_msg(
+      strncmp(r.body, "not joined: no seed of --join h\xEF\xBF\xBD\xEF\xBF\xBD:1 has", 40) == 0,
+      "%s", r.body);
+  ck_assert_ptr_nonnull(strstr(r.body, "a\xEF\xBF\xBD\xC3\xA9\n"));
+  free(r.body);
+
+  request(port, "GET", "/%FF%C3x%E2%82", &r);
+  ck_assert_int_eq(r.code, 404);
+  ck_assert_msg(utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
+  ck_assert_str_eq(r.body,
+                   "not found: /\xEF\xBF\xBD\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF\xBD (try /metrics, "
+                   "/healthz, "
+                   "/readyz)\n");
+  free(r.body);
+
+  /* 199 bytes of path, then "é": the 200-byte cut falls inside it */
+  char path[256] = "/";
+  memset(path + 1, 'p', 198);
+  strcpy(path + 199, "%C3%A9tail");
+  request(port, "GET", path, &r);
+  ck_assert_int_eq(r.code, 404);
+  ck_assert_msg(utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
+  ck_assert_ptr_nonnull(strstr(r.body, "pp (try /metrics"));
+  free(r.body);
+
+  request(port, "GET", "/metrics", &r);
+  ck_assert_int_eq(r.code, 200);
+  ck_assert(utf8_valid(r.body, strlen(r.body)));
+  free(r.body);
+  ea__http_stop(h);
+}
+END_TEST
+
 START_TEST(bad_listen_specs) {
   char bound[96], err[256];
   ea__http *h = NULL;
@@ -590,6 +686,7 @@ static Suite *metrics_suite(void) {
   tcase_add_test(tc, histogram_is_cumulative);
   tcase_add_test(tc, alert_kinds_named);
   tcase_add_test(tc, server_answers_from_the_snapshot);
+  tcase_add_test(tc, text_answers_are_utf8);
   tcase_add_test(tc, bad_listen_specs);
   suite_add_tcase(s, tc);
   return s;
