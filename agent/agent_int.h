@@ -437,7 +437,7 @@ typedef struct {
   ea_ckpt_cluster c;
   char str[EA_CKPT_CLUSTER_STR];
   const char *how; /* "persisted", "created …", "adopted from NAME", "none yet" */
-  char how_buf[EA_NAME_MAX + 96];
+  char how_buf[EA_PATH_MAX + 96];
   char path[EA_PATH_MAX + 32];
   bool keyed;
   uint8_t key[EA_KEY_BYTES]; /* the binding's key (the cluster key) */

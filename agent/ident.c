@@ -17,7 +17,10 @@
  *     the first generation forms; persisted in <data-dir>/cluster-id
  *     (ckpt/cluster.c's format, written atomically) before it is advertised
  *     in the gossip tags as "ea.cluster=HEX"; adopted by every member that
- *     has none from the members it sees.  It is bound to the cluster key
+ *     has none from the members it sees.  A controller that has none and
+ *     sees none takes the one checkpoint.dir/CLUSTER names when it is bound
+ *     to our key (the cluster back on fresh data dirs: every node replaced)
+ *     rather than making a new one.  It is bound to the cluster key
  *     (a BLAKE2b keyed hash of the id, unkeyed without a key), so the same
  *     id under another key is another cluster.  Until a node holds an
  *     identity it advertises EA_RDZV_TAG_STARTING: no controller takes it
@@ -331,6 +334,21 @@ void ea__ident_after_elect(ea__agent *a, const ea_member *ms, size_t n) {
   uint8_t cid[EA_CKPT_CLUSTER_ID_BYTES];
   for (size_t i = 0; i < n; i++)
     if (ms[i].state == EA_STATE_ALIVE && tag_id(ms[i].meta.tags, cid)) return; /* adopt instead */
+  /* A checkpoint.dir that names an identity bound to our key is this
+   * cluster's, come back on fresh data dirs (every node replaced, as after
+   * losing all spot instances): take that identity, and the directory is
+   * resumed from as before.  Under another key (or none), it is not ours. */
+  if (id->dir_rc == 0) {
+    ea_ckpt_cluster mine = id->dir_c;
+    bind_of(id, &mine);
+    if (ea_ckpt_cluster_same(&mine, &id->dir_c)) {
+      char how[EA_PATH_MAX + 64];
+      snprintf(how, sizeof how, "adopted from %s/%s (bound to this cluster's %s)", a->ckpt_dir,
+               EA_CKPT_CLUSTER_FILE, id->keyed ? "key" : "lack of a key");
+      persist(a, id->dir_c.id, how);
+      return;
+    }
+  }
   if (getrandom(cid, sizeof cid, 0) != (ssize_t)sizeof cid) {
     ea_log(EA_LOG_ERROR, "cluster", "cannot make a cluster identity: getrandom failed");
     return;

@@ -24,7 +24,11 @@
 #     (its cluster-id names another identity, bound to the same key) joins
 #     the gossip and is refused: both sides log a line naming both
 #     identities, it is taken into no generation (the cluster stays at
-#     world 2) and it waits, starting no job of its own.
+#     world 2) and it waits, starting no job of its own;
+#  6. every member is lost and the cluster comes back on fresh data dirs
+#     with its key (new spot instances): the first controller takes the
+#     identity DIR/CLUSTER names, since it is bound to the same key, and
+#     the new agents resume from the cluster's checkpoints and commit on.
 #
 # On main before this change part 2 fails: the stranger trains alone (and
 # resumes the cluster's newest checkpoint).
@@ -97,7 +101,10 @@ say "   the cluster has $(wc -l <<<"$BEFORE") checkpoints, LATEST $(latest)"
 
 say "2. a stranger (another key, --join the cluster, same checkpoint.dir) does not train alone"
 seeds="${AGENT_ADDR[c1]},${AGENT_ADDR[c2]}"
-start_agent s1 --key-file "$EA_TMP/other.key" --join "$seeds" "${SJOB[@]}"
+# (a short rendezvous timeout: waiting to join must not fail the job as
+# "min_nodes not reached" either)
+start_agent s1 --key-file "$EA_TMP/other.key" --join "$seeds" "${SJOB[@]}" \
+  --set runtime.rendezvous_timeout_seconds=1
 log_s=$(agent_log s1)
 grep -q "waiting to join the cluster through $seeds" "$log_s" ||
   fail "the stranger does not say it waits to join through its seeds: $(tail -5 "$log_s")"
@@ -108,6 +115,7 @@ wait_for 20 grep -q "still waiting to join the cluster: no seed of $seeds answer
 if wait_for 3 grep -q "committed gen=" "$log_s"; then
   fail "the stranger formed a generation alone: $(grep 'committed gen=' "$log_s")"
 fi
+agent_alive s1 || fail "the waiting stranger exited: $(tail -3 "$log_s")"
 assert_eq "$(js s1 'd["cluster"]["state"]')" "waiting to join" "the stranger's status cluster.state"
 assert_eq "$(js s1 'd["generation"]["phase"]')" "idle" "the stranger's generation phase"
 ea_status s1 | grep -q "^cluster: waiting to join through $seeds" ||
@@ -193,5 +201,20 @@ trains c1 2 || fail "the cluster is not at world 2 any more: $(js c1 'd["generat
 l=$(latest)
 wait_for 60 latest_moved_from "$l" || fail "the cluster stopped committing after x1"
 pass "x1 ($XID) and the cluster ($CID) refuse each other; the cluster trains on at world 2"
+
+say "6. the whole cluster lost; fresh agents with the cluster's key take its identity and resume"
+for n in c1 c2 x1; do stop_agent "$n" KILL; done
+for n in c1 c2 x1; do wait_exit "$n" 10 || fail "$n did not die"; done
+last=$(latest)
+start_agent f1 --key-file "$EA_TMP/good.key" --set compute.min_nodes=2 "${JOB[@]}"
+start_agent f2 --key-file "$EA_TMP/good.key" --join "${AGENT_ADDR[f1]}" --set compute.min_nodes=2 \
+  "${JOB[@]}"
+wait_for 30 grep -q "cluster identity $CID adopted from $CK/CLUSTER (bound to this cluster's key)" "$(agent_log f1)" ||
+  fail "f1 does not take the identity of $CK/CLUSTER: $(grep -h cluster "$(agent_log f1)" | head -5)"
+wait_for 60 grep -q " loaded step-" "$(agent_log f1)" "$(agent_log f2)" ||
+  fail "the new agents loaded no checkpoint: $(grep -h 'refus\|loaded' "$(agent_log f1)" "$(agent_log f2)" | head -3)"
+wait_for 60 latest_moved_from "$last" || fail "the new agents do not commit into $CK"
+assert_eq "$(id_of "$CK/CLUSTER")" "$CID" "$CK/CLUSTER after the new agents"
+pass "f1, f2 (fresh data dirs, the cluster's key) are cluster $CID again: resumed and committing"
 
 say "WALL $((($(now_ms) - t_start) / 1000)) s"
