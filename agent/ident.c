@@ -201,9 +201,15 @@ void ea__ident_start_tags(ea__agent *a, char *tags, size_t cap) {
            a->o->join);
 }
 
+/* The data dir's file is the agent's, like node-id and generation: written
+ * with ea__write_file_atomic, not through ckpt/'s fault layer (whose
+ * counted points belong to checkpoint I/O). */
 static void persist_work(uv_work_t *w) {
   ident_job *j = (ident_job *)w;
-  j->rc = ea_ckpt_cluster_write(j->path, &j->c, false, j->err, sizeof j->err);
+  char text[256];
+  int n = ea_ckpt_cluster_format(&j->c, text, sizeof text);
+  j->rc = n < 0 ? n : ea__write_file_atomic(j->path, text, (size_t)n, 0600);
+  if (j->rc < 0) snprintf(j->err, sizeof j->err, "write %s: %s", j->path, strerror(-j->rc));
 }
 
 static void persist_after(uv_work_t *w, int status) {
@@ -369,7 +375,14 @@ void ea__ident_join_failed(ea__agent *a, const char *why) {
 
 bool ea__ident_ckpt_refused(ea__agent *a, const char *op, char *why, size_t cap) {
   ea__agent_ident *id = &a->ident;
-  if (!id->have || id->dir_rc != 0) return false;
+  if (!id->have || id->dir_rc == -ENOENT) return false;
+  if (id->dir_rc != 0) { /* as the commit path does: what cannot be read is not ours */
+    snprintf(why, cap,
+             "refusing to %s checkpoint.dir %s: its cluster identity %s/%s cannot be read (%s)", op,
+             a->ckpt_dir, a->ckpt_dir, EA_CKPT_CLUSTER_FILE, strerror(-id->dir_rc));
+    ea__ident_refusal(a, why);
+    return true;
+  }
   if (ea_ckpt_cluster_match(a->ckpt_dir, &id->dir_c, &id->c, op, why, cap) == 0) return false;
   ea__ident_refusal(a, why);
   return true;
