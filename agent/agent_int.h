@@ -443,6 +443,7 @@ typedef struct {
   uint8_t key[EA_KEY_BYTES]; /* the binding's key (the cluster key) */
   bool gated;                /* --join without --bootstrap, no member met yet */
   uint32_t join_failures;
+  uint64_t retry_ms;     /* a failed write of cluster-id is tried again then (0: none) */
   uint64_t foreign_seen; /* member views that held a member of another cluster */
   ea_node_id warned[64];
   uint32_t nwarned;
@@ -716,6 +717,8 @@ bool ea__ident_settle(ea__agent *a, const ea_member *ms, size_t n, ea_member **v
 void ea__ident_after_elect(ea__agent *a, const ea_member *ms, size_t n);
 /* m advertises a cluster identity other than ours. */
 bool ea__ident_foreign(ea__agent *a, const ea_member *m);
+/* Every metrics tick: try a failed write of cluster-id again. */
+void ea__ident_tick(ea__agent *a);
 /* A join attempt reached no seed. */
 void ea__ident_join_failed(ea__agent *a, const char *why);
 /* Whether DIR/CLUSTER (as last read) is another cluster's: then true, the

@@ -838,17 +838,32 @@ void ea__ckpt_commit_run(ea__ckpt_commit_job *j) {
   }
   /* Whose directory is it?  In another cluster's nothing is committed and
    * nothing deleted (retention neither): that cluster's checkpoints are its
-   * own.  An unreadable CLUSTER is refused the same way. */
+   * own.  An unreadable CLUSTER is refused the same way.  A directory
+   * without one is claimed after the commit, so that the first commit holds
+   * the lock no later than before (a read here, the write afterwards). */
+  bool claim = false, legacy = false;
   if (j->have_cluster) {
-    int rc = ea_ckpt_cluster_claim(j->dir, &j->cluster, &j->cluster_claimed, &j->cluster_adopted,
-                                   j->err, sizeof j->err);
+    int rc = ea_ckpt_cluster_check(j->dir, &j->cluster, "commit into", j->err, sizeof j->err);
     if (rc < 0) {
-      j->rc = rc == -ENOENT ? -EAGAIN : rc; /* CLUSTER vanished mid-claim: try again */
+      j->rc = rc;
       j->seconds = mono_s() - t0;
       return;
     }
+    claim = rc == 1;
+    legacy = claim && ea_ckpt_cluster_legacy(j->dir);
   }
   j->rc = ea_ckpt_commit(j->dir, &j->manifest, &j->latest_moved, j->err, sizeof j->err);
+  if (claim && j->rc == 0) {
+    char cerr[sizeof j->err];
+    int rc = ea_ckpt_cluster_claim(j->dir, &j->cluster, &j->cluster_claimed, cerr, sizeof cerr);
+    if (rc < 0) { /* lost a race for a new directory: no retention in it */
+      j->rc = rc == -ENOENT ? -EAGAIN : rc; /* (CLUSTER vanished mid-claim: try again) */
+      snprintf(j->err, sizeof j->err, "%s", cerr);
+      j->seconds = mono_s() - t0;
+      return;
+    }
+    j->cluster_adopted = j->cluster_claimed && legacy;
+  }
   /* Retention runs after a failed commit too: commits that keep failing
    * (a full disk, a fence, a shard that never arrives) would otherwise leave
    * one step directory per save interval until the disk is full.  Not after

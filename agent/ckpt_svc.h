@@ -257,9 +257,10 @@ typedef struct {
   size_t n_in_progress;
   char in_progress[EA__CKPT_PENDING_MAX][EA_CKPT_NAME_MAX];
   /* results */
-  int rc; /* ea_ckpt_commit's, or -EXDEV: DIR is another cluster's (nothing
-             written or removed; err says whose) */
-  bool cluster_claimed, cluster_adopted; /* ea_ckpt_cluster_claim's */
+  int rc;               /* ea_ckpt_commit's, or -EXDEV: DIR is another cluster's (nothing
+                           written or removed; err says whose) */
+  bool cluster_claimed; /* DIR/CLUSTER was written by this job */
+  bool cluster_adopted; /* ... in a directory with checkpoints from before identities */
   bool latest_moved;
   int retain_rc;
   ea_ckpt_retain_stats retained;
@@ -273,8 +274,9 @@ typedef struct {
   char table_why[160];
 } ea__ckpt_commit_job;
 
-/* With have_cluster, ea_ckpt_cluster_claim first: in another cluster's
- * directory nothing else happens (-EXDEV).  Then
+/* With have_cluster, ea_ckpt_cluster_check first: in another cluster's
+ * directory nothing else happens (-EXDEV); one without CLUSTER is claimed
+ * (ea_ckpt_cluster_claim) once the commit succeeded.  Then
  * ea_ckpt_commit, then ea_ckpt_retain (also after a failed commit, so
  * leftovers stay bounded while commits fail; not after a lock timeout).
  * Blocks.  Before

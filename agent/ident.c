@@ -52,6 +52,10 @@
 /* A join attempt's failure is said on the first and then every tenth: the
  * transport already logs each attempt at warn. */
 #define GATE_SAY_EVERY 10
+/* A cluster-id that could not be written is tried again after a second:
+ * the data dir is local disk, and a full or read-only one is the
+ * operator's to fix (the error line says which). */
+#define RETRY_MS 1000u
 
 typedef struct {
   uv_work_t w;
@@ -225,7 +229,9 @@ static void persist_after(uv_work_t *w, int status) {
   char s[EA_CKPT_CLUSTER_STR];
   ea_ckpt_cluster_id_str(&j->c, s);
   if (rc < 0) {
-    ea_log(EA_LOG_ERROR, "cluster", "cannot persist cluster identity %s: %s; retrying", s, j->err);
+    ea_log(EA_LOG_ERROR, "cluster", "cannot persist cluster identity %s: %s; retrying in %u ms", s,
+           j->err, RETRY_MS);
+    id->retry_ms = ea__agent_mono_ms() + RETRY_MS;
     free(j);
     return;
   }
@@ -360,6 +366,13 @@ void ea__ident_after_elect(ea__agent *a, const ea_member *ms, size_t n) {
     return;
   }
   persist(a, cid, "created (this node is the first controller of a cluster that had none)");
+}
+
+void ea__ident_tick(ea__agent *a) {
+  ea__agent_ident *id = &a->ident;
+  if (!id->retry_ms || id->have || id->pending || ea__agent_mono_ms() < id->retry_ms) return;
+  id->retry_ms = 0;
+  ea__agent_settle_soon(a); /* adopts or creates again */
 }
 
 void ea__ident_join_failed(ea__agent *a, const char *why) {

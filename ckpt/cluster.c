@@ -239,27 +239,29 @@ int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const ch
   return ea_ckpt_cluster_match(dir, &theirs, self, op, err, errlen);
 }
 
-/* Whether dir holds any step directory (a legacy directory being adopted). */
-static bool has_checkpoints(const char *dir) {
+bool ea_ckpt_cluster_legacy(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return false;
   bool any = false;
   struct dirent *e;
   uint64_t s, g;
-  while (!any && (e = readdir(d))) any = ea_ckpt_parse_dir_name(e->d_name, &s, &g) == 0;
+  char m[sizeof e->d_name + 16];
+  while (!any && (e = readdir(d))) {
+    if (ea_ckpt_parse_dir_name(e->d_name, &s, &g) != 0) continue;
+    snprintf(m, sizeof m, "%s/MANIFEST", e->d_name);
+    any = faccessat(dirfd(d), m, F_OK, 0) == 0;
+  }
   closedir(d);
   return any;
 }
 
-int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *claimed,
-                          bool *adopted, char *err, size_t errlen) {
+int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *claimed, char *err,
+                          size_t errlen) {
   if (claimed) *claimed = false;
-  if (adopted) *adopted = false;
   int rc = ea_ckpt_cluster_check(dir, self, "commit into", err, errlen);
   if (rc <= 0) return rc;
   char path[EA_CKPT_PATH_MAX + 16];
   if (ea__ck_join(path, sizeof path, dir, EA_CKPT_CLUSTER_FILE) < 0) return -ENAMETOOLONG;
-  bool legacy = has_checkpoints(dir);
   rc = ea_ckpt_cluster_write(path, self, true, err, errlen);
   if (rc == -EEXIST) { /* another writer won the race: is it us? */
     rc = ea_ckpt_cluster_check(dir, self, "commit into", err, errlen);
@@ -267,6 +269,5 @@ int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *cl
   }
   if (rc) return rc;
   if (claimed) *claimed = true;
-  if (adopted) *adopted = legacy;
   return 0;
 }

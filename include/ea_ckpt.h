@@ -343,8 +343,9 @@ int ea_ckpt_retain_after(const char *dir, uint32_t keep_last, uint64_t after_ste
 /* ---- cluster identity (DIR/CLUSTER) -------------------------------------
  *
  * The first cluster to commit into DIR records its identity in DIR/CLUSTER
- * (ea_ckpt_cluster_claim, on the commit path only); before a resume, a
- * commit or a retention pass the caller checks it (ea_ckpt_cluster_check)
+ * (ea_ckpt_cluster_claim, on the commit path only, after its first commit);
+ * before a resume, a commit or a retention pass the caller checks it
+ * (ea_ckpt_cluster_check)
  * and refuses a directory of another cluster: -EXDEV, with err naming the
  * directory, both identities and the refused operation.  The same file
  * format is an agent's <data-dir>/cluster-id.  Text, three lines:
@@ -395,13 +396,16 @@ int ea_ckpt_cluster_match(const char *dir, const ea_ckpt_cluster *theirs,
  * another -errno: the file cannot be read, refused too (err says why). */
 int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const char *op, char *err,
                           size_t errlen);
-/* The commit path's check: as ea_ckpt_cluster_check for "commit into",
- * and a DIR without CLUSTER is claimed for self (written no-replace: of two
- * racing clusters one wins and the other gets -EXDEV).  *claimed: the file
- * was written now; *adopted: and DIR held checkpoints already (written
- * before identities; the caller says so in its log).  Either may be NULL. */
-int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *claimed,
-                          bool *adopted, char *err, size_t errlen);
+/* Record self in DIR/CLUSTER when DIR has none (written no-replace: of two
+ * racing clusters one wins and the other gets -EXDEV); as
+ * ea_ckpt_cluster_check for "commit into" otherwise.  *claimed (may be
+ * NULL): the file was written now. */
+int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *claimed, char *err,
+                          size_t errlen);
+/* Whether DIR holds a step directory with a MANIFEST: a directory without
+ * CLUSTER that has one was written before identities, and the cluster that
+ * claims it adopts it (the caller says so in its log). */
+bool ea_ckpt_cluster_legacy(const char *dir);
 
 /* ---- verification, resume, reading ------------------------------------- */
 

@@ -1057,15 +1057,16 @@ START_TEST(test_cluster_check) {
   ea_ckpt_cluster_id_str(&other, so);
   /* a new directory: no owner yet */
   ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 1);
-  bool claimed = false, adopted = true;
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, &adopted, err, sizeof err), 0);
-  ck_assert(claimed && !adopted); /* nothing was in it */
+  ck_assert(!ea_ckpt_cluster_legacy(g_dir)); /* nothing in it */
+  bool claimed = false;
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), 0);
+  ck_assert(claimed);
   ck_assert(exists("CLUSTER") && !exists("CLUSTER.tmp"));
   /* the same cluster: accepted for every operation, claimed only once */
   const char *ops[] = {"resume from", "commit into", "delete from"};
   for (int i = 0; i < 3; i++)
     ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, ops[i], err, sizeof err), 0);
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, &adopted, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), 0);
   ck_assert(!claimed);
   /* another cluster: refused for every operation, naming both and the dir */
   for (int i = 0; i < 3; i++) {
@@ -1074,7 +1075,7 @@ START_TEST(test_cluster_check) {
     ck_assert_msg(strstr(err, sa) && strstr(err, so) && strstr(err, g_dir) && strstr(err, ops[i]),
                   "refusal lacks a name: %s", err);
   }
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &other, &claimed, NULL, err, sizeof err), -EXDEV);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &other, &claimed, err, sizeof err), -EXDEV);
   ck_assert(!claimed);
   /* the same id under another key: refused, and said so */
   ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &rekeyed, "commit into", err, sizeof err), -EXDEV);
@@ -1090,22 +1091,56 @@ START_TEST(test_cluster_check) {
   fputs("garbage\n", f);
   fclose(f);
   ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), -EBADMSG);
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, NULL, err, sizeof err), -EBADMSG);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), -EBADMSG);
   ck_assert_msg(strstr(err, "cannot be read"), "%s", err);
 }
 END_TEST
 
+/* A directory with checkpoints but no CLUSTER (from before identities) is
+ * adopted by the first cluster that commits into it (the commit path:
+ * agent/ckpt_svc.c's ea__ckpt_commit_run); a partial step directory alone
+ * does not make it legacy. */
 START_TEST(test_cluster_legacy_adopted) {
   uint64_t total = 4099;
   uint8_t *state = random_bytes(total, 41);
+  ea_ckpt_manifest pm;
+  stage(g_dir, 5, 1, 2, state, total, 0, &pm); /* shards, no MANIFEST */
+  ea_ckpt_manifest_close(&pm);
+  ck_assert(!ea_ckpt_cluster_legacy(g_dir));
   ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ck_assert(ea_ckpt_cluster_legacy(g_dir));
   ea_ckpt_cluster a = cluster_of(0x07, 0x33, false);
   char err[1024];
   ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 1);
-  bool claimed = false, adopted = false;
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, &adopted, err, sizeof err), 0);
-  ck_assert(claimed && adopted); /* it held a checkpoint from before identities */
+  ea__ckpt_commit_job *j = calloc(1, sizeof *j);
+  ck_assert_ptr_nonnull(j);
+  j->step = 20;
+  j->gen = 1;
+  snprintf(j->dir, sizeof j->dir, "%s", g_dir);
+  j->keep_last = 5;
+  j->have_cluster = true;
+  j->cluster = a;
+  stage(g_dir, 20, 1, 2, state, total, 0, &j->manifest);
+  ea__ckpt_commit_run(j);
+  ck_assert_msg(j->rc == 0, "%s", j->err);
+  ck_assert(j->cluster_claimed && j->cluster_adopted);
+  ck_assert(exists("step-10.gen-1/MANIFEST") && exists("step-20.gen-1/MANIFEST"));
   ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 0);
+  /* the next commit neither claims nor adopts */
+  ea_ckpt_manifest_close(&j->manifest);
+  memset(j, 0, sizeof *j);
+  j->step = 30;
+  j->gen = 1;
+  snprintf(j->dir, sizeof j->dir, "%s", g_dir);
+  j->keep_last = 5;
+  j->have_cluster = true;
+  j->cluster = a;
+  stage(g_dir, 30, 1, 2, state, total, 0, &j->manifest);
+  ea__ckpt_commit_run(j);
+  ck_assert_msg(j->rc == 0, "%s", j->err);
+  ck_assert(!j->cluster_claimed && !j->cluster_adopted);
+  ea_ckpt_manifest_close(&j->manifest);
+  free(j);
   free(state);
 }
 END_TEST
@@ -1118,7 +1153,7 @@ START_TEST(test_cluster_commit_refused) {
   uint8_t *state = random_bytes(total, 42);
   ea_ckpt_cluster mine = cluster_of(0x21, 0x44, true), theirs = cluster_of(0x22, 0x55, true);
   char err[1024];
-  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &theirs, NULL, NULL, err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &theirs, NULL, err, sizeof err), 0);
   for (uint64_t s = 1; s <= 3; s++) ck_assert_int_eq(save(g_dir, s * 10, 3, 2, state, total, 0), 0);
   ea__ckpt_commit_job *j = calloc(1, sizeof *j);
   ck_assert_ptr_nonnull(j);
