@@ -143,11 +143,13 @@ int ea__ident_load(ea__agent *a, const uint8_t *key, bool *usage, char *err, siz
       ea_ckpt_cluster_id_str(&c, s);
       id->how = "none yet";
       ea_log(EA_LOG_WARN, "cluster",
-             "%s names cluster %s %s, not with this node's %s: it is not this node's cluster any "
-             "more; the node takes the identity of the cluster it joins (or its controller makes "
-             "a new one)",
-             id->path, s, c.keyed ? "under another cluster key" : "without a cluster key",
-             id->keyed ? "key" : "lack of a key");
+             "%s names cluster %s, made %s, and %s: it is not this node's cluster any more; the "
+             "node takes the identity of the cluster it joins (or, as its first controller, "
+             "makes a new one)",
+             id->path, s, c.keyed ? "under a cluster key" : "without a cluster key",
+             !id->keyed ? "this node has no key"
+             : c.keyed  ? "this node's key is another one"
+                        : "this node has a key");
     }
   }
   /* DIR/CLUSTER as it is now (one small read, before the loop). */

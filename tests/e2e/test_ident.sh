@@ -11,8 +11,10 @@
 #     checkpoint.dir cannot join (the seals do not open): it starts no job
 #     — no generation, nothing loaded — and says that it waits to join
 #     through the seeds it names; status says "waiting to join";
-#  3. a stranger like it with --bootstrap forms a cluster of its own (a new
-#     identity) and refuses the checkpoint directory, naming both
+#  3. a stranger like it with --bootstrap, its data dir holding a copy of
+#     c1's cluster-id (the same id string, under its other key: disowned,
+#     with a warning), forms a cluster of its own (a new identity) and
+#     refuses the checkpoint directory, naming both
 #     identities and the directory (an alert, counted in status): it loads
 #     nothing from it and commits nothing into it;
 #  4. meanwhile and afterwards the cluster keeps committing (LATEST moves
@@ -127,13 +129,20 @@ stop_agent s1 KILL
 wait_exit s1 10 || fail "the stranger did not die"
 pass "the stranger waits to join through $seeds: no generation, no job"
 
-say "3. a stranger with --bootstrap refuses the cluster's checkpoint.dir"
+say "3. a stranger with --bootstrap (and a copy of c1's cluster-id) refuses the cluster's checkpoint.dir"
+# The same id string under another key is another cluster: s2's data dir
+# holds a copy of c1's cluster-id, which s2 (with other.key) no longer claims.
+mkdir -p "$EA_TMP/s2/data"
+chmod 700 "$EA_TMP/s2/data"
+cp "${AGENT_DIR[c1]}/data/cluster-id" "$EA_TMP/s2/data/cluster-id"
 start_agent s2 --key-file "$EA_TMP/other.key" --join "$seeds" --bootstrap "${SJOB[@]}"
 log_s=$(agent_log s2)
+grep -q "cluster-id names cluster $CID, made under a cluster key, and this node's key is another one" "$log_s" ||
+  fail "s2 does not disown the copied cluster-id: $(grep -h cluster "$log_s" | head -3)"
 wait_for 30 grep -q "cluster identity .* created" "$log_s" ||
   fail "the bootstrapped stranger made no identity of its own: $(tail -5 "$log_s")"
 SID=$(id_of "${AGENT_DIR[s2]}/data/cluster-id")
-[ -n "$SID" ] && [ "$SID" != "$CID" ] || fail "the stranger's identity '$SID' is not a new one"
+{ [ -n "$SID" ] && [ "$SID" != "$CID" ]; } || fail "the stranger's identity '$SID' is not a new one"
 wait_for 30 grep -q "refusing to resume from checkpoint.dir $CK: it belongs to cluster $CID .*not to this cluster $SID" "$log_s" ||
   fail "the stranger does not refuse the directory naming both identities: $(grep -i 'refus\|cluster' "$log_s" | tail -5)"
 grep -q " alert .*refusing to resume from checkpoint.dir" "$log_s" ||
