@@ -149,6 +149,8 @@ grep -q " alert .*refusing to resume from checkpoint.dir" "$log_s" ||
   fail "no alert line for the refusal: $(grep -i refus "$log_s" | head -3)"
 wait_for 10 ge1 refusals s2 || fail "the stranger's status does not count the refusal"
 wait_for 30 trains s2 1 || fail "the bootstrapped stranger does not run its own job"
+G_S=$(js s2 'd["generation"]["gen"]')
+[ -n "$G_S" ] || fail "no generation number in s2's status"
 if grep -q " loaded step-" "$log_s"; then
   fail "the stranger loaded a checkpoint: $(grep ' loaded step-' "$log_s")"
 fi
@@ -156,6 +158,17 @@ if grep -q "committed step-" "$log_s"; then
   fail "the stranger committed a checkpoint: $(grep 'committed step-' "$log_s")"
 fi
 assert_eq "$(id_of "$CK/CLUSTER")" "$CID" "$CK/CLUSTER after the stranger"
+# Past three checkpoint intervals of its own: nothing of its generation is
+# in the directory (no shard was staged there).
+past() {
+  local v
+  v=$(js "$1" 'd["generation"]["last_step"]')
+  [ -n "$v" ] && ((v > $2))
+}
+wait_for 30 past s2 300 || fail "the stranger does not train past step 300"
+if compgen -G "$CK/step-*.gen-$G_S" >/dev/null; then
+  fail "the stranger wrote into $CK: $(ls -d "$CK"/step-*.gen-"$G_S" | head -3)"
+fi
 pass "the bootstrapped stranger ($SID) refuses $CK of cluster $CID"
 
 say "4. the cluster keeps committing; its checkpoints are all there and verify"
