@@ -390,8 +390,11 @@ void ea__ident_join_failed(ea__agent *a, const char *why) {
 
 bool ea__ident_ckpt_refused(ea__agent *a, const char *op, char *why, size_t cap) {
   ea__agent_ident *id = &a->ident;
-  if (!id->have || id->dir_rc == -ENOENT) return false;
-  if (id->dir_rc != 0) { /* as the commit path does: what cannot be read is not ours */
+  /* Only a CLUSTER that is there and does not parse is refused here (as the
+   * commit path does); a directory that cannot be read at all fails the
+   * resume and the shard writes on its own, with its own error. */
+  if (!id->have || (id->dir_rc != 0 && id->dir_rc != -EBADMSG)) return false;
+  if (id->dir_rc != 0) {
     snprintf(why, cap,
              "refusing to %s checkpoint.dir %s: its cluster identity %s/%s cannot be read (%s)", op,
              a->ckpt_dir, a->ckpt_dir, EA_CKPT_CLUSTER_FILE, strerror(-id->dir_rc));

@@ -229,7 +229,9 @@ int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const ch
   if (ea__ck_join(path, sizeof path, dir, EA_CKPT_CLUSTER_FILE) < 0) return -ENAMETOOLONG;
   ea_ckpt_cluster theirs;
   int rc = ea_ckpt_cluster_load(path, &theirs, why, sizeof why);
-  if (rc == -ENOENT) return 1;
+  /* No file, or no directory at all (ENOTDIR: a path through a file): no
+   * owner; whatever comes next fails on its own, with its own error. */
+  if (rc == -ENOENT || rc == -ENOTDIR) return 1;
   if (rc) {
     ea__ck_seterr(err, errlen,
                   "refusing to %s checkpoint.dir %s: its cluster identity cannot be read (%s)", op,

@@ -391,7 +391,8 @@ int ea_ckpt_cluster_write(const char *path, const ea_ckpt_cluster *c, bool norep
 int ea_ckpt_cluster_match(const char *dir, const ea_ckpt_cluster *theirs,
                           const ea_ckpt_cluster *self, const char *op, char *err, size_t errlen);
 /* May cluster self OP ("resume from", "commit into", "delete from") DIR?
- * 0: DIR/CLUSTER is self's; 1: DIR has no CLUSTER (not claimed yet);
+ * 0: DIR/CLUSTER is self's; 1: DIR has no CLUSTER (not claimed yet; also when DIR
+ * itself is missing or not a directory: what comes next fails on its own);
  * -EXDEV: another cluster's (err as ea_ckpt_cluster_match); -EBADMSG or
  * another -errno: the file cannot be read, refused too (err says why). */
 int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const char *op, char *err,
