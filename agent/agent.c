@@ -260,11 +260,12 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
 
 static void on_join(void *ctx, int ok, const char *via) {
   ea__agent *a = ctx;
-  (void)via; /* the transport logged the details */
-  if (ok)
+  if (ok) {
     a->joined = true;
-  else
+  } else {
     a->join_failures++;
+    ea__ident_join_failed(a, via); /* the gate says why no job starts */
+  }
 }
 
 /* The controller changed?  Own the checkpoint committer accordingly and
@@ -341,6 +342,9 @@ static void on_control(void *ctx, const ea_rdzv_msg *m) {
   ea__agent *a = ctx;
   if (a->phase >= EA__PHASE_LEAVING || !a->rdzv) return;
   if (m->type == EA_RDZV_DRAIN && !drain_is_for_us(a, m)) return;
+  /* A member of another cluster (ident.c said so once) plans nothing here. */
+  const ea_member *src = ea__agent_find_member(a, &m->src);
+  if (src && ea__ident_foreign(a, src)) return;
   ea_rdzv_recv(a->rdzv, ea__agent_now_ms(a), m);
   ea__agent_core_done(a);
 }
@@ -433,10 +437,23 @@ static void on_settle(uv_idle_t *h) {
   a->members_dirty = false;
   const ea_member *ms;
   size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
-  ea_rdzv_view(a->rdzv, ea__agent_now_ms(a), ms, n);
-  elect_update(a);
-  ea__agent_core_done(a);
+  /* The cluster's own members only, and nothing while the --join gate is
+   * closed (ident.c): no view, no election, no generation. */
+  ea_member *mine = NULL;
+  size_t nmine = n;
+  if (ea__ident_settle(a, ms, n, &mine, &nmine)) {
+    ea_rdzv_view(a->rdzv, ea__agent_now_ms(a), mine ? mine : ms, nmine);
+    elect_update(a);
+    ea__ident_after_elect(a, ms, n);
+    ea__agent_core_done(a);
+  }
+  free(mine);
   if (a->phase <= EA__PHASE_DRAINING) peers_schedule(a);
+}
+
+void ea__agent_settle_soon(ea__agent *a) {
+  a->members_dirty = true;
+  if (a->handles_open) uv_idle_start(&a->settle, on_settle);
 }
 
 /* ---- run ------------------------------------------------------------------------------ */
@@ -638,6 +655,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     a->o = o;
     rc = ea__agent_job_preflight(a, &usage, err, sizeof err);
   }
+  if (rc == 0) rc = ea__ident_load(a, have_key ? key : NULL, &usage, err, sizeof err);
   if (rc == 0 && a) {
     a->wpn = o->cfg.compute.workers_per_node;
     if (a->mode == EA__MODE_BUILTIN) {
@@ -720,6 +738,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   snprintf(to.meta.name, sizeof to.meta.name, "%s", o->name);
   snprintf(to.meta.role, sizeof to.meta.role, "%s", o->role);
   snprintf(to.meta.tags, sizeof to.meta.tags, "%s", o->tags);
+  ea__ident_start_tags(a, to.meta.tags, sizeof to.meta.tags); /* identity, or "starting" */
   /* A library program is taken in only after its hello (workers.c); the
    * workers start after the transport, so the first gossip says it. */
   if (a->mode == EA__MODE_LIBRARY && strcmp(o->role, "observer") != 0 && a->wpn > 0)

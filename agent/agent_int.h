@@ -19,6 +19,7 @@
  *                                          (libmicrohttpd, its own thread)
  *   alerts: registry, rate limit, delivery alerts.c (libcurl, its own thread)
  *   spot/preemption notice poller          notice.c (its own thread)
+ *   cluster identity, the --join gate      ident.c
  *
  * The worker supervisor (supervisor.h) and the checkpoint flow
  * (ckpt_svc.h) keep headers of their own: each is a component with its
@@ -78,6 +79,9 @@ typedef struct {
    * ea_ckpt_resolve: a step, "step-S.gen-G", a path or "latest"); "" =
    * checkpoint.resume_from_last decides. */
   char resume_from[EA_PATH_MAX];
+  /* --bootstrap: with --join, start a job alone when no seed answers
+   * (ident.c); without it such an agent waits until it has joined. */
+  bool bootstrap;
   /* `run … -- PROGRAM ARG…`: the workers' program, exec'd without a shell
    * (argc 0: none; compute.worker_command is the shell form).  Borrowed:
    * must outlive ea__agent_run. */
@@ -505,6 +509,36 @@ uint64_t ea__http_requests(const ea__http *h);
 /* Stop the thread (in-flight answers finish), close the socket, free. */
 void ea__http_stop(ea__http *h);
 
+/* ---- cluster identity and the --join gate (ident.c) -----------------------
+ * <data-dir>/cluster-id holds the cluster's identity (ckpt/cluster.c's
+ * format), advertised in the gossip tags as EA__TAG_CLUSTER + 32 hex. */
+
+#define EA__CLUSTER_ID_FILE "cluster-id"
+#define EA__TAG_CLUSTER "ea.cluster="
+
+typedef struct {
+  bool have;    /* c is persisted and advertised */
+  bool pending; /* a write of cluster-id is out */
+  ea_ckpt_cluster c;
+  char str[EA_CKPT_CLUSTER_STR];
+  const char *how; /* "persisted", "created …", "adopted from NAME", "none yet" */
+  char how_buf[EA_PATH_MAX + 96];
+  char path[EA_PATH_MAX + 32];
+  bool keyed;
+  uint8_t key[EA_KEY_BYTES]; /* the binding's key (the cluster key) */
+  bool gated;                /* --join without --bootstrap, no member met yet */
+  uint32_t join_failures;
+  uint64_t retry_ms;     /* a failed write of cluster-id is tried again then (0: none) */
+  uint64_t foreign_seen; /* member views that held a member of another cluster */
+  ea_node_id warned[64];
+  uint32_t nwarned;
+  /* DIR/CLUSTER as last read (before the loop, then with LATEST) */
+  int dir_rc; /* 0: dir_c holds it; -ENOENT: none; other: unreadable */
+  ea_ckpt_cluster dir_c;
+  uint64_t refusals; /* resumes, commits (with their retention) refused */
+  char last_refusal[EA_PATH_MAX + 400];
+} ea__agent_ident;
+
 /* ---- the running agent (agent.c, workers.c, ckpt_glue.c, drain.c, status.c)
  *
  * One ea__agent per process, heap memory owned by ea__agent_run() from
@@ -697,6 +731,8 @@ struct ea__agent {
   struct ea__agent_notice *notice;
   /* ---- the job's pace, stragglers (job_pace.c) ---- */
   struct ea__agent_pace *pace;
+  /* ---- cluster identity, the --join gate (ident.c) ---- */
+  ea__agent_ident ident;
 };
 
 /* agent.c: the loop */
@@ -753,6 +789,39 @@ int ea__agent_ckpt_dir_resolve(const ea__agent_opts *o, char *out, size_t cap, c
 void ea__agent_ckpt_tick(ea__agent *a);
 /* Raise *g above every generation already in dir (before the loop runs). */
 void ea__agent_ckpt_gen_floor(const char *dir, ea_rdzv_gen *g);
+
+/* agent.c: run the post-membership-change work (view, election) again
+ * this loop turn, as a membership change does. */
+void ea__agent_settle_soon(ea__agent *a);
+
+/* ident.c (see its header comment).  Before the loop: read cluster-id
+ * (kept when bound to key, NULL: none) and DIR/CLUSTER; a negative errno
+ * with a sentence in err (*usage: exit 2). */
+int ea__ident_load(ea__agent *a, const uint8_t *key, bool *usage, char *err, size_t errlen);
+/* The gossip tags we start with (identity, or the starting flag). */
+void ea__ident_start_tags(ea__agent *a, char *tags, size_t cap);
+/* Every membership settle, before the rendezvous sees the view: adopt an
+ * identity, leave out members of other clusters (*view: a malloc'd
+ * filtered copy to hand over instead and free, or NULL for ms itself), and
+ * false while the --join gate is closed (hand the rendezvous nothing). */
+bool ea__ident_settle(ea__agent *a, const ea_member *ms, size_t n, ea_member **view, size_t *nview);
+/* After the election: the controller of a cluster without an identity makes one. */
+void ea__ident_after_elect(ea__agent *a, const ea_member *ms, size_t n);
+/* m advertises a cluster identity other than ours. */
+bool ea__ident_foreign(ea__agent *a, const ea_member *m);
+/* Every metrics tick: try a failed write of cluster-id again. */
+void ea__ident_tick(ea__agent *a);
+/* A join attempt reached no seed. */
+void ea__ident_join_failed(ea__agent *a, const char *why);
+/* Whether DIR/CLUSTER (as last read) is another cluster's: then true, the
+ * refusal for `op` in why, counted and alerted. */
+bool ea__ident_ckpt_refused(ea__agent *a, const char *op, char *why, size_t cap);
+/* Count, keep and alert a refusal (ckpt_glue.c: a commit refused). */
+void ea__ident_refusal(ea__agent *a, const char *why);
+/* DIR/CLUSTER was read (off the loop): rc 0 with c, or the error. */
+void ea__ident_dir_seen(ea__agent *a, int rc, const ea_ckpt_cluster *c);
+/* "cluster" of the status document. */
+void ea__ident_status(ea__agent *a, ea__jb *b, json_t *doc);
 
 /* drain.c: drain, stop, leave, close */
 void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows);

@@ -31,6 +31,8 @@ typedef struct {
   ea__agent *a;
   char name[EA_CKPT_NAME_MAX];
   int rc;
+  int cluster_rc; /* DIR/CLUSTER, read with LATEST (ident.c compares it) */
+  ea_ckpt_cluster cluster;
 } latest_job;
 
 static void ckpt_read_latest(ea__agent *a);
@@ -100,6 +102,9 @@ static void latest_to_rdzv(ea__agent *a) {
 static void latest_work(uv_work_t *w) {
   latest_job *j = (latest_job *)w;
   j->rc = ea_ckpt_read_latest(j->a->ckpt_dir, j->name, sizeof j->name);
+  char path[EA_PATH_MAX + 16], err[EA_PATH_MAX + 200];
+  snprintf(path, sizeof path, "%s/%s", j->a->ckpt_dir, EA_CKPT_CLUSTER_FILE);
+  j->cluster_rc = ea_ckpt_cluster_load(path, &j->cluster, err, sizeof err);
 }
 
 static void latest_after(uv_work_t *w, int status) {
@@ -107,6 +112,7 @@ static void latest_after(uv_work_t *w, int status) {
   ea__agent *a = j->a;
   a->ck.latest_busy = false;
   if (status == 0 && j->rc == 0) memcpy(a->ck.latest, j->name, sizeof a->ck.latest);
+  if (status == 0) ea__ident_dir_seen(a, j->cluster_rc, &j->cluster);
   free(j);
   latest_to_rdzv(a);
   ea__agent_job_sync(a); /* the job may have ended while we were cut off */
@@ -261,6 +267,17 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       k->started++;
       break;
     case EA__CKPT_EV_COMMITTED:
+      if (e->cluster_claimed) {
+        ea__ident_dir_seen(a, 0, &a->ident.c);
+        if (e->cluster_adopted)
+          ea_log(EA_LOG_WARN, "cluster",
+                 "checkpoint.dir %s held checkpoints but no cluster identity (written before "
+                 "identities existed): adopted by this cluster %s (%s/%s written)",
+                 a->ckpt_dir, a->ident.str, a->ckpt_dir, EA_CKPT_CLUSTER_FILE);
+        else
+          ea_log(EA_LOG_INFO, "cluster", "checkpoint.dir %s now belongs to cluster %s (%s/%s)",
+                 a->ckpt_dir, a->ident.str, a->ckpt_dir, EA_CKPT_CLUSTER_FILE);
+      }
       k->committed++;
       k->bytes += e->bytes;
       k->have_last = true;
@@ -291,6 +308,11 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
       else
         k->failed++;
       if (e->alert) snprintf(k->last_error, sizeof k->last_error, "%s: %.440s", e->name, e->why);
+      if (e->error == -EXDEV) { /* another cluster's directory: counted and alerted once there */
+        ea__ident_refusal(a, e->why);
+        ea__agent_job_ckpt_failed(a, e->step, e->why, false);
+        return;
+      }
       if (e->kind == EA__CKPT_EV_FAILED)
         ea__agent_job_ckpt_failed(a, e->step, e->why,
                                   !e->shard_unseen && !a->o->smoke && retry_can_mend(e->error));
@@ -311,6 +333,7 @@ void ea__agent_ckpt_ctl_update(ea__agent *a) {
               ea_node_id_cmp(&el->controller, &a->id) == 0;
   if (want && !a->ckpt_ctl) {
     ea__ckpt_ctl_opts o = {.dir = a->ckpt_dir,
+                           .cluster = a->ident.have ? &a->ident.c : NULL,
                            .keep_last = a->o->cfg.checkpoint.keep_last,
                            .config_hash = ea_config_hash(&a->o->cfg),
                            .dims = a->have_dims ? &a->dims : NULL};

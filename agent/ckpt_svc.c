@@ -446,6 +446,8 @@ typedef struct {
 struct ea__ckpt_core {
   char dir[EA_CKPT_PATH_MAX];
   uint32_t keep_last, max_pending;
+  bool have_cluster;
+  ea_ckpt_cluster cluster;
   uint64_t config_hash;
   bool have_dims;
   ea_model_dims dims;
@@ -469,6 +471,7 @@ int ea__ckpt_core_new(const ea__ckpt_ctl_opts *o, const ea__ckpt_core_io *io, ea
   if (!c) return -ENOMEM;
   snprintf(c->dir, sizeof c->dir, "%s", o->dir);
   c->keep_last = o->keep_last;
+  if (o->cluster) ea__ckpt_core_set_cluster(c, o->cluster);
   c->config_hash = o->config_hash;
   c->max_pending = o->max_pending ? o->max_pending : EA__CKPT_PENDING_DEFAULT;
   if (c->max_pending > EA__CKPT_PENDING_MAX) c->max_pending = EA__CKPT_PENDING_MAX;
@@ -600,6 +603,8 @@ static void start_next(ea__ckpt_core *c) {
     j->gen = next->gen;
     snprintf(j->dir, sizeof j->dir, "%s", c->dir);
     j->keep_last = c->keep_last;
+    j->have_cluster = c->have_cluster;
+    j->cluster = c->cluster;
     j->manifest = next->man; /* moved: the job owns the arrays now */
     memset(&next->man, 0, sizeof next->man);
     for (uint32_t i = 0; i < c->max_pending; i++) {
@@ -753,6 +758,8 @@ void ea__ckpt_core_committed(ea__ckpt_core *c, double now, ea__ckpt_commit_job *
   if (j->rc == 0) {
     e.kind = EA__CKPT_EV_COMMITTED;
     e.latest_moved = j->latest_moved;
+    e.cluster_claimed = j->cluster_claimed;
+    e.cluster_adopted = j->cluster_adopted;
     if (j->retain_rc) snprintf(e.why, sizeof e.why, "retention: %.490s", j->err);
     c->st.committed++;
     c->st.have_last = true;
@@ -803,6 +810,11 @@ void ea__ckpt_core_stats_get(const ea__ckpt_core *c, ea__ckpt_core_stats *out) {
     if (c->p[i].used && c->p[i].complete) out->committing++;
 }
 
+void ea__ckpt_core_set_cluster(ea__ckpt_core *c, const ea_ckpt_cluster *cl) {
+  c->have_cluster = cl != NULL;
+  if (cl) c->cluster = *cl;
+}
+
 void ea__ckpt_core_free(ea__ckpt_core *c) {
   if (!c) return;
   for (uint32_t i = 0; i < EA__CKPT_PENDING_MAX; i++) ea_ckpt_manifest_close(&c->p[i].man);
@@ -824,7 +836,34 @@ void ea__ckpt_commit_run(ea__ckpt_commit_job *j) {
     j->table_tried = true;
     j->table_rc = ea__ckpt_state_table(path, &j->manifest, j->table_why, sizeof j->table_why);
   }
+  /* Whose directory is it?  In another cluster's nothing is committed and
+   * nothing deleted (retention neither): that cluster's checkpoints are its
+   * own.  An unreadable CLUSTER is refused the same way.  A directory
+   * without one is claimed after the commit, so that the first commit holds
+   * the lock no later than before (a read here, the write afterwards). */
+  bool claim = false, legacy = false;
+  if (j->have_cluster) {
+    int rc = ea_ckpt_cluster_check(j->dir, &j->cluster, "commit into", j->err, sizeof j->err);
+    if (rc < 0) {
+      j->rc = rc;
+      j->seconds = mono_s() - t0;
+      return;
+    }
+    claim = rc == 1;
+    legacy = claim && ea_ckpt_cluster_legacy(j->dir);
+  }
   j->rc = ea_ckpt_commit(j->dir, &j->manifest, &j->latest_moved, j->err, sizeof j->err);
+  if (claim && j->rc == 0) {
+    char cerr[sizeof j->err];
+    int rc = ea_ckpt_cluster_claim(j->dir, &j->cluster, &j->cluster_claimed, cerr, sizeof cerr);
+    if (rc < 0) { /* lost a race for a new directory: no retention in it */
+      j->rc = rc == -ENOENT ? -EAGAIN : rc; /* (CLUSTER vanished mid-claim: try again) */
+      snprintf(j->err, sizeof j->err, "%s", cerr);
+      j->seconds = mono_s() - t0;
+      return;
+    }
+    j->cluster_adopted = j->cluster_claimed && legacy;
+  }
   /* Retention runs after a failed commit too: commits that keep failing
    * (a full disk, a fence, a shard that never arrives) would otherwise leave
    * one step directory per save interval until the disk is full.  Not after
@@ -946,6 +985,10 @@ int ea__ckpt_ctl_new(uv_loop_t *loop, const ea__ckpt_ctl_opts *o, const ea__ckpt
 void ea__ckpt_ctl_recv(ea__ckpt_ctl *c, const ea__ckpt_msg *m) {
   if (c->closing) return;
   ea__ckpt_core_recv(c->core, mono_s(), m);
+}
+
+void ea__ckpt_ctl_set_cluster(ea__ckpt_ctl *c, const ea_ckpt_cluster *cl) {
+  if (!c->closing) ea__ckpt_core_set_cluster(c->core, cl);
 }
 
 void ea__ckpt_ctl_retry(ea__ckpt_ctl *c, uint64_t step, uint64_t gen) {

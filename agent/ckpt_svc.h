@@ -161,6 +161,8 @@ typedef struct {
   double wait_seconds;   /* shard: its busy wait; committed: the worst one */
   int error;             /* failed, stale: negative errno */
   bool latest_moved;     /* committed: LATEST now names it */
+  bool cluster_claimed;  /* committed: DIR/CLUSTER was written by this commit */
+  bool cluster_adopted;  /* ... into a directory that held checkpoints already */
   int retain_error;      /* committed, failed, stale: retention's result (0, or a negative errno) */
   bool shard_unseen;     /* failed: the commit found a shard that was reported durable
                             missing from this node's view of the directory (ENOENT): on a
@@ -228,6 +230,10 @@ typedef struct {
                                 tensor table; NULL (a user's worker): one
                                 opaque "state" tensor */
   uint32_t max_pending;      /* checkpoints collected at once; 0 = default */
+  /* The committing cluster's identity (copied; NULL: none known, no
+   * DIR/CLUSTER check): every commit claims or checks DIR/CLUSTER first
+   * and is refused, retention included, in another cluster's directory. */
+  const ea_ckpt_cluster *cluster;
 } ea__ckpt_ctl_opts;
 
 /* Checkpoints being collected at once.  With one shard in flight per
@@ -244,12 +250,17 @@ typedef struct {
   uint64_t step, gen;
   char dir[EA_CKPT_PATH_MAX];
   uint32_t keep_last;
+  bool have_cluster; /* check and claim DIR/CLUSTER for cluster first */
+  ea_ckpt_cluster cluster;
   ea_ckpt_manifest manifest;
   /* step directories being collected (retention must leave them) */
   size_t n_in_progress;
   char in_progress[EA__CKPT_PENDING_MAX][EA_CKPT_NAME_MAX];
   /* results */
-  int rc; /* ea_ckpt_commit's */
+  int rc;               /* ea_ckpt_commit's, or -EXDEV: DIR is another cluster's (nothing
+                           written or removed; err says whose) */
+  bool cluster_claimed; /* DIR/CLUSTER was written by this job */
+  bool cluster_adopted; /* ... in a directory with checkpoints from before identities */
   bool latest_moved;
   int retain_rc;
   ea_ckpt_retain_stats retained;
@@ -263,7 +274,10 @@ typedef struct {
   char table_why[160];
 } ea__ckpt_commit_job;
 
-/* ea_ckpt_commit, then ea_ckpt_retain (also after a failed commit, so
+/* With have_cluster, ea_ckpt_cluster_check first: in another cluster's
+ * directory nothing else happens (-EXDEV); one without CLUSTER is claimed
+ * (ea_ckpt_cluster_claim) once the commit succeeded.  Then
+ * ea_ckpt_commit, then ea_ckpt_retain (also after a failed commit, so
  * leftovers stay bounded while commits fail; not after a lock timeout).
  * Blocks.  Before
  * the commit, a manifest with only the opaque `state u8` tensor gets the
@@ -333,6 +347,10 @@ int ea__ckpt_ctl_new(uv_loop_t *loop, const ea__ckpt_ctl_opts *o, const ea__ckpt
 /* A report from any agent (ours included); m is copied. */
 void ea__ckpt_ctl_recv(ea__ckpt_ctl *c, const ea__ckpt_msg *m);
 void ea__ckpt_ctl_stats_get(const ea__ckpt_ctl *c, ea__ckpt_core_stats *out);
+/* The identity later commits claim and check (the agent learns it after
+ * it started committing: ident.c). */
+void ea__ckpt_core_set_cluster(ea__ckpt_core *c, const ea_ckpt_cluster *cl);
+void ea__ckpt_ctl_set_cluster(ea__ckpt_ctl *c, const ea_ckpt_cluster *cl);
 /* ea__ckpt_core_retry on the loop's core. */
 void ea__ckpt_ctl_retry(ea__ckpt_ctl *c, uint64_t step, uint64_t gen);
 /* Wait for a commit in flight (a commit is never cut half-way), free, then

@@ -74,6 +74,9 @@ static void usage_run(FILE *f) {
 "  --join SEEDS        host:port[,host:port...] of agents already running; a host may\n"
 "                      be a DNS name with many addresses (default port 7000). Retried\n"
 "                      with backoff until one answers. Omit on the first node.\n"
+"                      Until it has joined, this agent starts no job of its own.\n"
+"  --bootstrap         with --join: start a job alone (a new cluster) when no seed\n"
+"                      answers, instead of waiting to join\n"
 "  --name NAME         member name shown in status and logs (default: the hostname)\n"
 "  --role ROLE         worker (default) or observer (never becomes controller)\n"
 "  --tags K=V,...      free-form tags gossiped with this member, each KEY=VALUE with a\n"
@@ -304,6 +307,7 @@ enum {
   OPT_IPC_FD,
   OPT_RESUME_FROM,
   OPT_SMOKE,
+  OPT_BOOTSTRAP,
 };
 
 static const struct option run_opts[] = {
@@ -322,6 +326,7 @@ static const struct option run_opts[] = {
     {"log-format", required_argument, 0, OPT_LOG_FORMAT},
     {"resume-from", required_argument, 0, OPT_RESUME_FROM},
     {"smoke", required_argument, 0, OPT_SMOKE},
+    {"bootstrap", no_argument, 0, OPT_BOOTSTRAP},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -450,6 +455,9 @@ static int cmd_run(int argc, char **argv) {
           smoke.n = n, o.smoke = &smoke;
         break;
       }
+      case OPT_BOOTSTRAP:
+        o.bootstrap = true;
+        break;
       case OPT_LOG_LEVEL:
         log_level = optarg;
         break;
@@ -719,6 +727,17 @@ static void print_status(const ea__json *j) {
            ea__json_str(j, "controller.reason", ""));
   else
     printf("\ncontroller: none — %s\n", ea__json_str(j, "controller.reason", ""));
+  const char *cst = ea__json_str(j, "cluster.state", "");
+  if (strcmp(cst, "waiting to join") == 0)
+    printf("cluster: waiting to join through %s (no job starts here before; --bootstrap)\n",
+           ea__json_str(j, "cluster.join", "?"));
+  else if (cst[0])
+    printf("cluster: %s (%s)\n",
+           ea__json_str(j, "cluster.id", "")[0] ? ea__json_str(j, "cluster.id", "")
+                                                : "no identity yet",
+           ea__json_str(j, "cluster.how", ""));
+  if (ea__json_num(j, "cluster.checkpoint_dir_refusals", 0) > 0)
+    printf("  refused: %s\n", ea__json_str(j, "cluster.last_refusal", ""));
   print_job(j);
   print_generation(j);
   print_checkpoint(j);

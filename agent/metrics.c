@@ -635,6 +635,7 @@ static void on_tick(uv_timer_t *h) {
   uint64_t now = ea__agent_mono_ms();
   progress_update(a, mx, now);
   ea__agent_ckpt_tick(a);
+  ea__ident_tick(a);
   /* observability.metrics_export_interval_seconds: the same snapshot as a
    * log line, for jobs shipped by log rather than scraped. */
   uint64_t every_ms = (uint64_t)a->o->cfg.observability.metrics_export_interval_seconds * 1000u;

@@ -518,6 +518,7 @@ int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
     return -ENOMEM;
   }
   status_controller(a, &b, doc);
+  ea__ident_status(a, &b, doc);
   status_generation(a, &b, doc);
   status_held_out(a, &b, doc, now);
   ea__agent_pace_status(a, &b, doc);

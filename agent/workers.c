@@ -191,6 +191,18 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
     else if (cfg->checkpoint.resume_from_last)
       resume = "latest";
   }
+  /* Another cluster's checkpoint.dir (its CLUSTER as last read): neither
+   * resume from it nor stage shards into it (ident.c; the commit path
+   * checks again before it writes or deletes anything). */
+  char refused[EA_PATH_MAX + 400];
+  if (m->ckpt_interval || resume) {
+    if (ea__ident_ckpt_refused(a, resume ? "resume from" : "commit into", refused,
+                               sizeof refused)) {
+      resume = NULL;
+      m->ckpt_interval = 0;
+      m->ckpt_skip = false;
+    }
+  }
   if (a->o->smoke) ea__smoke_generation(a->o->smoke, a->run.g64, p->has_sync, p->world);
   if (resume) {
     memcpy(m->resume, resume, strlen(resume) + 1);
@@ -381,11 +393,12 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
 
 void ea__agent_update_starting(ea__agent *a) {
   if (a->mode != EA__MODE_LIBRARY || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
-  bool up = true;
+  /* A node without its cluster identity yet is "starting" too (ident.c). */
+  bool up = a->ident.have;
   for (uint32_t k = 0; k < a->wpn; k++) {
     up = up && a->w[k].hello;
     /* the fast signal, on the control channel (EA_RDZV_F_STARTING) */
-    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, !a->w[k].hello);
+    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, !a->w[k].hello || !a->ident.have);
   }
   ea__agent_core_done(a);
   bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);

@@ -8,6 +8,9 @@
  *                                      bounded wait); holds "pid P host H"
  *                                      of the last holder
  *   DIR/LATEST                         "step-<s>.gen-<g>\n", moved by commit
+ *   DIR/CLUSTER                        the identity of the cluster that owns
+ *                                      DIR, written by its first commit
+ *                                      (see "cluster identity" below)
  *   DIR/step-<s>.gen-<g>/
  *       shard-<r>-of-<W>.bin           bytes [offset, offset+length) of the
  *                                      serialized training state
@@ -336,6 +339,74 @@ int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_pr
 int ea_ckpt_retain_after(const char *dir, uint32_t keep_last, uint64_t after_step,
                          uint64_t after_gen, const char *const *in_progress, size_t n_in_progress,
                          ea_ckpt_retain_stats *st, char *err, size_t errlen);
+
+/* ---- cluster identity (DIR/CLUSTER) -------------------------------------
+ *
+ * The first cluster to commit into DIR records its identity in DIR/CLUSTER
+ * (ea_ckpt_cluster_claim, on the commit path only, after its first commit);
+ * before a resume, a commit or a retention pass the caller checks it
+ * (ea_ckpt_cluster_check)
+ * and refuses a directory of another cluster: -EXDEV, with err naming the
+ * directory, both identities and the refused operation.  The same file
+ * format is an agent's <data-dir>/cluster-id.  Text, three lines:
+ *   "elastic-agent cluster 1", "id <uuid-like hex>", "bind keyed|none <64 hex>". */
+
+#define EA_CKPT_CLUSTER_FILE "CLUSTER"
+#define EA_CKPT_CLUSTER_ID_BYTES 16
+#define EA_CKPT_CLUSTER_BIND_BYTES 32
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" and its NUL */
+#define EA_CKPT_CLUSTER_STR 37
+
+typedef struct {
+  uint8_t id[EA_CKPT_CLUSTER_ID_BYTES]; /* random, made at the cluster's first formation */
+  /* The binding to the cluster key: a keyed hash of id under the key
+   * (keyed), or an unkeyed hash of it when the cluster has no key; made by
+   * the caller.  Two identities are the same only if id, keyed and bind
+   * all match: the same id under another key is another cluster. */
+  bool keyed;
+  uint8_t bind[EA_CKPT_CLUSTER_BIND_BYTES];
+} ea_ckpt_cluster;
+
+/* The id as 8-4-4-4-12 lower-case hex into out (EA_CKPT_CLUSTER_STR bytes). */
+void ea_ckpt_cluster_id_str(const ea_ckpt_cluster *c, char *out);
+/* 32 hex digits, dashes anywhere between pairs allowed: 0 or -EINVAL. */
+int ea_ckpt_cluster_id_parse(const char *s, size_t len, uint8_t id[EA_CKPT_CLUSTER_ID_BYTES]);
+bool ea_ckpt_cluster_same(const ea_ckpt_cluster *a, const ea_ckpt_cluster *b);
+/* The file's text into buf: its length, or -ENOSPC. */
+int ea_ckpt_cluster_format(const ea_ckpt_cluster *c, char *buf, size_t cap);
+/* Bounded parser over [pos, end): 0, or -EBADMSG with "line N: …" in err. */
+int ea_ckpt_cluster_parse(const char *pos, const char *end, ea_ckpt_cluster *c, char *err,
+                          size_t errlen);
+/* Read a cluster identity file: 0; -ENOENT when absent (err untouched);
+ * -EBADMSG naming the file and the line; another -errno from open/read. */
+int ea_ckpt_cluster_load(const char *path, ea_ckpt_cluster *c, char *err, size_t errlen);
+/* Write it atomically (path.tmp.PID, fsync, rename, fsync the directory);
+ * noreplace: -EEXIST when path exists (renameat2 RENAME_NOREPLACE), and
+ * nothing is changed.  Through the fault-injection layer. */
+int ea_ckpt_cluster_write(const char *path, const ea_ckpt_cluster *c, bool noreplace, char *err,
+                          size_t errlen);
+/* theirs (DIR/CLUSTER as read) against self: 0 when the same, else -EXDEV
+ * with the refusal in err: "refusing to OP checkpoint.dir DIR: it belongs
+ * to cluster X (DIR/CLUSTER), not to this cluster Y; …".  Pure. */
+int ea_ckpt_cluster_match(const char *dir, const ea_ckpt_cluster *theirs,
+                          const ea_ckpt_cluster *self, const char *op, char *err, size_t errlen);
+/* May cluster self OP ("resume from", "commit into", "delete from") DIR?
+ * 0: DIR/CLUSTER is self's; 1: DIR has no CLUSTER (not claimed yet; also when DIR
+ * itself is missing or not a directory: what comes next fails on its own);
+ * -EXDEV: another cluster's (err as ea_ckpt_cluster_match); -EBADMSG or
+ * another -errno: the file cannot be read, refused too (err says why). */
+int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const char *op, char *err,
+                          size_t errlen);
+/* Record self in DIR/CLUSTER when DIR has none (written no-replace: of two
+ * racing clusters one wins and the other gets -EXDEV); as
+ * ea_ckpt_cluster_check for "commit into" otherwise.  *claimed (may be
+ * NULL): the file was written now. */
+int ea_ckpt_cluster_claim(const char *dir, const ea_ckpt_cluster *self, bool *claimed, char *err,
+                          size_t errlen);
+/* Whether DIR holds a step directory with a MANIFEST: a directory without
+ * CLUSTER that has one was written before identities, and the cluster that
+ * claims it adopts it (the caller says so in its log). */
+bool ea_ckpt_cluster_legacy(const char *dir);
 
 /* ---- verification, resume, reading ------------------------------------- */
 

@@ -40,7 +40,7 @@ say "help and version"
 run_cli "$out" --help
 assert_eq "$RC" 0 "--help exit status"
 for flag in --bind --advertise --join --name --role --data-dir --config --set --key-file \
-  --log-level --log-format --socket --json keygen status config version Examples 0.0.0.0:7000 \
+  --log-level --log-format --socket --json --bootstrap keygen status config version Examples 0.0.0.0:7000 \
   ./elastic-agent-data; do
   grep -q -- "$flag" "$out" || fail "--help does not mention $flag"
 done

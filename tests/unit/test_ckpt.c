@@ -57,6 +57,8 @@
  */
 #include "ea_ckpt.h"
 
+#include "ckpt_svc.h" /* ea__ckpt_commit_run: the commit path's cluster check */
+
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1000,6 +1002,190 @@ static void make_partial(const char *name, size_t bytes) {
   fclose(f);
 }
 
+/* ---- cluster identity (DIR/CLUSTER) ------------------------------------- */
+
+static ea_ckpt_cluster cluster_of(uint8_t idbyte, uint8_t bindbyte, bool keyed) {
+  ea_ckpt_cluster c;
+  memset(c.id, idbyte, sizeof c.id);
+  c.id[15] = (uint8_t)(idbyte + 1);
+  memset(c.bind, bindbyte, sizeof c.bind);
+  c.keyed = keyed;
+  return c;
+}
+
+START_TEST(test_cluster_file) {
+  ea_ckpt_cluster a = cluster_of(0xab, 0x11, true), b;
+  char text[256], s[EA_CKPT_CLUSTER_STR], err[256];
+  int n = ea_ckpt_cluster_format(&a, text, sizeof text);
+  ck_assert_int_gt(n, 0);
+  ea_ckpt_cluster_id_str(&a, s);
+  ck_assert_uint_eq(strlen(s), 36);
+  ck_assert(s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-');
+  ck_assert_int_eq(ea_ckpt_cluster_parse(text, text + n, &b, err, sizeof err), 0);
+  ck_assert(ea_ckpt_cluster_same(&a, &b));
+  /* the same id under another binding, or unkeyed, is another cluster */
+  b.bind[0] ^= 1;
+  ck_assert(!ea_ckpt_cluster_same(&a, &b));
+  b = a;
+  b.keyed = false;
+  ck_assert(!ea_ckpt_cluster_same(&a, &b));
+  /* every damaged form is refused, naming the line */
+  const char *bad[] = {"", "elastic-agent cluster 2\nid x\nbind none x\n",
+                       "elastic-agent cluster 1\nid 0011\nbind none 00\n",
+                       "elastic-agent cluster 1\nid abababab-abab-abab-abab-abababababac\nbind "
+                       "maybe 00\n",
+                       "elastic-agent cluster 1\nid abababab-abab-abab-abab-abababababac\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = 0;
+    ck_assert_int_eq(ea_ckpt_cluster_parse(bad[i], bad[i] + strlen(bad[i]), &b, err, sizeof err),
+                     -EBADMSG);
+    ck_assert_msg(err[0], "no reason for bad[%zu]", i);
+  }
+  uint8_t id[16];
+  ck_assert_int_eq(ea_ckpt_cluster_id_parse(s, strlen(s), id), 0);
+  ck_assert_int_eq(memcmp(id, a.id, 16), 0);
+  ck_assert_int_eq(ea_ckpt_cluster_id_parse("abc", 3, id), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_cluster_check) {
+  ea_ckpt_cluster a = cluster_of(0x01, 0x22, true), other = cluster_of(0x02, 0x22, true);
+  ea_ckpt_cluster rekeyed = a;
+  rekeyed.bind[3] ^= 0x40; /* the same id bound to another key */
+  char err[2048], sa[EA_CKPT_CLUSTER_STR], so[EA_CKPT_CLUSTER_STR];
+  ea_ckpt_cluster_id_str(&a, sa);
+  ea_ckpt_cluster_id_str(&other, so);
+  /* a new directory: no owner yet */
+  ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 1);
+  ck_assert(!ea_ckpt_cluster_legacy(g_dir)); /* nothing in it */
+  bool claimed = false;
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), 0);
+  ck_assert(claimed);
+  ck_assert(exists("CLUSTER") && !exists("CLUSTER.tmp"));
+  /* the same cluster: accepted for every operation, claimed only once */
+  const char *ops[] = {"resume from", "commit into", "delete from"};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, ops[i], err, sizeof err), 0);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), 0);
+  ck_assert(!claimed);
+  /* another cluster: refused for every operation, naming both and the dir */
+  for (int i = 0; i < 3; i++) {
+    err[0] = 0;
+    ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &other, ops[i], err, sizeof err), -EXDEV);
+    ck_assert_msg(strstr(err, sa) && strstr(err, so) && strstr(err, g_dir) && strstr(err, ops[i]),
+                  "refusal lacks a name: %s", err);
+  }
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &other, &claimed, err, sizeof err), -EXDEV);
+  ck_assert(!claimed);
+  /* the same id under another key: refused, and said so */
+  ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &rekeyed, "commit into", err, sizeof err), -EXDEV);
+  ck_assert_msg(strstr(err, "under another cluster key"), "%s", err);
+  /* the file is still the first cluster's */
+  char p[512];
+  path_in(p, sizeof p, "CLUSTER");
+  ea_ckpt_cluster back;
+  ck_assert_int_eq(ea_ckpt_cluster_load(p, &back, err, sizeof err), 0);
+  ck_assert(ea_ckpt_cluster_same(&back, &a));
+  /* a damaged CLUSTER is refused too, never overwritten */
+  FILE *f = fopen(p, "w");
+  fputs("garbage\n", f);
+  fclose(f);
+  ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), -EBADMSG);
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &a, &claimed, err, sizeof err), -EBADMSG);
+  ck_assert_msg(strstr(err, "cannot be read"), "%s", err);
+}
+END_TEST
+
+/* A directory with checkpoints but no CLUSTER (from before identities) is
+ * adopted by the first cluster that commits into it (the commit path:
+ * agent/ckpt_svc.c's ea__ckpt_commit_run); a partial step directory alone
+ * does not make it legacy. */
+START_TEST(test_cluster_legacy_adopted) {
+  uint64_t total = 4099;
+  uint8_t *state = random_bytes(total, 41);
+  ea_ckpt_manifest pm;
+  stage(g_dir, 5, 1, 2, state, total, 0, &pm); /* shards, no MANIFEST */
+  ea_ckpt_manifest_close(&pm);
+  ck_assert(!ea_ckpt_cluster_legacy(g_dir));
+  ck_assert_int_eq(save(g_dir, 10, 1, 2, state, total, 0), 0);
+  ck_assert(ea_ckpt_cluster_legacy(g_dir));
+  ea_ckpt_cluster a = cluster_of(0x07, 0x33, false);
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 1);
+  ea__ckpt_commit_job *j = calloc(1, sizeof *j);
+  ck_assert_ptr_nonnull(j);
+  j->step = 20;
+  j->gen = 1;
+  snprintf(j->dir, sizeof j->dir, "%s", g_dir);
+  j->keep_last = 5;
+  j->have_cluster = true;
+  j->cluster = a;
+  stage(g_dir, 20, 1, 2, state, total, 0, &j->manifest);
+  ea__ckpt_commit_run(j);
+  ck_assert_msg(j->rc == 0, "%s", j->err);
+  ck_assert(j->cluster_claimed && j->cluster_adopted);
+  ck_assert(exists("step-10.gen-1/MANIFEST") && exists("step-20.gen-1/MANIFEST"));
+  ck_assert_int_eq(ea_ckpt_cluster_check(g_dir, &a, "resume from", err, sizeof err), 0);
+  /* the next commit neither claims nor adopts */
+  ea_ckpt_manifest_close(&j->manifest);
+  memset(j, 0, sizeof *j);
+  j->step = 30;
+  j->gen = 1;
+  snprintf(j->dir, sizeof j->dir, "%s", g_dir);
+  j->keep_last = 5;
+  j->have_cluster = true;
+  j->cluster = a;
+  stage(g_dir, 30, 1, 2, state, total, 0, &j->manifest);
+  ea__ckpt_commit_run(j);
+  ck_assert_msg(j->rc == 0, "%s", j->err);
+  ck_assert(!j->cluster_claimed && !j->cluster_adopted);
+  ea_ckpt_manifest_close(&j->manifest);
+  free(j);
+  free(state);
+}
+END_TEST
+
+/* The commit path (agent/ckpt_svc.c's ea__ckpt_commit_run): in another
+ * cluster's directory nothing is committed and retention deletes nothing;
+ * in the cluster's own both run. */
+START_TEST(test_cluster_commit_refused) {
+  uint64_t total = 8191;
+  uint8_t *state = random_bytes(total, 42);
+  ea_ckpt_cluster mine = cluster_of(0x21, 0x44, true), theirs = cluster_of(0x22, 0x55, true);
+  char err[1024];
+  ck_assert_int_eq(ea_ckpt_cluster_claim(g_dir, &theirs, NULL, err, sizeof err), 0);
+  for (uint64_t s = 1; s <= 3; s++) ck_assert_int_eq(save(g_dir, s * 10, 3, 2, state, total, 0), 0);
+  ea__ckpt_commit_job *j = calloc(1, sizeof *j);
+  ck_assert_ptr_nonnull(j);
+  j->step = 40;
+  j->gen = 4; /* a newer generation: without the check it would commit and fence theirs */
+  snprintf(j->dir, sizeof j->dir, "%s", g_dir);
+  j->keep_last = 1;
+  j->have_cluster = true;
+  j->cluster = mine;
+  stage(g_dir, 40, 4, 2, state, total, 0, &j->manifest);
+  ea__ckpt_commit_run(j);
+  ck_assert_int_eq(j->rc, -EXDEV);
+  ck_assert_msg(strstr(j->err, "refusing to commit into checkpoint.dir"), "%s", j->err);
+  ck_assert(!exists("step-40.gen-4/MANIFEST"));
+  ck_assert(exists("step-10.gen-3/MANIFEST") && exists("step-20.gen-3/MANIFEST") &&
+            exists("step-30.gen-3/MANIFEST")); /* retention did not run */
+  char name[64];
+  ck_assert_int_eq(ea_ckpt_read_latest(g_dir, name, sizeof name), 0);
+  ck_assert_str_eq(name, "step-30.gen-3");
+  /* their own commit of the same files goes through, retention with it */
+  j->cluster = theirs;
+  j->rc = 0;
+  ea__ckpt_commit_run(j);
+  ck_assert_msg(j->rc == 0, "%s", j->err);
+  ck_assert(!j->cluster_claimed);
+  ck_assert(exists("step-40.gen-4/MANIFEST") && !exists("step-10.gen-3"));
+  ea_ckpt_manifest_close(&j->manifest);
+  free(j);
+  free(state);
+}
+END_TEST
+
 START_TEST(test_retention) {
   uint64_t total = 30011;
   uint8_t *state = random_bytes(total, 5);
@@ -1668,6 +1854,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_generation_fencing);
   tcase_add_test(tc, test_fencing_race);
   tcase_add_test(tc, test_retention);
+  tcase_add_test(tc, test_cluster_file);
+  tcase_add_test(tc, test_cluster_check);
+  tcase_add_test(tc, test_cluster_legacy_adopted);
+  tcase_add_test(tc, test_cluster_commit_refused);
   tcase_add_test(tc, test_bogus_latest_neither_fences_nor_sticks);
   tcase_add_test(tc, test_leftovers_bounded_while_commits_fail);
   tcase_add_test(tc, test_retention_keeps_saves_begun_after_the_commit);
