@@ -148,6 +148,7 @@ typedef enum {
   EA__F_CKPT_KILL,       /* the agent dies while writing a checkpoint shard */
   EA__F_DISK_FULL,       /* the checkpoint file system is full, then freed */
   EA__F_ONEWAY,          /* one-way loss between ring neighbours (netns), then healed */
+  EA__F_FOREIGN,         /* an agent of another cluster (another key) joins, then is killed */
   EA__F_NKINDS
 } ea__chaos_kind;
 
@@ -160,7 +161,7 @@ typedef struct {
   int kind;
   double frac;          /* fires once training passed this fraction of the steps */
   int slot;             /* target slot (1-based); 0 = decided at run time (controller) */
-  bool fresh;           /* restore as a fresh node (new data dir, id, name) */
+  bool fresh;           /* restore as a fresh node (new data dir, id, name); foreign: --bootstrap */
   bool whole_node;      /* pause: the workers too */
   bool remove_by_drain; /* join: the newcomer leaves by `drain` (else SIGTERM) */
   int dur_ms;           /* pause / partition / loss length */
@@ -282,6 +283,7 @@ typedef enum {
   EA__I_CLEAN_EXIT, /* drained / SIGTERMed agents exit 0 */
   EA__I_COVERAGE,   /* the schedule ran: at least min_faults injected */
   EA__I_RESOURCES,  /* agents' memory and descriptors stay flat (resources.c) */
+  EA__I_FOREIGN,    /* an agent of another cluster is refused (episode.c, run_foreign) */
   EA__I_COUNT
 } ea__chaos_inv;
 

@@ -538,6 +538,155 @@ static void run_disk_full(ea__chaos_run *r, ea__chaos_episode *e) {
   }
 }
 
+/* An agent of another cluster (issue 11, items 3 and 8): the ordinary
+ * misconfiguration of an agent started with another key, --join pointing
+ * at the cluster and the same checkpoint.dir, whose job (min_nodes 1)
+ * would train alone if it could.  It is no node of the harness (it takes
+ * part in no invariant but this one): started in the spare slot's
+ * namespace, watched for the fault's window, then SIGKILLed.  Without
+ * --bootstrap it must wait to join and start no job; with it, it forms a
+ * cluster of its own and must refuse the cluster's checkpoint.dir (once
+ * the directory has the cluster's CLUSTER file).  Either way no node of
+ * the cluster may ever list it in a generation, the cluster keeps training
+ * at full strength, and DIR/CLUSTER stays the cluster's. */
+static bool cond_stranger_listed(ea__chaos_run *r, void *ctx) {
+  const char *name = ctx;
+  for (int s = 1; s <= r->o.nagents; s++) {
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
+    if (!n || !n->st.ok) continue;
+    for (uint32_t i = 0; i < n->st.nnodes; i++)
+      if (!strcmp(n->st.nodes[i], name)) return true;
+  }
+  return false;
+}
+
+static bool cond_pid_gone(ea__chaos_run *r, void *ctx) {
+  (void)r;
+  return !ea__chaos_pid_alive(*(pid_t *)ctx);
+}
+
+static bool log_has(const char *path, const char *what) {
+  char *text = NULL;
+  size_t len = 0;
+  if (ea__chaos_read_file(path, &text, &len) < 0) return false;
+  bool has = strstr(text, what) != NULL;
+  free(text);
+  return has;
+}
+
+static void run_foreign(ea__chaos_run *r, ea__chaos_episode *e) {
+  const ea__chaos_fault *f = &e->f;
+  const int s = r->o.nagents + 1;
+  static int count;
+  char name[CH_NAME_MAX], dir[CH_PATH_MAX], data[CH_PATH_MAX + 8], key[CH_PATH_MAX + 16],
+      log[CH_PATH_MAX + 16], sock[CH_PATH_MAX + 24], cl[CH_PATH_MAX + 16];
+  snprintf(name, sizeof name, "stranger%d", ++count);
+  snprintf(dir, sizeof dir, "%s/%s", r->o.work, name);
+  snprintf(data, sizeof data, "%s/d", dir);
+  snprintf(key, sizeof key, "%s/other.key", dir);
+  snprintf(log, sizeof log, "%s/agent.log", dir);
+  snprintf(sock, sizeof sock, "%s/admin.sock", data);
+  snprintf(cl, sizeof cl, "%s/CLUSTER", r->ckpt_dir);
+  snprintf(e->victim, sizeof e->victim, "%s", name);
+  char out[512] = "";
+  char *kargv[] = {r->o.agent_bin, "keygen", key, NULL};
+  if (ea__chaos_mkdirs(data, 0700) < 0 ||
+      ea__chaos_cmd(NULL, kargv, r->log_path, 10000, out, sizeof out) != 0) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "cannot make %.150s and a key in it", dir);
+    return;
+  }
+  char *before = NULL, *after = NULL;
+  size_t nbefore = 0, nafter = 0;
+  const bool claimed = ea__chaos_read_file(cl, &before, &nbefore) == 0;
+  char bind[64], seeds[256] = "";
+  if (r->o.netns)
+    snprintf(bind, sizeof bind, "%s:7000", r->ip[s]);
+  else
+    snprintf(bind, sizeof bind, "127.0.0.1:0");
+  for (int t = 1; t <= r->o.nagents; t++) {
+    ea__chaos_node *n = ea__chaos_slot_node(r, t);
+    if (!ea__chaos_node_running(n)) continue;
+    if (r->o.netns)
+      snprintf(seeds, sizeof seeds, "%s:7000", r->ip[t]);
+    else if (n->gossip[0])
+      snprintf(seeds, sizeof seeds, "%s", n->gossip);
+    if (seeds[0]) break;
+  }
+  char *argv[] = {r->o.agent_bin,
+                  "run",
+                  "--name",
+                  name,
+                  "--data-dir",
+                  data,
+                  "--config",
+                  r->job_path,
+                  "--set",
+                  "compute.min_nodes=1",
+                  "--log-format",
+                  "text",
+                  "--key-file",
+                  key,
+                  "--bind",
+                  bind,
+                  "--join",
+                  seeds,
+                  f->fresh ? "--bootstrap" : NULL,
+                  NULL};
+  pid_t pid = 0;
+  e->t_inject = ea__chaos_now_ms();
+  int rc = ea__chaos_spawn(argv, r->o.netns ? r->ns[s] : NULL, log, NULL, &pid);
+  if (rc < 0) {
+    free(before);
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "cannot start %s: %s", name, strerror(-rc));
+    return;
+  }
+  ea__chaos_logf(r, "started stranger %s pid %d bind %s join [%s]%s", name, (int)pid, bind, seeds,
+                 f->fresh ? " --bootstrap" : "");
+  const uint64_t step0 = ea__chaos_cluster_step(r);
+  if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + f->dur_ms, cond_stranger_listed, name))
+    ea__chaos_violate(r, EA__I_FOREIGN, "%s (another key) is listed in a generation of the cluster",
+                      name);
+  ea__chaos_status st;
+  const bool answered = ea__chaos_status_query(sock, EA__CHAOS_STATUS_TIMEOUT_MS, &st) == 0;
+  const bool alive = ea__chaos_pid_alive(pid);
+  if (alive) kill(pid, SIGKILL);
+  /* the harness's loop reaps it (an unknown pid to on_reap) */
+  ea__chaos_wait_until(r, ea__chaos_mono_ms() + 5000, cond_pid_gone, &pid);
+  e->t_heal = ea__chaos_now_ms();
+  const uint64_t step1 = ea__chaos_cluster_step(r);
+  if (step1 <= step0 + 1)
+    ea__chaos_violate(r, EA__I_RECOVERY, "training stood still while %s tried to join (step %llu)",
+                      name, (unsigned long long)step1);
+  if (!f->fresh) {
+    /* no job of its own: the gate holds it while no seed answers */
+    if (!log_has(log, "waiting to join"))
+      ea__chaos_violate(r, EA__I_FOREIGN,
+                        "%s (--join, no --bootstrap) never said it waits to join: %s", name, log);
+    if (answered && st.gen != 0)
+      ea__chaos_violate(r, EA__I_FOREIGN,
+                        "%s (--join, no --bootstrap) runs generation %llx of its own", name,
+                        (unsigned long long)st.gen);
+  } else if (claimed && !log_has(log, "refusing to")) {
+    ea__chaos_violate(r, EA__I_FOREIGN,
+                      "%s (--bootstrap) did not refuse the cluster's checkpoint.dir %s: %s", name,
+                      r->ckpt_dir, log);
+  }
+  if (claimed && (ea__chaos_read_file(cl, &after, &nafter) < 0 || nafter != nbefore ||
+                  memcmp(before, after, nbefore) != 0))
+    ea__chaos_violate(r, EA__I_FOREIGN, "%s changed or removed %s", name, cl);
+  free(before);
+  free(after);
+  snprintf(e->note, sizeof e->note, "%s%s: %s; the cluster trained from step %llu to %llu", name,
+           f->fresh ? " (--bootstrap)" : "",
+           !answered ? (alive ? "no status" : "exited by itself")
+           : st.gen  ? "formed a cluster of its own"
+                     : "waited to join",
+           (unsigned long long)step0, (unsigned long long)step1);
+  ea__chaos_say(r, "  %s", e->note);
+}
+
 void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
   const ea__chaos_fault *f = &e->f;
   char desc[256];
@@ -641,6 +790,9 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
       break;
     case EA__F_DISK_FULL:
       run_disk_full(r, e);
+      break;
+    case EA__F_FOREIGN:
+      run_foreign(r, e);
       break;
     default:
       break;

@@ -57,7 +57,7 @@ static void usage(FILE *f, const char *prog) {
       "  --netns              one network namespace per agent (root): real partitions and loss\n"
       "  --faults LIST        kinds to schedule, comma-separated (default: all):\n"
       "                       node-crash worker-kill controller-kill pause drain sigterm join\n"
-      "                       isolate split loss oneway (--netns) ckpt-kill disk-full "
+      "                       foreign isolate split loss oneway (--netns) ckpt-kill disk-full "
       "(checkpoints)\n"
       "  --min-faults N       at least N faults (default 10)\n"
       "  --steps N            train.steps (default: calibrated to last about --duration)\n"

@@ -149,6 +149,10 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       return NULL;
     case EA__I_RESOURCES:
       return nviol(r, inv) ? NULL : ea__chaos_rsrc_skip(r);
+    case EA__I_FOREIGN:
+      for (size_t i = 0; i < r->neps; i++)
+        if (r->eps[i].f.kind == EA__F_FOREIGN && r->eps[i].state == EA__EP_DONE) return NULL;
+      return nviol(r, inv) ? NULL : "no foreign fault ran";
     default:
       return NULL;
   }

@@ -53,7 +53,7 @@ static const char *const inv_names[EA__I_COUNT] = {"target_step",       "step_on
                                                    "one_controller",    "minority_never_trains",
                                                    "checkpoints",       "recovery_bound",
                                                    "clean_exit",        "coverage",
-                                                   "resources_flat"};
+                                                   "resources_flat",    "strangers_refused"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -70,7 +70,8 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "every fault recovered within its bound (no hang)",
     "drained and SIGTERMed agents exit 0; no agent dies unexpectedly",
     "the schedule ran: at least --min-faults faults were injected",
-    "agents' resident memory and open descriptors stay flat (no leak over a long run)"};
+    "agents' resident memory and open descriptors stay flat (no leak over a long run)",
+    "an agent of another cluster joins no generation and touches no checkpoint of the cluster"};
 
 const char *ea__chaos_inv_name(int inv) {
   return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";

@@ -31,9 +31,9 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause", "drain",
-    "sigterm",    "join",        "isolate",         "split", "loss",
-    "ckpt-kill",  "disk-full",   "oneway"};
+    "node-crash", "worker-kill", "controller-kill", "pause",  "drain",
+    "sigterm",    "join",        "isolate",         "split",  "loss",
+    "ckpt-kill",  "disk-full",   "oneway",          "foreign"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -99,11 +99,17 @@ static void params(ea_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f)
        * the other faults' numbers stay what they were. */
       f->dur_ms = 4 * window_ms;
       break;
+    case EA__F_FOREIGN:
+      /* 7–11 s: the stranger starts, fails to join or forms alone and
+       * reaches the checkpoint directory (no draw of its own) */
+      f->dur_ms = 2 * window_ms;
+      break;
     default:
       f->dur_ms = 0;
   }
   if (f->kind == EA__F_CONTROLLER_KILL) f->slot = 0;
-  if (f->kind == EA__F_JOIN) f->slot = o->nagents + 1; /* the spare slot */
+  if (f->kind == EA__F_JOIN || f->kind == EA__F_FOREIGN)
+    f->slot = o->nagents + 1; /* the spare slot (its namespace and address) */
   if (f->kind == EA__F_LOSS || f->kind == EA__F_SPLIT || f->kind == EA__F_DISK_FULL) f->slot = 0;
 }
 
@@ -237,6 +243,12 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
     case EA__F_DISK_FULL:
       snprintf(out, cap, "%s: checkpoint file system full for %.1f s, then freed", k,
                f->dur_ms / 1000.0);
+      break;
+    case EA__F_FOREIGN:
+      snprintf(out, cap,
+               "%s: an agent with another key, --join at the cluster and its checkpoint.dir%s, "
+               "for %.1f s, then SIGKILL",
+               k, f->fresh ? ", --bootstrap" : "", f->dur_ms / 1000.0);
       break;
     default:
       snprintf(out, cap, "%s", k);
