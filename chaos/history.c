@@ -693,6 +693,24 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
              ea_rdzv_gen64_term(g->gen), start, r->nodes[p->node].name, p->widx);
     return -2;
   }
+  if (prev->last + 1 != start || (g->have_ready && g->ready_digest != prev->last_digest)) {
+    /* The source may hold a state it received in a generation between the
+     * two that failed after its state sync had loaded the broadcast (the
+     * digest check that follows it lost a peer: soak seed 284935115, n2e
+     * in generation 324): that generation's source is then the lineage,
+     * if it held exactly this step and digest. */
+    for (size_t j = 0; j < h->ngens; j++) {
+      hgen *g2 = &h->gens[j];
+      if (g2->gen <= prev->gen || g2->gen >= g->gen || g2->root_proc < 0 ||
+          g2->root_proc == g->root_proc || (g2->have_start ? g2->start : gen_first(g2)) != start)
+        continue;
+      const proc *p2 = &h->procs[g2->root_proc];
+      const seg *s2 = NULL;
+      for (size_t i = 0; i < p2->nsegs && p2->segs[i].gen < g2->gen; i++) s2 = &p2->segs[i];
+      if (s2 && s2->last + 1 == start && (!g->have_ready || s2->last_digest == g->ready_digest))
+        return predecessor(r, h, (int)j, why, cap);
+    }
+  }
   if (prev->last + 1 != start) {
     ea__chaos_violate(r, EA__I_ONCE,
                       "generation %" PRIu64 "/%04" PRIx64 " started at step %" PRIu64
