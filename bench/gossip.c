@@ -8,6 +8,12 @@
  *   build/bench/gossip            N = 100, 1000, 5000
  *   build/bench/gossip --quick    N = 100, 1000, shorter loss runs
  *   build/bench/gossip --full     every loss run 10 simulated minutes (slow: see below)
+ *   build/bench/gossip --n 1000 --windows 0,600
+ *                                 one N only; loss windows {5%, 20%} in simulated
+ *                                 seconds (0 skips that window)
+ *   build/bench/gossip --crashes 30   crashes per N (default 10, 5 at N = 5000)
+ *   build/bench/gossip --loss-only    skip the quiet minute, the join and the
+ *                                     crashes (loss runs only)
  *   EA_SEED=…                     replay
  *
  * Per N, one simulated cluster (struct-copy mode: messages are not encoded,
@@ -118,7 +124,7 @@ static size_t up_count(ea_sim *sim) {
 
 /* ---- results ------------------------------------------------------------- */
 
-#define MAX_CRASH 16
+#define MAX_CRASH 64
 
 typedef struct {
   size_t n;
@@ -129,12 +135,15 @@ typedef struct {
   double susp[MAX_CRASH], dead1[MAX_CRASH], dead99[MAX_CRASH], dead100[MAX_CRASH];
   struct {
     double loss, window_s;
-    uint64_t false_members, false_events, suspicions;
+    uint64_t false_members, false_events, suspicions, refutations;
+    double upd; /* updates sent per node per second */
     double pkts, bytes, pp;
     double wall, cpu;
   } lossrun[2];
   double total_wall, total_cpu;
 } result;
+
+static bool loss_only; /* --loss-only */
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -144,6 +153,7 @@ static int cmp_d(const void *a, const void *b) {
 /* Nearest-rank percentile of k values. */
 static double pct(const double *v, int k, double p) {
   double s[MAX_CRASH];
+  if (k <= 0) return NAN;
   memcpy(s, v, (size_t)k * sizeof *s);
   qsort(s, (size_t)k, sizeof *s, cmp_d);
   int r = (int)ceil(p * k) - 1;
@@ -159,15 +169,22 @@ static void traffic(ea_sim *sim, const ea_sim_stats *a, const ea_sim_stats *b, d
   *pp = (double)(b->sync_bytes - a->sync_bytes) / n / secs;
 }
 
-static uint64_t suspicions_total(ea_sim *sim) {
-  uint64_t s = 0;
+/* Sums over every core: suspicions raised, refutations, updates sent. */
+typedef struct {
+  uint64_t suspicions, refutations, updates;
+} totals;
+
+static totals totals_get(ea_sim *sim) {
+  totals t = {0, 0, 0};
   for (size_t i = 0; i < ea_sim_size(sim); i++) {
     if (!ea_sim_core(sim, i)) continue;
     ea_swim_stats st;
     ea_swim_stats_get(ea_sim_core(sim, i), &st);
-    s += st.suspicions;
+    t.suspicions += st.suspicions;
+    t.refutations += st.refutations;
+    t.updates += st.updates_sent;
   }
-  return s;
+  return t;
 }
 
 static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2], result *r) {
@@ -199,6 +216,7 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
   /* 1. steady state */
   ea_sim_run_for(sim, 5000);
   ea_sim_stats a, b;
+  if (loss_only) goto loss;
   ea_sim_stats_get(sim, &a);
   ea_sim_run_for(sim, 60000);
   ea_sim_stats_get(sim, &b);
@@ -238,11 +256,14 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
   watch_target(&w, -1, -1);
 
   /* 4. loss */
+loss:
   double losses[2] = {0.05, 0.20};
   for (int li = 0; li < 2; li++) {
+    r->lossrun[li].loss = losses[li];
+    if (!loss_ms[li]) continue; /* skipped (--windows) */
     memset(w.false_dead, 0, n + 1);
     w.false_events = 0;
-    uint64_t s0 = suspicions_total(sim);
+    totals t0 = totals_get(sim);
     double lw = wall_s(), lc = cpu_s();
     ea_sim_set_loss(sim, losses[li]);
     ea_sim_stats_get(sim, &a);
@@ -256,7 +277,11 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
     r->lossrun[li].window_s = (double)loss_ms[li] / 1000.0;
     for (size_t i = 0; i <= n; i++) r->lossrun[li].false_members += w.false_dead[i];
     r->lossrun[li].false_events = w.false_events;
-    r->lossrun[li].suspicions = suspicions_total(sim) - s0;
+    totals t1 = totals_get(sim);
+    r->lossrun[li].suspicions = t1.suspicions - t0.suspicions;
+    r->lossrun[li].refutations = t1.refutations - t0.refutations;
+    r->lossrun[li].upd =
+        (double)(t1.updates - t0.updates) / (double)up_count(sim) / ((double)loss_ms[li] / 1000.0);
     ea_sim_set_loss(sim, 0);
     ea_sim_run_for(sim, 20000); /* let refutations settle before the next run */
   }
@@ -315,13 +340,29 @@ static void fmt_ms(char *out, size_t cap, double ms) {
 
 int main(int argc, char **argv) {
   bool quick = false, full = false;
+  size_t only_n = 0;
+  int crashes = 0;
+  long win_set[2] = {-1, -1}; /* simulated seconds, -1: the default */
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = true;
     else if (strcmp(argv[i], "--full") == 0)
       full = true;
+    else if (strcmp(argv[i], "--loss-only") == 0)
+      loss_only = true;
+    else if (strcmp(argv[i], "--crashes") == 0 && i + 1 < argc)
+      crashes = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
+      only_n = (size_t)strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--windows") == 0 && i + 1 < argc &&
+             sscanf(argv[i + 1], "%ld,%ld", &win_set[0], &win_set[1]) == 2 && win_set[0] >= 0 &&
+             win_set[1] >= 0)
+      i++;
     else {
-      fprintf(stderr, "usage: %s [--quick | --full]\n", argv[0]);
+      fprintf(
+          stderr,
+          "usage: %s [--quick | --full] [--n N] [--windows S5,S20] [--crashes K] [--loss-only]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -338,6 +379,11 @@ int main(int argc, char **argv) {
   size_t ns_full[] = {100, 1000, 5000}, ns_quick[] = {100, 1000};
   size_t *ns = quick ? ns_quick : ns_full;
   int nn = quick ? 2 : 3;
+  if (only_n) {
+    ns_quick[0] = only_n;
+    ns = ns_quick;
+    nn = 1;
+  }
   /* Loss windows {5%, 20%} in simulated ms, per N (see the header). */
   const uint64_t ten = 600000;
   uint64_t win_full[3][2] = {{ten, ten}, {ten, 60000}, {60000, 10000}};
@@ -355,9 +401,12 @@ int main(int argc, char **argv) {
 
   result res[3];
   for (int i = 0; i < nn; i++) {
-    int ncrash = ns[i] >= 5000 ? 5 : 10;
-    uint64_t w[2] = {full ? ten : (quick ? win_quick : win_full)[i][0],
-                     full ? ten : (quick ? win_quick : win_full)[i][1]};
+    int ncrash = crashes > 0 ? crashes : ns[i] >= 5000 ? 5 : 10;
+    int wi = only_n ? (only_n >= 5000 ? 2 : only_n >= 1000 ? 1 : 0) : i;
+    uint64_t w[2] = {full ? ten : (quick ? win_quick : win_full)[wi][0],
+                     full ? ten : (quick ? win_quick : win_full)[wi][1]};
+    for (int k = 0; k < 2; k++)
+      if (win_set[k] >= 0) w[k] = (uint64_t)win_set[k] * 1000;
     run_n(ns[i], seed, ncrash, w, &res[i]);
     fprintf(stderr, "  N=%zu done in %.1f s wall, %.1f s cpu\n", ns[i], res[i].total_wall,
             res[i].total_cpu);
@@ -405,27 +454,33 @@ int main(int argc, char **argv) {
       "   is fast and declares every member whose probe round is lost dead)\n");
 
   printf("\nFalse DEAD under loss, traffic per node per second, cost of the simulation\n");
-  printf("%6s %5s %6s | %8s %10s %10s | %8s %9s %10s | %8s %8s\n", "N", "loss", "sim s", "suspect",
-         "false DEAD", "(views)", "pkts/s", "UDP B/s", "TCP pp B/s", "wall s", "cpu s");
+  printf("%6s %5s %6s | %8s %8s %10s %10s | %8s %8s %9s %10s | %8s %8s\n", "N", "loss", "sim s",
+         "suspect", "refute", "false DEAD", "(views)", "pkts/s", "upd/s", "UDP B/s", "TCP pp B/s",
+         "wall s", "cpu s");
   for (int i = 0; i < nn; i++) {
     result *r = &res[i];
-    printf("%6zu %5s %6d | %8s %10s %10s | %8.1f %9.0f %10.0f | %8.1f %8.1f  (bootstrap)\n", r->n,
-           "0%", 60, "-", "-", "-", r->quiet_pkts, r->quiet_bytes, r->quiet_pp, r->boot_wall,
-           r->boot_cpu);
+    if (!loss_only)
+      printf(
+          "%6zu %5s %6d | %8s %8s %10s %10s | %8.1f %8s %9.0f %10.0f | %8.1f %8.1f  (bootstrap)\n",
+          r->n, "0%", 60, "-", "-", "-", "-", r->quiet_pkts, "-", r->quiet_bytes, r->quiet_pp,
+          r->boot_wall, r->boot_cpu);
     for (int li = 0; li < 2; li++) {
+      if (r->lossrun[li].window_s == 0) continue;
       char l[8];
       snprintf(l, sizeof l, "%.0f%%", r->lossrun[li].loss * 100);
-      printf("%6zu %5s %6.0f | %8" PRIu64 " %10" PRIu64 " %10" PRIu64
-             " | %8.1f %9.0f %10.0f | %8.1f %8.1f\n",
+      printf("%6zu %5s %6.0f | %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %10" PRIu64
+             " | %8.1f %8.0f %9.0f %10.0f | %8.1f %8.1f\n",
              r->n, l, r->lossrun[li].window_s, r->lossrun[li].suspicions,
-             r->lossrun[li].false_members, r->lossrun[li].false_events, r->lossrun[li].pkts,
-             r->lossrun[li].bytes, r->lossrun[li].pp, r->lossrun[li].wall, r->lossrun[li].cpu);
+             r->lossrun[li].refutations, r->lossrun[li].false_members, r->lossrun[li].false_events,
+             r->lossrun[li].pkts, r->lossrun[li].upd, r->lossrun[li].bytes, r->lossrun[li].pp,
+             r->lossrun[li].wall, r->lossrun[li].cpu);
     }
-    printf("%6zu %5s %6s | %8s %10s %10s | %8s %9s %10s | %8.1f %8.1f  (whole N)\n", r->n, "", "",
-           "", "", "", "", "", "", r->total_wall, r->total_cpu);
+    printf("%6zu %5s %6s | %8s %8s %10s %10s | %8s %8s %9s %10s | %8.1f %8.1f  (whole N)\n", r->n,
+           "", "", "", "", "", "", "", "", "", "", r->total_wall, r->total_cpu);
   }
   printf(
-      "  suspect: suspicions raised; false DEAD: live members declared dead (views: DEAD\n"
-      "  transitions about them); pkts/s and UDP B/s: sent, before loss; TCP pp: push-pull.\n");
+      "  suspect: suspicions raised; refute: refutations; false DEAD: live members declared\n"
+      "  dead (views: DEAD transitions about them); pkts/s, upd/s (updates piggybacked) and\n"
+      "  UDP B/s: sent, before loss; TCP pp: push-pull.\n");
   return 0;
 }

@@ -229,6 +229,9 @@
  * failure, where the round-robin probes the rest anyway. */
 #define PRIO_MAX 64
 #define URGENT_MAX 8
+/* Our own fresh suspicions held back from gossip while the suspect may
+ * still refute (hold_push).  Past this many the next is gossiped at once. */
+#define HOLD_MAX 64
 /* Relays nack after 4/5 of their probe timeout (Lifeguard §IV-B), so the nack
  * lands inside the requester's remaining interval I − T even with I = 2T. */
 #define NACK_NUM 4
@@ -342,6 +345,12 @@ struct ea_swim {
     uint64_t at;
   } urgent_seen[URGENT_MAX]; /* recently asked for (rate limit), a ring */
   uint32_t urgent_seen_next;
+  struct {
+    ea_node_id id;
+    uint32_t inc;
+    uint64_t due;
+  } hold[HOLD_MAX]; /* our own suspicions not gossiped yet (hold_push), FIFO */
+  uint32_t hold_head, hold_len;
   relay relays[RELAY_MAX];
 
   /* materialized views (logically const accessors fill these) */
@@ -417,13 +426,22 @@ static uint32_t *qpos_of(void *ctx, uint32_t midx) {
   return &((ea_swim *)ctx)->mem[midx].qpos;
 }
 
-/* Queue news about member midx; a newer update replaces any queued one. */
-static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
-                    const ea_node_id *from) {
+/* Queue news about member midx; a newer update replaces any queued one.
+ * A refutation (first) goes out ahead of everything else queued. */
+static void enqueue_x(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
+                      const ea_node_id *from, bool first) {
   member *m = &s->mem[midx];
   /* Empty once m's older entry is replaced: news goes out at once. */
   if (ea__bq_len(&s->q) == (m->qpos != NONE ? 1u : 0u) && s->gossip_at < now) s->gossip_at = now;
-  ea__bq_push(&s->q, midx, &m->id, from, state, inc, m->meta);
+  if (first) /* a refutation: the members it is for know the metadata already */
+    ea__bq_push_first(&s->q, midx, &m->id, from, state, inc, NULL);
+  else
+    ea__bq_push(&s->q, midx, &m->id, from, state, inc, m->meta);
+}
+
+static void enqueue(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, uint32_t inc,
+                    const ea_node_id *from) {
+  enqueue_x(s, now, midx, state, inc, from, false);
 }
 
 /* Append queued updates to msg (already holding `used` bytes) until the
@@ -786,7 +804,7 @@ static void refute(ea_swim *s, uint64_t now, uint32_t accused) {
   refresh_self_view(s);
   if (s->health + 1 < s->cfg.awareness_max) s->health++;
   s->st.refutations++;
-  enqueue(s, now, s->self_idx, EA_STATE_ALIVE, inc, &s->self_id);
+  enqueue_x(s, now, s->self_idx, EA_STATE_ALIVE, inc, &s->self_id, true);
 }
 
 static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
@@ -806,7 +824,7 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
      * the ack to a buddy ping then carries it straight to the doubter. */
     s->st.stale_dropped++;
     if (s->mem[s->self_idx].qpos == NONE)
-      enqueue(s, now, s->self_idx, EA_STATE_ALIVE, self->inc, &s->self_id);
+      enqueue_x(s, now, s->self_idx, EA_STATE_ALIVE, self->inc, &s->self_id, true);
     return;
   }
   refute(s, now, r->inc);
@@ -875,7 +893,12 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
       enqueue(s, now, mi, r->state, r->inc, &r->from);
     return;
   }
-  /* Newer.  ALIVE brings (possibly new) metadata. */
+  /* Newer.  ALIVE brings (possibly new) metadata.  An ALIVE with a newer
+   * incarnation is a refutation (or, rarely, new metadata): it is passed on
+   * ahead of the queue, so that under a flood of suspicions the one thing
+   * that cancels a suspicion is not the last to arrive. */
+  bool refutation = r->state == EA_STATE_ALIVE && r->inc > m->inc &&
+                    (!r->meta || ea__meta_same(m->meta, r->meta));
   ea__meta_blob *b = NULL, *owned = NULL;
   if (r->state == EA_STATE_ALIVE && r->meta) {
     if (r->blob)
@@ -889,7 +912,7 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
     susp_start(s, now, mi, &r->from);
     suspect_noted(s, now, mi);
   }
-  if (origin != ORIG_MERGE_FRESH) enqueue(s, now, mi, r->state, r->inc, &r->from);
+  if (origin != ORIG_MERGE_FRESH) enqueue_x(s, now, mi, r->state, r->inc, &r->from, refutation);
 }
 
 static void rec_from_update(rec *r, const ea_update *u) {
@@ -907,6 +930,53 @@ static void health_dec(ea_swim *s) {
   if (s->health > 0) s->health--;
 }
 
+static void buddy_update(const ea_swim *s, uint32_t mi, ea_update *u) {
+  u->state = EA_STATE_SUSPECT;
+  u->incarnation = s->mem[mi].inc;
+  u->id = s->mem[mi].id;
+  u->from = s->self_id;
+  u->has_meta = false;
+}
+
+/* Holding a fresh suspicion back.  Under heavy loss most suspicions are
+ * false, and gossiping one costs every member a few transmissions of it and
+ * then of its refutation; at 20% loss and thousands of members that is
+ * more than the packets can carry, and the backlog is what turns a
+ * suspicion into a false DEAD (a member that got the accusation but not
+ * yet the refutation).  So our own new suspicion waits one probe timeout
+ * (the suspect was told directly, and its refutation comes straight back)
+ * before it is queued: refuted by then, nobody else ever hears of it.  Our
+ * own timer runs from the start, and confirmations from other probers are
+ * gossiped as usual, so a real crash is declared no later: the K-th
+ * confirmation still reaches us well within min (swim.c's bound). */
+static void hold_push(ea_swim *s, uint64_t now, uint32_t mi) {
+  member *m = &s->mem[mi];
+  if (s->hold_len == HOLD_MAX) {
+    enqueue(s, now, mi, EA_STATE_SUSPECT, m->inc, &s->self_id);
+    return;
+  }
+  uint32_t k = (s->hold_head + s->hold_len++) % HOLD_MAX;
+  s->hold[k].id = m->id;
+  s->hold[k].inc = m->inc;
+  s->hold[k].due = now + (uint64_t)s->cfg.probe_timeout_ms * scale(s);
+}
+
+/* Held suspicions whose grace ran out and that still stand go to the queue
+ * (unless news about the member is queued already: a confirmation from
+ * someone else carries the same accusation). */
+static void hold_release(ea_swim *s, uint64_t now) {
+  while (s->hold_len && s->hold[s->hold_head].due <= now) {
+    uint32_t k = s->hold_head;
+    s->hold_head = (s->hold_head + 1) % HOLD_MAX;
+    s->hold_len--;
+    uint32_t mi = find_idx(s, &s->hold[k].id);
+    if (mi == NONE || s->mem[mi].state != EA_STATE_SUSPECT || s->mem[mi].inc != s->hold[k].inc ||
+        s->mem[mi].qpos != NONE)
+      continue;
+    enqueue(s, now, mi, EA_STATE_SUSPECT, s->mem[mi].inc, &s->self_id);
+  }
+}
+
 static void probe_finish(ea_swim *s, uint64_t now) {
   if (!s->probe.active) return;
   s->probe.active = false;
@@ -922,19 +992,19 @@ static void probe_finish(ea_swim *s, uint64_t now) {
     susp_start(s, now, mi, &s->self_id);
     suspect_noted(s, now, mi);
     s->st.suspicions++;
-    enqueue(s, now, mi, EA_STATE_SUSPECT, s->mem[mi].inc, &s->self_id);
+    /* Lifeguard: tell the suspect itself, at once.  A live one refutes
+     * straight back to us (apply_self, then the direct reply in
+     * ea_swim_recv), instead of waiting for the gossip to reach it or for
+     * a buddy ping. */
+    ea_msg *out = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
+    buddy_update(s, mi, &out->updates[out->nupdates++]);
+    msg_send(s, &s->probe.addr, out);
+    /* And give it that long before the accusation goes to everyone. */
+    hold_push(s, now, mi);
   } else if (m->state == EA_STATE_SUSPECT) {
     if (susp_confirm(s, mi, &s->self_id))
       enqueue(s, now, mi, EA_STATE_SUSPECT, m->inc, &s->self_id);
   }
-}
-
-static void buddy_update(const ea_swim *s, uint32_t mi, ea_update *u) {
-  u->state = EA_STATE_SUSPECT;
-  u->incarnation = s->mem[mi].inc;
-  u->id = s->mem[mi].id;
-  u->from = s->self_id;
-  u->has_meta = false;
 }
 
 /* Whether the dissemination queue holds more transmissions than we can send
@@ -1217,6 +1287,7 @@ uint64_t ea_swim_next_deadline(const ea_swim *s) {
   if (ea__susp_count(&s->susp)) d = umin(d, ea__susp_first(&s->susp)->deadline);
   if (s->reap_len) d = umin(d, s->reap[s->reap_head].deadline);
   d = umin(d, s->recon_at);
+  if (s->hold_len) d = umin(d, s->hold[s->hold_head].due);
   for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++)
     if (s->relays[i].used) d = umin(d, s->relays[i].deadline);
   return d;
@@ -1247,6 +1318,7 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       s->nrelays--;
       msg_send(s, &rl->reply_to, msg);
     }
+    hold_release(s, now);
     /* Suspicions that ran out. */
     const ea__susp *first;
     while ((first = ea__susp_first(&s->susp)) && first->deadline <= now) {

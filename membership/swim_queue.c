@@ -5,9 +5,10 @@
  * reaches everyone.  Entries live in a pool (stable indices, so the core
  * can keep one handle per member for O(1) invalidation) and the pool is
  * ordered by an indexed heap on one 64-bit key:
- *     key = transmits << 56 | (~order & (2^56 − 1))
- * fewer transmissions first, then larger enqueue sequence (newer) first.
- * 2^56 enqueues per core is beyond any run, and transmits ≤ 255.
+ *     key = !first << 63 | transmits << 55 | (~order & (2^55 − 1))
+ * refutations (entries pushed with ea__bq_push_first) ahead of everything,
+ * then fewer transmissions first, then larger enqueue sequence (newer)
+ * first.  2^55 enqueues per core is beyond any run, and transmits ≤ 255.
  */
 #include "swim_queue.h"
 
@@ -18,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fewer transmissions first, then newer first: the key orders exactly so. */
+/* Refutations first, then fewer transmissions, then newer: the key orders
+ * exactly so. */
 static uint64_t q_key(const ea__qent *e) {
-  return (uint64_t)e->transmits << 56 | (~e->order & ((1ULL << 56) - 1));
+  return (uint64_t)!e->first << 63 | (uint64_t)e->transmits << 55 |
+         (~e->order & ((1ULL << 55) - 1));
 }
 
 void ea__bq_init(ea__bq *q, ea__bq_slot_fn slot, void *ctx) {
@@ -95,10 +98,15 @@ static int push_entry(ea__bq *q, const ea__qent *e) {
   return 0;
 }
 
-int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                uint8_t state, uint32_t inc, ea__meta_blob *meta) {
-  ea__qent e = {
-      .id = *id, .from = *from, .inc = inc, .state = state, .key = key, .order = ++q->order};
+static int push_common(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
+                       uint8_t state, uint32_t inc, ea__meta_blob *meta, bool first) {
+  ea__qent e = {.id = *id,
+                .from = *from,
+                .inc = inc,
+                .state = state,
+                .first = first,
+                .key = key,
+                .order = ++q->order};
   if (state == EA_STATE_ALIVE && meta) e.meta = ea__meta_retain(meta);
   ea_update u;
   u.state = state;
@@ -118,6 +126,16 @@ int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id 
   int rc = push_entry(q, &e);
   if (rc != 0) ea__meta_release(e.meta);
   return rc;
+}
+
+int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
+                uint8_t state, uint32_t inc, ea__meta_blob *meta) {
+  return push_common(q, key, id, from, state, inc, meta, false);
+}
+
+int ea__bq_push_first(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
+                      uint8_t state, uint32_t inc, ea__meta_blob *meta) {
+  return push_common(q, key, id, from, state, inc, meta, true);
 }
 
 uint32_t ea__bq_fill(ea__bq *q, ea_msg *msg, size_t left, uint32_t limit) {

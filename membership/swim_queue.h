@@ -4,9 +4,12 @@
  * Promises:
  *  - At most one entry per member: queueing news about a member replaces
  *    (invalidates) whatever was queued about it, whatever its age.
- *  - ea__bq_fill() takes the least-transmitted entries first and, among
- *    equals, the newest first — fresh news overtakes news most members
- *    already heard.
+ *  - ea__bq_fill() takes refutations (ea__bq_push_first) before anything
+ *    else, then the least-transmitted entries first and, among equals, the
+ *    newest first — fresh news overtakes news most members already heard,
+ *    and a refutation overtakes even fresh news: under heavy loss the
+ *    queue is a flood of new suspicions, and the ALIVE that cancels one
+ *    must not wait behind the next (Lifeguard).
  *  - An entry leaves the queue after `limit` transmissions; the core passes
  *    ea__bq_limit(retransmit_mult, N) = retransmit_mult · ceil(log10(N+1)),
  *    memberlist's retransmitLimit.
@@ -32,6 +35,7 @@
 
 #include "ea_wire.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +44,7 @@ typedef struct {
   uint32_t inc;
   uint8_t state;
   uint8_t transmits;
+  bool first;          /* a refutation: ahead of every other entry */
   uint16_t size;       /* encoded size, cached */
   uint32_t key;        /* member it is about (the owner's handle slot) */
   uint32_t next_free;  /* free list link while unused */
@@ -84,6 +89,12 @@ static inline uint32_t ea__bq_limit(uint32_t retransmit_mult, uint32_t n) {
  * 0, or -ENOMEM: the older entry is gone and nothing is queued. */
 int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
                 uint8_t state, uint32_t inc, ea__meta_blob *meta);
+
+/* The same, for a refutation (an ALIVE that cancels a suspicion or a
+ * death): it goes out ahead of every entry not pushed this way, for all of
+ * its transmissions. */
+int ea__bq_push_first(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
+                      uint8_t state, uint32_t inc, ea__meta_blob *meta);
 
 /* Append entries to msg->updates while they fit in `left` bytes and under
  * EA_WIRE_MAX_UPDATES.  Each appended entry counts one transmission and

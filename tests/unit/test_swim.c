@@ -829,6 +829,214 @@ START_TEST(test_suspicion_timer_confirmations) {
 }
 END_TEST
 
+/* ---- Lifeguard under loss, and reconnect: every send and sync logged ---- */
+
+#define LOG_MAX 4096
+typedef struct {
+  int n, nsync;
+  struct {
+    uint64_t at;
+    ea_addr to;
+    uint8_t type;
+    uint32_t seq, nupdates;
+    ea_node_id target;
+    ea_update u[4]; /* the first four updates */
+  } m[LOG_MAX];
+  struct {
+    uint64_t at;
+    ea_addr to;
+  } sync[LOG_MAX];
+  uint64_t now;
+} sendlog;
+
+static void log_send(void *ctx, const ea_addr *to, const ea_msg *m) {
+  sendlog *l = ctx;
+  if (l->n == LOG_MAX) return;
+  l->m[l->n].at = l->now;
+  l->m[l->n].to = *to;
+  l->m[l->n].type = m->type;
+  l->m[l->n].seq = m->seq;
+  l->m[l->n].target = m->target;
+  l->m[l->n].nupdates = m->nupdates;
+  for (uint32_t i = 0; i < m->nupdates && i < 4; i++) l->m[l->n].u[i] = m->updates[i];
+  l->n++;
+}
+static void log_sync(void *ctx, const ea_addr *to, ea_sync_kind k) {
+  (void)k;
+  sendlog *l = ctx;
+  if (l->nsync == LOG_MAX) return;
+  l->sync[l->nsync].at = l->now;
+  l->sync[l->nsync++].to = *to;
+}
+
+/* Whether logged message i carries (in its first four updates) `state`
+ * about member `who`. */
+static bool carries(const sendlog *l, int i, uint8_t state, int who) {
+  ea_node_id id = id_n(who);
+  for (uint32_t k = 0; k < l->m[i].nupdates && k < 4; k++)
+    if (l->m[i].u[k].state == state && memcmp(&l->m[i].u[k].id, &id, sizeof id) == 0) return true;
+  return false;
+}
+
+/* A core that knows members 2..n, every one alive. */
+static ea_swim *core_of(sendlog *l, const ea_swim_config *cfg, int n) {
+  ea_swim_io io = {l, log_send, log_sync, NULL};
+  ea_node_id self = id_n(1);
+  ea_meta sm = meta_n(1);
+  ea_swim *s = ea_swim_new(cfg, &self, &sm, &io, g_seed, 0);
+  ck_assert_ptr_nonnull(s);
+  for (int i = 2; i <= n; i++) feed(s, 0, EA_STATE_ALIVE, 0, i, i);
+  return s;
+}
+
+/* Which member (by id_n number) a logged message was sent to. */
+static int dest_of(const sendlog *l, int i) {
+  return l->m[i].to.ip[3];
+}
+
+/* Lifeguard's "tell the suspect": the moment a probe fails, the suspect
+ * itself gets the accusation in a message of its own; the accusation is
+ * held back from everyone else for one probe timeout.  Refuted within it,
+ * nobody else ever hears of it; unrefuted, it is gossiped after it. */
+START_TEST(test_suspect_told_directly_and_held) {
+  static sendlog l;
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  for (int round = 0; round < 2; round++) {
+    memset(&l, 0, sizeof l);
+    ea_swim *s = core_of(&l, &cfg, 20);
+    /* Nobody answers: the first probe fails at the end of its interval. */
+    int target = -1;
+    uint64_t t_susp = 0;
+    for (l.now = 0; l.now < 2000 && target < 0; l.now++) {
+      ea_swim_tick(s, l.now);
+      for (int who = 2; who <= 20 && target < 0; who++)
+        if (state_of(s, who, NULL) == EA_STATE_SUSPECT) target = who, t_susp = l.now;
+    }
+    ck_assert_int_gt(target, 0);
+    int told = -1;
+    for (int i = 0; i < l.n; i++)
+      if (l.m[i].at == t_susp && l.m[i].type == EA_MSG_GOSSIP && dest_of(&l, i) == target &&
+          carries(&l, i, EA_STATE_SUSPECT, target))
+        told = i;
+    ck_assert_msg(told >= 0, "member %d suspected at %" PRIu64 " but not told", target, t_susp);
+    ea_node_id self = id_n(1);
+    ck_assert(memcmp(&l.m[told].u[0].from, &self, sizeof self) == 0);
+    int mark = l.n;
+    if (round == 0) {
+      /* It refutes straight back, within the probe timeout. */
+      l.now = t_susp + cfg.probe_timeout_ms / 2;
+      feed(s, l.now, EA_STATE_ALIVE, 1, target, target);
+      ck_assert_int_eq(state_of(s, target, NULL), EA_STATE_ALIVE);
+    }
+    /* Watch what goes to the others (for 1.5 s: less than the suspicion's
+     * max, so the member is not declared dead meanwhile). */
+    uint64_t first_gossip = 0;
+    for (; l.now < t_susp + 1500; l.now++) {
+      ea_swim_tick(s, l.now);
+      for (int i = mark; i < l.n; i++)
+        if (!first_gossip && dest_of(&l, i) != target && carries(&l, i, EA_STATE_SUSPECT, target))
+          first_gossip = l.m[i].at;
+      mark = l.n;
+    }
+    if (round == 0)
+      ck_assert_msg(first_gossip == 0, "a refuted suspicion was gossiped at %" PRIu64,
+                    first_gossip);
+    else {
+      ck_assert_msg(first_gossip, "an unrefuted suspicion was never gossiped");
+      ck_assert_uint_ge(first_gossip, t_susp + cfg.probe_timeout_ms);
+      ck_assert_uint_le(first_gossip, t_susp + cfg.probe_timeout_ms * 8 + cfg.gossip_interval_ms);
+    }
+    ea_swim_free(s);
+  }
+}
+END_TEST
+
+/* A refutation goes out ahead of everything queued: accused while the queue
+ * holds fresher news (suspicions heard after the accusation), the very next
+ * probe carries our ALIVE first. */
+START_TEST(test_refutation_queued_first) {
+  static sendlog l;
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  memset(&l, 0, sizeof l);
+  ea_swim *s = core_of(&l, &cfg, 40);
+  for (l.now = 0; l.now < 400; l.now += 10) ea_swim_tick(s, l.now); /* drain the joins */
+  feed(s, l.now, EA_STATE_SUSPECT, 0, 1, 7);                        /* we are accused */
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 1);
+  for (int who = 10; who < 30; who++) feed(s, l.now, EA_STATE_SUSPECT, 0, who, 5); /* newer news */
+  int mark = l.n;
+  uint64_t t0 = l.now;
+  while (l.n == mark || l.m[l.n - 1].nupdates == 0) {
+    ck_assert_uint_lt(l.now, t0 + 1000);
+    ea_swim_tick(s, ++l.now);
+  }
+  int i = l.n - 1;
+  ck_assert_uint_ge(l.m[i].nupdates, 2);
+  ck_assert_msg(carries(&l, i, EA_STATE_ALIVE, 1) && l.m[i].u[0].state == EA_STATE_ALIVE,
+                "first update of the next packet is not our refutation");
+  ea_node_id self = id_n(1);
+  ck_assert(memcmp(&l.m[i].u[0].id, &self, sizeof self) == 0);
+  ck_assert_uint_eq(l.m[i].u[0].incarnation, 1);
+  ck_assert(!l.m[i].u[0].has_meta); /* everyone it is for knows our metadata */
+  ea_swim_free(s);
+}
+END_TEST
+
+/* Serf's reconnect loop, message by message: a member reaped while DEAD is
+ * tried with a push-pull every reconnect_interval_ms, and no longer once
+ * reconnect_timeout_ms have passed since it was reaped. */
+START_TEST(test_reconnect_at_interval_until_timeout) {
+  static sendlog l;
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  cfg.dead_reclaim_ms = 2000;
+  cfg.reconnect_interval_ms = 700;
+  cfg.reconnect_timeout_ms = 5000;
+  cfg.push_pull_interval_ms = 0; /* no periodic push-pull in the log */
+  memset(&l, 0, sizeof l);
+  ea_swim *s = core_of(&l, &cfg, 6);
+  feed(s, 100, EA_STATE_DEAD, 0, 4, 2);
+  ck_assert_int_eq(state_of(s, 4, NULL), EA_STATE_DEAD);
+  uint64_t reaped = 0;
+  int mark = 0;
+  for (l.now = 100; l.now < 20000; l.now++) {
+    ea_swim_tick(s, l.now);
+    if (!reaped && state_of(s, 4, NULL) < 0) reaped = l.now;
+    /* the live ones answer their pings, the dead one never does */
+    for (int i = mark; i < l.n; i++)
+      if (l.m[i].type == EA_MSG_PING && dest_of(&l, i) != 4) {
+        static ea_msg ack;
+        memset(&ack, 0, offsetof(ea_msg, updates));
+        ack.type = EA_MSG_ACK;
+        ack.seq = l.m[i].seq;
+        ack.src = ack.target = l.m[i].target;
+        ea_swim_recv(s, l.now, &l.m[i].to, &ack);
+      }
+    mark = l.n;
+    if (l.n > LOG_MAX - 64) l.n = mark = 0; /* only the syncs are checked */
+  }
+  for (int who = 2; who <= 6; who++)
+    if (who != 4) ck_assert_int_eq(state_of(s, who, NULL), EA_STATE_ALIVE);
+  ck_assert_uint_eq(reaped, 100 + cfg.dead_reclaim_ms);
+  ea_addr a4 = meta_n(4).gossip;
+  uint64_t at[16];
+  int n = 0;
+  for (int i = 0; i < l.nsync; i++)
+    if (ea_addr_eq(&l.sync[i].to, &a4)) {
+      ck_assert_int_lt(n, 16);
+      at[n++] = l.sync[i].at;
+    }
+  /* at reaped + 700, 1400, … while < reaped + 5000: seven attempts */
+  ck_assert_int_eq(n, 7);
+  for (int k = 0; k < n; k++) ck_assert_uint_eq(at[k], reaped + (uint64_t)(k + 1) * 700);
+  ea_swim_stats st;
+  ea_swim_stats_get(s, &st);
+  ck_assert_uint_eq(st.reconnects, 7);
+  ea_swim_free(s);
+}
+END_TEST
+
 /* The push-pull state: export carries every member with metadata, merge of
  * it into a fresh core reproduces the view, and the simulator's fast path
  * counts exactly the bytes the codec would send. */
@@ -881,6 +1089,9 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_precedence_rules);
   tcase_add_test(t, test_suspicion_timer_confirmations);
   tcase_add_test(t, test_export_merge_roundtrip);
+  tcase_add_test(t, test_suspect_told_directly_and_held);
+  tcase_add_test(t, test_refutation_queued_first);
+  tcase_add_test(t, test_reconnect_at_interval_until_timeout);
   tcase_add_test(t, test_join_64_through_one_seed);
   tcase_add_test(t, test_crash_detected_within_bound);
   tcase_add_test(t, test_pause_shorter_than_suspicion_refutes);

@@ -127,6 +127,38 @@ START_TEST(test_least_sent_first) {
 }
 END_TEST
 
+/* A refutation (ea__bq_push_first) goes ahead of everything: of fresher
+ * entries never sent, and for all its transmissions, not only the first;
+ * among refutations the usual order holds.  A plain push replacing it
+ * takes its place back in the common order. */
+START_TEST(test_refutation_first) {
+  ea__bq *q = new_queue();
+  uint32_t got[EA_WIRE_MAX_UPDATES];
+  ck_assert_int_eq(ea__bq_push_first(q, 0, &ids[0], &ids[0], EA_STATE_ALIVE, 2, NULL), 0);
+  for (uint32_t k = 1; k <= 5; k++) push(q, k, EA_STATE_SUSPECT, 1, NULL);
+  size_t one = dead_size(0, 2);
+  for (int i = 0; i < 4; i++) { /* sent 4 times, still first over never-sent news */
+    ck_assert_uint_eq(fill(q, one, 10, got), 1);
+    ck_assert_uint_eq(got[0], 0);
+  }
+  ck_assert_uint_eq(fill(q, 1400, 10, got), 6);
+  ck_assert_uint_eq(got[0], 0);
+  ck_assert_uint_eq(got[1], 5); /* then newest first, as ever */
+  ck_assert_int_eq(ea__bq_push_first(q, 3, &ids[3], &ids[3], EA_STATE_ALIVE, 2, NULL), 0);
+  ck_assert_uint_eq(fill(q, 1400, 10, got), 6);
+  ck_assert_uint_eq(got[0], 3); /* sent 0 times: before refutation 0 (sent 5) */
+  ck_assert_uint_eq(got[1], 0);
+  ck_assert_uint_eq(ea__bq_len(q), 6);
+  push(q, 0, EA_STATE_DEAD, 3, NULL); /* replaced by a plain entry: no longer first */
+  push(q, 1, EA_STATE_DEAD, 3, NULL);
+  ck_assert_uint_eq(fill(q, 1400, 10, got), 6);
+  ck_assert_uint_eq(got[0], 3);
+  ck_assert_uint_eq(got[1], 1);
+  ck_assert_uint_eq(got[2], 0);
+  ea__bq_close(q);
+}
+END_TEST
+
 /* Number of decimal digits of n (n ≥ 1) is ceil(log10(n+1)). */
 static uint32_t digits(uint32_t n) {
   uint32_t d = 0;
@@ -329,6 +361,7 @@ int main(void) {
   tcase_add_checked_fixture(t, setup, NULL);
   tcase_add_test(t, test_newest_first_among_equals);
   tcase_add_test(t, test_least_sent_first);
+  tcase_add_test(t, test_refutation_first);
   tcase_add_test(t, test_retransmit_limit_formula);
   tcase_add_test(t, test_entry_leaves_at_limit);
   tcase_add_test(t, test_newer_update_invalidates_older);
