@@ -423,6 +423,21 @@ static bool cond_dead(ea__chaos_run *r, void *ctx) {
   return !ea__chaos_node_running((ea__chaos_node *)ctx);
 }
 
+/* The armed node is back in a full generation — or already dead: its
+ * first write under the fault may come before it rejoins (elected
+ * controller again at once, it commits a checkpoint its predecessor
+ * collected: soak seed 284935115, faults #12 and #92), which is the fault
+ * firing early, not a hang. */
+typedef struct {
+  ea__chaos_want *w;
+  ea__chaos_node *v;
+} armed_ctx;
+
+static bool cond_formed_or_dead(ea__chaos_run *r, void *ctx) {
+  armed_ctx *a = ctx;
+  return !ea__chaos_node_running(a->v) || ea__chaos_cond_formed(r, a->w);
+}
+
 static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v) {
   /* Stop it gracefully (SIGTERM: drain, leave) rather than kill it, so it
    * is an ordinary joiner at once when it comes back armed (a crashed node
@@ -439,8 +454,9 @@ static void run_ckpt_kill(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node
   v->expect_death = true; /* armed to die */
   ea__chaos_want w;
   ea__chaos_want_set(&w, r, NULL, NULL);
-  if (!ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_restore_ms, ea__chaos_cond_formed,
-                            &w)) {
+  armed_ctx ac = {.w = &w, .v = v};
+  if (!ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_restore_ms, cond_formed_or_dead,
+                            &ac)) {
     ea__chaos_hang(r, e, "restored (the armed node rejoins before its checkpoint)", &w);
     return;
   }

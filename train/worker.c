@@ -305,7 +305,8 @@ static void fail(worker *w, uint64_t gen, int rc, const char *fmt, ...) {
   ea_ipc_msg_init(w->out, EA_IPC_FAILED);
   w->out->gen = gen;
   w->out->error = rc < 0 ? rc : -EIO;
-  snprintf(w->out->message, sizeof w->out->message, "%s: %s%s%s", what, strerror(-rc),
+  /* bounded so that it fits: the reason, the error, the peer's part */
+  snprintf(w->out->message, sizeof w->out->message, "%.150s: %.40s%s%.60s", what, strerror(-rc),
            blamed ? "; " : "", why);
   w->out->has_peer = blamed;
   w->out->peer = peer;
