@@ -116,8 +116,7 @@ typedef struct {
 
 /* One piggybacked membership fact.  `from` is who asserts it (the suspector
  * for SUSPECT, used to count independent confirmations).  ALIVE updates
- * carry meta, except refutations (an incarnation bump with the metadata
- * unchanged: the receivers already hold it); others may omit it. */
+ * always carry meta; others may omit it. */
 typedef struct {
   uint8_t state; /* ea_member_state */
   uint32_t incarnation;

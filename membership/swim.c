@@ -433,8 +433,9 @@ static void enqueue_x(ea_swim *s, uint64_t now, uint32_t midx, uint8_t state, ui
   member *m = &s->mem[midx];
   /* Empty once m's older entry is replaced: news goes out at once. */
   if (ea__bq_len(&s->q) == (m->qpos != NONE ? 1u : 0u) && s->gossip_at < now) s->gossip_at = now;
-  if (first) /* a refutation: the members it is for know the metadata already */
-    ea__bq_push_first(&s->q, midx, &m->id, from, state, inc, NULL);
+  if (first) /* a refutation: with the metadata, which holds the addresses — a member
+                that restarted on a new port refutes the suspicion of its old one */
+    ea__bq_push_first(&s->q, midx, &m->id, from, state, inc, m->meta);
   else
     ea__bq_push(&s->q, midx, &m->id, from, state, inc, m->meta);
 }
