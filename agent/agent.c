@@ -260,7 +260,9 @@ static void on_change(void *ctx, const ea_member *m, uint8_t old_state) {
 
 static void on_join(void *ctx, int ok, const char *via) {
   ea__agent *a = ctx;
-  if (ok) {
+  if (ok == 2) {
+    ea__ident_seed_is_self(a); /* the first node: nobody to wait for */
+  } else if (ok) {
     a->joined = true;
   } else {
     a->join_failures++;

@@ -813,6 +813,9 @@ bool ea__ident_foreign(ea__agent *a, const ea_member *m);
 void ea__ident_tick(ea__agent *a);
 /* A join attempt reached no seed. */
 void ea__ident_join_failed(ea__agent *a, const char *why);
+/* Every seed of --join is this node itself (and no remembered peer): it
+ * starts the cluster, as an agent without --join does. */
+void ea__ident_seed_is_self(ea__agent *a);
 /* Whether DIR/CLUSTER (as last read) is another cluster's: then true, the
  * refusal for `op` in why, counted and alerted. */
 bool ea__ident_ckpt_refused(ea__agent *a, const char *op, char *why, size_t cap);

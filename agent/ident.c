@@ -377,6 +377,17 @@ void ea__ident_tick(ea__agent *a) {
   ea__agent_settle_soon(a); /* adopts or creates again */
 }
 
+void ea__ident_seed_is_self(ea__agent *a) {
+  ea__agent_ident *id = &a->ident;
+  if (!id->gated) return;
+  id->gated = false;
+  ea_log(EA_LOG_INFO, "cluster",
+         "every seed of --join %s is this node and it remembers no peer: it starts the cluster, "
+         "as without --join",
+         a->o->join);
+  ea__agent_settle_soon(a);
+}
+
 void ea__ident_join_failed(ea__agent *a, const char *why) {
   ea__agent_ident *id = &a->ident;
   if (!id->gated) return;

@@ -91,7 +91,9 @@ typedef struct {
   /* A member changed state; called from inside the core (see above). */
   void (*on_change)(void *ctx, const ea_member *m, uint8_t old_state);
   /* Join finished: ok = 1 joined via `via`; ok = 0 one attempt failed
-   * (`via` holds the reasons, retry pending).  Optional. */
+   * (`via` holds the reasons, retry pending); ok = 2 every seed is this
+   * agent itself (`via` NULL): it is the first of a new cluster (pod 0 of
+   * a StatefulSet whose pods all join pod 0).  Optional. */
   void (*on_join)(void *ctx, int ok, const char *via);
 } ea_transport_opts;
 

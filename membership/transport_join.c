@@ -132,6 +132,7 @@ static void join_resolved(ea_transport *t) {
       ea_log(EA_LOG_INFO, "join",
              "every seed is this agent itself: starting a new cluster, waiting for others");
       join_stop(t);
+      if (t->on_join) t->on_join(t->ctx, 2, NULL);
       return;
     }
     join_attempt_failed(t);

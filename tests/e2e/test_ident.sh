@@ -31,6 +31,10 @@
 #     with its key (new spot instances): the first controller takes the
 #     identity DIR/CLUSTER names, since it is bound to the same key, and
 #     the new agents resume from the cluster's checkpoints and commit on.
+#  7. an agent whose only seed is itself (pod 0 of the StatefulSet in
+#     deploy/k8s: every pod joins pod 0) and that remembers no peer starts
+#     the cluster, as without --join: the gate is for agents with someone
+#     to wait for.
 #
 # On main before this change part 2 fails: the stranger trains alone (and
 # resumes the cluster's newest checkpoint).
@@ -238,5 +242,15 @@ wait_for 60 grep -q " loaded step-" "$(agent_log f1)" "$(agent_log f2)" ||
 wait_for 60 latest_moved_from "$last" || fail "the new agents do not commit into $CK"
 assert_eq "$(id_of "$CK/CLUSTER")" "$CID" "$CK/CLUSTER after the new agents"
 pass "f1, f2 (fresh data dirs, the cluster's key) are cluster $CID again: resumed and committing"
+
+say "7. a node whose only seed is itself (pod 0 of a StatefulSet whose pods all --join pod 0) starts the cluster"
+for n in f1 f2; do stop_agent "$n" KILL; done
+P0=127.0.0.1:$(free_port)
+AGENT_BIND[p0]=$P0
+start_agent p0 --join "$P0" --set compute.min_nodes=1 "${TINY[@]}" --set checkpoint.save_interval_steps=0
+wait_for 20 grep -q "every seed of --join $P0 is this node" "$(agent_log p0)" ||
+  fail "p0 does not see that its only seed is itself: $(grep -h 'cluster\|join' "$(agent_log p0)" | head -5)"
+wait_for 30 trains p0 1 || fail "p0 (its own seed) does not train: $(js p0 'd["cluster"]')"
+pass "p0, --join naming only itself, starts the cluster and trains at world 1"
 
 say "WALL $((($(now_ms) - t_start) / 1000)) s"
