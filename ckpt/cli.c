@@ -162,6 +162,16 @@ static int cmd_show(const char *dir, const char *spec) {
   return 0;
 }
 
+/* Its MANIFEST is gone since the listing: retention of a running job
+ * deleted it meanwhile (MANIFEST first, then the shards), not damage. */
+static bool removed_meanwhile(const char *path) {
+  char mp[EA_CKPT_PATH_MAX + 16];
+  snprintf(mp, sizeof mp, "%s/MANIFEST", path);
+  struct stat st;
+  return stat(mp, &st) != 0 && errno == ENOENT;
+}
+
+/* 0 ok, 1 corrupt, 2 removed while it was verified (printed as such). */
 static int verify_one(const char *path, ea_ckpt_verify_mode mode) {
   ea_ckpt_verify_report rep;
   int rc = ea_ckpt_verify(path, NULL, mode, 0, &rep);
@@ -169,6 +179,10 @@ static int verify_one(const char *path, ea_ckpt_verify_mode mode) {
     printf("ok       %s (%s)\n", path,
            mode == EA_CKPT_VERIFY_FULL ? "all shards re-hashed" : "sizes");
     return 0;
+  }
+  if (removed_meanwhile(path)) {
+    printf("gone     %s: removed while it was verified (retention of a running job)\n", path);
+    return 2;
   }
   /* rep.msg names the shard file and the byte range (file and state) */
   if (rep.shard >= 0)
@@ -187,7 +201,7 @@ static int cmd_verify(const char *dir, const char *spec, ea_ckpt_verify_mode mod
               rc == -ENOENT ? "no complete checkpoint with that step" : strerror(-rc));
       return 1;
     }
-    return verify_one(path, mode);
+    return verify_one(path, mode) ? 1 : 0;
   }
   ea_ckpt_entry *e;
   size_t n;
@@ -200,13 +214,20 @@ static int cmd_verify(const char *dir, const char *spec, ea_ckpt_verify_mode mod
   for (size_t i = 0; i < n; i++) {
     if (!e[i].has_manifest) continue;
     seen++;
+    snprintf(path, sizeof path, "%s/%s", dir, e[i].name);
     if (!e[i].complete) {
+      if (removed_meanwhile(path)) {
+        printf("gone     %s: removed while it was verified (retention of a running job)\n", path);
+        seen--;
+        continue;
+      }
       printf("CORRUPT  %s/%s: %s\n", dir, e[i].name, e[i].error);
       bad = 1;
       continue;
     }
-    snprintf(path, sizeof path, "%s/%s", dir, e[i].name);
-    bad |= verify_one(path, mode);
+    int v = verify_one(path, mode);
+    if (v == 2) seen--;
+    if (v == 1) bad = 1;
   }
   free(e);
   if (!seen) {

@@ -36,11 +36,24 @@ signal_node() { # NAME SIG — the agent's process group and its worker's
   return 0
 }
 declare -A WPID
+# Node ids written before start: the lowest is the controller, so the node
+# this test SIGSTOPs (n3, m3) is never the one committing.  A controller
+# frozen inside a commit holds checkpoint.dir's lock, and every other
+# commit then times out behind it (by design: docs/checkpoints.md) — a
+# clean-clone CI run froze n3 in its first commit, and no checkpoint came
+# in 60 s.
+with_id() {
+  mkdir -p "$EA_TMP/$1/data"
+  printf '%s\n' "$(printf "$2%.0s" $(seq 16))" >"$EA_TMP/$1/data/node-id"
+}
 
 say "1. a live state older than the newest checkpoint is not a sync source"
 CK=$EA_TMP/ck1
 JOB=("${TINY[@]}" --set train.steps=100000000 --set checkpoint.save_interval_steps=200
   --set checkpoint.dir="$CK")
+with_id n1 01
+with_id n2 02
+with_id n3 03
 start_agent n1 "${JOB[@]}"
 start_agent n2 --join "${AGENT_ADDR[n1]}" "${JOB[@]}"
 start_agent n3 --join "${AGENT_ADDR[n1]}" "${JOB[@]}"
@@ -82,6 +95,9 @@ steps=24000
 JOB=("${TINY[@]}" --set checkpoint.save_interval_steps=500 --set checkpoint.dir="$CK"
   --set train.steps=$steps)
 reached() { (($(last_step "$1") >= $2)); }
+with_id m1 01
+with_id m2 02
+with_id m3 03
 start_agent m1 "${JOB[@]}"
 start_agent m2 --join "${AGENT_ADDR[m1]}" "${JOB[@]}"
 start_agent m3 --join "${AGENT_ADDR[m1]}" "${JOB[@]}"
