@@ -501,6 +501,10 @@ static int cmd_run(int argc, char **argv) {
   if (rc == 0 && o.advertise[0] && ea_addr_parse(o.advertise, 0, &probe) < 0)
     rc = usage_error("--advertise: cannot parse '%s' (want a numeric ip:port)", o.advertise);
   if (rc == 0 && o.join[0]) rc = check_seeds(o.join);
+  if (rc == 0 && o.bootstrap && !o.join[0])
+    rc = usage_error(
+        "--bootstrap: only with --join (an agent without --join starts a new cluster "
+        "anyway)");
   if (rc == 0 && (!o.name[0] || strpbrk(o.name, " \t\r\n")))
     rc = usage_error("--name: must be non-empty without spaces, got '%s'", o.name);
   if (rc == 0 && strcmp(o.role, "worker") != 0 && strcmp(o.role, "observer") != 0)

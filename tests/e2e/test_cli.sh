@@ -66,6 +66,7 @@ expect_usage "option '--bind' needs a value" run --bind
 expect_usage "--bind: cannot parse 'not-an-address'" run --bind not-an-address
 expect_usage "--role: expected worker or observer" run --role boss
 expect_usage "--join: cannot parse seed" run --join 'bad host:1'
+expect_usage "--bootstrap: only with --join" run --bootstrap
 expect_usage "membership.probe_interval_ms" run --set membership.probe_interval_ms=fast
 expect_usage "want section.key=value" run --set nonsense
 expect_usage "--log-level" run --log-level loud
