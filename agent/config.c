@@ -380,11 +380,20 @@ static size_t edit_distance(const char *a, const char *b) {
 static const char *suggest(const char *section, const char *word) {
   const char *best = NULL;
   size_t bestd = 3;
+  const size_t lw = strlen(word);
   for (size_t i = 0; i < NKEYS; i++) {
     const char *cand = section ? keys[i].key : keys[i].section;
     if (section && strcmp(keys[i].section, section) != 0) continue;
-    size_t d = edit_distance(word, cand);
-    if (strlen(word) >= 4 && strncmp(cand, word, strlen(word)) == 0) d = 1;
+    if (!section && i > 0 && strcmp(keys[i - 1].section, cand) == 0) continue; /* seen */
+    size_t d;
+    if (lw >= 4 && strncmp(cand, word, lw) == 0) {
+      d = 1;
+    } else {
+      /* the distance is at least the difference in length: skip the table */
+      size_t lc = strlen(cand);
+      if ((lc > lw ? lc - lw : lw - lc) >= bestd) continue;
+      d = edit_distance(word, cand);
+    }
     if (d < bestd) bestd = d, best = cand;
   }
   return best;

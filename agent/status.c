@@ -424,6 +424,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "syncs_merged", w.syncs_merged);
   ea__jb_u64(b, o, "reconnects", w.reconnects);
   ea__jb_u64(b, o, "urgent_probes", w.urgent_probes);
+  ea__jb_u64(b, o, "gone_suspicions", w.gone_suspicions);
   ea__jb_u64(b, o, "stale_dropped", w.stale_dropped);
   ea__jb_int(b, o, "health", w.health);
   ea_rdzv_status st;

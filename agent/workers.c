@@ -252,8 +252,16 @@ static void order_commit(ea__agent *a, const ea_rdzv_order *o) {
  * are probed now rather than at their turn in the gossip round (when the
  * peer process is gone the kernel has already reset the connection, and
  * the round could take N probe intervals to reach it).  Only a probe: a
- * neighbour is declared dead, as ever, by failed probes and suspicion. */
-static void probe_ring_neighbours(ea__agent *a) {
+ * neighbour is declared dead by failed probes and suspicion; when the
+ * worker's error says the kernel reset or refused the connection (`gone`),
+ * a failed probe's suspicion runs one probe interval instead of waiting
+ * for other members' confirmations (ea_swim_peer_gone).  A timeout is no
+ * such evidence (a frozen or unplugged peer): the usual protocol. */
+static bool error_says_gone(int32_t error) {
+  return error == -ECONNRESET || error == -ECONNREFUSED || error == -EPIPE;
+}
+
+static void probe_ring_neighbours(ea__agent *a, bool gone) {
   const ea_rdzv_plan *p = a->rdzv ? ea_rdzv_running(a->rdzv) : NULL;
   if (!p || !a->tr || p->world < 2 || !p->wpn) return;
   const uint32_t base = a->run.rank_base;
@@ -261,9 +269,10 @@ static void probe_ring_neighbours(ea__agent *a) {
   for (int i = 0; i < 2; i++) {
     uint32_t node = ranks[i] / p->wpn;
     if (node >= p->nnodes || ea_node_id_cmp(&p->nodes[node].id, &a->id) == 0) continue;
-    if (ea_transport_probe_soon(a->tr, &p->nodes[node].id))
-      ea_log(EA_LOG_DEBUG, "worker", "probing ring neighbour %s (rank %u) now",
-             p->nodes[node].name[0] ? p->nodes[node].name : "?", ranks[i]);
+    if (ea_transport_probe_soon(a->tr, &p->nodes[node].id, gone))
+      ea_log(EA_LOG_DEBUG, "worker", "probing ring neighbour %s (rank %u) now%s",
+             p->nodes[node].name[0] ? p->nodes[node].name : "?", ranks[i],
+             gone ? " (connection reset)" : "");
   }
 }
 
@@ -506,7 +515,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       }
       w->state = EA__W_FAILED;
       a->worker_failures++;
-      probe_ring_neighbours(a);
+      probe_ring_neighbours(a, error_says_gone(m->error));
       ea__agent_stall(a, "a worker's communicator failed");
       const ea_node_id *peer = note_failure(a, w, m);
       ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s%s%s%s",

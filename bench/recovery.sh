@@ -17,9 +17,11 @@
 # node-kill, worker-kill, node-join, storehost-kill.  This script only joins
 # those lines into the table, so neither half can leak numbers into the other.
 #
-# usage: bench/recovery.sh [--quick] [--trials N] [--keep]
+# usage: bench/recovery.sh [--quick] [--trials N] [--keep] [--ours-only]
 #   --quick   2 trials per fault instead of 5 (the CPU here is shared: noisy)
 #   --keep    keep the node logs (their directory is printed)
+#   --ours-only  skip the torchrun half (its columns show -; its last figures
+#             are in bench/results/recovery-torchrun.json)
 # env: EA_BINDIR (default bin) holds elastic-agent.
 set -u
 export LC_ALL=C
@@ -28,11 +30,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
 ARGS=()
+OURS_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick|--keep) ARGS+=("$1") ;;
+        --ours-only) OURS_ONLY=1 ;;
         --trials) ARGS+=("$1" "$2"); shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "recovery: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -293,8 +297,10 @@ print_table() {
 }
 
 status=0
-run_torchrun || status=1
-echo
+if [ "$OURS_ONLY" = 0 ]; then
+    run_torchrun || status=1
+    echo
+fi
 run_ours; rc=$?
 case $rc in
     0|3) ;;

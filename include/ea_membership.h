@@ -81,10 +81,11 @@ typedef struct {
   uint64_t declared_dead;
   uint64_t updates_sent;
   uint64_t syncs_started, syncs_merged;
-  uint64_t reconnects;    /* push-pulls started with a reaped dead member */
-  uint64_t urgent_probes; /* probes moved ahead of the round (ea_swim_probe_soon) */
-  uint64_t stale_dropped; /* updates older than what we know */
-  uint32_t health;        /* current Lifeguard awareness score */
+  uint64_t reconnects;      /* push-pulls started with a reaped dead member */
+  uint64_t urgent_probes;   /* probes moved ahead of the round (ea_swim_probe_soon) */
+  uint64_t gone_suspicions; /* suspicions cut to one probe interval (ea_swim_peer_gone) */
+  uint64_t stale_dropped;   /* updates older than what we know */
+  uint32_t health;          /* current Lifeguard awareness score */
 } ea_swim_stats;
 
 /* Create a core for ourselves.  self_meta is copied.  seed feeds the
@@ -104,6 +105,16 @@ void ea_swim_join(ea_swim *s, uint64_t now_ms, const ea_addr *seeds, size_t n);
  * that is gone is declared dead only by the usual protocol, just sooner.
  * Returns true when a probe was scheduled. */
 bool ea_swim_probe_soon(ea_swim *s, uint64_t now_ms, const ea_node_id *id);
+/* ea_swim_probe_soon for a member whose *process* the kernel reported gone
+ * (our connection to it was reset or refused, not merely timed out); also
+ * for a member already SUSPECT.  Still the ordinary probe, and nothing
+ * happens to a member that answers it; but when the direct and indirect
+ * probes both fail, the suspicion we hold runs only one probe interval
+ * (scaled by local health) instead of waiting for other members'
+ * confirmations: the reset stands in for them.  A refutation within that
+ * interval cancels it as usual.  Returns true when a probe was scheduled or
+ * the one scheduled was marked. */
+bool ea_swim_peer_gone(ea_swim *s, uint64_t now_ms, const ea_node_id *id);
 /* Graceful leave: broadcast LEFT for our incarnation; afterwards the core
  * only answers pings with acks until freed. */
 void ea_swim_leave(ea_swim *s, uint64_t now_ms);

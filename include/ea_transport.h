@@ -123,8 +123,9 @@ void ea_transport_close(ea_transport *t, void (*closed)(void *ctx), void *ctx);
 const ea_swim *ea_transport_swim(const ea_transport *t);
 /* Replace our metadata (gossip/control are kept), then re-arm the timer. */
 void ea_transport_set_meta(ea_transport *t, const ea_meta *meta);
-/* ea_swim_probe_soon on the transport's core, its timer re-armed. */
-bool ea_transport_probe_soon(ea_transport *t, const ea_node_id *id);
+/* ea_swim_probe_soon (gone: ea_swim_peer_gone) on the transport's core, its
+ * timer re-armed. */
+bool ea_transport_probe_soon(ea_transport *t, const ea_node_id *id, bool gone);
 void ea_transport_stats_get(const ea_transport *t, ea_transport_stats *out);
 /* The advertised gossip address (also the TCP push-pull address). */
 const ea_addr *ea_transport_addr(const ea_transport *t);

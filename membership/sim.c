@@ -787,10 +787,12 @@ void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta) {
   after_call(sim, nd);
 }
 
-bool ea_sim_probe_soon(ea_sim *sim, size_t i, size_t target) {
+bool ea_sim_probe_soon(ea_sim *sim, size_t i, size_t target, bool gone) {
   node *nd = &sim->nodes[i];
   if (nd->status != N_UP) return false;
-  bool yes = ea_swim_probe_soon(nd->core, sim->now, ea_sim_id(sim, target));
+  const ea_node_id *id = ea_sim_id(sim, target);
+  bool yes =
+      gone ? ea_swim_peer_gone(nd->core, sim->now, id) : ea_swim_probe_soon(nd->core, sim->now, id);
   after_call(sim, nd);
   return yes;
 }

@@ -78,8 +78,9 @@ void ea_sim_pause(ea_sim *sim, size_t i, uint64_t ms);
 void ea_sim_restart(ea_sim *sim, size_t i, size_t seed);
 void ea_sim_leave(ea_sim *sim, size_t i);
 void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta);
-/* ea_swim_probe_soon on node i for node target (a reset its agent saw). */
-bool ea_sim_probe_soon(ea_sim *sim, size_t i, size_t target);
+/* ea_swim_probe_soon on node i for node target (gone: ea_swim_peer_gone, a
+ * reset its agent saw). */
+bool ea_sim_probe_soon(ea_sim *sim, size_t i, size_t target, bool gone);
 
 /* ---- network ---- */
 void ea_sim_set_loss(ea_sim *sim, double p);

@@ -1068,9 +1068,10 @@ void ea_transport_set_meta(ea_transport *t, const ea_meta *meta) {
   ea__transport_rearm(t);
 }
 
-bool ea_transport_probe_soon(ea_transport *t, const ea_node_id *id) {
+bool ea_transport_probe_soon(ea_transport *t, const ea_node_id *id, bool gone) {
   if (t->closing) return false;
-  bool yes = ea_swim_probe_soon(t->swim, uv_now(t->loop), id);
+  uint64_t now = uv_now(t->loop);
+  bool yes = gone ? ea_swim_peer_gone(t->swim, now, id) : ea_swim_probe_soon(t->swim, now, id);
   if (yes) ea__transport_rearm(t);
   return yes;
 }

@@ -72,8 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 1 << 16) return 0; /* job files are small; long inputs only slow the search */
   char path[64];
   int fd = as_file(data, size, path, sizeof path);
-  ea_config *c = malloc(sizeof *c), *before = malloc(sizeof *before);
-  CHECK(c && before);
+  /* Allocated once: an ea_config is large, and a fresh one per input cost
+   * more in page faults than the loader itself. */
+  static ea_config *c, *before, *back;
+  if (!c) {
+    c = malloc(sizeof *c), before = malloc(sizeof *before), back = malloc(sizeof *back);
+    CHECK(c && before && back);
+  }
   ea_config_default(c);
   memcpy(before, c, sizeof *c);
   char err[4096] = "";
@@ -83,8 +88,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *dump = dump_alloc(c);
     char p2[64];
     int fd2 = as_file((const uint8_t *)dump, strlen(dump), p2, sizeof p2);
-    ea_config *back = malloc(sizeof *back);
-    CHECK(back);
     ea_config_default(back);
     CHECK(ea_config_set(back, "compute.workers_per_node", "3", err, sizeof err) == 0);
     CHECK(ea_config_set(back, "train.data", "/elsewhere", err, sizeof err) == 0);
@@ -97,7 +100,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     back->aliases_used = c->aliases_used; /* not a key: which old names the file used */
     CHECK(memcmp(back, c, sizeof *c) == 0);
     free(again);
-    free(back);
     free(dump);
     close(fd2);
   } else {
@@ -109,8 +111,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       lines += data[i] == '\n' || (data[i] == '\r' && (i + 1 >= size || data[i + 1] != '\n'));
     check_message(err, path, lines);
   }
-  free(before);
-  free(c);
   close(fd);
   return 0;
 }

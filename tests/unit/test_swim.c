@@ -17,6 +17,7 @@
  * packet is encoded and decoded), and asserts no packet exceeded the budget.
  * The seed is printed; EA_SEED=… replays a run exactly.
  */
+#include "ea_base.h"
 #include "sim.h"
 #include "ea_membership.h"
 
@@ -395,8 +396,8 @@ START_TEST(test_probe_soon_after_a_reset) {
   ea_swim_config cfg;
   ea_swim_config_default(&cfg);
   /* a live member: probed, answers, stays ALIVE */
-  ck_assert(ea_sim_probe_soon(sim, 0, 7));
-  ck_assert(!ea_sim_probe_soon(sim, 0, 7)); /* already waiting */
+  ck_assert(ea_sim_probe_soon(sim, 0, 7, false));
+  ck_assert(!ea_sim_probe_soon(sim, 0, 7, false)); /* already waiting */
   ea_sim_run_for(sim, 2 * cfg.probe_interval_ms);
   ck_assert_int_eq(ea_sim_view_state(sim, 0, 7, NULL), EA_STATE_ALIVE);
   ea_swim_stats st;
@@ -407,7 +408,7 @@ START_TEST(test_probe_soon_after_a_reset) {
   uint64_t t0 = ea_sim_now(sim);
   /* false only when the probe in flight is already of that member (then
    * nothing is gained by asking; seen with EA_SEED=156681561358393) */
-  bool asked = ea_sim_probe_soon(sim, 0, 20);
+  bool asked = ea_sim_probe_soon(sim, 0, 20, false);
   /* the probe went out at once (none was waiting for its ack), or at the
    * latest when the one in flight ended */
   ea_sim_run_for(sim, cfg.probe_interval_ms + 5);
@@ -423,6 +424,113 @@ START_TEST(test_probe_soon_after_a_reset) {
   /* and it is declared dead by the usual protocol, everywhere */
   see_ctx dead = {.target = 20, .state = EA_STATE_DEAD};
   ck_assert(ea_sim_run_until_cond(sim, t0 + 10000, 10, all_see, &dead));
+  assert_wire_clean(sim);
+  ea_sim_free(sim);
+}
+END_TEST
+
+/* ea_swim_peer_gone: the kernel reported a member's process gone.  A live
+ * member asked about answers and nothing happens.  A crashed one: the asking
+ * node's probe fails one interval after the request (plus the probe in
+ * flight, if any) and its suspicion then runs one more interval instead of
+ * min (600 ms at 4 members, 900 at 32): DEAD in its view within 3
+ * intervals, never before 2 (a failed probe and the refutation window), and
+ * in every view soon after.  A member that is only suspected when asked
+ * (another prober got there first) is confirmed and capped the same way. */
+START_TEST(test_peer_gone_declared_after_one_interval) {
+  const size_t sizes[2] = {4, 32};
+  for (int k = 0; k < 2; k++) {
+    size_t n = sizes[k];
+    ea_sim *sim = make_sim(n, 40 + n);
+    converge(sim);
+    ea_swim_config cfg;
+    ea_swim_config_default(&cfg);
+    const uint64_t iv = cfg.probe_interval_ms;
+    ck_assert(ea_sim_probe_soon(sim, 0, 1, true));
+    ea_sim_run_for(sim, 3 * iv);
+    ck_assert_int_eq(ea_sim_view_state(sim, 0, 1, NULL), EA_STATE_ALIVE);
+    ea_swim_stats st;
+    ea_swim_stats_get(ea_sim_core(sim, 0), &st);
+    ck_assert_uint_eq(st.gone_suspicions, 0);
+    ck_assert_uint_eq(st.declared_dead, 0);
+
+    const size_t v = n - 1;
+    ea_sim_crash(sim, v);
+    uint64_t t0 = ea_sim_now(sim);
+    /* the node asked, and the victim's other ring neighbour */
+    ea_sim_probe_soon(sim, 0, v, true);
+    ea_sim_probe_soon(sim, n - 2, v, true);
+    while (ea_sim_now(sim) < t0 + 5000 && ea_sim_view_state(sim, 0, v, NULL) != EA_STATE_DEAD)
+      ea_sim_run_for(sim, 1);
+    uint64_t took = ea_sim_now(sim) - t0;
+    see_ctx dead = {.target = v, .state = EA_STATE_DEAD};
+    ck_assert(ea_sim_run_until_cond(sim, t0 + 5000, 1, all_see, &dead));
+    uint64_t everywhere = ea_sim_now(sim) - t0;
+    uint64_t mn, mx;
+    ea_swim_suspicion_bounds(ea_sim_core(sim, 0), &mn, &mx);
+    printf("  peer gone, %zu members: DEAD at the asking node after %" PRIu64
+           " ms, everywhere after %" PRIu64 " ms (suspicion min %" PRIu64 " ms)\n",
+           n, took, everywhere, mn);
+    ck_assert_uint_ge(took, 2 * iv - 5); /* a failed probe, then the interval (less d) */
+    ck_assert_uint_le(took, 3 * iv + 5);
+    ck_assert_uint_le(everywhere, 3 * iv + 200);
+    ck_assert_uint_lt(took, iv + mn); /* what the usual suspicion would take at best */
+    ea_swim_stats_get(ea_sim_core(sim, 0), &st);
+    ck_assert_uint_ge(st.gone_suspicions, 1);
+    assert_wire_clean(sim);
+    ea_sim_free(sim);
+  }
+}
+END_TEST
+
+typedef struct {
+  uint64_t false_dead;
+} dead_count;
+
+static void count_dead(void *ctx, size_t node, const ea_member *m, uint8_t old_state,
+                       uint64_t now_ms) {
+  (void)node, (void)old_state, (void)now_ms;
+  if (m->state == EA_STATE_DEAD) ((dead_count *)ctx)->false_dead++;
+}
+
+/* The shortcut under loss: a reset reported for a live member (its worker
+ * died, its agent did not) at 10% loss on every link.  Its probe fails now
+ * and then (lost pings, acks, relays), and the suspicion then has only one
+ * interval for the refutation; the suspect is told at once and answers
+ * straight back, so no live member is declared dead.  8 members, one such
+ * report every 50 ms for 10 simulated minutes (12000 reports; a real
+ * cluster makes one per worker failure). */
+START_TEST(test_peer_gone_at_10pct_loss_no_false_dead) {
+  ea_sim *sim = make_sim(8, 48);
+  converge(sim);
+  dead_count dc = {0};
+  ea_sim_set_observer(sim, count_dead, &dc);
+  ea_sim_set_loss(sim, 0.10);
+  ea_rng rng;
+  ea_rng_seed(&rng, ea_sim_seed(sim), 0x676f6e65ULL, 0);
+  uint64_t asked = 0;
+  for (int r = 0; r < 12000; r++) {
+    size_t i = ea_rng_below(&rng, 8), j = ea_rng_below(&rng, 7);
+    if (j >= i) j++;
+    asked += ea_sim_probe_soon(sim, i, j, true);
+    ea_sim_run_for(sim, 50);
+  }
+  uint64_t gone = 0, susp = 0;
+  for (size_t i = 0; i < 8; i++) {
+    ea_swim_stats st;
+    ea_swim_stats_get(ea_sim_core(sim, i), &st);
+    gone += st.gone_suspicions;
+    susp += st.suspicions;
+  }
+  printf("  peer gone at 10%% loss: %" PRIu64 " reports taken, %" PRIu64
+         " capped suspicions, %" PRIu64 " suspicions, %" PRIu64 " false DEAD\n",
+         asked, gone, susp, dc.false_dead);
+  ck_assert_uint_gt(asked, 5000);
+  ck_assert_uint_gt(gone, 0); /* the loss did bite */
+  ck_assert_uint_eq(dc.false_dead, 0);
+  ea_sim_set_observer(sim, NULL, NULL);
+  ea_sim_set_loss(sim, 0);
+  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
   assert_wire_clean(sim);
   ea_sim_free(sim);
 }
@@ -1099,6 +1207,8 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_partition_heals_into_one_view);
   tcase_add_test(t, test_long_partition_heals_by_reconnect);
   tcase_add_test(t, test_probe_soon_after_a_reset);
+  tcase_add_test(t, test_peer_gone_declared_after_one_interval);
+  tcase_add_test(t, test_peer_gone_at_10pct_loss_no_false_dead);
   tcase_add_test(t, test_every_node_elects_the_same_controller);
   tcase_add_test(t, test_graceful_leave_is_left_not_dead);
   tcase_add_test(t, test_dead_reaped_after_reclaim);
