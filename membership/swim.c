@@ -996,7 +996,8 @@ static void hold_release(ea_swim *s, uint64_t now) {
 static void gone_cap(ea_swim *s, uint64_t now, uint32_t mi) {
   uint32_t si = s->mem[mi].susp;
   if (si == NONE) return;
-  ea__susp_cap(&s->susp, si, now + (uint64_t)s->cfg.probe_interval_ms * scale(s));
+  /* Once per suspicion: the re-probe below failing again moves nothing. */
+  if (!ea__susp_cap(&s->susp, si, now + (uint64_t)s->cfg.probe_interval_ms * scale(s))) return;
   s->st.gone_suspicions++;
   /* And probe it again right away, inside that interval: the ping carries
    * the accusation (buddy system), so a live suspect whose direct refutation

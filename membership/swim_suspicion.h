@@ -70,7 +70,7 @@ int ea__susp_start(ea__susp_set *t, uint64_t now, uint32_t key, const ea_node_id
 bool ea__susp_confirm(ea__susp_set *t, uint32_t si, const ea_node_id *from);
 /* Timer si expires at `at` at the latest, confirmations or not (a member
  * the kernel reported gone whose probe failed: swim.c, ea_swim_peer_gone). */
-void ea__susp_cap(ea__susp_set *t, uint32_t si, uint64_t at);
+bool ea__susp_cap(ea__susp_set *t, uint32_t si, uint64_t at); /* true: it moved */
 /* Stop timer si (resolved, expired or its member reaped). */
 void ea__susp_cancel(ea__susp_set *t, uint32_t si);
 
