@@ -129,7 +129,8 @@ done
 pass "mode 0644, 0640, 0604 key files: exit 2 naming the file and its mode"
 
 say "one agent's life cycle"
-start_agent solo --key-file "$EA_TMP/cluster.key"
+# train.steps: the agent must outlive this script (the job ending would free the data dir)
+start_agent solo --key-file "$EA_TMP/cluster.key" --set train.steps=100000000
 data=${AGENT_DIR[solo]}/data
 assert_eq "$(stat -c %a "$data")" 700 "data dir mode"
 assert_eq "$(stat -c %a "$data/admin.sock")" 600 "admin socket mode"
