@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # bench/allreduce.sh — allreduce bus bandwidth of our tcp ring
 # (build/bench/allreduce) against torch.distributed gloo
-# (bench/allreduce_gloo.py), both on loopback, float32 sum, W = 2 and 4 by
-# default, sizes 1 KiB … 256 MiB, in the same run.  Prints one table with
-# the ratio ours/gloo per size, for bus bandwidth (wall clock) and for CPU
-# cost (gloo's CPU per op / ours: > 1 means we spend less).
+# (bench/allreduce_gloo.py) and against the wire itself, all on loopback,
+# float32 sum, W = 2 and 4 by default, sizes 1 KiB … 256 MiB, in the same run.
+# The wire is measured two ways (build/bench/allreduce --stream, timed per op
+# as the ring is):
+#   stream  one TCP stream between two processes (one sender, one receiver);
+#   links   W processes in a ring of plain TCP streams, each sending to its
+#           right and receiving from its left at once — what each link of a
+#           W-rank ring can carry when the W ranks share this machine's CPUs
+#           (on a host with one rank per node, links ≈ stream).
+# Prints one table with the ratios ours/gloo, ours/stream and ours/links per
+# size, for bus bandwidth (wall clock), and CPU cost (gloo's CPU per op /
+# ours: > 1 means we spend less).
 #
 #   bench/allreduce.sh                 # W = 2 4, 1K … 256M
 #   WS="2" MIN=16M MAX=64M bench/allreduce.sh
@@ -31,7 +39,9 @@ have_gloo=1
 [ $have_gloo = 1 ] || echo "note: torch with gloo not importable by $PY; reporting ours only" >&2
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+"$BUILD/bench/allreduce" --stream -w 1 --min "$MIN" --max "$MAX" --json >"$tmp/stream.json"
 for w in $WS; do
+  "$BUILD/bench/allreduce" --stream -w "$w" --min "$MIN" --max "$MAX" --json >"$tmp/links_$w.json"
   "$BUILD/bench/allreduce" -w "$w" --min "$MIN" --max "$MAX" --json >"$tmp/ours_$w.json"
   if [ $have_gloo = 1 ]; then
     "$PY" bench/allreduce_gloo.py -w "$w" --min "$MIN" --max "$MAX" >"$tmp/gloo_$w.json"
@@ -50,17 +60,24 @@ def size(b):
         if b >= k:
             return f"{b / k:g} {unit}"
     return f"{b} B"
+stream = load("stream.json")
+def ratio(x, y):
+    return f"{x / y:6.2f}" if y else f"{'-':>6}"
+def col(r, key="busbw_gbps"):
+    return f"{r[key]:7.3f}" if r else f"{'-':>7}"
 print()
 print("allreduce float32 sum on loopback: bus bandwidth GB/s (median), CPU µs per op (all ranks)")
-print(f"{'W':>2} {'size':>9} | {'ours':>7} {'gloo':>7} {'ratio':>6} | {'ours cpu':>9} {'gloo cpu':>9} {'gloo/ours':>9}")
+print("stream: one TCP stream; links: a ring of W plain TCP streams (see the head of this script)")
+print(f"{'W':>2} {'size':>9} | {'ours':>7} {'gloo':>7} {'stream':>7} {'links':>7} | "
+      f"{'/gloo':>6} {'/stream':>7} {'/links':>6} | {'ours cpu':>9} {'gloo cpu':>9} {'gloo/ours':>9}")
 for w in ws:
-    ours, gloo = load(f"ours_{w}.json"), load(f"gloo_{w}.json")
+    ours, gloo, links = load(f"ours_{w}.json"), load(f"gloo_{w}.json"), load(f"links_{w}.json")
     for b in sorted(ours):
-        o, g = ours[b], gloo.get(b)
-        if g:
-            print(f"{w:>2} {size(b):>9} | {o['busbw_gbps']:7.3f} {g['busbw_gbps']:7.3f} "
-                  f"{o['busbw_gbps'] / g['busbw_gbps']:6.2f} | {o['cpu_us']:9.0f} {g['cpu_us']:9.0f} "
-                  f"{g['cpu_us'] / o['cpu_us']:9.2f}")
-        else:
-            print(f"{w:>2} {size(b):>9} | {o['busbw_gbps']:7.3f} {'-':>7} {'-':>6} | {o['cpu_us']:9.0f}")
+        o, g, s1, l = ours[b], gloo.get(b), stream.get(b), links.get(b)
+        bw = o["busbw_gbps"]
+        gcpu = f"{g['cpu_us']:9.0f}" if g else f"{'-':>9}"
+        gr = ratio(g["cpu_us"], o["cpu_us"]) if g else "-"
+        print(f"{w:>2} {size(b):>9} | {bw:7.3f} {col(g)} {col(s1)} {col(l)} | "
+              f"{ratio(bw, g and g['busbw_gbps'])} {ratio(bw, s1 and s1['busbw_gbps']):>7} "
+              f"{ratio(bw, l and l['busbw_gbps'])} | {o['cpu_us']:9.0f} {gcpu} {gr:>9}")
 PYEOF
