@@ -1346,8 +1346,10 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
       return;
     case T_STR: {
       /* Characters YAML does not allow in a stream (C0/C1 controls, DEL,
-       * U+FFFE/U+FFFF) are escaped; so are bytes that are not UTF-8, which
-       * only code can put here (load and set refuse them). */
+       * U+FFFE/U+FFFF) are escaped, and so are the ones YAML 1.1 reads as
+       * line breaks (U+2028/U+2029: raw, a quoted scalar folds them into a
+       * space); so are bytes that are not UTF-8, which only code can put
+       * here (load and set refuse them). */
       const unsigned char *s = f;
       size_t n = strnlen(f, k->size), run = 0;
       put(o, "\"", 1);
@@ -1365,7 +1367,8 @@ static void put_value(sink *o, const cfg_key *k, const ea_config *c) {
           snprintf(esc, sizeof esc, "\\n");
         else if (cp == '\t')
           snprintf(esc, sizeof esc, "\\t");
-        else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff)
+        else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+                 cp == 0xfffe || cp == 0xffff)
           snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
         if (!esc[0]) {
           run += l, i += l;
