@@ -1802,19 +1802,23 @@ static void ctrl_report_do(ea_rdzv *r, const ea_rdzv_msg *m) {
 
 /* A newer formed generation is believed only from a member that may tell
  * us: the controller our view elects (it answers every REPORT with what
- * formed last) or the member our last QUERY went to — and only when it
- * names members our view knows.  Issue 11: without a key, one forged
- * 61-byte STATE naming an unknown member paused every node for good ("no
- * quorum: 0 of 1 members of generation 5 reachable"); a plan never comes
- * from anyone else, so neither does the generation a quorum is judged by. */
+ * formed last) or the member our last QUERY went to — and only when most
+ * of the members it names are known to our view.  Issue 11: without a key,
+ * one forged 61-byte STATE naming an unknown member paused every node for
+ * good ("no quorum: 0 of 1 members of generation 5 reachable"); a plan
+ * never comes from anyone else, so neither does the generation a quorum is
+ * judged by.  Most, not all: a newcomer's view never shows a member that
+ * died before it started (SWIM passes on no stranger's death), and a
+ * newcomer elected at once must still learn the generation that member
+ * was in (the members it does not know count as unreachable when that
+ * generation's quorum is judged). */
 static bool state_credible(const ea_rdzv *r, const ea_rdzv_msg *m) {
   bool elected = r->el.have && id_eq(&m->src, &r->el.controller) && !id_eq(&m->src, &r->self);
   bool asked = r->asked_set && id_eq(&m->src, &r->asked);
   if (!(elected || asked) || !is_up(view_find(r, &m->src))) return false;
-  if (m->plan.nnodes == 0) return false;
-  for (uint32_t i = 0; i < m->plan.nnodes; i++)
-    if (!view_find(r, &m->plan.nodes[i].id)) return false;
-  return true;
+  uint32_t known = 0;
+  for (uint32_t i = 0; i < m->plan.nnodes; i++) known += view_find(r, &m->plan.nodes[i].id) != NULL;
+  return 2 * known > m->plan.nnodes;
 }
 
 static void ctrl_state(ea_rdzv *r, const ea_rdzv_msg *m) {

@@ -92,6 +92,7 @@ typedef struct {
   bool fresh;      /* booted, has not looked at the cluster yet */
   bool fail_ready; /* its workers fail instead of getting ready (a bad GPU) */
   uint64_t deadline;
+  uint64_t boot_at, down_at; /* when it last started, and last crashed */
   /* observations for tests */
   uint64_t commits, pauses, prepares;
   uint64_t last_commit_at, last_step_at;
@@ -155,6 +156,10 @@ struct h_sim {
   uint64_t max_progress_gens; /* most distinct generations progressing at once */
   char violation[512];
   bool trace;
+  /* as SWIM does: an agent never learns of a death that happened before
+   * it started (a stranger's DEAD record teaches nothing); off, a booted
+   * agent sees every agent ever started, the dead ones as DEAD */
+  bool strangers_unseen;
 };
 
 /* ---- small utilities ---------------------------------------------------- */
@@ -480,6 +485,7 @@ static void h_boot(h_sim *h, int i) {
   ea_rdzv_set_latest_ckpt(a->r, h->latest_gen);
   a->up = true;
   a->started = true;
+  a->boot_at = h->now;
   a->inc++;
   a->nview = 0;
   a->fresh = true;
@@ -509,6 +515,7 @@ static void h_crash(h_sim *h, int i) {
   ea_rdzv_free(a->r);
   a->r = NULL;
   a->up = false;
+  a->down_at = h->now;
   for (int k = 0; k < H_WPN_MAX; k++) a->w[k].st = HW_DEAD;
 }
 
@@ -553,6 +560,8 @@ static int h_drain(h_sim *h, int i, const char *name) {
 static uint8_t h_truth(const h_sim *h, int i, int j) {
   const h_agent *b = &h->a[j];
   if (!b->started) return 0xff;
+  if (h->strangers_unseen && !b->up && b->down_at <= h->a[i].boot_at && h->a[i].shown[j] == 0xff)
+    return 0xff;
   if (b->left) return EA_STATE_LEFT;
   if (!b->up || !h_linked(h, i, j)) return EA_STATE_DEAD;
   return EA_STATE_ALIVE;

@@ -537,6 +537,37 @@ START_TEST(test_forged_state_refused) {
 }
 END_TEST
 
+/* A newcomer elected at once (the lowest id) must learn the last
+ * generation from its members even when that generation names a member
+ * that died before the newcomer started, which its view therefore never
+ * shows (SWIM passes on no stranger's death).  Requiring every named
+ * member to be known (the forged-STATE defence above) left it asking
+ * "learning generation N from …" for good, and the cluster without a
+ * controller (make asan, test_ckpt: c9, 15 s).  A majority of the named
+ * members known is enough; the forged STATE, 0 of 1 known, is still
+ * refused. */
+START_TEST(test_newcomer_learns_generation_naming_unseen_dead) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("newcomer_unseen_dead"), 4, &c, true);
+  h->strangers_unseen = true;
+  for (int i = 1; i < 4; i++) h_start(h, i);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, 20000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  h_crash(h, 3);
+  h_run_until(h, h->now + 5);
+  h_start(h, 0); /* lowest id: the controller as soon as it sees the others */
+  ck_assert_msg(h_run_cond(h, h->now + 20000, h_cond_settled, &g), "n0: %s",
+                status_of(h, 0).reason);
+  NO_VIOLATION(h);
+  int members[H_MAX];
+  ck_assert_int_eq(h_members(h, 1, members), 3);
+  ck_assert(status_of(h, 0).controller);
+  for (int i = 0; i < 3; i++) ck_assert(h_training(h, i));
+  h_free(h);
+}
+END_TEST
+
 /* ---- joiners -------------------------------------------------------------- */
 
 typedef struct {
@@ -2353,6 +2384,8 @@ static Suite *rdzv_suite(void) {
       {"cold_start", test_cold_start},
       {"member_dies", test_member_dies},
       {"forged_state_refused", test_forged_state_refused},
+      {"newcomer_learns_generation_naming_unseen_dead",
+       test_newcomer_learns_generation_naming_unseen_dead},
       {"joiners_batched", test_joiners_batched},
       {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
       {"restarting_worker_left_out_until_hello", test_restarting_worker_left_out_until_hello},
