@@ -85,6 +85,7 @@ typedef struct {
   uint64_t urgent_probes;   /* probes moved ahead of the round (ea_swim_probe_soon) */
   uint64_t gone_suspicions; /* suspicions cut to one probe interval (ea_swim_peer_gone) */
   uint64_t stale_dropped;   /* updates older than what we know */
+  uint64_t stale_meta;      /* refutations without metadata not taken: ours predates its change */
   uint32_t health;          /* current Lifeguard awareness score */
 } ea_swim_stats;
 

@@ -22,7 +22,8 @@
  *   ea_msg  = [ version=1, type, seq, src:bin16, target:bin16,
  *               target_addr:addr, reply_to:addr, [update, …] ]
  *   addr    = bin19: family(1) port(2, big endian) ip(16, v4 in first 4)
- *   update  = [ state, incarnation, id:bin16, from:bin16, meta|nil ]
+ *   update  = [ state, incarnation, id:bin16, from:bin16, meta|uint|nil ]
+ *             (uint: ea_update.meta_inc, never 0 — 0 is nil)
  *   meta    = [ name:str, gossip:addr, control:addr, role:str, tags:str,
  *               version:str, last_gen:uint ]
  *
@@ -115,13 +116,22 @@ typedef struct {
 } ea_meta;
 
 /* One piggybacked membership fact.  `from` is who asserts it (the suspector
- * for SUSPECT, used to count independent confirmations).  ALIVE updates
- * always carry meta; others may omit it. */
+ * for SUSPECT, used to count independent confirmations).  An update either
+ * carries meta or, in the same slot, an incarnation (meta_inc; 0 travels as
+ * nil):
+ *  - ALIVE without meta (a refutation): the incarnation at which the member
+ *    last changed its metadata.  A receiver whose copy is known current at
+ *    that incarnation or later applies it; any other ignores it.
+ *  - SUSPECT / DEAD: the incarnation at which the accuser's copy of the
+ *    member's metadata was known current.  The accused sends its metadata
+ *    with the refutation when that is older than its last change.
+ * docs/membership.md, "Dissemination". */
 typedef struct {
   uint8_t state; /* ea_member_state */
   uint32_t incarnation;
   ea_node_id id;
   ea_node_id from;
+  uint32_t meta_inc; /* only without meta; see above */
   bool has_meta;
   ea_meta meta;
 } ea_update;

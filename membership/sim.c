@@ -760,7 +760,7 @@ void ea_sim_pause(ea_sim *sim, size_t i, uint64_t ms) {
   push(sim, sim->now + ms, EV_RESUME, (uint32_t)i, NULL);
 }
 
-void ea_sim_restart(ea_sim *sim, size_t i, size_t seed) {
+void ea_sim_restart_at(ea_sim *sim, size_t i, size_t seed, uint32_t inc) {
   node *nd = &sim->nodes[i];
   ea_swim_free(nd->core);
   nd->core = NULL;
@@ -769,7 +769,12 @@ void ea_sim_restart(ea_sim *sim, size_t i, size_t seed) {
     nd->status = N_CRASHED;
     return;
   }
+  if (inc) ea_swim_set_incarnation(nd->core, sim->now, inc);
   ea_sim_join(sim, i, seed);
+}
+
+void ea_sim_restart(ea_sim *sim, size_t i, size_t seed) {
+  ea_sim_restart_at(sim, i, seed, 0);
 }
 
 void ea_sim_leave(ea_sim *sim, size_t i) {

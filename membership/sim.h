@@ -76,6 +76,9 @@ void ea_sim_pause(ea_sim *sim, size_t i, uint64_t ms);
 /* A crashed (or running) node comes back as a fresh core with the same id
  * and joins through seed. */
 void ea_sim_restart(ea_sim *sim, size_t i, size_t seed);
+/* The same, the new core starting at incarnation `inc` before it joins, as
+ * the agent's transport does with its boot epoch (ea_swim_set_incarnation). */
+void ea_sim_restart_at(ea_sim *sim, size_t i, size_t seed, uint32_t inc);
 void ea_sim_leave(ea_sim *sim, size_t i);
 void ea_sim_set_meta(ea_sim *sim, size_t i, const ea_meta *meta);
 /* ea_swim_probe_soon on node i for node target (gone: ea_swim_peer_gone, a

@@ -74,6 +74,7 @@ static void fill_update(const ea__qent *e, ea_update *u) {
   u->id = e->id;
   u->from = e->from;
   u->has_meta = e->meta != NULL;
+  u->meta_inc = e->meta ? 0 : e->meta_inc;
   if (e->meta) u->meta = e->meta->m;
 }
 
@@ -99,27 +100,20 @@ static int push_entry(ea__bq *q, const ea__qent *e) {
 }
 
 static int push_common(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                       uint8_t state, uint32_t inc, ea__meta_blob *meta, bool first) {
+                       uint8_t state, uint32_t inc, ea__meta_blob *meta, uint32_t meta_inc,
+                       bool first) {
   ea__qent e = {.id = *id,
                 .from = *from,
                 .inc = inc,
                 .state = state,
                 .first = first,
                 .key = key,
-                .order = ++q->order};
+                .order = ++q->order,
+                .meta_inc = meta_inc};
   if (state == EA_STATE_ALIVE && meta) e.meta = ea__meta_retain(meta);
   ea_update u;
-  u.state = state;
-  u.incarnation = inc;
-  u.id = e.id;
-  u.from = e.from;
-  u.has_meta = false;
+  fill_update(&e, &u);
   size_t sz = ea_wire_update_size(&u);
-  if (e.meta) {
-    ea_update um;
-    fill_update(&e, &um);
-    sz = ea_wire_update_size(&um);
-  }
   e.size = (uint16_t)(sz > UINT16_MAX ? UINT16_MAX : sz);
   uint32_t old = *q->slot(q->ctx, key);
   if (old != EA__NONE) ea__bq_drop(q, old);
@@ -129,13 +123,13 @@ static int push_common(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_n
 }
 
 int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                uint8_t state, uint32_t inc, ea__meta_blob *meta) {
-  return push_common(q, key, id, from, state, inc, meta, false);
+                uint8_t state, uint32_t inc, ea__meta_blob *meta, uint32_t meta_inc) {
+  return push_common(q, key, id, from, state, inc, meta, meta_inc, false);
 }
 
 int ea__bq_push_first(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                      uint8_t state, uint32_t inc, ea__meta_blob *meta) {
-  return push_common(q, key, id, from, state, inc, meta, true);
+                      uint8_t state, uint32_t inc, ea__meta_blob *meta, uint32_t meta_inc) {
+  return push_common(q, key, id, from, state, inc, meta, meta_inc, true);
 }
 
 uint32_t ea__bq_fill(ea__bq *q, ea_msg *msg, size_t left, uint32_t limit) {

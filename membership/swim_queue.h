@@ -50,6 +50,7 @@ typedef struct {
   uint32_t next_free;  /* free list link while unused */
   uint64_t order;      /* enqueue sequence: larger is newer */
   ea__meta_blob *meta; /* ALIVE only; referenced */
+  uint32_t meta_inc;   /* sent in meta's slot when meta is not (ea_update) */
 } ea__qent;
 
 typedef uint32_t *(*ea__bq_slot_fn)(void *ctx, uint32_t key);
@@ -85,16 +86,17 @@ static inline uint32_t ea__bq_limit(uint32_t retransmit_mult, uint32_t n) {
 }
 
 /* Queue news about member `key`, replacing any queued entry about it.
- * meta is borrowed (retained when state is ALIVE; ignored otherwise).
+ * meta is borrowed (retained when state is ALIVE; ignored otherwise);
+ * without it the update carries meta_inc in its place (ea_update).
  * 0, or -ENOMEM: the older entry is gone and nothing is queued. */
 int ea__bq_push(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                uint8_t state, uint32_t inc, ea__meta_blob *meta);
+                uint8_t state, uint32_t inc, ea__meta_blob *meta, uint32_t meta_inc);
 
 /* The same, for a refutation (an ALIVE that cancels a suspicion or a
  * death): it goes out ahead of every entry not pushed this way, for all of
  * its transmissions. */
 int ea__bq_push_first(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_node_id *from,
-                      uint8_t state, uint32_t inc, ea__meta_blob *meta);
+                      uint8_t state, uint32_t inc, ea__meta_blob *meta, uint32_t meta_inc);
 
 /* Append entries to msg->updates while they fit in `left` bytes and under
  * EA_WIRE_MAX_UPDATES.  Each appended entry counts one transmission and

@@ -78,7 +78,9 @@ static size_t meta_size(const ea_meta *mt) {
 
 size_t ea_wire_update_size(const ea_update *u) {
   return 1 + uint_size(u->state) + uint_size(u->incarnation) + BIN_SIZE(ID_BYTES) * 2 +
-         (u->has_meta ? meta_size(&u->meta) : 1);
+         (u->has_meta   ? meta_size(&u->meta)
+          : u->meta_inc ? uint_size(u->meta_inc)
+                        : 1);
 }
 
 size_t ea_wire_msg_base_size(const ea_msg *m) {
@@ -127,6 +129,7 @@ static int pack_str(msgpack_packer *pk, const char *s, size_t n) {
 
 static int check_update(const ea_update *u) {
   if (u->state > EA_STATE_LEFT) return -EINVAL;
+  if (u->has_meta && u->meta_inc) return -EINVAL; /* one slot: meta or an incarnation */
   if (u->has_meta &&
       (!valid_family(u->meta.gossip.family) || !valid_family(u->meta.control.family)))
     return -EINVAL;
@@ -140,7 +143,7 @@ static int pack_update(msgpack_packer *pk, const ea_update *u) {
   P(pack_bin(pk, u->id.b, ID_BYTES));
   P(pack_bin(pk, u->from.b, ID_BYTES));
   if (!u->has_meta) {
-    P(msgpack_pack_nil(pk));
+    P(u->meta_inc ? msgpack_pack_uint32(pk, u->meta_inc) : msgpack_pack_nil(pk));
     return 0;
   }
   const ea_meta *mt = &u->meta;
@@ -317,9 +320,16 @@ static int rd_update(ea__mpr *r, ea_update *u, const char **err) {
   int nil = ea__mpr_nil(r);
   R(nil, "update.meta");
   if (nil == 1) return 0;
+  int rc = ea__mpr_uint(r, UINT32_MAX, &v);
+  if (rc == 0) { /* an incarnation instead of the metadata (ea_wire.h) */
+    if (v == 0) FAIL("update.meta: incarnation 0 travels as nil");
+    u->meta_inc = (uint32_t)v;
+    return 0;
+  }
+  if (rc != EA__MPR_TYPE) R(rc, "update.meta");
   u->has_meta = true;
   ea_meta *mt = &u->meta;
-  R(arr_exact(r, META_FIELDS), "update.meta: not a 7-element array or nil");
+  R(arr_exact(r, META_FIELDS), "update.meta: not a 7-element array, an incarnation or nil");
   TEXT(mt->name, "update.meta.name");
   ADDR(rd_addr(r, &mt->gossip), "update.meta.gossip");
   ADDR(rd_addr(r, &mt->control), "update.meta.control");

@@ -42,7 +42,7 @@ static int update_eq(const ea_update *a, const ea_update *b) {
   if (a->state != b->state || a->incarnation != b->incarnation || ea_node_id_cmp(&a->id, &b->id) ||
       ea_node_id_cmp(&a->from, &b->from) || a->has_meta != b->has_meta)
     return 0;
-  if (!a->has_meta) return 1;
+  if (!a->has_meta) return a->meta_inc == b->meta_inc;
   const ea_meta *x = &a->meta, *y = &b->meta;
   return !strcmp(x->name, y->name) && addr_same(&x->gossip, &y->gossip) &&
          addr_same(&x->control, &y->control) && !strcmp(x->role, y->role) &&

@@ -55,7 +55,11 @@ static void update(ea_update *u, uint8_t state, uint32_t inc, uint8_t who, int m
   memset(u->id.b, who, 16);
   memset(u->from.b, who + 1, 16);
   u->has_meta = meta;
-  if (!meta) return;
+  if (!meta) {
+    /* a refutation without metadata, or an accuser's copy's age */
+    if (state != EA_STATE_LEFT && inc) u->meta_inc = inc / 2 + 1;
+    return;
+  }
   snprintf(u->meta.name, sizeof u->meta.name, "node-%u.gpu-cluster.example", who);
   addr(&u->meta.gossip, v6, 7946, who);
   addr(&u->meta.control, v6, 7947, who);

@@ -46,7 +46,7 @@ static ea__bq *new_queue(void) {
 }
 
 static int push(ea__bq *q, uint32_t key, uint8_t state, uint32_t inc, ea__meta_blob *meta) {
-  return ea__bq_push(q, key, &ids[key], &self, state, inc, meta);
+  return ea__bq_push(q, key, &ids[key], &self, state, inc, meta, 0);
 }
 
 /* Which member an update is about. */
@@ -134,7 +134,7 @@ END_TEST
 START_TEST(test_refutation_first) {
   ea__bq *q = new_queue();
   uint32_t got[EA_WIRE_MAX_UPDATES];
-  ck_assert_int_eq(ea__bq_push_first(q, 0, &ids[0], &ids[0], EA_STATE_ALIVE, 2, NULL), 0);
+  ck_assert_int_eq(ea__bq_push_first(q, 0, &ids[0], &ids[0], EA_STATE_ALIVE, 2, NULL, 0), 0);
   for (uint32_t k = 1; k <= 5; k++) push(q, k, EA_STATE_SUSPECT, 1, NULL);
   size_t one = dead_size(0, 2);
   for (int i = 0; i < 4; i++) { /* sent 4 times, still first over never-sent news */
@@ -144,7 +144,7 @@ START_TEST(test_refutation_first) {
   ck_assert_uint_eq(fill(q, 1400, 10, got), 6);
   ck_assert_uint_eq(got[0], 0);
   ck_assert_uint_eq(got[1], 5); /* then newest first, as ever */
-  ck_assert_int_eq(ea__bq_push_first(q, 3, &ids[3], &ids[3], EA_STATE_ALIVE, 2, NULL), 0);
+  ck_assert_int_eq(ea__bq_push_first(q, 3, &ids[3], &ids[3], EA_STATE_ALIVE, 2, NULL, 0), 0);
   ck_assert_uint_eq(fill(q, 1400, 10, got), 6);
   ck_assert_uint_eq(got[0], 3); /* sent 0 times: before refutation 0 (sent 5) */
   ck_assert_uint_eq(got[1], 0);

@@ -92,7 +92,10 @@ static void mk_update(ea_update *u, int with_meta, int v6) {
   rnd_id(&u->id);
   rnd_id(&u->from);
   u->has_meta = with_meta;
-  if (!with_meta) return;
+  if (!with_meta) {
+    if (rndn(2)) u->meta_inc = (uint32_t)edge_int(UINT32_MAX); /* 0 is nil */
+    return;
+  }
   ea_meta *m = &u->meta;
   rnd_str(m->name, edge_len(sizeof m->name));
   mk_addr(&m->gossip, v6, (uint16_t)rnd());
@@ -123,7 +126,7 @@ static int update_eq(const ea_update *a, const ea_update *b) {
   if (a->state != b->state || a->incarnation != b->incarnation || ea_node_id_cmp(&a->id, &b->id) ||
       ea_node_id_cmp(&a->from, &b->from) || a->has_meta != b->has_meta)
     return 0;
-  if (!a->has_meta) return 1;
+  if (!a->has_meta) return a->meta_inc == b->meta_inc;
   const ea_meta *x = &a->meta, *y = &b->meta;
   return !strcmp(x->name, y->name) && addr_same(&x->gossip, &y->gossip) &&
          addr_same(&x->control, &y->control) && !strcmp(x->role, y->role) &&
@@ -293,6 +296,9 @@ START_TEST(test_encode_einval) {
   m.updates[0].meta.control.family = 5;
   ck_assert_int_eq(ea_wire_encode_msg(&m, buf, sizeof buf, &len), -EINVAL);
   m.updates[0].meta.control.family = 6;
+  m.updates[0].meta_inc = 9; /* one slot: the metadata or an incarnation */
+  ck_assert_int_eq(ea_wire_encode_msg(&m, buf, sizeof buf, &len), -EINVAL);
+  m.updates[0].meta_inc = 0;
   m.reply_to.family = 2;
   ck_assert_int_eq(ea_wire_encode_msg(&m, buf, sizeof buf, &len), -EINVAL);
   m.reply_to.family = 0;
@@ -339,6 +345,8 @@ typedef struct {
   int name_as_bin; /* meta.name sent as bin */
   int name_ctl;    /* a control byte (this value) inside meta.name */
   int trailing;    /* extra bytes after the message */
+  int slot;        /* the meta slot: 0 the array, 1 the uint slot_val, 2 a str, 3 int -1 */
+  uint64_t slot_val;
 } knobs;
 
 static knobs kdef(void) {
@@ -392,6 +400,12 @@ static void build_bad(const knobs *k, msgpack_sbuffer *sb) {
     msgpack_pack_uint32(&pk, 3);
     pk_bin(&pk, 16, 3);
     pk_bin(&pk, 16, 4);
+    if (k->slot) {
+      if (k->slot == 1) msgpack_pack_uint64(&pk, k->slot_val);
+      if (k->slot == 2) msgpack_pack_str_with_body(&pk, "x", 1);
+      if (k->slot == 3) msgpack_pack_int8(&pk, -1);
+      continue;
+    }
     msgpack_pack_array(&pk, 7);
     char name[200];
     memset(name, 'n', sizeof name);
@@ -471,6 +485,14 @@ START_TEST(test_decode_rejects) {
   k = kdef(), k.name_ctl = 0x7f, expect(&k, "update.meta.name: control character");
   k = kdef(), k.name_ctl = 0x80, expect(&k, NULL); /* UTF-8 bytes are fine */
   k = kdef(), k.trailing = 1, expect(&k, "trailing");
+  /* the meta slot holds the metadata, an incarnation (ea_update.meta_inc) or nil */
+  k = kdef(), k.slot = 1, k.slot_val = 7, expect(&k, NULL);
+  k = kdef(), k.slot = 1, k.slot_val = UINT32_MAX, expect(&k, NULL);
+  k = kdef(), k.slot = 1, k.slot_val = (uint64_t)UINT32_MAX + 1,
+  expect(&k, "update.meta: out of range");
+  k = kdef(), k.slot = 1, k.slot_val = 0, expect(&k, "update.meta: incarnation 0 travels as nil");
+  k = kdef(), k.slot = 2, expect(&k, "update.meta: not a 7-element array, an incarnation or nil");
+  k = kdef(), k.slot = 3, expect(&k, "update.meta");
 
   static ea_msg m;
   const char *err = NULL;
