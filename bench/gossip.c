@@ -14,6 +14,9 @@
  *   build/bench/gossip --crashes 30   crashes per N (default 10, 5 at N = 5000)
  *   build/bench/gossip --loss-only    skip the quiet minute, the join and the
  *                                     crashes (loss runs only)
+ *   build/bench/gossip --trace        print each false DEAD as it happens: the
+ *                                     view, the member, its own incarnation,
+ *                                     how many views suspect it and since when
  *   EA_SEED=…                     replay
  *
  * Per N, one simulated cluster (struct-copy mode: messages are not encoded,
@@ -71,16 +74,39 @@ typedef struct {
   uint8_t *crashed;    /* per node: crashed on purpose (a DEAD about it is true) */
   uint8_t *false_dead; /* per node: declared DEAD by someone while alive */
   uint64_t false_events;
+  /* --trace: per node, how many views hold it SUSPECT now and since when */
+  uint32_t *nsusp;
+  uint64_t *susp_since;
 } watch;
+
+static bool trace; /* --trace */
 
 static void on_change(void *ctx, size_t obs, const ea_member *m, uint8_t old, uint64_t now) {
   (void)old;
   watch *w = ctx;
   long t = ea_sim_index_of(w->sim, &m->id);
   if (t < 0) return;
+  if (trace) {
+    if (m->state == EA_STATE_SUSPECT && old != EA_STATE_SUSPECT && w->nsusp[t]++ == 0)
+      w->susp_since[t] = now;
+    if (old == EA_STATE_SUSPECT && m->state != EA_STATE_SUSPECT && w->nsusp[t]) w->nsusp[t]--;
+  }
   if (m->state == EA_STATE_DEAD && !w->crashed[t]) {
     w->false_events++;
     w->false_dead[t] = 1;
+    if (trace) {
+      uint32_t own = 0;
+      if (ea_sim_core(w->sim, (size_t)t))
+        ea__swim_state_of(ea_sim_core(w->sim, (size_t)t), ea_sim_id(w->sim, (size_t)t), &own);
+      ea_swim_stats st;
+      ea_swim_stats_get(ea_sim_core(w->sim, obs), &st);
+      printf("trace: t=%" PRIu64 " ms: view %zu (health %" PRIu32
+             ") holds live %ld DEAD at "
+             "incarnation %" PRIu32 " (its own: %" PRIu32 "); %" PRIu32
+             " other view(s) suspect it, the first since %" PRIu64 " ms ago\n",
+             now, obs, st.health, t, m->incarnation, own, w->nsusp[t],
+             w->nsusp[t] || old == EA_STATE_SUSPECT ? now - w->susp_since[t] : 0);
+    }
   }
   if (t != w->target || (long)obs == w->target) return;
   if (m->state == EA_STATE_SUSPECT && !w->first_suspect) w->first_suspect = now;
@@ -209,6 +235,8 @@ static void run_n(size_t n, uint64_t seed, int ncrash, const uint64_t loss_ms[2]
   w.seen = calloc(n + 1, 1);
   w.crashed = calloc(n + 1, 1);
   w.false_dead = calloc(n + 1, 1);
+  w.nsusp = calloc(n + 1, sizeof *w.nsusp);
+  w.susp_since = calloc(n + 1, sizeof *w.susp_since);
   w.crashed[joiner] = 1;
   ea_sim_set_observer(sim, on_change, &w);
   uint64_t rs = seed ^ 0x5eed;
@@ -290,6 +318,8 @@ loss:
   free(w.seen);
   free(w.crashed);
   free(w.false_dead);
+  free(w.nsusp);
+  free(w.susp_since);
   r->total_wall = wall_s() - w0;
   r->total_cpu = cpu_s() - c0;
 }
@@ -350,6 +380,8 @@ int main(int argc, char **argv) {
       full = true;
     else if (strcmp(argv[i], "--loss-only") == 0)
       loss_only = true;
+    else if (strcmp(argv[i], "--trace") == 0)
+      trace = true;
     else if (strcmp(argv[i], "--crashes") == 0 && i + 1 < argc)
       crashes = atoi(argv[++i]);
     else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
@@ -359,10 +391,10 @@ int main(int argc, char **argv) {
              win_set[1] >= 0)
       i++;
     else {
-      fprintf(
-          stderr,
-          "usage: %s [--quick | --full] [--n N] [--windows S5,S20] [--crashes K] [--loss-only]\n",
-          argv[0]);
+      fprintf(stderr,
+              "usage: %s [--quick | --full] [--n N] [--windows S5,S20] [--crashes K] [--loss-only] "
+              "[--trace]\n",
+              argv[0]);
       return 2;
     }
   }

@@ -21,6 +21,7 @@
 #include "ea_base.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -113,6 +114,7 @@ struct ea_sim {
   ea_sim_observer obs;
   void *obs_ctx;
   ea_sim_stats st;
+  long tr_a, tr_b; /* EA_SIM_TRACE=A,B (trace_pkt); -1: off */
 };
 
 /* ---- randomness: base's ea_rng, domain EA_RNG_SIM ---- */
@@ -325,6 +327,32 @@ static void reschedule(node *nd) {
   if (dl != NEVER) push(sim, dl, EV_TIMER, nd->idx, NULL);
 }
 
+/* EA_SIM_TRACE=A,B: every packet between nodes A and B, and every packet
+ * to A that carries news of B, on stderr with the updates about A or B —
+ * how a false DEAD came about (bench/gossip --trace names the pair). */
+static void trace_pkt(const ea_sim *sim, uint32_t from, long to, const ea_msg *m, bool lost) {
+  long a = sim->tr_a, b = sim->tr_b;
+  bool between = (from == a && to == b) || (from == b && to == a);
+  bool news = false;
+  for (uint32_t i = 0; i < m->nupdates && !between && !news; i++)
+    news = to == a && ea_sim_index_of(sim, &m->updates[i].id) == b;
+  if (!between && !news) return;
+  static const char *types[] = {"?", "ping", "ack", "ping-req", "nack", "gossip"};
+  static const char *states[] = {"alive", "suspect", "dead", "left"};
+  fprintf(stderr, "sim: t=%" PRIu64 " %u→%ld %s seq=%" PRIu32 " target=%ld%s:", sim->now, from, to,
+          m->type < 6 ? types[m->type] : "?", m->seq, ea_sim_index_of(sim, &m->target),
+          lost ? " LOST" : "");
+  for (uint32_t i = 0; i < m->nupdates; i++) {
+    long id = ea_sim_index_of(sim, &m->updates[i].id);
+    if (id != a && id != b) continue;
+    const ea_update *u = &m->updates[i];
+    fprintf(stderr, " [%ld %s/%" PRIu32 " from %ld%s mi=%" PRIu32 "]", id,
+            u->state < 4 ? states[u->state] : "?", u->incarnation, ea_sim_index_of(sim, &u->from),
+            u->has_meta ? " +meta" : "", u->meta_inc);
+  }
+  fprintf(stderr, " (%" PRIu32 " updates)\n", m->nupdates);
+}
+
 static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
   node *nd = ctx;
   ea_sim *sim = nd->sim;
@@ -352,7 +380,9 @@ static void io_send(void *ctx, const ea_addr *to, const ea_msg *m) {
     return;
   }
   double pl = sim->cfg.loss, pk = link_p(sim, nd->idx, (uint32_t)dst);
-  if ((pl > 0 || pk > 0) && rnd01(sim) < 1.0 - (1.0 - pl) * (1.0 - pk)) {
+  bool lost = (pl > 0 || pk > 0) && rnd01(sim) < 1.0 - (1.0 - pl) * (1.0 - pk);
+  if (sim->tr_a >= 0) trace_pkt(sim, nd->idx, dst, m, lost);
+  if (lost) {
     sim->st.dropped_loss++;
     return;
   }
@@ -592,6 +622,9 @@ ea_sim *ea_sim_new(const ea_sim_config *c) {
   sim->cfg = *c;
   sim->n = c->n;
   sim->pool_free = NIL;
+  sim->tr_a = sim->tr_b = -1;
+  const char *tr = getenv("EA_SIM_TRACE");
+  if (tr && sscanf(tr, "%ld,%ld", &sim->tr_a, &sim->tr_b) != 2) sim->tr_a = sim->tr_b = -1;
   for (uint32_t b = 0; b < WHEEL_MS; b++) sim->whead[b] = NIL;
   ea_rng_seed(&sim->rng, c->seed, EA_RNG_SIM, 0);
   sim->nodes = calloc(c->n ? c->n : 1, sizeof *sim->nodes);

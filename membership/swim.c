@@ -494,6 +494,17 @@ static void self_alive(const ea_swim *s, ea_update *u) {
   if (self->meta) u->meta = self->meta->m;
 }
 
+/* Our ALIVE as a refutation sent to an accuser: with our metadata when
+ * `full` (its copy predates our last change), else naming that change
+ * (enqueue_x). */
+static void self_refutation(const ea_swim *s, bool full, ea_update *u) {
+  self_alive(s, u);
+  if (!full) {
+    u->has_meta = false;
+    u->meta_inc = s->mem[s->self_idx].meta_at;
+  }
+}
+
 /* ---- suspicion (the timers themselves: swim_suspicion.c) ------------------ */
 
 static void susp_cancel(ea_swim *s, uint32_t midx) {
@@ -1566,19 +1577,16 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
     rec_from_update(&r, &m->updates[i]);
     apply(s, now_ms, &r, ORIG_GOSSIP);
   }
-  /* This packet accused us (suspect, dead, or a stale version of either).
-   * A ping gets our ALIVE on its ack anyway; anyone else gets it back
-   * directly, so the refutation reaches the one who believes the accusation
-   * — gossip alone only reaches whom we consider alive, and after a
-   * partition the accusers are exactly the ones we consider dead. */
-  if (s->accused && m->type != EA_MSG_PING) {
+  /* This packet accused us (suspect, dead, or a stale version of either):
+   * the refutation goes straight back to the one who believes the
+   * accusation — gossip alone only reaches whom we consider alive, and after
+   * a partition the accusers are exactly the ones we consider dead.  A ping
+   * (a buddy ping) gets it first on its ack, below; anyone else in a packet
+   * of its own. */
+  const bool accused = s->accused, accused_full = s->accused_full;
+  if (accused && m->type != EA_MSG_PING) {
     ea_msg *out = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
-    ea_update *u = &out->updates[out->nupdates++];
-    self_alive(s, u);
-    if (!s->accused_full) { /* the accuser holds our metadata (enqueue_x) */
-      u->has_meta = false;
-      u->meta_inc = s->mem[s->self_idx].meta_at;
-    }
+    self_refutation(s, accused_full, &out->updates[out->nupdates++]);
     s->st.msgs_out++; /* just the refutation: the queue has its own copy */
     s->io.send(s->io.ctx, from, out);
   }
@@ -1600,8 +1608,16 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
   switch (m->type) {
     case EA_MSG_PING:
       /* A ping for another id (a stale address) must not be acked for it. */
-      if (id_eq(&m->target, &s->self_id))
-        msg_send(s, from, msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id));
+      if (id_eq(&m->target, &s->self_id)) {
+        ea_msg *ack = msg_begin(s, EA_MSG_ACK, m->seq, &s->self_id);
+        /* Not left to the queue: behind a backlog our ALIVE, transmitted
+         * often already, loses its place to fresher news, and a prober
+         * re-checking a suspicion of us got ack after ack without it until
+         * its timer declared us dead (bench/gossip --trace, N = 5000, 20%
+         * loss: both false DEADs of EA_SEED=7's ten seconds). */
+        if (accused) self_refutation(s, accused_full, &ack->updates[ack->nupdates++]);
+        msg_send(s, from, ack);
+      }
       break;
     case EA_MSG_ACK:
       handle_ack(s, from, m);

@@ -1216,6 +1216,62 @@ START_TEST(test_refutation_queued_first) {
 }
 END_TEST
 
+/* A buddy ping accusing us of an incarnation we have already refuted gets
+ * our ALIVE first on its ack, however far back in the queue our own copy
+ * has sunk.  Under heavy loss the queue is full of other members'
+ * refutations, each sent fewer times than ours: left to the queue, ack
+ * after ack to a prober re-checking its suspicion came back without it,
+ * and its timer declared us dead (bench/gossip --trace, N = 5000). */
+START_TEST(test_buddy_ping_ack_carries_the_refutation) {
+  static sendlog l;
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  memset(&l, 0, sizeof l);
+  ea_swim *s = core_of(&l, &cfg, 60);
+  for (l.now = 0; l.now < 400; l.now += 10) ea_swim_tick(s, l.now); /* drain the joins */
+  feed(s, l.now, EA_STATE_SUSPECT, 0, 1, 7);
+  ck_assert_uint_eq(ea_swim_self(s)->incarnation, 1);
+  /* our refutation goes out a few times (its retransmit limit is 8 here) */
+  for (int sent = 0, mark = l.n; sent < 3;) {
+    ea_swim_tick(s, ++l.now);
+    for (; mark < l.n; mark++) sent += carries(&l, mark, EA_STATE_ALIVE, 1);
+  }
+  /* then forty other members refute suspicions: fresher, sent less often */
+  for (int who = 10; who < 50; who++) feed(s, l.now, EA_STATE_ALIVE, 1, who, who);
+  static ea_msg ping;
+  memset(&ping, 0, offsetof(ea_msg, updates));
+  ping.type = EA_MSG_PING;
+  ping.seq = 77;
+  ping.src = id_n(8);
+  ping.target = id_n(1);
+  ping.nupdates = 1;
+  memset(&ping.updates[0], 0, sizeof ping.updates[0]);
+  ping.updates[0].state = EA_STATE_SUSPECT;
+  ping.updates[0].incarnation = 0;
+  ping.updates[0].id = id_n(1);
+  ping.updates[0].from = id_n(8);
+  ea_addr from = meta_n(8).gossip;
+  int mark = l.n;
+  ea_swim_recv(s, l.now, &from, &ping);
+  ck_assert_int_eq(l.n, mark + 1);
+  ck_assert_uint_eq(l.m[mark].type, EA_MSG_ACK);
+  ck_assert_uint_eq(l.m[mark].seq, 77);
+  ck_assert_int_eq(dest_of(&l, mark), 8);
+  ck_assert_msg(l.m[mark].nupdates > 1 && l.m[mark].u[0].state == EA_STATE_ALIVE &&
+                    memcmp(&l.m[mark].u[0].id, &ping.target, sizeof ping.target) == 0,
+                "the ack to a buddy ping does not start with our refutation");
+  ck_assert_uint_eq(l.m[mark].u[0].incarnation, 1);
+  ck_assert(!l.m[mark].u[0].has_meta); /* 8's copy is current */
+  /* An ordinary ping is acked from the queue alone. */
+  ping.nupdates = 0;
+  ping.seq = 78;
+  ea_swim_recv(s, l.now, &from, &ping);
+  ck_assert_uint_eq(l.m[l.n - 1].type, EA_MSG_ACK);
+  ck_assert(!carries(&l, l.n - 1, EA_STATE_ALIVE, 1));
+  ea_swim_free(s);
+}
+END_TEST
+
 /* The receiving side of a refutation without metadata: taken only by a
  * member whose copy is current as of the refuter's last change, and passed
  * on as it came; a suspicion names how old the accuser's copy is. */
@@ -1398,6 +1454,7 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_export_merge_roundtrip);
   tcase_add_test(t, test_suspect_told_directly_and_held);
   tcase_add_test(t, test_refutation_queued_first);
+  tcase_add_test(t, test_buddy_ping_ack_carries_the_refutation);
   tcase_add_test(t, test_refutation_without_meta_needs_a_current_copy);
   tcase_add_test(t, test_reconnect_at_interval_until_timeout);
   tcase_add_test(t, test_join_64_through_one_seed);
