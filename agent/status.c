@@ -427,6 +427,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "gone_suspicions", w.gone_suspicions);
   ea__jb_u64(b, o, "stale_dropped", w.stale_dropped);
   ea__jb_u64(b, o, "stale_meta", w.stale_meta);
+  ea__jb_u64(b, o, "recheck_pokes", w.recheck_pokes);
   ea__jb_int(b, o, "health", w.health);
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);

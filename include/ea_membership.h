@@ -86,6 +86,7 @@ typedef struct {
   uint64_t gone_suspicions; /* suspicions cut to one probe interval (ea_swim_peer_gone) */
   uint64_t stale_dropped;   /* updates older than what we know */
   uint64_t stale_meta;      /* refutations without metadata not taken: ours predates its change */
+  uint64_t recheck_pokes;   /* stale suspicions told to the suspect again (swim.c: recheck_poke) */
   uint32_t health;          /* current Lifeguard awareness score */
 } ea_swim_stats;
 

@@ -105,9 +105,12 @@
  * who is wrong asks) and all of them idle in a healthy cluster:
  *  - A suspicion we still hold after min/2 (a refutation normally spreads in
  *    a few gossip rounds) makes us probe the suspect ourselves, every other
- *    probe, until resolved: the buddy ping makes it re-assert, the ack
- *    brings that back.  A member accused with an incarnation it has already
- *    refuted re-queues its ALIVE (without a bump) if it is no longer queued.
+ *    probe, until resolved: the buddy ping makes it re-assert, and its ack
+ *    carries that ALIVE first (not left to the queue, where it may have
+ *    sunk).  Between those probes the accusation alone goes to the suspect
+ *    every two probe intervals, and the refutation comes straight back.  A
+ *    member accused with an incarnation it has already refuted re-queues
+ *    its ALIVE (without a bump) if it is no longer queued.
  *  - A refutation goes straight back to whoever sent the accusation, as well
  *    as into the queue: gossip only reaches whom we hold alive, and after a
  *    partition the accusers are exactly the ones we hold dead.
@@ -346,7 +349,9 @@ struct ea_swim {
     ea_node_id id;
     uint32_t inc;
     uint64_t due;
+    uint64_t poke;  /* next direct accusation (recheck_poke), from due on */
   } prio[PRIO_MAX]; /* suspicions to re-check by probing (unordered) */
+  uint64_t poke_at; /* no entry's poke is earlier (NEVER: none) */
   struct {
     ea_node_id id;
     uint64_t at;        /* when it was asked for */
@@ -889,18 +894,35 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
  * ALIVE, and the ack brings that back.  Only stragglers do this, so a
  * refuted suspect is not flooded; for a real crash the probes fail and are
  * counted as our (independent) confirmation. */
-static void recheck_push(ea_swim *s, uint64_t due, uint32_t midx) {
+/* Whether prio entry k still names a suspicion we hold. */
+static bool recheck_valid(const ea_swim *s, uint32_t k, uint32_t *midx) {
+  uint32_t c = find_idx(s, &s->prio[k].id);
+  *midx = c;
+  return c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[k].inc;
+}
+
+static void recheck_push(ea_swim *s, uint64_t due, uint64_t poke, uint32_t midx) {
+  /* Full: most entries are suspicions refuted since (under heavy loss every
+   * member hears hundreds a second, each entered here for min/2); drop those
+   * before giving up on this one — a straggler without an entry is never
+   * re-checked. */
+  uint32_t c;
+  for (uint32_t k = 0; s->prio_len == PRIO_MAX && k < s->prio_len; k++)
+    if (!recheck_valid(s, k, &c)) s->prio[k--] = s->prio[--s->prio_len];
   if (s->prio_len == PRIO_MAX) return;
   uint32_t k = s->prio_len++;
   s->prio[k].id = s->mem[midx].id;
   s->prio[k].inc = s->mem[midx].inc;
   s->prio[k].due = due;
+  s->prio[k].poke = poke;
+  s->poke_at = umin(s->poke_at, poke);
 }
 
 static void suspect_noted(ea_swim *s, uint64_t now, uint32_t midx) {
   uint32_t si = s->mem[midx].susp;
   if (si == NONE) return;
-  recheck_push(s, now + ea__susp_at(&s->susp, si)->min / 2, midx);
+  uint64_t due = now + ea__susp_at(&s->susp, si)->min / 2;
+  recheck_push(s, due, due, midx);
 }
 
 static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
@@ -1001,6 +1023,39 @@ static void buddy_update(const ea_swim *s, uint32_t mi, ea_update *u) {
   u->from = s->self_id;
   u->meta_inc = s->mem[mi].meta_at;
   u->has_meta = false;
+}
+
+/* Re-checking suspicions, continued (recheck_push).  The probes are shared: every other probe, most
+ * overdue first, and slowed by local health, so a member holding several stale suspicions at once
+ * re-checks each only every few seconds — at N = 1000 and 20% loss one such straggler went 2 s
+ * between two re-checks, the one it made lost every packet, and its timer declared a live member
+ * dead (bench/gossip
+ * --trace).  So each suspicion due for a re-check is also told to the
+ * suspect directly, in a message of its own, every two probe intervals
+ * (not scaled: it is one small packet each way): a live suspect answers
+ * with its refutation straight back (ea_swim_recv).  Without an answer
+ * nothing changes; only the probes confirm. */
+static void recheck_poke(ea_swim *s, uint64_t now) {
+  uint64_t next = NEVER;
+  for (uint32_t k = 0; k < s->prio_len; k++) {
+    if (s->prio[k].poke > now) {
+      next = umin(next, s->prio[k].poke);
+      continue;
+    }
+    uint32_t c;
+    if (!recheck_valid(s, k, &c) || !s->mem[c].meta) {
+      s->prio[k--] = s->prio[--s->prio_len]; /* resolved meanwhile */
+      continue;
+    }
+    ea_msg *out = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
+    buddy_update(s, c, &out->updates[out->nupdates++]);
+    s->st.msgs_out++;
+    s->st.recheck_pokes++;
+    s->io.send(s->io.ctx, member_addr(s, c), out);
+    s->prio[k].poke = now + 2 * (uint64_t)s->cfg.probe_interval_ms;
+    next = umin(next, s->prio[k].poke);
+  }
+  s->poke_at = next;
 }
 
 /* Holding a fresh suspicion back.  Under heavy loss most suspicions are
@@ -1132,14 +1187,14 @@ static void probe_start(ea_swim *s, uint64_t now) {
     for (uint32_t k = 0; k < s->prio_len; k++)
       if (s->prio[k].due <= now && (best == NONE || s->prio[k].due < s->prio[best].due)) best = k;
     if (best == NONE) break;
-    uint32_t c = find_idx(s, &s->prio[best].id);
-    bool valid =
-        c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[best].inc;
+    uint32_t c;
+    bool valid = recheck_valid(s, best, &c);
+    uint64_t poke = s->prio[best].poke; /* its own cadence (recheck_poke) */
     s->prio[best] = s->prio[--s->prio_len];
     if (!valid) continue; /* resolved meanwhile */
     mi = c;
     s->last_prio = true;
-    recheck_push(s, now + 2 * iv, c); /* again, while it stays suspect */
+    recheck_push(s, now + 2 * iv, poke, c); /* again, while it stays suspect */
   }
   /* ea_swim_probe_soon: before the round, oldest first; one that is no
    * longer ALIVE (suspected or declared meanwhile) needs no extra probe. */
@@ -1270,6 +1325,7 @@ ea_swim *ea_swim_new(const ea_swim_config *cfg, const ea_node_id *self, const ea
   s->pp_phase = ea_rng_double(&s->r);
   s->pp_at = s->cfg.push_pull_interval_ms ? pp_due(s) : NEVER;
   s->recon_at = NEVER;
+  s->poke_at = NEVER;
   return s;
 }
 
@@ -1409,6 +1465,7 @@ uint64_t ea_swim_next_deadline(const ea_swim *s) {
   if (s->reap_len) d = umin(d, s->reap[s->reap_head].deadline);
   d = umin(d, s->recon_at);
   if (s->hold_len) d = umin(d, s->hold[s->hold_head].due);
+  if (s->prio_len) d = umin(d, s->poke_at);
   for (uint32_t i = 0; i < RELAY_MAX && s->nrelays; i++)
     if (s->relays[i].used) d = umin(d, s->relays[i].deadline);
   return d;
@@ -1440,6 +1497,7 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
       msg_send(s, &rl->reply_to, msg);
     }
     hold_release(s, now);
+    if (s->prio_len && now >= s->poke_at) recheck_poke(s, now);
     /* Suspicions that ran out. */
     const ea__susp *first;
     while ((first = ea__susp_first(&s->susp)) && first->deadline <= now) {

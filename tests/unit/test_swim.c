@@ -20,6 +20,7 @@
 #include "ea_base.h"
 #include "sim.h"
 #include "ea_membership.h"
+#include "swim_suspicion.h"
 
 #include <check.h>
 #include <inttypes.h>
@@ -1272,6 +1273,62 @@ START_TEST(test_buddy_ping_ack_carries_the_refutation) {
 }
 END_TEST
 
+/* A suspicion still held after half its timeout is told to the suspect
+ * directly, in a message of its own, every two probe intervals until it is
+ * resolved — not only on the shared re-check probes, which a member
+ * holding several stale suspicions spreads thin (recheck_poke). */
+START_TEST(test_stale_suspicion_told_to_the_suspect_again) {
+  static sendlog l;
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  cfg.suspicion_mult = 8; /* min 1560 ms: room for three pokes before it */
+  memset(&l, 0, sizeof l);
+  ea_swim *s = core_of(&l, &cfg, 20);
+  uint64_t mn, mx;
+  ea__susp_bounds(&cfg, 20, &mn, &mx); /* 20 live members, ourselves included */
+  (void)mx;
+  l.now = 100;
+  const uint64_t t0 = l.now;
+  feed(s, t0, EA_STATE_SUSPECT, 0, 5, 7); /* heard, not ours: no direct tell of our own */
+  /* Pokes are counted; those to member 5 are the last message sent at a
+   * tick where the count rose (one suspicion each tick at most, here). */
+  uint64_t pokes[16], count = 0;
+  int np = 0;
+  /* Nobody answers this core's probes, so they confirm the suspicion and
+   * its timer may fall to min: watch until just before. */
+  for (; l.now < t0 + mn; l.now++) {
+    ea_swim_tick(s, l.now);
+    ea_swim_stats st;
+    ea_swim_stats_get(s, &st);
+    if (st.recheck_pokes == count) continue;
+    count = st.recheck_pokes;
+    int i = l.n - 1;
+    if (dest_of(&l, i) == 5 && np < 16) {
+      ck_assert_uint_eq(l.m[i].type, EA_MSG_GOSSIP);
+      ck_assert(carries(&l, i, EA_STATE_SUSPECT, 5) && l.m[i].nupdates == 1);
+      pokes[np++] = l.now;
+    }
+  }
+  ck_assert_int_eq(state_of(s, 5, NULL), EA_STATE_SUSPECT);
+  ck_assert_int_ge(np, 3);
+  ck_assert_uint_eq(pokes[0], t0 + mn / 2);
+  for (int i = 1; i < np; i++)
+    ck_assert_uint_eq(pokes[i] - pokes[i - 1], 2 * cfg.probe_interval_ms);
+  /* Refuted: no more. */
+  feed(s, l.now, EA_STATE_ALIVE, 1, 5, 5);
+  ck_assert_int_eq(state_of(s, 5, NULL), EA_STATE_ALIVE);
+  for (uint64_t end = l.now + 2000; l.now < end; l.now++) {
+    ea_swim_tick(s, l.now);
+    ea_swim_stats st;
+    ea_swim_stats_get(s, &st);
+    if (st.recheck_pokes == count) continue;
+    count = st.recheck_pokes;
+    ck_assert_msg(dest_of(&l, l.n - 1) != 5, "told a refuted suspect again at %" PRIu64, l.now);
+  }
+  ea_swim_free(s);
+}
+END_TEST
+
 /* The receiving side of a refutation without metadata: taken only by a
  * member whose copy is current as of the refuter's last change, and passed
  * on as it came; a suspicion names how old the accuser's copy is. */
@@ -1455,6 +1512,7 @@ static Suite *swim_suite(void) {
   tcase_add_test(t, test_suspect_told_directly_and_held);
   tcase_add_test(t, test_refutation_queued_first);
   tcase_add_test(t, test_buddy_ping_ack_carries_the_refutation);
+  tcase_add_test(t, test_stale_suspicion_told_to_the_suspect_again);
   tcase_add_test(t, test_refutation_without_meta_needs_a_current_copy);
   tcase_add_test(t, test_reconnect_at_interval_until_timeout);
   tcase_add_test(t, test_join_64_through_one_seed);
