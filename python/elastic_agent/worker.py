@@ -512,8 +512,10 @@ class Worker:
             # torch's NCCL makes its own unique id through the store; the
             # agent asks rank 0 for one only because its built-in nccl does.
             msg["nccl_id"] = bytes(protocol.NCCL_ID_BYTES)
-        self._send(msg)
+        # Stamped before it leaves: the COMMIT it allows may come back (and be
+        # stamped by the reader) before this thread runs again.
         self._t_ready = time.time()
+        self._send(msg)
 
     def _do_commit(self, plan: Dict[str, Any]) -> None:
         with self._mu:
