@@ -537,6 +537,7 @@ class TorchBackend(Backend):
         self._forming = False
         self._before: Set[Tuple[int, int]] = set()
         self._socks: Set[Tuple[int, int]] = set()
+        self._store_socks: Set[Tuple[int, int]] = set()
         self._master: Any = None
         self._client: Any = None
         self._store_port = -1
@@ -583,6 +584,16 @@ class TorchBackend(Backend):
             if be == "nccl":
                 os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
             client = dist.TCPStore(host, port, None, False, timeout)
+            # The store client's own connections: an abort while forming shuts
+            # them (a rank waiting in the store for a dead peer fails at
+            # once), nothing after.  torch 1.13's store client thread does not
+            # catch an error on its callback connection: with them shut at
+            # teardown like gloo's, 2 of ~290 standalone world-1 runs under
+            # load died in std::terminate ("Connection reset by peer", in
+            # destroy_process_group or the store's destructor); 0 of 600
+            # without.
+            with self._lock:
+                self._store_socks = _inet_sockets(self._store_port) - self._before
             store = dist.PrefixStore("ea/%d/" % plan["gen"], client)
             with _no_store_barrier(be):
                 dist.init_process_group(be, store=store, rank=plan["rank"], world_size=plan["world"],
@@ -594,7 +605,7 @@ class TorchBackend(Backend):
         finally:
             with self._lock:
                 self._forming = False
-                self._socks = _inet_sockets(self._store_port) - self._before
+                self._socks = _inet_sockets(self._store_port) - self._before - self._store_socks
                 aborted = self._aborted
             if aborted or not ok:
                 _shut_all(self._hold(self._socks), socket.SHUT_RDWR)
@@ -673,6 +684,7 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         self.teardown()
+        gc.collect()  # the generation's store client (see form) goes before its server
         self._master = None
 
     # ---- the collectives of the state sync -------------------------------------
