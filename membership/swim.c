@@ -883,6 +883,13 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
   refute(s, now, r->inc, full);
 }
 
+/* Whether prio entry k still names a suspicion we hold. */
+static bool recheck_valid(const ea_swim *s, uint32_t k, uint32_t *midx) {
+  uint32_t c = find_idx(s, &s->prio[k].id);
+  *midx = c;
+  return c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[k].inc;
+}
+
 /* Re-checking suspicions.  A live suspect refutes, and its ALIVE normally
  * reaches everyone in a few gossip rounds; but push gossip with a bounded
  * retransmit count leaves a straggler now and then (a few percent of
@@ -894,13 +901,6 @@ static void apply_self(ea_swim *s, uint64_t now, const rec *r) {
  * ALIVE, and the ack brings that back.  Only stragglers do this, so a
  * refuted suspect is not flooded; for a real crash the probes fail and are
  * counted as our (independent) confirmation. */
-/* Whether prio entry k still names a suspicion we hold. */
-static bool recheck_valid(const ea_swim *s, uint32_t k, uint32_t *midx) {
-  uint32_t c = find_idx(s, &s->prio[k].id);
-  *midx = c;
-  return c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].inc == s->prio[k].inc;
-}
-
 static void recheck_push(ea_swim *s, uint64_t due, uint64_t poke, uint32_t midx) {
   /* Full: most entries are suspicions refuted since (under heavy loss every
    * member hears hundreds a second, each entered here for min/2); drop those
@@ -1025,16 +1025,16 @@ static void buddy_update(const ea_swim *s, uint32_t mi, ea_update *u) {
   u->has_meta = false;
 }
 
-/* Re-checking suspicions, continued (recheck_push).  The probes are shared: every other probe, most
- * overdue first, and slowed by local health, so a member holding several stale suspicions at once
- * re-checks each only every few seconds — at N = 1000 and 20% loss one such straggler went 2 s
- * between two re-checks, the one it made lost every packet, and its timer declared a live member
- * dead (bench/gossip
- * --trace).  So each suspicion due for a re-check is also told to the
- * suspect directly, in a message of its own, every two probe intervals
- * (not scaled: it is one small packet each way): a live suspect answers
- * with its refutation straight back (ea_swim_recv).  Without an answer
- * nothing changes; only the probes confirm. */
+/* Re-checking suspicions, continued (recheck_push).  The re-check probes
+ * are shared — every other probe, most overdue first, slowed by local
+ * health — so a member holding several stale suspicions re-checks each only
+ * every few seconds: at N = 1000 and 20% loss one straggler went 2 s
+ * between two re-checks, the one it made lost every packet, and its timer
+ * declared a live member dead (bench/gossip --trace).  So each suspicion due
+ * for a re-check is also told to the suspect directly, in a message of its
+ * own, every two probe intervals (not scaled: one small packet each way),
+ * and a live suspect answers with its refutation straight back
+ * (ea_swim_recv).  Unanswered, nothing changes: only probes confirm. */
 static void recheck_poke(ea_swim *s, uint64_t now) {
   uint64_t next = NEVER;
   for (uint32_t k = 0; k < s->prio_len; k++) {

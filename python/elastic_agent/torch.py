@@ -684,7 +684,10 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         self.teardown()
-        gc.collect()  # the generation's store client (see form) goes before its server
+        # A precaution, not measured apart from form's change: the
+        # generation's store client (held by a process group or a DDP in a
+        # cycle) goes before the server it talks to.
+        gc.collect()
         self._master = None
 
     # ---- the collectives of the state sync -------------------------------------
