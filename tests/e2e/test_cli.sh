@@ -320,8 +320,11 @@ rm -f "$EA_TMP/holder.ready"
 holder=$!
 wait_for 10 test -e "$EA_TMP/holder.ready" || fail "the port holder did not bind 127.0.0.1:$busy"
 RC=0
-timeout 10 "$EA_BIN" run --bind "127.0.0.1:$busy" --name busy --data-dir "$EA_TMP/busy" \
-  --set observability.metrics_listen= >"$out" 2>&1 </dev/null || RC=$?
+# --control-bind port 0: by default the control channel takes the next port
+# over TCP, and a clean-clone CI run found 127.0.0.1:$((busy + 1)) taken by
+# someone else (the agent said so, correctly, before it tried the gossip port)
+timeout 10 "$EA_BIN" run --bind "127.0.0.1:$busy" --control-bind 127.0.0.1:0 --name busy \
+  --data-dir "$EA_TMP/busy" --set observability.metrics_listen= >"$out" 2>&1 </dev/null || RC=$?
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null || true
 assert_eq "$RC" 1 "agent on a busy gossip port"
 grep -q "cannot listen for gossip on 127.0.0.1:$busy: .*--bind HOST:PORT" "$out" ||
