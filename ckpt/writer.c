@@ -11,8 +11,17 @@
  *  - O_DIRECT when the file system allows it (alignment from statx
  *    STATX_DIOALIGN): a checkpoint is written once and not read back soon,
  *    so pushing gigabytes through the page cache only evicts the training
- *    job's data.  O_DIRECT needs aligned buffers, offsets and lengths, so the
- *    caller's bytes are copied into aligned staging chunks — registered with
+ *    job's data.  O_DIRECT needs aligned buffers, offsets and lengths.  A
+ *    chunk whose bytes are aligned where they lie (the agent's mmap of a
+ *    worker's memfd is page-aligned, so every chunk but a ragged tail) is
+ *    written in place: the device reads the caller's pages and the only pass
+ *    over them on a CPU is the hash.  Copying each chunk into staging first
+ *    doubled the memory traffic, and a training step on the other core paid
+ *    for it (bench/ckpt.c table 3: steps/s during a 1 GiB persist 0.94 ->
+ *    0.97 of none, the persist 1.7 -> 1.3 s).  The caller must not change
+ *    the bytes during the call (the worker does not touch its memfd until
+ *    CKPT_DONE): the hash and the device read them at different moments.
+ *    Other chunks are copied into aligned staging — registered with
  *    io_uring_register_buffers so the kernel does not pin and unpin the
  *    pages on every write — and the tail is padded with zeros; after the
  *    writes the file is truncated back to its true length.  If O_DIRECT is
@@ -56,8 +65,9 @@ typedef struct {
   uint64_t data_end;  /* file offset where this chunk's real data ends */
   unsigned eagain;
   bool busy;
-  bool torn;    /* a torn (prefix-only) write: crash once it lands */
-  int sync_res; /* pwrite mode: the result, delivered by reap() */
+  bool torn;     /* a torn (prefix-only) write: crash once it lands */
+  bool in_place; /* O_DIRECT straight from the caller's bytes, not stage */
+  int sync_res;  /* pwrite mode: the result, delivered by reap() */
 } wslot;
 
 typedef struct {
@@ -98,7 +108,7 @@ static int submit(wctx *w, uint32_t i, uint32_t len) {
   } else {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
     if (!sqe) return -EBUSY; /* cannot happen: the ring has a slot per write */
-    if (w->registered)
+    if (w->registered && !s->in_place)
       io_uring_prep_write_fixed(sqe, w->fd, s->ptr, len, s->off, (int)i);
     else
       io_uring_prep_write(sqe, w->fd, s->ptr, len, s->off);
@@ -322,7 +332,15 @@ int ea_ckpt_write_shard(const ea_ckpt_write_req *req, ea_ckpt_write_result *res)
       s->data_end = next + n;
       s->eagain = 0;
       s->torn = false;
-      if (w.direct) {
+      s->in_place = w.direct && (uintptr_t)(src + next) % w.align == 0 && n % w.align == 0;
+      if (s->in_place) {
+        /* aligned bytes (a memfd mapping, a page-aligned buffer): the device
+         * reads them where they are, no copy */
+        ea__ck_hasher_feed(&h, src + next, n);
+        s->ptr = src + next;
+        s->left = n;
+        res->in_place_bytes += n;
+      } else if (w.direct) {
         /* copy and hash in pieces that stay in cache for the hash */
         for (uint32_t k = 0; k < n;) {
           uint32_t p = n - k < (256u << 10) ? n - k : (256u << 10);

@@ -302,9 +302,19 @@ END_TEST
 
 /* ---- writer ------------------------------------------------------------- */
 
-static void roundtrip(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
-                      bool expect_direct) {
-  uint8_t *d = random_bytes(len, len ^ flags ^ chunk);
+/* Where roundtrip's bytes lie: as malloc gives them, on a page boundary (as
+ * the agent's mmap of a memfd: O_DIRECT reads them in place), or one byte
+ * off one (every chunk is staged). */
+enum { AS_MALLOC, PAGE_ALIGNED, MISALIGNED };
+
+static void roundtrip_at(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
+                         bool expect_direct, int where) {
+  uint8_t *mem = random_bytes(len, len ^ flags ^ chunk), *d = mem, *block = NULL;
+  if (where != AS_MALLOC) {
+    ck_assert_int_eq(posix_memalign((void **)&block, 4096, len + 4096), 0);
+    d = block + (where == MISALIGNED);
+    memcpy(d, mem, len);
+  }
   char p[512];
   path_in(p, sizeof p, "shard.bin");
   ea_ckpt_progress prog = {0};
@@ -325,6 +335,15 @@ static void roundtrip(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
   if (flags & EA_CKPT_IO_BUFFERED) ck_assert(!res.direct);
   if (flags & EA_CKPT_IO_SYNC) ck_assert(!res.uring);
   if (res.direct) ck_assert_uint_gt(res.align, 0);
+  if (!res.direct || where == MISALIGNED) ck_assert_uint_eq(res.in_place_bytes, 0);
+  if (res.direct && where == PAGE_ALIGNED) {
+    /* every chunk in place but a tail that is not a multiple of the
+     * alignment (staged and padded) */
+    uint64_t staged = len - res.in_place_bytes;
+    ck_assert_uint_eq(res.in_place_bytes % res.align, 0);
+    ck_assert_uint_lt(staged, chunk ? chunk + res.align : EA_CKPT_CHUNK_DEFAULT);
+    ck_assert_uint_eq(staged == 0, len % res.align == 0);
+  }
   /* block hashes are XXH3 of each block */
   ck_assert_uint_eq(res.block_size, ea_ckpt_block_size(len));
   ck_assert_uint_eq(res.n_blocks, (len + res.block_size - 1) / res.block_size);
@@ -337,8 +356,14 @@ static void roundtrip(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
   ck_assert_uint_eq(n, len);
   ck_assert_msg(memcmp(back, d, len) == 0, "content differs for len %" PRIu64, len);
   free(back);
-  free(d);
+  free(mem);
+  free(block);
   unlink(p);
+}
+
+static void roundtrip(uint64_t len, unsigned flags, uint32_t chunk, uint32_t qd,
+                      bool expect_direct) {
+  roundtrip_at(len, flags, chunk, qd, expect_direct, AS_MALLOC);
 }
 
 START_TEST(test_write_sizes) {
@@ -366,6 +391,15 @@ START_TEST(test_write_sizes) {
   roundtrip((3u << 20) + 4097, 0, 4096, EA_CKPT_QUEUE_MAX, direct);
   /* an unaligned chunk request is rounded up to the alignment */
   roundtrip(1000003, 0, 5000, 2, direct);
+  /* aligned bytes go to the device in place, a ragged tail staged; one byte
+   * off alignment, everything is staged */
+  const uint64_t placed[] = {4096, 4097, (2u << 20) + 4096, (9u << 20) + 7, 5u << 20};
+  for (size_t i = 0; i < sizeof placed / sizeof placed[0]; i++) {
+    roundtrip_at(placed[i], 0, 0, 0, direct, PAGE_ALIGNED);
+    roundtrip_at(placed[i], 0, 0, 0, direct, MISALIGNED);
+    roundtrip_at(placed[i], EA_CKPT_IO_SYNC, 1u << 20, 3, direct, PAGE_ALIGNED);
+    roundtrip_at(placed[i], EA_CKPT_IO_NO_REGISTER, 12288, 4, direct, PAGE_ALIGNED);
+  }
 }
 END_TEST
 
