@@ -132,10 +132,24 @@ int ea__bq_push_first(ea__bq *q, uint32_t key, const ea_node_id *id, const ea_no
   return push_common(q, key, id, from, state, inc, meta, meta_inc, true);
 }
 
+/* Whether the packet already holds what entry e would add: the caller's own
+ * updates (the refutation an ack to an accuser starts with) about the same
+ * member at the same state and incarnation, with metadata if e has it. */
+static bool carried(const ea_msg *msg, uint32_t pre, const ea__qent *e) {
+  for (uint32_t i = 0; i < pre; i++) {
+    const ea_update *u = &msg->updates[i];
+    if (u->state == e->state && u->incarnation == e->inc && (u->has_meta || !e->meta) &&
+        memcmp(&u->id, &e->id, sizeof e->id) == 0)
+      return true;
+  }
+  return false;
+}
+
 uint32_t ea__bq_fill(ea__bq *q, ea_msg *msg, size_t left, uint32_t limit) {
   uint32_t taken[EA_WIRE_MAX_UPDATES + 8];
   bool incl[EA_WIRE_MAX_UPDATES + 8];
   uint32_t nt = 0, misfits = 0, added = 0;
+  const uint32_t pre = msg->nupdates;
   /* Entries are unlinked from the heap while the packet is filled (so none
    * is picked twice) and relinked with their new count after: pool slots and
    * the owner's handles stay put, which keeps this off the member table.
@@ -145,8 +159,9 @@ uint32_t ea__bq_fill(ea__bq *q, ea_msg *msg, size_t left, uint32_t limit) {
     uint32_t k = q->heap.items[0].id;
     ea__heap_remove(&q->heap, k);
     ea__qent *e = &q->pool[k];
-    incl[nt] = e->size <= left;
-    if (incl[nt]) {
+    if (pre && carried(msg, pre, e)) {
+      incl[nt] = true; /* goes out in this packet: counts as a transmission */
+    } else if ((incl[nt] = e->size <= left)) {
       fill_update(e, &msg->updates[msg->nupdates++]);
       left -= e->size;
       added++;

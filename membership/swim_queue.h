@@ -15,6 +15,10 @@
  *    memberlist's retransmitLimit.
  *  - A fill never exceeds the byte budget it is given (sizes are the
  *    codec's exact ea_wire_update_size, cached per entry).
+ *  - A fill does not repeat what the packet already holds: an entry equal
+ *    to one of the caller's own updates (same member, state and
+ *    incarnation, metadata included if the entry has it) is counted as
+ *    transmitted without a second copy.
  *
  * Members are named by the owner's key (swim.c: the member's index).  The
  * owner keeps, per key, the handle of its entry (EA__NONE when none); the

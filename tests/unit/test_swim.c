@@ -1237,21 +1237,31 @@ START_TEST(test_buddy_ping_ack_carries_the_refutation) {
     ea_swim_tick(s, ++l.now);
     for (; mark < l.n; mark++) sent += carries(&l, mark, EA_STATE_ALIVE, 1);
   }
-  /* then forty other members refute suspicions: fresher, sent less often */
-  for (int who = 10; who < 50; who++) feed(s, l.now, EA_STATE_ALIVE, 1, who, who);
   static ea_msg ping;
   memset(&ping, 0, offsetof(ea_msg, updates));
+  /* While our refutation still leads the queue, an accusing ping's ack
+   * carries it once: the queue does not add its own copy behind ours. */
   ping.type = EA_MSG_PING;
-  ping.seq = 77;
+  ping.seq = 76;
   ping.src = id_n(8);
   ping.target = id_n(1);
   ping.nupdates = 1;
   memset(&ping.updates[0], 0, sizeof ping.updates[0]);
   ping.updates[0].state = EA_STATE_SUSPECT;
-  ping.updates[0].incarnation = 0;
   ping.updates[0].id = id_n(1);
   ping.updates[0].from = id_n(8);
   ea_addr from = meta_n(8).gossip;
+  ea_swim_recv(s, l.now, &from, &ping);
+  ck_assert_uint_eq(l.m[l.n - 1].type, EA_MSG_ACK);
+  ck_assert_uint_eq(l.m[l.n - 1].u[0].state, EA_STATE_ALIVE);
+  ck_assert_uint_eq(l.m[l.n - 1].u[0].incarnation, 1);
+  for (uint32_t k = 1; k < l.m[l.n - 1].nupdates && k < 4; k++)
+    ck_assert_msg(!(l.m[l.n - 1].u[k].state == EA_STATE_ALIVE &&
+                    memcmp(&l.m[l.n - 1].u[k].id, &ping.target, sizeof ping.target) == 0),
+                  "the ack carries our refutation twice (update %u)", k);
+  /* then forty other members refute suspicions: fresher, sent less often */
+  for (int who = 10; who < 50; who++) feed(s, l.now, EA_STATE_ALIVE, 1, who, who);
+  ping.seq = 77; /* the same accusation again */
   int mark = l.n;
   ea_swim_recv(s, l.now, &from, &ping);
   ck_assert_int_eq(l.n, mark + 1);

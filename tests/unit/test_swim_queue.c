@@ -5,7 +5,8 @@
  * leaves after `limit` transmissions, and the core's limit is
  * retransmit_mult · ceil(log10(N+1)); news about a member replaces
  * (invalidates) the older update about it, which then never goes out; a
- * fill never exceeds its byte budget or the wire's update cap, skips what
+ * fill never exceeds its byte budget or the wire's update cap, does not
+ * repeat an update the caller already put in the packet, skips what
  * does not fit for smaller updates behind it, and gives up after 8 misfits;
  * the owner's per-member handle is kept exact (set on push, cleared when the
  * entry leaves); an ALIVE entry holds one reference on its metadata and
@@ -208,6 +209,46 @@ START_TEST(test_entry_leaves_at_limit) {
 }
 END_TEST
 
+/* An update the caller already put in the packet is not added again, and
+ * counts as a transmission; one that differs (older incarnation, or the
+ * caller's copy lacks the metadata the entry has) is still added. */
+START_TEST(test_fill_skips_what_the_packet_holds) {
+  ea__bq *q = new_queue();
+  ea_meta m = meta_of(4);
+  ea__meta_blob *b = ea__meta_intern(&m);
+  push(q, 4, EA_STATE_SUSPECT, 2, NULL);
+  push(q, 5, EA_STATE_DEAD, 1, NULL);
+  static ea_msg msg;
+  msg.nupdates = 1;
+  msg.updates[0] =
+      (ea_update){.state = EA_STATE_SUSPECT, .incarnation = 2, .id = ids[4], .from = self};
+  ck_assert_uint_eq(ea__bq_fill(q, &msg, 1400, 2), 1); /* only 5 added */
+  ck_assert_uint_eq(msg.nupdates, 2);
+  ck_assert_uint_eq(key_of(&msg.updates[1]), 5);
+  msg.nupdates = 1; /* again: 4 reaches its limit of 2 through the caller's copies */
+  ck_assert_uint_eq(ea__bq_fill(q, &msg, 1400, 2), 1);
+  ck_assert_uint_eq(ea__bq_len(q), 0);
+  ck_assert_uint_eq(handle[4], EA__NONE);
+  /* not the same: another incarnation; an ALIVE with metadata against the
+   * caller's without */
+  push(q, 4, EA_STATE_SUSPECT, 3, NULL);
+  push(q, 6, EA_STATE_ALIVE, 1, b);
+  msg.nupdates = 2;
+  msg.updates[1] =
+      (ea_update){.state = EA_STATE_ALIVE, .incarnation = 1, .id = ids[6], .from = self};
+  ck_assert_uint_eq(ea__bq_fill(q, &msg, 1400, 5), 2);
+  ck_assert_uint_eq(msg.nupdates, 4);
+  /* the caller's ALIVE with metadata covers the entry's */
+  msg.nupdates = 2;
+  msg.updates[1].has_meta = true;
+  msg.updates[1].meta = b->m;
+  ck_assert_uint_eq(ea__bq_fill(q, &msg, 1400, 5), 1);
+  ck_assert_uint_eq(key_of(&msg.updates[2]), 4);
+  ea__bq_close(q);
+  ea__meta_release(b);
+}
+END_TEST
+
 START_TEST(test_newer_update_invalidates_older) {
   ea__bq *q = new_queue();
   size_t base = ea__meta_count();
@@ -364,6 +405,7 @@ int main(void) {
   tcase_add_test(t, test_refutation_first);
   tcase_add_test(t, test_retransmit_limit_formula);
   tcase_add_test(t, test_entry_leaves_at_limit);
+  tcase_add_test(t, test_fill_skips_what_the_packet_holds);
   tcase_add_test(t, test_newer_update_invalidates_older);
   tcase_add_test(t, test_alive_carries_meta_others_do_not);
   tcase_add_test(t, test_fill_respects_budget);
