@@ -183,3 +183,35 @@ def test_ddp_skips_its_own_broadcast_for_the_synced_model():
     out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "([True], [2])"  # other's weight and bias
+
+
+def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
+    """A rank forming a world-2 group whose peer never comes waits in the
+    store; abort() (what the library does on PREPARE or a reset) ends that
+    wait at once with a CommError, long before the group's timeout, and the
+    process tears down and exits cleanly (torch 1.13's store threads must
+    not die in std::terminate on the shut sockets).  In a child process, so
+    that such a death fails this test instead of the run."""
+    child = (
+        "import threading, time\n"
+        "from elastic_agent import CommError\n"
+        "from elastic_agent.torch import TorchBackend\n"
+        "b = TorchBackend('gloo')\n"
+        "addr = b.start('127.0.0.1:0', 0)\n"
+        "threading.Timer(0.2, b.abort).start()\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    b.form({'gen': 1, 'store': addr, 'rank': 0, 'world': 2, 'timeout_ms': 20000})\n"
+        "    print('formed')\n"
+        "except CommError as e:\n"
+        "    print('aborted %.3f' % (time.monotonic() - t0))\n"
+        "b.teardown()\n"
+        "b.close()\n"
+        "print('clean')\n")
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("EA_IPC_FD", None)
+    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split()
+    assert lines[0] == "aborted" and lines[-1] == "clean", out.stdout + out.stderr
+    assert float(lines[1]) < 10.0, "the wait was not ended by the abort: %s s" % lines[1]
