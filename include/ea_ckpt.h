@@ -148,18 +148,19 @@ typedef struct {
 
 typedef struct {
   uint64_t bytes; /* true length written (= req.length on success) */
-  uint64_t hash;  /* XXH3-64 of the bytes (what `xxhsum -H3` prints) */
+  /* of those, written by O_DIRECT straight from req.data (the aligned
+   * chunks of an aligned buffer) rather than copied into staging */
+  uint64_t in_place_bytes;
+  uint64_t hash; /* XXH3-64 of the bytes (what `xxhsum -H3` prints) */
   uint64_t block_size;
   uint32_t n_blocks;
   uint64_t block_hash[EA_CKPT_MAX_BLOCKS];
-  double seconds;          /* wall time of the whole call, fsync included */
-  bool direct;             /* O_DIRECT was used */
-  bool registered;         /* staging buffers were registered with io_uring */
-  uint64_t in_place_bytes; /* written by O_DIRECT straight from req.data (aligned
-                            * chunks of an aligned buffer), not staged */
-  bool uring;              /* io_uring was used (false: pread/pwrite fallback) */
-  uint32_t align;          /* O_DIRECT offset/length alignment used (0 if buffered) */
-  char err[512];           /* on failure: "<op> <path>[ at offset N]: <reason>" */
+  double seconds;  /* wall time of the whole call, fsync included */
+  bool direct;     /* O_DIRECT was used */
+  bool registered; /* staging buffers were registered with io_uring */
+  bool uring;      /* io_uring was used (false: pread/pwrite fallback) */
+  uint32_t align;  /* O_DIRECT offset/length alignment used (0 if buffered) */
+  char err[512];   /* on failure: "<op> <path>[ at offset N]: <reason>" */
 } ea_ckpt_write_result;
 
 /* Writes req->data to req->path and makes it durable (fsync; with O_DIRECT

@@ -153,6 +153,17 @@ def test_what_cannot_be_laid_out_fails_at_construction():
         TorchState(**{"a b": 1})
 
 
+def run_child(code: str) -> subprocess.CompletedProcess:
+    """Runs code in a fresh Python outside any agent (no EA_IPC_FD) and
+    asserts that it exited 0: torch state (a process group, store threads)
+    and a death in std::terminate stay out of the test run."""
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("EA_IPC_FD", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_ddp_skips_its_own_broadcast_for_the_synced_model():
     """gen.ddp() of the state's model runs neither DDP's shape check nor its
     parameter broadcast (the state sync compared and equalised the models
@@ -178,10 +189,7 @@ def test_ddp_skips_its_own_broadcast_for_the_synced_model():
         "    assert d._sync_module_states is spy and d._verify_param_shape_across_processes is check\n"
         "    return [m is other for m in calls], checks\n"
         "print(train())\n")
-    env = dict(os.environ, PYTHONPATH=PYDIR)
-    env.pop("EA_IPC_FD", None)
-    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_child(child)
     assert out.stdout.strip().splitlines()[-1] == "([True], [2])"  # other's weight and bias
 
 
@@ -208,10 +216,7 @@ def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
         "b.teardown()\n"
         "b.close()\n"
         "print('clean')\n")
-    env = dict(os.environ, PYTHONPATH=PYDIR)
-    env.pop("EA_IPC_FD", None)
-    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_child(child)
     lines = out.stdout.split()
     assert lines[0] == "aborted" and lines[-1] == "clean", out.stdout + out.stderr
     assert float(lines[1]) < 10.0, "the wait was not ended by the abort: %s s" % lines[1]

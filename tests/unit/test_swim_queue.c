@@ -214,7 +214,7 @@ END_TEST
  * caller's copy lacks the metadata the entry has) is still added. */
 START_TEST(test_fill_skips_what_the_packet_holds) {
   ea__bq *q = new_queue();
-  ea_meta m = meta_of(4);
+  ea_meta m = meta_of(6);
   ea__meta_blob *b = ea__meta_intern(&m);
   push(q, 4, EA_STATE_SUSPECT, 2, NULL);
   push(q, 5, EA_STATE_DEAD, 1, NULL);
