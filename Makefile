@@ -11,9 +11,10 @@
 #
 # Sources are discovered: every .c in a module folder is built into
 # $(BUILD)/libea.a; files ending in _nccl.c only when CUDA and NCCL are found.
-# Modules, in dependency order: base (nothing of ours) → membership → rdzv →
-# agent, train, ckpt.  Public headers are in include/; each module's private
-# headers stay in its folder and are reached through its -I path, never '../'.
+# Modules, in dependency order: base (nothing of ours) → membership → config
+# (the job file) and rdzv; base → ckpt → train (reads config); agent on top.
+# Public headers are in include/; each module's private headers stay in its
+# folder and are reached through its -I path, never '../'.
 # tests/unit/test_*.c are Check suites; tests/e2e/*.sh are end-to-end scripts.
 
 BUILD    ?= build
@@ -49,7 +50,7 @@ EA_CFLAGS += -DEA_HAVE_NCCL=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
-MODULES  := base membership rdzv agent train ckpt
+MODULES  := base membership config rdzv ckpt train agent
 EA_CFLAGS += $(addprefix -I,$(MODULES) chaos)
 LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 ifneq ($(HAVE_NCCL),1)

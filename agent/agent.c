@@ -598,11 +598,27 @@ static int write_job_file(ea__agent *a, char *err, size_t errlen) {
   return rc;
 }
 
+/* The rendezvous keys of the job file (the job file is config/'s, the
+ * rendezvous core knows nothing of it).  restart_mode and max_restarts
+ * depend on the launch mode: start_rdzv sets them. */
+static void rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
+  c->min_nodes = job->compute.min_nodes;
+  c->max_nodes = job->compute.max_nodes;
+  c->workers_per_node = job->compute.workers_per_node;
+  c->scale_up_delay_ms = job->distributed.scale_up_delay_ms;
+  c->rendezvous_timeout_ms = job->runtime.rendezvous_timeout_seconds * 1000u;
+  c->quorum_none = strcmp(job->distributed.quorum, "none") == 0;
+  c->min_nodes_timeout_ms = c->rendezvous_timeout_ms;
+  c->flap_threshold = job->runtime.flap_threshold;
+  c->flap_window_ms = job->runtime.flap_window_seconds * 1000u;
+  c->flap_cooldown_ms = job->runtime.flap_cooldown_seconds * 1000u;
+}
+
 static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed, char *err,
                       size_t errlen) {
   ea_rdzv_config rc;
   ea_rdzv_config_default(&rc);
-  ea_rdzv_config_from(&rc, &a->o->cfg);
+  rdzv_config_from(&rc, &a->o->cfg);
   /* Restart mode: every generation restarts the programs (no step
    * boundaries to wait for) and the job's restarts are counted; builtin and
    * library: a node restarts its own workers (runtime.max_restarts per

@@ -36,7 +36,6 @@
 #ifndef EA_RDZV_H
 #define EA_RDZV_H
 
-#include "ea_config.h"
 #include "ea_membership.h"
 #include "ea_wire.h"
 
@@ -44,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* compute.max_nodes and compute.workers_per_node bounds in agent/config.c. */
+/* compute.max_nodes and compute.workers_per_node bounds in config/config.c. */
 #define EA_RDZV_MAX_NODES 65536
 #define EA_RDZV_MAX_WPN 64
 /* Ranks in one plan.  A COMMIT takes at most 31 bytes per rank and 105 per
@@ -314,11 +313,9 @@ typedef struct {
   uint32_t flap_cooldown_ms;
 } ea_rdzv_config;
 
-/* The defaults of agent/config.c, with no job limits (max_restarts
+/* The defaults of config/config.c, with no job limits (max_restarts
  * UINT32_MAX, no min_nodes timeout: the simulator's tests run for ever). */
 void ea_rdzv_config_default(ea_rdzv_config *c);
-/* Take the rendezvous keys out of a loaded job configuration. */
-void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job);
 
 typedef enum {
   EA_RDZV_DO_PREPARE = 1, /* abort the old communicator; get ready for gen as

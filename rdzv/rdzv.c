@@ -2423,21 +2423,6 @@ void ea_rdzv_config_default(ea_rdzv_config *c) {
   c->flap_cooldown_ms = 60000;
 }
 
-void ea_rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
-  c->min_nodes = job->compute.min_nodes;
-  c->max_nodes = job->compute.max_nodes;
-  c->workers_per_node = job->compute.workers_per_node;
-  c->scale_up_delay_ms = job->distributed.scale_up_delay_ms;
-  c->rendezvous_timeout_ms = job->runtime.rendezvous_timeout_seconds * 1000u;
-  c->quorum_none = strcmp(job->distributed.quorum, "none") == 0;
-  /* restart_mode and max_restarts depend on the launch mode: the agent
-   * sets them (agent/launch.c). */
-  c->min_nodes_timeout_ms = c->rendezvous_timeout_ms;
-  c->flap_threshold = job->runtime.flap_threshold;
-  c->flap_window_ms = job->runtime.flap_window_seconds * 1000u;
-  c->flap_cooldown_ms = job->runtime.flap_cooldown_seconds * 1000u;
-}
-
 ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
                      const ea_rdzv_gen *persisted, const ea_rdzv_io *io, uint64_t seed,
                      uint64_t now_ms) {

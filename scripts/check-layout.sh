@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The house rules of the source tree, checked from the #include lines
 # (docs/layout.md explains them):
-#   * a module's private headers (MODULE/*.h) are included only by that
-#     module's own .c files (and by tests/ and bench/, which test internals);
+#   * a module's private headers (anywhere under MODULE/) are included only by
+#     that module's own .c and .h files (and by tests/ and bench/, which test
+#     internals);
 #   * a module includes the public headers (include/*.h) only of the modules
-#     it may depend on: base ← membership ← rdzv ← agent, base ← ckpt ← train;
+#     it may depend on: base ← membership ← config, base ← membership ← rdzv,
+#     base ← ckpt ← train (train also reads config), agent on top;
+#   * a public header is its owner's: it may include the public headers of
+#     the modules its owner may depend on, and no private header;
 #   * chaos/ (a separate binary that drives agents as processes) includes
 #     only public headers;
 #   * nobody reaches a header through '../'.
@@ -18,22 +22,23 @@ declare -A owner=(
   [ea_base.h]=base [ea_log.h]=base [ea_mpread.h]=base
   [ea_membership.h]=membership [ea_transport.h]=membership [ea_wire.h]=membership
   [ea_antireplay.h]=membership
+  [ea_config.h]=config
   [ea_rdzv.h]=rdzv
   [ea_ckpt.h]=ckpt
   [ea_comm.h]=train [ea_train.h]=train [ea_ipc.h]=train [ea_worker.h]=train
-  [ea_config.h]=config
 )
 # What each module may include (besides itself).  config (include/ea_config.h,
-# agent/config.c) is the job file, read by the agent and by the built-in
-# worker it starts.
+# config/config.c) is the job file: its membership section is an
+# ea_swim_config; the agent and the built-in worker it starts read it.
 declare -A may=(
   [base]=""
   [membership]="base"
+  [config]="base membership"
   [rdzv]="base membership"
   [ckpt]="base"
   [train]="base ckpt config"
-  [agent]="base membership rdzv ckpt train config"
-  [chaos]="base membership rdzv ckpt train config"
+  [agent]="base membership config rdzv ckpt train"
+  [chaos]="base membership config rdzv ckpt train"
 )
 modules=$(sed -n 's/^MODULES *:= *//p' Makefile)
 
@@ -43,34 +48,47 @@ violation() { echo "$1: $2"; bad=1; }
 for h in include/*.h; do
   [ -n "${owner[$(basename "$h")]:-}" ] || violation "$h" "public header without an owner in scripts/check-layout.sh"
 done
+for m in $modules; do
+  [ -n "${may[$m]+x}" ] || violation Makefile "module $m has no place in the dependency order of scripts/check-layout.sh"
+done
+
+# Which module holds each private header (by name: names are unique).
+declare -A private=()
+for m in $modules chaos; do
+  for h in $(git ls-files "$m/*.h"); do
+    private[$(basename "$h")]=$m
+  done
+done
 
 for f in $(git ls-files '*.c' '*.h'); do
   dir=${f%%/*}
   [ "$dir" = "$f" ] && continue
+  mod=$dir
+  [ "$dir" = include ] && mod=${owner[$(basename "$f")]:-}
   while IFS=: read -r line inc; do
     inc=${inc#*\"}; inc=${inc%\"*}
     if [[ $inc == *../* ]]; then
       violation "$f:$line" "includes \"$inc\" through '..' (use the module's -I path)"
       continue
     fi
-    [[ $dir == tests || $dir == bench || $dir == include ]] && continue
+    [[ $dir == tests || $dir == bench ]] && continue
     if [ -f "include/$inc" ]; then
       o=${owner[$inc]:-}
       [ -z "$o" ] && continue
-      if [ "$o" != "$dir" ] && [ "$o" != config -o "$dir" != agent ] && [ -n "${may[$dir]+x}" ] &&
-         [[ " ${may[$dir]} " != *" $o "* ]]; then
-        violation "$f:$line" "$dir/ must not depend on $o ($inc)"
+      if [ -n "$mod" ] && [ "$o" != "$mod" ] && [ -n "${may[$mod]+x}" ] &&
+         [[ " ${may[$mod]} " != *" $o "* ]]; then
+        violation "$f:$line" "$mod/ must not depend on $o ($inc)"
       fi
       continue
     fi
-    [ -f "$dir/$inc" ] && continue # its own private header
-    for m in $modules chaos; do
-      if [ -f "$m/$inc" ]; then
-        violation "$f:$line" "includes $m/'s private header $inc"
-        break
-      fi
-    done
-  done < <(grep -n '^#include "' "$f" | sed 's/^\([0-9]*\):/\1:/')
+    p=${private[$inc]:-}
+    [ -z "$p" ] && continue
+    if [ "$dir" = include ]; then
+      violation "$f:$line" "a public header includes $p/'s private header $inc"
+    elif [ "$p" != "$dir" ]; then
+      violation "$f:$line" "includes $p/'s private header $inc"
+    fi
+  done < <(grep -n '^#include "' "$f")
 done
 [ $bad -eq 0 ] && echo "layout: $(git ls-files '*.c' '*.h' | wc -l) files follow the include rules"
 exit $bad

@@ -4,12 +4,12 @@
 # The keys come from the table itself, through `elastic-agent config` (the
 # dump lists every key once, by its own name; old names and the guide's
 # synonyms load into the same fields).  For each key the product's sources
-# (agent base membership rdzv train ckpt; not chaos/ or tests/, which only
+# (agent base membership config rdzv train ckpt; not chaos/ or tests/, which only
 # drive or check it) must read its field somewhere outside the loader:
 #
 #   SECTION.KEY  ->  `.SECTION.KEY` or `->SECTION.KEY` (cfg.train.steps,
 #                    a->o->cfg.runtime.max_restarts, …), not on a line that
-#                    only assigns it, not in agent/config.c or ea_config.h;
+#                    only assigns it, not in config/config.c or ea_config.h;
 #   membership.KEY   the section is an ea_swim_config handed to the SWIM
 #                    core whole, so `.KEY` / `->KEY` in membership/, outside
 #                    the defaults in membership/swim_config.c.
@@ -27,7 +27,7 @@ declare -A EXCEPTIONS=(
   [distributed.strategy]="single-choice key: validated, nothing to act on"
 )
 
-SRC=(agent base membership rdzv train ckpt)
+SRC=(agent base membership config rdzv train ckpt)
 keys=$("$EA_BIN" config | awk '
   /^[a-z_]+:$/ { sec = substr($0, 1, length($0) - 1); next }
   /^  [a-z_0-9]+: / { k = $1; sub(/:$/, "", k); print sec "." k }')
@@ -42,7 +42,7 @@ consumers() {
     files=$(git ls-files 'membership/*.c' 'membership/*.h' | grep -v '^membership/swim_config\.c$')
   else
     pat="(\\.|->)$sec\\.$key"
-    files=$(git ls-files "${SRC[@]/%//*.c}" "${SRC[@]/%//*.h}" | grep -v '^agent/config\.c$')
+    files=$(git ls-files "${SRC[@]/%//*.c}" "${SRC[@]/%//*.h}" | grep -v '^config/config\.c$')
   fi
   # An occurrence that is not the target of a plain assignment (x.k = …,
   # x.k[i] = …), on a line that is not a comment.
@@ -66,7 +66,7 @@ for k in "${!EXCEPTIONS[@]}"; do
   grep -qx "$k" <<<"$keys" || stale+=("$k (no longer a key)")
 done
 [ ${#unused[@]} -eq 0 ] ||
-  fail "keys declared in agent/config.c that no code outside the loader reads: ${unused[*]} (make them act, remove them, or add a documented exception here)"
+  fail "keys declared in config/config.c that no code outside the loader reads: ${unused[*]} (make them act, remove them, or add a documented exception here)"
 [ ${#stale[@]} -eq 0 ] || fail "stale exceptions, remove them from EXCEPTIONS: ${stale[*]}"
 pass "$n keys, each read outside the loader (${#EXCEPTIONS[@]} documented exceptions)"
 

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the job-file loader (agent/config.c over libyaml):
+/* libFuzzer harness for the job-file loader (config/config.c over libyaml):
  * the one decoder every operator feeds by hand.
  *
  * Beyond "no crash, no sanitizer report", it checks the loader's promises

@@ -1,4 +1,4 @@
-/* Check suite for the job-file loader (agent/config.c).
+/* Check suite for the job-file loader (config/config.c).
  *
  * What the loader promises, tested as such: the defaults are sane and pass
  * validation; examples/job.yaml names every key and loads to the defaults;
