@@ -26,7 +26,8 @@ BUILD=${BUILD:-build}
 WS=${WS:-"2 4"}
 MIN=${MIN:-1K}
 MAX=${MAX:-256M}
-PY=${PY:-/usr/bin/python3}
+. scripts/python.sh
+PY=$EA_PYTHON
 
 if [ ! -x "$BUILD/bench/allreduce" ] || [ bench/allreduce.c -nt "$BUILD/bench/allreduce" ]; then
   make -s -j2 "$BUILD/bench/allreduce" >/dev/null

@@ -12,7 +12,7 @@
 #
 #   bench/ckpt_pytorch.sh [--mib 128] [--steps 12] [--interval 3] [--dir DIR] [--keep]
 #
-# Needs Debian's python3-torch (run with /usr/bin/python3).  Benchmarks
+# Runs the project's interpreter (scripts/python.sh: the pinned torch).  Benchmarks
 # report; they do not assert.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 BIN=${EA_BINDIR:-bin}/elastic-agent
-PY=/usr/bin/python3
+. scripts/python.sh
+PY=$EA_PYTHON
 [ -x "$BIN" ] || { echo "ckpt_pytorch.sh: $BIN is not built (run make)" >&2; exit 1; }
 "$PY" -c 'import torch, msgpack' 2>/dev/null || { echo "ckpt_pytorch.sh: $PY lacks torch or msgpack" >&2; exit 1; }
 WORK=${DIR:-$(mktemp -d /tmp/ea-ckpt-pytorch.XXXXXX)}

@@ -28,6 +28,7 @@ export LC_ALL=C
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
+. "$ROOT/scripts/python.sh"
 AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
 ARGS=()
 OURS_ONLY=0
@@ -88,8 +89,7 @@ run_ours() {
             --keep) keep=1 ;;
         esac
     done
-    local py=/usr/bin/python3
-    [ -x "$py" ] || py=python3
+    local py=$EA_PYTHON
     local dir=$TMP/ours
     mkdir -p "$dir"
     local -a job=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16

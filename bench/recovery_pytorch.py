@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Helper of bench/recovery_pytorch.sh: reads the logs, waits, analyses.
 
 Every node's log (a torchrun node's timestamped output, or an agent's log)

@@ -65,8 +65,9 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
-PY=/usr/bin/python3
-TORCHRUN=/usr/bin/torchrun
+. "$HERE/../scripts/python.sh"
+PY=$EA_PYTHON
+TORCHRUN=$EA_TORCHRUN
 HELPER=$HERE/recovery_pytorch.py
 SCRIPT=$HERE/recovery_pytorch_ddp.py
 ORIG_ARGS="$*"
@@ -91,7 +92,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ ! -x "$TORCHRUN" ] || ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-    echo "recovery_pytorch: needs $TORCHRUN and python3-torch (apt-get install python3-torch)" >&2
+    echo "recovery_pytorch: needs $TORCHRUN and torch in $PY (scripts/deps.sh installs requirements.txt)" >&2
     exit 3
 fi
 [ -x "$AGENT" ] || { echo "recovery_pytorch: $AGENT is not built (make)" >&2; exit 3; }
@@ -333,7 +334,7 @@ cat > "$OUT/meta.json" <<EOF
   "torchrun-default":"--monitor_interval=5, rendezvous timeouts as shipped",
   "torchrun-tuned":"--monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10",
   "ours-inplace":"bench/recovery_pytorch_lib.py (the same model, data, SGD and step sleep, driven by import elastic_agent; one phase line per generation) under elastic-agent run --set compute.protocol=library --set checkpoint.dir=DIR, the rest as ours",
-  "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- /usr/bin/python3 SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
+  "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
 EOF
 mkdir -p "$(dirname "$JSON")"
 "$PY" "$HELPER" analyze "$OUT" --json "$JSON" || status=1

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Baseline half of bench/recovery: the torchrun side.
 
 Two roles in one file, so the scenario needs nothing beyond Debian's

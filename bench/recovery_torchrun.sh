@@ -31,8 +31,9 @@ set -u
 export LC_ALL=C   # $EPOCHREALTIME must use '.' as decimal point
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3
-TORCHRUN=/usr/bin/torchrun
+. "$HERE/../scripts/python.sh"
+PY=$EA_PYTHON
+TORCHRUN=$EA_TORCHRUN
 SCRIPT=$HERE/recovery_torchrun.py
 TRIALS=5
 VARIANTS=default,tuned
@@ -69,7 +70,7 @@ while [ $# -gt 0 ]; do
 done
 
 if [ ! -x "$TORCHRUN" ] || ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-    echo "recovery_torchrun: needs $TORCHRUN and python3-torch (apt-get install python3-torch)" >&2
+    echo "recovery_torchrun: needs $TORCHRUN and torch in $PY (scripts/deps.sh installs requirements.txt)" >&2
     exit 3
 fi
 

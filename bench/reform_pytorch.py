@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """bench/reform_pytorch.py — what the library's re-formation shortcuts save,
 measured on torch itself: W gloo processes on 127.0.0.1 re-form a process
 group again and again, alternating each round between torch's own way and

@@ -4,7 +4,7 @@
 # BENCH="gossip allreduce" limits the set; BENCH_ARGS is passed to each.
 set -u
 cd "$(dirname "$0")/.."
-EA_DEPS_EXTRA="fio python3-torch" scripts/deps.sh || exit 1
+EA_DEPS_EXTRA="fio" scripts/deps.sh || exit 1
 want=${BENCH:-gossip allreduce ckpt recovery recovery_pytorch}
 rc=0
 for b in $want; do

@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 EA_BIN=${EA_BIN:-bin/elastic-agent}
 [[ $EA_BIN == /* ]] || EA_BIN=$PWD/$EA_BIN
 [ -x "$EA_BIN" ] || { echo "demo: $EA_BIN is not built; run 'make' first" >&2; exit 1; }
-if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
+. scripts/python.sh
+PY=$EA_PYTHON
 # Python turns SIGINT into an exception and exits 1; bash then assumes the
 # child handled Ctrl-C and carries on.  Dying of the signal lets the trap
 # below run.

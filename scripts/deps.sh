@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Install the Debian packages elastic-agent needs, only when pkg-config (or the
-# command) cannot find them already.  Called by `make check`, `make demo`, …
-# Set EA_DEPS_EXTRA="fio python3-torch" to add the benchmark baselines.
+# Install what elastic-agent needs, only what is missing: the Debian packages
+# (when pkg-config or the command cannot find them), then the project's
+# virtualenv with the Python packages pinned in requirements.txt (torch from
+# PyPI among them), made again only when that file changes.  Called by
+# `make check`, `make demo`, …
+# Set EA_DEPS_EXTRA="fio" to add the benchmark baselines' Debian packages.
+# EA_VENV=DIR puts the virtualenv elsewhere (default: .venv in the checkout).
 set -euo pipefail
 
 declare -A pc=(
@@ -10,6 +14,7 @@ declare -A pc=(
   [libsodium]=libsodium-dev [openblas]=libopenblas-dev [jansson]=libjansson-dev
   [libmicrohttpd]=libmicrohttpd-dev [libcurl]=libcurl4-openssl-dev
 )
+cd "$(dirname "$0")/.."
 declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [clang]=clang [clang-format]=clang-format [curl]=curl)
 
 missing=()
@@ -20,12 +25,12 @@ done
 for c in "${!cmd[@]}"; do
   command -v "$c" >/dev/null 2>&1 || missing+=("${cmd[$c]}")
 done
-# Python packages the tests use, for Debian's /usr/bin/python3 (not a pyenv
-# shim): the client package's tests and the PyTorch end-to-end tests.
-for p in python3-msgpack python3-pytest python3-torch ${EA_DEPS_EXTRA:-}; do
+# python3-venv: Debian's python3 makes the project's virtualenv (a pyenv shim
+# on PATH may not be Debian's python3; /usr/bin/python3 is).
+for p in python3-venv ${EA_DEPS_EXTRA:-}; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && exec scripts/venv.sh
 
 echo "deps: installing ${missing[*]}" >&2
 if [ "$(id -u)" -ne 0 ]; then
@@ -37,3 +42,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+exec scripts/venv.sh

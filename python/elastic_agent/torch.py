@@ -240,8 +240,13 @@ class TorchState(State):
             if s is not None:
                 s._applied = True
             return r
-        if hasattr(orig, "_with_counter"):  # an LR scheduler's counter is already inside
-            step._with_counter = orig._with_counter  # type: ignore[attr-defined]
+        # An LR scheduler built before us has wrapped step already and marks
+        # its wrapper (torch 2.x: _wrapped_by_lr_sched; 1.13: _with_counter);
+        # without the mark on ours, every scheduler.step() warns that
+        # optimizer.step() was overridden.
+        for mark in ("_wrapped_by_lr_sched", "_with_counter"):
+            if hasattr(orig, mark):
+                setattr(step, mark, getattr(orig, mark))
         opt.step = types.MethodType(step, opt)
 
     # ---- layout ---------------------------------------------------------------

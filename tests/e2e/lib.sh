@@ -19,8 +19,10 @@ if [ ! -x "$EA_BIN" ]; then
   echo "FAIL: $EA_BIN is not built (run make)"
   exit 1
 fi
-# Debian's python3 (JSON checks): a pyenv shim in front of it costs ~1 s a call.
-if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
+# The project's interpreter (scripts/python.sh: the virtualenv with the pinned
+# torch) for JSON checks and Python programs alike.
+. scripts/python.sh
+PY=$EA_PYTHON
 # Short path: the admin socket path must fit sun_path (108 bytes).
 EA_TMP=$(mktemp -d /tmp/ea-e2e.XXXXXX)
 declare -gA AGENT_PID=() AGENT_DIR=() AGENT_ADDR=()
