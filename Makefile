@@ -57,6 +57,11 @@ ifneq ($(HAVE_NCCL),1)
 LIB_SRC  := $(filter-out %_nccl.c,$(LIB_SRC))
 endif
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+# Test doubles (the SWIM simulator): built for tests and benchmarks only,
+# never into libea.a or the agent.
+TESTLIB_SRC := $(wildcard tests/sim/*.c)
+TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTLIB_SRC))
+TESTLIB_INC := -Itests/sim
 CHAOS_SRC := $(wildcard chaos/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
@@ -89,15 +94,20 @@ $(BINDIR)/elastic-chaos: $(patsubst %.c,$(BUILD)/obj/%.o,$(CHAOS_SRC)) $(BUILD)/
 	@mkdir -p $(BINDIR)
 	$(CC) $(EA_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea.a Makefile
+$(BUILD)/libea_test.a: $(TESTLIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libea.a Makefile
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libea_test.a $(BUILD)/libea.a Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d -o $@ $< $(BUILD)/libea.a $(LDLIBS)
+	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d $(CHECK_CFLAGS) -Itests/unit $(TESTLIB_INC) -o $@ $< \
+	    $(BUILD)/libea_test.a $(BUILD)/libea.a $(CHECK_LIBS) $(LDLIBS)
 
--include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libea_test.a $(BUILD)/libea.a Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d $(TESTLIB_INC) -o $@ $< $(BUILD)/libea_test.a $(BUILD)/libea.a $(LDLIBS)
+
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d $(BUILD)/obj/*/*/*/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
 
 tests: $(BINS) $(UNIT_BIN)
 benches: $(BENCH_BIN)

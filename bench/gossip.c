@@ -1,6 +1,6 @@
 /* gossip — how fast the SWIM + Lifeguard core spreads a join and a death, how
  * often it is wrong under loss, and what it costs, at 100, 1000 and 5000
- * nodes in the deterministic simulator (membership/sim.c) with the default
+ * nodes in the deterministic simulator (tests/sim/sim.c) with the default
  * configuration; beside it, the expected detection time of memberlist's LAN
  * defaults and of the SWIM paper's protocol for the same N, computed from
  * their parameters (formulas below).

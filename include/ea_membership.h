@@ -4,7 +4,7 @@
  * Time comes in as an argument (milliseconds on any monotonic clock), packets
  * go out through the ea_swim_io seam, and randomness comes from a seeded
  * generator the caller seeds.  The agent drives it from libuv
- * (membership/transport_uv.c); the simulator (membership/sim.h) drives many
+ * (membership/transport_uv.c); the simulator (tests/sim/sim.h) drives many
  * of them in one process in virtual time.
  *
  * Driving contract:

@@ -23,7 +23,7 @@
  * device (base's ea_rng, seeded by the caller, picks probe orders
  * and gossip targets), and never logs (io->on_change reports every change).
  * That is what lets one implementation run in the agent on libuv and, by
- * the thousand, in membership/sim.c in virtual time, where a test can state
+ * the thousand, in tests/sim/sim.c in virtual time, where a test can state
  * a timing promise to the millisecond and replay any failure from its seed.
  * The shape follows tarantool's swim.c: protocol here, codec in wire.c,
  * loop and sockets elsewhere.

@@ -45,10 +45,11 @@ consumers() {
     files=$(git ls-files "${SRC[@]/%//*.c}" "${SRC[@]/%//*.h}" | grep -v '^config/config\.c$')
   fi
   # An occurrence that is not the target of a plain assignment (x.k = …,
-  # x.k[i] = …), on a line that is not a comment.
+  # x.k[i] = …), on a line that is not a comment (a comment's inner line
+  # starts with "* ", a statement may start with "*p = …").
   # shellcheck disable=SC2086
   grep -nP "$pat\\b(?!\\s*(\\[[^]]*\\])?\\s*=[^=])" $files /dev/null |
-    grep -vE "^[^:]+:[0-9]+:\s*(\*|//|/\*)" || true
+    grep -vE "^[^:]+:[0-9]+:\s*(\*(\s|/|$)|//|/\*)" || true
 }
 
 unused=() stale=()

@@ -1,5 +1,5 @@
 /* Check suite for the SWIM + Lifeguard core (membership/swim.c), driven
- * through the deterministic simulator (membership/sim.c).
+ * through the deterministic simulator (tests/sim/sim.c).
  *
  * Each case states one of the protocol's promises and asserts it at its
  * boundary in virtual time: a 64-node cluster joined through one seed
