@@ -54,6 +54,14 @@ void ea_sb_printf(ea_sb *b, const char *fmt, ...) {
   va_end(ap);
 }
 
+void ea_seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
 void ea_sb_putn(ea_sb *b, const char *s, size_t n) {
   if (!ea_sb_reserve(b, n)) return;
   memcpy(b->buf + b->len, s, n);

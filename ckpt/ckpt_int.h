@@ -23,6 +23,8 @@
 #ifndef EA_CKPT_INT_H
 #define EA_CKPT_INT_H
 
+#include "ea_base.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,9 +35,6 @@
 
 /* Text for an errno (positive or negative); thread-safe. */
 const char *ea__ck_strerror(int err);
-/* snprintf into err (NULL or cap 0: ignored). */
-void ea__ck_seterr(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Monotonic seconds. */
 double ea__ck_now(void);
 

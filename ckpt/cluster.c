@@ -112,16 +112,16 @@ int ea_ckpt_cluster_parse(const char *pos, const char *end, ea_ckpt_cluster *c, 
     pos = nl + 1;
   }
   if (n < 3 || pos != end) {
-    ea__ck_seterr(err, errlen, "want 3 lines (\"%s\", \"id …\", \"bind …\")", MAGIC_LINE);
+    ea_seterr(err, errlen, "want 3 lines (\"%s\", \"id …\", \"bind …\")", MAGIC_LINE);
     return -EBADMSG;
   }
   if (lens[0] != strlen(MAGIC_LINE) || memcmp(lines[0], MAGIC_LINE, lens[0]) != 0) {
-    ea__ck_seterr(err, errlen, "line 1: not \"%s\"", MAGIC_LINE);
+    ea_seterr(err, errlen, "line 1: not \"%s\"", MAGIC_LINE);
     return -EBADMSG;
   }
   if (lens[1] < 3 || memcmp(lines[1], "id ", 3) != 0 ||
       ea_ckpt_cluster_id_parse(lines[1] + 3, lens[1] - 3, c->id) < 0) {
-    ea__ck_seterr(err, errlen, "line 2: id: want \"id\" and 32 hex digits");
+    ea_seterr(err, errlen, "line 2: id: want \"id\" and 32 hex digits");
     return -EBADMSG;
   }
   const char *b = lines[2];
@@ -132,17 +132,17 @@ int ea_ckpt_cluster_parse(const char *pos, const char *end, ea_ckpt_cluster *c, 
   } else if (bl > 10 && memcmp(b, "bind none ", 10) == 0) {
     skip = 10;
   } else {
-    ea__ck_seterr(err, errlen, "line 3: bind: want \"bind keyed|none\" and 64 hex digits");
+    ea_seterr(err, errlen, "line 3: bind: want \"bind keyed|none\" and 64 hex digits");
     return -EBADMSG;
   }
   if (bl - skip != 2 * EA_CKPT_CLUSTER_BIND_BYTES) {
-    ea__ck_seterr(err, errlen, "line 3: bind: want 64 hex digits");
+    ea_seterr(err, errlen, "line 3: bind: want 64 hex digits");
     return -EBADMSG;
   }
   for (int i = 0; i < EA_CKPT_CLUSTER_BIND_BYTES; i++) {
     int h = hexval(b[skip + 2 * i]), l = hexval(b[skip + 2 * i + 1]);
     if (h < 0 || l < 0) {
-      ea__ck_seterr(err, errlen, "line 3: bind: not hex");
+      ea_seterr(err, errlen, "line 3: bind: not hex");
       return -EBADMSG;
     }
     c->bind[i] = (uint8_t)(h << 4 | l);
@@ -154,7 +154,7 @@ int ea_ckpt_cluster_load(const char *path, ea_ckpt_cluster *c, char *err, size_t
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    if (e != ENOENT) ea__ck_seterr(err, errlen, "open %s: %s", path, ea__ck_strerror(e));
+    if (e != ENOENT) ea_seterr(err, errlen, "open %s: %s", path, ea__ck_strerror(e));
     return -e;
   }
   char buf[512];
@@ -162,16 +162,16 @@ int ea_ckpt_cluster_load(const char *path, ea_ckpt_cluster *c, char *err, size_t
   int e = errno;
   close(fd);
   if (n < 0) {
-    ea__ck_seterr(err, errlen, "read %s: %s", path, ea__ck_strerror(e));
+    ea_seterr(err, errlen, "read %s: %s", path, ea__ck_strerror(e));
     return -e;
   }
   if ((size_t)n == sizeof buf) {
-    ea__ck_seterr(err, errlen, "%s: not a cluster identity file (too long)", path);
+    ea_seterr(err, errlen, "%s: not a cluster identity file (too long)", path);
     return -EBADMSG;
   }
   char why[160];
   int rc = ea_ckpt_cluster_parse(buf, buf + n, c, why, sizeof why);
-  if (rc) ea__ck_seterr(err, errlen, "%s: %s", path, why);
+  if (rc) ea_seterr(err, errlen, "%s: %s", path, why);
   return rc;
 }
 
@@ -182,7 +182,7 @@ int ea_ckpt_cluster_write(const char *path, const ea_ckpt_cluster *c, bool norep
   if (len < 0) return len;
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp ||
       ea__ck_parent(parent, sizeof parent, path) < 0) {
-    ea__ck_seterr(err, errlen, "%s: path too long", path);
+    ea_seterr(err, errlen, "%s: path too long", path);
     return -ENAMETOOLONG;
   }
   int rc = ea__fs_write_file(tmp, text, (size_t)len, err, errlen);
@@ -193,7 +193,7 @@ int ea_ckpt_cluster_write(const char *path, const ea_ckpt_cluster *c, bool norep
   rc = ea__fs_rename(tmp, path, noreplace ? RENAME_NOREPLACE : 0);
   if (rc) {
     if (rc != -EEXIST)
-      ea__ck_seterr(err, errlen, "rename %s to %s: %s", tmp, path, ea__ck_strerror(rc));
+      ea_seterr(err, errlen, "rename %s to %s: %s", tmp, path, ea__ck_strerror(rc));
     (void)ea__fs_unlink(tmp);
     return rc;
   }
@@ -207,7 +207,7 @@ static void foreign_msg(const char *dir, const ea_ckpt_cluster *theirs, const ea
   ea_ckpt_cluster_id_str(theirs, t);
   ea_ckpt_cluster_id_str(self, s);
   bool same_id = memcmp(theirs->id, self->id, sizeof self->id) == 0;
-  ea__ck_seterr(
+  ea_seterr(
       err, errlen,
       "refusing to %s checkpoint.dir %s: it belongs to cluster %s%s (%s/%s), not to "
       "this cluster %s%s; give each cluster its own checkpoint.dir",
@@ -233,9 +233,9 @@ int ea_ckpt_cluster_check(const char *dir, const ea_ckpt_cluster *self, const ch
    * owner; whatever comes next fails on its own, with its own error. */
   if (rc == -ENOENT || rc == -ENOTDIR) return 1;
   if (rc) {
-    ea__ck_seterr(err, errlen,
-                  "refusing to %s checkpoint.dir %s: its cluster identity cannot be read (%s)", op,
-                  dir, why);
+    ea_seterr(err, errlen,
+              "refusing to %s checkpoint.dir %s: its cluster identity cannot be read (%s)", op, dir,
+              why);
     return rc;
   }
   return ea_ckpt_cluster_match(dir, &theirs, self, op, err, errlen);

@@ -601,11 +601,11 @@ int ea__fs_fsync(int fd) {
 int ea__fs_fsync_dir(const char *path, char *err, size_t cap) {
   int fd = ea__fs_open_dir(path);
   if (fd < 0) {
-    ea__ck_seterr(err, cap, "open %s: %s", path, ea__ck_strerror(fd));
+    ea_seterr(err, cap, "open %s: %s", path, ea__ck_strerror(fd));
     return fd;
   }
   int rc = ea__fs_fsync(fd);
-  if (rc < 0) ea__ck_seterr(err, cap, "fsync %s: %s", path, ea__ck_strerror(rc));
+  if (rc < 0) ea_seterr(err, cap, "fsync %s: %s", path, ea__ck_strerror(rc));
   ea__fs_close(fd);
   return rc;
 }
@@ -734,14 +734,14 @@ int ea__fs_rmdir(const char *path) {
 int ea__fs_write_file(const char *path, const void *buf, size_t len, char *err, size_t cap) {
   int fd = ea__fs_open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    ea__ck_seterr(err, cap, "open %s: %s", path, ea__ck_strerror(fd));
+    ea_seterr(err, cap, "open %s: %s", path, ea__ck_strerror(fd));
     return fd;
   }
   int rc = ea__fs_pwrite_all(fd, buf, len, 0);
   if (rc < 0) {
-    ea__ck_seterr(err, cap, "write %s: %s", path, ea__ck_strerror(rc));
+    ea_seterr(err, cap, "write %s: %s", path, ea__ck_strerror(rc));
   } else if ((rc = ea__fs_fsync(fd)) < 0) {
-    ea__ck_seterr(err, cap, "fsync %s: %s", path, ea__ck_strerror(rc));
+    ea_seterr(err, cap, "fsync %s: %s", path, ea__ck_strerror(rc));
   }
   ea__fs_close(fd);
   return rc;

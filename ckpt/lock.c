@@ -116,13 +116,13 @@ int ea__ck_lock_dir(const char *dir, char *err, size_t cap) {
   char p[EA_CKPT_PATH_MAX];
   int rc = ea__ck_lock_path(p, sizeof p, dir);
   if (rc < 0) {
-    ea__ck_seterr(err, cap, "lock %s: path too long", dir);
+    ea_seterr(err, cap, "lock %s: path too long", dir);
     return rc;
   }
   int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     rc = -errno;
-    ea__ck_seterr(err, cap, "open %s: %s", p, ea__ck_strerror(rc));
+    ea_seterr(err, cap, "open %s: %s", p, ea__ck_strerror(rc));
     return rc;
   }
   const double limit = (double)atomic_load(&lock_timeout_ms) / 1e3;
@@ -134,7 +134,7 @@ int ea__ck_lock_dir(const char *dir, char *err, size_t cap) {
     if (errno != EWOULDBLOCK) {
       rc = -errno;
       close(fd);
-      ea__ck_seterr(err, cap, "flock %s: %s", p, ea__ck_strerror(rc));
+      ea_seterr(err, cap, "flock %s: %s", p, ea__ck_strerror(rc));
       return rc;
     }
     /* the deadline is checked after a failed try, so the last try is made
@@ -145,7 +145,7 @@ int ea__ck_lock_dir(const char *dir, char *err, size_t cap) {
       char who[400];
       describe_holder(fd, who, sizeof who);
       close(fd);
-      ea__ck_seterr(err, cap, "lock %s: still held by %s after waiting %.1f s", p, who, waited);
+      ea_seterr(err, cap, "lock %s: still held by %s after waiting %.1f s", p, who, waited);
       return -ETIMEDOUT;
     }
     double d = nap < limit - waited ? nap : limit - waited;

@@ -133,15 +133,15 @@ void ea_ckpt_manifest_close(ea_ckpt_manifest *m) {
 
 int ea_ckpt_manifest_validate(const ea_ckpt_manifest *m, char *err, size_t errlen) {
   if (m->format_version != EA_CKPT_FORMAT_VERSION) {
-    ea__ck_seterr(err, errlen, "format %u not supported", m->format_version);
+    ea_seterr(err, errlen, "format %u not supported", m->format_version);
     return -EINVAL;
   }
   if (!m->shards || m->world_size == 0 || m->world_size > EA_CKPT_MAX_WORLD) {
-    ea__ck_seterr(err, errlen, "world_size %u out of range", m->world_size);
+    ea_seterr(err, errlen, "world_size %u out of range", m->world_size);
     return -EINVAL;
   }
   if (!good_version(m->agent_version, strlen(m->agent_version))) {
-    ea__ck_seterr(err, errlen, "agent_version: not a printable word");
+    ea_seterr(err, errlen, "agent_version: not a printable word");
     return -EINVAL;
   }
   uint64_t at = 0;
@@ -150,31 +150,31 @@ int ea_ckpt_manifest_validate(const ea_ckpt_manifest *m, char *err, size_t errle
     char want[EA_CKPT_NAME_MAX];
     ea_ckpt_shard_name(want, sizeof want, r, m->world_size);
     if (!s->set) {
-      ea__ck_seterr(err, errlen, "shard %u: no write result recorded", r);
+      ea_seterr(err, errlen, "shard %u: no write result recorded", r);
       return -EINVAL;
     }
     if (s->rank != r || strcmp(s->file, want) != 0) {
-      ea__ck_seterr(err, errlen, "shard %u: file is \"%s\", expected \"%s\"", r, s->file, want);
+      ea_seterr(err, errlen, "shard %u: file is \"%s\", expected \"%s\"", r, s->file, want);
       return -EINVAL;
     }
     if (s->offset != at || s->length > m->total_bytes - at) {
-      ea__ck_seterr(err, errlen,
-                    "shard %u: range [%" PRIu64 ", +%" PRIu64 ") does not follow %" PRIu64
-                    " inside %" PRIu64 " bytes",
-                    r, s->offset, s->length, at, m->total_bytes);
+      ea_seterr(err, errlen,
+                "shard %u: range [%" PRIu64 ", +%" PRIu64 ") does not follow %" PRIu64
+                " inside %" PRIu64 " bytes",
+                r, s->offset, s->length, at, m->total_bytes);
       return -EINVAL;
     }
     uint64_t bs = s->block_size;
     if (bs < 4096 || (bs & (bs - 1)) || s->n_blocks > EA_CKPT_MAX_BLOCKS ||
         s->n_blocks != (s->length + bs - 1) / bs) {
-      ea__ck_seterr(err, errlen, "shard %u: %u blocks of %" PRIu64 " bytes do not cover %" PRIu64,
-                    r, s->n_blocks, bs, s->length);
+      ea_seterr(err, errlen, "shard %u: %u blocks of %" PRIu64 " bytes do not cover %" PRIu64, r,
+                s->n_blocks, bs, s->length);
       return -EINVAL;
     }
     at += s->length;
   }
   if (at != m->total_bytes) {
-    ea__ck_seterr(err, errlen, "shards cover %" PRIu64 " of %" PRIu64 " bytes", at, m->total_bytes);
+    ea_seterr(err, errlen, "shards cover %" PRIu64 " of %" PRIu64 " bytes", at, m->total_bytes);
     return -EINVAL;
   }
   for (uint32_t i = 0; i < m->n_tensors; i++) {
@@ -182,7 +182,7 @@ int ea_ckpt_manifest_validate(const ea_ckpt_manifest *m, char *err, size_t errle
     if (!good_tensor_name(t->name, strlen(t->name)) || !good_dtype(t->dtype, strlen(t->dtype)) ||
         t->ndim > EA_CKPT_MAX_DIMS || t->offset > m->total_bytes ||
         t->length > m->total_bytes - t->offset) {
-      ea__ck_seterr(err, errlen, "tensor %u (%s): bad name, dtype, shape or range", i, t->name);
+      ea_seterr(err, errlen, "tensor %u (%s): bad name, dtype, shape or range", i, t->name);
       return -EINVAL;
     }
   }
@@ -268,7 +268,7 @@ static int perr(lp *l, const char *field, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  ea__ck_seterr(l->err, l->errlen, "line %u: %s: %s", l->line, field, msg);
+  ea_seterr(l->err, l->errlen, "line %u: %s: %s", l->line, field, msg);
   return -EBADMSG;
 }
 
@@ -446,7 +446,7 @@ int ea_ckpt_manifest_parse(const char *pos, const char *end, ea_ckpt_manifest *m
   memset(m, 0, sizeof *m);
   if (!pos || end < pos) return -EINVAL;
   if ((size_t)(end - pos) > EA_CKPT_MANIFEST_MAX) {
-    ea__ck_seterr(err, errlen, "manifest larger than %u bytes", EA_CKPT_MANIFEST_MAX);
+    ea_seterr(err, errlen, "manifest larger than %u bytes", EA_CKPT_MANIFEST_MAX);
     return -EBADMSG;
   }
   lp l = {.pos = pos, .end = end, .err = err, .errlen = errlen};
@@ -554,25 +554,25 @@ int ea_ckpt_manifest_load(const char *ckpt_path, ea_ckpt_manifest *m, char *err,
   char path[EA_CKPT_PATH_MAX];
   int rc = ea__ck_manifest_path(path, sizeof path, ckpt_path, false);
   if (rc < 0) {
-    ea__ck_seterr(err, errlen, "%s/MANIFEST: path too long", ckpt_path);
+    ea_seterr(err, errlen, "%s/MANIFEST: path too long", ckpt_path);
     return rc;
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     rc = -errno;
-    ea__ck_seterr(err, errlen, "open %s: %s", path, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "open %s: %s", path, ea__ck_strerror(rc));
     return rc;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     rc = -errno;
     close(fd);
-    ea__ck_seterr(err, errlen, "stat %s: %s", path, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "stat %s: %s", path, ea__ck_strerror(rc));
     return rc;
   }
   if ((uint64_t)st.st_size > EA_CKPT_MANIFEST_MAX) {
     close(fd);
-    ea__ck_seterr(err, errlen, "%s: larger than %u bytes", path, EA_CKPT_MANIFEST_MAX);
+    ea_seterr(err, errlen, "%s: larger than %u bytes", path, EA_CKPT_MANIFEST_MAX);
     return -EBADMSG;
   }
   size_t n = (size_t)st.st_size, got = 0;
@@ -591,7 +591,7 @@ int ea_ckpt_manifest_load(const char *ckpt_path, ea_ckpt_manifest *m, char *err,
   char perrbuf[512] = "";
   rc = ea_ckpt_manifest_parse(buf, buf + got, m, perrbuf, sizeof perrbuf);
   free(buf);
-  if (rc < 0) ea__ck_seterr(err, errlen, "%s: %s", path, perrbuf);
+  if (rc < 0) ea_seterr(err, errlen, "%s: %s", path, perrbuf);
   return rc;
 }
 
@@ -608,12 +608,12 @@ static int check_shards(const char *ckpt, const ea_ckpt_manifest *m, char *err, 
     struct stat st;
     if (stat(p, &st) != 0) {
       rc = -errno;
-      ea__ck_seterr(err, errlen, "commit: stat %s: %s", p, ea__ck_strerror(rc));
+      ea_seterr(err, errlen, "commit: stat %s: %s", p, ea__ck_strerror(rc));
       return rc;
     }
     if ((uint64_t)st.st_size != m->shards[r].length) {
-      ea__ck_seterr(err, errlen, "commit: %s has %lld bytes, the manifest says %" PRIu64, p,
-                    (long long)st.st_size, m->shards[r].length);
+      ea_seterr(err, errlen, "commit: %s has %lld bytes, the manifest says %" PRIu64, p,
+                (long long)st.st_size, m->shards[r].length);
       return -EBADMSG;
     }
   }
@@ -689,26 +689,26 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
   char verr[256];
   int rc = ea_ckpt_manifest_validate(m, verr, sizeof verr);
   if (rc < 0) {
-    ea__ck_seterr(err, errlen, "commit: invalid manifest: %s", verr);
+    ea_seterr(err, errlen, "commit: invalid manifest: %s", verr);
     return rc;
   }
   if ((rc = ea_ckpt_dir_name(name, sizeof name, m->step, m->generation)) < 0 ||
       (rc = ea__ck_join(ckpt, sizeof ckpt, dir, name)) < 0 ||
       (rc = ea__ck_manifest_path(tmp, sizeof tmp, ckpt, true)) < 0 ||
       (rc = ea__ck_manifest_path(fin, sizeof fin, ckpt, false)) < 0) {
-    ea__ck_seterr(err, errlen, "commit %s: path too long", dir);
+    ea_seterr(err, errlen, "commit %s: path too long", dir);
     return rc;
   }
   char *text;
   size_t len;
   if ((rc = ea_ckpt_manifest_format(m, &text, &len, verr, sizeof verr)) < 0) {
-    ea__ck_seterr(err, errlen, "commit %s: %s", ckpt, rc == -ENOMEM ? "out of memory" : verr);
+    ea_seterr(err, errlen, "commit %s: %s", ckpt, rc == -ENOMEM ? "out of memory" : verr);
     return rc;
   }
   char lerr[EA_CKPT_PATH_MAX + 600];
   int lk = ea__ck_lock_dir(dir, lerr, sizeof lerr);
   if (lk < 0) {
-    ea__ck_seterr(err, errlen, "commit %s: nothing written: %s", name, lerr);
+    ea_seterr(err, errlen, "commit %s: nothing written: %s", name, lerr);
     free(text);
     return lk;
   }
@@ -718,14 +718,14 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
   bool latest_ok = false;
   rc = newest_generation(dir, &newest, newest_name, sizeof newest_name, &latest_ok);
   if (rc < 0) {
-    ea__ck_seterr(err, errlen, "commit: list %s: %s", dir, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "commit: list %s: %s", dir, ea__ck_strerror(rc));
     goto out;
   }
   if (rc == 1 && m->generation < newest) {
-    ea__ck_seterr(err, errlen,
-                  "commit %s refused: generation %" PRIu64 " is older than generation %" PRIu64
-                  " already committed (%s)",
-                  name, m->generation, newest, newest_name);
+    ea_seterr(err, errlen,
+              "commit %s refused: generation %" PRIu64 " is older than generation %" PRIu64
+              " already committed (%s)",
+              name, m->generation, newest, newest_name);
     rc = -ESTALE;
     goto out;
   }
@@ -737,7 +737,7 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
     goto out;
   }
   if ((rc = ea__fs_rename(tmp, fin, RENAME_NOREPLACE)) < 0) {
-    ea__ck_seterr(err, errlen, "rename %s -> MANIFEST: %s", tmp, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "rename %s -> MANIFEST: %s", tmp, ea__ck_strerror(rc));
     ea__fs_unlink(tmp);
     goto out;
   }
@@ -754,7 +754,7 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
     char ltmp[EA_CKPT_PATH_MAX], lfin[EA_CKPT_PATH_MAX], line[EA_CKPT_NAME_MAX + 2];
     if ((rc = ea__ck_latest_path(ltmp, sizeof ltmp, dir, true)) < 0 ||
         (rc = ea__ck_latest_path(lfin, sizeof lfin, dir, false)) < 0) {
-      ea__ck_seterr(err, errlen, "commit %s: path too long", dir);
+      ea_seterr(err, errlen, "commit %s: path too long", dir);
       goto out;
     }
     int ll = ea__ck_latest_line(line, sizeof line, name); /* name fits: it was built above */
@@ -763,7 +763,7 @@ int ea_ckpt_commit(const char *dir, const ea_ckpt_manifest *m, bool *latest_move
       goto out;
     }
     if ((rc = ea__fs_rename(ltmp, lfin, 0)) < 0) {
-      ea__ck_seterr(err, errlen, "rename %s -> LATEST: %s", ltmp, ea__ck_strerror(rc));
+      ea_seterr(err, errlen, "rename %s -> LATEST: %s", ltmp, ea__ck_strerror(rc));
       ea__fs_unlink(ltmp);
       goto out;
     }

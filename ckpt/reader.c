@@ -286,7 +286,7 @@ int ea_ckpt_reader_open(ea_ckpt_reader **out, const char *ckpt_path, unsigned io
     free(r->align);
     ea_ckpt_manifest_close(&r->m);
     free(r);
-    ea__ck_seterr(err, errlen, "reader for %s: out of memory", ckpt_path);
+    ea_seterr(err, errlen, "reader for %s: out of memory", ckpt_path);
     return rc;
   }
   for (uint32_t i = 0; i < r->m.world_size; i++) r->fd[i] = -1;
@@ -330,8 +330,8 @@ int ea_ckpt_reader_read(ea_ckpt_reader *r, uint64_t offset, void *buf, size_t le
                         size_t errlen) {
   const ea_ckpt_manifest *m = &r->m;
   if (offset > m->total_bytes || len > m->total_bytes - offset) {
-    ea__ck_seterr(err, errlen, "read [%" PRIu64 ", +%zu) of %s: outside the %" PRIu64 "-byte state",
-                  offset, len, r->path, m->total_bytes);
+    ea_seterr(err, errlen, "read [%" PRIu64 ", +%zu) of %s: outside the %" PRIu64 "-byte state",
+              offset, len, r->path, m->total_bytes);
     return -EINVAL;
   }
   if (len == 0) return 0;
@@ -355,7 +355,7 @@ int ea_ckpt_reader_read(ea_ckpt_reader *r, uint64_t offset, void *buf, size_t le
     if (r->fd[k] < 0) {
       rc = open_shard(p, r->io_flags, &r->direct[k], &r->align[k]);
       if (rc < 0) {
-        ea__ck_seterr(err, errlen, "open %s: %s", p, ea__ck_strerror(rc));
+        ea_seterr(err, errlen, "open %s: %s", p, ea__ck_strerror(rc));
         return rc;
       }
       r->fd[k] = rc;
@@ -367,15 +367,14 @@ int ea_ckpt_reader_read(ea_ckpt_reader *r, uint64_t offset, void *buf, size_t le
     rc = reng_read(&r->eng, r->fd[k], r->direct[k], r->align[k], a - s->offset, b - s->offset,
                    copy_out, &c, &where);
     if (rc == -EBADMSG) {
-      ea__ck_seterr(err, errlen,
-                    "read %s: the file ends at byte %" PRIu64 " but the manifest says %" PRIu64
-                    " (state bytes [%" PRIu64 ", %" PRIu64 ") missing)",
-                    p, where, s->length, s->offset + where, s->offset + s->length);
+      ea_seterr(err, errlen,
+                "read %s: the file ends at byte %" PRIu64 " but the manifest says %" PRIu64
+                " (state bytes [%" PRIu64 ", %" PRIu64 ") missing)",
+                p, where, s->length, s->offset + where, s->offset + s->length);
       return rc;
     }
     if (rc < 0) {
-      ea__ck_seterr(err, errlen, "read %s at offset %" PRIu64 ": %s", p, where,
-                    ea__ck_strerror(rc));
+      ea_seterr(err, errlen, "read %s at offset %" PRIu64 ": %s", p, where, ea__ck_strerror(rc));
       return rc;
     }
     all_direct = all_direct && r->direct[k];

@@ -46,7 +46,7 @@ int ea_ckpt_prepare(const char *dir, uint64_t step, uint64_t generation, char *p
   char ck[EA_CKPT_PATH_MAX];
   int rc;
   if ((rc = ea__ck_step_path(ck, sizeof ck, dir, step, generation)) < 0) {
-    ea__ck_seterr(err, errlen, "prepare %s: path too long", dir);
+    ea_seterr(err, errlen, "prepare %s: path too long", dir);
     return rc;
   }
   rc = ea__fs_mkdir(dir, 0755);
@@ -54,17 +54,17 @@ int ea_ckpt_prepare(const char *dir, uint64_t step, uint64_t generation, char *p
     /* DIR is new: its own entry must survive a crash too */
     char parent[EA_CKPT_PATH_MAX];
     if ((rc = ea__ck_parent(parent, sizeof parent, dir)) < 0) {
-      ea__ck_seterr(err, errlen, "prepare %s: path too long", dir);
+      ea_seterr(err, errlen, "prepare %s: path too long", dir);
       return rc;
     }
     if ((rc = ea__fs_fsync_dir(parent, err, errlen)) < 0) return rc;
   } else if (rc != -EEXIST) {
-    ea__ck_seterr(err, errlen, "mkdir %s: %s", dir, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "mkdir %s: %s", dir, ea__ck_strerror(rc));
     return rc;
   }
   rc = ea__fs_mkdir(ck, 0755);
   if (rc < 0 && rc != -EEXIST) {
-    ea__ck_seterr(err, errlen, "mkdir %s: %s", ck, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "mkdir %s: %s", ck, ea__ck_strerror(rc));
     return rc;
   }
   if ((rc = ea__fs_fsync_dir(dir, err, errlen)) < 0) return rc;
@@ -180,7 +180,7 @@ static int remove_tree(const char *ck, char *err, size_t errlen) {
   if (!d) {
     int rc = -errno;
     if (rc == -ENOENT) return 0;
-    ea__ck_seterr(err, errlen, "opendir %s: %s", ck, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "opendir %s: %s", ck, ea__ck_strerror(rc));
     return rc;
   }
   struct dirent *de;
@@ -194,14 +194,14 @@ static int remove_tree(const char *ck, char *err, size_t errlen) {
     int u = ea__fs_unlink(p);
     if (u < 0 && u != -ENOENT && rc == 0) {
       rc = u;
-      ea__ck_seterr(err, errlen, "unlink %s: %s", p, ea__ck_strerror(u));
+      ea_seterr(err, errlen, "unlink %s: %s", p, ea__ck_strerror(u));
     }
   }
   closedir(d);
   if (rc < 0) return rc;
   rc = ea__fs_rmdir(ck);
   if (rc < 0 && rc != -ENOENT) {
-    ea__ck_seterr(err, errlen, "rmdir %s: %s", ck, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "rmdir %s: %s", ck, ea__ck_strerror(rc));
     return rc;
   }
   return 0;
@@ -214,7 +214,7 @@ static int remove_complete(const char *ck, char *err, size_t errlen) {
   if (rc < 0) return rc;
   rc = ea__fs_unlink(mp);
   if (rc < 0 && rc != -ENOENT) {
-    ea__ck_seterr(err, errlen, "unlink %s: %s", mp, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "unlink %s: %s", mp, ea__ck_strerror(rc));
     return rc;
   }
   if ((rc = ea__fs_fsync_dir(ck, err, errlen)) < 0) return rc;
@@ -247,14 +247,14 @@ int ea_ckpt_retain_after(const char *dir, uint32_t keep_last, uint64_t after_ste
   char lerr[EA_CKPT_PATH_MAX + 600];
   int lk = ea__ck_lock_dir(dir, lerr, sizeof lerr);
   if (lk < 0) {
-    ea__ck_seterr(err, errlen, "retain %s: nothing removed: %s", dir, lerr);
+    ea_seterr(err, errlen, "retain %s: nothing removed: %s", dir, lerr);
     return lk;
   }
   ea_ckpt_entry *e = NULL;
   size_t n = 0;
   int rc = ea_ckpt_list(dir, &e, &n);
   if (rc < 0) {
-    ea__ck_seterr(err, errlen, "list %s: %s", dir, ea__ck_strerror(rc));
+    ea_seterr(err, errlen, "list %s: %s", dir, ea__ck_strerror(rc));
     close(lk);
     return rc;
   }

@@ -22,14 +22,6 @@ const char *ea__ck_strerror(int err) {
   return s ? s : "unknown error";
 }
 
-void ea__ck_seterr(char *err, size_t cap, const char *fmt, ...) {
-  if (!err || cap == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, cap, fmt, ap);
-  va_end(ap);
-}
-
 double ea__ck_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -89,11 +89,10 @@ typedef struct {
 static void fail(wctx *w, int rc, const char *op, uint64_t off, bool with_off) {
   if (w->res->err[0]) return; /* keep the first error */
   if (with_off)
-    ea__ck_seterr(w->res->err, sizeof w->res->err, "%s %s at offset %llu: %s", op, w->req->path,
-                  (unsigned long long)off, ea__ck_strerror(rc));
+    ea_seterr(w->res->err, sizeof w->res->err, "%s %s at offset %llu: %s", op, w->req->path,
+              (unsigned long long)off, ea__ck_strerror(rc));
   else
-    ea__ck_seterr(w->res->err, sizeof w->res->err, "%s %s: %s", op, w->req->path,
-                  ea__ck_strerror(rc));
+    ea_seterr(w->res->err, sizeof w->res->err, "%s %s: %s", op, w->req->path, ea__ck_strerror(rc));
 }
 
 /* Issues slot i's remaining bytes (or a prefix of `len` for a torn write). */
@@ -290,7 +289,7 @@ int ea_ckpt_write_shard(const ea_ckpt_write_req *req, ea_ckpt_write_result *res)
   double t0 = ea__ck_now();
   memset(res, 0, sizeof *res);
   if (!req || !req->path || (!req->data && req->length > 0)) {
-    ea__ck_seterr(res->err, sizeof res->err, "write shard: bad arguments");
+    ea_seterr(res->err, sizeof res->err, "write shard: bad arguments");
     return -EINVAL;
   }
   wctx w = {.req = req, .res = res, .fd = -1};

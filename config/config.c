@@ -343,16 +343,6 @@ static const void *cfield(const ea_config *c, const cfg_key *k) {
   return (const char *)c + k->off;
 }
 
-static void errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void errf(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* Levenshtein distance, for "did you mean" on unknown names (short words). */
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
@@ -1029,13 +1019,13 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    ea_seterr(err, errlen, "%s: cannot open: %s", path, strerror(e));
     return -e;
   }
   char *buf = malloc(CFG_FILE_MAX + 1);
   if (!buf) {
     close(fd);
-    errf(err, errlen, "%s: cannot read: %s", path, strerror(ENOMEM));
+    ea_seterr(err, errlen, "%s: cannot read: %s", path, strerror(ENOMEM));
     return -ENOMEM;
   }
   size_t len = 0;
@@ -1046,7 +1036,7 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
       int e = errno;
       free(buf);
       close(fd);
-      errf(err, errlen, "%s: cannot read: %s", path, strerror(e));
+      ea_seterr(err, errlen, "%s: cannot read: %s", path, strerror(e));
       return -e;
     }
     if (r == 0) break;
@@ -1054,7 +1044,7 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
     if (len > CFG_FILE_MAX) {
       free(buf);
       close(fd);
-      errf(err, errlen, "%s: file too large (more than %u bytes)", path, CFG_FILE_MAX);
+      ea_seterr(err, errlen, "%s: file too large (more than %u bytes)", path, CFG_FILE_MAX);
       return -EFBIG;
     }
   }
@@ -1076,7 +1066,7 @@ static size_t line_of_offset(const char *buf, size_t len, size_t off) {
 static int syntax_error(const yaml_parser_t *p, const char *path, const char *buf, size_t len,
                         char *err, size_t errlen) {
   if (p->error == YAML_MEMORY_ERROR) {
-    errf(err, errlen, "%s: out of memory while parsing", path);
+    ea_seterr(err, errlen, "%s: out of memory while parsing", path);
     return -ENOMEM;
   }
   const char *problem = p->problem ? p->problem : "malformed YAML";
@@ -1089,13 +1079,13 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
   if (cl > last) cl = last;
   if (p->error == YAML_READER_ERROR) {
     /* The reader reports a byte offset, not a mark. */
-    errf(err, errlen, "%s:%zu: syntax error: %s (byte %zu)", path,
-         line_of_offset(buf, len, p->problem_offset), problem, p->problem_offset);
+    ea_seterr(err, errlen, "%s:%zu: syntax error: %s (byte %zu)", path,
+              line_of_offset(buf, len, p->problem_offset), problem, p->problem_offset);
   } else if (p->context) {
-    errf(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, pl, problem, p->context,
-         cl);
+    ea_seterr(err, errlen, "%s:%zu: syntax error: %s (%s at line %zu)", path, pl, problem,
+              p->context, cl);
   } else {
-    errf(err, errlen, "%s:%zu: syntax error: %s", path, pl, problem);
+    ea_seterr(err, errlen, "%s:%zu: syntax error: %s", path, pl, problem);
   }
   return -EINVAL;
 }
@@ -1111,7 +1101,7 @@ int ea_config_load(ea_config *c, const char *path, char *err, size_t errlen) {
   if (!tmp || !yaml_parser_initialize(&parser)) {
     free(tmp);
     free(buf);
-    errf(err, errlen, "%s: out of memory", path);
+    ea_seterr(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
   }
   memcpy(tmp, c, sizeof *tmp);
@@ -1134,8 +1124,8 @@ int ea_config_load(ea_config *c, const char *path, char *err, size_t errlen) {
   }
   yaml_node_t *extra = yaml_document_get_root_node(&doc);
   if (extra) {
-    errf(err, errlen, "%s:%zu: expected one YAML document, found another", path,
-         doc.start_mark.line + 1);
+    ea_seterr(err, errlen, "%s:%zu: expected one YAML document, found another", path,
+              doc.start_mark.line + 1);
     rc = -EINVAL;
   }
   yaml_document_delete(&doc);
@@ -1153,24 +1143,24 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
   char section[64], why[384];
   const char *dot = key ? strchr(key, '.') : NULL;
   if (!dot || dot == key || (size_t)(dot - key) >= sizeof section) {
-    errf(err, errlen, "--set: %s: expected SECTION.KEY=VALUE", key ? key : "");
+    ea_seterr(err, errlen, "--set: %s: expected SECTION.KEY=VALUE", key ? key : "");
     return -EINVAL;
   }
   memcpy(section, key, (size_t)(dot - key));
   section[dot - key] = 0;
   if (!section_known(section, strlen(section))) {
     unknown_section_msg(section, why, sizeof why);
-    errf(err, errlen, "--set: %s: %s", key, why);
+    ea_seterr(err, errlen, "--set: %s: %s", key, why);
     return -EINVAL;
   }
   const cfg_key *k = find_key(section, dot + 1);
   if (!k) {
     unknown_key_msg(section, dot + 1, why, sizeof why);
-    errf(err, errlen, "--set: %s: %s", key, why);
+    ea_seterr(err, errlen, "--set: %s: %s", key, why);
     return -EINVAL;
   }
   if (!value) {
-    errf(err, errlen, "--set: %s: missing value", key);
+    ea_seterr(err, errlen, "--set: %s: missing value", key);
     return -EINVAL;
   }
   /* A flag value is taken as written: for strings it is the string itself
@@ -1179,7 +1169,7 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
    * load again. */
   ea_config *tmp = malloc(sizeof *tmp);
   if (!tmp) {
-    errf(err, errlen, "--set: %s: out of memory", key);
+    ea_seterr(err, errlen, "--set: %s: out of memory", key);
     return -ENOMEM;
   }
   memcpy(tmp, c, sizeof *tmp);
@@ -1192,7 +1182,7 @@ int ea_config_set(ea_config *c, const char *key, const char *value, char *err, s
     rc = parse_into(tmp, canonical(k), value, strlen(value), false, false, why, sizeof why);
   }
   if (rc) {
-    errf(err, errlen, "--set: %s: %s", key, why);
+    ea_seterr(err, errlen, "--set: %s: %s", key, why);
   } else {
     memcpy(field(c, k), field(tmp, k), canonical(k)->size);
     note_alias(c, k);
@@ -1217,8 +1207,8 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
         uint64_t v = k->type == T_U32 ? *(const uint32_t *)f : *(const uint64_t *)f;
         if (!int_ok(k, v)) {
           int_expect(k, expect, sizeof expect);
-          errf(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
-               (unsigned long long)v);
+          ea_seterr(err, errlen, "%s.%s: expected %s, found %llu", k->section, k->key, expect,
+                    (unsigned long long)v);
           return -EINVAL;
         }
         break;
@@ -1227,7 +1217,7 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
         double v = *(const double *)f;
         if (!dbl_ok(k, v)) {
           dbl_expect(k, expect, sizeof expect);
-          errf(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
+          ea_seterr(err, errlen, "%s.%s: expected %s, found %g", k->section, k->key, expect, v);
           return -EINVAL;
         }
         break;
@@ -1239,14 +1229,14 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
         const char *s = f;
         const char *end = memchr(s, 0, k->size);
         if (!end) {
-          errf(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
+          ea_seterr(err, errlen, "%s.%s: not NUL-terminated", k->section, k->key);
           return -EINVAL;
         }
         bool expectation;
         const char *p = str_problem(k, s, (size_t)(end - s), why, sizeof why, &expectation);
         if (p) {
-          errf(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
-               k->key, p, s);
+          ea_seterr(err, errlen, expectation ? "%s.%s: %s, found \"%s\"" : "%s.%s: %s", k->section,
+                    k->key, p, s);
           return -EINVAL;
         }
         break;
@@ -1256,29 +1246,31 @@ int ea_config_validate(const ea_config *c, char *err, size_t errlen) {
 
   /* Across keys. */
   if (c->compute.min_nodes > c->compute.max_nodes) {
-    errf(err, errlen, "compute.min_nodes: %u is greater than compute.max_nodes (%u)",
-         c->compute.min_nodes, c->compute.max_nodes);
+    ea_seterr(err, errlen, "compute.min_nodes: %u is greater than compute.max_nodes (%u)",
+              c->compute.min_nodes, c->compute.max_nodes);
     return -EINVAL;
   }
   if (c->distributed.micro_batch > c->distributed.global_batch) {
-    errf(err, errlen, "distributed.micro_batch: %u is greater than distributed.global_batch (%u)",
-         c->distributed.micro_batch, c->distributed.global_batch);
+    ea_seterr(err, errlen,
+              "distributed.micro_batch: %u is greater than distributed.global_batch (%u)",
+              c->distributed.micro_batch, c->distributed.global_batch);
     return -EINVAL;
   }
   if (c->membership.probe_timeout_ms >= c->membership.probe_interval_ms) {
-    errf(err, errlen,
-         "membership.probe_timeout_ms: %u must be less than membership.probe_interval_ms (%u)",
-         c->membership.probe_timeout_ms, c->membership.probe_interval_ms);
+    ea_seterr(err, errlen,
+              "membership.probe_timeout_ms: %u must be less than membership.probe_interval_ms (%u)",
+              c->membership.probe_timeout_ms, c->membership.probe_interval_ms);
     return -EINVAL;
   }
   if (c->train.warmup_steps > c->train.steps) {
-    errf(err, errlen, "train.warmup_steps: %u is greater than train.steps (%llu)",
-         c->train.warmup_steps, (unsigned long long)c->train.steps);
+    ea_seterr(err, errlen, "train.warmup_steps: %u is greater than train.steps (%llu)",
+              c->train.warmup_steps, (unsigned long long)c->train.steps);
     return -EINVAL;
   }
 #ifndef EA_HAVE_NCCL
   if (strcmp(c->distributed.backend, "nccl") == 0) {
-    errf(err, errlen, "distributed.backend: nccl was not built in (no CUDA/NCCL at build time)");
+    ea_seterr(err, errlen,
+              "distributed.backend: nccl was not built in (no CUDA/NCCL at build time)");
     return -ENOTSUP;
   }
 #endif

@@ -48,6 +48,12 @@ bool ea_sb_reserve(ea_sb *b, size_t extra);
 void ea_sb_reset(ea_sb *b); /* len = 0, keeps the memory */
 void ea_sb_free(ea_sb *b);  /* back to the zero state */
 
+/* snprintf into a caller's error buffer: `err` may be NULL or `errlen` 0
+ * (the caller wants no text), then nothing is written.  The one copy of
+ * what train/, config/ and ckpt/ each wrote for themselves. */
+void ea_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- growable array (base/array.c) ----------------------------------------
  * Make *p (an array of elements of `elem` bytes with capacity *cap) hold at
  * least `need` elements: capacity doubles from `init` (16 when 0).  On

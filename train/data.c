@@ -62,14 +62,6 @@ typedef struct {
  * bind-mount maze the inode check cannot see) from exhausting the stack. */
 #define WALK_MAX_DEPTH 64
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static int add_file(walk *w, const char *path, const struct stat *st) {
   if (w->nfiles == w->capfiles) {
     size_t cap = w->capfiles ? w->capfiles * 2 : 32;
@@ -95,7 +87,7 @@ static int walk_dir(walk *w, const char *dir, const struct stat *dst, int depth)
       return 0;
     }
   if (depth >= WALK_MAX_DEPTH) {
-    seterr(w->err, w->errlen, "%s: deeper than %d directories", dir, WALK_MAX_DEPTH);
+    ea_seterr(w->err, w->errlen, "%s: deeper than %d directories", dir, WALK_MAX_DEPTH);
     return -ELOOP;
   }
   if (w->ndirs == w->capdirs) {
@@ -115,7 +107,7 @@ static int walk_dir(walk *w, const char *dir, const struct stat *dst, int depth)
   int n = scandir(dir, &ents, NULL, cmp_dirent);
   if (n < 0) {
     int e = -errno;
-    seterr(w->err, w->errlen, "%s: %s", dir, strerror(errno));
+    ea_seterr(w->err, w->errlen, "%s: %s", dir, strerror(errno));
     return e;
   }
   int rc = 0;
@@ -162,7 +154,7 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, 
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     int e = -errno;
-    seterr(err, errlen, "%s: %s", path, strerror(errno));
+    ea_seterr(err, errlen, "%s: %s", path, strerror(errno));
     return e;
   }
   struct stat st;
@@ -172,8 +164,8 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, 
   }
   if ((uint64_t)st.st_size > EA_DATA_MAX_BYTES - *len) {
     close(fd);
-    seterr(err, errlen, "%s: corpus exceeds %llu bytes", path,
-           (unsigned long long)EA_DATA_MAX_BYTES);
+    ea_seterr(err, errlen, "%s: corpus exceeds %llu bytes", path,
+              (unsigned long long)EA_DATA_MAX_BYTES);
     return -EFBIG;
   }
   size_t want = (size_t)st.st_size;
@@ -194,7 +186,7 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, 
     if (r < 0) {
       if (errno == EINTR) continue;
       int e = -errno;
-      seterr(err, errlen, "%s: read: %s", path, strerror(errno));
+      ea_seterr(err, errlen, "%s: read: %s", path, strerror(errno));
       close(fd);
       return e;
     }
@@ -214,13 +206,13 @@ static int data_finish(ea_data *d) {
 int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen) {
   *out = NULL;
   if (!path || !*path) {
-    seterr(err, errlen, "train.data: empty path");
+    ea_seterr(err, errlen, "train.data: empty path");
     return -EINVAL;
   }
   struct stat st;
   if (stat(path, &st) != 0) {
     int e = -errno;
-    seterr(err, errlen, "%s: %s", path, strerror(errno));
+    ea_seterr(err, errlen, "%s: %s", path, strerror(errno));
     return e;
   }
   walk w = {.err = err, .errlen = errlen};
@@ -230,7 +222,7 @@ int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen) {
   else if (S_ISREG(st.st_mode))
     rc = add_file(&w, path, &st);
   else {
-    seterr(err, errlen, "%s: not a regular file or directory", path);
+    ea_seterr(err, errlen, "%s: not a regular file or directory", path);
     rc = -EINVAL;
   }
 
@@ -258,7 +250,7 @@ int ea_data_open(const char *path, ea_data **out, char *err, size_t errlen) {
   for (size_t i = 0; rc == 0 && i < w.nfiles; i++)
     rc = read_file(w.files[i].path, &d->bytes, &d->len, &cap, err, errlen);
   if (rc == 0 && d->len == 0) {
-    seterr(err, errlen, "%s: no data (no non-empty regular files)", path);
+    ea_seterr(err, errlen, "%s: no data (no non-empty regular files)", path);
     rc = -ENODATA;
   }
   if (rc == 0) {

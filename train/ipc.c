@@ -19,6 +19,7 @@
  */
 #include "ea_ipc.h"
 
+#include "ea_base.h"
 #include "ea_mpread.h"
 
 #include <errno.h>
@@ -203,16 +204,6 @@ const char *ea_ipc_type_name(ea_ipc_type t) {
   return d ? d->name : "?";
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* Which optional keys m carries. */
 static uint64_t present_opt(const ea_ipc_msg *m, const type_def *d) {
   uint64_t o = 0;
@@ -243,108 +234,108 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char 
                     size_t errlen) {
   const char *t = d->name;
   if ((keys & B(K_COMM_ADDR)) && !str_ok(m->comm_addr, sizeof m->comm_addr, true)) {
-    seterr(err, errlen, "%s.comm_addr: expected a non-empty address < %zu bytes", t,
-           sizeof m->comm_addr);
+    ea_seterr(err, errlen, "%s.comm_addr: expected a non-empty address < %zu bytes", t,
+              sizeof m->comm_addr);
     return -EINVAL;
   }
   if ((keys & B(K_MESSAGE)) && !str_ok(m->message, sizeof m->message, false)) {
-    seterr(err, errlen, "%s.message: longer than %zu bytes", t, sizeof m->message - 1);
+    ea_seterr(err, errlen, "%s.message: longer than %zu bytes", t, sizeof m->message - 1);
     return -EINVAL;
   }
   if ((keys & B(K_REASON)) && !str_ok(m->reason, sizeof m->reason, false)) {
-    seterr(err, errlen, "%s.reason: longer than %zu bytes", t, sizeof m->reason - 1);
+    ea_seterr(err, errlen, "%s.reason: longer than %zu bytes", t, sizeof m->reason - 1);
     return -EINVAL;
   }
   if ((keys & B(K_ERROR)) && m->error >= 0) {
-    seterr(err, errlen, "%s.error: expected a negative errno, got %d", t, (int)m->error);
+    ea_seterr(err, errlen, "%s.error: expected a negative errno, got %d", t, (int)m->error);
     return -EINVAL;
   }
   if ((keys & B(K_STATUS)) && m->status > 0) {
-    seterr(err, errlen, "%s.status: expected 0 or a negative errno, got %d", t, (int)m->status);
+    ea_seterr(err, errlen, "%s.status: expected 0 or a negative errno, got %d", t, (int)m->status);
     return -EINVAL;
   }
   if ((keys & B(K_NAME)) && !str_ok(m->name, sizeof m->name, false)) {
-    seterr(err, errlen, "%s.name: longer than %zu bytes", t, sizeof m->name - 1);
+    ea_seterr(err, errlen, "%s.name: longer than %zu bytes", t, sizeof m->name - 1);
     return -EINVAL;
   }
   if (m->type == EA_IPC_CKPT_STAGED || m->type == EA_IPC_CKPT_SKIPPED) {
     if (m->world < 1 || m->rank >= m->world) {
-      seterr(err, errlen, "%s.rank: %u not below world %u", t, m->rank, m->world);
+      ea_seterr(err, errlen, "%s.rank: %u not below world %u", t, m->rank, m->world);
       return -EINVAL;
     }
   }
   if (m->type == EA_IPC_CKPT_STAGED && (m->offset > m->total || m->length > m->total - m->offset)) {
-    seterr(err, errlen,
-           "ckpt_staged.length: [%" PRIu64 ", +%" PRIu64 ") leaves the %" PRIu64 "-byte state",
-           m->offset, m->length, m->total);
+    ea_seterr(err, errlen,
+              "ckpt_staged.length: [%" PRIu64 ", +%" PRIu64 ") leaves the %" PRIu64 "-byte state",
+              m->offset, m->length, m->total);
     return -EINVAL;
   }
   if (m->type == EA_IPC_COMMIT) {
     if (m->world < 1) {
-      seterr(err, errlen, "commit.world: must be >= 1");
+      ea_seterr(err, errlen, "commit.world: must be >= 1");
       return -EINVAL;
     }
     if (m->rank >= m->world) {
-      seterr(err, errlen, "commit.rank: %u not below world %u", m->rank, m->world);
+      ea_seterr(err, errlen, "commit.rank: %u not below world %u", m->rank, m->world);
       return -EINVAL;
     }
     if (m->sync_root >= m->world) {
-      seterr(err, errlen, "commit.sync_root: %u not below world %u", m->sync_root, m->world);
+      ea_seterr(err, errlen, "commit.sync_root: %u not below world %u", m->sync_root, m->world);
       return -EINVAL;
     }
     if (m->backend != EA_COMM_TCP && m->backend != EA_COMM_NCCL) {
-      seterr(err, errlen, "commit.backend: expected \"tcp\" or \"nccl\"");
+      ea_seterr(err, errlen, "commit.backend: expected \"tcp\" or \"nccl\"");
       return -EINVAL;
     }
     if (m->npeers > EA_IPC_MAX_PEERS) {
-      seterr(err, errlen, "commit.peers: more than %u", EA_IPC_MAX_PEERS);
+      ea_seterr(err, errlen, "commit.peers: more than %u", EA_IPC_MAX_PEERS);
       return -EINVAL;
     }
     if (m->backend == EA_COMM_TCP ? m->npeers != m->world
                                   : (m->npeers != 0 && m->npeers != m->world)) {
-      seterr(err, errlen, "commit.peers: %u addresses for world %u", m->npeers, m->world);
+      ea_seterr(err, errlen, "commit.peers: %u addresses for world %u", m->npeers, m->world);
       return -EINVAL;
     }
     for (uint32_t i = 0; i < m->npeers; i++)
       if (!str_ok(m->peers[i], sizeof m->peers[i], true)) {
-        seterr(err, errlen, "commit.peers[%u]: expected a non-empty address < %zu bytes", i,
-               sizeof m->peers[i]);
+        ea_seterr(err, errlen, "commit.peers[%u]: expected a non-empty address < %zu bytes", i,
+                  sizeof m->peers[i]);
         return -EINVAL;
       }
     if (m->backend == EA_COMM_NCCL && !m->has_nccl_id) {
-      seterr(err, errlen, "commit.nccl_id: required by backend nccl");
+      ea_seterr(err, errlen, "commit.nccl_id: required by backend nccl");
       return -EINVAL;
     }
     if (!str_ok(m->ckpt_dir, sizeof m->ckpt_dir, false)) {
-      seterr(err, errlen, "commit.ckpt_dir: longer than %zu bytes", sizeof m->ckpt_dir - 1);
+      ea_seterr(err, errlen, "commit.ckpt_dir: longer than %zu bytes", sizeof m->ckpt_dir - 1);
       return -EINVAL;
     }
     if (!str_ok(m->resume, sizeof m->resume, false)) {
-      seterr(err, errlen, "commit.resume: longer than %zu bytes", sizeof m->resume - 1);
+      ea_seterr(err, errlen, "commit.resume: longer than %zu bytes", sizeof m->resume - 1);
       return -EINVAL;
     }
     /* Settings that mean nothing alone are refused rather than dropped, so
      * that whatever decodes re-encodes to the same message. */
     if (m->ckpt_skip && !m->ckpt_interval) {
-      seterr(err, errlen, "commit.ckpt_busy: \"skip\" without ckpt_interval");
+      ea_seterr(err, errlen, "commit.ckpt_busy: \"skip\" without ckpt_interval");
       return -EINVAL;
     }
     if (m->ckpt_verify_size && !m->resume[0]) {
-      seterr(err, errlen, "commit.ckpt_verify: without resume");
+      ea_seterr(err, errlen, "commit.ckpt_verify: without resume");
       return -EINVAL;
     }
     if (m->resume[0] && !m->ckpt_dir[0]) {
-      seterr(err, errlen, "commit.resume: needs ckpt_dir");
+      ea_seterr(err, errlen, "commit.resume: needs ckpt_dir");
       return -EINVAL;
     }
     if ((keys & B(K_STORE)) && !str_ok(m->store, sizeof m->store, true)) {
-      seterr(err, errlen, "commit.store: expected a non-empty address < %zu bytes",
-             sizeof m->store);
+      ea_seterr(err, errlen, "commit.store: expected a non-empty address < %zu bytes",
+                sizeof m->store);
       return -EINVAL;
     }
     if ((keys & B(K_TORCH_BACKEND)) && m->torch_backend != EA_IPC_TORCH_GLOO &&
         m->torch_backend != EA_IPC_TORCH_NCCL) {
-      seterr(err, errlen, "commit.torch_backend: expected \"gloo\" or \"nccl\"");
+      ea_seterr(err, errlen, "commit.torch_backend: expected \"gloo\" or \"nccl\"");
       return -EINVAL;
     }
   }
@@ -352,18 +343,19 @@ static int validate(const ea_ipc_msg *m, const type_def *d, uint64_t keys, char 
     /* Both or neither: a table size means nothing without its format, and
      * the format cannot be read without the table's size. */
     if (!(keys & B(K_LAYOUT)) != !(keys & B(K_HEADER_BYTES))) {
-      seterr(err, errlen, "ckpt_staged.%s: required with %s",
-             keys & B(K_LAYOUT) ? "header_bytes" : "layout",
-             keys & B(K_LAYOUT) ? "layout" : "header_bytes");
+      ea_seterr(err, errlen, "ckpt_staged.%s: required with %s",
+                keys & B(K_LAYOUT) ? "header_bytes" : "layout",
+                keys & B(K_LAYOUT) ? "layout" : "header_bytes");
       return -EINVAL;
     }
     if ((keys & B(K_LAYOUT)) && m->layout != EA_IPC_LAYOUT_EA_STATE_1) {
-      seterr(err, errlen, "ckpt_staged.layout: expected \"ea-state-1\"");
+      ea_seterr(err, errlen, "ckpt_staged.layout: expected \"ea-state-1\"");
       return -EINVAL;
     }
     if ((keys & B(K_HEADER_BYTES)) && m->header_bytes > m->total) {
-      seterr(err, errlen, "ckpt_staged.header_bytes: %" PRIu64 " beyond the %" PRIu64 "-byte state",
-             m->header_bytes, m->total);
+      ea_seterr(err, errlen,
+                "ckpt_staged.header_bytes: %" PRIu64 " beyond the %" PRIu64 "-byte state",
+                m->header_bytes, m->total);
       return -EINVAL;
     }
   }
@@ -487,7 +479,7 @@ int ea_ipc_encode(const ea_ipc_msg *m, void *buf, size_t cap, size_t *len, char 
                   size_t errlen) {
   const type_def *d = type_by_id(m->type);
   if (!d) {
-    seterr(err, errlen, "type: unknown message type %d", (int)m->type);
+    ea_seterr(err, errlen, "type: unknown message type %d", (int)m->type);
     return -EINVAL;
   }
   uint64_t keys = d->req | present_opt(m, d);
@@ -506,7 +498,7 @@ int ea_ipc_encode(const ea_ipc_msg *m, void *buf, size_t cap, size_t *len, char 
   *len = f.len;
   return 0;
 full:
-  seterr(err, errlen, "%s: does not fit in %zu bytes", d->name, cap);
+  ea_seterr(err, errlen, "%s: does not fit in %zu bytes", d->name, cap);
   return -EMSGSIZE;
 }
 
@@ -777,7 +769,7 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
   uint32_t n;
   int rc = ea__mpr_map(&r, &n);
   if (rc) {
-    seterr(err, errlen, "message: expected a map (%s)", ea__mpr_strerror(rc));
+    ea_seterr(err, errlen, "message: expected a map (%s)", ea__mpr_strerror(rc));
     return -EBADMSG;
   }
   const uint8_t *body = r.pos;
@@ -789,39 +781,39 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
     size_t kn;
     rc = ea__mpr_str(&r, EA_IPC_MAX_MSG, &kp, &kn);
     if (rc) {
-      seterr(err, errlen, "message: key %u: %s", i,
-             rc == EA__MPR_TYPE ? "expected str" : ea__mpr_strerror(rc));
+      ea_seterr(err, errlen, "message: key %u: %s", i,
+                rc == EA__MPR_TYPE ? "expected str" : ea__mpr_strerror(rc));
       return -EBADMSG;
     }
     if (is_type_key(kp, kn)) {
       if (d) {
-        seterr(err, errlen, "type: duplicate key");
+        ea_seterr(err, errlen, "type: duplicate key");
         return -EBADMSG;
       }
       char tn[16];
       const char *why;
       if (read_cstr(&r, tn, sizeof tn, &why)) {
-        seterr(err, errlen, "type: %s", why);
+        ea_seterr(err, errlen, "type: %s", why);
         return -EBADMSG;
       }
       for (size_t j = 0; j < NTYPES; j++)
         if (strcmp(types[j].name, tn) == 0) d = &types[j];
       if (!d) {
-        seterr(err, errlen, "type: unknown message type \"%s\"", tn);
+        ea_seterr(err, errlen, "type: unknown message type \"%s\"", tn);
         return -EBADMSG;
       }
     } else if ((rc = ea__mpr_skip(&r, SKIP_DEPTH_MAX)) != 0) {
-      seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp,
-             ea__mpr_strerror(rc));
+      ea_seterr(err, errlen, "message: value of \"%.*s\": %s", (int)kn, (const char *)kp,
+                ea__mpr_strerror(rc));
       return -EBADMSG;
     }
   }
   if (!d) {
-    seterr(err, errlen, "type: missing");
+    ea_seterr(err, errlen, "type: missing");
     return -EBADMSG;
   }
   if (r.pos != r.end) {
-    seterr(err, errlen, "%s: %zu trailing bytes after the map", d->name, ea__mpr_left(&r));
+    ea_seterr(err, errlen, "%s: %zu trailing bytes after the map", d->name, ea__mpr_left(&r));
     return -EBADMSG;
   }
 
@@ -840,23 +832,23 @@ int ea_ipc_decode(const void *buf, size_t len, ea_ipc_msg *m, char *err, size_t 
       continue;
     }
     if (seen & B(k)) {
-      seterr(err, errlen, "%s.%s: duplicate key", d->name, key_name[k]);
+      ea_seterr(err, errlen, "%s.%s: duplicate key", d->name, key_name[k]);
       return -EBADMSG;
     }
     const char *why = "invalid";
     long index = -1;
     if (read_value(&r, m, (key)k, &why, &index)) {
       if (index >= 0)
-        seterr(err, errlen, "%s.%s[%ld]: %s", d->name, key_name[k], index, why);
+        ea_seterr(err, errlen, "%s.%s[%ld]: %s", d->name, key_name[k], index, why);
       else
-        seterr(err, errlen, "%s.%s: %s", d->name, key_name[k], why);
+        ea_seterr(err, errlen, "%s.%s: %s", d->name, key_name[k], why);
       return -EBADMSG;
     }
     seen |= B(k);
   }
   uint64_t missing = d->req & ~seen;
   if (missing) {
-    seterr(err, errlen, "%s.%s: missing", d->name, key_name[__builtin_ctzll(missing)]);
+    ea_seterr(err, errlen, "%s.%s: missing", d->name, key_name[__builtin_ctzll(missing)]);
     return -EBADMSG;
   }
   if (validate(m, d, seen, err, errlen)) return -EBADMSG;
@@ -969,7 +961,7 @@ int ea_ipc_recv(int fd, ea_ipc_msg *m, int timeout_ms, char *err, size_t errlen)
       return -errno;
     }
     if (pr == 0) {
-      seterr(err, errlen, "no message within %d ms", timeout_ms);
+      ea_seterr(err, errlen, "no message within %d ms", timeout_ms);
       return -ETIMEDOUT;
     }
     /* MSG_TRUNC: the return value is the packet's real length, so an
@@ -982,12 +974,12 @@ int ea_ipc_recv(int fd, ea_ipc_msg *m, int timeout_ms, char *err, size_t errlen)
     }
     if (n == 0) {
       if (pfd >= 0) close(pfd);
-      seterr(err, errlen, "the other end closed the connection");
+      ea_seterr(err, errlen, "the other end closed the connection");
       return -ECONNRESET;
     }
     if ((size_t)n > sizeof buf) {
       if (pfd >= 0) close(pfd);
-      seterr(err, errlen, "message: %zd bytes, more than %u", n, EA_IPC_MAX_MSG);
+      ea_seterr(err, errlen, "message: %zd bytes, more than %u", n, EA_IPC_MAX_MSG);
       return -EMSGSIZE;
     }
     int rc = ea_ipc_decode(buf, (size_t)n, m, err, errlen);

@@ -51,14 +51,6 @@ struct ea_model {
   float *ones;                     /* rows of 1: column sums for bias grads */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static size_t add_tensor(ea_model *m, const char *name, uint64_t rows, uint64_t cols, uint32_t ndim,
                          bool decay) {
   size_t i = m->ntensors++;
@@ -76,29 +68,29 @@ static size_t add_tensor(ea_model *m, const char *name, uint64_t rows, uint64_t 
 
 static int check_dims(const ea_model_dims *d, uint32_t max_rows, char *err, size_t errlen) {
   if (d->context < 1 || d->context > EA_MODEL_MAX_CONTEXT) {
-    seterr(err, errlen, "train.context: %u not in [1, %u]", d->context, EA_MODEL_MAX_CONTEXT);
+    ea_seterr(err, errlen, "train.context: %u not in [1, %u]", d->context, EA_MODEL_MAX_CONTEXT);
     return -EINVAL;
   }
   if (d->embed_dim < 1 || d->embed_dim > EA_MODEL_MAX_WIDTH) {
-    seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", d->embed_dim, EA_MODEL_MAX_WIDTH);
+    ea_seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", d->embed_dim, EA_MODEL_MAX_WIDTH);
     return -EINVAL;
   }
   if (d->hidden < 1 || d->hidden > EA_MODEL_MAX_WIDTH) {
-    seterr(err, errlen, "train.hidden: %u not in [1, %u]", d->hidden, EA_MODEL_MAX_WIDTH);
+    ea_seterr(err, errlen, "train.hidden: %u not in [1, %u]", d->hidden, EA_MODEL_MAX_WIDTH);
     return -EINVAL;
   }
   if (d->layers < 1 || d->layers > EA_MODEL_MAX_LAYERS) {
-    seterr(err, errlen, "train.layers: %u not in [1, %u]", d->layers, EA_MODEL_MAX_LAYERS);
+    ea_seterr(err, errlen, "train.layers: %u not in [1, %u]", d->layers, EA_MODEL_MAX_LAYERS);
     return -EINVAL;
   }
   /* cblas takes int dimensions */
   if ((uint64_t)d->context * d->embed_dim > (1u << 24)) {
-    seterr(err, errlen, "train.context × train.embed_dim: %llu exceeds %u",
-           (unsigned long long)d->context * d->embed_dim, 1u << 24);
+    ea_seterr(err, errlen, "train.context × train.embed_dim: %llu exceeds %u",
+              (unsigned long long)d->context * d->embed_dim, 1u << 24);
     return -EINVAL;
   }
   if (max_rows < 1 || max_rows > (1u << 20)) {
-    seterr(err, errlen, "distributed.micro_batch: %u not in [1, %u]", max_rows, 1u << 20);
+    ea_seterr(err, errlen, "distributed.micro_batch: %u not in [1, %u]", max_rows, 1u << 20);
     return -EINVAL;
   }
   return 0;

@@ -20,14 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* b^t by repeated squaring: exact operation sequence, no pow(). */
 static double ipow(double b, uint64_t t) {
   double r = 1.0;
@@ -136,48 +128,49 @@ void ea_train_config_default(ea_train_config *c) {
 
 int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen) {
   if (c->model.context < 1 || c->model.context > EA_MODEL_MAX_CONTEXT) {
-    seterr(err, errlen, "train.context: %u not in [1, %u]", c->model.context, EA_MODEL_MAX_CONTEXT);
+    ea_seterr(err, errlen, "train.context: %u not in [1, %u]", c->model.context,
+              EA_MODEL_MAX_CONTEXT);
     return -EINVAL;
   }
   if (c->model.embed_dim < 1 || c->model.embed_dim > EA_MODEL_MAX_WIDTH) {
-    seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", c->model.embed_dim,
-           EA_MODEL_MAX_WIDTH);
+    ea_seterr(err, errlen, "train.embed_dim: %u not in [1, %u]", c->model.embed_dim,
+              EA_MODEL_MAX_WIDTH);
     return -EINVAL;
   }
   if (c->model.hidden < 1 || c->model.hidden > EA_MODEL_MAX_WIDTH) {
-    seterr(err, errlen, "train.hidden: %u not in [1, %u]", c->model.hidden, EA_MODEL_MAX_WIDTH);
+    ea_seterr(err, errlen, "train.hidden: %u not in [1, %u]", c->model.hidden, EA_MODEL_MAX_WIDTH);
     return -EINVAL;
   }
   if (c->model.layers < 1 || c->model.layers > EA_MODEL_MAX_LAYERS) {
-    seterr(err, errlen, "train.layers: %u not in [1, %u]", c->model.layers, EA_MODEL_MAX_LAYERS);
+    ea_seterr(err, errlen, "train.layers: %u not in [1, %u]", c->model.layers, EA_MODEL_MAX_LAYERS);
     return -EINVAL;
   }
   if (c->global_batch < 1) {
-    seterr(err, errlen, "distributed.global_batch: must be ≥ 1");
+    ea_seterr(err, errlen, "distributed.global_batch: must be ≥ 1");
     return -EINVAL;
   }
   if (c->micro_batch < 1 || c->micro_batch > (1u << 20)) {
-    seterr(err, errlen, "distributed.micro_batch: %u not in [1, %u]", c->micro_batch, 1u << 20);
+    ea_seterr(err, errlen, "distributed.micro_batch: %u not in [1, %u]", c->micro_batch, 1u << 20);
     return -EINVAL;
   }
   if (!(c->lr > 0 && isfinite(c->lr))) {
-    seterr(err, errlen, "train.lr: must be a finite number > 0");
+    ea_seterr(err, errlen, "train.lr: must be a finite number > 0");
     return -EINVAL;
   }
   if (!(c->weight_decay >= 0 && c->lr * c->weight_decay < 1)) {
-    seterr(err, errlen, "train.weight_decay: must be ≥ 0 with lr × weight_decay < 1");
+    ea_seterr(err, errlen, "train.weight_decay: must be ≥ 0 with lr × weight_decay < 1");
     return -EINVAL;
   }
   if (!(c->min_lr_ratio >= 0 && c->min_lr_ratio <= 1)) {
-    seterr(err, errlen, "min_lr_ratio: not in [0, 1]");
+    ea_seterr(err, errlen, "min_lr_ratio: not in [0, 1]");
     return -EINVAL;
   }
   if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
-    seterr(err, errlen, "adam betas: not in [0, 1)");
+    ea_seterr(err, errlen, "adam betas: not in [0, 1)");
     return -EINVAL;
   }
   if (!(c->eps > 0) || !(c->grad_clip >= 0)) {
-    seterr(err, errlen, "adam eps must be > 0 and grad_clip ≥ 0");
+    ea_seterr(err, errlen, "adam eps must be > 0 and grad_clip ≥ 0");
     return -EINVAL;
   }
   return 0;
@@ -186,7 +179,8 @@ int ea_train_config_validate(const ea_train_config *c, char *err, size_t errlen)
 int ea_train_config_from(ea_train_config *c, const ea_config *cfg, char *err, size_t errlen) {
   ea_train_config_default(c);
   if (strcmp(cfg->train.model, "byte-mlp") != 0) {
-    seterr(err, errlen, "train.model: \"%s\" is not a built-in model (byte-mlp)", cfg->train.model);
+    ea_seterr(err, errlen, "train.model: \"%s\" is not a built-in model (byte-mlp)",
+              cfg->train.model);
     return -EINVAL;
   }
   c->model.context = cfg->train.context;

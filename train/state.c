@@ -50,14 +50,6 @@ struct ea_trainer {
   uint8_t *tgt;  /* micro_batch */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 int ea_trainer_new(const ea_train_config *c, const ea_data *data, ea_trainer **out, char *err,
                    size_t errlen) {
   *out = NULL;
@@ -348,33 +340,33 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
                    size_t errlen) {
   const uint8_t *h = buf;
   if (len < EA_STATE_HEADER_BYTES) {
-    seterr(err, errlen, "state: length: %zu bytes, shorter than the %u-byte header", len,
-           EA_STATE_HEADER_BYTES);
+    ea_seterr(err, errlen, "state: length: %zu bytes, shorter than the %u-byte header", len,
+              EA_STATE_HEADER_BYTES);
     return -EMSGSIZE;
   }
   if (memcmp(h + H_MAGIC, EA_STATE_MAGIC, 8) != 0) {
-    seterr(err, errlen, "state: magic: not \"EATRAIN\" (not a training state)");
+    ea_seterr(err, errlen, "state: magic: not \"EATRAIN\" (not a training state)");
     return -EBADMSG;
   }
   uint32_t version = get32(h + H_VERSION);
   if (version != EA_STATE_VERSION) {
-    seterr(err, errlen, "state: version: %u, this build reads version %u", version,
-           EA_STATE_VERSION);
+    ea_seterr(err, errlen, "state: version: %u, this build reads version %u", version,
+              EA_STATE_VERSION);
     return -EPROTONOSUPPORT;
   }
   uint32_t hb = get32(h + H_HEADER_BYTES);
   if (hb != EA_STATE_HEADER_BYTES) {
-    seterr(err, errlen, "state: header_bytes: %u, expected %u", hb, EA_STATE_HEADER_BYTES);
+    ea_seterr(err, errlen, "state: header_bytes: %u, expected %u", hb, EA_STATE_HEADER_BYTES);
     return -EBADMSG;
   }
   uint64_t hd = XXH3_64bits_dispatch(h, H_HEADER_DIGEST);
   if (hd != get64(h + H_HEADER_DIGEST)) {
-    seterr(err, errlen, "state: header_digest: mismatch (header corrupted)");
+    ea_seterr(err, errlen, "state: header_digest: mismatch (header corrupted)");
     return -EBADMSG;
   }
   for (int i = 0; i < H_RESERVED_BYTES; i++)
     if (h[H_RESERVED + i] != 0) {
-      seterr(err, errlen, "state: reserved: byte %d is not zero", i);
+      ea_seterr(err, errlen, "state: reserved: byte %d is not zero", i);
       return -EBADMSG;
     }
   ea_state_info in = {
@@ -390,7 +382,7 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
   };
   uint32_t vocab = get32(h + H_VOCAB);
   if (vocab != EA_VOCAB) {
-    seterr(err, errlen, "state: vocab: %u, expected %u", vocab, EA_VOCAB);
+    ea_seterr(err, errlen, "state: vocab: %u, expected %u", vocab, EA_VOCAB);
     return -EBADMSG;
   }
   /* nparams must be what the dims imply: recompute it as the model does. */
@@ -398,8 +390,8 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
   if (d->context < 1 || d->context > EA_MODEL_MAX_CONTEXT || d->embed_dim < 1 ||
       d->embed_dim > EA_MODEL_MAX_WIDTH || d->hidden < 1 || d->hidden > EA_MODEL_MAX_WIDTH ||
       d->layers < 1 || d->layers > EA_MODEL_MAX_LAYERS) {
-    seterr(err, errlen, "state: dims: context %u embed_dim %u hidden %u layers %u out of range",
-           d->context, d->embed_dim, d->hidden, d->layers);
+    ea_seterr(err, errlen, "state: dims: context %u embed_dim %u hidden %u layers %u out of range",
+              d->context, d->embed_dim, d->hidden, d->layers);
     return -EBADMSG;
   }
   uint64_t want = (uint64_t)EA_VOCAB * d->embed_dim +
@@ -407,20 +399,21 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
                   (uint64_t)(d->layers - 1) * ((uint64_t)d->hidden * d->hidden + d->hidden) +
                   (uint64_t)d->hidden * EA_VOCAB + EA_VOCAB;
   if (in.nparams != want) {
-    seterr(err, errlen, "state: nparams: %llu, dims imply %llu", (unsigned long long)in.nparams,
-           (unsigned long long)want);
+    ea_seterr(err, errlen, "state: nparams: %llu, dims imply %llu", (unsigned long long)in.nparams,
+              (unsigned long long)want);
     return -EBADMSG;
   }
   in.total_bytes = EA_STATE_HEADER_BYTES + 12 * in.nparams;
   if (check_payload) {
     if (len != in.total_bytes) {
-      seterr(err, errlen, "state: length: %zu bytes, header implies %llu", len,
-             (unsigned long long)in.total_bytes);
+      ea_seterr(err, errlen, "state: length: %zu bytes, header implies %llu", len,
+                (unsigned long long)in.total_bytes);
       return -EMSGSIZE;
     }
     uint64_t pd = XXH3_64bits_dispatch(h + EA_STATE_HEADER_BYTES, len - EA_STATE_HEADER_BYTES);
     if (pd != in.payload_digest) {
-      seterr(err, errlen, "state: payload_digest: mismatch (params or optimizer state corrupted)");
+      ea_seterr(err, errlen,
+                "state: payload_digest: mismatch (params or optimizer state corrupted)");
       return -EBADMSG;
     }
   }
@@ -428,13 +421,13 @@ int ea_state_parse(const void *buf, size_t len, bool check_payload, ea_state_inf
   return 0;
 }
 
-#define MISMATCH(field, a, b)                                                   \
-  do {                                                                          \
-    if ((a) != (b)) {                                                           \
-      seterr(err, errlen, "state: %s: state has %llu, trainer has %llu", field, \
-             (unsigned long long)(a), (unsigned long long)(b));                 \
-      return -EINVAL;                                                           \
-    }                                                                           \
+#define MISMATCH(field, a, b)                                                      \
+  do {                                                                             \
+    if ((a) != (b)) {                                                              \
+      ea_seterr(err, errlen, "state: %s: state has %llu, trainer has %llu", field, \
+                (unsigned long long)(a), (unsigned long long)(b));                 \
+      return -EINVAL;                                                              \
+    }                                                                              \
   } while (0)
 
 int ea_trainer_state_load(ea_trainer *t, const void *buf, size_t len, char *err, size_t errlen) {
@@ -642,10 +635,10 @@ static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, 
                     char *err, size_t errlen) {
   const uint64_t size = ea_trainer_state_size(t);
   if (m->total_bytes != size) {
-    seterr(err, errlen,
-           "state size: checkpoint holds %llu bytes, this trainer's state is %llu "
-           "(model dims differ)",
-           (unsigned long long)m->total_bytes, (unsigned long long)size);
+    ea_seterr(err, errlen,
+              "state size: checkpoint holds %llu bytes, this trainer's state is %llu "
+              "(model dims differ)",
+              (unsigned long long)m->total_bytes, (unsigned long long)size);
     return -EINVAL;
   }
   uint8_t *buf = malloc(size);
@@ -654,13 +647,13 @@ static int load_one(ea_trainer *t, const char *path, const ea_ckpt_manifest *m, 
   if (verify) {
     ea_ckpt_verify_report rep;
     rc = ea_ckpt_load_verified(path, m, buf, size, 0, &rep);
-    if (rc) seterr(err, errlen, "%s", rep.msg[0] ? rep.msg : strerror(-rc));
+    if (rc) ea_seterr(err, errlen, "%s", rep.msg[0] ? rep.msg : strerror(-rc));
   } else {
     ea_ckpt_reader *r = NULL;
     char e2[256] = "";
     rc = ea_ckpt_reader_open(&r, path, 0, e2, sizeof e2);
     if (rc == 0) rc = ea_ckpt_reader_read(r, 0, buf, size, e2, sizeof e2);
-    if (rc) seterr(err, errlen, "read: %s", e2[0] ? e2 : strerror(-rc));
+    if (rc) ea_seterr(err, errlen, "read: %s", e2[0] ? e2 : strerror(-rc));
     ea_ckpt_reader_free(r);
   }
   /* A damaged read is no misfit: -EINVAL from it would stop the search. */
@@ -735,15 +728,15 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
     /* An explicitly named checkpoint: it or nothing. */
     rc = ea_ckpt_resolve(dir, spec, mode, res);
     if (rc) {
-      seterr(err, errlen, "resume from %s in %s: %s", spec, dir,
-             res->n_skipped ? res->skipped[0].reason : strerror(-rc));
+      ea_seterr(err, errlen, "resume from %s in %s: %s", spec, dir,
+                res->n_skipped ? res->skipped[0].reason : strerror(-rc));
       ea_ckpt_resume_close(res);
       free(res);
       return rc == -ENOENT ? -ENOENT : rc;
     }
     rc = load_one(t, res->path, &res->manifest, verify_full, e2, sizeof e2);
     if (rc)
-      seterr(err, errlen, "resume from %s: %s", res->name, e2);
+      ea_seterr(err, errlen, "resume from %s: %s", res->name, e2);
     else
       fill_info(info, res->name, &res->manifest);
     ea_ckpt_resume_close(res);
@@ -758,15 +751,15 @@ int ea_trainer_resume(ea_trainer *t, const char *dir, const char *spec, bool ver
   if (rc == 0) {
     fill_info(info, res->name, &res->manifest);
   } else if (!res->listed) {
-    seterr(err, errlen, "no checkpoint: %s: %s", dir, strerror(-rc));
+    ea_seterr(err, errlen, "no checkpoint: %s: %s", dir, strerror(-rc));
   } else if (rc == -EINVAL) {
-    seterr(err, errlen, "resume from %s: %s", x.misfit, x.misfit_why);
+    ea_seterr(err, errlen, "resume from %s: %s", x.misfit, x.misfit_why);
   } else if (rc == -ENOENT && x.fallbacks == 0) {
-    seterr(err, errlen, "no checkpoint in %s", dir);
+    ea_seterr(err, errlen, "no checkpoint in %s", dir);
   } else if (rc == -ENOENT) {
     rc = -EBADMSG;
-    seterr(err, errlen, "no checkpoint in %s verifies and loads; %s", dir,
-           info ? info->why : "all are damaged");
+    ea_seterr(err, errlen, "no checkpoint in %s verifies and loads; %s", dir,
+              info ? info->why : "all are damaged");
   }
   ea_ckpt_resume_close(res);
   free(res);
