@@ -15,32 +15,35 @@ group, then ``init_process_group(backend, store=PrefixStore(…, TCPStore(…)),
 rank=, world_size=, timeout=)`` with the COMMIT's ``timeout_ms``; gloo on CPU,
 NCCL where CUDA is (the COMMIT's optional ``torch_backend`` overrides).
 
-**Abort.**  torch 1.13 cannot abort a process group, and a gloo collective
-whose peer is frozen (SIGSTOP, a partition) blocks until the group's
-timeout.  But gloo's transport fails an operation at once when its socket
-reads end-of-file, so the library records the TCP sockets that appeared
+**Abort.**  A gloo collective whose peer is frozen (SIGSTOP, a partition)
+blocks until the group's timeout, and torch's own abort does not end it:
+on torch 2.15.0, ``ProcessGroup.abort()``, its gloo backend's ``abort()``,
+``distributed_c10d._abort_process_group()`` and ``shutdown()`` all return
+at once while a rank blocked in ``all_reduce`` with a frozen peer stays
+blocked until the 20 s timeout (docs/pytorch.md, "How the abort works").
+But gloo's transport fails an operation at once when its socket reads
+end-of-file, so for gloo the library records the TCP sockets that appeared
 while the group formed (gloo's pairs and the store client: new, connected,
 not our store server's) and aborts through them — what the built-in tcp
 ring does to itself — from the reader thread, while the program's thread
-is blocked inside the collective.  In two phases, because gloo 1.13 loses a
-send whose write(2) fails with EPIPE/ECONNRESET (it is queued, never failed,
-and its collective waits out the timeout): first ``shutdown(SHUT_RD)`` on a
-dup of each socket — our reads see EOF and our collective fails, while our
-writes still succeed and the peers' writes are still accepted; then, 50 ms
-later (:data:`GRACE_S`), ``shutdown(SHUT_WR)`` — the peers read EOF and fail
-too.  Holding the dup keeps gloo's own close(2) from resetting the
-connection meanwhile.  A plain teardown (no collective in flight) sends FIN
-first and closes 50 ms later, so that a neighbour already in the next
-collective fails at once.  What remains: a rank whose write raced its
-peer's death (SIGKILL resets the connection) can still hit gloo's lost send
-and wait out the timeout; it then reports ``failed`` (-ETIMEDOUT) and the
-generation re-forms — bounded by ``communication_timeout_seconds``.
+is blocked inside the collective.  In two phases, so that no write of ours
+fails with EPIPE while the collective is still running (gloo 1.13 lost such
+a send: queued, never failed, its collective waited out the timeout):
+first ``shutdown(SHUT_RD)`` on a dup of each socket — our reads see EOF and
+our collective fails, while our writes still succeed and the peers' writes
+are still accepted; then, 50 ms later (:data:`GRACE_S`),
+``shutdown(SHUT_WR)`` — the peers read EOF and fail too.  Holding the dup
+keeps gloo's own close(2) from resetting the connection meanwhile.  A
+plain teardown (no collective in flight) sends FIN first and closes 50 ms
+later, so that a neighbour already in the next collective fails at once.
 
-NCCL has no such handle in 1.13 (no ``ncclCommAbort`` from Python): an
-NCCL collective stuck on a frozen peer ends at the group's timeout, where
-``NCCL_ASYNC_ERROR_HANDLING=1`` (set unless the user set it) tears the
-process down; the agent then restarts it and it receives the state like a
-joiner.  (Untested here: no GPU.)
+NCCL is aborted by torch's own ``ProcessGroup.abort()`` (``ncclCommAbort``
+on every communicator of the group; torch ≥ 2.6 with NCCL ≥ 2.25 ends an
+in-flight collective), called from the reader thread like the socket
+method.  ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (set unless the user set it,
+as torchrun does) stays the fallback: a collective that times out all the
+same tears the process down, and the agent restarts it; it then receives
+the state like a joiner.  (Not run here: no GPU.)
 
 **Gradients.**  The fixed global batch B is split by :meth:`Generation.shard`;
 for the trajectory not to depend on the world size, each rank's loss is its
@@ -52,11 +55,11 @@ built-in trainer does.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import fcntl
 import gc
+import inspect
 import os
 import random
 import socket
@@ -66,7 +69,7 @@ import threading
 import types
 import weakref
 from datetime import timedelta
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -485,32 +488,8 @@ def _iface_of(ip: str) -> Optional[str]:
     return None
 
 
-@contextlib.contextmanager
-def _no_store_barrier(backend: str) -> Iterator[None]:
-    """init_process_group without its closing store-based barrier (torch
-    1.13's _store_based_barrier: every rank adds to a key, then polls it every
-    10 ms until all have).  For gloo it only delays: the group's full mesh is
-    connected when the constructor returns, the sequence number that follows
-    is handed out through the store from rank 0 anyway, and the first thing
-    every rank does with the group is the state sync's allreduce, which waits
-    for all of them.  The poll adds up to 10 ms (a sleep, longer on a loaded
-    machine) to every formation.  Other backends keep it."""
-    c10d = dist.distributed_c10d
-    orig = getattr(c10d, "_store_based_barrier", None)
-    if backend != "gloo" or orig is None:
-        yield
-        return
-    c10d._store_based_barrier = _synced_already
-    try:
-        yield
-    finally:
-        c10d._store_based_barrier = orig
-
-
-def _synced_already(*_a: Any, **_kw: Any) -> None:
-    """Stands in for DDP's shape check and parameter broadcast (see
-    TorchGeneration.ddp) and init_process_group's closing barrier
-    (_no_store_barrier)."""
+#: DDP's constructor takes init_sync (torch ≥ 2.4): see TorchGeneration.ddp.
+_DDP_INIT_SYNC = "init_sync" in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
 
 
 def _sum_hook(_state, bucket):  # no annotations: DDP checks the bucket's
@@ -586,8 +565,13 @@ class TorchBackend(Backend):
             self._forming = True
         ok = False
         try:
+            kw: Dict[str, Any] = {}
             if be == "nccl":
-                os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
+                os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+                if torch.cuda.is_available():
+                    # eager: the communicator is made here, so a failure to
+                    # form is raised by form() and abort() has a comm to end
+                    kw["device_id"] = torch.device("cuda", torch.cuda.current_device())
             client = dist.TCPStore(host, port, None, False, timeout)
             # The store client's own connections: an abort while forming shuts
             # them (a rank waiting in the store for a dead peer fails at
@@ -600,9 +584,11 @@ class TorchBackend(Backend):
             with self._lock:
                 self._store_socks = _inet_sockets(self._store_port) - self._before
             store = dist.PrefixStore("ea/%d/" % plan["gen"], client)
-            with _no_store_barrier(be):
-                dist.init_process_group(be, store=store, rank=plan["rank"], world_size=plan["world"],
-                                        timeout=timeout)
+            # No closing barrier: torch 2.x's init_process_group has none
+            # unless TORCH_DIST_INIT_BARRIER=1 (1.13 polled the store every
+            # 10 ms for one, up to 10 ms a formation).
+            dist.init_process_group(be, store=store, rank=plan["rank"], world_size=plan["world"],
+                                    timeout=timeout, **kw)
             self._client = client
             ok = True
         except RuntimeError as e:
@@ -650,6 +636,8 @@ class TorchBackend(Backend):
         with self._lock:
             self._aborted = True
             socks = (_inet_sockets(self._store_port) - self._before) if self._forming else set(self._socks)
+        if self.name == "nccl" and not self._forming:
+            self._abort_nccl()
         held = self._hold(socks)
         for s in held:
             _shut(s, socket.SHUT_RD)
@@ -657,8 +645,21 @@ class TorchBackend(Backend):
             t = threading.Timer(GRACE_S, _shut_all, [held, socket.SHUT_WR])
             t.daemon = True
             t.start()
-            if self.name == "nccl":
-                log.info("abort: store sockets shut; an NCCL collective in flight ends at its timeout")
+
+    def _abort_nccl(self) -> None:
+        """torch's own abort of the generation's group (ncclCommAbort):
+        an NCCL collective in flight ends with an error.  Where this torch
+        has none, the collective ends at the group's timeout (the watchdog,
+        TORCH_NCCL_ASYNC_ERROR_HANDLING)."""
+        pg = dist.group.WORLD if dist.is_initialized() else None
+        abort = getattr(pg, "abort", None)
+        if abort is None:
+            log.info("abort: this torch cannot abort an NCCL group; a collective in flight ends at its timeout")
+            return
+        try:
+            abort()
+        except RuntimeError as e:
+            log.warning("abort: ProcessGroup.abort(): %s", e)
 
     def teardown(self) -> None:
         with self._lock:
@@ -772,29 +773,20 @@ class TorchGeneration(Generation):
             raise ValueError("ddp(): no module (and the state has no model)")
         d = self._tb._ddp.get(id(m))
         if d is None:
-            import torch.nn.parallel.distributed as ddp_mod
+            DDP = torch.nn.parallel.DistributedDataParallel
             if self.device.type == "cuda":
                 kwargs.setdefault("device_ids", [self.device.index])
             # DDP's constructor checks the parameters' shapes across the
-            # ranks (an allgather: _verify_param_shape_across_processes) and
-            # broadcasts every parameter and buffer from rank 0
-            # (_sync_module_states): for the state's model, two collectives
-            # more per generation — one a second full broadcast — after the
-            # state sync has compared the tensor tables (the signature) and
-            # made the models bit-identical (the digest allreduce).  Skipped
-            # for it; any other module gets DDP's own.
-            names = ("_verify_param_shape_across_processes", "_sync_module_states")
-            skip = m is getattr(self.state, "model", None) and all(hasattr(ddp_mod, n) for n in names)
-            orig = {n: getattr(ddp_mod, n, None) for n in names}
-            if skip:
-                for n in names:
-                    setattr(ddp_mod, n, _synced_already)
-            try:
-                d = ddp_mod.DistributedDataParallel(m, **kwargs)
-            finally:
-                if skip:
-                    for n in names:
-                        setattr(ddp_mod, n, orig[n])
+            # ranks (an allgather) and broadcasts every parameter and buffer
+            # from rank 0: for the state's model, two collectives more per
+            # generation — one a second full broadcast — after the state
+            # sync has compared the tensor tables (the signature) and made
+            # the models bit-identical (the digest allreduce).  init_sync=False
+            # (torch ≥ 2.4) skips both for it; any other module gets DDP's
+            # own, and so does the state's model on a torch without it.
+            if m is getattr(self.state, "model", None) and _DDP_INIT_SYNC:
+                kwargs.setdefault("init_sync", False)
+            d = DDP(m, **kwargs)
             if not average:
                 d.register_comm_hook(None, _sum_hook)
             self._tb._ddp[id(m)] = d

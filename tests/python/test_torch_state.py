@@ -1,5 +1,5 @@
 """TorchState: a deterministic flat layout, bit-exact restore, and errors
-that name the tensor.  Needs torch (Debian python3-torch, torch 1.13)."""
+that name the tensor.  Needs torch (the project's virtualenv: the pinned release)."""
 from __future__ import annotations
 
 import os
@@ -167,7 +167,7 @@ def run_child(code: str) -> subprocess.CompletedProcess:
 def test_ddp_skips_its_own_broadcast_for_the_synced_model():
     """gen.ddp() of the state's model runs neither DDP's shape check nor its
     parameter broadcast (the state sync compared and equalised the models
-    already); another module gets both, and DDP's functions are put back."""
+    already: DDP's init_sync=False); another module gets both."""
     child = (
         "import torch, torch.nn.parallel.distributed as d\n"
         "import elastic_agent\n"
@@ -197,8 +197,8 @@ def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
     """A rank forming a world-2 group whose peer never comes waits in the
     store; abort() (what the library does on PREPARE or a reset) ends that
     wait at once with a CommError, long before the group's timeout, and the
-    process tears down and exits cleanly (torch 1.13's store threads must
-    not die in std::terminate on the shut sockets).  In a child process, so
+    process tears down and exits cleanly (torch's store threads must not
+    die in std::terminate on the shut sockets, as 1.13's once did).  In a child process, so
     that such a death fails this test instead of the run."""
     child = (
         "import threading, time\n"
