@@ -10,7 +10,8 @@
 #   make format     clang-format every tracked .c/.h; make format-check only reports
 #
 # Sources are discovered: every .c in a module folder is built into
-# $(BUILD)/libea.a; files ending in _nccl.c only when CUDA and NCCL are found.
+# $(BUILD)/libea.a (a module's wing folders too: agent/ckpt/, …); files
+# ending in _nccl.c only when CUDA and NCCL are found.
 # Modules, in dependency order: base (nothing of ours) → membership → config
 # (the job file) and rdzv; base → ckpt → train (reads config); agent on top.
 # Public headers are in include/; each module's private headers stay in its
@@ -51,8 +52,13 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 endif
 
 MODULES  := base membership config rdzv ckpt train agent
-EA_CFLAGS += $(addprefix -I,$(MODULES) chaos)
-LIB_SRC  := $(filter-out agent/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
+# A module may have one level of wings, folders of its own (agent/ckpt/,
+# agent/job/, …): their sources are the module's, and each gets an -I path,
+# so a private header is still reached by its name alone.
+WINGS    := $(patsubst %/,%,$(wildcard $(addsuffix /*/,$(MODULES))))
+EA_CFLAGS += $(addprefix -I,$(MODULES) $(WINGS) chaos)
+MAIN_SRC := agent/cli/main.c
+LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard $(addsuffix /*.c,$(MODULES) $(WINGS))))
 ifneq ($(HAVE_NCCL),1)
 LIB_SRC  := $(filter-out %_nccl.c,$(LIB_SRC))
 endif
@@ -86,7 +92,7 @@ $(BUILD)/libea.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BINDIR)/elastic-agent: $(BUILD)/obj/agent/main.o $(BUILD)/libea.a
+$(BINDIR)/elastic-agent: $(BUILD)/obj/$(MAIN_SRC:.c=.o) $(BUILD)/libea.a
 	@mkdir -p $(BINDIR)
 	$(CC) $(EA_CFLAGS) -o $@ $^ $(LDLIBS)
 

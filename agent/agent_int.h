@@ -1,8 +1,12 @@
-/* agent_int.h — the one internal header of agent/ (libuv's uv-common.h
- * habit): what the module's files share and nothing outside agent/ may
- * include.  Reached by an include path (-Iagent), never by "../".
+/* agent_int.h — the one internal header of agent/'s top floor (libuv's
+ * uv-common.h habit): what the module's files share and nothing outside
+ * agent/ may include.  Reached by an include path (-Iagent), never by "../".
  *
- *   the agent's options and entry point    main.c → agent.c
+ * The floor plan (docs/layout.md): the top floor, the files directly in
+ * agent/, holds the loop and what only it may do; each wing below is a
+ * folder with a README.md saying what it owns and may touch.
+ *
+ *   the agent's options and entry point    cli/main.c → agent.c
  *   data directory, node identity, peers   node_id.c
  *   control channel                        control.c
  *   the persisted generation               gen_store.c
@@ -10,20 +14,29 @@
  *   admin socket                           admin.c
  *   the running agent's internals          agent.c (start-up, the loop),
  *                                          workers.c (orders, messages),
- *                                          ckpt_glue.c (checkpoints),
  *                                          drain.c (drain, shutdown),
- *                                          status.c (the status document),
- *                                          metrics.c (progress, stalls,
- *                                          readiness, the metrics snapshot)
- *   Prometheus exposition, HTTP server     metrics.c (the text), http.c
- *                                          (libmicrohttpd, its own thread)
- *   alerts: registry, rate limit, delivery alerts.c (libcurl, its own thread)
- *   spot/preemption notice poller          notice.c (its own thread)
+ *                                          ckpt/ckpt_glue.c (checkpoints),
+ *                                          obs/status.c (the status
+ *                                          document), obs/metrics.c
+ *                                          (progress, stalls, readiness,
+ *                                          the metrics snapshot)
+ *   Prometheus exposition, HTTP server     obs/metrics.c (the text),
+ *                                          obs/http.c (libmicrohttpd, its
+ *                                          own thread)
+ *   alerts: registry, rate limit, delivery obs/alerts.c (libcurl, its own
+ *                                          thread)
+ *   spot/preemption notice poller          obs/notice.c (its own thread)
  *   cluster identity, the --join gate      ident.c
+ *   the job: launch, outcome, pace         job/ (job_glue.c, job_pace.c)
+ *   preflight and the smoke run            cli/ (preflight.c, smoke.c)
  *
- * The worker supervisor (supervisor.h) and the checkpoint flow
- * (ckpt_svc.h) keep headers of their own: each is a component with its
- * own contract and its own tests, and this header includes both.
+ * The wings' components keep headers of their own, each with its own
+ * contract and tests, and this header includes them: the worker supervisor
+ * (job/supervisor.h), launch and output (job/launch.h, job/output.h), the
+ * job's outcome (job/job.h), the checkpoint flow (ckpt/ckpt_svc.h), the
+ * checkpoint-dir probe (cli/probe.h) and the smoke run (cli/smoke.h).
+ * The wing files that include this header reach back up into the loop's
+ * state: `scripts/check-layout.sh` prints them as circles (issue 26, item 2).
  */
 #ifndef EA_AGENT_INT_H
 #define EA_AGENT_INT_H

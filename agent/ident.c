@@ -30,7 +30,7 @@
  *     messages are dropped, both named in one error line.  The checkpoint
  *     directory's DIR/CLUSTER is compared with it before a resume here
  *     (workers.c, from the copy read off the loop) and before every commit
- *     and retention on the committing thread (ckpt_svc.c).
+ *     and retention on the committing thread (ckpt_ctl.c).
  */
 #include "agent_int.h"
 

@@ -188,7 +188,7 @@ bool ea__chaos_node_running(const ea__chaos_node *n) {
   return n && n->pid > 0;
 }
 
-/* An agent exits 0 by itself when the job reached train.steps (agent/job.c):
+/* An agent exits 0 by itself when the job reached train.steps (agent/job/job.c):
  * its log then says "job finished", and its workers' last lines say where
  * they finished ("worker K finished: step=S digest=D").  Those stand in for
  * the status the agent can no longer answer.  Reads the log's last 256 KiB. */

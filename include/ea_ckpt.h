@@ -324,7 +324,7 @@ typedef struct {
 /* Leftovers newer than the newest complete checkpoint that retention keeps
  * besides the caller's in-progress set: saves another node may still be
  * writing.  A healthy job has at most two steps in progress (one being
- * written, one being reported: agent/ckpt_svc.h), so two. */
+ * written, one being reported: agent/ckpt/ckpt_svc.h), so two. */
 #define EA_CKPT_PARTIAL_KEEP 2u
 
 int ea_ckpt_retain(const char *dir, uint32_t keep_last, const char *const *in_progress,

@@ -1,7 +1,7 @@
 /* ea_config.h — the job file (YAML, libyaml) and its defaults.
  *
  * Every key has a default (ea_config_default).  ea_config_load() overlays a
- * YAML file; command-line flags are applied after it by agent/main.c.
+ * YAML file; command-line flags are applied after it by agent/cli/main.c.
  * Unknown keys and bad values are errors of the form
  *     job.yaml:12: membership.probe_interval_ms: expected an integer ≥ 10
  * written into the caller's err buffer, one line per problem: a file's every

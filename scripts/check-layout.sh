@@ -9,12 +9,20 @@
 #     base ← ckpt ← train (train also reads config), agent on top;
 #   * a public header is its owner's: it may include the public headers of
 #     the modules its owner may depend on, and no private header;
+#   * a module may have wings, folders one level down (agent/ckpt/,
+#     agent/job/, agent/obs/, agent/cli/): a wing includes its own headers
+#     and those of its module's top floor (the files directly in agent/),
+#     never another wing's; the top floor may include any wing's.  A wing
+#     file that includes the top floor's headers (agent_int.h, the loop's
+#     state, which also declares what the wings define) reaches back up: a
+#     circle, printed as a note per wing (issue 26 item 2 removes them), not
+#     yet a violation;
 #   * chaos/ (a separate binary that drives agents as processes) includes
 #     only public headers;
 #   * nobody reaches a header through '../'.
 # Prints every violation as FILE:LINE: what, exits 1 if there was one.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 # Which module owns each public header.  A new header in include/ must be
 # added here, so that its place in the dependency order is a decision.
@@ -52,13 +60,17 @@ for m in $modules; do
   [ -n "${may[$m]+x}" ] || violation Makefile "module $m has no place in the dependency order of scripts/check-layout.sh"
 done
 
-# Which module holds each private header (by name: names are unique).
-declare -A private=()
+# Which module holds each private header (by name: names are unique), and
+# in which of its wings ("" for the module's top floor).
+declare -A private=() wing_of=()
+wing() { local rest=${1#*/}; [[ $rest == */* ]] && echo "${rest%%/*}"; }
 for m in $modules chaos; do
   for h in $(git ls-files "$m/*.h"); do
     private[$(basename "$h")]=$m
+    wing_of[$(basename "$h")]=$(wing "$h")
   done
 done
+declare -A up=() uph=() # up[mod/wing]: wing files that include the top floor's headers (uph: which)
 
 for f in $(git ls-files '*.c' '*.h'); do
   dir=${f%%/*}
@@ -87,8 +99,20 @@ for f in $(git ls-files '*.c' '*.h'); do
       violation "$f:$line" "a public header includes $p/'s private header $inc"
     elif [ "$p" != "$dir" ]; then
       violation "$f:$line" "includes $p/'s private header $inc"
+    else
+      fw=$(wing "$f") hw=${wing_of[$inc]}
+      if [ -n "$fw" ] && [ -n "$hw" ] && [ "$fw" != "$hw" ]; then
+        violation "$f:$line" "the $dir/$fw/ wing includes the $dir/$hw/ wing's header $inc"
+      elif [ -n "$fw" ] && [ -z "$hw" ]; then
+        [[ " ${up[$dir/$fw]:-} " == *" $f "* ]] || up[$dir/$fw]+="$f "
+        [[ " ${uph[$dir/$fw]:-} " == *" $inc "* ]] || uph[$dir/$fw]+="$inc "
+      fi
     fi
   done < <(grep -n '^#include "' "$f")
+done
+for w in $(printf '%s\n' "${!up[@]}" | sort); do
+  n=$(wc -w <<<"${up[$w]}") all=$(git ls-files "$w/*.c" "$w/*.h" | wc -l)
+  echo "note: circle: $w/ reaches up, $n of its $all files include the top floor's ${uph[$w]% }"
 done
 [ $bad -eq 0 ] && echo "layout: $(git ls-files '*.c' '*.h' | wc -l) files follow the include rules"
 exit $bad

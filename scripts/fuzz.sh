@@ -19,6 +19,8 @@ OUT=build-fuzz
 CLANG=${CLANG:-clang}
 PKGS="libuv msgpack yaml-0.1 libxxhash liburing libsodium openblas jansson libmicrohttpd libcurl"
 MODULES=$(sed -n 's/^MODULES *:= *//p' Makefile)
+# A module's wings (agent/ckpt/, …) are its sources too, each with an -I path.
+WINGS=$(for m in $MODULES; do for w in "$m"/*/; do [ -d "$w" ] && echo "${w%/}"; done; done)
 
 command -v "$CLANG" >/dev/null || { echo "fuzz: $CLANG not found" >&2; exit 1; }
 PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
@@ -26,10 +28,10 @@ PKG_LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
 VERSION=$(cat VERSION 2>/dev/null || echo 0.1.0)
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CFLAGS="-O1 -g -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS $(for m in $MODULES; do printf -- '-I%s ' "$m"; done)"
+  -D_GNU_SOURCE -DEA_VERSION=\"$VERSION\" -Iinclude $PKG_CFLAGS $(for m in $MODULES $WINGS; do printf -- '-I%s ' "$m"; done)"
 
 all_lib_sources() {
-  for m in $MODULES; do ls "$m"/*.c; done 2>/dev/null | grep -v -e '^agent/main\.c$' -e '_nccl\.c$'
+  for m in $MODULES $WINGS; do ls "$m"/*.c; done 2>/dev/null | grep -v -e '^agent/cli/main\.c$' -e '_nccl\.c$'
 }
 
 mkdir -p "$OUT/obj"

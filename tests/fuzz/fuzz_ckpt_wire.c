@@ -1,6 +1,6 @@
 /* libFuzzer harness for the checkpoint control-message decoder
- * (agent/ckpt_wire.c over base/mpread.c), and for the controller's
- * commit core behind it (agent/ckpt_svc.c): whatever decodes is fed to a
+ * (agent/ckpt/ckpt_wire.c over base/mpread.c), and for the controller's
+ * commit core behind it (agent/ckpt/ckpt_core.c): whatever decodes is fed to a
  * fresh core.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:

@@ -1,6 +1,6 @@
-/* libFuzzer harness for the job's control-message decoder (agent/job_wire.c
+/* libFuzzer harness for the job's control-message decoder (agent/job/job_wire.c
  * over base/mpread.c: JOB_EXIT, JOB_DONE, JOB_END, JOB_PACE), and for the error-file
- * parser (agent/job.c), which reads what a user's program wrote.
+ * parser (agent/job/job.c), which reads what a user's program wrote.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
  * a failed decode names a field and leaves the message zeroed; whatever

@@ -1,4 +1,4 @@
-/* Check suite for the alert registry's pure parts (agent/alerts.c).
+/* Check suite for the alert registry's pure parts (agent/obs/alerts.c).
  *
  * What they promise, tested as such: the rate limiter lets the first fire
  * of a kind through, holds back every other one for EA__ALERT_RATE_S

@@ -1132,7 +1132,7 @@ END_TEST
 
 /* A directory with checkpoints but no CLUSTER (from before identities) is
  * adopted by the first cluster that commits into it (the commit path:
- * agent/ckpt_svc.c's ea__ckpt_commit_run); a partial step directory alone
+ * agent/ckpt/ckpt_ctl.c's ea__ckpt_commit_run); a partial step directory alone
  * does not make it legacy. */
 START_TEST(test_cluster_legacy_adopted) {
   uint64_t total = 4099;
@@ -1179,7 +1179,7 @@ START_TEST(test_cluster_legacy_adopted) {
 }
 END_TEST
 
-/* The commit path (agent/ckpt_svc.c's ea__ckpt_commit_run): in another
+/* The commit path (agent/ckpt/ckpt_ctl.c's ea__ckpt_commit_run): in another
  * cluster's directory nothing is committed and retention deletes nothing;
  * in the cluster's own both run. */
 START_TEST(test_cluster_commit_refused) {

@@ -1,7 +1,7 @@
 /* Check suite for the live checkpoint flow: the worker's staging and resume
  * (train/worker.c, train/state.c), the agent's shard service, the
- * controller's commit core (agent/ckpt_svc.c) and the messages between them
- * (train/ipc.c, agent/ckpt_wire.c).
+ * controller's commit core (agent/ckpt/ckpt_core.c) and the messages between them
+ * (train/ipc.c, agent/ckpt/ckpt_wire.c).
  *
  * The promises asserted here:
  *   - codecs: the checkpoint control messages and the new IPC messages

@@ -1,9 +1,9 @@
 /* Check suite for the pure pieces of the user-program support: the launch
- * mode and the keys a mode refuses or warns about (agent/launch.c), the
+ * mode and the keys a mode refuses or warns about (agent/job/launch.c), the
  * torchrun environment a worker gets, the MASTER_PORT picker, the job's exit
- * codes and failure lines, the torchelastic error-file parser (agent/job.c),
- * the job messages' codec (agent/job_wire.c) and the output line splitter
- * (agent/output.c).  The processes themselves are tested end to end by
+ * codes and failure lines, the torchelastic error-file parser (agent/job/job.c),
+ * the job messages' codec (agent/job/job_wire.c) and the output line splitter
+ * (agent/job/output.c).  The processes themselves are tested end to end by
  * tests/e2e/test_torchrun.sh and test_job.sh. */
 #include "job.h"
 #include "launch.h"
@@ -545,7 +545,7 @@ START_TEST(python_dir_next_to_the_binary) {
 }
 END_TEST
 
-/* ---- the final checkpoint's retries (agent/job.c) ------------------------------------ */
+/* ---- the final checkpoint's retries (agent/job/job.c) ------------------------------------ */
 
 typedef struct {
   int again;

@@ -1,5 +1,5 @@
-/* Check suite for the metrics exposition (agent/metrics.c) and the HTTP
- * listener that serves it (agent/http.c).
+/* Check suite for the metrics exposition (agent/obs/metrics.c) and the HTTP
+ * listener that serves it (agent/obs/http.c).
  *
  * What they promise, tested as such: a fixed snapshot gives exactly the
  * text below (HELP and TYPE before each family, job and node on every

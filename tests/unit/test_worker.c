@@ -1,5 +1,5 @@
 /* Check suite for the built-in worker (train/worker.c) and the agent's worker
- * supervisor (agent/supervisor.c).
+ * supervisor (agent/job/supervisor.c).
  *
  * The worker tests are the real thing without an agent: the test forks
  * worker processes that run ea_worker_main() on a socketpair and plays the

@@ -4,7 +4,7 @@
  * Every agent adds up its workers' step.compute_seconds (the forward and
  * backward of a step, without the allreduce, where every rank waits for the
  * slowest) and, once a second while it runs a generation, sends each local
- * rank's mean to the controller in one JOB_PACE (agent/job_wire.c); the
+ * rank's mean to the controller in one JOB_PACE (agent/job/job_wire.c); the
  * controller's own go to its detector directly.  The controller judges
  * once a second with the pure detector (rdzv/straggler.c): a node with a
  * straggling rank is one `straggler` alert (subject: the node), shown in

@@ -1,4 +1,4 @@
-/* probe.h — internal to agent/: the checkpoint-directory probe that
+/* probe.h — internal to agent/cli/: the checkpoint-directory probe that
  * `elastic-agent preflight --join` sends to running agents (probe_wire.c,
  * probe.c), the preflight command (preflight.c) and the smoke run
  * (smoke.c).

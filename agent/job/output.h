@@ -1,6 +1,6 @@
-/* output.h — internal to agent/: a user program's stdout and stderr, line by
+/* output.h — internal to agent/job/: a user program's stdout and stderr, line by
  * line, into the agent's log (with a `[rank R]` prefix, like torchrun's
- * --tee) and into per-generation files in the data dir (agent/output.c).
+ * --tee) and into per-generation files in the data dir (agent/job/output.c).
  *
  *   DATA/workers/gen-T/rank-R.stdout, rank-R.stderr   (appended, every byte)
  *

@@ -1,6 +1,7 @@
-/* ckpt_svc.h — internal to agent/: the live checkpoint flow (ckpt_svc.c,
- * ckpt_wire.c), between the workers' staged shards and a committed
- * MANIFEST.  docs/checkpoints.md ("The live flow") draws the whole path.
+/* ckpt_svc.h — internal to agent/ckpt/: the live checkpoint flow
+ * (ckpt_svc.c, ckpt_core.c, ckpt_ctl.c, ckpt_wire.c), between the workers'
+ * staged shards and a committed MANIFEST.  docs/checkpoints.md ("The live
+ * flow") draws the whole path.
  *
  *   worker r ── CKPT_STAGED + memfd ──▶ agent: ea__ckpt_svc        (each node)
  *   worker r ◀── CKPT_DONE ─────────────  writes DIR/step-s.gen-g/shard-r-of-W.bin
@@ -171,9 +172,12 @@ typedef struct {
   char why[512]; /* failed, stale: what happened, naming shard/file */
 } ea__ckpt_event;
 
+/* ckpt_core.c: the events' names and text, for either side. */
 const char *ea__ckpt_ev_name(uint8_t kind);
 /* One log line ("committed step-40.gen-3 bytes=… shards=3/3 …"). */
 void ea__ckpt_event_format(const ea__ckpt_event *e, char *buf, size_t cap);
+/* Fill e->name from e->step and e->gen ("" if they make no name). */
+void ea__ckpt_event_name(ea__ckpt_event *e);
 
 /* ---- the agent side: staged shards to files (ckpt_svc.c) ---------------- */
 
@@ -220,7 +224,7 @@ void ea__ckpt_svc_stats_get(const ea__ckpt_svc *s, ea__ckpt_svc_stats *out);
  * reply or report is made for what was cancelled. */
 void ea__ckpt_svc_close(ea__ckpt_svc *s, void (*closed)(void *ctx), void *ctx);
 
-/* ---- the controller side: shard reports to a MANIFEST ------------------- */
+/* ---- the controller side: shard reports to a MANIFEST (ckpt_core.c, ckpt_ctl.c) */
 
 typedef struct {
   const char *dir;           /* checkpoint.dir; copied */
@@ -244,7 +248,7 @@ typedef struct {
 #define EA__CKPT_PENDING_DEFAULT 8u
 #define EA__CKPT_PENDING_MAX 32u
 
-/* A commit the core wants done: ea__ckpt_commit_run() fills the results,
+/* A commit the core wants done: ea__ckpt_commit_run() (ckpt_ctl.c) fills the results,
  * off the loop.  Owned by the core. */
 typedef struct {
   uint64_t step, gen;
@@ -293,7 +297,7 @@ void ea__ckpt_commit_run(ea__ckpt_commit_job *job);
  * says what; m unchanged).  Blocks (pread): call it off the loop. */
 int ea__ckpt_state_table(const char *ckpt_path, ea_ckpt_manifest *m, char *why, size_t cap);
 
-/* The pure core: no loop, no clock, no disk.  Time comes in as `now`
+/* The pure core (ckpt_core.c): no loop, no clock, no disk.  Time comes in as `now`
  * (seconds, any monotonic origin); a commit goes out through io.commit,
  * and its result comes back through ea__ckpt_core_committed.  io.event may
  * be called from inside any core call. */

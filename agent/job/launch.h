@@ -1,6 +1,6 @@
-/* launch.h — internal to agent/: which kind of program the workers are, and
+/* launch.h — internal to agent/job/: which kind of program the workers are, and
  * in restart mode (torchrun) how a generation's processes are started and
- * stopped (agent/launch.c).
+ * stopped (agent/job/launch.c).
  *
  * Three launch modes (DESIGN.md, "User programs"):
  *
