@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import msgpack
+import xxhash
 
 from .errors import StateError
-from .xxh3 import Buffer, Hasher
 
 __all__ = [
     "MAGIC", "VERSION", "ALIGN", "PREAMBLE", "DTYPE_SIZE", "TensorSpec", "FlatState",
@@ -57,6 +57,8 @@ PREAMBLE = 32
 NAME_MAX = 128  # EA_CKPT_TENSOR_NAME_MAX
 MAX_DIMS = 8  # EA_CKPT_MAX_DIMS
 _PRE = struct.Struct("<8sIIQQ")
+
+Buffer = Union[bytes, bytearray, memoryview]
 
 #: Bytes per element of every dtype the format knows.
 DTYPE_SIZE: Dict[str, int] = {
@@ -225,10 +227,10 @@ class FlatState:
 
     def hash_range(self, lo: int = 0, hi: Optional[int] = None) -> int:
         """XXH3-64 of bytes [lo, hi) without building them."""
-        h = Hasher()
+        h = xxhash.xxh3_64()
         for _pos, data in self._walk(lo, self.total if hi is None else hi):
             h.update(data)
-        return h.digest()
+        return h.intdigest()
 
     def to_bytes(self) -> bytearray:
         """The whole state as one writable buffer."""

@@ -17,8 +17,9 @@ import os
 import time
 from typing import Optional, Tuple
 
+import xxhash
+
 from .layout import FlatState
-from .xxh3 import xxh3_64
 
 __all__ = ["Stager"]
 
@@ -56,10 +57,9 @@ class Stager:
         self.ensure(hi - lo)
         t0 = time.monotonic()
         if self._map is None:
-            return xxh3_64(b""), time.monotonic() - t0
+            return xxhash.xxh3_64_intdigest(b""), time.monotonic() - t0
         flat.copy_range(self._map, lo, hi)
-        with memoryview(self._map) as mv:
-            h = xxh3_64(mv)
+        h = xxhash.xxh3_64_intdigest(self._map)
         return h, time.monotonic() - t0
 
     def read(self) -> bytes:

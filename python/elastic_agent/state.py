@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import xxhash
+
 from .errors import StateError
 from .layout import FlatState, TensorName, TensorRef, TensorSpec, pack_meta, parse_header, unpack_meta
-from .xxh3 import Hasher
 
 __all__ = ["State", "ObjectState", "META"]
 
@@ -121,16 +122,16 @@ class State:
 
     def params_digest(self) -> int:
         """XXH3-64 of the model's bytes (the ``digest`` of step reports)."""
-        h = Hasher()
+        h = xxhash.xxh3_64()
         for t in self._params():
             if t.nbytes:
                 h.update(t.read(0, t.nbytes))
-        return h.digest()
+        return h.intdigest()
 
     def sync_digest(self) -> int:
         """XXH3-64 of everything but the RNG state: equal on two ranks exactly
         when neither needs the other's state."""
-        h = Hasher()
+        h = xxhash.xxh3_64()
         refs, tree = self._collect()
         for t in refs:
             if t.nbytes and not t.name.startswith("rng."):
@@ -138,15 +139,15 @@ class State:
                 h.update(t.read(0, t.nbytes))
         meta = {k: v for k, v in tree.items() if k != "rng"}
         h.update(pack_meta({"step": self.step, **meta}))
-        return h.digest()
+        return h.intdigest()
 
     def signature(self) -> int:
         """XXH3-64 of the names, dtypes and shapes that must agree between
         ranks of one job."""
-        h = Hasher()
+        h = xxhash.xxh3_64()
         for t in self._signature_names():
             h.update(("%s %s %s\n" % (t.name, t.dtype, "x".join(map(str, t.shape)))).encode())
-        return h.digest()
+        return h.intdigest()
 
     def signature_lines(self) -> List[str]:
         return ["%s %s %s" % (t.name, t.dtype, "x".join(map(str, t.shape)) or "-")

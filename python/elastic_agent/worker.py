@@ -277,7 +277,7 @@ class Worker:
     agent connection (default: ``EA_IPC_FD``; without one the program runs
     alone at world 1, which is handy for development); ``digest_every``: put
     the parameters' digest into every N-th step report (0: never; hashing
-    is ~0.1 ms per MB with libxxhash); ``stop_grace``: after STOP, SIGTERM or
+    is ~0.1 ms per MB); ``stop_grace``: after STOP, SIGTERM or
     the agent's end of the socket closing, how long the program's thread may
     take to come out of the aborted collective before the process exits
     anyway (0: wait for ever).

@@ -1,11 +1,14 @@
 """The flat state's format, the 1/W ranges, the canonical meta, and XXH3."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import random
 import struct
 
 import pytest
+import xxhash
 
 from conftest import SEED
 from elastic_agent import split_range
@@ -139,23 +142,47 @@ def test_object_state_round_trip_and_mismatch():
         u.load(b, "checkpoint step-17.gen-1")
 
 
-def test_xxh3_known_values_and_the_port():
+def _libxxhash():
+    """The agent's libxxhash through ctypes, or None where it is not installed."""
+    for name in ("libxxhash.so.0", ctypes.util.find_library("xxhash")):
+        try:
+            lib = ctypes.CDLL(name) if name else None
+        except OSError:
+            continue
+        if lib is not None and hasattr(lib, "XXH3_64bits"):
+            lib.XXH3_64bits.restype = ctypes.c_uint64
+            lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            return lib
+    return None
+
+
+def test_xxh3_known_values_and_streaming():
     assert xxh3.xxh3_64(b"") == 0x2D06800538D394C2
     assert xxh3.xxh3_64(b"abc") == 0x78AF5F94892F3950
     rnd = random.Random(SEED)
     data = bytes(rnd.getrandbits(8) for _ in range(3000))
-    for n in list(range(0, 260)) + [1023, 1024, 1025, 2048, 2049, 3000]:
-        assert xxh3._py_xxh3_64(data[:n]) == xxh3.xxh3_64(data[:n]), n
-    h = xxh3.Hasher()
+    h = xxhash.xxh3_64()
     for i in range(0, 3000, 77):
         h.update(memoryview(data)[i:i + 77])
-    assert h.digest() == xxh3.xxh3_64(data)
+    assert h.intdigest() == xxh3.xxh3_64(data) == xxh3.xxh3_64(bytearray(data))
 
 
-@pytest.mark.skipif(not xxh3.native(), reason="libxxhash.so.0 not installed")
-def test_xxh3_port_matches_libxxhash_on_random_lengths():
+@pytest.mark.skipif(_libxxhash() is None, reason="libxxhash.so.0 not installed")
+def test_xxh3_matches_the_agents_libxxhash():
+    """PyPI's xxhash against the library the agent links, on every length
+    class of XXH3 (0-16, 17-128, 129-240, one block and more) and random
+    lengths, one-shot and streamed in uneven pieces."""
+    lib = _libxxhash()
     rnd = random.Random(SEED)
-    for _ in range(30):
-        n = rnd.randrange(0, 20000)
-        d = os.urandom(n)
-        assert xxh3._py_xxh3_64(d) == xxh3.xxh3_64(d), n
+    data = rnd.randbytes(1 << 18)
+    for n in list(range(0, 260)) + [1023, 1024, 1025, 2048, 2049, 3000, 1 << 18] + \
+            [rnd.randrange(0, 1 << 18) for _ in range(30)]:
+        want = lib.XXH3_64bits(data[:n], n)
+        assert xxh3.xxh3_64(data[:n]) == want, n
+        h = xxhash.xxh3_64()
+        i = 0
+        while i < n:
+            j = min(n, i + rnd.randrange(1, 5000))
+            h.update(data[i:j])
+            i = j
+        assert h.intdigest() == want, n

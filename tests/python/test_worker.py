@@ -251,9 +251,8 @@ def _staged(agent, timeout=10.0):
 def test_checkpoint_staging_through_the_memfd(agent):
     st = ObjectState(counter=0, blob=bytearray(os.urandom(3000)))
     # 20 ms a step: the answer to step 3's shard (sent after checking it
-    # here, pure-Python xxh3 included) must arrive before step 6, or the
-    # worker rightly waits for it (wait_us > 0) — at 0.5 ms a step it did not
-    # always, on a loaded machine
+    # here) must arrive before step 6, or the worker rightly waits for it
+    # (wait_us > 0) — at 0.5 ms a step it did not always, on a loaded machine
     r, hello = start(agent, st, steps(st, pace=0.02))
     agent.send(**commit(1, hello["comm_addr"], ckpt_interval=3, ckpt_dir="/nonexistent"))
     m, data = _staged(agent)
