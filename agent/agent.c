@@ -536,10 +536,14 @@ static int pick_backend(const ea__agent_opts *o, ea_comm_backend *b, char *err, 
   return 0;
 }
 
-/* What every worker inherits: its node's name for its log lines, one BLAS
- * thread unless the operator chose (several workers share a node's cores,
- * and the built-in model's matrices are small), and the OpenBLAS kernel
- * choice when Debian's 0.3.21 misdetects this CPU (~6× slower otherwise). */
+/* What every worker inherits: its node's name for its log lines; and the
+ * built-in trainer's: one BLAS thread unless the operator chose (several
+ * workers share a node's cores, and the built-in model's matrices are
+ * small), and the OpenBLAS kernel choice when Debian's 0.3.21 misdetects
+ * this CPU (~6× slower otherwise).  A user's program (restart and library
+ * mode) gets neither, as under torchrun: its torch and numpy bring their own
+ * BLAS, and OMP_NUM_THREADS=1 with several workers a node already bounds
+ * their threads (tests/e2e/test_torchrun_env.sh compares the two). */
 static void worker_environment(const ea__agent *a) {
   const ea__agent_opts *o = a->o;
   setenv("EA_NODE_NAME", o->name, 1);
@@ -571,6 +575,7 @@ static void worker_environment(const ea__agent *a) {
     }
     if (o->cfg.compute.workers_per_node > 1) setenv("OMP_NUM_THREADS", "1", 0);
   }
+  if (a->mode != EA__MODE_BUILTIN) return;
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
   const char *core = ea_train_blas_coretype_hint();
   if (core && !getenv("OPENBLAS_CORETYPE")) {

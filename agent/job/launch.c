@@ -211,6 +211,7 @@ const char *const ea__torch_env_names[] = {"RANK",
                                            "TORCHELASTIC_RUN_ID",
                                            "TORCHELASTIC_USE_AGENT_STORE",
                                            "TORCHELASTIC_ERROR_FILE",
+                                           "TORCHELASTIC_SIGNALS_TO_HANDLE",
                                            "EA_GENERATION",
                                            "EA_NODE_NAME",
                                            "EA_DATA_DIR",
@@ -262,7 +263,10 @@ int ea__launch_env(const ea__torch_env *e, char *const *base, char ***out) {
     if (in_list(base[i], ea__torch_env_names) || in_list(base[i], dropped_names)) continue;
     if (name_is(base[i], "OMP_NUM_THREADS")) has_omp = true;
     if (name_is(base[i], "PYTHONUNBUFFERED")) has_unbuf = true;
-    if (name_is(base[i], "NCCL_ASYNC_ERROR_HANDLING")) has_nccl = true;
+    /* either name: torch 2.x reads the old one too (and warns) */
+    if (name_is(base[i], "TORCH_NCCL_ASYNC_ERROR_HANDLING") ||
+        name_is(base[i], "NCCL_ASYNC_ERROR_HANDLING"))
+      has_nccl = true;
     env[n++] = base[i];
   }
   size_t first = n;
@@ -291,12 +295,15 @@ int ea__launch_env(const ea__torch_env *e, char *const *base, char ***out) {
    * torchrun --rdzv_backend=static. */
   PUT("TORCHELASTIC_USE_AGENT_STORE=False");
   PUT("TORCHELASTIC_ERROR_FILE=%s", e->error_file ? e->error_file : "");
+  /* torchrun 2.x's default (--signals-to-handle): the signals its agent
+   * forwards to the workers; ours forwards SIGTERM and SIGINT (stop) */
+  PUT("TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   PUT("EA_GENERATION=%" PRIu64, e->generation);
   PUT("EA_NODE_NAME=%s", e->node_name ? e->node_name : "");
   PUT("EA_DATA_DIR=%s", e->data_dir ? e->data_dir : "");
   if (!has_omp && e->local_world > 1) PUT("OMP_NUM_THREADS=1");
   if (!has_unbuf) PUT("PYTHONUNBUFFERED=1");
-  if (!has_nccl) PUT("NCCL_ASYNC_ERROR_HANDLING=1");
+  if (!has_nccl) PUT("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
 #undef PUT
   env[n] = NULL;
   env[n + 1] = (char *)(uintptr_t)first;

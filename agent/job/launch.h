@@ -79,9 +79,9 @@ extern const char *const ea__torch_env_names[];
  * whose NAME is not one of ours, then ours.  OMP_NUM_THREADS=1 is added when
  * base has none and local_world > 1 (torchrun does the same);
  * PYTHONUNBUFFERED=1 when base has none, so print() output reaches the log
- * line by line; NCCL_ASYNC_ERROR_HANDLING=1 when base has none (torchrun
- * 1.13's default).  *out is a malloc'd NULL-terminated array: free it with
- * ea__env_free.  0 or -ENOMEM. */
+ * line by line; TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when base sets neither it
+ * nor the 1.13 name NCCL_ASYNC_ERROR_HANDLING (torchrun's default).  *out is a malloc'd
+ * NULL-terminated array: free it with ea__env_free.  0 or -ENOMEM. */
 int ea__launch_env(const ea__torch_env *e, char *const *base, char ***out);
 void ea__env_free(char **env);
 /* The value of NAME in env, or NULL. */

@@ -354,6 +354,58 @@ int ea__sup_start(ea__sup *s, uint32_t idx) {
   return ea__sup_start_ex(s, idx, NULL);
 }
 
+/* torchrun's macro: string.Template(arg).safe_substitute(local_rank=N), to
+ * the letter — "$local_rank" and "${local_rank}" become N, "$$" becomes "$",
+ * any other '$' stays as it is.  A shell command (shell: true) keeps "$$"
+ * (the shell's own) and has only the two local_rank forms replaced, which
+ * the shell would otherwise expand to an empty string. */
+static bool id_start(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+static bool id_char(char c) {
+  return id_start(c) || (c >= '0' && c <= '9');
+}
+
+char *ea__sup_subst_local_rank(const char *arg, uint32_t local_rank, bool shell) {
+  static const char key[] = "local_rank";
+  const size_t klen = sizeof key - 1;
+  char num[16];
+  int nl = snprintf(num, sizeof num, "%" PRIu32, local_rank);
+  size_t len = strlen(arg);
+  /* never longer than arg: a number (≤ 10 digits) is shorter than the
+   * macro it replaces (≥ 11 characters) */
+  char *out = malloc(len + 1);
+  if (!out) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < len;) {
+    if (arg[i] != '$') {
+      out[o++] = arg[i++];
+      continue;
+    }
+    const char *p = arg + i + 1;
+    if (*p == '$') { /* "$$" → "$" (the shell's own: kept whole) */
+      out[o++] = '$';
+      if (shell) out[o++] = '$';
+      i += 2;
+      continue;
+    }
+    bool braced = *p == '{';
+    const char *id = braced ? p + 1 : p;
+    size_t n = 0;
+    if (id_start(id[0]))
+      while (id_char(id[n])) n++;
+    if (n == klen && memcmp(id, key, klen) == 0 && (!braced || id[n] == '}')) {
+      memcpy(out + o, num, (size_t)nl);
+      o += (size_t)nl;
+      i += 1 + (braced ? 2 : 0) + n;
+      continue;
+    }
+    out[o++] = arg[i++];
+  }
+  out[o] = 0;
+  return out;
+}
+
 int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp) {
   if (s->closing) return -ESHUTDOWN;
   if (idx >= s->n) return -ERANGE;
@@ -388,12 +440,35 @@ int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp) {
   char *argv[8];
   char **args = argv;
   int a = 0;
+  /* the program's words with ${local_rank} replaced, as torchrun does */
+  char **subst = NULL, *command = NULL;
+  size_t nsub = 0;
   if (s->argv) {
-    args = s->argv;
+    while (s->argv[nsub]) nsub++;
+    subst = calloc(nsub + 1, sizeof *subst);
+    for (size_t i = 0; subst && i < nsub; i++)
+      if (!(subst[i] = ea__sup_subst_local_rank(s->argv[i], idx, false))) {
+        for (size_t j = 0; j < i; j++) free(subst[j]);
+        free(subst);
+        subst = NULL;
+      }
+    if (!subst) {
+      free(env);
+      free(cfgenv);
+      free(bindenv);
+      return -ENOMEM;
+    }
+    args = subst;
   } else if (s->command) {
+    if (!(command = ea__sup_subst_local_rank(s->command, idx, true))) {
+      free(env);
+      free(cfgenv);
+      free(bindenv);
+      return -ENOMEM;
+    }
     argv[a++] = "/bin/sh";
     argv[a++] = "-c";
-    argv[a++] = s->command;
+    argv[a++] = command;
   } else {
     argv[a++] = s->exe;
     argv[a++] = "worker";
@@ -491,6 +566,9 @@ int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp) {
     wk_close(w);
   }
 out:
+  for (size_t i = 0; subst && i < nsub; i++) free(subst[i]);
+  free(subst);
+  free(command);
   free(env);
   free(cfgenv);
   free(bindenv);

@@ -81,6 +81,12 @@ typedef struct {
   uv_pipe_t *out, *err;
 } ea__sup_spawn;
 int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp);
+/* A program word with torchrun's ${local_rank} macro replaced by
+ * local_rank, exactly as torchrun's string.Template.safe_substitute does
+ * ("$local_rank" too; "$$" → "$"); shell: a /bin/sh -c command, where "$$"
+ * stays and only the two local_rank forms are replaced.  Malloc'd; NULL when
+ * out of memory.  ea__sup_start_ex applies it to every word it spawns. */
+char *ea__sup_subst_local_rank(const char *arg, uint32_t local_rank, bool shell);
 /* Spawn every slot that is not running; the first error is returned after
  * trying them all. */
 int ea__sup_start_all(ea__sup *s);

@@ -8,6 +8,7 @@
 #include "job.h"
 #include "launch.h"
 #include "output.h"
+#include "supervisor.h"
 
 #include "ea_wire.h"
 
@@ -139,12 +140,13 @@ START_TEST(env_has_the_torchrun_contract) {
               {"TORCHELASTIC_RUN_ID", "job7"},
               {"TORCHELASTIC_USE_AGENT_STORE", "False"},
               {"TORCHELASTIC_ERROR_FILE", "/data/workers/gen-9/rank-5.error.json"},
+              {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
               {"EA_GENERATION", "9"},
               {"EA_NODE_NAME", "gpu-3"},
               {"EA_DATA_DIR", "/data"},
               {"OMP_NUM_THREADS", "1"},
               {"PYTHONUNBUFFERED", "1"},
-              {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
               {"PATH", "/usr/bin"},
               {"HOME", "/root"}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -169,19 +171,61 @@ END_TEST
 
 START_TEST(env_keeps_the_operators_choices) {
   /* OMP_NUM_THREADS only when unset and more than one worker per node;
-   * PYTHONUNBUFFERED and NCCL_ASYNC_ERROR_HANDLING only when unset. */
-  char *base[] = {"OMP_NUM_THREADS=8", "PYTHONUNBUFFERED=0", NULL};
+   * PYTHONUNBUFFERED and TORCH_NCCL_ASYNC_ERROR_HANDLING only when unset
+   * (under either of its names: 1.13's NCCL_ASYNC_ERROR_HANDLING counts). */
+  char *base[] = {"OMP_NUM_THREADS=8", "PYTHONUNBUFFERED=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+                  NULL};
   ea__torch_env e = env_of(0, 0, 2, 0, 1);
   char **env = NULL;
   ck_assert_int_eq(ea__launch_env(&e, base, &env), 0);
   ck_assert_str_eq(ea__env_get(env, "OMP_NUM_THREADS"), "8");
   ck_assert_str_eq(ea__env_get(env, "PYTHONUNBUFFERED"), "0");
+  ck_assert_str_eq(ea__env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  ea__env_free(env);
+  char *old[] = {"NCCL_ASYNC_ERROR_HANDLING=0", NULL};
+  ck_assert_int_eq(ea__launch_env(&e, old, &env), 0);
+  ck_assert_ptr_null(ea__env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+  ck_assert_str_eq(ea__env_get(env, "NCCL_ASYNC_ERROR_HANDLING"), "0");
   ea__env_free(env);
   char *none[] = {NULL};
   e = env_of(0, 0, 1, 0, 1);
   ck_assert_int_eq(ea__launch_env(&e, none, &env), 0);
   ck_assert_ptr_null(ea__env_get(env, "OMP_NUM_THREADS")); /* one worker per node */
   ea__env_free(env);
+}
+END_TEST
+
+START_TEST(local_rank_macro_as_torchrun) {
+  /* torchrun: string.Template(arg).safe_substitute(local_rank=N). */
+  const struct {
+    const char *in, *argv, *shell;
+  } c[] = {
+      {"--local-rank=${local_rank}", "--local-rank=3", "--local-rank=3"},
+      {"$local_rank", "3", "3"},
+      {"${local_rank}${local_rank}/x$local_rank", "33/x3", "33/x3"},
+      {"$local_ranks ${local_rank_x} $LOCAL_RANK ${local_rank",
+       "$local_ranks ${local_rank_x} $LOCAL_RANK ${local_rank",
+       "$local_ranks ${local_rank_x} $LOCAL_RANK ${local_rank"},
+      {"cost $$5 $HOME", "cost $5 $HOME", "cost $$5 $HOME"},
+      {"$$local_rank", "$local_rank", "$$local_rank"},
+      {"no macro", "no macro", "no macro"},
+      {"", "", ""},
+      {"$", "$", "$"},
+      {"${}", "${}", "${}"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    char *a = ea__sup_subst_local_rank(c[i].in, 3, false);
+    char *sh = ea__sup_subst_local_rank(c[i].in, 3, true);
+    ck_assert_msg(a && strcmp(a, c[i].argv) == 0, "argv %s -> %s, want %s", c[i].in, a, c[i].argv);
+    ck_assert_msg(sh && strcmp(sh, c[i].shell) == 0, "shell %s -> %s, want %s", c[i].in, sh,
+                  c[i].shell);
+    free(a);
+    free(sh);
+  }
+  /* the longest growth: every word a macro, a 10-digit rank */
+  char *big = ea__sup_subst_local_rank("$local_rank$local_rank$local_rank", 4000000000u, false);
+  ck_assert_str_eq(big, "400000000040000000004000000000");
+  free(big);
 }
 END_TEST
 
@@ -747,6 +791,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, env_has_the_torchrun_contract);
   tcase_add_test(tc, env_keeps_the_operators_choices);
   tcase_add_test(tc, contiguous_ranks_per_node);
+  tcase_add_test(tc, local_rank_macro_as_torchrun);
   tcase_add_test(tc, master_port_is_free_and_fresh);
   tcase_add_test(tc, exit_codes);
   tcase_add_test(tc, error_file_parsed);
