@@ -6,6 +6,7 @@
  * subtraction, never by forming pos + len, which could overflow. */
 #include "ea_mpread.h"
 
+#include <msgpack.h>
 #include <string.h>
 
 static uint64_t be(const uint8_t *p, size_t n) {
@@ -174,6 +175,37 @@ bool ea__mpr_family_is(const uint8_t *buf, size_t len, uint8_t magic, uint8_t fa
   if (ea__mpr_array(&r, &n) || n < 2) return false;
   if (ea__mpr_uint(&r, 255, &v) || ea__mpr_uint(&r, 255, &t)) return false;
   return (t & 0xf0) == family;
+}
+
+int ea__mpr_head(ea__mpr *r, uint8_t magic, uint32_t fields, uint8_t version, uint8_t type_min,
+                 uint8_t type_max, uint8_t *type, uint8_t src[16], const char **err) {
+  EA__MPR_NEED(ea__mpr_left(r) >= 1 && r->pos[0] == magic, "magic");
+  r->pos++;
+  if (ea__mpr_array_n(r, fields, "msg", err)) return -EA_EWIRE;
+  uint64_t v;
+  EA__MPR_TRY(ea__mpr_uint(r, 255, &v), "version");
+  EA__MPR_NEED(v == version, "version");
+  EA__MPR_TRY(ea__mpr_uint(r, type_max, &v), "type");
+  EA__MPR_NEED(v >= type_min, "type");
+  *type = (uint8_t)v;
+  const uint8_t *p;
+  size_t n;
+  EA__MPR_TRY(ea__mpr_bin(r, 16, &p, &n), "src");
+  EA__MPR_NEED(n == 16, "src");
+  memcpy(src, p, 16);
+  return 0;
+}
+
+int ea__mpw_head(struct msgpack_packer *pk, uint8_t magic, uint32_t fields, uint8_t version,
+                 uint8_t type, const uint8_t src[16]) {
+  const char m = (char)magic;
+  int bad = pk->callback(pk->data, &m, 1);
+  bad |= msgpack_pack_array(pk, fields);
+  bad |= msgpack_pack_uint8(pk, version);
+  bad |= msgpack_pack_uint8(pk, type);
+  bad |= msgpack_pack_bin(pk, 16);
+  bad |= msgpack_pack_bin_body(pk, src, 16);
+  return bad;
 }
 
 int ea__mpw_fixbuf_write(void *data, const char *p, size_t n) {

@@ -113,6 +113,24 @@ int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const 
  * 0x40).  Judges nothing else: each codec's decoder does. */
 bool ea__mpr_family_is(const uint8_t *buf, size_t len, uint8_t magic, uint8_t family);
 
+/* ---- the control codecs' shared head -------------------------------------
+ * Every message of the control channel's codecs (rdzv, checkpoint, job and
+ * probe) starts the same way, and only the body after it is the codec's:
+ *
+ *   MAGIC  [ version, type, src (bin 16), <fields - 3 more items: the body> ]
+ *
+ * ea__mpr_head reads it and names what was wrong: the magic byte ("magic"),
+ * an array of exactly `fields` items ("msg"), version == `version`
+ * ("version"), type_min <= type <= type_max ("type"), a 16-byte src ("src").
+ * On success r is at the first item after src.  ea__mpw_head writes it
+ * (the magic through the packer's own write callback) and returns the OR of
+ * the packer's results: nonzero when it did not fit. */
+int ea__mpr_head(ea__mpr *r, uint8_t magic, uint32_t fields, uint8_t version, uint8_t type_min,
+                 uint8_t type_max, uint8_t *type, uint8_t src[16], const char **err);
+struct msgpack_packer;
+int ea__mpw_head(struct msgpack_packer *pk, uint8_t magic, uint32_t fields, uint8_t version,
+                 uint8_t type, const uint8_t src[16]);
+
 /* ---- fixed-buffer writer for msgpack_packer ------------------------------ */
 typedef struct {
   uint8_t *buf;

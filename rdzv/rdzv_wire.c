@@ -164,12 +164,7 @@ int ea_rdzv_encode(const ea_rdzv_msg *m, uint8_t **out, size_t *len) {
   msgpack_sbuffer_init(&ob.sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &ob, out_write);
-  static const char magic = (char)EA_WIRE_MAGIC_PLAIN;
-  out_write(&ob, &magic, 1);
-  msgpack_pack_array(&pk, 5);
-  msgpack_pack_uint8(&pk, EA_RDZV_WIRE_VERSION);
-  msgpack_pack_uint8(&pk, m->type);
-  pk_bin(&pk, m->src.b, 16);
+  ea__mpw_head(&pk, EA_WIRE_MAGIC_PLAIN, 5, EA_RDZV_WIRE_VERSION, m->type, m->src.b);
   pk_gen(&pk, &m->gen);
   switch (m->type) {
     case EA_RDZV_PREPARE:
@@ -414,16 +409,10 @@ static int body_state(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
 }
 
 static int decode(ea__mpr *r, ea_rdzv_msg *m, const char **err) {
-  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
-  r->pos++;
-  if (ea__mpr_array_n(r, 5, "msg", err)) return -EA_EWIRE;
+  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 5, EA_RDZV_WIRE_VERSION, EA_RDZV_PREPARE, EA_RDZV_BLAME,
+                   &m->type, m->src.b, err))
+    return -EA_EWIRE;
   uint64_t v;
-  TRY(ea__mpr_uint(r, 255, &v), "version");
-  NEED(v == EA_RDZV_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA_RDZV_BLAME, &v), "type");
-  NEED(v >= EA_RDZV_PREPARE, "type");
-  m->type = (uint8_t)v;
-  if (rd_id(r, &m->src, "src", err)) return -EA_EWIRE;
   if (rd_gen(r, &m->gen, "gen", err)) return -EA_EWIRE;
   /* These name a generation; one numbered 0 ("none") is meaningless. */
   switch (m->type) {

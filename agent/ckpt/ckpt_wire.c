@@ -75,17 +75,11 @@ static const char *check(const ea__ckpt_msg *m) {
 
 int ea__ckpt_encode(const ea__ckpt_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   if (check(m)) return -EINVAL;
-  if (cap < 1) return -EMSGSIZE;
-  buf[0] = EA_WIRE_MAGIC_PLAIN;
-  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 0};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
-  int bad = 0; /* packer results are OR'ed: any refusal means "does not fit" */
-  bad |= msgpack_pack_array(&pk, 4);
-  bad |= msgpack_pack_uint8(&pk, EA__CKPT_WIRE_VERSION);
-  bad |= msgpack_pack_uint8(&pk, m->type);
-  bad |= msgpack_pack_bin(&pk, 16);
-  bad |= msgpack_pack_bin_body(&pk, m->src.b, 16);
+  /* packer results are OR'ed: any refusal means "does not fit" */
+  int bad = ea__mpw_head(&pk, EA_WIRE_MAGIC_PLAIN, 4, EA__CKPT_WIRE_VERSION, m->type, m->src.b);
   const bool durable = m->type == EA__CKPT_SHARD_DURABLE;
   bad |= msgpack_pack_array(&pk, durable ? BODY_DURABLE : BODY_FAILED);
   bad |= msgpack_pack_uint64(&pk, m->gen);
@@ -131,20 +125,11 @@ bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
 }
 
 static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
-  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
-  r->pos++;
-  if (ea__mpr_array_n(r, 4, "msg", err)) return -EA_EWIRE;
-  uint64_t v;
-  TRY(ea__mpr_uint(r, 255, &v), "version");
-  NEED(v == EA__CKPT_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA__CKPT_SHARD_FAILED, &v), "type");
-  NEED(v >= EA__CKPT_SHARD_DURABLE, "type");
-  m->type = (uint8_t)v;
+  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__CKPT_WIRE_VERSION, EA__CKPT_SHARD_DURABLE,
+                   EA__CKPT_SHARD_FAILED, &m->type, m->src.b, err))
+    return -EA_EWIRE;
   const uint8_t *p;
   size_t n;
-  TRY(ea__mpr_bin(r, 16, &p, &n), "src");
-  NEED(n == 16, "src");
-  memcpy(m->src.b, p, 16);
   const bool durable = m->type == EA__CKPT_SHARD_DURABLE;
   if (ea__mpr_array_n(r, durable ? BODY_DURABLE : BODY_FAILED, "body", err)) return -EA_EWIRE;
   if (rd_u64(r, &m->gen, "gen", err) || rd_u64(r, &m->step, "step", err)) return -EA_EWIRE;

@@ -82,15 +82,10 @@ static int pk_str(msgpack_packer *pk, const char *s) {
 
 int ea__probe_encode(const ea__probe_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   if (check(m)) return -EINVAL;
-  if (cap < 1) return -EMSGSIZE;
-  buf[0] = EA_WIRE_MAGIC_PLAIN;
-  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 0};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
-  int bad = msgpack_pack_array(&pk, 5);
-  bad |= msgpack_pack_uint8(&pk, EA__PROBE_WIRE_VERSION);
-  bad |= msgpack_pack_uint8(&pk, m->type);
-  bad |= msgpack_pack_bin(&pk, 16) | msgpack_pack_bin_body(&pk, m->src.b, 16);
+  int bad = ea__mpw_head(&pk, EA_WIRE_MAGIC_PLAIN, 5, EA__PROBE_WIRE_VERSION, m->type, m->src.b);
   bad |= msgpack_pack_uint64(&pk, m->nonce);
   if (m->type == EA__PROBE_REQ) {
     uint8_t a[ADDR_BYTES] = {0};
@@ -129,20 +124,12 @@ static int rd_text(ea__mpr *r, char *dst, size_t cap, const char *field, const c
 }
 
 static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
-  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
-  r->pos++;
-  if (ea__mpr_array_n(r, 5, "msg", err)) return -EA_EWIRE;
-  uint64_t v;
-  TRY(ea__mpr_uint(r, 255, &v), "version");
-  NEED(v == EA__PROBE_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, 255, &v), "type");
-  NEED(v == EA__PROBE_REQ || v == EA__PROBE_ANS, "type");
-  m->type = (uint8_t)v;
+  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 5, EA__PROBE_WIRE_VERSION, EA__PROBE_REQ, EA__PROBE_ANS,
+                   &m->type, m->src.b, err))
+    return -EA_EWIRE;
   const uint8_t *p;
   size_t n;
-  TRY(ea__mpr_bin(r, 16, &p, &n), "src");
-  NEED(n == 16, "src");
-  memcpy(m->src.b, p, 16);
+  uint64_t v;
   TRY(ea__mpr_uint(r, UINT64_MAX, &m->nonce), "nonce");
   if (m->type == EA__PROBE_REQ) {
     if (ea__mpr_array_n(r, 3, "body", err)) return -EA_EWIRE;

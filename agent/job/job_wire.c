@@ -88,16 +88,10 @@ static int pk_failure(msgpack_packer *pk, const ea__job_failure *f) {
 
 int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) {
   if (check(m)) return -EINVAL;
-  if (cap < 1) return -EMSGSIZE;
-  buf[0] = EA_WIRE_MAGIC_PLAIN;
-  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 1};
+  ea__mpw_fixbuf f = {.buf = buf, .cap = cap, .len = 0};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &f, ea__mpw_fixbuf_write);
-  int bad = msgpack_pack_array(&pk, 4);
-  bad |= msgpack_pack_uint8(&pk, EA__JOB_WIRE_VERSION);
-  bad |= msgpack_pack_uint8(&pk, m->type);
-  bad |= msgpack_pack_bin(&pk, 16);
-  bad |= msgpack_pack_bin_body(&pk, m->src.b, 16);
+  int bad = ea__mpw_head(&pk, EA_WIRE_MAGIC_PLAIN, 4, EA__JOB_WIRE_VERSION, m->type, m->src.b);
   switch (m->type) {
     case EA__JOB_EXIT:
       bad |= pk_failure(&pk, &m->f);
@@ -167,20 +161,9 @@ static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
 }
 
 static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
-  NEED(ea__mpr_left(r) >= 1 && r->pos[0] == EA_WIRE_MAGIC_PLAIN, "magic");
-  r->pos++;
-  if (ea__mpr_array_n(r, 4, "msg", err)) return -EA_EWIRE;
-  uint64_t v;
-  TRY(ea__mpr_uint(r, 255, &v), "version");
-  NEED(v == EA__JOB_WIRE_VERSION, "version");
-  TRY(ea__mpr_uint(r, EA__JOB_RESTORE, &v), "type");
-  NEED(v >= EA__JOB_EXIT, "type");
-  m->type = (uint8_t)v;
-  const uint8_t *p;
-  size_t n;
-  TRY(ea__mpr_bin(r, 16, &p, &n), "src");
-  NEED(n == 16, "src");
-  memcpy(m->src.b, p, 16);
+  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__JOB_WIRE_VERSION, EA__JOB_EXIT, EA__JOB_RESTORE,
+                   &m->type, m->src.b, err))
+    return -EA_EWIRE;
   switch (m->type) {
     case EA__JOB_EXIT:
       if (rd_failure(r, &m->f, err)) return -EA_EWIRE;
