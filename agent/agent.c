@@ -739,7 +739,11 @@ int ea__agent_run(const ea__agent_opts *o) {
     rc = ea__ctl_start(&a->loop, &cbind, have_key ? key : NULL, &a->sender, on_control, a, &a->ctl,
                        err, sizeof err);
   /* (its message already names the address and --control-bind) */
-  if (rc == 0) ea__ctl_set_frame_hook(a->ctl, ea__agent_ckpt_frame);
+  if (rc == 0) { /* the codecs that share the channel, by family; the rest is the rendezvous's */
+    ea__ctl_on_family(a->ctl, EA__JOB_FAMILY, ea__agent_job_frame);
+    ea__ctl_on_family(a->ctl, EA__PROBE_FAMILY, ea__agent_probe_frame);
+    ea__ctl_on_family(a->ctl, EA__CKPT_FAMILY, ea__agent_ckpt_frame);
+  }
   ea_transport_opts to = {
       .bind = o->bind,
       .advertise = o->advertise[0] ? o->advertise : NULL,

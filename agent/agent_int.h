@@ -206,6 +206,14 @@ void ea__ctl_send_bytes(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, c
  * decoded as rendezvous messages.  Called with the ctx of ea__ctl_start. */
 typedef bool (*ea__ctl_frame_fn)(void *ctx, const uint8_t *plain, size_t len);
 void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn);
+/* The codecs that share the channel, by family: a frame whose plaintext
+ * starts with 0xEA and whose type's high nibble is `family`
+ * (ea__mpr_family_is: checkpoint 0x20, job 0x30, probe 0x40; the
+ * rendezvous's types are below 0x20) goes to fn, after the hook above; one
+ * fn returns false for, and every frame of no registered family, is decoded
+ * as a rendezvous message.  0, or -ENOSPC past EA__CTL_FAMILIES. */
+#define EA__CTL_FAMILIES 8
+int ea__ctl_on_family(ea__ctl *c, uint8_t family, ea__ctl_frame_fn fn);
 /* Drop the outgoing connection to `to`, if any (frames still queued on it
  * are counted as send errors); the next send connects afresh.  For a
  * member that membership declared dead or found alive again: a connection
@@ -417,6 +425,16 @@ typedef struct {
 /* Observe v (seconds) into h. */
 void ea__mx_hist_observe(ea__mx_hist *h, double v);
 
+/* What the listener answered and refused, since start (issue 27): requests
+ * answered; connections closed as soon as accepted because their source
+ * (an IPv4 address, an IPv6 /64) held its limit (8) or all 512 were held;
+ * connections closed before a whole request came (the 2 s timeout, or the
+ * client gave up).  Any thread;
+ * ea__http_stats_get below. */
+typedef struct {
+  uint64_t requests, refused_per_source, refused_full, closed_unrequested;
+} ea__http_stats;
+
 typedef struct {
   /* labels and identity */
   char job[64]; /* experiment.name */
@@ -459,6 +477,7 @@ typedef struct {
   uint64_t gossip_drop_malformed, gossip_drop_unauth, gossip_drop_oversize, gossip_drop_replayed;
   uint64_t ctl_drop_malformed, ctl_drop_unauth, ctl_drop_oversize, ctl_drop_replayed;
   uint64_t drains_refused;
+  ea__http_stats http; /* this listener's, as of the snapshot */
   /* alerts */
   uint64_t alerts[EA__ALERT_KINDS];
 } ea__mx_snap;
@@ -519,6 +538,9 @@ int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundle
 void ea__http_publish(ea__http *h, ea__mx_snap *s);
 /* Requests answered (for status), since start. */
 uint64_t ea__http_requests(const ea__http *h);
+void ea__http_stats_get(const ea__http *h, ea__http_stats *out);
+/* The agent's listener's counters (zeros when it is off). */
+void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out);
 /* Stop the thread (in-flight answers finish), close the socket, free. */
 void ea__http_stop(ea__http *h);
 
@@ -782,11 +804,11 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen);
 int ea__agent_ckpt_start(ea__agent *a, char *err, size_t errlen);
 /* Own an ea__ckpt_ctl exactly while the election names us. */
 void ea__agent_ckpt_ctl_update(ea__agent *a);
-/* The control channel's frame hook: checkpoint reports. */
+/* The control channel's handler of the checkpoint family (reports). */
 bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len);
 /* probe.c: a preflight's checkpoint-dir probe (probe.h); true when the
  * frame was one (answered off the loop), false to try the next codec. */
-bool ea__agent_probe_frame(ea__agent *a, const uint8_t *plain, size_t len);
+bool ea__agent_probe_frame(void *ctx, const uint8_t *plain, size_t len);
 /* A worker staged or skipped a checkpoint (CKPT_STAGED, CKPT_SKIPPED). */
 void ea__agent_ckpt_from_worker(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* The sync root's worker loaded a checkpoint (CKPT_LOADED). */
@@ -1013,7 +1035,7 @@ void ea__agent_local_done_check(ea__agent *a, uint64_t step);
 void ea__agent_update_starting(ea__agent *a);
 /* After every core call (ea__agent_core_done): the job sees what we see. */
 void ea__agent_job_sync(ea__agent *a);
-/* The control channel's frame hook for job messages. */
+/* The control channel's handler of the job family. */
 bool ea__agent_job_frame(void *ctx, const uint8_t *plain, size_t len);
 /* builtin: a checkpoint failed for good (as controller). */
 void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why, bool retry);

@@ -54,6 +54,7 @@
 
 #include "ea_antireplay.h"
 #include "ea_log.h"
+#include "ea_mpread.h"
 #include "ea_rdzv.h"
 
 #include <arpa/inet.h>
@@ -167,6 +168,11 @@ struct ea__ctl {
   uint64_t record_seq;
   ea__ctl_recv_fn on_msg;
   ea__ctl_frame_fn on_frame;
+  struct {
+    uint8_t family;
+    ea__ctl_frame_fn fn;
+  } fam[EA__CTL_FAMILIES]; /* ea__ctl_on_family */
+  size_t nfam;
   void *ctx;
   cconn *conns;
   size_t nout, nin;
@@ -365,6 +371,14 @@ static bool frame_in(ea__ctl *c, const uint8_t *p, size_t n) {
   if (c->on_frame && c->on_frame(c->ctx, p, n)) {
     free(plain);
     return true;
+  }
+  for (size_t i = 0; i < c->nfam; i++) {
+    if (!ea__mpr_family_is(p, n, EA_WIRE_MAGIC_PLAIN, c->fam[i].family)) continue;
+    if (c->fam[i].fn(c->ctx, p, n)) {
+      free(plain);
+      return true;
+    }
+    break;
   }
   ea_rdzv_msg m;
   const char *why = "?";
@@ -825,6 +839,14 @@ int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_w
 
 void ea__ctl_set_frame_hook(ea__ctl *c, ea__ctl_frame_fn fn) {
   c->on_frame = fn;
+}
+
+int ea__ctl_on_family(ea__ctl *c, uint8_t family, ea__ctl_frame_fn fn) {
+  if (c->nfam == EA__CTL_FAMILIES) return -ENOSPC;
+  c->fam[c->nfam].family = family;
+  c->fam[c->nfam].fn = fn;
+  c->nfam++;
+  return 0;
 }
 
 const ea_addr *ea__ctl_bound(const ea__ctl *c) {

@@ -357,8 +357,6 @@ void ea__agent_ckpt_ctl_update(ea__agent *a) {
  * ea__ctl): a report for the controller. */
 bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len) {
   ea__agent *a = ctx;
-  if (ea__agent_job_frame(a, plain, len)) return true;   /* the job's messages share the hook */
-  if (ea__agent_probe_frame(a, plain, len)) return true; /* and a preflight's probe */
   if (!ea__ckpt_wire_is(plain, len)) return false;
   ea__ckpt_msg m;
   const char *why = "?";

@@ -87,6 +87,9 @@
 #define EA__CKPT_WIRE_MAX 1024
 #define EA__CKPT_TEXT_MAX 256
 
+/* The high nibble of every type here: the control channel hands these
+ * frames to the handler registered for it (ea__ctl_on_family). */
+#define EA__CKPT_FAMILY 0x20
 typedef enum {
   EA__CKPT_SHARD_DURABLE = 0x20,
   EA__CKPT_SHARD_FAILED = 0x21,

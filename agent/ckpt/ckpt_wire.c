@@ -121,7 +121,7 @@ static int rd_u64(ea__mpr *r, uint64_t *v, const char *field, const char **err) 
 }
 
 bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
-  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, 0x20);
+  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, EA__CKPT_FAMILY);
 }
 
 static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {

@@ -93,7 +93,8 @@ static void probe_after(uv_work_t *w, int status) {
   free(j);
 }
 
-bool ea__agent_probe_frame(ea__agent *a, const uint8_t *plain, size_t len) {
+bool ea__agent_probe_frame(void *ctx, const uint8_t *plain, size_t len) {
+  ea__agent *a = ctx;
   if (!ea__probe_wire_is(plain, len)) return false;
   probe_job *j = calloc(1, sizeof *j);
   const char *why = "?";

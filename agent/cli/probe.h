@@ -43,6 +43,8 @@
 /* The largest message: an answer with the longest dir and name. */
 #define EA__PROBE_WIRE_MAX (EA_PATH_MAX + EA_NAME_MAX + 128)
 
+/* The high nibble of every type here (ea__ctl_on_family). */
+#define EA__PROBE_FAMILY 0x40
 typedef enum { EA__PROBE_REQ = 0x40, EA__PROBE_ANS = 0x41 } ea__probe_type;
 
 /* What the asked agent found at DIR/file. */

@@ -70,7 +70,7 @@ static const char *check(const ea__probe_msg *m) {
 }
 
 bool ea__probe_wire_is(const uint8_t *buf, size_t len) {
-  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, 0x40);
+  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, EA__PROBE_FAMILY);
 }
 
 /* ---- encode -------------------------------------------------------------------- */

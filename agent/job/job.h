@@ -129,6 +129,8 @@ void ea__job_failure_str(const ea__job_failure *f, char *out, size_t cap);
 /* The largest message: JOB_END with a full failure ≈ 1 + 20 + 530 + 1100. */
 #define EA__JOB_WIRE_MAX 2048
 
+/* The high nibble of every type here (ea__ctl_on_family). */
+#define EA__JOB_FAMILY 0x30
 typedef enum {
   EA__JOB_EXIT = 0x30,
   EA__JOB_DONE = 0x31,

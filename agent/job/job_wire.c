@@ -63,7 +63,7 @@ static const char *check(const ea__job_msg *m) {
 }
 
 bool ea__job_wire_is(const uint8_t *buf, size_t len) {
-  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, 0x30);
+  return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, EA__JOB_FAMILY);
 }
 
 /* ---- encode ---------------------------------------------------------------------- */

@@ -638,6 +638,49 @@ START_TEST(test_frame_hook_shares_the_channel) {
 }
 END_TEST
 
+/* The codecs that share the channel get their frames by family (the high
+ * nibble of the type), one handler each; a frame of no registered family is
+ * the rendezvous's, and a malformed one of those is counted as before. */
+static int fam_called;
+static bool fam_fn(void *ctx, const uint8_t *plain, size_t len) {
+  (void)ctx, (void)plain, (void)len;
+  fam_called++;
+  return true;
+}
+
+START_TEST(test_families_dispatched_by_type) {
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x34, sizeof key);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  peer a, b;
+  start(&loop, &a, key);
+  start(&loop, &b, key);
+  ck_assert_int_eq(ea__ctl_on_family(b.c, 0x30, fam_fn), 0);
+  ea_node_id bid = idof(2);
+  const uint8_t job[4] = {0xEA, 0x92, 0x01, 0x35}; /* [version 1, type 0x35]: family 0x30 */
+  ea__ctl_send_bytes(a.c, &bid, ea__ctl_bound(b.c), job, sizeof job);
+  ea_rdzv_msg m = report(6, 0);
+  ea__ctl_send(a.c, &bid, ea__ctl_bound(b.c), &m);
+  got_arg g = {&b, 1};
+  ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "rendezvous message not delivered");
+  ck_assert_int_eq(fam_called, 1);
+  ck_assert_uint_eq(b.last[0].gen.term, 6);
+  ck_assert_uint_eq(stats(&b).dropped_malformed, 0);
+  /* Family 0x50 has no handler: the rendezvous decoder refuses it. */
+  const uint8_t other[4] = {0xEA, 0x92, 0x01, 0x55};
+  ea__ctl_send_bytes(a.c, &bid, ea__ctl_bound(b.c), other, sizeof other);
+  cnt_arg c = {&b, 1, 0, 0, 0};
+  ck_assert_msg(run_until(&loop, counted, &c, WAIT_MS), "frame of no family not counted");
+  ck_assert_int_eq(fam_called, 1);
+  for (int i = 0; i < EA__CTL_FAMILIES - 1; i++) ea__ctl_on_family(b.c, 0x60, fam_fn);
+  ck_assert_int_eq(ea__ctl_on_family(b.c, 0x70, fam_fn), -ENOSPC);
+  close_peer(&loop, &a);
+  close_peer(&loop, &b);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *control_suite(void) {
   Suite *s = suite_create("control");
   TCase *tc = tcase_create("core");
@@ -649,6 +692,7 @@ static Suite *control_suite(void) {
   tcase_add_test(tc, test_preauth_bounded);
   tcase_add_test(tc, test_unreachable_and_moved_peer);
   tcase_add_test(tc, test_frame_hook_shares_the_channel);
+  tcase_add_test(tc, test_families_dispatched_by_type);
   suite_add_tcase(s, tc);
   return s;
 }
