@@ -1090,11 +1090,87 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
   return -EINVAL;
 }
 
+/* Bounds checked before libyaml builds a document, because building one
+ * costs more than linear time in two shapes a 1 MiB file can take:
+ *
+ *  - nesting: libyaml 0.2.5 (Debian 12's) has no depth limit, and its scanner
+ *    walks the stack of open flow levels for every token it reads, so a file
+ *    of D `[` costs D^2: 40,000 levels took 7 s, 200,000 (400 KiB) over
+ *    60 s (issue 27).  A job file nests 3 deep (section, key, value); 64
+ *    leaves room for any YAML an operator writes by hand and is checked
+ *    after reading at most 64 levels, with libyaml's own scanner reading
+ *    ahead at most 1024 characters (its simple-key window) past them.
+ *  - anchors: its composer checks each new anchor against every earlier one
+ *    and resolves each alias by a walk of all anchors, so 60,000 anchors took
+ *    25 s.  Values are scalars, so an anchor saves little in a job file; 64
+ *    is many times what a hand-written file uses, and 64 anchors times the
+ *    most aliases 1 MiB holds (~350,000) is a few million string compares.
+ *
+ * This pass reads the stream as events (no tree, constant memory) and stops
+ * at the first bound crossed; a syntax error it meets is left to the loader,
+ * which reports it the usual way at the same place. */
+#define CFG_DEPTH_MAX 64
+#define CFG_ANCHORS_MAX 64
+
+static int check_bounds(const char *path, const char *buf, size_t len, char *err, size_t errlen) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p)) {
+    ea_seterr(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
+  int rc = 0;
+  unsigned depth = 0, anchors = 0;
+  for (bool done = false; !done && rc == 0;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&p, &ev)) break; /* the loader reports it */
+    const unsigned char *anchor = NULL;
+    switch (ev.type) {
+      case YAML_SEQUENCE_START_EVENT:
+      case YAML_MAPPING_START_EVENT:
+        anchor = ev.type == YAML_SEQUENCE_START_EVENT ? ev.data.sequence_start.anchor
+                                                      : ev.data.mapping_start.anchor;
+        if (++depth > CFG_DEPTH_MAX) {
+          ea_seterr(err, errlen,
+                    "%s:%zu: nested more than %d levels deep (the limit; a job file needs 3)", path,
+                    ev.start_mark.line + 1, CFG_DEPTH_MAX);
+          rc = -EINVAL;
+        }
+        break;
+      case YAML_SEQUENCE_END_EVENT:
+      case YAML_MAPPING_END_EVENT:
+        depth--;
+        break;
+      case YAML_SCALAR_EVENT:
+        anchor = ev.data.scalar.anchor;
+        break;
+      case YAML_STREAM_END_EVENT:
+        done = true;
+        break;
+      default:
+        break;
+    }
+    if (anchor && rc == 0 && ++anchors > CFG_ANCHORS_MAX) {
+      ea_seterr(err, errlen, "%s:%zu: more than %d anchors (&name) in one file (the limit)", path,
+                ev.start_mark.line + 1, CFG_ANCHORS_MAX);
+      rc = -EINVAL;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&p);
+  return rc;
+}
+
 int ea_config_load(ea_config *c, const char *path, char *err, size_t errlen) {
   char *buf = NULL;
   size_t len = 0;
   int rc = read_file(path, &buf, &len, err, errlen);
   if (rc) return rc;
+  rc = check_bounds(path, buf, len, err, errlen);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
 
   ea_config *tmp = malloc(sizeof *tmp);
   yaml_parser_t parser;

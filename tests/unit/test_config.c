@@ -900,6 +900,98 @@ START_TEST(oversized_file_refused) {
 }
 END_TEST
 
+/* Seconds since an arbitrary point (CLOCK_MONOTONIC). */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Loads text (len bytes) and returns the seconds it took; rc and err out. */
+static double timed_load(const char *text, size_t len, int *rc, char *err, size_t errlen) {
+  write_text(g_path, text, len);
+  ea_config *c = cfg_new();
+  double t0 = now_s();
+  *rc = ea_config_load(c, g_path, err, errlen);
+  double dt = now_s() - t0;
+  free(c);
+  return dt;
+}
+
+/* Issue 27 item 4: libyaml costs time quadratic in the nesting depth before
+ * any error (200,000 levels of `[`, 400 KiB, took over 60 s), so the loader
+ * refuses a file nested deeper than 64 levels before building it, at once
+ * and naming the line and the limit; 64 levels still load (and fail on the
+ * schema, as any sequence at the top does). */
+START_TEST(deep_nesting_refused_at_once) {
+  size_t depth = 200000, n = 2 * depth + 1;
+  char *deep = malloc(n + 1);
+  memset(deep, '[', depth);
+  memset(deep + depth, ']', depth);
+  deep[n - 1] = '\n';
+  deep[n] = 0;
+  char err[512], want[512];
+  int rc;
+  double dt = timed_load(deep, n, &rc, err, sizeof err);
+  ck_assert_int_eq(rc, -EINVAL);
+  snprintf(want, sizeof want,
+           "%s:1: nested more than 64 levels deep (the limit; a job file needs 3)", g_path);
+  ck_assert_str_eq(err, want);
+  ck_assert_msg(dt < 1.0, "200,000 levels took %.2f s to refuse", dt);
+
+  /* The boundary, block and flow mixed: the root mapping and `compute` are
+   * two levels, then 62 (allowed) or 63 (refused) flow sequences. */
+  for (size_t extra = 62; extra <= 63; extra++) {
+    char text[512];
+    size_t at = (size_t)snprintf(text, sizeof text, "compute:\n  min_nodes: ");
+    memset(text + at, '[', extra);
+    memset(text + at + extra, ']', extra);
+    at += 2 * extra;
+    text[at++] = '\n';
+    text[at] = 0;
+    timed_load(text, at, &rc, err, sizeof err);
+    ck_assert_int_eq(rc, -EINVAL);
+    if (extra == 62)
+      snprintf(want, sizeof want,
+               "%s:2: compute.min_nodes: expected a single value, found a sequence", g_path);
+    else
+      snprintf(want, sizeof want,
+               "%s:2: nested more than 64 levels deep (the limit; a job file needs 3)", g_path);
+    ck_assert_str_eq(err, want);
+  }
+  free(deep);
+}
+END_TEST
+
+/* libyaml's composer checks each anchor against every earlier one, so 60,000
+ * anchors took 25 s: more than 64 are refused before it runs. */
+START_TEST(many_anchors_refused_at_once) {
+  size_t count = 90000, cap = count * 16 + 64, at = 0;
+  char *text = malloc(cap);
+  at += (size_t)snprintf(text + at, cap - at, "x: [");
+  for (size_t i = 0; i < count; i++)
+    at += (size_t)snprintf(text + at, cap - at, "%s&a%zu 1", i ? "," : "", i);
+  at += (size_t)snprintf(text + at, cap - at, "]\n");
+  char err[512], want[512];
+  int rc;
+  double dt = timed_load(text, at, &rc, err, sizeof err);
+  ck_assert_int_eq(rc, -EINVAL);
+  snprintf(want, sizeof want, "%s:1: more than 64 anchors (&name) in one file (the limit)", g_path);
+  ck_assert_str_eq(err, want);
+  ck_assert_msg(dt < 1.0, "90,000 anchors took %.2f s to refuse", dt);
+
+  /* 64 anchors get past the bound, to the schema. */
+  at = (size_t)snprintf(text, cap, "x: [");
+  for (int i = 0; i < 64; i++)
+    at += (size_t)snprintf(text + at, cap - at, "%s&a%d 1", i ? "," : "", i);
+  at += (size_t)snprintf(text + at, cap - at, "]\n");
+  timed_load(text, at, &rc, err, sizeof err);
+  ck_assert_int_eq(rc, -EINVAL);
+  ck_assert_msg(strstr(err, ":1: x: unknown section"), "64 anchors: %s", err);
+  free(text);
+}
+END_TEST
+
 /* ---- --set ---------------------------------------------------------------- */
 
 START_TEST(set_overrides) {
@@ -1287,6 +1379,8 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, error_after_good_keys_leaves_config_unchanged);
   tcase_add_test(tc, unreadable_files);
   tcase_add_test(tc, oversized_file_refused);
+  tcase_add_test(tc, deep_nesting_refused_at_once);
+  tcase_add_test(tc, many_anchors_refused_at_once);
   tcase_add_test(tc, set_overrides);
   tcase_add_loop_test(tc, set_errors_exact_message, 0, (int)(sizeof bad_sets / sizeof bad_sets[0]));
   tcase_add_test(tc, validate_cross_field);
