@@ -6,7 +6,7 @@ op, median over ops; algbw = bytes/time, busbw = algbw·2(W−1)/W; cpu_us = CPU
 time per op, all ranks and all their threads, from getrusage).  Prints one
 JSON object like `build/bench/allreduce --json`.
 
-    /usr/bin/python3 bench/allreduce_gloo.py [-w W] [--min BYTES] [--max BYTES]
+    $EA_PYTHON bench/allreduce_gloo.py [-w W] [--min BYTES] [--max BYTES]
 """
 import argparse
 import json

@@ -127,6 +127,9 @@ cleanup() {
     for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
     for k in "${!PG[@]}"; do kill_group "$k"; done
     kill_workers
+    # torch 2.x's torchrun starts each worker in a session of its own: its
+    # workers outlive the torchrun groups killed above (their --ckpt is ours)
+    pkill -KILL -f -- "--ckpt $OUT/torchrun-" 2>/dev/null
     return 0
 }
 trap cleanup EXIT
@@ -177,6 +180,19 @@ tr_start_node() { # DIR NODE MON CONF PORT RUNID
         "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck" --gloo-timeout 10
 }
 
+# tr_signal_node DIR SIG: node 3 as a host crash or freeze would hit it — its
+# torchrun's process group and its worker's: torch 2.x's torchrun starts each
+# worker in a session of its own (start_new_session=True), so the group
+# alone leaves the worker running (and training on with the survivors: the
+# first 2.15.0 run of this bench saw no recovery because nothing had failed).
+tr_signal_node() {
+    local pid
+    pid=$(newest_pid "$1/node3.log") || pid=
+    kill -"$2" -- "-${PG[tr3]}" ${pid:+"-$pid"} 2>/dev/null
+    TR3_WORKER=$pid
+    [ -n "$pid" ] && WORKER_PIDS+=("$pid")
+}
+
 run_torchrun() { # default|tuned
     local v=$1 sys=torchrun-$1 mon conf dl d=$OUT/torchrun-$1
     case $v in
@@ -198,14 +214,15 @@ run_torchrun() { # default|tuned
     for n in 1 2 3; do tr_start_node "$d" $n $mon "$conf" "$port" $runid; done
     wait_world "$all" 4 "$t" 180 > /dev/null || { log "$sys: no world 4 within 180 s"; return 1; }
     for i in $(seq "$TRIALS"); do
-        t=$EPOCHREALTIME; kill -KILL -- "-${PG[tr3]}"
+        t=$EPOCHREALTIME; tr_signal_node "$d" KILL
         measure $sys node-kill "$i" "$t" 3 $dl "$survivors" || return 1
         kill_group tr3
         t=$EPOCHREALTIME; tr_start_node "$d" 3 $mon "$conf" "$port" $runid
         measure $sys node-join "$i" "$t" 4 $dl "$all" || return 1
-        t=$EPOCHREALTIME; kill -STOP -- "-${PG[tr3]}"
+        t=$EPOCHREALTIME; tr_signal_node "$d" STOP
         measure $sys node-stop "$i" "$t" 3 $dl "$survivors"; local ok=$?
         kill_group tr3
+        [ -n "$TR3_WORKER" ] && kill -KILL -- "-$TR3_WORKER" 2>/dev/null
         [ $ok = 0 ] || return 1
         t=$EPOCHREALTIME; tr_start_node "$d" 3 $mon "$conf" "$port" $runid
         measure $sys node-join "$i" "$t" 4 $dl "$all" || return 1

@@ -19,7 +19,7 @@ Run it under torchrun:
 
 or under elastic-agent, unchanged:
 
-    elastic-agent run --join HOST:7000 -- /usr/bin/python3 examples/torchrun_ddp.py --ckpt /shared/ckpt
+    elastic-agent run --join HOST:7000 -- python3 examples/torchrun_ddp.py --ckpt /shared/ckpt
 
 It does what a torchrun script does (docs/torchrun.md): reads RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR/MASTER_PORT through init_process_group("env://") with

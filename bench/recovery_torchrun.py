@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Baseline half of bench/recovery: the torchrun side.
 
-Two roles in one file, so the scenario needs nothing beyond Debian's
-python3-torch:
+Two roles in one file, so the scenario needs nothing beyond torch (the
+project's virtualenv):
 
   worker   (the default; what each torchrun "node" runs)  a small
            data-parallel training loop: an MLP wrapped in DDP on the gloo

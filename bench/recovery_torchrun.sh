@@ -121,6 +121,9 @@ stop_nodes() {
 
 stop_all() {
     [ ${#PG[@]} -gt 0 ] && stop_nodes "${!PG[@]}"
+    # torch 2.x's torchrun puts each worker in a session of its own: end
+    # the workers of this run (their command line names our script) too
+    pkill -KILL -f -- "$SCRIPT" 2>/dev/null
     return 0
 }
 trap 'stop_all' EXIT
@@ -233,11 +236,14 @@ run_variant() {
     VDIR=$OUT/$v; mkdir -p "$VDIR"
     log "$v: starting 4 nodes (monitor_interval=$MON rdzv_conf='${RDZV_CONF}' gloo=${GLOO}s)"
     if ! start_cluster "$v"; then stop_all; return 1; fi
-    local i t_kill t_end t_join ok rc
+    local i t_kill t_end t_join ok rc wpid
     for i in $(seq "$TRIALS"); do
-        # node-kill: the victim's whole process group, as a host crash would.
+        # node-kill: the victim's whole process group and its worker's, as a
+        # host crash would (torch 2.x's torchrun starts each worker in a
+        # session of its own: the group alone leaves the worker running).
+        wpid=$(current_worker $VICTIM) || wpid=
         t_kill=$EPOCHREALTIME
-        kill -KILL -- "-${PG[$VICTIM]}"
+        kill -KILL -- "-${PG[$VICTIM]}" ${wpid:+"-$wpid"} 2>/dev/null
         t_end=$(wait_world 0,1,2 3 "$t_kill" "$dl"); rc=$?
         unset "PG[$VICTIM]"
         ok=false; [ $rc -eq 0 ] && ok=true
@@ -253,7 +259,6 @@ run_variant() {
         log "$v node-join $i: recovered=$ok"
         [ $ok = true ] || { stop_all; return 1; }
     done
-    local wpid
     for i in $(seq "$TRIALS"); do
         wpid=$(current_worker $VICTIM) || { log "$v: node $VICTIM has no live worker"; stop_all; return 1; }
         t_kill=$EPOCHREALTIME
@@ -276,10 +281,11 @@ run_variant() {
 # worker-kill), so a failure shows within a minute and no cluster start is
 # spent on it.
 storehost_kill() {
-    local t_kill t_end rc ok outcome
+    local t_kill t_end rc ok outcome wpid
     log "storehost: SIGKILL node 0 (the c10d store host)"
+    wpid=$(current_worker 0) || wpid=
     t_kill=$EPOCHREALTIME
-    kill -KILL -- "-${PG[0]}"
+    kill -KILL -- "-${PG[0]}" ${wpid:+"-$wpid"} 2>/dev/null
     t_end=$(wait_world 1,2,3 3 "$t_kill" $STOREHOST_WAIT $RECOVER_STEPS "${PG[1]},${PG[2]},${PG[3]}"); rc=$?
     unset "PG[0]"
     case $rc in

@@ -5,13 +5,15 @@ group again and again, alternating each round between torch's own way and
 the library's (elastic_agent/torch.py), and time the three places they
 differ:
 
-  init      init_process_group over a fresh PrefixStore: with torch 1.13's
-            closing store-based barrier (it polls every 10 ms) / without it
-            (_no_store_barrier)
+  init      init_process_group over a fresh PrefixStore (the same both ways
+            on torch 2.x: no closing store-based barrier unless
+            TORCH_DIST_INIT_BARRIER=1; torch 1.13's polled every 10 ms and the
+            library skipped it)
   size      the state broadcast's length: a broadcast of its own / carried
             in the sync allreduce (one collective fewer)
   ddp       DistributedDataParallel(model): with its shape check and
-            parameter broadcast / without (TorchGeneration.ddp)
+            parameter broadcast / without (init_sync=False, as
+            TorchGeneration.ddp does for the state's model)
 
 Every round starts at a store key rank 0 sets, so the ranks begin together as
 at a COMMIT.  Prints, per variant, the median and max over the rounds of the
@@ -30,13 +32,10 @@ import time
 def rank_main(rank, world, port, rounds, nbytes):
     import torch
     import torch.distributed as dist
-    import torch.nn.parallel.distributed as ddp_mod
-    c10d = dist.distributed_c10d
+    from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(1)
     master = dist.TCPStore("127.0.0.1", port, world, rank == 0, wait_for_workers=False)
     model = torch.nn.Linear(max(1, nbytes // 8), 1)
-    keep = (c10d._store_based_barrier, ddp_mod._verify_param_shape_across_processes, ddp_mod._sync_module_states)
-    skip = lambda *a, **k: None  # noqa: E731
     out = []
     for r in range(rounds):
         lib = r % 2 == 1
@@ -45,10 +44,8 @@ def rank_main(rank, world, port, rounds, nbytes):
             master.set("go/%d" % r, "1")
         master.wait(["go/%d" % r])
         t0 = time.perf_counter()
-        c10d._store_based_barrier = skip if lib else keep[0]
         store = dist.PrefixStore("r/%d/" % r, master)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-        c10d._store_based_barrier = keep[0]
         t1 = time.perf_counter()
         v = torch.zeros(8 if lib else 7, dtype=torch.int64)
         dist.all_reduce(v, op=dist.ReduceOp.MAX)
@@ -58,10 +55,7 @@ def rank_main(rank, world, port, rounds, nbytes):
         buf = torch.zeros(nbytes, dtype=torch.uint8)
         dist.broadcast(buf, 0)
         t2 = time.perf_counter()
-        if lib:
-            ddp_mod._verify_param_shape_across_processes = ddp_mod._sync_module_states = skip
-        d = ddp_mod.DistributedDataParallel(model)
-        ddp_mod._verify_param_shape_across_processes, ddp_mod._sync_module_states = keep[1], keep[2]
+        d = DDP(model, init_sync=not lib)
         t3 = time.perf_counter()
         del d
         dist.destroy_process_group()

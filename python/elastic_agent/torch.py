@@ -38,7 +38,7 @@ plain teardown (no collective in flight) sends FIN first and closes 50 ms
 later, so that a neighbour already in the next collective fails at once.
 
 NCCL is aborted by torch's own ``ProcessGroup.abort()`` (``ncclCommAbort``
-on every communicator of the group; torch ≥ 2.6 with NCCL ≥ 2.25 ends an
+on every communicator of the group; torch ≥ 2.7 with NCCL ≥ 2.26 ends an
 in-flight collective), called from the reader thread like the socket
 method.  ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (set unless the user set it,
 as torchrun does) stays the fallback: a collective that times out all the
@@ -105,7 +105,7 @@ def _py_rng_tensor() -> "torch.Tensor":
 
 
 def _py_rng_restore(t: "torch.Tensor") -> None:
-    f = _PY_RNG.unpack(t.numpy().tobytes())
+    f = _PY_RNG.unpack(bytes(t.tolist()))  # not t.numpy(): torch does not need numpy
     random.setstate((f[0], tuple(f[1:626]), f[626] if f[627] else None))
 
 
@@ -488,7 +488,7 @@ def _iface_of(ip: str) -> Optional[str]:
     return None
 
 
-#: DDP's constructor takes init_sync (torch ≥ 2.4): see TorchGeneration.ddp.
+#: DDP's constructor takes init_sync (torch ≥ 2.7): see TorchGeneration.ddp.
 _DDP_INIT_SYNC = "init_sync" in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
 
 
@@ -782,7 +782,7 @@ class TorchGeneration(Generation):
             # generation — one a second full broadcast — after the state
             # sync has compared the tensor tables (the signature) and made
             # the models bit-identical (the digest allreduce).  init_sync=False
-            # (torch ≥ 2.4) skips both for it; any other module gets DDP's
+            # (torch ≥ 2.7) skips both for it; any other module gets DDP's
             # own, and so does the state's model on a torch without it.
             if m is getattr(self.state, "model", None) and _DDP_INIT_SYNC:
                 kwargs.setdefault("init_sync", False)

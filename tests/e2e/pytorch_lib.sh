@@ -3,11 +3,8 @@
 # lib.sh, don't run it.  Step reports are read from the agents' debug log.
 
 # The program (tests/python/torch_worker.py) and the job flags every case
-# starts its agents with; skip (77) without torch.
-"$PY" -c 'import torch, msgpack' 2>/dev/null || {
-  echo "skip: /usr/bin/python3 has no torch or msgpack (scripts/deps.sh installs python3-torch python3-msgpack)"
-  exit 77
-}
+# starts its agents with; fails without torch (scripts/deps.sh installs it).
+"$PY" -c 'import torch, msgpack' || fail "$PY has no torch or msgpack (scripts/deps.sh installs requirements.txt)"
 PROG=(-- "$PY" "$PWD/tests/python/torch_worker.py")
 CK=$EA_TMP/ck
 J=(--set compute.protocol=library --set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300

@@ -34,10 +34,7 @@
 # its first step, in ms, with the detection bound.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
-"$PY" -c 'import torch' 2>/dev/null || {
-  echo "skip: /usr/bin/python3 has no torch (scripts/deps.sh installs python3-torch)"
-  exit 77
-}
+"$PY" -c 'import torch' || fail "$PY has no torch (scripts/deps.sh installs requirements.txt)"
 SCRIPT=$PWD/examples/torchrun_ddp.py
 CK=$EA_TMP/ck
 ENVD=$EA_TMP/env

@@ -102,7 +102,8 @@ def test_restore_of_flatten_is_bit_exact():
 
 def test_digests():
     st = build(SEED)
-    raw = b"".join(t.detach().contiguous().numpy().tobytes() for t in st.model.state_dict().values())
+    raw = b"".join(bytes(t.detach().contiguous().reshape(-1).view(torch.uint8).tolist())
+                   for t in st.model.state_dict().values())
     assert st.params_digest() == xxh3_64(raw)
     d = st.sync_digest()
     torch.rand(10)  # only the RNG moved
@@ -191,6 +192,25 @@ def test_ddp_skips_its_own_broadcast_for_the_synced_model():
         "print(train())\n")
     out = run_child(child)
     assert out.stdout.strip().splitlines()[-1] == "([True], [2])"  # other's weight and bias
+
+
+def test_the_state_needs_no_numpy():
+    """torch does not depend on numpy (2.7's wheel does not pull it in): a
+    state with the Python RNG lays out, restores and checkpoints without it
+    (1.13-era code read the RNG blob back through Tensor.numpy())."""
+    child = (
+        "import sys\n"
+        "sys.modules['numpy'] = None  # import numpy fails, as where it is not installed\n"
+        "import random, torch\n"
+        "from elastic_agent.torch import TorchState\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "s = TorchState(model=m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1), epoch=1)\n"
+        "random.seed(5); flat = s.flatten(); want = [random.random() for _ in range(3)]\n"
+        "random.seed(9); s.load(flat)\n"
+        "assert [random.random() for _ in range(3)] == want\n"
+        "print('ok')\n")
+    out = run_child(child)
+    assert out.stdout.split()[-1] == "ok", out.stdout + out.stderr
 
 
 def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
