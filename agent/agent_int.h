@@ -539,8 +539,6 @@ void ea__http_publish(ea__http *h, ea__mx_snap *s);
 /* Requests answered (for status), since start. */
 uint64_t ea__http_requests(const ea__http *h);
 void ea__http_stats_get(const ea__http *h, ea__http_stats *out);
-/* The agent's listener's counters (zeros when it is off). */
-void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out);
 /* Stop the thread (in-flight answers finish), close the socket, free. */
 void ea__http_stop(ea__http *h);
 
@@ -906,6 +904,8 @@ bool ea__agent_ready(ea__agent *a, char *why, size_t cap);
 /* The metrics listener's bound address, "" when off or not bound; err: the
  * bind error, "" if none. */
 const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
+/* The agent's listener's counters (zeros when it is off). */
+void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out);
 
 /* ---- alerts (alerts.c) ---------------------------------------------------------
  * The one way an alert is raised.  ea__agent_alert writes the `alert` log

@@ -15,9 +15,22 @@
  * itself.  What it answers is a pure function (ea__http_answer) of those
  * two, the snapshot and the time, which tests/fuzz/fuzz_http.c drives
  * with arbitrary bytes; a body repeats what it was sent only as UTF-8
- * (U+FFFD for what is not), as its charset says.  Limits: 64
- * connections at once, 10 s idle timeout, libmicrohttpd's 32 KiB of
- * request memory per connection.
+ * (U+FFFD for what is not), as its charset says.
+ *
+ * Held connections must not starve the kubelet's probe (issue 27: 70 idle
+ * connections from one host made every /healthz time out, and a liveness
+ * probe would then restart a healthy agent).  So a connection is admitted
+ * only while its source (an IPv4 address, an IPv6 /64) holds fewer than
+ * HTTP_PER_SOURCE and all sources fewer than HTTP_MAX_CONNECTIONS; one over
+ * either is closed as soon as it is accepted, before libmicrohttpd gives it
+ * a buffer, and counted.  A connection that has not sent a whole request
+ * within HTTP_FIRST_REQUEST_TIMEOUT_S is closed (counted too); one that has
+ * gets HTTP_IDLE_TIMEOUT_S between requests.  We count per source ourselves
+ * (the accept policy and the connection notifications) rather than through
+ * MHD_OPTION_PER_IP_CONNECTION_LIMIT because libmicrohttpd refuses over
+ * that limit before any callback, silently: nothing could count it.  All
+ * these callbacks run on libmicrohttpd's one polling thread.  Beyond
+ * that, libmicrohttpd's 32 KiB of request memory per connection.
  *
  * We bind the socket ourselves and hand it over (MHD_OPTION_LISTEN_SOCKET):
  * the error names the address and the errno, port 0 works (the bound port
@@ -44,13 +57,41 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* 64 at once: a Prometheus or two, the kubelet's probes, a person with
- * curl; past that something is hammering the port. */
-#define HTTP_MAX_CONNECTIONS 64
-/* Seconds an idle connection is kept (Prometheus reuses its connection
- * between scrapes 15 s apart, and reconnects cheaply). */
+/* Connections from one source at once: a Prometheus keeps one, the
+ * kubelet opens one per probe (three kinds), a person with curl; 8 is
+ * twice that.  A source is an IPv4 address or an IPv6 /64 (what one host
+ * is given). */
+#define HTTP_PER_SOURCE 8
+/* Connections at once, all sources: 64 sources at their per-source limit;
+ * 25 hostile sources (issue 27) hold at most 200 and leave the rest to the
+ * prober.  Each costs a descriptor and at most 32 KiB. */
+#define HTTP_MAX_CONNECTIONS 512
+/* libmicrohttpd's own limit, above ours so that ours (which counts) is
+ * the one that refuses. */
+#define HTTP_MHD_LIMIT (HTTP_MAX_CONNECTIONS + 16)
+/* Seconds a connection has to send its first whole request: a probe or a
+ * scraper sends it at once; 2 s allows a slow network and frees what an
+ * idle or trickling client holds. */
+#define HTTP_FIRST_REQUEST_TIMEOUT_S 2
+/* Seconds an idle connection is kept after a request (Prometheus reuses its
+ * connection between scrapes 15 s apart, and reconnects cheaply). */
 #define HTTP_IDLE_TIMEOUT_S 10
-#define HTTP_BACKLOG 64
+/* Connections waiting to be accepted: a burst of connects is accepted (and
+ * the over-limit ones closed) at once rather than dropped by the kernel,
+ * which a client would see as a connect taking a 1 s SYN retransmit. */
+#define HTTP_BACKLOG 1024
+
+/* One source that holds connections now: its key and how many. */
+typedef struct {
+  uint8_t key[16];
+  uint32_t conns;
+} http_source;
+
+/* A connection's own record (libmicrohttpd's socket context). */
+typedef struct {
+  uint8_t key[16];
+  bool requested; /* a whole request arrived */
+} http_conn;
 
 typedef struct {
   int refs; /* under ea__http.mu */
@@ -62,6 +103,12 @@ struct ea__http {
   pthread_mutex_t mu;
   held *cur;
   atomic_uint_fast64_t requests;
+  /* Sources holding connections now (at most HTTP_MAX_CONNECTIONS, so a
+   * linear walk: a few microseconds per accept); libmicrohttpd's thread
+   * only. */
+  http_source src[HTTP_MAX_CONNECTIONS];
+  uint32_t nsrc, open;
+  atomic_uint_fast64_t refused_source, refused_full, closed_unrequested;
 };
 
 static void held_put(ea__http *h, held *x) {
@@ -100,6 +147,95 @@ void ea__http_publish(ea__http *h, ea__mx_snap *s) {
 
 uint64_t ea__http_requests(const ea__http *h) {
   return atomic_load((atomic_uint_fast64_t *)&h->requests);
+}
+
+void ea__http_stats_get(const ea__http *h, ea__http_stats *out) {
+  ea__http *m = (ea__http *)h;
+  out->requests = atomic_load(&m->requests);
+  out->refused_per_source = atomic_load(&m->refused_source);
+  out->refused_full = atomic_load(&m->refused_full);
+  out->closed_unrequested = atomic_load(&m->closed_unrequested);
+}
+
+/* ---- admission, per source -------------------------------------------------- */
+
+/* The source of addr: an IPv4 address (also when mapped into IPv6) or an
+ * IPv6 /64; false for another family (admitted, not counted). */
+static bool source_key(const struct sockaddr *addr, socklen_t len, uint8_t key[16]) {
+  memset(key, 0, 16);
+  if (addr->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+    memcpy(key + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4);
+    key[10] = key[11] = 0xff;
+    return true;
+  }
+  if (addr->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+    const uint8_t *a = ((const struct sockaddr_in6 *)addr)->sin6_addr.s6_addr;
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memcpy(key, a, memcmp(a, v4mapped, 12) == 0 ? 16 : 8);
+    return true;
+  }
+  return false;
+}
+
+static http_source *source_find(ea__http *h, const uint8_t key[16]) {
+  for (uint32_t i = 0; i < h->nsrc; i++)
+    if (memcmp(h->src[i].key, key, 16) == 0) return &h->src[i];
+  return NULL;
+}
+
+/* libmicrohttpd asks before it sets a connection up: refuse a source at its
+ * limit, or any once all are taken. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  ea__http *h = cls;
+  if (h->open >= HTTP_MAX_CONNECTIONS) {
+    atomic_fetch_add(&h->refused_full, 1);
+    return MHD_NO;
+  }
+  uint8_t key[16];
+  if (!source_key(addr, addrlen, key)) return MHD_YES;
+  const http_source *x = source_find(h, key);
+  if (x && x->conns >= HTTP_PER_SOURCE) {
+    atomic_fetch_add(&h->refused_source, 1);
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+/* Every admitted connection starts and closes here: the per-source count,
+ * and whether it closed without a whole request (a timeout, or a client
+ * that gave up). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode what) {
+  ea__http *h = cls;
+  if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+    http_conn *hc = calloc(1, sizeof *hc);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *ctx = hc;
+    h->open++;
+    if (!hc || !ci || !ci->client_addr) return;
+    /* libmicrohttpd does not say the address's length: the family does. */
+    socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                           : sizeof(struct sockaddr_in);
+    if (!source_key(ci->client_addr, len, hc->key)) return;
+    http_source *x = source_find(h, hc->key);
+    if (!x && h->nsrc < HTTP_MAX_CONNECTIONS) {
+      x = &h->src[h->nsrc++];
+      memcpy(x->key, hc->key, 16);
+      x->conns = 0;
+    }
+    if (x) x->conns++;
+    return;
+  }
+  if (what != MHD_CONNECTION_NOTIFY_CLOSED) return;
+  http_conn *hc = *ctx;
+  *ctx = NULL;
+  if (h->open) h->open--;
+  if (!hc) return;
+  if (!hc->requested) atomic_fetch_add(&h->closed_unrequested, 1);
+  http_source *x = source_find(h, hc->key);
+  if (x && x->conns && --x->conns == 0) *x = h->src[--h->nsrc];
+  free(hc);
 }
 
 /* ---- the answers, pure ------------------------------------------------------ */
@@ -189,6 +325,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   ea__http *h = cls;
   (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
   atomic_fetch_add(&h->requests, 1);
+  /* A whole request came: this connection has earned the longer idle
+   * timeout between requests. */
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  http_conn *hc = ci ? ci->socket_context : NULL;
+  if (hc && !hc->requested) {
+    hc->requested = true;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S);
+  }
   held *x = held_get(h);
   ea__http_reply r;
   ea__http_answer(method, url, x ? x->s : NULL, uv_hrtime() / 1000000u, &r);
@@ -303,16 +448,20 @@ int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundle
   }
   pthread_mutex_init(&h->mu, NULL);
   atomic_init(&h->requests, 0);
+  atomic_init(&h->refused_source, 0);
+  atomic_init(&h->refused_full, 0);
+  atomic_init(&h->closed_unrequested, 0);
   /* The server's thread inherits the signal mask: block everything there,
    * so SIGTERM, SIGINT and SIGCHLD reach the loop's handlers only. */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0,
-                          NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                          on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                           MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
-                          (unsigned)HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                          (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
+                          (unsigned)HTTP_MHD_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)HTTP_FIRST_REQUEST_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
+                          on_connection, h, MHD_OPTION_END);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (!h->d) {
     snprintf(err, errlen, "cannot start the HTTP server on %s (libmicrohttpd refused)", bound);

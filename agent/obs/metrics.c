@@ -329,6 +329,17 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
              s->ctl_drop_oversize);
   sample_u64(b, s, "elastic_agent_control_frames_dropped_total", "reason", "replayed",
              s->ctl_drop_replayed);
+  family(b, "elastic_agent_http_connections_refused_total", "counter",
+         "Connections to this listener closed as soon as accepted: their source held its "
+         "limit (per_source), or every connection was held (full).");
+  sample_u64(b, s, "elastic_agent_http_connections_refused_total", "reason", "per_source",
+             s->http.refused_per_source);
+  sample_u64(b, s, "elastic_agent_http_connections_refused_total", "reason", "full",
+             s->http.refused_full);
+  counter(b, s, "elastic_agent_http_connections_unrequested_total",
+          "Connections to this listener closed before a whole request came (the 2 s timeout, "
+          "or the client left).",
+          s->http.closed_unrequested);
   counter(b, s, "elastic_agent_drains_refused_total",
           "DRAIN commands refused: they named another member id or an incarnation of an "
           "earlier run of this node.",
@@ -385,6 +396,11 @@ void ea__agent_metrics_formation(ea__agent *a, double seconds) {
 
 void ea__agent_metrics_persist(ea__agent *a, double seconds) {
   if (a->mx) ea__mx_hist_observe(&a->mx->persist, seconds);
+}
+
+void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (a->mx && a->mx->http) ea__http_stats_get(a->mx->http, out);
 }
 
 const char *ea__agent_metrics_addr(const ea__agent *a, const char **err) {
@@ -624,6 +640,7 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   s->ctl_drop_oversize = c.dropped_oversize;
   s->ctl_drop_replayed = c.dropped_replayed;
   s->drains_refused = a->drains_refused;
+  if (mx->http) ea__http_stats_get(mx->http, &s->http);
   for (int k = 0; k < EA__ALERT_KINDS; k++) s->alerts[k] = ea__agent_alerts(a, (ea__alert_kind)k);
   return s;
 }

@@ -383,7 +383,7 @@ static void status_checkpoint(ea__agent *a, ea__jb *b, json_t *doc) {
   }
 }
 
-/* "counters": transport, swim, rdzv, control, workers. */
+/* "counters": transport, swim, rdzv, control, http, workers. */
 static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   json_t *cn = ea__jb_obj(b, doc, "counters");
   ea_transport_stats t;
@@ -464,6 +464,13 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "resets", c.resets);
   ea__jb_u64(b, o, "preauth_evicted", c.preauth_evicted);
   ea__jb_u64(b, o, "preauth_timeouts", c.preauth_timeouts);
+  ea__http_stats hs;
+  ea__agent_http_stats(a, &hs);
+  o = ea__jb_obj(b, cn, "http");
+  ea__jb_u64(b, o, "requests", hs.requests);
+  ea__jb_u64(b, o, "refused_per_source", hs.refused_per_source);
+  ea__jb_u64(b, o, "refused_full", hs.refused_full);
+  ea__jb_u64(b, o, "closed_unrequested", hs.closed_unrequested);
   o = ea__jb_obj(b, cn, "workers");
   ea__jb_u64(b, o, "failures", a->worker_failures);
   ea__jb_u64(b, o, "restarts", a->worker_restarts);

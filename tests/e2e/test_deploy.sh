@@ -155,6 +155,21 @@ ckpt_mount = mounts[cv["name"]]
 data = args[args.index("--data-dir") + 1]
 assert any(t["metadata"]["name"] in mounts and mounts[t["metadata"]["name"]] == data
            for t in spec["volumeClaimTemplates"]), data
+# the NetworkPolicy (issue 27): the agents' pods, metrics only from Prometheus,
+# gossip and control only from the agents; no rule admits 9400 from anywhere
+np, = docs["NetworkPolicy"]
+assert np["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+assert np["spec"]["policyTypes"] == ["Ingress"]
+by_port = {}
+for rule in np["spec"]["ingress"]:
+    assert rule.get("from"), "an ingress rule without `from` admits every source"
+    for p in rule["ports"]:
+        by_port.setdefault((p["port"], p["protocol"]), []).append(rule["from"])
+assert set(by_port) == {(7000, "UDP"), (7000, "TCP"), (7001, "TCP"), (9400, "TCP")}, by_port
+for k in ((7000, "UDP"), (7000, "TCP"), (7001, "TCP")):
+    assert by_port[k] == [[{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "elastic-agent"}}}]], by_port[k]
+(m,), = by_port[(9400, "TCP")]
+assert "namespaceSelector" in m and "podSelector" in m, m
 # the PDB
 assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
 assert pdb["spec"]["maxUnavailable"] == 1

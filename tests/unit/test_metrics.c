@@ -89,6 +89,9 @@ static ea__mx_snap *fixed_snapshot(void) {
   s->gossip_drop_replayed = 7;
   s->ctl_drop_replayed = 8;
   s->drains_refused = 9;
+  s->http.refused_per_source = 10;
+  s->http.refused_full = 11;
+  s->http.closed_unrequested = 12;
   s->alerts[EA__ALERT_STALLED] = 2;
   s->alerts[EA__ALERT_CHECKPOINT_FAILED] = 1;
   return s;
@@ -300,6 +303,19 @@ static const char expected[] =
     "\",reason=\"oversize\"} 6\n"
     "elastic_agent_control_frames_dropped_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\",reason=\"replayed\"} 8\n"
+    "# HELP elastic_agent_http_connections_refused_total Connections to this listener closed as "
+    "soon as accepted: their source held its limit (per_source), or every connection was held "
+    "(full).\n"
+    "# TYPE elastic_agent_http_connections_refused_total counter\n"
+    "elastic_agent_http_connections_refused_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",reason=\"per_source\"} 10\n"
+    "elastic_agent_http_connections_refused_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",reason=\"full\"} 11\n"
+    "# HELP elastic_agent_http_connections_unrequested_total Connections to this listener closed "
+    "before a whole request came (the 2 s timeout, or the client left).\n"
+    "# TYPE elastic_agent_http_connections_unrequested_total counter\n"
+    "elastic_agent_http_connections_unrequested_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 12\n"
     "# HELP elastic_agent_drains_refused_total DRAIN commands refused: they named another member "
     "id or an incarnation of an earlier run of this node.\n"
     "# TYPE elastic_agent_drains_refused_total counter\n"
@@ -423,14 +439,27 @@ typedef struct {
   char *body;
 } http_resp;
 
-/* One HTTP/1.0 request to 127.0.0.1:port; the server closes after it. */
-static void request(uint16_t port, const char *method, const char *path, http_resp *r) {
-  memset(r, 0, sizeof *r);
+/* A TCP connection to 127.0.0.1:port from src (an address of 127/8; NULL:
+ * the kernel's choice, 127.0.0.1). */
+static int connect_from(const char *src, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   ck_assert_int_ge(fd, 0);
+  if (src) {
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, src, &me.sin_addr), 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0);
+  }
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  return fd;
+}
+
+/* One HTTP/1.0 request to 127.0.0.1:port from src; the server closes after it. */
+static void request_from(const char *src, uint16_t port, const char *method, const char *path,
+                         http_resp *r) {
+  memset(r, 0, sizeof *r);
+  int fd = connect_from(src, port);
   char req[256];
   int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: t\r\n\r\n", method, path);
   ck_assert_int_eq(write(fd, req, (size_t)n), n);
@@ -451,6 +480,10 @@ static void request(uint16_t port, const char *method, const char *path, http_re
            buf);
   r->body = strdup(end + 4);
   free(buf);
+}
+
+static void request(uint16_t port, const char *method, const char *path, http_resp *r) {
+  request_from(NULL, port, method, path, r);
 }
 
 static uint16_t port_of(const char *bound) {
@@ -610,6 +643,61 @@ static bool utf8_valid(const char *str, size_t n) {
  * the middle of a character.  Each byte that starts no valid sequence
  * becomes U+FFFD; a character cut by a limit is left out whole.  (Before,
  * each was echoed as it came, and the page was not UTF-8.) */
+/* Issue 27: one source holds at most 8 connections; the ninth is closed as
+ * soon as it is accepted and counted, other sources are still answered,
+ * and a connection that sends no request is closed within 2 s and counted. */
+START_TEST(a_source_over_its_limit_is_refused_at_once) {
+  char bound[96], err[256];
+  ea__http *h = NULL;
+  ck_assert_msg(ea__http_start("127.0.0.1:0", &h, bound, sizeof bound, err, sizeof err) == 0, "%s",
+                err);
+  uint16_t port = port_of(bound);
+  ea__mx_snap *s = fixed_snapshot();
+  s->mono_ms = uv_hrtime() / 1000000u;
+  ea__http_publish(h, s);
+  int held[8];
+  for (int i = 0; i < 8; i++) held[i] = connect_from("127.0.0.2", port);
+  int ninth = connect_from("127.0.0.2", port);
+  struct timeval tv = {.tv_sec = 1};
+  setsockopt(ninth, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  uint64_t t0 = uv_hrtime();
+  ck_assert_int_eq(read(ninth, &c, 1), 0); /* closed by the server, not timed out */
+  ck_assert_uint_lt(uv_hrtime() - t0, 900000000u);
+  close(ninth);
+  ea__http_stats st;
+  ea__http_stats_get(h, &st);
+  ck_assert_uint_eq(st.refused_per_source, 1);
+  ck_assert_uint_eq(st.refused_full, 0);
+  http_resp r;
+  request_from("127.0.0.3", port, "GET", "/healthz", &r);
+  ck_assert_int_eq(r.code, 200);
+  free(r.body);
+  /* The held eight sent nothing: closed within 2 s (and a margin). */
+  for (int i = 0; i < 8; i++) {
+    setsockopt(held[i], SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){.tv_sec = 4}, sizeof tv);
+    ck_assert_int_eq(read(held[i], &c, 1), 0);
+    close(held[i]);
+  }
+  ck_assert_uint_lt(uv_hrtime() - t0, 3500000000u);
+  /* libmicrohttpd shuts a connection down before it notifies its close:
+   * poll the count (1 s deadline). */
+  for (int i = 0; i < 100; i++) {
+    ea__http_stats_get(h, &st);
+    if (st.closed_unrequested == 8) break;
+    usleep(10000);
+  }
+  ck_assert_uint_eq(st.closed_unrequested, 8);
+  /* Their source's count went back down: it is answered again. */
+  request_from("127.0.0.2", port, "GET", "/healthz", &r);
+  ck_assert_int_eq(r.code, 200);
+  free(r.body);
+  ea__http_stats_get(h, &st);
+  ck_assert_uint_eq(st.requests, 2);
+  ea__http_stop(h);
+}
+END_TEST
+
 START_TEST(text_answers_are_utf8) {
   char bound[96], err[256];
   ea__http *h = NULL;
@@ -686,6 +774,7 @@ static Suite *metrics_suite(void) {
   tcase_add_test(tc, histogram_is_cumulative);
   tcase_add_test(tc, alert_kinds_named);
   tcase_add_test(tc, server_answers_from_the_snapshot);
+  tcase_add_test(tc, a_source_over_its_limit_is_refused_at_once);
   tcase_add_test(tc, text_answers_are_utf8);
   tcase_add_test(tc, bad_listen_specs);
   suite_add_tcase(s, tc);
