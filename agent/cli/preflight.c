@@ -17,20 +17,13 @@
  * checkpoint directories when it had to create them (as the agent would);
  * its probe files are removed.
  *
- * The seed check is a real push-pull: our frame carries no members (so
- * the seed merges nothing: preflight never appears in the member table)
- * and the seed answers with its full state, sealed with its key.  A seed
- * with another key (or none) drops our frame and closes the connection,
- * which is how "does not accept our key" shows.  The clock offset comes
- * from the probe's answers (the push-pull carries no time).
- *
- * Why one file past ~1000 lines: it is a list of independent checks, each
- * a function of a few dozen lines that adds its rows, around one row table
- * and one printer; split by check, every file would hold one function and
- * share the table through a header that exists for nothing else.
+ * Two files: this one holds the command, the local checks, the row table
+ * and its printers; preflight_net.c the checks that go over the network
+ * (the seeds' push-pull, the shared-directory and clock probes), which add
+ * their rows through preflight.h.
  */
 #include "agent_int.h"
-#include "probe.h"
+#include "preflight.h"
 
 #include "ea_log.h"
 
@@ -63,19 +56,9 @@
 #define DIRECT_ALIGN 4096
 /* An fsync slower than this makes every commit (several fsyncs) slow. */
 #define FSYNC_SLOW_MS 1000.0
-/* A seed that does not answer a push-pull within this is unreachable for a
- * join too (the transport's own deadline is EA_TRANSPORT_SYNC_TIMEOUT_MS). */
-#define SEED_TIMEOUT_MS 3000
-/* Probe answers: a thread-pool read of one small file and a round trip. */
-#define PROBE_TIMEOUT_MS 3000
-#define PROBE_MAX_PEERS 64
-/* Beyond this, log lines and alert times of different nodes disagree
- * visibly (one generation change takes about a second). */
-#define CLOCK_WARN_MS 500.0
 /* `import torch` takes seconds cold; a minute is a hung interpreter. */
 #define PY_TIMEOUT_MS 60000
 
-enum { ST_PASS, ST_WARN, ST_FAIL };
 static const char *const st_name[] = {"PASS", "WARN", "FAIL"};
 
 typedef struct {
@@ -88,9 +71,7 @@ typedef struct {
 static row rows[64];
 static size_t nrows;
 
-static void add(const char *name, int status, const char *hint, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void add(const char *name, int status, const char *hint, const char *fmt, ...) {
+void ea__pf_add(const char *name, int status, const char *hint, const char *fmt, ...) {
   if (nrows == sizeof rows / sizeof rows[0]) return;
   row *r = &rows[nrows++];
   snprintf(r->name, sizeof r->name, "%s", name);
@@ -102,16 +83,10 @@ static void add(const char *name, int status, const char *hint, const char *fmt,
   va_end(ap);
 }
 
-static double mono_ms(void) {
+double ea__pf_mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static uint64_t wall_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 static const char *human(double b, char *buf, size_t cap) {
@@ -122,13 +97,16 @@ static const char *human(double b, char *buf, size_t cap) {
   return buf;
 }
 
-static void random_hex(char *out, size_t nbytes) {
-  uint8_t b[32];
-  if (nbytes > sizeof b) nbytes = sizeof b;
-  if (getrandom(b, nbytes, 0) != (ssize_t)nbytes)
-    for (size_t i = 0; i < nbytes; i++) b[i] = (uint8_t)(rand() ^ getpid() ^ (int)i);
-  for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
-  out[2 * nbytes] = 0;
+int ea__pf_wait_fd(int fd, short ev, double deadline) {
+  for (;;) {
+    int left = (int)(deadline - ea__pf_mono_ms());
+    if (left <= 0) return -ETIMEDOUT;
+    struct pollfd p = {.fd = fd, .events = ev};
+    int rc = poll(&p, 1, left);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -errno;
+    if (rc > 0) return 0;
+  }
 }
 
 /* mkdir -p with mode for each created component. */
@@ -157,7 +135,8 @@ static int load_config(ea_config *cfg, const char *path, char **sets, int nsets)
     for (char *e = err; *e; e++)
       if (*e == '\n' && e[1]) *e = ';';
     err[strcspn(err, "\n")] = 0;
-    add("config", ST_FAIL,
+    ea__pf_add(
+        "config", ST_FAIL,
         "fix the lines named (FILE:LINE: key: problem); `elastic-agent config --config FILE` "
         "prints the effective file",
         "%s", err);
@@ -166,24 +145,25 @@ static int load_config(ea_config *cfg, const char *path, char **sets, int nsets)
   for (int i = 0; i < nsets; i++) {
     char *eq = strchr(sets[i], '=');
     if (!eq || eq == sets[i]) {
-      add("config", ST_FAIL, "--set takes section.key=value", "--set '%s': not section.key=value",
-          sets[i]);
+      ea__pf_add("config", ST_FAIL, "--set takes section.key=value",
+                 "--set '%s': not section.key=value", sets[i]);
       return -1;
     }
     *eq = 0;
     int rc = ea_config_set(cfg, sets[i], eq + 1, err, sizeof err);
     *eq = '=';
     if (rc < 0) {
-      add("config", ST_FAIL, "see `elastic-agent config` for every key and its values", "%s", err);
+      ea__pf_add("config", ST_FAIL, "see `elastic-agent config` for every key and its values", "%s",
+                 err);
       return -1;
     }
   }
   if (ea_config_validate(cfg, err, sizeof err) < 0) {
-    add("config", ST_FAIL, "fix the value named", "%s", err);
+    ea__pf_add("config", ST_FAIL, "fix the value named", "%s", err);
     return -1;
   }
-  add("config", ST_PASS, NULL, "%s: loaded (job \"%s\")",
-      path && *path ? path : "built-in defaults", cfg->experiment.name);
+  ea__pf_add("config", ST_PASS, NULL, "%s: loaded (job \"%s\")",
+             path && *path ? path : "built-in defaults", cfg->experiment.name);
   return 0;
 }
 
@@ -193,8 +173,8 @@ static void check_data_dir(const char *dir) {
   char err[EA_PATH_MAX + 256];
   int rc = ea__data_dir_prepare(dir, err, sizeof err);
   if (rc < 0) {
-    add("data_dir", ST_FAIL, "give --data-dir a directory this user can create and write", "%s",
-        err);
+    ea__pf_add("data_dir", ST_FAIL, "give --data-dir a directory this user can create and write",
+               "%s", err);
     return;
   }
   char path[EA_PATH_MAX + 64];
@@ -204,8 +184,9 @@ static void check_data_dir(const char *dir) {
     int e = errno;
     if (fd >= 0) close(fd);
     unlink(path);
-    add("data_dir", ST_FAIL, "the agent writes its node id, generation and admin socket there",
-        "%s is not writable: %s", dir, strerror(e));
+    ea__pf_add("data_dir", ST_FAIL,
+               "the agent writes its node id, generation and admin socket there",
+               "%s is not writable: %s", dir, strerror(e));
     return;
   }
   close(fd);
@@ -213,18 +194,19 @@ static void check_data_dir(const char *dir) {
   int lock = -1;
   rc = ea__data_dir_lock(dir, &lock, err, sizeof err);
   if (rc == -EBUSY) {
-    add("data_dir", ST_FAIL,
+    ea__pf_add(
+        "data_dir", ST_FAIL,
         "each agent needs a data dir of its own: stop the agent that holds it, or give this one "
         "another --data-dir",
         "%s", err);
     return;
   }
   if (rc < 0) {
-    add("data_dir", ST_FAIL, "the agent locks DIR/lock at start", "%s", err);
+    ea__pf_add("data_dir", ST_FAIL, "the agent locks DIR/lock at start", "%s", err);
     return;
   }
   close(lock);
-  add("data_dir", ST_PASS, NULL, "%s: writable, not locked by another agent", dir);
+  ea__pf_add("data_dir", ST_PASS, NULL, "%s: writable, not locked by another agent", dir);
 }
 
 /* ---- the checkpoint directory ----------------------------------------------------- */
@@ -236,7 +218,7 @@ static void check_ckpt_io(const char *dir) {
   snprintf(path, sizeof path, "%s/.preflight-io-%ld", dir, (long)getpid());
   void *buf = NULL;
   if (posix_memalign(&buf, DIRECT_ALIGN, DIRECT_BYTES) != 0) {
-    add("ckpt_io", ST_FAIL, NULL, "out of memory");
+    ea__pf_add("ckpt_io", ST_FAIL, NULL, "out of memory");
     return;
   }
   memset(buf, 0x5a, DIRECT_BYTES);
@@ -251,11 +233,12 @@ static void check_ckpt_io(const char *dir) {
   if (fd < 0) {
     int e = errno;
     free(buf);
-    add("ckpt_dir", ST_FAIL, "checkpoint.dir must be writable by the agent's user on every node",
-        "%s is not writable: %s", dir, strerror(e));
+    ea__pf_add("ckpt_dir", ST_FAIL,
+               "checkpoint.dir must be writable by the agent's user on every node",
+               "%s is not writable: %s", dir, strerror(e));
     return;
   }
-  double t0 = mono_ms();
+  double t0 = ea__pf_mono_ms();
   ssize_t w = write(fd, buf, DIRECT_BYTES);
   if (w < 0 && direct && errno == EINVAL) {
     /* Some file systems accept the flag and refuse the write. */
@@ -263,31 +246,32 @@ static void check_ckpt_io(const char *dir) {
     direct = false;
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_DIRECT);
-    t0 = mono_ms();
+    t0 = ea__pf_mono_ms();
     w = write(fd, buf, DIRECT_BYTES);
   }
   int we = errno;
-  double t1 = mono_ms();
+  double t1 = ea__pf_mono_ms();
   int fs = w == (ssize_t)DIRECT_BYTES ? fsync(fd) : -1;
   int fe = errno;
-  double t2 = mono_ms();
+  double t2 = ea__pf_mono_ms();
   close(fd);
   unlink(path);
   free(buf);
   if (w != (ssize_t)DIRECT_BYTES) {
-    add("ckpt_io", ST_FAIL, "the checkpoint writer needs to write whole shards there",
-        "writing %u MiB in %s failed: %s", DIRECT_BYTES >> 20, dir,
-        w < 0 ? strerror(we) : "short write (disk full?)");
+    ea__pf_add("ckpt_io", ST_FAIL, "the checkpoint writer needs to write whole shards there",
+               "writing %u MiB in %s failed: %s", DIRECT_BYTES >> 20, dir,
+               w < 0 ? strerror(we) : "short write (disk full?)");
     return;
   }
   if (fs < 0) {
-    add("ckpt_io", ST_FAIL, "a checkpoint is durable only after fsync", "fsync in %s failed: %s",
-        dir, strerror(fe));
+    ea__pf_add("ckpt_io", ST_FAIL, "a checkpoint is durable only after fsync",
+               "fsync in %s failed: %s", dir, strerror(fe));
     return;
   }
   double mbps = (DIRECT_BYTES / 1048576.0) / ((t1 - t0) / 1e3 > 1e-6 ? (t1 - t0) / 1e3 : 1e-6);
   if (!direct) {
-    add("ckpt_io", ST_WARN,
+    ea__pf_add(
+        "ckpt_io", ST_WARN,
         "the writer falls back to buffered writes here (tmpfs and some network file systems "
         "refuse O_DIRECT): checkpoints work, through the page cache",
         "O_DIRECT refused (%s); buffered write of %u MiB %.1f ms (%.0f MiB/s), fsync %.1f ms",
@@ -295,28 +279,31 @@ static void check_ckpt_io(const char *dir) {
     return;
   }
   if (t2 - t1 > FSYNC_SLOW_MS) {
-    add("ckpt_io", ST_WARN,
+    ea__pf_add(
+        "ckpt_io", ST_WARN,
         "every commit fsyncs shards, the manifest and the directory: expect slow checkpoints "
         "(checkpoint.timeout_seconds raises storage_timeout)",
         "O_DIRECT write of %u MiB %.1f ms (%.0f MiB/s), fsync %.1f ms: slow", DIRECT_BYTES >> 20,
         t1 - t0, mbps, t2 - t1);
     return;
   }
-  add("ckpt_io", ST_PASS, NULL, "O_DIRECT write of %u MiB %.1f ms (%.0f MiB/s), fsync %.1f ms",
-      DIRECT_BYTES >> 20, t1 - t0, mbps, t2 - t1);
+  ea__pf_add("ckpt_io", ST_PASS, NULL,
+             "O_DIRECT write of %u MiB %.1f ms (%.0f MiB/s), fsync %.1f ms", DIRECT_BYTES >> 20,
+             t1 - t0, mbps, t2 - t1);
 }
 
 static void check_ckpt_space(const ea_config *cfg, const char *dir, ea__mode mode) {
   struct statvfs vs;
   if (statvfs(dir, &vs) < 0) {
-    add("ckpt_space", ST_WARN, NULL, "statvfs %s: %s", dir, strerror(errno));
+    ea__pf_add("ckpt_space", ST_WARN, NULL, "statvfs %s: %s", dir, strerror(errno));
     return;
   }
   double avail = (double)vs.f_bavail * (double)vs.f_frsize;
   char a[32], need_s[32], one[32];
   uint32_t keep = cfg->checkpoint.keep_last;
   if (mode != EA__MODE_BUILTIN) {
-    add("ckpt_space", ST_WARN,
+    ea__pf_add(
+        "ckpt_space", ST_WARN,
         "a user program's state size is known only when it checkpoints; make sure "
         "checkpoint.keep_last + 1 of them fit",
         "%s free in %s; the state size of a user program is unknown (keep_last %u + 1 needed)",
@@ -329,24 +316,24 @@ static void check_ckpt_space(const ea_config *cfg, const char *dir, ea__mode mod
                      .layers = cfg->train.layers};
   uint64_t total = 0;
   if (ea_state_layout(&d, &total, NULL) < 0) {
-    add("ckpt_space", ST_FAIL, "check train.context, embed_dim, hidden, layers",
-        "the model's dimensions are out of range");
+    ea__pf_add("ckpt_space", ST_FAIL, "check train.context, embed_dim, hidden, layers",
+               "the model's dimensions are out of range");
     return;
   }
   /* keep_last complete ones stay while the next is written. */
   double need = (double)total * (keep + 1);
   if (avail < need) {
-    add("ckpt_space", ST_FAIL,
-        "free space in checkpoint.dir, lower checkpoint.keep_last, or point checkpoint.dir "
-        "elsewhere",
-        "%s free in %s, %s needed: %u × %s (keep_last %u + the one being written)",
-        human(avail, a, sizeof a), dir, human(need, need_s, sizeof need_s), keep + 1,
-        human((double)total, one, sizeof one), keep);
+    ea__pf_add("ckpt_space", ST_FAIL,
+               "free space in checkpoint.dir, lower checkpoint.keep_last, or point checkpoint.dir "
+               "elsewhere",
+               "%s free in %s, %s needed: %u × %s (keep_last %u + the one being written)",
+               human(avail, a, sizeof a), dir, human(need, need_s, sizeof need_s), keep + 1,
+               human((double)total, one, sizeof one), keep);
     return;
   }
-  add("ckpt_space", ST_PASS, NULL, "%s free, %s needed: %u × %s (keep_last %u + 1)",
-      human(avail, a, sizeof a), human(need, need_s, sizeof need_s), keep + 1,
-      human((double)total, one, sizeof one), keep);
+  ea__pf_add("ckpt_space", ST_PASS, NULL, "%s free, %s needed: %u × %s (keep_last %u + 1)",
+             human(avail, a, sizeof a), human(need, need_s, sizeof need_s), keep + 1,
+             human((double)total, one, sizeof one), keep);
 }
 
 /* ---- ports ---------------------------------------------------------------------------- */
@@ -355,7 +342,7 @@ static void check_bind(const char *name, const char *flag, const char *spec, uin
                        bool udp_too) {
   ea_addr a;
   if (ea_addr_parse(spec, dflt, &a) < 0) {
-    add(name, ST_FAIL, flag, "cannot parse '%s' (want ip:port)", spec);
+    ea__pf_add(name, ST_FAIL, flag, "cannot parse '%s' (want ip:port)", spec);
     return;
   }
   struct sockaddr_storage ss;
@@ -366,7 +353,7 @@ static void check_bind(const char *name, const char *flag, const char *spec, uin
     int type = k == 0 ? SOCK_STREAM : SOCK_DGRAM;
     int s = socket(ss.ss_family, type | SOCK_CLOEXEC, 0);
     if (s < 0) {
-      add(name, ST_FAIL, NULL, "socket: %s", strerror(errno));
+      ea__pf_add(name, ST_FAIL, NULL, "socket: %s", strerror(errno));
       return;
     }
     /* libuv sets SO_REUSEADDR on TCP listeners: a port in TIME_WAIT binds. */
@@ -386,486 +373,12 @@ static void check_bind(const char *name, const char *flag, const char *spec, uin
                : e == EACCES        ? "ports below 1024 need privileges: choose another with %s"
                                     : "check %s",
                flag);
-      add(name, ST_FAIL, hint, "%s %s: %s", type == SOCK_STREAM ? "tcp" : "udp", as, strerror(e));
+      ea__pf_add(name, ST_FAIL, hint, "%s %s: %s", type == SOCK_STREAM ? "tcp" : "udp", as,
+                 strerror(e));
       return;
     }
   }
-  add(name, ST_PASS, NULL, "%s%s can be bound", udp_too ? "udp+tcp " : "tcp ", as);
-}
-
-/* ---- the seeds: a push-pull each ----------------------------------------------------- */
-
-typedef struct {
-  char spec[300];
-  ea_addr addr; /* the address that answered */
-  struct sockaddr_storage local;
-  bool ok;
-  ea_node_id id;
-  ea_update *ups;
-  size_t n;
-} seed_res;
-
-static int wait_fd(int fd, short ev, double deadline) {
-  for (;;) {
-    int left = (int)(deadline - mono_ms());
-    if (left <= 0) return -ETIMEDOUT;
-    struct pollfd p = {.fd = fd, .events = ev};
-    int rc = poll(&p, 1, left);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return -errno;
-    if (rc > 0) return 0;
-  }
-}
-
-static int read_full(int fd, uint8_t *b, size_t n, double deadline) {
-  size_t got = 0;
-  while (got < n) {
-    int rc = wait_fd(fd, POLLIN, deadline);
-    if (rc < 0) return rc;
-    ssize_t r = read(fd, b + got, n - got);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r < 0) return -errno;
-    if (r == 0) return got == 0 ? -ECONNRESET : -EPIPE;
-    got += (size_t)r;
-  }
-  return 0;
-}
-
-/* One push-pull with sa: 0 with the seed's state, else a negative errno
- * with a sentence in why. */
-static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key, seed_res *out,
-                    char *why, size_t wl) {
-  double deadline = mono_ms() + SEED_TIMEOUT_MS;
-  int s = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s < 0) return snprintf(why, wl, "socket: %s", strerror(errno)), -errno;
-  int rc = connect(s, sa, sl);
-  if (rc < 0 && errno != EINPROGRESS) {
-    int e = errno;
-    close(s);
-    snprintf(why, wl, "connect: %s", strerror(e));
-    return -e;
-  }
-  if (rc < 0) {
-    rc = wait_fd(s, POLLOUT, deadline);
-    int soerr = 0;
-    socklen_t el = sizeof soerr;
-    if (rc == 0 && getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &el) == 0 && soerr) rc = -soerr;
-    if (rc < 0) {
-      close(s);
-      snprintf(why, wl, "connect: %s", strerror(-rc));
-      return rc;
-    }
-  }
-  socklen_t ll = sizeof out->local;
-  getsockname(s, (struct sockaddr *)&out->local, &ll);
-  /* Our frame: no members, so the seed merges nothing. */
-  ea_node_id me;
-  if (getrandom(me.b, sizeof me.b, 0) != sizeof me.b) memset(me.b, 0x7e, sizeof me.b);
-  uint8_t *plain = NULL;
-  size_t plen = 0;
-  rc = ea_wire_encode_state(EA_SYNC_PERIODIC, &me, NULL, 0, &plain, &plen);
-  if (rc < 0) {
-    close(s);
-    return snprintf(why, wl, "cannot encode a push-pull frame"), rc;
-  }
-  /* The push-pull framing (wire_frame.c): a header carrying the body's
-   * length, sealed with the key like the body, then the body. */
-  const size_t hsz = ea_wire_frame_hdr_size(key != NULL);
-  uint8_t frame[EA_WIRE_FRAME_HDR_MAX + 256];
-  size_t flen = plen;
-  if (key) {
-    ea_wire_sender once = {.id = me, .epoch = 1};
-    rc = ea_wire_seal_rp(key, &once, plain, plen, frame + hsz, sizeof frame - hsz, &flen, NULL);
-  } else if (plen <= sizeof frame - hsz) {
-    memcpy(frame + hsz, plain, plen);
-  } else {
-    rc = -EMSGSIZE;
-  }
-  free(plain);
-  size_t hl = 0;
-  if (rc >= 0) rc = ea_wire_frame_hdr_encode(key, (uint32_t)flen, 0, frame, hsz, &hl);
-  if (rc < 0) {
-    close(s);
-    return snprintf(why, wl, "cannot seal a push-pull frame"), rc;
-  }
-  size_t sent = 0;
-  while (sent < hsz + flen) {
-    if ((rc = wait_fd(s, POLLOUT, deadline)) < 0) break;
-    ssize_t w = send(s, frame + sent, hsz + flen - sent, MSG_NOSIGNAL);
-    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (w < 0) {
-      rc = -errno;
-      break;
-    }
-    sent += (size_t)w;
-  }
-  if (rc < 0) {
-    close(s);
-    return snprintf(why, wl, "sending: %s", strerror(-rc)), rc;
-  }
-  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX];
-  rc = read_full(s, hdr, hsz, deadline);
-  if (rc == -ECONNRESET || rc == -EPIPE) {
-    close(s);
-    snprintf(why, wl,
-             key ? "it closed the connection without answering: it did not accept our key (it "
-                   "has another one, or none), or it is not an agent's gossip port"
-                 : "it closed the connection without answering: it did not accept our unsealed "
-                   "frame (it has a cluster key: pass --key-file)");
-    return -EACCES;
-  }
-  if (rc < 0) {
-    close(s);
-    return snprintf(why, wl, "no answer within %d ms: %s", SEED_TIMEOUT_MS, strerror(-rc)), rc;
-  }
-  uint32_t n = 0;
-  uint8_t flags = 0;
-  const char *herr = "?";
-  rc = ea_wire_frame_hdr_decode(key, hdr, hsz, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD, &n,
-                                &flags, &herr);
-  if (rc == -EBADMSG) {
-    close(s);
-    return snprintf(why, wl,
-                    key ? "its answer does not open with our key (it has another one, or none)"
-                        : "it answered sealed: it has a cluster key, pass --key-file"),
-           -EACCES;
-  }
-  if (rc == 0 && (flags & EA_WIRE_FRAME_BUSY)) {
-    close(s);
-    return snprintf(why, wl, "busy: it has too many push-pull connections open; try again"), -EBUSY;
-  }
-  if (rc < 0 || n == 0) {
-    close(s);
-    return snprintf(why, wl, "answered a frame that is not an elastic-agent's (%s)", herr), -EPROTO;
-  }
-  uint8_t *body = malloc(n), *open_buf = malloc(n);
-  if (!body || !open_buf) {
-    free(body), free(open_buf), close(s);
-    return snprintf(why, wl, "out of memory"), -ENOMEM;
-  }
-  rc = read_full(s, body, n, deadline);
-  close(s);
-  if (rc < 0) {
-    free(body), free(open_buf);
-    return snprintf(why, wl, "its answer was cut short: %s", strerror(-rc)), rc;
-  }
-  const uint8_t *p = body;
-  size_t pl = n;
-  if (key && body[0] != EA_WIRE_MAGIC_SEALED_RP && body[0] != EA_WIRE_MAGIC_SEALED) {
-    free(body), free(open_buf);
-    return snprintf(why, wl, "it answered unsealed: it runs without a cluster key"), -EACCES;
-  }
-  if (key) {
-    ea_wire_rp rp;
-    int orc = ea_wire_open_rp(key, body, n, open_buf, n, &pl, &rp);
-    if (orc == -EPROTO) {
-      free(body), free(open_buf);
-      return snprintf(why, wl, "it answered without a replay header: an agent of an older version"),
-             -EPROTO;
-    }
-    if (orc < 0) {
-      free(body), free(open_buf);
-      return snprintf(why, wl, "its answer does not open with our key"), -EACCES;
-    }
-    p = open_buf;
-  } else if (body[0] == EA_WIRE_MAGIC_SEALED || body[0] == EA_WIRE_MAGIC_SEALED_RP) {
-    free(body), free(open_buf);
-    return snprintf(why, wl, "it answered sealed: it has a cluster key, pass --key-file"), -EACCES;
-  }
-  uint8_t kind;
-  const char *err = "?";
-  rc = ea_wire_decode_state(p, pl, &kind, &out->id, &out->ups, &out->n, &err);
-  free(body), free(open_buf);
-  if (rc < 0) return snprintf(why, wl, "its answer does not decode (%s)", err), -EPROTO;
-  return 0;
-}
-
-/* "host:port", "[v6]:port", "host" (port 7000). */
-static int split_hostport(const char *spec, char *host, size_t hcap, char *port, size_t pcap) {
-  const char *h = spec, *colon;
-  size_t hl;
-  if (spec[0] == '[') {
-    const char *rb = strchr(spec, ']');
-    if (!rb) return -EINVAL;
-    h = spec + 1, hl = (size_t)(rb - h);
-    colon = rb[1] == ':' ? rb + 1 : NULL;
-  } else {
-    colon = strrchr(spec, ':');
-    if (colon && strchr(spec, ':') != colon) colon = NULL; /* a bare v6 address */
-    hl = colon ? (size_t)(colon - spec) : strlen(spec);
-  }
-  if (hl == 0 || hl >= hcap) return -EINVAL;
-  memcpy(host, h, hl);
-  host[hl] = 0;
-  snprintf(port, pcap, "%s", colon && colon[1] ? colon + 1 : "7000");
-  return 0;
-}
-
-static size_t check_seeds(const char *join, const uint8_t *key, seed_res *res, size_t cap) {
-  char copy[4096];
-  snprintf(copy, sizeof copy, "%s", join);
-  size_t ns = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, ",", &save); tok && ns < cap; tok = strtok_r(NULL, ",", &save)) {
-    while (*tok == ' ') tok++;
-    if (!*tok) continue;
-    seed_res *r = &res[ns++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->spec, sizeof r->spec, "%s", tok);
-    char host[256], port[16], why[512] = "";
-    if (split_hostport(tok, host, sizeof host, port, sizeof port) < 0) {
-      add("seed", ST_FAIL, "--join takes host:port[,host:port...]", "%s: cannot parse", tok);
-      continue;
-    }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int g = getaddrinfo(host, port, &hints, &ai);
-    if (g != 0) {
-      add("seed", ST_FAIL, "check the name in --join (DNS), or give an address", "%s: %s", tok,
-          gai_strerror(g));
-      continue;
-    }
-    int rc = -ENOENT;
-    int tried = 0;
-    for (struct addrinfo *i = ai; i && tried < 8 && !r->ok; i = i->ai_next, tried++) {
-      rc = pushpull(i->ai_addr, i->ai_addrlen, key, r, why, sizeof why);
-      if (rc == 0) {
-        r->ok = true;
-        ea_addr_from_sockaddr(i->ai_addr, &r->addr);
-      }
-    }
-    freeaddrinfo(ai);
-    if (!r->ok) {
-      const char *hint =
-          rc == -EACCES ? "every node needs the same --key-file (or all none): copy the cluster's "
-                          "key file here"
-          : rc == -ECONNREFUSED
-              ? "no agent listens there: is it running, with this --bind port? (TCP and UDP "
-                "7000 by default)"
-              : "check the address, that the agent runs, and the firewall (TCP and UDP gossip "
-                "port)";
-      add("seed", ST_FAIL, hint, "%s: %s", tok, why);
-      continue;
-    }
-    size_t alive = 0;
-    const char *name = "?";
-    for (size_t k = 0; k < r->n; k++) {
-      if (r->ups[k].state == EA_STATE_ALIVE) alive++;
-      if (ea_node_id_cmp(&r->ups[k].id, &r->id) == 0 && r->ups[k].has_meta)
-        name = r->ups[k].meta.name;
-    }
-    char as[64];
-    ea_addr_str(&r->addr, as, sizeof as);
-    add("seed", ST_PASS, NULL, "%s (%s, %s) answered%s: %zu members, %zu alive", tok, name, as,
-        key ? " and accepted our key" : "", r->n, alive);
-  }
-  return ns;
-}
-
-/* ---- the shared checkpoint directory and the clock: probes over the control channel - */
-
-typedef struct {
-  ea_node_id id;
-  char name[EA_NAME_MAX];
-  ea_addr ctl;
-  uint64_t nonce, t_send, t_recv;
-  bool answered;
-  ea__probe_msg ans;
-} peer;
-
-typedef struct {
-  uv_loop_t loop;
-  uv_timer_t timer;
-  ea__ctl *ctl;
-  peer *peers;
-  size_t npeers, answered;
-} probe_run;
-
-static void probe_ignore(void *ctx, const ea_rdzv_msg *m) {
-  (void)ctx, (void)m;
-}
-
-static bool probe_hook(void *ctx, const uint8_t *plain, size_t len) {
-  probe_run *pr = ctx;
-  if (!ea__probe_wire_is(plain, len)) return true;
-  static ea__probe_msg m;
-  if (ea__probe_decode(plain, len, &m, NULL) != 0 || m.type != EA__PROBE_ANS) return true;
-  for (size_t i = 0; i < pr->npeers; i++) {
-    peer *p = &pr->peers[i];
-    if (p->answered || p->nonce != m.nonce) continue;
-    p->t_recv = wall_us();
-    p->answered = true;
-    p->ans = m;
-    if (++pr->answered == pr->npeers) uv_stop(&pr->loop);
-    break;
-  }
-  return true;
-}
-
-static void probe_timeout(uv_timer_t *t) {
-  uv_stop(t->loop);
-}
-
-static void ctl_closed(void *ctx) {
-  *(bool *)ctx = true;
-}
-
-static void noop_close(uv_handle_t *h) {
-  (void)h;
-}
-
-static void check_shared(const char *ckdir, const uint8_t *key, seed_res *seeds, size_t nseeds) {
-  /* The members to ask: alive workers in the first answering seed's view. */
-  seed_res *s = NULL;
-  for (size_t i = 0; i < nseeds && !s; i++)
-    if (seeds[i].ok) s = &seeds[i];
-  if (!s) {
-    add("ckpt_shared", ST_WARN, "make a seed answer first (see the seed rows)",
-        "not checked: no seed answered");
-    add("clock", ST_WARN, NULL, "not checked: no seed answered");
-    return;
-  }
-  static peer peers[PROBE_MAX_PEERS];
-  size_t np = 0;
-  for (size_t k = 0; k < s->n && np < PROBE_MAX_PEERS; k++) {
-    const ea_update *u = &s->ups[k];
-    if (u->state != EA_STATE_ALIVE || !u->has_meta || strcmp(u->meta.role, "worker") != 0 ||
-        u->meta.control.family == 0)
-      continue;
-    peer *p = &peers[np++];
-    memset(p, 0, sizeof *p);
-    p->id = u->id;
-    p->ctl = u->meta.control;
-    snprintf(p->name, sizeof p->name, "%s", u->meta.name);
-  }
-  if (np == 0) {
-    add("ckpt_shared", ST_WARN, NULL, "not checked: the cluster has no alive worker agent");
-    add("clock", ST_WARN, NULL, "not checked: the cluster has no alive worker agent");
-    return;
-  }
-  char token[80], hex[33], file[EA__PROBE_FILE_MAX], path[EA_PATH_MAX + 64];
-  random_hex(hex, 16);
-  snprintf(file, sizeof file, "%s%s", EA__PROBE_FILE_PREFIX, hex);
-  random_hex(token, 24);
-  snprintf(path, sizeof path, "%s/%s", ckdir, file);
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  size_t tl = strlen(token);
-  if (fd < 0 || write(fd, token, tl) != (ssize_t)tl || fsync(fd) < 0) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    unlink(path);
-    add("ckpt_shared", ST_FAIL, NULL, "cannot write the probe file %s: %s", path, strerror(e));
-    return;
-  }
-  close(fd);
-
-  static probe_run pr;
-  memset(&pr, 0, sizeof pr);
-  pr.peers = peers;
-  pr.npeers = np;
-  uv_loop_init(&pr.loop);
-  /* Our listener on the address we reached the seed from: the one the
-   * peers can reach us at. */
-  ea_addr bind;
-  ea_addr_from_sockaddr((struct sockaddr *)&s->local, &bind);
-  bind.port = 0;
-  char err[512];
-  int rc = ea__ctl_start(&pr.loop, &bind, key, NULL, probe_ignore, &pr, &pr.ctl, err, sizeof err);
-  if (rc < 0) {
-    unlink(path);
-    uv_loop_close(&pr.loop);
-    add("ckpt_shared", ST_WARN, NULL, "not checked: cannot listen for answers: %s", err);
-    add("clock", ST_WARN, NULL, "not checked: cannot listen for answers");
-    return;
-  }
-  ea__ctl_set_frame_hook(pr.ctl, probe_hook);
-  ea_addr reply = bind;
-  reply.port = ea__ctl_bound(pr.ctl)->port;
-  ea_node_id me;
-  if (getrandom(me.b, sizeof me.b, 0) != sizeof me.b) memset(me.b, 0x7d, sizeof me.b);
-  static uint8_t buf[EA__PROBE_WIRE_MAX];
-  for (size_t i = 0; i < np; i++) {
-    ea__probe_msg q = {.type = EA__PROBE_REQ, .src = me, .reply_to = reply};
-    if (getrandom(&q.nonce, sizeof q.nonce, 0) != sizeof q.nonce) q.nonce = i + 1;
-    snprintf(q.file, sizeof q.file, "%s", file);
-    snprintf(q.token, sizeof q.token, "%s", token);
-    peers[i].nonce = q.nonce;
-    size_t len;
-    if (ea__probe_encode(&q, buf, sizeof buf, &len) != 0) continue;
-    peers[i].t_send = wall_us();
-    ea__ctl_send_bytes(pr.ctl, &peers[i].id, &peers[i].ctl, buf, len);
-  }
-  uv_timer_init(&pr.loop, &pr.timer);
-  uv_timer_start(&pr.timer, probe_timeout, PROBE_TIMEOUT_MS, 0);
-  uv_run(&pr.loop, UV_RUN_DEFAULT);
-  bool closed = false;
-  uv_timer_stop(&pr.timer);
-  uv_close((uv_handle_t *)&pr.timer, noop_close);
-  ea__ctl_close(pr.ctl, ctl_closed, &closed);
-  uv_run(&pr.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&pr.loop);
-  unlink(path);
-
-  /* The directory: every peer must see the token. */
-  char bad[1024] = "", none[512] = "", seen[512] = "";
-  size_t nbad = 0, nnone = 0, nseen = 0;
-  for (size_t i = 0; i < np; i++) {
-    peer *p = &peers[i];
-    char *dst = !p->answered ? none : p->ans.result == EA__PROBE_SEEN ? seen : bad;
-    size_t cap = !p->answered                      ? sizeof none
-                 : p->ans.result == EA__PROBE_SEEN ? sizeof seen
-                                                   : sizeof bad;
-    size_t used = strlen(dst);
-    if (!p->answered) {
-      snprintf(dst + used, cap - used, "%s%s", nnone++ ? ", " : "", p->name);
-    } else if (p->ans.result == EA__PROBE_SEEN) {
-      snprintf(dst + used, cap - used, "%s%s", nseen++ ? ", " : "", p->name);
-    } else {
-      snprintf(dst + used, cap - used, "%s%s: %s in %s%s%s", nbad++ ? "; " : "", p->name,
-               ea__probe_result_str(p->ans.result), p->ans.dir, p->ans.error ? ": " : "",
-               p->ans.error ? strerror((int)p->ans.error) : "");
-    }
-  }
-  if (nbad)
-    add("ckpt_shared", ST_FAIL,
-        "every node must see one checkpoint directory (the controller commits all ranks' shards "
-        "from its own view of it): put checkpoint.dir on shared storage (NFS, a ReadWriteMany "
-        "volume) and give every node the same path; the default, DATA_DIR/checkpoints, is per "
-        "node",
-        "%s is not the directory %zu of %zu agents see: %s", ckdir, nbad, np, bad);
-  else if (nnone)
-    add("ckpt_shared", ST_WARN,
-        "an agent that does not answer is an older version, its control port (gossip port + 1 "
-        "by default) is firewalled from here, or it cannot connect back to this node (preflight "
-        "takes the answers on an ephemeral TCP port)",
-        "%zu of %zu agents see %s (%s); no answer from %s", nseen, np, ckdir, nseen ? seen : "none",
-        none);
-  else
-    add("ckpt_shared", ST_PASS, NULL, "all %zu agents see %s (%s)", np, ckdir, seen);
-
-  /* The clock: NTP's offset estimate, error at most half the round trip. */
-  double worst = 0, worst_err = 0;
-  const char *worst_name = NULL;
-  for (size_t i = 0; i < np; i++) {
-    peer *p = &peers[i];
-    if (!p->answered) continue;
-    double mid = ((double)p->t_send + (double)p->t_recv) / 2;
-    double off = ((double)p->ans.wall_us - mid) / 1e3;
-    if (!worst_name || fabs(off) > fabs(worst)) {
-      worst = off;
-      worst_err = ((double)p->t_recv - (double)p->t_send) / 2e3;
-      worst_name = p->name;
-    }
-  }
-  if (!worst_name)
-    add("clock", ST_WARN, NULL, "not checked: no agent answered");
-  else if (fabs(worst) - worst_err > CLOCK_WARN_MS)
-    add("clock", ST_WARN,
-        "log lines, alert times and checkpoint times of different nodes will disagree: run "
-        "NTP (chrony, systemd-timesyncd) on every node",
-        "%s is %+.1f ms (± %.1f ms) from this node", worst_name, worst, worst_err);
-  else
-    add("clock", ST_PASS, NULL, "largest offset %+.1f ms (± %.1f ms), %s", worst, worst_err,
-        worst_name);
+  ea__pf_add(name, ST_PASS, NULL, "%s%s can be bound", udp_too ? "udp+tcp " : "tcp ", as);
 }
 
 /* ---- GPUs and NCCL ---------------------------------------------------------------- */
@@ -889,34 +402,35 @@ static void check_gpu(const ea_config *cfg, ea__mode mode, bool have_prog) {
   if (strcmp(b, "auto") == 0) /* as the agent picks (agent.c, pick_backend) */
     want_nccl = mode != EA__MODE_LIBRARY && have_prog && ctl && built;
   if (!want_nccl) {
-    add("gpu", ST_WARN, "the tcp backend runs on CPUs; set distributed.backend: nccl for GPUs",
-        "backend %s%s: GPUs not needed, not checked (%d NVIDIA device%s here, NCCL %s)", b,
-        strcmp(b, "auto") == 0 ? " (→ tcp)" : "", gpus, gpus == 1 ? "" : "s",
-        built ? "built in" : "not built in");
+    ea__pf_add("gpu", ST_WARN,
+               "the tcp backend runs on CPUs; set distributed.backend: nccl for GPUs",
+               "backend %s%s: GPUs not needed, not checked (%d NVIDIA device%s here, NCCL %s)", b,
+               strcmp(b, "auto") == 0 ? " (→ tcp)" : "", gpus, gpus == 1 ? "" : "s",
+               built ? "built in" : "not built in");
     return;
   }
   if (!built) {
-    add("gpu", ST_FAIL,
-        "rebuild with CUDA and NCCL found (make CUDA_HOME=/usr/local/cuda), or use "
-        "distributed.backend: tcp",
-        "distributed.backend nccl, but this binary was built without NCCL");
+    ea__pf_add("gpu", ST_FAIL,
+               "rebuild with CUDA and NCCL found (make CUDA_HOME=/usr/local/cuda), or use "
+               "distributed.backend: tcp",
+               "distributed.backend nccl, but this binary was built without NCCL");
     return;
   }
   if (!ctl || gpus == 0) {
-    add("gpu", ST_FAIL,
-        "no GPU is visible here (no /dev/nvidiactl): install the NVIDIA driver, expose the "
-        "devices to the container, or use distributed.backend: tcp on CPU nodes",
-        "distributed.backend nccl, but no NVIDIA GPU on this node");
+    ea__pf_add("gpu", ST_FAIL,
+               "no GPU is visible here (no /dev/nvidiactl): install the NVIDIA driver, expose the "
+               "devices to the container, or use distributed.backend: tcp on CPU nodes",
+               "distributed.backend nccl, but no NVIDIA GPU on this node");
     return;
   }
   if ((uint32_t)gpus < cfg->compute.workers_per_node) {
-    add("gpu", ST_FAIL, "one worker per GPU: lower compute.workers_per_node",
-        "%d GPU%s for compute.workers_per_node %u", gpus, gpus == 1 ? "" : "s",
-        cfg->compute.workers_per_node);
+    ea__pf_add("gpu", ST_FAIL, "one worker per GPU: lower compute.workers_per_node",
+               "%d GPU%s for compute.workers_per_node %u", gpus, gpus == 1 ? "" : "s",
+               cfg->compute.workers_per_node);
     return;
   }
-  add("gpu", ST_PASS, NULL, "%d NVIDIA GPU%s, NCCL built in, %u workers per node", gpus,
-      gpus == 1 ? "" : "s", cfg->compute.workers_per_node);
+  ea__pf_add("gpu", ST_PASS, NULL, "%d NVIDIA GPU%s, NCCL built in, %u workers per node", gpus,
+             gpus == 1 ? "" : "s", cfg->compute.workers_per_node);
 }
 
 /* ---- the program ------------------------------------------------------------------- */
@@ -991,10 +505,10 @@ static int run_python(const char *py, const char *code, const char *pypath, char
   close(pfd[1]);
   char out[8192];
   size_t got = 0;
-  double deadline = mono_ms() + PY_TIMEOUT_MS;
+  double deadline = ea__pf_mono_ms() + PY_TIMEOUT_MS;
   bool timed_out = false;
   for (;;) {
-    if (wait_fd(pfd[0], POLLIN, deadline) < 0) {
+    if (ea__pf_wait_fd(pfd[0], POLLIN, deadline) < 0) {
       timed_out = true;
       break;
     }
@@ -1024,18 +538,18 @@ static void check_import(const char *py, const char *module, const char *pypath,
   char code[256], last[512];
   snprintf(code, sizeof code, "import %s, sys; print(getattr(%s, '__version__', 'ok'))", module,
            module);
-  double t0 = mono_ms();
+  double t0 = ea__pf_mono_ms();
   int rc = run_python(py, code, pypath, last, sizeof last);
   char name[24];
   snprintf(name, sizeof name, "import_%s", module);
   if (rc == 0)
-    add(name, ST_PASS, NULL, "%s: import %s works (%s, %.1f s)", py, module, last,
-        (mono_ms() - t0) / 1e3);
+    ea__pf_add(name, ST_PASS, NULL, "%s: import %s works (%s, %.1f s)", py, module, last,
+               (ea__pf_mono_ms() - t0) / 1e3);
   else if (rc < 0)
-    add(name, ST_FAIL, hint, "%s: import %s did not finish in %d s", py, module,
-        PY_TIMEOUT_MS / 1000);
+    ea__pf_add(name, ST_FAIL, hint, "%s: import %s did not finish in %d s", py, module,
+               PY_TIMEOUT_MS / 1000);
   else
-    add(name, ST_FAIL, hint, "%s: import %s failed (exit %d): %s", py, module, rc, last);
+    ea__pf_add(name, ST_FAIL, hint, "%s: import %s failed (exit %d): %s", py, module, rc, last);
 }
 
 static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode *mode_out,
@@ -1044,8 +558,8 @@ static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode 
   ea__mode mode;
   *have_prog = cfg->compute.worker_command[0] || argc > 0;
   if (ea__launch_mode(cfg, argc, argv, &mode, err, sizeof err) < 0) {
-    add("program", ST_FAIL, "compute.protocol and the program must agree (docs/torchrun.md)", "%s",
-        err);
+    ea__pf_add("program", ST_FAIL, "compute.protocol and the program must agree (docs/torchrun.md)",
+               "%s", err);
     *mode_out = EA__MODE_BUILTIN;
     return;
   }
@@ -1053,31 +567,32 @@ static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode 
   if (mode == EA__MODE_BUILTIN) {
     struct stat st;
     if (stat(cfg->train.data, &st) < 0)
-      add("program", ST_FAIL, "train.data names the file or directory the built-in trainer reads",
-          "built-in trainer: train.data %s: %s", cfg->train.data, strerror(errno));
+      ea__pf_add("program", ST_FAIL,
+                 "train.data names the file or directory the built-in trainer reads",
+                 "built-in trainer: train.data %s: %s", cfg->train.data, strerror(errno));
     else
-      add("program", ST_PASS, NULL, "built-in trainer (this binary), train.data %s",
-          cfg->train.data);
+      ea__pf_add("program", ST_PASS, NULL, "built-in trainer (this binary), train.data %s",
+                 cfg->train.data);
     return;
   }
   char word[EA_PATH_MAX], path[EA_PATH_MAX + 256];
   first_word(cfg, argc, argv, word, sizeof word);
   if (!word[0]) {
-    add("program", ST_FAIL, NULL, "compute.worker_command is empty");
+    ea__pf_add("program", ST_FAIL, NULL, "compute.worker_command is empty");
     return;
   }
   if (!resolve_cmd(word, path, sizeof path)) {
-    add("program", ST_FAIL,
-        "the agent starts the program with the PATH it has: give a full path, or install it",
-        "%s mode: '%s' %s", ea__mode_name(mode), word,
-        strchr(word, '/') ? "is not an executable file" : "is not found in PATH");
+    ea__pf_add("program", ST_FAIL,
+               "the agent starts the program with the PATH it has: give a full path, or install it",
+               "%s mode: '%s' %s", ea__mode_name(mode), word,
+               strchr(word, '/') ? "is not an executable file" : "is not found in PATH");
     return;
   }
-  add("program", ST_PASS, NULL, "%s mode: %s → %s", ea__mode_name(mode), word, path);
+  ea__pf_add("program", ST_PASS, NULL, "%s mode: %s → %s", ea__mode_name(mode), word, path);
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   if (strncmp(base, "python", 6) != 0) {
-    add("python", ST_WARN, NULL, "%s is not a python interpreter: `import torch` not checked",
-        base);
+    ea__pf_add("python", ST_WARN, NULL,
+               "%s is not a python interpreter: `import torch` not checked", base);
     return;
   }
   check_import(path, "torch", NULL,
@@ -1249,12 +764,14 @@ int ea__preflight_main(int argc, char **argv) {
   if (rc == 0 && key_file) {
     const char *kerr = "?";
     if (ea_wire_load_key(key_file, key, &kerr) < 0)
-      add("key", ST_FAIL, "make one with `elastic-agent keygen FILE` and copy it to every node",
-          "--key-file %s: %s", key_file, kerr);
+      ea__pf_add("key", ST_FAIL,
+                 "make one with `elastic-agent keygen FILE` and copy it to every node",
+                 "--key-file %s: %s", key_file, kerr);
     else
-      have_key = true, add("key", ST_PASS, NULL, "%s: a cluster key", key_file);
+      have_key = true, ea__pf_add("key", ST_PASS, NULL, "%s: a cluster key", key_file);
   } else if (rc == 0) {
-    add("key", ST_WARN,
+    ea__pf_add(
+        "key", ST_WARN,
         "without a cluster key anyone who can reach the gossip port can join: `elastic-agent "
         "keygen FILE`, then --key-file FILE on every node",
         "no --key-file: gossip is not authenticated");
@@ -1268,14 +785,15 @@ int ea__preflight_main(int argc, char **argv) {
     char ckdir[EA_PATH_MAX], err[512];
     bool ck_ok = false;
     if (ea__agent_ckpt_dir_resolve(&o, ckdir, sizeof ckdir, err, sizeof err) < 0) {
-      add("ckpt_dir", ST_FAIL, "shorten checkpoint.dir", "%s", err);
+      ea__pf_add("ckpt_dir", ST_FAIL, "shorten checkpoint.dir", "%s", err);
     } else if ((rc = mkdir_p(ckdir, 0755)) < 0) {
-      add("ckpt_dir", ST_FAIL,
-          "checkpoint.dir must exist or be creatable by the agent's user on every node",
-          "cannot create %s: %s", ckdir, strerror(-rc));
+      ea__pf_add("ckpt_dir", ST_FAIL,
+                 "checkpoint.dir must exist or be creatable by the agent's user on every node",
+                 "cannot create %s: %s", ckdir, strerror(-rc));
     } else {
       ck_ok = true;
-      add("ckpt_dir", ST_PASS, NULL, "%s exists%s", ckdir,
+      ea__pf_add(
+          "ckpt_dir", ST_PASS, NULL, "%s exists%s", ckdir,
           o.cfg.checkpoint.dir[0] ? "" : " (the default: DATA_DIR/checkpoints, this node's own)");
       check_ckpt_io(ckdir);
       check_ckpt_space(&o.cfg, ckdir, mode);
@@ -1298,9 +816,9 @@ int ea__preflight_main(int argc, char **argv) {
                  9400, false);
     check_gpu(&o.cfg, mode, have_prog);
     if (join) {
-      static seed_res seeds[16];
-      size_t ns = check_seeds(join, have_key ? key : NULL, seeds, 16);
-      if (ck_ok) check_shared(ckdir, have_key ? key : NULL, seeds, ns);
+      static ea__pf_seed seeds[16];
+      size_t ns = ea__pf_check_seeds(join, have_key ? key : NULL, seeds, 16);
+      if (ck_ok) ea__pf_check_shared(ckdir, have_key ? key : NULL, seeds, ns);
       for (size_t i = 0; i < ns; i++) free(seeds[i].ups);
     }
   }

@@ -1,6 +1,6 @@
 /* probe.h — internal to agent/cli/: the checkpoint-directory probe that
  * `elastic-agent preflight --join` sends to running agents (probe_wire.c,
- * probe.c), the preflight command (preflight.c) and the smoke run
+ * probe.c), the preflight command (preflight_net.c) and the smoke run
  * (smoke.c).
  *
  * The probe asks "do you see this file in your checkpoint.dir?".  The
