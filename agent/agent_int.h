@@ -34,7 +34,8 @@
  * contract and tests, and this header includes them: the worker supervisor
  * (job/supervisor.h), launch and output (job/launch.h, job/output.h), the
  * job's outcome (job/job.h), the checkpoint flow (ckpt/ckpt_svc.h), the
- * checkpoint-dir probe (cli/probe.h) and the smoke run (cli/smoke.h).
+ * checkpoint-dir probe (cli/probe.h), the smoke run (cli/smoke.h), and the
+ * alert records, metrics snapshot and HTTP server (obs/obs.h).
  * The wing files that include this header reach back up into the loop's
  * state: `scripts/check-layout.sh` prints them as circles (issue 26, item 2).
  */
@@ -44,6 +45,7 @@
 #include "ckpt_svc.h"
 #include "job.h"
 #include "launch.h"
+#include "obs.h"
 #include "output.h"
 #include "probe.h"
 #include "smoke.h"
@@ -382,165 +384,6 @@ void ea__admin_dispatch(const ea__admin_cmd *cmds, size_t ncmds, void *ctx, char
  * errnos with a sentence in err ("no agent is running …"). */
 int ea__admin_request(const char *path, const char *line, int timeout_ms, char **resp, size_t *len,
                       char *err, size_t errlen);
-
-/* ---- metrics snapshot and its exposition (metrics.c) ----------------------
- *
- * The loop publishes an immutable snapshot of what /metrics, /healthz and
- * /readyz answer; the HTTP thread (http.c) only formats the newest one.
- * Every value is taken from what `status` shows (metrics.c says where each
- * comes from), so the two never disagree by more than one publish period. */
-
-/* Alert kinds (docs/operations.md, "Alerts"): the `kind` label of
- * elastic_agent_alerts_total and the keys of status counters.alerts.  All
- * are exported from the start (at 0) so that rate() and dashboards work
- * before the first one; which code raises which is in metrics.c. */
-typedef enum {
-  EA__ALERT_LOSS_NAN,
-  EA__ALERT_CHECKPOINT_FAILED,
-  EA__ALERT_STORAGE_TIMEOUT,
-  EA__ALERT_WORKER_EXIT,
-  EA__ALERT_NODE_LOST,
-  EA__ALERT_STRAGGLER,
-  EA__ALERT_STALLED,
-  EA__ALERT_GENERATION_CHURN,
-  EA__ALERT_RESUME_FALLBACK,
-  EA__ALERT_JOB_FAILED,
-  EA__ALERT_PREEMPTED, /* a spot/preemption notice (notice.c) */
-  EA__ALERT_KINDS
-} ea__alert_kind;
-
-const char *ea__alert_kind_str(ea__alert_kind k);
-
-/* A histogram as Prometheus exposes it: bucket i counts observations
- * ≤ le[i] (cumulative, as exposed), +Inf is `count`. */
-#define EA__MX_BUCKETS_MAX 16
-typedef struct {
-  const double *le; /* upper bounds, ascending; static storage */
-  size_t n;         /* ≤ EA__MX_BUCKETS_MAX */
-  uint64_t cum[EA__MX_BUCKETS_MAX];
-  uint64_t count;
-  double sum;
-} ea__mx_hist;
-
-/* Observe v (seconds) into h. */
-void ea__mx_hist_observe(ea__mx_hist *h, double v);
-
-/* What the listener answered and refused, since start (issue 27): requests
- * answered; connections closed as soon as accepted because their source
- * (an IPv4 address, an IPv6 /64) held its limit (8) or all 512 were held;
- * connections closed before a whole request came (the 2 s timeout, or the
- * client gave up).  Any thread;
- * ea__http_stats_get below. */
-typedef struct {
-  uint64_t requests, refused_per_source, refused_full, closed_unrequested;
-} ea__http_stats;
-
-typedef struct {
-  /* labels and identity */
-  char job[64]; /* experiment.name */
-  char node[EA_NAME_MAX];
-  char id[33], version[32], role[EA_ROLE_MAX];
-  double start_time_s; /* unix time the agent started */
-  /* health: when the loop published this (CLOCK_MONOTONIC ms, uv_hrtime) */
-  uint64_t mono_ms;
-  bool ready;
-  char ready_why[256]; /* "ok" or why not */
-  /* membership */
-  uint64_t members[4]; /* by EA_STATE_* (alive, suspect, dead, left) */
-  bool controller;
-  /* generations */
-  uint64_t generation; /* term of the generation this node runs; 0: none */
-  uint32_t world;
-  uint32_t held_out, stragglers; /* as controller: nodes held out, ranks straggling now */
-  uint64_t gens_committed;       /* generations this node ran (status committed_here) */
-  uint64_t formations_started, formations_committed, formations_failed; /* as controller */
-  ea__mx_hist formation; /* PREPARE → COMMIT, each generation this node ran */
-  /* training */
-  uint64_t step; /* status generation.last_step */
-  double steps_per_s;
-  bool has_loss;
-  double loss;
-  double since_step_s; /* seconds since a local worker last completed a step */
-  bool stalled;
-  uint64_t worker_failures, worker_restarts;
-  /* checkpoints */
-  uint32_t ck_interval;                         /* checkpoint.save_interval_steps; 0: off */
-  uint64_t ck_committed, ck_failed, ck_skipped; /* as controller */
-  bool ck_have_last;
-  uint64_t ck_last_step;
-  double ck_last_time_s;       /* unix time this node first knew that checkpoint */
-  uint64_t ck_bytes_written;   /* this node's shards, durable */
-  uint64_t ck_bytes_committed; /* as controller: checkpoints committed */
-  ea__mx_hist persist;         /* as controller: first report → MANIFEST durable */
-  /* gossip (UDP datagrams; drops include push-pull frames) and control */
-  uint64_t gossip_in, gossip_out, gossip_bytes_in, gossip_bytes_out;
-  uint64_t gossip_drop_malformed, gossip_drop_unauth, gossip_drop_oversize, gossip_drop_replayed;
-  uint64_t ctl_drop_malformed, ctl_drop_unauth, ctl_drop_oversize, ctl_drop_replayed;
-  uint64_t drains_refused;
-  ea__http_stats http; /* this listener's, as of the snapshot */
-  /* alerts */
-  uint64_t alerts[EA__ALERT_KINDS];
-} ea__mx_snap;
-
-/* The Prometheus text exposition (format 0.0.4) of s, appended to out
- * (check out->oom).  Label values are escaped (\\, \", \n); a NaN loss is
- * "NaN".  Pure: tests/unit/test_metrics.c pins the exact text. */
-void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
-
-/* ---- the HTTP server (http.c, libmicrohttpd) -------------------------------
- * GET /metrics, /healthz, /readyz (and / : an index) on one listener,
- * answered by libmicrohttpd's own thread from the newest published
- * snapshot; the loop is never waited on.
- *   /healthz  200 "ok" while the newest snapshot is under
- *             EA__HEALTH_MAX_AGE_MS old (the loop publishes every
- *             EA__MX_PERIOD_MS), else 503 with the age;
- *   /readyz   200 "ok" when the snapshot says ready, else 503 with why;
- *   /metrics  200, text/plain; version=0.0.4.
- * Other paths 404, other methods 405.  Nothing of the request is parsed
- * here beyond comparing the method and path libmicrohttpd hands over. */
-
-/* 500 ms: a tenth of the health deadline, and fresher than any scrape. */
-#define EA__MX_PERIOD_MS 500
-/* 5 s: ten publish periods missed is a loop that is stuck, not busy (a
- * turn of the loop takes microseconds to a few milliseconds). */
-#define EA__HEALTH_MAX_AGE_MS 5000
-
-typedef struct ea__http ea__http;
-
-/* What the endpoint answers one request, as a pure function of the method
- * and path libmicrohttpd hands over (NUL-terminated; the path already
- * percent-decoded, so any bytes), the newest snapshot (NULL before the
- * first) and the time (CLOCK_MONOTONIC ms, as s->mono_ms): the server
- * (http.c), tests/unit/test_metrics.c and tests/fuzz/fuzz_http.c call
- * it.  Every body is UTF-8, as its type says: what a body repeats of the
- * request or of the snapshot's reason has invalid sequences replaced by
- * U+FFFD and control characters by '?', so a text answer stays one line. */
-typedef struct {
-  unsigned code;    /* HTTP status */
-  char *body;       /* malloc'd, owned by the caller; NULL: out of memory (a 500) */
-  size_t len;       /* of body */
-  const char *type; /* Content-Type, static */
-  bool allow;       /* a 405: add "Allow: GET, HEAD" */
-} ea__http_reply;
-
-void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
-                     ea__http_reply *r);
-
-/* Listen on HOST:PORT (a name is resolved now: call before the loop runs
- * or accept the blocking lookup); port 0 picks a free one.  The bound
- * address goes to bound ("127.0.0.1:9400", "[::1]:9400").  Returns 0, or a
- * negative errno with a sentence in err (nothing is left open). */
-int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundlen, char *err,
-                   size_t errlen);
-/* Make s the snapshot answered from now on; takes ownership of s (malloc'd;
- * freed once no request uses it).  Thread-safe; never blocks on a request
- * being formatted. */
-void ea__http_publish(ea__http *h, ea__mx_snap *s);
-/* Requests answered (for status), since start. */
-uint64_t ea__http_requests(const ea__http *h);
-void ea__http_stats_get(const ea__http *h, ea__http_stats *out);
-/* Stop the thread (in-flight answers finish), close the socket, free. */
-void ea__http_stop(ea__http *h);
 
 /* ---- cluster identity and the --join gate (ident.c) -----------------------
  * <data-dir>/cluster-id holds the cluster's identity (ckpt/cluster.c's
@@ -927,59 +770,6 @@ void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out);
  * summary).  Resolves are never held back.  Loop thread only; callable
  * before ea__agent_alerts_start (log line only) and after close (the
  * same). */
-
-/* Alertmanager's own default resolve_timeout is 5 min: an event shows for
- * as long as an alert nobody re-sends would. */
-#define EA__ALERT_EVENT_HOLD_S 300
-/* One delivery per kind per minute: an operator's pager, not a log. */
-#define EA__ALERT_RATE_S 60
-#define EA__ALERT_RECENT 16
-/* Queued deliveries: a minute of one alert per second; past that the
- * oldest is dropped (and counted): fresh news beats old. */
-#define EA__ALERT_QUEUE_MAX 64
-
-typedef enum { EA__SEV_WARNING, EA__SEV_CRITICAL } ea__alert_sev;
-const char *ea__alert_sev_str(ea__alert_sev s);
-/* Conditions (resolved explicitly) vs events (see above). */
-bool ea__alert_kind_is_condition(ea__alert_kind k);
-
-/* One alert as it is delivered and shown. */
-typedef struct {
-  ea__alert_kind kind;
-  ea__alert_sev sev;
-  bool firing;         /* false: resolved */
-  char subject[128];   /* what it is about ("n3", "worker 1"), "" when the node itself */
-  char summary[2048];  /* the log line's text */
-  double starts_s;     /* unix time it fired */
-  double ends_s;       /* unix time it resolved (or, for events, expires); 0: open */
-  uint32_t suppressed; /* fires of this kind held back before this one */
-} ea__alert_rec;
-
-/* The rate limiter: one per kind.  admit returns true when a fire at now_ms
- * may be delivered (*held = fires held back since the last delivered one,
- * then reset), false when it is held back (counted). */
-typedef struct {
-  bool have;
-  uint64_t last_ms;
-  uint32_t held;
-} ea__alert_rl;
-bool ea__alert_rl_admit(ea__alert_rl *rl, uint64_t now_ms, uint64_t window_ms, uint32_t *held);
-
-/* "2026-12-01T21:00:00.123Z" (UTC, RFC 3339 as Alertmanager parses it). */
-void ea__alert_time_str(double unix_s, char *out, size_t cap);
-/* The bodies, malloc'd NUL-terminated compact JSON (free()), NULL when out
- * of memory.  Pure: tests/unit/test_alerts.c pins the exact text.
- *   Alertmanager (POST /api/v2/alerts): an array of
- *     {"labels":{"alertname":KIND,"job":J,"node":N,"severity":S[,"subject":X]},
- *      "annotations":{"summary":…[,"suppressed":"N"]},"startsAt":T,"endsAt":T}
- *     (endsAt of a firing condition: now_s + 4 × resend_s, four re-sends ahead
- *     as Prometheus sets it);
- *   webhook: {"version":1,"status":"firing"|"resolved","kind":…,"severity":…,
- *     "job":…,"node":…,"subject":…,"summary":…,"startsAt":T,"endsAt":T|null,
- *     "suppressed":N}. */
-char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
-                        double now_s, double resend_s);
-char *ea__alert_webhook_body(const ea__alert_rec *r, const char *job, const char *node);
 
 int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen);
 /* Shutdown (ea__agent_shutdown): close the loop handles; deliveries queued
