@@ -858,7 +858,9 @@ int ea__agent_run(const ea__agent_opts *o) {
   ea_rdzv_free(a->rdzv);
   int status = rc < 0 ? EA__EXIT_START : a->exit_status;
   if (rc == 0 && status)
-    ea_log(EA_LOG_ERROR, "exit", "exit status %d: the job failed (see the alert above)", status);
+    ea_log(EA_LOG_ERROR, "exit", "exit status %d: %s", status,
+           status == EA__EXIT_USAGE ? "refused (see the error above)"
+                                    : "the job failed (see the alert above)");
   explicit_bzero(a->ring_key, sizeof a->ring_key);
   free(a->w);
   free(a->ipc);

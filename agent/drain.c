@@ -171,7 +171,19 @@ void ea__agent_on_signal(uv_signal_t *h, int signum) {
 
 /* ---- the admin command ------------------------------------------------------------- */
 
-/* "drain NAME": drain a member (this node's own name: ourselves). */
+/* Live members (alive or suspect; this node included) named name. */
+static size_t live_named(ea__agent *a, const char *name) {
+  const ea_member *ms;
+  size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms), k = 0;
+  for (size_t i = 0; i < n; i++)
+    k += (ms[i].state == EA_STATE_ALIVE || ms[i].state == EA_STATE_SUSPECT) &&
+         strcmp(ms[i].meta.name, name) == 0;
+  return k;
+}
+
+/* "drain NAME": drain a member (this node's own name: ourselves).  A name
+ * that more than one live member holds is refused, never guessed (issue 27:
+ * it acted on whichever came first); ident.c keeps names unique at join. */
 int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
   ea__agent *a = ctx;
   char name[EA_NAME_MAX];
@@ -186,6 +198,15 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
   if (!a->rdzv || a->phase >= EA__PHASE_LEAVING) {
     *out = ea__json_error("shutting down");
     return -ESHUTDOWN;
+  }
+  size_t holders = a->tr ? live_named(a, name) : 0;
+  if (holders > 1) {
+    char msg[EA_NAME_MAX + 128];
+    snprintf(msg, sizeof msg,
+             "ambiguous: %zu live members are named '%s' (see status); nothing drained", holders,
+             name);
+    *out = ea__json_error(msg);
+    return -EEXIST;
   }
   ea__jb b = {0};
   json_t *doc = NULL;

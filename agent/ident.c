@@ -31,6 +31,24 @@
  *     directory's DIR/CLUSTER is compared with it before a resume here
  *     (workers.c, from the copy read off the loop) and before every commit
  *     and retention on the committing thread (ckpt_ctl.c).
+ *
+ * Names are unique (issue 27, item 5): two agents with the same --name were
+ * both admitted, `status` showed two rows of it and `drain NAME` acted on
+ * whichever it met first.  The rule is checked where a newcomer is known to
+ * be the newcomer — at the gate: an agent that joins with --join (without
+ * --bootstrap) sees the seed's whole member table, merged by the join's
+ * push-pull, in the settle that would open its gate; if a live member
+ * (alive or suspect) with another node id holds its --name, it does not
+ * open the gate (so it never takes part in a generation), says which member
+ * holds the name, leaves (LEFT, so the others mark it at once) and exits 2.
+ * The holder goes on untouched.  A restart with the same data dir keeps its
+ * node id, so it is never its own rival; a fresh data dir under the name of
+ * a member that died a moment ago is refused until that member is declared
+ * dead (status shows it; the detection bound is a few seconds) — a
+ * supervisor's restart then gets in.  Two agents already past their gates
+ * with one name (two clusters bridged later; a --bootstrap node) are not
+ * told apart here: each logs an error naming the other, and `drain NAME`
+ * (drain.c) refuses a name more than one live member holds.
  */
 #include "agent_int.h"
 
@@ -278,9 +296,49 @@ bool ea__ident_foreign(ea__agent *a, const ea_member *m) {
          memcmp(cid, a->ident.c.id, sizeof cid) != 0;
 }
 
+/* A live member other than us that holds our --name, or NULL. */
+static const ea_member *name_holder(const ea__agent *a, const ea_member *ms, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((ms[i].state == EA_STATE_ALIVE || ms[i].state == EA_STATE_SUSPECT) &&
+        ea_node_id_cmp(&ms[i].id, &a->id) != 0 && strcmp(ms[i].meta.name, a->o->name) == 0)
+      return &ms[i];
+  return NULL;
+}
+
+/* The name rule (header comment): true when this agent is refused (it is
+ * leaving; hand the rendezvous nothing). */
+static bool name_refused(ea__agent *a, const ea_member *ms, size_t n) {
+  ea__agent_ident *id = &a->ident;
+  if (a->phase >= EA__PHASE_STOPPING) return id->gated;
+  const ea_member *h = name_holder(a, ms, n);
+  if (!h) return false;
+  char addr[64], hid[33];
+  ea_addr_str(&h->meta.gossip, addr, sizeof addr);
+  ea_node_id_hex(&h->id, hid);
+  if (!id->gated) {
+    if (!warned(id, &h->id))
+      ea_log(EA_LOG_ERROR, "cluster",
+             "member %s (id %.8s, %s) has this node's name too; `drain %s` is refused while "
+             "both are alive: restart one of them with another --name",
+             a->o->name, hid, addr, a->o->name);
+    return false;
+  }
+  ea_log(EA_LOG_ERROR, "cluster",
+         "refused: the name '%s' is held by live member id %s (%s, %s) of the cluster joined "
+         "through %s; names must be unique (give this node another --name, or wait until that "
+         "member is gone); leaving, exit status 2",
+         a->o->name, hid, addr, ea_member_state_str(h->state), a->o->join);
+  a->exit_status = EA__EXIT_USAGE;
+  ea__agent_stop_and_leave(a, false, "its name is taken");
+  return true;
+}
+
 bool ea__ident_settle(ea__agent *a, const ea_member *ms, size_t n, ea_member **view,
                       size_t *nview) {
   ea__agent_ident *id = &a->ident;
+  *view = NULL;
+  *nview = n;
+  if (name_refused(a, ms, n)) return false;
   /* No identity yet: take the one of the cluster we joined — the lowest id
    * advertising one, the member the election would name among them. */
   if (!id->have && !id->pending) {
