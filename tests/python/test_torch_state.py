@@ -240,3 +240,58 @@ def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
     lines = out.stdout.split()
     assert lines[0] == "aborted" and lines[-1] == "clean", out.stdout + out.stderr
     assert float(lines[1]) < 10.0, "the wait was not ended by the abort: %s s" % lines[1]
+
+
+def test_the_nccl_path_without_a_gpu():
+    """What of the NCCL path runs on a CPU-only machine (NCCL itself has never
+    run here): forming a group with backend nccl sets torch 2.x's
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (not 1.13's name) and fails with a
+    CommError naming the missing device, not a crash; a user's own setting is
+    kept."""
+    child = (
+        "import os\n"
+        "from elastic_agent import CommError\n"
+        "from elastic_agent.torch import TorchBackend\n"
+        "for preset in (None, '3'):\n"
+        "    os.environ.pop('TORCH_NCCL_ASYNC_ERROR_HANDLING', None)\n"
+        "    if preset: os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = preset\n"
+        "    b = TorchBackend('nccl')\n"
+        "    addr = b.start('127.0.0.1:0', 0)\n"
+        "    try:\n"
+        "        b.form({'gen': 1, 'store': addr, 'rank': 0, 'world': 1, 'timeout_ms': 5000})\n"
+        "        print('formed')\n"
+        "    except CommError as e:\n"
+        "        print('commerror', e.errno, 'cuda' in str(e).lower(), os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'],\n"
+        "              'NCCL_ASYNC_ERROR_HANDLING' in os.environ)\n"
+        "    b.close()\n")
+    out = run_child(child)
+    lines = out.stdout.strip().splitlines()
+    assert lines == ["commerror 5 True 1 False", "commerror 5 True 3 False"], out.stdout + out.stderr
+
+
+def test_an_nccl_abort_goes_through_torchs_own(monkeypatch):
+    """The abort of an NCCL generation calls torch's ProcessGroup.abort()
+    (ncclCommAbort) once, from whatever thread the library's reader runs it
+    on; a torch without it is logged, not a crash.  (A fake group: no GPU.)"""
+    import torch.distributed as dist
+    from elastic_agent.torch import TorchBackend
+
+    class Group:
+        calls = 0
+
+        def abort(self):
+            Group.calls += 1
+
+    assert not dist.is_initialized()
+    b = TorchBackend("gloo")
+    b.name = "nccl"  # as after a formed NCCL generation
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    try:
+        dist.group.WORLD = Group()  # a property with a setter, no deleter
+        b.abort()
+        assert Group.calls == 1
+        dist.group.WORLD = object()  # no abort(): the timeout is the fallback
+        b.abort()
+        assert Group.calls == 1
+    finally:
+        dist.group.WORLD = None
