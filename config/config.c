@@ -1096,10 +1096,12 @@ static int syntax_error(const yaml_parser_t *p, const char *path, const char *bu
  *  - nesting: libyaml 0.2.5 (Debian 12's) has no depth limit, and its scanner
  *    walks the stack of open flow levels for every token it reads, so a file
  *    of D `[` costs D^2: 40,000 levels took 7 s, 200,000 (400 KiB) over
- *    60 s (issue 27).  A job file nests 3 deep (section, key, value); 64
- *    leaves room for any YAML an operator writes by hand and is checked
- *    after reading at most 64 levels, with libyaml's own scanner reading
- *    ahead at most 1024 characters (its simple-key window) past them.
+ *    60 s (issue 27; over 300 s on a loaded 2-core machine).  A job file
+ *    nests 2 deep (the mapping of sections, each section's mapping of keys;
+ *    values are scalars); 64 leaves room for any YAML an operator writes by
+ *    hand, and is checked after reading at most 64 levels, with libyaml's
+ *    own scanner reading ahead at most 1024 characters (its simple-key
+ *    window) past them.
  *  - anchors: its composer checks each new anchor against every earlier one
  *    and resolves each alias by a walk of all anchors, so 60,000 anchors took
  *    25 s.  Values are scalars, so an anchor saves little in a job file; 64
@@ -1132,7 +1134,7 @@ static int check_bounds(const char *path, const char *buf, size_t len, char *err
                                                       : ev.data.mapping_start.anchor;
         if (++depth > CFG_DEPTH_MAX) {
           ea_seterr(err, errlen,
-                    "%s:%zu: nested more than %d levels deep (the limit; a job file needs 3)", path,
+                    "%s:%zu: nested more than %d levels deep (the limit; a job file needs 2)", path,
                     ev.start_mark.line + 1, CFG_DEPTH_MAX);
           rc = -EINVAL;
         }

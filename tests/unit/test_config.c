@@ -935,7 +935,7 @@ START_TEST(deep_nesting_refused_at_once) {
   double dt = timed_load(deep, n, &rc, err, sizeof err);
   ck_assert_int_eq(rc, -EINVAL);
   snprintf(want, sizeof want,
-           "%s:1: nested more than 64 levels deep (the limit; a job file needs 3)", g_path);
+           "%s:1: nested more than 64 levels deep (the limit; a job file needs 2)", g_path);
   ck_assert_str_eq(err, want);
   ck_assert_msg(dt < 1.0, "200,000 levels took %.2f s to refuse", dt);
 
@@ -956,7 +956,7 @@ START_TEST(deep_nesting_refused_at_once) {
                "%s:2: compute.min_nodes: expected a single value, found a sequence", g_path);
     else
       snprintf(want, sizeof want,
-               "%s:2: nested more than 64 levels deep (the limit; a job file needs 3)", g_path);
+               "%s:2: nested more than 64 levels deep (the limit; a job file needs 2)", g_path);
     ck_assert_str_eq(err, want);
   }
   free(deep);
