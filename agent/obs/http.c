@@ -91,6 +91,7 @@ typedef struct {
 typedef struct {
   uint8_t key[16];
   bool requested; /* a whole request arrived */
+  bool counted;   /* in its source's count (the address was known) */
 } http_conn;
 
 typedef struct {
@@ -224,7 +225,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
       memcpy(x->key, hc->key, 16);
       x->conns = 0;
     }
-    if (x) x->conns++;
+    if (x) x->conns++, hc->counted = true;
     return;
   }
   if (what != MHD_CONNECTION_NOTIFY_CLOSED) return;
@@ -233,7 +234,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
   if (h->open) h->open--;
   if (!hc) return;
   if (!hc->requested) atomic_fetch_add(&h->closed_unrequested, 1);
-  http_source *x = source_find(h, hc->key);
+  http_source *x = hc->counted ? source_find(h, hc->key) : NULL;
   if (x && x->conns && --x->conns == 0) *x = h->src[--h->nsrc];
   free(hc);
 }
