@@ -18,8 +18,15 @@ process's.
       is after T; prints the time.time() it held; 0 held, 1 deadline.
   pid LOG
       the pid of the newest process in LOG (its phase line).
+  progress --logs A,B --after T --timeout S
+      (TorchFT's Lighthouse killed) waits S seconds, prints the time of the
+      last step line after T; 0 if some log stepped in the last 10 s of the
+      window (training went on), 1 if not.
   analyze OUT --json PATH
       reads OUT/events.jsonl and OUT/meta.json, prints the table, writes JSON.
+
+bench/recovery_torchft.py (TorchFT) prints the same lines, its "phase" once
+per quorum, like bench/recovery_pytorch_lib.py once per generation.
 
 All times are seconds from the fault (the harness's $EPOCHREALTIME just
 before the signal; for a join, before the new node is started).
@@ -126,6 +133,19 @@ def wait_cmd(a):
         time.sleep(0.1)
 
 
+def step_times(path, after, until=float("inf")):
+    lg = Log(path).poll() or Log(path)
+    return [r["t"] for r in lg.recs if r["ev"] == "step" and after < r["t"] <= until]
+
+
+def progress_cmd(a):
+    time.sleep(a.timeout)
+    ts = [t for p in a.logs.split(",") for t in step_times(p, a.after, a.after + a.timeout)]
+    if ts:
+        print(f"{max(ts):.6f}")
+    return 0 if ts and max(ts) > a.after + a.timeout - 10 else 1
+
+
 def pid_cmd(a):
     lg = Log(a.log).poll()
     ph = [r for r in (lg.recs if lg else []) if r["ev"] == "phase"]
@@ -220,6 +240,25 @@ def ours_commit(path, world, after, until):
     return None
 
 
+def torchft_commit(path, world, after, until):
+    """The Lighthouse's first 'Quorum! Quorum { … participants: [W members] }'
+    line after `after`, at the harness's stamp."""
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if "Quorum! Quorum {" not in line or line.count("QuorumMember {") != world:
+                    continue
+                try:
+                    t = float(line.split(" ", 1)[0])
+                except ValueError:
+                    continue
+                if after < t <= until:
+                    return t
+    except OSError:
+        pass
+    return None
+
+
 def torchrun_commit(path, world, after, until):
     """'Rendezvous complete' at group_world_size W in a timestamped torchrun log."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -254,16 +293,26 @@ def analyze_event(e):
     res = {k: e[k] for k in ("system", "kind", "trial", "world", "recovered")}
     res["step_s"] = round(min(firsts) - t0, 3) if firsts else None
     res["nodes_stepped"] = len(firsts)
+    if e["kind"] == "spof" and e["system"].startswith("torchft"):
+        # the Lighthouse killed: the replica groups keep their processes;
+        # did committed steps go on, and until when
+        ts = [t for p in e["logs"] for t in step_times(p, t0, t0 + 60)]
+        res["step_s"] = None
+        res["steps_after"] = len(ts)
+        res["last_step_s"] = round(max(ts) - t0, 3) if ts else None
+        res["commit_s"] = None
+        return res
     commit = None
     for p in e.get("agent_logs", e["logs"]):
-        f = ours_commit if e["system"].startswith("ours") else torchrun_commit
+        f = (ours_commit if e["system"].startswith("ours") else
+             torchft_commit if e["system"].startswith("torchft") else torchrun_commit)
         c = f(p, world, t0, until)
         if c is not None and (commit is None or c < commit):
             commit = c
     res["commit_s"] = round(commit - t0, 3) if commit else None
     if e["system"] == "ours-inplace" and e["kind"] == "node-join":
         res["join_stall"] = join_stall(e)
-    if procs and firsts and len(procs) == len(logs) and e["system"] != "ours-inplace":
+    if procs and firsts and len(procs) == len(logs) and e["system"] in ("ours", "torchrun-default", "torchrun-tuned"):
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
         marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
                  g["ckpt"], g["ddp"], min(firsts)]
@@ -287,9 +336,9 @@ def _cell(s):
     return "-" if s["median"] is None else f"{s['median']:.2f} ({s['max']:.2f})"
 
 
-KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join"]
+KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join", "spof"]
 STALL_COLS = ["gap", "step", "stall", "sync", "beyond_sync"] + [k for k in STALL_PARTS if k != "sync"]
-SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-inplace"]
+SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-inplace", "torchft", "torchft-tuned"]
 
 
 def analyze(a):
@@ -316,6 +365,9 @@ def analyze(a):
                 row["join_stall_max_ms"] = {c: max(x[c] for x in js if x[c] is not None)
                                             for c in STALL_COLS if any(x[c] is not None for x in js)}
                 row["join_stall_ranks"] = len(js)
+            if k == "spof":
+                row["events"] = [{x: r.get(x) for x in ("recovered", "step_s", "steps_after", "last_step_s")}
+                                 for r in rs]
             bs = [r["breakdown"] for r in rs if r.get("breakdown")]
             if bs:
                 row["breakdown_median_s"] = {p: round(statistics.median(b[p] for b in bs), 3) for p in PHASES}
@@ -327,6 +379,11 @@ def analyze(a):
             t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
             if o and t:
                 ratios.setdefault(k, {})[s] = round(t / o, 1)
+        o = summary.get("ours-inplace", {}).get(k, {}).get("step_s", {}).get("median")
+        for s in ("torchft", "torchft-tuned"):
+            t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
+            if o and t:
+                ratios.setdefault(k, {})[s + "/inplace"] = round(t / o, 1)
     out = {"bench": "recovery-pytorch", "meta": meta, "summary": summary,
            "ratio_torchrun_over_ours": ratios, "phases": PHASE_DOC, "events": results}
     with open(a.json, "w") as f:
@@ -344,18 +401,42 @@ def print_table(out):
           f"trials: {m.get('trials')}   wall: {m.get('wall_s', '?')} s")
     print("seconds from the fault to the first step completed at the new world size, median (max) [ok/trials]")
     hdr = (f"{'event':<12} {'torchrun default':>22} {'torchrun tuned':>22} {'elastic-agent':>22} "
-           f"{'ea in-place':>22} {'default/ours':>12} {'tuned/ours':>10}")
+           f"{'ea in-place':>22} {'torchft':>22} {'torchft tuned':>22} {'default/ours':>12} {'tuned/ours':>10} "
+           f"{'tft/inpl':>8} {'tftt/inpl':>9}")
     print(hdr)
     print("-" * len(hdr))
     for k in KINDS:
+        if k == "spof":
+            continue
         cells = []
         for sy in SYSTEMS:
             r = s.get(sy, {}).get(k)
             cells.append("-" if not r else f"{_cell(r['step_s'])} [{r['recovered']}/{r['trials']}]")
         rd = rt.get(k, {}).get("torchrun-default")
         rtu = rt.get(k, {}).get("torchrun-tuned")
-        print(f"{k:<12} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22} {cells[3]:>22} "
-              f"{(f'{rd}x' if rd else '-'):>12} {(f'{rtu}x' if rtu else '-'):>10}")
+        f1 = rt.get(k, {}).get("torchft/inplace")
+        f2 = rt.get(k, {}).get("torchft-tuned/inplace")
+        print(f"{k:<12} " + " ".join(f"{c:>22}" for c in cells) + " "
+              f"{(f'{rd}x' if rd else '-'):>12} {(f'{rtu}x' if rtu else '-'):>10} "
+              f"{(f'{f1}x' if f1 else '-'):>8} {(f'{f2}x' if f2 else '-'):>9}")
+    print()
+    print("the single point of failure, once per system, 60 s deadline: torchrun's c10d store host (node 0), "
+          "elastic-agent's controller node, TorchFT's Lighthouse (SIGKILL)")
+    for sy in SYSTEMS:
+        r = s.get(sy, {}).get("spof")
+        if not r:
+            continue
+        for ev in r["events"]:
+            if sy.startswith("torchft"):
+                what = (f"training went on ({ev['steps_after']} steps, last at +{ev['last_step_s']} s)"
+                        if ev["recovered"] else
+                        f"training stopped: {ev['steps_after']} committed step lines after the kill"
+                        + (f", the last at +{ev['last_step_s']} s" if ev["last_step_s"] is not None else "")
+                        + "; not recovered within 60 s")
+            else:
+                what = (f"recovered: first step at world 3 after {ev['step_s']:.2f} s" if ev["recovered"]
+                        else "not recovered within 60 s")
+            print(f"  {sy:<17} {what}")
     print("node-join: from starting the new node's agent.  node-stop: SIGSTOP of agent and worker; "
           "torchrun's script runs with a 10 s gloo timeout (ours with the script's default, 30 min).")
     print("elastic-agent: restart mode (the torchrun script, unchanged); ea in-place: the same model driven by "
@@ -396,13 +477,17 @@ def main():
     w.add_argument("--after", type=float, required=True)
     w.add_argument("--timeout", type=float, required=True)
     w.add_argument("--steps", type=int, default=2)
+    g = sub.add_parser("progress")
+    g.add_argument("--logs", required=True)
+    g.add_argument("--after", type=float, required=True)
+    g.add_argument("--timeout", type=float, required=True)
     q = sub.add_parser("pid")
     q.add_argument("log")
     an = sub.add_parser("analyze")
     an.add_argument("out")
     an.add_argument("--json", required=True)
     a = p.parse_args()
-    return {"wait": wait_cmd, "pid": pid_cmd, "analyze": analyze}[a.cmd](a)
+    return {"wait": wait_cmd, "pid": pid_cmd, "progress": progress_cmd, "analyze": analyze}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,24 @@
 #                     the restarting worker: "worker-kill") and to the first
 #                     step at world 4 with the restarted worker back, after its
 #                     hello and the joiner batching ("worker-back")
+#   torchft           TorchFT 0.2.0, the same model, data, optimizer and step
+#                     sleep driven by its own API (bench/recovery_torchft.py:
+#                     Manager, its DDP and Optimizer wrappers, ProcessGroupGloo),
+#                     4 replica groups of one rank, each started as its README
+#                     does (torchrun --nnodes=1 --nproc_per_node=1 --standalone,
+#                     --max_restarts=100: torchrun hosts the group's store and
+#                     restarts a killed worker); its Lighthouse on 127.0.0.1
+#                     with --min_replicas 3 and everything else as shipped
+#                     (join_timeout_ms 60000, quorum_tick_ms 100,
+#                     heartbeat_timeout_ms 5000); Manager(min_replica_size=3),
+#                     the library's timeouts (60 s); timed like ours-inplace, to
+#                     the first committed step at the new size in a quorum
+#                     formed after the fault
+#   torchft-tuned     the same with the README's Lighthouse flags
+#                     (--quorum_tick_ms 100 --join_timeout_ms 10000), the
+#                     timeouts of its train_ddp.py example (ProcessGroupGloo 5 s,
+#                     Manager 30 s) and --heartbeat_timeout_ms 1000 (ours: the
+#                     documented "how long before a replica is considered dead")
 # Per trial, on one running cluster per system:
 #   node-kill    SIGKILL the victim's process groups (agent + worker)
 #   node-join    a node (a fresh one) starts and joins: timed from its start
@@ -38,6 +56,10 @@
 #   node-join    again (the stopped node replaced)
 #   worker-kill  SIGKILL the victim's worker only (ours-inplace: then
 #                worker-back, the same kill timed to world 4 again)
+# then once per system, the single point of failure ("spof", 60 s deadline):
+#   torchrun: SIGKILL node 0, the c10d store's host; ours: the controller's
+#   node; torchft: the Lighthouse.  Recovered = the others step again at the
+#   new size (torchft: at any size) within 60 s of the kill.
 # ours-inplace also reports the running ranks' stall at each node-join, from
 # the library's per-generation timing line (docs/pytorch.md, "join stall"):
 # last step of the old generation → PREPARE → READY → COMMIT → old group
@@ -56,7 +78,8 @@
 # usage: bench/recovery_pytorch.sh [--quick] [--trials N] [--systems LIST]
 #            [--json PATH] [--out DIR] [--keep]
 #   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
-#   --systems   comma list of ours,ours-inplace,torchrun-tuned,torchrun-default (all)
+#   --systems   comma list of ours,ours-inplace,torchrun-tuned,torchrun-default,
+#               torchft,torchft-tuned (all)
 #   --out DIR / --keep  keep the logs
 # env: EA_BINDIR (default bin) holds elastic-agent.
 set -u
@@ -72,7 +95,9 @@ HELPER=$HERE/recovery_pytorch.py
 SCRIPT=$HERE/recovery_pytorch_ddp.py
 ORIG_ARGS="$*"
 TRIALS=3
-SYSTEMS=ours,ours-inplace,torchrun-tuned,torchrun-default
+SYSTEMS=ours,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned
+TFTSCRIPT=$HERE/recovery_torchft.py
+SPOF_S=60
 LIBSCRIPT=$HERE/recovery_pytorch_lib.py
 JSON=$HERE/results/recovery-pytorch.json
 OUT=
@@ -86,7 +111,7 @@ while [ $# -gt 0 ]; do
         --json) JSON=$2; shift ;;
         --out) OUT=$2; KEEP=1; shift ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,84p' "$0"; exit 0 ;;
         *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -118,7 +143,7 @@ kill_group() { # KEY: SIGKILL the group (a stopped one too) and forget it
 kill_workers() { # only pids still running our script (a pid may be reused)
     local p
     for p in "${WORKER_PIDS[@]}"; do
-        grep -qsE 'recovery_pytorch_(ddp|lib)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
+        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
     done
     WORKER_PIDS=()
 }
@@ -130,6 +155,14 @@ cleanup() {
     # torch 2.x's torchrun starts each worker in a session of its own: its
     # workers outlive the torchrun groups killed above (their --ckpt is ours)
     pkill -KILL -f -- "--ckpt $OUT/torchrun-" 2>/dev/null
+    # the same for torchft's replica groups (REPLICA_GROUP_ID in their env):
+    # workers whose environment names this run's lighthouse
+    local e
+    for e in /proc/[0-9]*/environ; do
+        grep -qsa "EA_BENCH_RUN=$OUT" "$e" 2>/dev/null || continue
+        e=${e#/proc/}; e=${e%/environ}
+        [ "$e" != $$ ] && kill -KILL "$e" 2>/dev/null
+    done
     return 0
 }
 trap cleanup EXIT
@@ -173,12 +206,22 @@ tr_start_node() { # DIR NODE MON CONF PORT RUNID
     local d=$1 n=$2 ishost=false
     [ "$n" -eq 0 ] && ishost=true
     start_group "tr$n" "$d/node$n.log" env LOGLEVEL=INFO OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="$TR_NOSHARE" \
         "$TORCHRUN" --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d \
         --rdzv_endpoint=127.0.0.1:"$5" --rdzv_id="$6" --rdzv_conf="is_host=$ishost${4:+,$4}" \
         --max_restarts=100 --monitor_interval="$3" --redirects=1 --tee=1 \
         --log_dir="$d/torchrun-logs/node$n-$EPOCHREALTIME" \
         "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck" --gloo-timeout 10
 }
+
+# torch 2.x's c10d rendezvous shares its TCPStore with the workers and caches
+# the store's address after the first round: a node that joins later waits
+# for a MASTER_ADDR the rank-0 agent never publishes again, and the round
+# fails on every agent: the job is gone (torch 2.15.0, node-join, measured:
+# docs/compare.md).  torch's own opt-out, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
+# is set unless EA_TORCHRUN_AS_SHIPPED=1.
+TR_NOSHARE=1
+[ "${EA_TORCHRUN_AS_SHIPPED:-0}" = 1 ] && TR_NOSHARE=0
 
 # tr_signal_node DIR SIG: node 3 as a host crash or freeze would hit it — its
 # torchrun's process group and its worker's: torch 2.x's torchrun starts each
@@ -230,6 +273,13 @@ run_torchrun() { # default|tuned
         t=$EPOCHREALTIME; kill -KILL "$pid"
         measure $sys worker-kill "$i" "$t" 4 $dl "$all" || return 1
     done
+    # the single point: node 0, the c10d store's host (a host crash)
+    local p0 others
+    p0=$(newest_pid "$d/node0.log") || p0=
+    [ -n "$p0" ] && WORKER_PIDS+=("$p0")
+    others=$(join_by "$d/node1.log" "$d/node2.log" "$d/node3.log")
+    t=$EPOCHREALTIME; kill -KILL -- "-${PG[tr0]}" ${p0:+"-$p0"} 2>/dev/null
+    measure $sys spof 1 "$t" 3 $SPOF_S "$others" || true
 }
 
 # ---------------------------------------------------------------------- ours
@@ -324,10 +374,94 @@ run_ours() { # [inplace]
         measure $sys worker-kill "$i" "$t" 4 $dl "$(logs_of "${names[@]}")" || return 1
         for n in "${names[@]}"; do w=$(newest_pid "$d/$n.log") && WORKER_PIDS+=("$w"); done
     done
+    ours_spof
+}
+# the single point: the controller's node (a host crash), once per system
+ours_spof() {
+    ctl=$(ours_controller "$d" "${names[0]}")
+    [ -n "$ctl" ] || { log "$sys: no controller known"; return 1; }
+    t=$EPOCHREALTIME; ours_kill_node "$d" "$ctl" KILL
+    drop "$ctl"
+    measure $sys spof 1 "$t" 3 $SPOF_S "$(logs_of "${names[@]}")" || true
+}
+
+# ------------------------------------------------------------------- torchft
+# tft_start_node DIR N PORT: replica group N as TorchFT's README starts one
+tft_start_node() {
+    local d=$1 n=$2 tuned=
+    [ "$TFT_TUNED" = 1 ] && tuned=--tuned
+    start_group "tft$n" "$d/node$n.log" env EA_BENCH_RUN="$OUT" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+        REPLICA_GROUP_ID="$n" TORCHFT_LIGHTHOUSE="http://127.0.0.1:$3" \
+        "$TORCHRUN" --nnodes=1 --nproc_per_node=1 --standalone --max_restarts=100 \
+        --redirects=1 --tee=1 --log_dir="$d/torchrun-logs/node$n-$EPOCHREALTIME" \
+        "$TFTSCRIPT" --steps 100000000 --step-sleep $STEP_SLEEP --min-replicas 3 $tuned
+}
+# tft_signal_node DIR N SIG: the replica group's torchrun and its worker's session
+tft_signal_node() {
+    local pid
+    pid=$(newest_pid "$1/node$2.log") || pid=
+    kill -"$3" -- "-${PG[tft$2]}" ${pid:+"-$pid"} 2>/dev/null
+    TFT_WORKER=$pid
+    [ -n "$pid" ] && WORKER_PIDS+=("$pid")
+}
+tft_lighthouse() { # DIR PORT: TorchFT's Lighthouse, its own process group
+    local lh=(--min_replicas 3 --bind "127.0.0.1:$2")
+    [ "$TFT_TUNED" = 1 ] && lh+=(--quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000)
+    start_group lh "$1/lighthouse.log" env EA_BENCH_RUN="$OUT" RUST_BACKTRACE=1 "$(dirname "$PY")/torchft_lighthouse" "${lh[@]}"
+}
+TFT_TUNED=0
+run_torchft() { # default|tuned
+    local v=$1 sys=torchft d=$OUT/torchft-$1 dl=90
+    TFT_TUNED=0
+    [ "$v" = tuned ] && { sys=torchft-tuned TFT_TUNED=1; }
+    mkdir -p "$d"
+    local port n i t pid
+    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    local L=() S=()
+    for n in 0 1 2 3; do L+=("$d/node$n.log"); done
+    for n in 0 1 2; do S+=("$d/node$n.log"); done
+    local all survivors lhl=$d/lighthouse.log
+    all=$(join_by "${L[@]}") survivors=$(join_by "${S[@]}")
+    log "$sys: starting the Lighthouse and 4 replica groups"
+    t=$EPOCHREALTIME
+    tft_lighthouse "$d" "$port"
+    for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+    for n in 0 1 2 3; do tft_start_node "$d" $n "$port"; done
+    wait_world "$all" 4 "$t" 180 > /dev/null || { log "$sys: no world 4 within 180 s"; return 1; }
+    for i in $(seq "$TRIALS"); do
+        t=$EPOCHREALTIME; tft_signal_node "$d" 3 KILL
+        measure $sys node-kill "$i" "$t" 3 $dl "$survivors" "$lhl" || return 1
+        kill_group tft3
+        t=$EPOCHREALTIME; tft_start_node "$d" 3 "$port"
+        measure $sys node-join "$i" "$t" 4 $dl "$all" "$lhl" || return 1
+        t=$EPOCHREALTIME; tft_signal_node "$d" 3 STOP
+        measure $sys node-stop "$i" "$t" 3 $dl "$survivors" "$lhl"; local ok=$?
+        kill_group tft3
+        [ -n "$TFT_WORKER" ] && kill -KILL -- "-$TFT_WORKER" 2>/dev/null
+        [ $ok = 0 ] || return 1
+        t=$EPOCHREALTIME; tft_start_node "$d" 3 "$port"
+        measure $sys node-join "$i" "$t" 4 $dl "$all" "$lhl" || return 1
+        pid=$(newest_pid "$d/node3.log") || { log "$sys: no worker on node 3"; return 1; }
+        WORKER_PIDS+=("$pid")
+        t=$EPOCHREALTIME; kill -KILL "$pid"
+        measure $sys worker-kill "$i" "$t" 4 $dl "$all" "$lhl" || return 1
+    done
+    # the single point: the Lighthouse.  Recovered = committed steps go on
+    # (at any size) in the last 10 s of the 60 s after the kill.
+    t=$EPOCHREALTIME; kill -KILL -- "-${PG[lh]}" 2>/dev/null
+    spof_measure $sys "$t" "$all" "$lhl"
+}
+
+# spof_measure SYSTEM T0 LOGS [AGENT_LOGS] (torchft): steps in the window
+spof_measure() {
+    local r ok=false
+    r=$("$PY" "$HELPER" progress --logs "$3" --after "$2" --timeout $SPOF_S) && ok=true
+    event "$1" spof 1 "$2" 0 $ok "${r:-null}" "$3" "${4:-}"
 }
 
 # ------------------------------------------------------------------- the run
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
+TORCHFT_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("torchft"))' 2>/dev/null || echo none)
 status=0
 IFS=, read -r -a SLIST <<< "$SYSTEMS"
 for s in "${SLIST[@]}"; do
@@ -336,6 +470,8 @@ for s in "${SLIST[@]}"; do
         ours-inplace) run_ours inplace || { log "$s: stopped early"; status=1; } ;;
         torchrun-default) run_torchrun default || { log "$s: stopped early"; status=1; } ;;
         torchrun-tuned) run_torchrun tuned || { log "$s: stopped early"; status=1; } ;;
+        torchft) run_torchft default || { log "$s: stopped early"; status=1; } ;;
+        torchft-tuned) run_torchft tuned || { log "$s: stopped early"; status=1; } ;;
         *) echo "recovery_pytorch: unknown system $s" >&2; exit 2 ;;
     esac
     cleanup
@@ -347,9 +483,12 @@ cat > "$OUT/meta.json" <<EOF
  "wall_s":$WALL,"command":"bench/recovery_pytorch.sh${ORIG_ARGS:+ $ORIG_ARGS}",
  "settings":{
   "script":"bench/recovery_pytorch_ddp.py (examples/torchrun_ddp.py + timestamps) --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt DIR; gloo; OMP_NUM_THREADS=1",
+  "torchrun-share-store":"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=$TR_NOSHARE (1: torch's opt-out of the shared store, which breaks a join on 2.15.0)",
   "torchrun-common":"torchrun --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT --max_restarts=100 --redirects=1 --tee=1; node 0 is_host=true; victim node 3; script --gloo-timeout 10",
   "torchrun-default":"--monitor_interval=5, rendezvous timeouts as shipped",
   "torchrun-tuned":"--monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10",
+  "torchft":"torchft $TORCHFT_VERSION: bench/recovery_torchft.py (the same model, data, SGD and step sleep; Manager(min_replica_size=3), torchft DDP + Optimizer, ProcessGroupGloo, library timeouts 60 s), one replica group per node under torchrun --nnodes=1 --nproc_per_node=1 --standalone --max_restarts=100; torchft_lighthouse --min_replicas 3 --bind 127.0.0.1:PORT, the rest as shipped (join_timeout_ms 60000, quorum_tick_ms 100, heartbeat_timeout_ms 5000); victim replica group 3; spof: the Lighthouse",
+  "torchft-tuned":"as torchft with ProcessGroupGloo(timeout=5 s), Manager(timeout=30 s) (TorchFT's train_ddp.py example) and torchft_lighthouse --quorum_tick_ms 100 --join_timeout_ms 10000 (its README) --heartbeat_timeout_ms 1000",
   "ours-inplace":"bench/recovery_pytorch_lib.py (the same model, data, SGD and step sleep, driven by import elastic_agent; one phase line per generation) under elastic-agent run --set compute.protocol=library --set checkpoint.dir=DIR, the rest as ours",
   "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
 EOF
