@@ -15,8 +15,9 @@
 #     never another wing's; the top floor may include any wing's.  A wing
 #     file that includes the top floor's headers (agent_int.h, the loop's
 #     state, which also declares what the wings define) reaches back up: a
-#     circle, printed as a note per wing (issue 26 item 2 removes them), not
-#     yet a violation;
+#     circle, printed as a note per wing (issue 26 item 2 removes them).
+#     The files that do so today are listed below; a new one is a violation
+#     (a feature below the loop asks for work instead of calling up);
 #   * chaos/ (a separate binary that drives agents as processes) includes
 #     only public headers;
 #   * nobody reaches a header through '../'.
@@ -71,6 +72,11 @@ for m in $modules chaos; do
   done
 done
 declare -A up=() uph=() # up[mod/wing]: wing files that include the top floor's headers (uph: which)
+# The wing files that still include the top floor's headers (the circles of
+# issue 26 item 2).  Shrink this list; do not add to it.
+reaches_up=" agent/ckpt/ckpt_glue.c agent/cli/main.c agent/cli/preflight.c agent/cli/preflight_net.c
+  agent/cli/probe.c agent/cli/smoke.c agent/cli/status_text.c agent/job/job_glue.c agent/job/job_pace.c
+  agent/obs/alerts.c agent/obs/http.c agent/obs/metrics.c agent/obs/notice.c agent/obs/status.c "
 
 for f in $(git ls-files '*.c' '*.h'); do
   dir=${f%%/*}
@@ -104,6 +110,8 @@ for f in $(git ls-files '*.c' '*.h'); do
       if [ -n "$fw" ] && [ -n "$hw" ] && [ "$fw" != "$hw" ]; then
         violation "$f:$line" "the $dir/$fw/ wing includes the $dir/$hw/ wing's header $inc"
       elif [ -n "$fw" ] && [ -z "$hw" ]; then
+        [[ $(tr -s ' \n' '  ' <<<"$reaches_up") == *" $f "* ]] ||
+          violation "$f:$line" "a wing file includes the top floor's $inc: new code below the loop must not call up into it (docs/layout.md)"
         [[ " ${up[$dir/$fw]:-} " == *" $f "* ]] || up[$dir/$fw]+="$f "
         [[ " ${uph[$dir/$fw]:-} " == *" $inc "* ]] || uph[$dir/$fw]+="$inc "
       fi
