@@ -415,6 +415,20 @@ static void peers_write_now(ea__agent *a) {
   a->peers_busy = true;
 }
 
+/* The loop's tick, every EA__MX_PERIOD_MS: the one ticker that drives
+ * other features.  Progress and stalls are sampled first, then the
+ * checkpoint and identity work, and the metrics snapshot is published last
+ * (it shows what this tick did). */
+static void on_tick(uv_timer_t *h) {
+  ea__agent *a = h->data;
+  if (a->phase == EA__PHASE_CLOSING || !a->tr || !a->rdzv) return;
+  uint64_t now = ea__agent_mono_ms();
+  ea__agent_metrics_sample(a, now);
+  ea__agent_ckpt_tick(a);
+  ea__ident_tick(a);
+  ea__agent_metrics_publish(a, now);
+}
+
 static void peers_timer_cb(uv_timer_t *h) {
   ea__agent *a = h->data;
   if (a->phase <= EA__PHASE_DRAINING && a->peers_dirty && !a->peers_busy) peers_write_now(a);
@@ -794,12 +808,17 @@ int ea__agent_run(const ea__agent_opts *o) {
     uv_timer_init(&a->loop, &a->peers_timer);
     uv_timer_init(&a->loop, &a->rdzv_timer);
     uv_timer_init(&a->loop, &a->drain_timer);
+    uv_timer_init(&a->loop, &a->tick);
     a->sigterm.data = a->sigint.data = a->settle.data = a->peers_timer.data = a;
-    a->rdzv_timer.data = a->drain_timer.data = a;
+    a->rdzv_timer.data = a->drain_timer.data = a->tick.data = a;
     a->handles_open = true;
     rc = ea__agent_workers_start(a, err, sizeof err);
   }
   if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
+  if (rc == 0) {
+    on_tick(&a->tick); /* a first snapshot before the first request */
+    uv_timer_start(&a->tick, on_tick, EA__MX_PERIOD_MS, EA__MX_PERIOD_MS);
+  }
   if (rc == 0) rc = ea__agent_notice_start(a, err, sizeof err);
   if (rc == 0 && o->smoke) ea__smoke_start(a);
   if (rc < 0) {

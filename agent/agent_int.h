@@ -522,6 +522,7 @@ struct ea__agent {
   uv_signal_t sigterm, sigint;
   uv_idle_t settle; /* runs the post-change work once, right after the change */
   uv_timer_t peers_timer, rdzv_timer, drain_timer;
+  uv_timer_t tick; /* the loop's tick (agent.c): metrics, checkpoints, identity */
   bool handles_open;
   ea__agent_phase phase;
   int signals;
@@ -727,6 +728,11 @@ void ea__agent_member_counts(ea__agent *a, size_t counts[4]);
  * ea__agent_shutdown.  The hooks are no-ops before start. */
 int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen);
 void ea__agent_metrics_close(ea__agent *a);
+/* On the loop's tick (agent.c), at mono ms `now`: sample progress and
+ * stalls first; publish the snapshot (and the export line) last.  No-ops
+ * before start and after close. */
+void ea__agent_metrics_sample(ea__agent *a, uint64_t now);
+void ea__agent_metrics_publish(ea__agent *a, uint64_t now);
 /* A generation this node runs committed after `seconds` of formation. */
 void ea__agent_metrics_formation(ea__agent *a, double seconds);
 /* As controller: a checkpoint committed, `seconds` from first report to

@@ -52,6 +52,7 @@ void ea__agent_shutdown(ea__agent *a) {
     uv_close((uv_handle_t *)&a->peers_timer, NULL);
     uv_close((uv_handle_t *)&a->rdzv_timer, NULL);
     uv_close((uv_handle_t *)&a->drain_timer, NULL);
+    uv_close((uv_handle_t *)&a->tick, NULL);
   }
 }
 

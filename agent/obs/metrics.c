@@ -18,7 +18,9 @@
  * ea__agent_ready here, which status shows as generation.steps_per_s,
  * generation.stalled and self.ready).
  *
- * What only this file tracks, on the same timer:
+ * What only this file tracks, sampled on the loop's tick (agent.c, every
+ * EA__MX_PERIOD_MS, before the checkpoint and identity work of that tick;
+ * the snapshot is published after it):
  *   - progress: the step of the most advanced local worker (status
  *     generation.last_step), sampled every period into a ring; steps per
  *     second over the last EA__RATE_WINDOW_MS, and when it last moved;
@@ -359,7 +361,6 @@ typedef struct {
 } rate_sample;
 
 struct ea__agent_mx {
-  uv_timer_t timer;
   ea__agent *a;
   ea__http *http;
   char addr[96]; /* bound, "" when off */
@@ -645,14 +646,14 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   return s;
 }
 
-static void on_tick(uv_timer_t *h) {
-  struct ea__agent_mx *mx = h->data;
-  ea__agent *a = mx->a;
-  if (a->phase == EA__PHASE_CLOSING || !a->tr || !a->rdzv) return;
-  uint64_t now = ea__agent_mono_ms();
-  progress_update(a, mx, now);
-  ea__agent_ckpt_tick(a);
-  ea__ident_tick(a);
+void ea__agent_metrics_sample(ea__agent *a, uint64_t now) {
+  struct ea__agent_mx *mx = a->mx;
+  if (mx) progress_update(a, mx, now);
+}
+
+void ea__agent_metrics_publish(ea__agent *a, uint64_t now) {
+  struct ea__agent_mx *mx = a->mx;
+  if (!mx) return;
   /* observability.metrics_export_interval_seconds: the same snapshot as a
    * log line, for jobs shipped by log rather than scraped. */
   uint64_t every_ms = (uint64_t)a->o->cfg.observability.metrics_export_interval_seconds * 1000u;
@@ -689,8 +690,6 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
   mx->formation =
       (ea__mx_hist){.le = formation_le, .n = sizeof formation_le / sizeof *formation_le};
   mx->persist = (ea__mx_hist){.le = persist_le, .n = sizeof persist_le / sizeof *persist_le};
-  uv_timer_init(&a->loop, &mx->timer);
-  mx->timer.data = mx;
   a->mx = mx;
   const char *listen = a->o->cfg.observability.metrics_listen;
   if (listen[0]) {
@@ -712,13 +711,7 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
              a->o->cfg.experiment.name);
     }
   }
-  on_tick(&mx->timer); /* a first snapshot before the first request */
-  uv_timer_start(&mx->timer, on_tick, EA__MX_PERIOD_MS, EA__MX_PERIOD_MS);
   return 0;
-}
-
-static void mx_closed(uv_handle_t *h) {
-  free(h->data);
 }
 
 void ea__agent_metrics_close(ea__agent *a) {
@@ -729,5 +722,5 @@ void ea__agent_metrics_close(ea__agent *a) {
    * reads only its snapshot), then the socket closes. */
   if (mx->http) ea__http_stop(mx->http);
   mx->http = NULL;
-  uv_close((uv_handle_t *)&mx->timer, mx_closed);
+  free(mx);
 }
