@@ -117,7 +117,7 @@ while manager.current_step() < a.steps:
             t = time.time()
             log(r, world, f"phase pid={os.getpid()} exec={t:.3f} script={T_SCRIPT:.3f} torch={t:.3f} "
                 f"imported={t:.3f} pg={t:.3f} ckpt={t:.3f} ddp={t:.3f} quorum={qid}")
-            log(r, world, f"start step={step} quorum={qid}")
+            log(r, world, f"start step={manager.current_step() - 1} quorum={qid}")  # after a heal: the healed step
         log(r, world, f"step={manager.current_step()} loss={loss.item() / w:.6f}")
     else:
         log(r, world, f"discard step={step + 1} quorum={qid}")
