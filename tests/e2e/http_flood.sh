@@ -18,6 +18,14 @@
 #     closed_unrequested, and elastic_agent_http_connections_refused_total
 #     {reason="per_source"} on /metrics.
 # Prints the probe latencies: HTTPFLOOD phase=… max_ms=… held=…
+#
+# Run by hand (bash tests/e2e/http_flood.sh), not by make check: in a
+# clean-clone CI run (b4c4108) step 4 failed once — /readyz from 127.0.0.1
+# got no answer at all (curl code 000 after 0 ms, i.e. refused or reset at
+# once) while 25 sources held 200 connections; it passed in every other run.
+# Not yet analysed: a probe refused as over a limit it should not reach
+# (a source count not yet lowered after back-to-back probes?) is the first
+# suspect.
 # The holders are ended by the test (their process groups, lib.sh's trap).
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
