@@ -17,6 +17,7 @@
 #include "agent_int.h"
 
 #include "ea_log.h"
+#include "warm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One `progress` line per this long while training: a person following
  * the log sees the job move without a line per step (steps of the built-in
@@ -630,6 +632,62 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
 
 /* ---- start ------------------------------------------------------------------------ */
 
+/* compute.warm_start: the path of _warm.py in launcher ("" when workers start
+ * cold), or -EINVAL with a sentence for `on` with a program no warm
+ * interpreter can run. */
+static int warm_setup(ea__agent *a, char *launcher, size_t cap, char *err, size_t errlen) {
+  launcher[0] = 0;
+  const ea_config *c = &a->o->cfg;
+  bool on = strcmp(c->compute.warm_start, "on") == 0;
+  if (strcmp(c->compute.warm_start, "off") == 0) return 0;
+  char why[300] = "";
+  char **words = NULL;
+  if (a->mode == EA__MODE_BUILTIN) {
+    snprintf(why, sizeof why, "the built-in trainer is not a Python program");
+  } else if (a->o->worker_argc > 0) {
+    words = calloc((size_t)a->o->worker_argc + 1, sizeof *words);
+    for (int i = 0; words && i < a->o->worker_argc; i++)
+      words[i] = ea__sup_subst_local_rank(a->o->worker_argv[i], 0, false);
+  } else {
+    char *cmd = ea__sup_subst_local_rank(c->compute.worker_command, 0, true);
+    if (cmd) ea__warm_split(cmd, &words, why, sizeof why);
+    free(cmd);
+  }
+  ea__warm_form f;
+  if (words && ea__warm_form_of(words, &f, why, sizeof why) == 0) {
+    char dir[EA_PATH_MAX];
+    const char *over = getenv("EA_PYTHONPATH");
+    int rc = 0;
+    if (over && *over)
+      snprintf(dir, sizeof dir, "%s", over);
+    else
+      rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
+    snprintf(launcher, cap, "%.4000s/elastic_agent/_warm.py", dir);
+    if (rc || access(launcher, R_OK) != 0) {
+      snprintf(why, sizeof why,
+               "%s is missing (make install puts it in "
+               "PREFIX/lib/elastic-agent/python; or set EA_PYTHONPATH)",
+               launcher);
+      launcher[0] = 0;
+    }
+  } else if (!why[0]) {
+    snprintf(why, sizeof why, "out of memory");
+  }
+  ea__warm_words_free(words);
+  if (launcher[0]) {
+    ea_log(EA_LOG_INFO, "start",
+           "warm start: one warm interpreter per local rank, preloading %s (compute.warm_start %s)",
+           c->compute.preload[0] ? c->compute.preload : "nothing", c->compute.warm_start);
+    return 0;
+  }
+  if (on) {
+    snprintf(err, errlen, "compute.warm_start on: %s (set it to auto or off)", why);
+    return -EINVAL;
+  }
+  ea_log(EA_LOG_INFO, "start", "warm start: off: %s", why);
+  return 0;
+}
+
 int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
   if (strcmp(a->o->role, "observer") == 0) {
     a->wpn = 0; /* observers never train (ea_rdzv never picks them) */
@@ -648,6 +706,9 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
   char bind[80];
   ea_addr_str(&cb, bind, sizeof bind);
   uint32_t grace = a->o->cfg.runtime.stop_grace_seconds * 1000u;
+  char launcher[EA_PATH_MAX + 64];
+  int rc = warm_setup(a, launcher, sizeof launcher, err, errlen);
+  if (rc < 0) return rc;
   ea__sup_opts so = {.workers = a->wpn,
                      .worker_command = a->o->cfg.compute.worker_command,
                      .argv = a->o->worker_argc > 0 ? a->o->worker_argv : NULL,
@@ -655,9 +716,12 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
                      .config_path = a->job_path,
                      .comm_bind = bind,
                      .stop_grace_ms = grace,
-                     .term_grace_ms = grace};
+                     .term_grace_ms = grace,
+                     .warm_launcher = launcher,
+                     .preload = a->o->cfg.compute.preload,
+                     .spare_delay_ms = EA__SUP_SPARE_DELAY_MS};
   ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
-  int rc = ea__agent_ckpt_start(a, err, errlen);
+  rc = ea__agent_ckpt_start(a, err, errlen);
   if (rc < 0) return rc;
   rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
   if (rc < 0) {
@@ -665,6 +729,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
     return rc;
   }
   if (a->mode == EA__MODE_TORCHRUN) return ea__agent_restart_start(a, err, errlen);
+  ea__sup_spares_start(a->sup);
   rc = ea__sup_start_all(a->sup);
   if (rc < 0) {
     snprintf(err, errlen, "cannot start the workers: %s", uv_strerror(rc));

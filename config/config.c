@@ -103,6 +103,7 @@ typedef struct {
   }
 
 static const char *check_listen(const char *s);
+static const char *check_preload(const char *s);
 static const char *check_http_url(const char *s);
 static const char *check_notice(const char *s);
 
@@ -138,6 +139,13 @@ static const cfg_key keys[] = {
     {ENUM(compute, protocol, "auto", "builtin", "torchrun", "library"),
      .doc = "How the agent drives the program: torchrun env and restarts (auto with a command), "
             "the built-in trainer (auto without), or library (the worker protocol on fd 3)."},
+    {ENUM(compute, warm_start, "auto", "on", "off"),
+     .doc = "Keep a warm Python interpreter per local rank, with compute.preload imported, and "
+            "start each worker from it (auto: when the program is a Python script; on: refuse "
+            "one that is not)."},
+    {STR(compute, preload), .check = check_preload,
+     .doc = "Modules a warm interpreter imports before it is needed (commas or blanks between "
+            "names)."},
 
     {ENUM(distributed, backend, "auto", "tcp", "nccl"),
      .doc = "Communicator: tcp ring, nccl, or auto (nccl when GPUs and NCCL are present)."},
@@ -580,6 +588,26 @@ static const char *check_notice(const char *s) {
 
 /* HOST:PORT, HOST an address or name (IPv6 in brackets), PORT 0..65535
  * (0: a free port, logged at start; for tests and many agents per host). */
+/* compute.preload: module names (the agent's warm.c owns the rule; the
+ * same rule is repeated here because config sits below the agent). */
+static const char *check_preload(const char *s) {
+  for (const char *p = s; *p;) {
+    p += strspn(p, ", \t");
+    size_t k = strcspn(p, ", \t");
+    if (!k) break;
+    for (size_t i = 0; i < k; i++) {
+      char c = p[i];
+      bool alpha = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+      bool digit = c >= '0' && c <= '9';
+      bool first = i == 0 || p[i - 1] == '.';
+      if (alpha || (digit && !first) || (c == '.' && !first && i + 1 < k)) continue;
+      return "module names (dotted Python identifiers) separated by commas or blanks";
+    }
+    p += k;
+  }
+  return NULL;
+}
+
 static const char *check_listen(const char *s) {
   const char *colon = strrchr(s, ':');
   const char *bad = "expected HOST:PORT with PORT in 0..65535 (IPv6 as [::1]:9400)";
@@ -788,6 +816,12 @@ void ea_config_default(ea_config *c) {
   c->compute.max_nodes = 64;
   c->compute.workers_per_node = 1;
   snprintf(c->compute.protocol, sizeof c->compute.protocol, "auto");
+  snprintf(c->compute.warm_start, sizeof c->compute.warm_start, "auto");
+  /* torch._dynamo too: torch 2.x imports it when the first optimizer is
+   * built (a second on this machine's 2.15.0), so every training script
+   * pays for it before its first step. */
+  snprintf(c->compute.preload, sizeof c->compute.preload,
+           "torch, torch.distributed, torch._dynamo");
   snprintf(c->distributed.backend, sizeof c->distributed.backend, "auto");
   snprintf(c->distributed.strategy, sizeof c->distributed.strategy, "collective_data_parallel");
   c->distributed.global_batch = 64;

@@ -35,6 +35,8 @@ typedef struct {
     uint32_t workers_per_node;        /* 1 (also named accelerators_per_worker) */
     char worker_command[EA_PATH_MAX]; /* "" = built-in trainer */
     char protocol[16];                /* "auto" | "builtin" | "torchrun" | "library" */
+    char warm_start[8];               /* "auto" | "on" | "off" */
+    char preload[512];                /* modules a warm interpreter imports */
   } compute;
   struct {
     char backend[16];                       /* "auto" | "tcp" | "nccl" */

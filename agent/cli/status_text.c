@@ -36,6 +36,8 @@ static const char *or_dash(const ea__json *j, const char *path) {
 }
 
 /* The generation this node trains in, why, and its workers. */
+static const char *human_bytes(double b, char *buf, size_t cap);
+
 static void print_generation(const ea__json *j) {
   const char *phase = ea__json_str(j, "generation.phase", "?");
   /* A stall first: "running" alone hid one that re-formed without a step (issue 11). */
@@ -68,11 +70,25 @@ static void print_generation(const ea__json *j) {
     printf("workers:    none (observer)\n\n");
     return;
   }
-  for (const ea__json *w = ws->child; w; w = w->next)
-    printf("%s%-2s pid %-7s %-9s step %-7s loss %-9s digest %s restarts %s\n",
+  for (const ea__json *w = ws->child; w; w = w->next) {
+    printf("%s%-2s pid %-7s %-9s step %-7s loss %-9s digest %s restarts %s",
            w == ws->child ? "workers:    " : "            ", ea__json_str(w, "idx", "?"),
            ea__json_str(w, "pid", "?"), ea__json_str(w, "state", "?"), ea__json_str(w, "step", "?"),
            or_dash(w, "loss"), ea__json_str(w, "digest", "?"), ea__json_str(w, "restarts", "?"));
+    /* its warm interpreter: "warm ready pid 812 (651 MiB), started 3 warm 0 cold" */
+    const char *st = ea__json_str(w, "spare.state", "off");
+    if (strcmp(st, "off") != 0 || ea__json_get(w, "spare.why")) {
+      char rss[32];
+      printf("\n              warm interpreter %s", st);
+      if (ea__json_get(w, "spare.pid"))
+        printf(" pid %s (%s)", ea__json_str(w, "spare.pid", "?"),
+               human_bytes(ea__json_num(w, "spare.rss_bytes", 0), rss, sizeof rss));
+      if (ea__json_get(w, "spare.why")) printf(": %s", ea__json_str(w, "spare.why", ""));
+      printf("; starts %s warm, %s cold", ea__json_str(w, "spare.warm_starts", "0"),
+             ea__json_str(w, "spare.cold_starts", "0"));
+    }
+    printf("\n");
+  }
   printf("\n");
 }
 

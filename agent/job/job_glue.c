@@ -370,6 +370,7 @@ int ea__agent_restart_start(ea__agent *a, char *err, size_t errlen) {
                        .spawned = restart_spawned};
   int rc = ea__launch_new(&a->loop, a->sup, &lo, &lc, a, &a->launch);
   if (rc == 0) rc = ea__out_new(&a->loop, a->workers_dir, a->wpn, &a->out);
+  if (rc == 0) rc = ea__launch_spares_start(a->launch);
   if (rc) snprintf(err, errlen, "restart mode: %s", strerror(-rc));
   if (rc == 0 && a->wpn > 1 && !getenv("OMP_NUM_THREADS"))
     ea_log(EA_LOG_INFO, "start",

@@ -613,6 +613,47 @@ int ea__launch_commit(ea__launch *L, const ea_rdzv_plan *p, uint32_t node, uint6
   return first;
 }
 
+/* What changes from one generation to the next: a spare starts without it. */
+static const char *const per_generation[] = {"RANK",
+                                             "WORLD_SIZE",
+                                             "GROUP_RANK",
+                                             "GROUP_WORLD_SIZE",
+                                             "ROLE_RANK",
+                                             "ROLE_WORLD_SIZE",
+                                             "MASTER_ADDR",
+                                             "MASTER_PORT",
+                                             "TORCHELASTIC_RESTART_COUNT",
+                                             "TORCHELASTIC_ERROR_FILE",
+                                             "EA_GENERATION",
+                                             NULL};
+
+int ea__launch_spares_start(ea__launch *L) {
+  int first = 0;
+  for (uint32_t k = 0; k < L->o.wpn; k++) {
+    ea__torch_env e = {.local_rank = k,
+                       .local_world = L->o.wpn,
+                       .max_restarts = L->o.max_restarts,
+                       .run_id = L->run_id,
+                       .node_name = L->node_name,
+                       .data_dir = L->data_dir};
+    char **env = NULL;
+    int rc = ea__launch_env(&e, environ, &env);
+    if (rc == 0) {
+      size_t n = 0, m = 0;
+      while (env[n]) n++;
+      char **c = calloc(n + 1, sizeof *c);
+      for (size_t i = 0; c && i < n; i++)
+        if (!in_list(env[i], per_generation)) c[m++] = env[i];
+      rc = c ? ea__sup_spare_env(L->sup, k, c) : -ENOMEM;
+      free(c);
+      ea__env_free(env);
+    }
+    if (rc && !first) first = rc;
+  }
+  ea__sup_spares_start(L->sup);
+  return first;
+}
+
 void ea__launch_stop_all(ea__launch *L, uint32_t grace_ms) {
   L->preparing = false;
   uv_timer_stop(&L->kick);

@@ -151,6 +151,11 @@ void ea__launch_prepare(ea__launch *L, uint64_t gen, uint64_t term, uint32_t ran
 /* Plan p committed and this node is node `node`: start every slot with its
  * environment.  Returns the first spawn error (the others are tried). */
 int ea__launch_commit(ea__launch *L, const ea_rdzv_plan *p, uint32_t node, uint64_t gen64);
+/* Start the supervisor's spares (warm interpreters, when it keeps them),
+ * each with what every generation's environment of its slot has in common:
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, OMP_NUM_THREADS, … without RANK, WORLD_SIZE,
+ * MASTER_*, the restart count and the error file. */
+int ea__launch_spares_start(ea__launch *L);
 /* Stop every slot (a pause, a drain, the job's end): SIGTERM, then SIGKILL
  * after grace_ms (0: SIGKILL now).  Nothing is reported for them. */
 void ea__launch_stop_all(ea__launch *L, uint32_t grace_ms);

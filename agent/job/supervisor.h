@@ -18,6 +18,21 @@
  * a signal reaches a user's shell pipeline whole, and a terminal's Ctrl-C
  * reaches only the agent, which then stops the workers in order).
  *
+ * Spares (warm interpreters, compute.warm_start): with warm_launcher set,
+ * the supervisor keeps one more process per slot for a Python program, started
+ * ahead of need as `PYTHON [OPTIONS] warm_launcher MODULE…` (agent/job/warm.h,
+ * python/elastic_agent/_warm.py): it imports the preload and waits on a
+ * control socket.  A start of that slot then takes the spare instead of
+ * spawning: it is sent the start's argv, environment, working directory
+ * and output, and becomes the worker (same pid from then on: the exit,
+ * signals, process group and messages are a worker's).  The next spare is
+ * started spare_delay_ms later.  A spare whose preload fails, or that dies
+ * before it is ready, turns its slot's spares off with one warning (starts
+ * are cold from then on, as without spares); one that dies while ready is
+ * replaced, three in a row turn them off.  A start the spare cannot serve
+ * (a different interpreter word, an environment variable the interpreter
+ * reads at start that differs, a handover over 192 KiB) is cold.
+ *
  * Lifetime (libuv rules): the supervisor is heap memory owned by the caller
  * from _new until the `closed` callback of ea__sup_free; callbacks run on
  * the loop thread, never from inside the call that caused them; after
@@ -56,6 +71,9 @@ typedef struct {
   const char *comm_bind;      /* EA_COMM_BIND; NULL or "": the worker's default */
   uint32_t stop_grace_ms;     /* STOP → SIGTERM; 0 = EA__SUP_STOP_GRACE_MS */
   uint32_t term_grace_ms;     /* SIGTERM → SIGKILL; 0 = EA__SUP_TERM_GRACE_MS */
+  const char *warm_launcher;  /* _warm.py: keep spares; NULL or "": none */
+  const char *preload;        /* compute.preload: module names (commas, blanks) */
+  uint32_t spare_delay_ms;    /* a take → the next spare starts */
 } ea__sup_opts;
 
 /* A worker answers STOP within one step: milliseconds for the built-in
@@ -64,6 +82,10 @@ typedef struct {
  * systemd's default 90 s stop timeout. */
 #define EA__SUP_STOP_GRACE_MS 5000u
 #define EA__SUP_TERM_GRACE_MS 5000u
+/* A take → the next spare starts.  Its imports take a core for seconds:
+ * started at once they would compete with the first steps of the
+ * generation that just took the last one. */
+#define EA__SUP_SPARE_DELAY_MS 2000u
 
 /* The strings in o are copied.  -EINVAL for workers == 0. */
 int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, void *ctx,
@@ -87,6 +109,26 @@ int ea__sup_start_ex(ea__sup *s, uint32_t idx, const ea__sup_spawn *sp);
  * stays and only the two local_rank forms are replaced.  Malloc'd; NULL when
  * out of memory.  ea__sup_start_ex applies it to every word it spawns. */
 char *ea__sup_subst_local_rank(const char *arg, uint32_t local_rank, bool shell);
+/* Slot idx's spares start with env (copied) instead of the usual
+ * environment: restart mode gives the part of a worker's environment that is
+ * the same in every generation.  Call before ea__sup_spares_start. */
+int ea__sup_spare_env(ea__sup *s, uint32_t idx, char *const *env);
+/* Start the spares (no-op without warm_launcher).  A program that is not
+ * one a spare can run turns them off (ea__sup_spare_get says why). */
+void ea__sup_spares_start(ea__sup *s);
+typedef struct {
+  bool kept;           /* the supervisor keeps spares (warm_launcher) */
+  int pid;             /* the spare now, 0: none */
+  bool ready;          /* its preload is done */
+  uint64_t rss;        /* its resident memory, bytes (/proc; 0: none) */
+  bool off;            /* this slot starts cold from now on */
+  const char *why;     /* off: why (valid until the next supervisor call) */
+  uint64_t warm, cold; /* starts of this slot from a spare / by spawning */
+  uint64_t lost;       /* spares that died before they were taken */
+} ea__sup_spare;
+void ea__sup_spare_get(const ea__sup *s, uint32_t idx, ea__sup_spare *out);
+/* Worker processes started from a spare / spawned, since the start. */
+void ea__sup_starts(const ea__sup *s, uint64_t *warm, uint64_t *cold);
 /* Spawn every slot that is not running; the first error is returned after
  * trying them all. */
 int ea__sup_start_all(ea__sup *s);

@@ -277,6 +277,27 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
           s->worker_failures);
   counter(b, s, "elastic_agent_worker_restarts_total", "Local worker processes restarted.",
           s->worker_restarts);
+  const char *starts = "elastic_agent_worker_starts_total";
+  family(b, starts, "counter",
+         "Worker processes started: from a warm interpreter, or spawned cold.");
+  sample_u64(b, s, starts, "start", "warm", s->starts_warm);
+  sample_u64(b, s, starts, "start", "cold", s->starts_cold);
+  if (s->spares) {
+    const char *ready = "elastic_agent_warm_spare_ready",
+               *rss = "elastic_agent_warm_spare_rss_bytes";
+    char k[16];
+    family(b, ready, "gauge",
+           "1 while this local rank's warm interpreter has imported compute.preload and waits.");
+    for (uint32_t i = 0; i < s->spares && i < 64; i++) {
+      snprintf(k, sizeof k, "%u", i);
+      sample_u64(b, s, ready, "local_rank", k, s->spare_ready[i]);
+    }
+    family(b, rss, "gauge", "Resident memory of this local rank's warm interpreter (0: none).");
+    for (uint32_t i = 0; i < s->spares && i < 64; i++) {
+      snprintf(k, sizeof k, "%u", i);
+      sample_u64(b, s, rss, "local_rank", k, s->spare_rss[i]);
+    }
+  }
 
   /* checkpoints */
   gauge(b, s, "elastic_agent_checkpoint_interval_steps",
@@ -610,6 +631,17 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   s->stalled = pr.stalled;
   s->worker_failures = a->worker_failures;
   s->worker_restarts = a->worker_restarts;
+  if (a->sup) {
+    ea__sup_starts(a->sup, &s->starts_warm, &s->starts_cold);
+    s->spares = 0;
+    for (uint32_t k = 0; k < a->wpn && k < 64; k++) {
+      ea__sup_spare sp;
+      ea__sup_spare_get(a->sup, k, &sp);
+      if (sp.kept) s->spares = k + 1;
+      s->spare_ready[k] = sp.ready;
+      s->spare_rss[k] = sp.rss;
+    }
+  }
 
   s->ck_interval = cfg->checkpoint.save_interval_steps;
   s->ck_committed = a->ck.committed;

@@ -96,6 +96,12 @@ typedef struct {
   double since_step_s; /* seconds since a local worker last completed a step */
   bool stalled;
   uint64_t worker_failures, worker_restarts;
+  /* warm interpreters (compute.warm_start): spares = local ranks that keep
+   * one (0: none do); per local rank whether it is ready and its RSS */
+  uint32_t spares;
+  bool spare_ready[64];
+  uint64_t spare_rss[64];
+  uint64_t starts_warm, starts_cold; /* worker processes started each way */
   /* checkpoints */
   uint32_t ck_interval;                         /* checkpoint.save_interval_steps; 0: off */
   uint64_t ck_committed, ck_failed, ck_skipped; /* as controller */

@@ -294,6 +294,22 @@ static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
     if (w->compute_s >= 0) ea__jb_fixed(b, x, "compute_ms", w->compute_s * 1e3, 2);
     ea__jb_int(b, x, "restarts", w->restarts);
     ea__jb_str(b, x, "comm", w->comm);
+    if (a->sup) { /* its warm interpreter (compute.warm_start) */
+      ea__sup_spare sp;
+      ea__sup_spare_get(a->sup, k, &sp);
+      json_t *y = ea__jb_obj(b, x, "spare");
+      ea__jb_str(b, y, "state",
+                 !sp.kept ? "off"
+                 : sp.off ? "off"
+                 : sp.pid ? (sp.ready ? "ready" : "importing")
+                          : "none");
+      if (sp.pid) ea__jb_int(b, y, "pid", sp.pid);
+      if (sp.pid) ea__jb_u64(b, y, "rss_bytes", sp.rss);
+      if (sp.why) ea__jb_str(b, y, "why", sp.why);
+      ea__jb_u64(b, y, "warm_starts", sp.warm);
+      ea__jb_u64(b, y, "cold_starts", sp.cold);
+      ea__jb_u64(b, y, "lost", sp.lost);
+    }
     if (w->exit_reason[0]) {
       ea__jb_str(b, x, "exit_reason", w->exit_reason);
       ea__jb_int(b, x, "exit_code", w->exit_code);
@@ -474,6 +490,10 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   o = ea__jb_obj(b, cn, "workers");
   ea__jb_u64(b, o, "failures", a->worker_failures);
   ea__jb_u64(b, o, "restarts", a->worker_restarts);
+  uint64_t sw = 0, sc = 0;
+  if (a->sup) ea__sup_starts(a->sup, &sw, &sc);
+  ea__jb_u64(b, o, "warm_starts", sw);
+  ea__jb_u64(b, o, "cold_starts", sc);
   ea__jb_u64(b, o, "bad_packets", a->sup ? ea__sup_bad_packets(a->sup) : 0);
   o = ea__jb_obj(b, cn, "alerts");
   for (int k = 0; k < EA__ALERT_KINDS; k++)

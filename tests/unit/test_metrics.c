@@ -66,6 +66,11 @@ static ea__mx_snap *fixed_snapshot(void) {
   s->since_step_s = 0.25;
   s->worker_failures = 2;
   s->worker_restarts = 1;
+  s->starts_warm = 3;
+  s->starts_cold = 1;
+  s->spares = 2;
+  s->spare_ready[0] = true;
+  s->spare_rss[0] = 700u << 20;
   s->ck_interval = 100;
   s->ck_committed = 6;
   s->ck_failed = 1;
@@ -211,6 +216,27 @@ static const char expected[] =
     "# TYPE elastic_agent_worker_restarts_total counter\n"
     "elastic_agent_worker_restarts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\"} 1\n"
+    "# HELP elastic_agent_worker_starts_total Worker processes started: from a warm interpreter, "
+    "or spawned cold.\n"
+    "# TYPE elastic_agent_worker_starts_total counter\n"
+    "elastic_agent_worker_starts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",start=\"warm\"} 3\n"
+    "elastic_agent_worker_starts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",start=\"cold\"} 1\n"
+    "# HELP elastic_agent_warm_spare_ready 1 while this local rank's warm interpreter has imported "
+    "compute.preload and waits.\n"
+    "# TYPE elastic_agent_warm_spare_ready gauge\n"
+    "elastic_agent_warm_spare_ready{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",local_rank=\"0\"} 1\n"
+    "elastic_agent_warm_spare_ready{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",local_rank=\"1\"} 0\n"
+    "# HELP elastic_agent_warm_spare_rss_bytes Resident memory of this local rank's warm "
+    "interpreter (0: none).\n"
+    "# TYPE elastic_agent_warm_spare_rss_bytes gauge\n"
+    "elastic_agent_warm_spare_rss_bytes{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",local_rank=\"0\"} 734003200\n"
+    "elastic_agent_warm_spare_rss_bytes{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",local_rank=\"1\"} 0\n"
     "# HELP elastic_agent_checkpoint_interval_steps checkpoint.save_interval_steps; 0 when "
     "periodic checkpoints are off.\n"
     "# TYPE elastic_agent_checkpoint_interval_steps gauge\n"
