@@ -21,11 +21,31 @@
  * connections from one host made every /healthz time out, and a liveness
  * probe would then restart a healthy agent).  So a connection is admitted
  * only while its source (an IPv4 address, an IPv6 /64) holds fewer than
- * HTTP_PER_SOURCE and all sources fewer than HTTP_MAX_CONNECTIONS; one over
- * either is closed as soon as it is accepted, before libmicrohttpd gives it
- * a buffer, and counted.  A connection that has not sent a whole request
- * within HTTP_FIRST_REQUEST_TIMEOUT_S is closed (counted too); one that has
- * gets HTTP_IDLE_TIMEOUT_S between requests.  We count per source ourselves
+ * HTTP_PER_SOURCE; one over is closed as soon as it is accepted, before
+ * libmicrohttpd gives it a buffer, and counted (refused_per_source).
+ *
+ * The total, HTTP_MAX_CONNECTIONS, is shared max-min fairly rather than
+ * first come, first served: 64 sources at their own limit fill it, and a
+ * kubelet's probe from a 65th would otherwise be refused because of them.
+ * When all are taken, a newcomer whose source holds c connections evicts
+ * the oldest connection of the source that holds the most, M, if M >= c + 2
+ * (after it, that source holds M - 1 >= c + 1, as many as the newcomer's or
+ * more, so two sources never take a slot back and forth); otherwise every
+ * source holds at most c + 1 and the newcomer is refused.  So a source is
+ * refused for want of room only when the 512 are spread over at least
+ * 512 / (c + 1) sources — 256 for a probe's source, which holds at most
+ * one.  The eviction is a shutdown(2) of the victim's socket, which
+ * libmicrohttpd sees on its next loop turn and closes as a client's hang-up
+ * (its descriptor stays libmicrohttpd's to close); evicted connections
+ * count as refused_full, like newcomers refused, and no longer count
+ * against their source or the total while they wait to be closed.  The
+ * oldest of the biggest source: the connection that has had the most
+ * service from the source that has the most; ties between sources go to
+ * the first found.
+ *
+ * A connection that has not sent a whole request within
+ * HTTP_FIRST_REQUEST_TIMEOUT_S is closed (counted too); one that has gets
+ * HTTP_IDLE_TIMEOUT_S between requests.  We count per source ourselves
  * (the accept policy and the connection notifications) rather than through
  * MHD_OPTION_PER_IP_CONNECTION_LIMIT because libmicrohttpd refuses over
  * that limit before any callback, silently: nothing could count it.  All
@@ -67,8 +87,12 @@
  * prober.  Each costs a descriptor and at most 32 KiB. */
 #define HTTP_MAX_CONNECTIONS 512
 /* libmicrohttpd's own limit, above ours so that ours (which counts) is
- * the one that refuses. */
-#define HTTP_MHD_LIMIT (HTTP_MAX_CONNECTIONS + 16)
+ * the one that refuses: ours plus the evicted ones not yet closed (a few
+ * per loop turn: libmicrohttpd accepts at most 11 per turn and closes an
+ * evicted one on the next).  Past it we refuse rather than evict, so
+ * libmicrohttpd never reaches its limit (at which it would stop accepting
+ * and leave connects waiting in the kernel's queue). */
+#define HTTP_MHD_LIMIT (HTTP_MAX_CONNECTIONS + 64)
 /* Seconds a connection has to send its first whole request: a probe or a
  * scraper sends it at once; 2 s allows a slow network and frees what an
  * idle or trickling client holds. */
@@ -81,18 +105,26 @@
  * which a client would see as a connect taking a 1 s SYN retransmit. */
 #define HTTP_BACKLOG 1024
 
-/* One source that holds connections now: its key and how many. */
+/* A connection's own record (libmicrohttpd's socket context), owned by this
+ * file from NOTIFY_STARTED to NOTIFY_CLOSED. */
+typedef struct http_conn http_conn;
+struct http_conn {
+  uint8_t key[16];
+  struct MHD_Connection *c;
+  http_conn *prev, *next; /* in its source's list, oldest first, while counted */
+  bool requested;         /* a whole request arrived */
+  bool counted;           /* in its source's count and list (the address was known) */
+  bool evicted;           /* shut down to make room; not in the total any more */
+};
+
+/* One source that holds connections now: its key, how many, and which
+ * (oldest first: the one an eviction takes).  Moved by value when another
+ * is removed; the list's links live in the connections. */
 typedef struct {
   uint8_t key[16];
   uint32_t conns;
+  http_conn *oldest, *newest;
 } http_source;
-
-/* A connection's own record (libmicrohttpd's socket context). */
-typedef struct {
-  uint8_t key[16];
-  bool requested; /* a whole request arrived */
-  bool counted;   /* in its source's count (the address was known) */
-} http_conn;
 
 typedef struct {
   int refs; /* under ea__http.mu */
@@ -108,7 +140,9 @@ struct ea__http {
    * linear walk: a few microseconds per accept); libmicrohttpd's thread
    * only. */
   http_source src[HTTP_MAX_CONNECTIONS];
-  uint32_t nsrc, open;
+  uint32_t nsrc;
+  uint32_t open;     /* admitted, not closed, not evicted: what the limit counts */
+  uint32_t evicting; /* evicted, not closed yet */
   atomic_uint_fast64_t refused_source, refused_full, closed_unrequested;
 };
 
@@ -184,22 +218,59 @@ static http_source *source_find(ea__http *h, const uint8_t key[16]) {
   return NULL;
 }
 
+/* Takes hc out of its source's count and list; forgets a source left with
+ * none. */
+static void source_drop(ea__http *h, http_conn *hc) {
+  http_source *x = hc->counted ? source_find(h, hc->key) : NULL;
+  hc->counted = false;
+  if (!x) return;
+  if (hc->prev)
+    hc->prev->next = hc->next;
+  else
+    x->oldest = hc->next;
+  if (hc->next)
+    hc->next->prev = hc->prev;
+  else
+    x->newest = hc->prev;
+  hc->prev = hc->next = NULL;
+  if (x->conns && --x->conns == 0) *x = h->src[--h->nsrc];
+}
+
+/* All are taken and a newcomer's source holds c: make room by shutting
+ * down the oldest connection of the source that holds the most, if that
+ * is at least c + 2 (the rule and why: the header comment).  False: no
+ * room is fair to make. */
+static bool evict_for(ea__http *h, uint32_t c) {
+  http_source *big = NULL;
+  for (uint32_t i = 0; i < h->nsrc; i++)
+    if (!big || h->src[i].conns > big->conns) big = &h->src[i];
+  if (!big || big->conns < c + 2 || !big->oldest) return false;
+  http_conn *victim = big->oldest;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(victim->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci || shutdown(ci->connect_fd, SHUT_RDWR) != 0) return false;
+  source_drop(h, victim);
+  victim->evicted = true;
+  h->open--;
+  h->evicting++;
+  atomic_fetch_add(&h->refused_full, 1);
+  return true;
+}
+
 /* libmicrohttpd asks before it sets a connection up: refuse a source at its
- * limit, or any once all are taken. */
+ * limit; once all are taken, make room fairly or refuse. */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
   ea__http *h = cls;
-  if (h->open >= HTTP_MAX_CONNECTIONS) {
-    atomic_fetch_add(&h->refused_full, 1);
-    return MHD_NO;
-  }
   uint8_t key[16];
-  if (!source_key(addr, addrlen, key)) return MHD_YES;
-  const http_source *x = source_find(h, key);
+  const http_source *x = source_key(addr, addrlen, key) ? source_find(h, key) : NULL;
   if (x && x->conns >= HTTP_PER_SOURCE) {
     atomic_fetch_add(&h->refused_source, 1);
     return MHD_NO;
   }
-  return MHD_YES;
+  if (h->open < HTTP_MAX_CONNECTIONS) return MHD_YES;
+  if (h->open + h->evicting < HTTP_MHD_LIMIT && evict_for(h, x ? x->conns : 0)) return MHD_YES;
+  atomic_fetch_add(&h->refused_full, 1);
+  return MHD_NO;
 }
 
 /* Every admitted connection starts and closes here: the per-source count,
@@ -214,28 +285,42 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     *ctx = hc;
     h->open++;
-    if (!hc || !ci || !ci->client_addr) return;
+    if (!hc) return;
+    hc->c = c;
+    if (!ci || !ci->client_addr) return;
     /* libmicrohttpd does not say the address's length: the family does. */
     socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                            : sizeof(struct sockaddr_in);
     if (!source_key(ci->client_addr, len, hc->key)) return;
     http_source *x = source_find(h, hc->key);
     if (!x && h->nsrc < HTTP_MAX_CONNECTIONS) {
+      /* A slot past nsrc holds what was moved out of it: start afresh. */
       x = &h->src[h->nsrc++];
+      *x = (http_source){0};
       memcpy(x->key, hc->key, 16);
-      x->conns = 0;
     }
-    if (x) x->conns++, hc->counted = true;
+    if (!x) return;
+    x->conns++;
+    hc->counted = true;
+    hc->prev = x->newest;
+    if (x->newest)
+      x->newest->next = hc;
+    else
+      x->oldest = hc;
+    x->newest = hc;
     return;
   }
   if (what != MHD_CONNECTION_NOTIFY_CLOSED) return;
   http_conn *hc = *ctx;
   *ctx = NULL;
-  if (h->open) h->open--;
+  if (hc && hc->evicted) {
+    if (h->evicting) h->evicting--;
+  } else if (h->open) {
+    h->open--;
+  }
   if (!hc) return;
-  if (!hc->requested) atomic_fetch_add(&h->closed_unrequested, 1);
-  http_source *x = hc->counted ? source_find(h, hc->key) : NULL;
-  if (x && x->conns && --x->conns == 0) *x = h->src[--h->nsrc];
+  if (!hc->requested && !hc->evicted) atomic_fetch_add(&h->closed_unrequested, 1);
+  source_drop(h, hc);
   free(hc);
 }
 
