@@ -17,7 +17,6 @@
 #include "agent_int.h"
 
 #include "ea_log.h"
-#include "warm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -632,60 +631,37 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
 
 /* ---- start ------------------------------------------------------------------------ */
 
-/* compute.warm_start: the path of _warm.py in launcher ("" when workers start
- * cold), or -EINVAL with a sentence for `on` with a program no warm
- * interpreter can run. */
-static int warm_setup(ea__agent *a, char *launcher, size_t cap, char *err, size_t errlen) {
+/* compute.warm_start: the path of _warm.py in launcher, or "" when workers
+ * start cold (`on` with a program that cannot was refused before, by
+ * ea__agent_job_preflight). */
+static void warm_setup(ea__agent *a, char *launcher, size_t cap) {
   launcher[0] = 0;
   const ea_config *c = &a->o->cfg;
-  bool on = strcmp(c->compute.warm_start, "on") == 0;
-  if (strcmp(c->compute.warm_start, "off") == 0) return 0;
-  char why[300] = "";
-  char **words = NULL;
-  if (a->mode == EA__MODE_BUILTIN) {
-    snprintf(why, sizeof why, "the built-in trainer is not a Python program");
-  } else if (a->o->worker_argc > 0) {
-    words = calloc((size_t)a->o->worker_argc + 1, sizeof *words);
-    for (int i = 0; words && i < a->o->worker_argc; i++)
-      words[i] = ea__sup_subst_local_rank(a->o->worker_argv[i], 0, false);
-  } else {
-    char *cmd = ea__sup_subst_local_rank(c->compute.worker_command, 0, true);
-    if (cmd) ea__warm_split(cmd, &words, why, sizeof why);
-    free(cmd);
+  char why[600] = "";
+  if (ea__launch_warm(c, a->mode, a->o->worker_argc, a->o->worker_argv, why, sizeof why) != 0) {
+    if (strcmp(c->compute.warm_start, "off") != 0)
+      ea_log(EA_LOG_INFO, "start", "warm start: off: %s", why);
+    return;
   }
-  ea__warm_form f;
-  if (words && ea__warm_form_of(words, &f, why, sizeof why) == 0) {
-    char dir[EA_PATH_MAX];
-    const char *over = getenv("EA_PYTHONPATH");
-    int rc = 0;
-    if (over && *over)
-      snprintf(dir, sizeof dir, "%s", over);
-    else
-      rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
-    snprintf(launcher, cap, "%.4000s/elastic_agent/_warm.py", dir);
-    if (rc || access(launcher, R_OK) != 0) {
-      snprintf(why, sizeof why,
-               "%s is missing (make install puts it in "
-               "PREFIX/lib/elastic-agent/python; or set EA_PYTHONPATH)",
-               launcher);
-      launcher[0] = 0;
-    }
-  } else if (!why[0]) {
-    snprintf(why, sizeof why, "out of memory");
+  char dir[EA_PATH_MAX];
+  const char *over = getenv("EA_PYTHONPATH");
+  int rc = 0;
+  if (over && *over)
+    snprintf(dir, sizeof dir, "%s", over);
+  else
+    rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
+  snprintf(launcher, cap, "%.4000s/elastic_agent/_warm.py", dir);
+  if (rc || access(launcher, R_OK) != 0) {
+    ea_log(EA_LOG_WARN, "start",
+           "warm start: off: %s is missing (make install puts it in "
+           "PREFIX/lib/elastic-agent/python; or set EA_PYTHONPATH)",
+           rc ? "python/elastic_agent/_warm.py" : launcher);
+    launcher[0] = 0;
+    return;
   }
-  ea__warm_words_free(words);
-  if (launcher[0]) {
-    ea_log(EA_LOG_INFO, "start",
-           "warm start: one warm interpreter per local rank, preloading %s (compute.warm_start %s)",
-           c->compute.preload[0] ? c->compute.preload : "nothing", c->compute.warm_start);
-    return 0;
-  }
-  if (on) {
-    snprintf(err, errlen, "compute.warm_start on: %s (set it to auto or off)", why);
-    return -EINVAL;
-  }
-  ea_log(EA_LOG_INFO, "start", "warm start: off: %s", why);
-  return 0;
+  ea_log(EA_LOG_INFO, "start",
+         "warm start: one warm interpreter per local rank, preloading %s (compute.warm_start %s)",
+         c->compute.preload[0] ? c->compute.preload : "nothing", c->compute.warm_start);
 }
 
 int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
@@ -707,8 +683,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
   ea_addr_str(&cb, bind, sizeof bind);
   uint32_t grace = a->o->cfg.runtime.stop_grace_seconds * 1000u;
   char launcher[EA_PATH_MAX + 64];
-  int rc = warm_setup(a, launcher, sizeof launcher, err, errlen);
-  if (rc < 0) return rc;
+  warm_setup(a, launcher, sizeof launcher);
   ea__sup_opts so = {.workers = a->wpn,
                      .worker_command = a->o->cfg.compute.worker_command,
                      .argv = a->o->worker_argc > 0 ? a->o->worker_argv : NULL,
@@ -721,7 +696,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
                      .preload = a->o->cfg.compute.preload,
                      .spare_delay_ms = EA__SUP_SPARE_DELAY_MS};
   ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
-  rc = ea__agent_ckpt_start(a, err, errlen);
+  int rc = ea__agent_ckpt_start(a, err, errlen);
   if (rc < 0) return rc;
   rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);
   if (rc < 0) {

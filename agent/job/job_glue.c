@@ -314,6 +314,12 @@ int ea__agent_job_preflight(ea__agent *a, bool *usage, char *err, size_t errlen)
   if (rc == 0)
     rc = ea__launch_check_keys(&o->cfg, a->mode, o->resume_from[0] != 0, warn, sizeof warn, err,
                                errlen);
+  char why[600];
+  if (rc == 0 && strcmp(o->cfg.compute.warm_start, "on") == 0 &&
+      ea__launch_warm(&o->cfg, a->mode, o->worker_argc, o->worker_argv, why, sizeof why) != 0) {
+    snprintf(err, errlen, "compute.warm_start on: %s (set it to auto or off)", why);
+    rc = -EINVAL;
+  }
   if (rc) {
     *usage = true;
     return rc;

@@ -31,6 +31,7 @@
 #include "launch.h"
 
 #include "ea_log.h"
+#include "warm.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -129,6 +130,35 @@ int ea__launch_python_dir(const char *exe, char *out, size_t cap) {
     return 0;
   }
   return -ENOENT;
+}
+
+int ea__launch_warm(const ea_config *c, ea__mode m, int argc, char *const *argv, char *why,
+                    size_t cap) {
+  if (strcmp(c->compute.warm_start, "off") == 0) {
+    snprintf(why, cap, "compute.warm_start is off");
+    return -ENOTSUP;
+  }
+  if (m == EA__MODE_BUILTIN) {
+    snprintf(why, cap, "the built-in trainer is not a Python program");
+    return -ENOTSUP;
+  }
+  char **words = NULL;
+  int rc = 0;
+  if (argc > 0) {
+    words = calloc((size_t)argc + 1, sizeof *words);
+    for (int i = 0; words && i < argc; i++)
+      if (!(words[i] = ea__sup_subst_local_rank(argv[i], 0, false))) rc = -ENOMEM;
+    if (!words) rc = -ENOMEM;
+  } else {
+    char *cmd = ea__sup_subst_local_rank(c->compute.worker_command, 0, true);
+    rc = cmd ? ea__warm_split(cmd, &words, why, cap) : -ENOMEM;
+    free(cmd);
+  }
+  ea__warm_form f;
+  if (rc == 0) rc = ea__warm_form_of(words, &f, why, cap);
+  if (rc == -ENOMEM) snprintf(why, cap, "out of memory");
+  ea__warm_words_free(words);
+  return rc;
 }
 
 static void append(char *out, size_t cap, const char *s) {

@@ -55,6 +55,12 @@ int ea__launch_mode(const ea_config *c, int argc, char *const *argv, ea__mode *m
 int ea__launch_check_keys(const ea_config *c, ea__mode m, bool resume_from, char *warn, size_t wcap,
                           char *err, size_t errlen);
 
+/* Whether the workers can start from warm interpreters (compute.warm_start
+ * not off, a torchrun or library program that is a Python script or -m
+ * module: agent/job/warm.h): 0, or -ENOTSUP with why. */
+int ea__launch_warm(const ea_config *c, ea__mode m, int argc, char *const *argv, char *why,
+                    size_t cap);
+
 /* ---- the torchrun environment --------------------------------------------- */
 
 /* What one worker of one generation is told, as torch.distributed.elastic

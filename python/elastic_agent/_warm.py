@@ -124,15 +124,23 @@ def _become(argv, ninterp, kind, env, cwd):
         sys.stderr.flush()
         os._exit(2)
     code = compile(source, path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _run(argv, ninterp, kind, env, cwd):
+    """_become, with an uncaught exception ended as the interpreter's own
+    top level ends it: the hook (the script's, if it set one) is given the
+    traceback without this file's frames, then status 1."""
     try:
-        exec(code, main.__dict__)
+        _become(argv, ninterp, kind, env, cwd)
     except SystemExit:
         raise
     except BaseException as e:
-        # As the interpreter's own top level: the hook (the script's, if it
-        # set one) sees the traceback from the script's frame on.
-        tb = e.__traceback__.tb_next if e.__traceback__ else None
-        sys.excepthook(type(e), e, tb)
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        # CPython prints the exception's own __traceback__: set it there.
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
         if isinstance(e, KeyboardInterrupt):
             # CPython ≥ 3.8 ends by SIGINT after an uncaught Ctrl-C
             import atexit
@@ -179,7 +187,7 @@ def _main():
         for fd in fds:
             os.close(fd)
     del globals()["_FD"]
-    _become(argv, ninterp, kind, env, cwd)
+    _run(argv, ninterp, kind, env, cwd)
 
 
 _main()
