@@ -30,6 +30,10 @@
 #     every agent exits 3, and the log (an alert) and the status name the
 #     failing rank, its node, exit code 1 and the error file's message.
 #
+# Steps 1-7 run with warm start on (the default: each worker starts from a
+# warm interpreter, docs/warm-start.md; step 6 checks that the restarts after
+# the faults were warm), step 8 with compute.warm_start off (cold, as before).
+#
 # Prints RECOVERY lines: kill/stop → the world-2 generation committed and →
 # its first step, in ms, with the detection bound.
 source "$(dirname "$0")/lib.sh"
@@ -173,7 +177,9 @@ for n in n1 n2; do
   grep -q ' job finished: all 2 workers of generation [0-9]* exited 0' "$(agent_log "$n")" ||
     fail "$n did not report the job finished"
 done
-pass "the job finished; n1 and n2 exited 0"
+n_warm=$(grep -c 'worker 0 started pid=[0-9]* (.*warm' "$(agent_log n1)")
+[ "$n_warm" -ge 2 ] || fail "n1 started $n_warm workers warm (want ≥ 2: the first and a restart): $(grep 'worker 0 started' "$(agent_log n1)")"
+pass "the job finished; n1 and n2 exited 0; n1's workers started warm ($n_warm)"
 
 say "7. two agents, two workers each: contiguous ranks, OMP_NUM_THREADS=1"
 rm -rf "$ENVD" "$CK"
@@ -207,7 +213,8 @@ pass "contiguous ranks per node, LOCAL_RANK 0/1, OMP_NUM_THREADS=1; both agents 
 say "8. rank 1 always fails: every agent exits 3 naming it"
 rm -rf "$CK"
 P3=(-- "$PY" "$SCRIPT" --steps 100000 --ckpt "$CK" --always-fail 1:1)
-J3=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300 --set runtime.max_restarts=1)
+J3=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300 --set runtime.max_restarts=1
+  --set compute.warm_start=off)
 start_agent f1 "${J3[@]}" "${P3[@]}"
 start_agent f2 --join "${AGENT_ADDR[f1]}" "${J3[@]}" "${P3[@]}"
 start_agent f3 --join "${AGENT_ADDR[f1]}" "${J3[@]}" "${P3[@]}"
@@ -235,7 +242,9 @@ for n in f1 f2 f3; do
   [[ $f == "1 1 RuntimeError: always failing at step 1"* ]] && ok=$((ok + 1))
 done
 ((ok >= 1)) || fail "no agent's status named the failing rank with its exit code and message"
-pass "f1, f2, f3 exited 3; alerts and status name rank 1, exit code 1, the error file's message"
+! grep -q 'warm interpreter pid\|started pid=[0-9]* (.*warm' "$(agent_log f1)" ||
+  fail "f1 (compute.warm_start off) kept or used a warm interpreter"
+pass "f1, f2, f3 exited 3 (cold: warm start off); alerts and status name rank 1, exit code 1, the error file's message"
 
 echo "WALL test_torchrun_ms=$(($(now_ms) - t_start))"
 exit 0
