@@ -24,6 +24,15 @@ most completed steps, and the step loop continues where it was::
 See docs/pytorch.md.  Importing this package imports neither torch nor
 anything with side effects; ``elastic_agent.TorchState`` imports torch on
 first use.
+
+The API is this package's names and these modules: ``elastic_agent.torch``
+(``TorchState``), ``.errors``, ``.checkpoint`` (reading checkpoints back),
+``.worker`` (``Backend``, what ``run(state, backend=…)`` takes), ``.state``
+(``State``, the base of a state class), ``.layout`` (the "ea-state-1" flat
+format) and ``.xxh3`` (the agent's hash).  A module whose name starts with
+``_`` (the wire codec ``_protocol``, the fd-3 socket ``_connection``, the
+checkpoint staging buffer ``_staging``, ``_mpread``, ``_warm``) is internal:
+it may change with the agent, without notice.
 """
 from __future__ import annotations
 

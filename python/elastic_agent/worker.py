@@ -46,11 +46,11 @@ import time
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, TypeVar
 
 from . import checkpoint as ckpt
-from . import protocol
-from .connection import AgentConnection
+from . import _protocol as protocol
+from ._connection import AgentConnection
 from .errors import AgentGone, CheckpointError, CommError, ProtocolError, StateError
 from .layout import split_range
-from .staging import Stager
+from ._staging import Stager
 from .state import State
 
 __all__ = ["Interrupted", "Backend", "SoloBackend", "Generation", "Worker", "run", "generations"]

@@ -21,7 +21,7 @@ PYDIR = os.path.join(ROOT, "python")
 if PYDIR not in sys.path:
     sys.path.insert(0, PYDIR)
 
-from elastic_agent.connection import AgentConnection  # noqa: E402
+from elastic_agent._connection import AgentConnection  # noqa: E402
 
 # Every test's seed is printed and can be replayed: EA_SEED=… pytest …
 SEED = int(os.environ.get("EA_SEED", str(int(time.time()) % 100000)))

@@ -14,8 +14,8 @@ import socket
 import msgpack
 import pytest
 
-from elastic_agent import protocol
-from elastic_agent.connection import AgentConnection
+from elastic_agent import _protocol as protocol
+from elastic_agent._connection import AgentConnection
 from elastic_agent.errors import AgentGone, ProtocolError
 from elastic_agent.xxh3 import xxh3_64
 

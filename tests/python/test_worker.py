@@ -22,7 +22,7 @@ import msgpack
 from ckpt_util import write_checkpoint
 from conftest import PYDIR, FakeAgent
 from elastic_agent import ObjectState, split_range
-from elastic_agent.connection import AgentConnection
+from elastic_agent._connection import AgentConnection
 from elastic_agent.errors import AgentGone, CommError
 from elastic_agent.layout import parse_header
 from elastic_agent.state import State

@@ -15,7 +15,7 @@ import socket
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import protocol
+from . import _protocol as protocol
 from .errors import AgentGone, ProtocolError
 
 __all__ = ["AgentConnection"]
