@@ -88,6 +88,10 @@ $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(EA_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
+# The page (agent/obs/page.html) is embedded by page.c's .incbin, which the
+# compiler's dependency files cannot see.
+$(BUILD)/obj/agent/obs/page.o: agent/obs/page.html
+
 $(BUILD)/libea.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

@@ -1,5 +1,6 @@
 /* The HTTP listener of observability.metrics_listen: GET /metrics,
- * /healthz and /readyz, served by libmicrohttpd in a thread of its own.
+ * /healthz and /readyz, the page (/) and its JSON (/api/v1/status,
+ * /api/v1/history), served by libmicrohttpd in a thread of its own.
  *
  * Why a thread and not the agent's libuv loop: a scrape must not cost the
  * loop that carries gossip a format or a slow client, and /healthz must be
@@ -9,6 +10,16 @@
  * this file keeps the newest one behind a mutex with a reference count,
  * so a request formats a snapshot that stays valid however long it takes
  * while the loop goes on publishing newer ones.
+ *
+ * The page is static (page.c embeds it) and reads only the two JSON
+ * documents, which the loop formats into the snapshot too — only while
+ * someone looks (ea__http_wanted: a request for them in the last
+ * EA__PAGE_IDLE_MS), so an agent nobody watches pays nothing for them.
+ * Nothing served here changes the cluster: every method but GET and HEAD
+ * is refused.  The page's Content-Security-Policy lets it run its own
+ * inline script and style and fetch from this agent only; a browser then
+ * refuses any other request even if a string from a member got through as
+ * markup (the page writes every string as text: page.html).
  *
  * libmicrohttpd parses the requests (method, path, headers, limits); this
  * file compares the method and the path it hands over and parses nothing
@@ -144,6 +155,9 @@ struct ea__http {
   uint32_t open;     /* admitted, not closed, not evicted: what the limit counts */
   uint32_t evicting; /* evicted, not closed yet */
   atomic_uint_fast64_t refused_source, refused_full, closed_unrequested;
+  /* CLOCK_MONOTONIC ms + 1 of the last request for the page or its JSON;
+   * 0: none yet (ea__http_wanted). */
+  atomic_uint_fast64_t wanted_ms;
 };
 
 static void held_put(ea__http *h, held *x) {
@@ -152,7 +166,7 @@ static void held_put(ea__http *h, held *x) {
   int r = --x->refs;
   pthread_mutex_unlock(&h->mu);
   if (r == 0) {
-    free(x->s);
+    ea__mx_snap_free(x->s);
     free(x);
   }
 }
@@ -168,7 +182,7 @@ static held *held_get(ea__http *h) {
 void ea__http_publish(ea__http *h, ea__mx_snap *s) {
   held *x = malloc(sizeof *x);
   if (!x) {
-    free(s); /* the previous snapshot stays: /healthz will see it age */
+    ea__mx_snap_free(s); /* the previous snapshot stays: /healthz will see it age */
     return;
   }
   x->refs = 1;
@@ -178,6 +192,11 @@ void ea__http_publish(ea__http *h, ea__mx_snap *s) {
   h->cur = x;
   pthread_mutex_unlock(&h->mu);
   held_put(h, old);
+}
+
+bool ea__http_wanted(const ea__http *h, uint64_t now_ms) {
+  uint64_t w = atomic_load((atomic_uint_fast64_t *)&h->wanted_ms);
+  return w && (now_ms + 1 < w || now_ms + 1 - w < EA__PAGE_IDLE_MS);
 }
 
 uint64_t ea__http_requests(const ea__http *h) {
@@ -338,13 +357,29 @@ static void put_text(ea_sb *b, const char *s, size_t max) {
     if ((unsigned char)b->buf[i] < 0x20 || b->buf[i] == 0x7f) b->buf[i] = '?';
 }
 
+/* The page's policy: its own inline script and style, fetches to this
+ * agent, images only as data: URLs; nothing else, and no framing. */
+static const char page_csp[] =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'";
+static const char json_ctype[] = "application/json";
+
+/* A JSON error document: {"error":"…"} and a newline. */
+static void json_error(ea_sb *b, const char *msg) {
+  ea_sb_puts(b, "{\"error\":");
+  ea_sb_json_str(b, msg);
+  ea_sb_puts(b, "}\n");
+}
+
 void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
                      ea__http_reply *r) {
   memset(r, 0, sizeof *r);
   r->type = text_type;
   ea_sb b = {0};
   bool metrics = strcmp(url, "/metrics") == 0, healthz = strcmp(url, "/healthz") == 0,
-       readyz = strcmp(url, "/readyz") == 0;
+       readyz = strcmp(url, "/readyz") == 0, api_status = strcmp(url, "/api/v1/status") == 0,
+       api_history = strcmp(url, "/api/v1/history") == 0;
   uint64_t age = s && now_ms > s->mono_ms ? now_ms - s->mono_ms : 0;
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     r->code = MHD_HTTP_METHOD_NOT_ALLOWED;
@@ -353,16 +388,35 @@ void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, 
     put_text(&b, method, 64);
     ea_sb_puts(&b, " not allowed: GET or HEAD\n");
   } else if (strcmp(url, "/") == 0) {
+    size_t n;
+    const char *page = ea__page_html(&n);
     r->code = MHD_HTTP_OK;
-    ea_sb_puts(&b,
-               "elastic-agent\n/metrics  Prometheus text exposition\n"
-               "/healthz  200 while the agent's loop answers\n"
-               "/readyz   200 while joined and training makes steps; else 503 and why\n");
+    r->type = "text/html; charset=utf-8";
+    r->csp = page_csp;
+    ea_sb_putn(&b, page, n);
+  } else if (api_status || api_history) {
+    const char *doc = !s ? NULL : api_status ? s->status_json : s->history_json;
+    r->type = json_ctype;
+    if (!s) {
+      r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+      json_error(&b, "starting");
+    } else if (!doc) {
+      r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
+      json_error(&b,
+                 "warming up: the agent formats this document while someone asks for it; "
+                 "ask again in 0.5 s");
+    } else {
+      r->code = MHD_HTTP_OK;
+      /* The loop's JSON is UTF-8 already; put_utf8 keeps the promise
+       * whatever is handed over. */
+      ea_sb_put_utf8(&b, doc, (size_t)-1);
+      ea_sb_puts(&b, "\n");
+    }
   } else if (!metrics && !healthz && !readyz) {
     r->code = MHD_HTTP_NOT_FOUND;
     ea_sb_puts(&b, "not found: ");
     put_text(&b, url, 200);
-    ea_sb_puts(&b, " (try /metrics, /healthz, /readyz)\n");
+    ea_sb_puts(&b, " (try /, /metrics, /healthz, /readyz, /api/v1/status, /api/v1/history)\n");
   } else if (!s) {
     r->code = MHD_HTTP_SERVICE_UNAVAILABLE;
     ea_sb_puts(&b, "starting\n");
@@ -397,6 +451,7 @@ void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, 
     r->code = MHD_HTTP_INTERNAL_SERVER_ERROR;
     r->type = text_type;
     r->allow = false;
+    r->csp = NULL;
     return;
   }
   r->body = b.buf;
@@ -420,6 +475,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     hc->requested = true;
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S);
   }
+  /* The page or its JSON: the loop formats the documents from now on. */
+  if (strcmp(url, "/") == 0 || strncmp(url, "/api/", 5) == 0)
+    atomic_store(&h->wanted_ms, uv_hrtime() / 1000000u + 1);
   held *x = held_get(h);
   ea__http_reply r;
   ea__http_answer(method, url, x ? x->s : NULL, uv_hrtime() / 1000000u, &r);
@@ -434,6 +492,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.type);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
   if (r.allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  /* Every answer: no type sniffing, no referrer; the page: its policy. */
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  if (r.csp) MHD_add_response_header(resp, "Content-Security-Policy", r.csp);
   enum MHD_Result ok = MHD_queue_response(c, r.code, resp);
   MHD_destroy_response(resp);
   return ok;
@@ -537,6 +599,7 @@ int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundle
   atomic_init(&h->refused_source, 0);
   atomic_init(&h->refused_full, 0);
   atomic_init(&h->closed_unrequested, 0);
+  atomic_init(&h->wanted_ms, 0);
   /* The server's thread inherits the signal mask: block everything there,
    * so SIGTERM, SIGINT and SIGCHLD reach the loop's handlers only. */
   sigset_t all, old;
@@ -566,7 +629,7 @@ void ea__http_stop(ea__http *h) {
   held *x = h->cur;
   h->cur = NULL;
   if (x) {
-    free(x->s);
+    ea__mx_snap_free(x->s);
     free(x);
   }
   pthread_mutex_destroy(&h->mu);

@@ -33,7 +33,17 @@
  *   - histograms of formation and checkpoint persist durations, observed by
  *     hooks where status records the last one (workers.c, ckpt_glue.c);
  *   - alert counters by kind come from the alert registry (alerts.c,
- *     ea__agent_alerts), which every `alert` goes through.
+ *     ea__agent_alerts), which every `alert` goes through;
+ *   - the page's history (history.c): a point a second (step, steps/s,
+ *     loss, generation) on the tick, a generation record at each commit
+ *     (the formation hook) with why it formed, from the node set of the
+ *     generation before and what the member table says of those that went.
+ *
+ * The page's JSON (issue 31): while ea__http_wanted says someone asked for
+ * it in the last minute, the snapshot also carries the `status --json`
+ * document (ea__agent_cmd_status, the admin socket's own answer) and the
+ * /api/v1/history document as text, formatted here on the loop; the HTTP
+ * thread only copies them out.
  *
  * The exposition is the Prometheus text format 0.0.4: HELP and TYPE before
  * each family, every sample labelled job (experiment.name) and node
@@ -44,6 +54,7 @@
 
 #include "ea_ckpt.h"
 #include "ea_log.h"
+#include "history.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -404,7 +415,25 @@ struct ea__agent_mx {
   uint64_t ck_step, ck_gen;
   double ck_time_s;
   ea__mx_hist formation, persist;
+  /* the page's history, and what the next generation record compares with:
+   * the node set this node ran last (ids and names), the job's restarts
+   * and this node's worker restarts then; the checkpoint counters at the
+   * last sample (a checkpoint's size is what one commit added) */
+  ea__hist hist;
+  bool prev_have;
+  uint32_t nprev;
+  ea_node_id *prev_ids;
+  char (*prev_names)[EA_NAME_MAX];
+  uint64_t prev_restarts, prev_worker_restarts;
+  uint64_t ck_committed_seen, ck_bytes_seen;
 };
+
+void ea__mx_snap_free(ea__mx_snap *s) {
+  if (!s) return;
+  free(s->status_json);
+  free(s->history_json);
+  free(s);
+}
 
 static double wall_now_s(void) {
   struct timespec ts;
@@ -412,8 +441,87 @@ static double wall_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The generation this node just committed (a->run, and the core's running
+ * plan), into the history with why it formed. */
+static void history_generation(ea__agent *a, struct ea__agent_mx *mx) {
+  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  ea__hist_gen g = {0};
+  g.gen = a->run.gen.term;
+  ea_rdzv_gen_str(&a->run.gen, g.id, sizeof g.id);
+  g.t_s = wall_now_s();
+  g.world = a->run.world;
+  g.nodes = a->run.nnodes;
+  g.formation_ms = a->last_formation_ms;
+  g.stalled_ms = a->last_stall_ms;
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  g.step = st.last_step;
+  uint32_t n = p ? p->nnodes : 0;
+  /* Who went (and what became of them) and who came, by id. */
+  const char **gone = calloc(mx->nprev ? mx->nprev : 1, sizeof *gone);
+  ea__hist_gone *fate = calloc(mx->nprev ? mx->nprev : 1, sizeof *fate);
+  const char **joined = calloc(n ? n : 1, sizeof *joined);
+  size_t ngone = 0, njoined = 0;
+  ea_rdzv_held held[32];
+  size_t nheld = ea_rdzv_held_out(a->rdzv, held, 32);
+  if (gone && fate && joined) {
+    for (uint32_t i = 0; mx->prev_have && i < mx->nprev; i++) {
+      bool in = false;
+      for (uint32_t j = 0; j < n && !in; j++)
+        in = !ea_node_id_cmp(&p->nodes[j].id, &mx->prev_ids[i]);
+      if (in) continue;
+      const ea_member *m = ea__agent_find_member(a, &mx->prev_ids[i]);
+      bool is_held = false;
+      for (size_t k = 0; k < nheld && k < 32 && !is_held; k++)
+        is_held = !ea_node_id_cmp(&held[k].id, &mx->prev_ids[i]) && !held[k].waived;
+      gone[ngone] = mx->prev_names[i];
+      fate[ngone++] = !m || m->state == EA_STATE_DEAD || m->state == EA_STATE_SUSPECT
+                          ? EA__HIST_GONE_DEAD
+                      : m->state == EA_STATE_LEFT ? EA__HIST_GONE_LEFT
+                      : is_held                   ? EA__HIST_GONE_HELD
+                                                  : EA__HIST_GONE_ALIVE;
+    }
+    for (uint32_t j = 0; mx->prev_have && j < n; j++) {
+      bool was = false;
+      for (uint32_t i = 0; i < mx->nprev && !was; i++)
+        was = !ea_node_id_cmp(&p->nodes[j].id, &mx->prev_ids[i]);
+      if (!was) joined[njoined++] = p->nodes[j].name;
+    }
+  }
+  bool restarted =
+      (p && p->restarts > mx->prev_restarts) || a->worker_restarts > mx->prev_worker_restarts;
+  ea__hist_explain(&g, !mx->prev_have, gone, fate, ngone, joined, njoined, restarted);
+  ea__hist_generation(&mx->hist, &g);
+  free(gone);
+  free(fate);
+  free(joined);
+  /* This generation's nodes are what the next one is compared with. */
+  ea_node_id *ids = malloc((n ? n : 1) * sizeof *ids);
+  char(*names)[EA_NAME_MAX] = malloc((n ? n : 1) * sizeof *names);
+  if (!ids || !names) {
+    free(ids);
+    free(names);
+    return; /* the previous set stays: the next record may name too much */
+  }
+  for (uint32_t j = 0; j < n; j++) {
+    ids[j] = p->nodes[j].id;
+    snprintf(names[j], EA_NAME_MAX, "%s", p->nodes[j].name);
+  }
+  free(mx->prev_ids);
+  free(mx->prev_names);
+  mx->prev_ids = ids;
+  mx->prev_names = names;
+  mx->nprev = n;
+  mx->prev_have = true;
+  mx->prev_restarts = p ? p->restarts : 0;
+  mx->prev_worker_restarts = a->worker_restarts;
+}
+
+/* Called by workers.c at each commit of a generation this node is in. */
 void ea__agent_metrics_formation(ea__agent *a, double seconds) {
-  if (a->mx) ea__mx_hist_observe(&a->mx->formation, seconds);
+  if (!a->mx) return;
+  ea__mx_hist_observe(&a->mx->formation, seconds);
+  history_generation(a, a->mx);
 }
 
 void ea__agent_metrics_persist(ea__agent *a, double seconds) {
@@ -516,15 +624,38 @@ static void progress_update(ea__agent *a, struct ea__agent_mx *mx, uint64_t now)
                             expected ? "training moves again" : "the generation ended");
   }
 
-  /* the newest checkpoint, and when we learned of it */
+  /* the newest checkpoint, and when we learned of it; its size when this
+   * node committed it, alone since the last sample */
   uint64_t cs = 0, cg = 0;
+  double wall = wall_now_s();
   if (ea__agent_ckpt_newest(a, &cs, &cg) &&
       (!mx->ck_have || cs != mx->ck_step || cg != mx->ck_gen)) {
     mx->ck_have = true;
     mx->ck_step = cs;
     mx->ck_gen = cg;
-    mx->ck_time_s = wall_now_s();
+    mx->ck_time_s = wall;
+    bool one = a->ck.committed == mx->ck_committed_seen + 1 && a->ck.have_last &&
+               a->ck.last_step == cs && a->ck.last_gen == cg;
+    ea__hist_checkpoint(&mx->hist,
+                        &(ea__hist_ckpt){.have = true,
+                                         .step = cs,
+                                         .gen = cg,
+                                         .t_s = wall,
+                                         .have_bytes = one,
+                                         .bytes = one ? a->ck.bytes - mx->ck_bytes_seen : 0});
   }
+  mx->ck_committed_seen = a->ck.committed;
+  mx->ck_bytes_seen = a->ck.bytes;
+
+  /* the page's point of this second */
+  ea__hist_sample(&mx->hist, now,
+                  &(ea__hist_point){.t_s = wall,
+                                    .step = step,
+                                    .steps_per_s = mx->rate,
+                                    .has_loss = a->has_loss,
+                                    .loss = a->last_loss,
+                                    .gen = a->run.active ? a->run.gen.term : 0,
+                                    .world = a->run.active ? a->run.world : 0});
 }
 
 void ea__agent_progress_get(const ea__agent *a, ea__agent_progress *p) {
@@ -683,6 +814,20 @@ void ea__agent_metrics_sample(ea__agent *a, uint64_t now) {
   if (mx) progress_update(a, mx, now);
 }
 
+/* The page's two documents into s (each stays NULL when it cannot be
+ * made: the API answers 503 until the next publish). */
+static void page_json(ea__agent *a, struct ea__agent_mx *mx, ea__mx_snap *s) {
+  json_t *doc = NULL;
+  if (ea__agent_cmd_status(a, "", &doc) == 0 && doc) s->status_json = ea__json_dump(doc);
+  json_decref(doc);
+  ea_sb b = {0};
+  ea__hist_format(&mx->hist, a->o->name, wall_now_s(), &b);
+  if (b.oom)
+    ea_sb_free(&b);
+  else
+    s->history_json = b.buf;
+}
+
 void ea__agent_metrics_publish(ea__agent *a, uint64_t now) {
   struct ea__agent_mx *mx = a->mx;
   if (!mx) return;
@@ -703,10 +848,11 @@ void ea__agent_metrics_publish(ea__agent *a, uint64_t now) {
              6, "gen=%" PRIu64 " world=%u step=%" PRIu64 " loss=%.4f steps_per_s=%.1f",
              s->generation, s->world, s->step, s->has_loss ? s->loss : NAN, s->steps_per_s);
   }
+  if (mx->http && ea__http_wanted(mx->http, now)) page_json(a, mx, s);
   if (mx->http)
     ea__http_publish(mx->http, s);
   else
-    free(s);
+    ea__mx_snap_free(s);
 }
 
 int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
@@ -722,6 +868,7 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
   mx->formation =
       (ea__mx_hist){.le = formation_le, .n = sizeof formation_le / sizeof *formation_le};
   mx->persist = (ea__mx_hist){.le = persist_le, .n = sizeof persist_le / sizeof *persist_le};
+  ea__hist_init(&mx->hist);
   a->mx = mx;
   const char *listen = a->o->cfg.observability.metrics_listen;
   if (listen[0]) {
@@ -739,8 +886,8 @@ int ea__agent_metrics_start(ea__agent *a, char *err, size_t errlen) {
              e);
     } else {
       ea_log(EA_LOG_INFO, "listen",
-             "metrics=http://%s/metrics health=/healthz ready=/readyz job=%s", mx->addr,
-             a->o->cfg.experiment.name);
+             "metrics=http://%s/metrics health=/healthz ready=/readyz page=http://%s/ job=%s",
+             mx->addr, mx->addr, a->o->cfg.experiment.name);
     }
   }
   return 0;
@@ -754,5 +901,7 @@ void ea__agent_metrics_close(ea__agent *a) {
    * reads only its snapshot), then the socket closes. */
   if (mx->http) ea__http_stop(mx->http);
   mx->http = NULL;
+  free(mx->prev_ids);
+  free(mx->prev_names);
   free(mx);
 }

@@ -119,7 +119,15 @@ typedef struct {
   ea__http_stats http; /* this listener's, as of the snapshot */
   /* alerts */
   uint64_t alerts[EA__ALERT_KINDS];
+  /* The page's JSON (issue 31), formatted on the loop while someone looks
+   * (ea__http_wanted): the `status --json` document and the
+   * /api/v1/history document (history.h), each malloc'd, NUL-terminated
+   * compact JSON owned by the snapshot; NULL when not formatted. */
+  char *status_json, *history_json;
 } ea__mx_snap;
+
+/* Frees s and the texts it owns (NULL: nothing). */
+void ea__mx_snap_free(ea__mx_snap *s);
 
 /* The Prometheus text exposition (format 0.0.4) of s, appended to out
  * (check out->oom).  Label values are escaped (\\, \", \n); a NaN loss is
@@ -127,14 +135,22 @@ typedef struct {
 void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
 
 /* ---- the HTTP server (http.c, libmicrohttpd) -------------------------------
- * GET /metrics, /healthz, /readyz (and / : an index) on one listener,
- * answered by libmicrohttpd's own thread from the newest published
- * snapshot; the loop is never waited on.
+ * GET /metrics, /healthz, /readyz, the page (/) and its JSON on one
+ * listener, answered by libmicrohttpd's own thread from the newest
+ * published snapshot; the loop is never waited on.
  *   /healthz  200 "ok" while the newest snapshot is under
  *             EA__HEALTH_MAX_AGE_MS old (the loop publishes every
  *             EA__MX_PERIOD_MS), else 503 with the age;
  *   /readyz   200 "ok" when the snapshot says ready, else 503 with why;
- *   /metrics  200, text/plain; version=0.0.4.
+ *   /metrics  200, text/plain; version=0.0.4;
+ *   /         200, the page (page.html, embedded): text/html, with a
+ *             Content-Security-Policy that lets it fetch from this agent
+ *             only;
+ *   /api/v1/status, /api/v1/history  200, application/json: the
+ *             snapshot's status_json and history_json; 503 with
+ *             {"error":…} before the first snapshot, or while the loop
+ *             has not formatted them yet (the first request after
+ *             EA__PAGE_IDLE_MS without one: the next publish has them).
  * Other paths 404, other methods 405.  Nothing of the request is parsed
  * here beyond comparing the method and path libmicrohttpd hands over. */
 
@@ -144,7 +160,16 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *out);
  * turn of the loop takes microseconds to a few milliseconds). */
 #define EA__HEALTH_MAX_AGE_MS 5000
 
+/* The loop formats the page's JSON only while a request for it came in
+ * the last minute: a page refreshes every 2 s, and an agent nobody looks at
+ * pays nothing (the status document of a large cluster is ~100 KiB). */
+#define EA__PAGE_IDLE_MS 60000
+
 typedef struct ea__http ea__http;
+
+/* The page (agent/obs/page.html, embedded at build time by page.c): len
+ * bytes of UTF-8 HTML, NUL-terminated, static. */
+const char *ea__page_html(size_t *len);
 
 /* What the endpoint answers one request, as a pure function of the method
  * and path libmicrohttpd hands over (NUL-terminated; the path already
@@ -160,6 +185,7 @@ typedef struct {
   size_t len;       /* of body */
   const char *type; /* Content-Type, static */
   bool allow;       /* a 405: add "Allow: GET, HEAD" */
+  const char *csp;  /* Content-Security-Policy, static; NULL: none */
 } ea__http_reply;
 
 void ea__http_answer(const char *method, const char *url, const ea__mx_snap *s, uint64_t now_ms,
@@ -175,6 +201,10 @@ int ea__http_start(const char *spec, ea__http **out, char *bound, size_t boundle
  * freed once no request uses it).  Thread-safe; never blocks on a request
  * being formatted. */
 void ea__http_publish(ea__http *h, ea__mx_snap *s);
+/* Whether a request for the page's JSON (or the page) came within the
+ * last EA__PAGE_IDLE_MS before now_ms (CLOCK_MONOTONIC ms): the loop
+ * formats status_json and history_json into its snapshots only then. */
+bool ea__http_wanted(const ea__http *h, uint64_t now_ms);
 /* Requests answered (for status), since start. */
 uint64_t ea__http_requests(const ea__http *h);
 void ea__http_stats_get(const ea__http *h, ea__http_stats *out);

@@ -600,10 +600,20 @@ START_TEST(server_answers_from_the_snapshot) {
   ck_assert_int_eq(r.code, 405);
   ck_assert_msg(strstr(r.head, "Allow: GET, HEAD"), "%s", r.head);
   free(r.body);
+  /* the page: the embedded HTML whole, with its policy */
+  ck_assert(!ea__http_wanted(h, uv_hrtime() / 1000000u)); /* nobody asked for it yet */
   request(port, "GET", "/", &r);
   ck_assert_int_eq(r.code, 200);
-  ck_assert_ptr_nonnull(strstr(r.body, "/readyz"));
+  size_t page_len;
+  const char *page = ea__page_html(&page_len);
+  ck_assert_str_eq(r.body, page);
+  ck_assert_uint_eq(strlen(page), page_len);
+  ck_assert_msg(strstr(r.head, "Content-Type: text/html; charset=utf-8"), "%s", r.head);
+  ck_assert_msg(strstr(r.head, "Content-Security-Policy: default-src 'none';"), "%s", r.head);
+  ck_assert_msg(strstr(r.head, "connect-src 'self';"), "%s", r.head);
+  ck_assert_msg(strstr(r.head, "X-Content-Type-Options: nosniff"), "%s", r.head);
   free(r.body);
+  ck_assert(ea__http_wanted(h, uv_hrtime() / 1000000u)); /* now the loop formats the JSON */
   ck_assert_uint_ge(ea__http_requests(h), 12);
 
   /* the port is taken while we run: a second server says so */
@@ -754,10 +764,10 @@ START_TEST(text_answers_are_utf8) {
   request(port, "GET", "/%FF%C3x%E2%82", &r);
   ck_assert_int_eq(r.code, 404);
   ck_assert_msg(utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
-  ck_assert_str_eq(r.body,
-                   "not found: /\xEF\xBF\xBD\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF\xBD (try /metrics, "
-                   "/healthz, "
-                   "/readyz)\n");
+  ck_assert_str_eq(
+      r.body,
+      "not found: /\xEF\xBF\xBD\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF\xBD (try /, /metrics, "
+      "/healthz, /readyz, /api/v1/status, /api/v1/history)\n");
   free(r.body);
 
   /* 199 bytes of path, then "é": the 200-byte cut falls inside it */
@@ -767,13 +777,102 @@ START_TEST(text_answers_are_utf8) {
   request(port, "GET", path, &r);
   ck_assert_int_eq(r.code, 404);
   ck_assert_msg(utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
-  ck_assert_ptr_nonnull(strstr(r.body, "pp (try /metrics"));
+  ck_assert_ptr_nonnull(strstr(r.body, "pp (try /, /metrics"));
   free(r.body);
 
   request(port, "GET", "/metrics", &r);
   ck_assert_int_eq(r.code, 200);
   ck_assert(utf8_valid(r.body, strlen(r.body)));
   free(r.body);
+  ea__http_stop(h);
+}
+END_TEST
+
+/* The page's JSON (issue 31): what the loop put in the snapshot, as it
+ * is, or a JSON 503 that says why not; only GET and HEAD. */
+START_TEST(page_json_answers) {
+  ea__http_reply r;
+  ea__http_answer("GET", "/api/v1/status", NULL, 1000, &r);
+  ck_assert_int_eq(r.code, 503);
+  ck_assert_str_eq(r.type, "application/json");
+  ck_assert_str_eq(r.body, "{\"error\":\"starting\"}\n");
+  free(r.body);
+
+  ea__mx_snap *s = fixed_snapshot();
+  s->mono_ms = 1000;
+  ea__http_answer("GET", "/api/v1/history", s, 1000, &r);
+  ck_assert_int_eq(r.code, 503); /* not formatted: nobody asked in the last minute */
+  ck_assert_str_eq(r.type, "application/json");
+  ck_assert_ptr_nonnull(strstr(r.body, "{\"error\":\"warming up:"));
+  free(r.body);
+
+  s->status_json = strdup("{\"version\":\"1.2.3\",\"members\":[{\"name\":\"<script>\"}]}");
+  s->history_json = strdup("{\"version\":1,\"points\":[]}");
+  ea__http_answer("GET", "/api/v1/status", s, 1000, &r);
+  ck_assert_int_eq(r.code, 200);
+  ck_assert_str_eq(r.type, "application/json");
+  ck_assert_ptr_null(r.csp);
+  ck_assert_str_eq(r.body, "{\"version\":\"1.2.3\",\"members\":[{\"name\":\"<script>\"}]}\n");
+  free(r.body);
+  ea__http_answer("HEAD", "/api/v1/history", s, 1000, &r);
+  ck_assert_int_eq(r.code, 200);
+  ck_assert_str_eq(r.body, "{\"version\":1,\"points\":[]}\n");
+  free(r.body);
+  /* a stale snapshot still answers: /healthz is where staleness shows */
+  ea__http_answer("GET", "/api/v1/status", s, 1000 + EA__HEALTH_MAX_AGE_MS * 10, &r);
+  ck_assert_int_eq(r.code, 200);
+  free(r.body);
+  /* nothing here changes anything */
+  ea__http_answer("POST", "/api/v1/status", s, 1000, &r);
+  ck_assert_int_eq(r.code, 405);
+  ck_assert(r.allow);
+  free(r.body);
+  ea__http_answer("GET", "/api/v1/statusx", s, 1000, &r);
+  ck_assert_int_eq(r.code, 404);
+  free(r.body);
+  ea__http_answer("GET", "/", s, 1000, &r);
+  ck_assert_int_eq(r.code, 200);
+  ck_assert_str_eq(r.type, "text/html; charset=utf-8");
+  ck_assert_ptr_nonnull(r.csp);
+  ck_assert_ptr_nonnull(strstr(r.body, "/api/v1/history"));
+  /* the page fetches nothing from elsewhere: no absolute or protocol-relative URL in a
+   * src or href, no CSS import or url() */
+  ck_assert_ptr_null(strstr(r.body, "src=\"http"));
+  ck_assert_ptr_null(strstr(r.body, "href=\"http"));
+  ck_assert_ptr_null(strstr(r.body, "=\"//"));
+  ck_assert_ptr_null(strstr(r.body, "@import"));
+  ck_assert_ptr_null(strstr(r.body, "url("));
+  free(r.body);
+  ea__mx_snap_free(s);
+}
+END_TEST
+
+/* The loop formats the page's JSON only while someone asked for it in the
+ * last EA__PAGE_IDLE_MS; /metrics and the probes do not count. */
+START_TEST(page_json_is_wanted_for_a_minute) {
+  char bound[96], err[256];
+  ea__http *h = NULL;
+  ck_assert_msg(ea__http_start("127.0.0.1:0", &h, bound, sizeof bound, err, sizeof err) == 0, "%s",
+                err);
+  uint16_t port = port_of(bound);
+  http_resp r;
+  request(port, "GET", "/metrics", &r);
+  free(r.body);
+  request(port, "GET", "/healthz", &r);
+  free(r.body);
+  uint64_t before = uv_hrtime() / 1000000u;
+  ck_assert(!ea__http_wanted(h, before));
+  request(port, "GET", "/api/v1/status", &r);
+  ck_assert_int_eq(r.code, 503); /* no snapshot yet */
+  ck_assert_str_eq(r.body, "{\"error\":\"starting\"}\n");
+  free(r.body);
+  uint64_t after = uv_hrtime() / 1000000u;
+  ck_assert(ea__http_wanted(h, after));
+  ck_assert(ea__http_wanted(h, before)); /* a loop whose clock read came first */
+  /* the boundary: still wanted EA__PAGE_IDLE_MS after the request at the
+   * latest, no longer one minute after it at the earliest */
+  ck_assert(ea__http_wanted(h, before + EA__PAGE_IDLE_MS - 1));
+  ck_assert(!ea__http_wanted(h, after + EA__PAGE_IDLE_MS));
   ea__http_stop(h);
 }
 END_TEST
@@ -802,6 +901,8 @@ static Suite *metrics_suite(void) {
   tcase_add_test(tc, server_answers_from_the_snapshot);
   tcase_add_test(tc, a_source_over_its_limit_is_refused_at_once);
   tcase_add_test(tc, text_answers_are_utf8);
+  tcase_add_test(tc, page_json_answers);
+  tcase_add_test(tc, page_json_is_wanted_for_a_minute);
   tcase_add_test(tc, bad_listen_specs);
   suite_add_tcase(s, tc);
   return s;
