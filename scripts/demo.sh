@@ -104,6 +104,11 @@ start() { # start NAME [flags…]
   wait_for 10 grep -q ' listen .*gossip=' "$DEMO/$name.log" || die "$name did not start"
 }
 addr_of() { grep -o 'gossip=[0-9.]*:[0-9]*' "$DEMO/$1.log" | head -n1 | cut -d= -f2; }
+# page_of NAME: the address of NAME's page (its metrics listener's /), from its listen line.
+page_of() {
+  wait_for 5 grep -q ' listen .*page=http://' "$DEMO/$1.log"
+  grep -o 'page=http://[^ ]*' "$DEMO/$1.log" | head -n1 | cut -d= -f2
+}
 worker_of() { field "$1" 'd["workers"][0]["pid"]'; }
 
 # A live agent to ask (the one we killed is skipped).
@@ -166,6 +171,10 @@ start n2 --join "$seed"
 start n3 --join "$seed"
 ALIVE=(n1 n2 n3)
 echo
+echo "Every agent serves a page of the cluster, its generations and its training (it only"
+echo "reads; open one in a browser on this machine while the demo runs):"
+for n in n1 n2 n3; do echo "  $n: $(page_of "$n")"; done
+echo
 echo "The controller waits distributed.scale_up_delay_ms (2 s) for more nodes, then forms"
 echo "generation 1 with all three:"
 watch 60 world_is 3 || die "no generation of 3 formed"
@@ -208,6 +217,7 @@ bold "Scale up: a fresh agent n4 joins through ${ALIVE[0]}"
 T_JOIN=$(now_ms)
 start n4 --join "$(addr_of "${ALIVE[0]}")"
 ALIVE+=(n4)
+echo "  n4's page: $(page_of n4)"
 JOIN_STEP=$STEP
 watch 60 world_is 3 || die "n4 was not taken in"
 GROUPS_TO_KILL+=("$(worker_of n4)")

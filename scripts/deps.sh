@@ -15,7 +15,8 @@ declare -A pc=(
   [libmicrohttpd]=libmicrohttpd-dev [libcurl]=libcurl4-openssl-dev
 )
 cd "$(dirname "$0")/.."
-declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [clang]=clang [clang-format]=clang-format [curl]=curl)
+# chromium: tests/e2e/test_page.sh looks at the agent's page with it (headless).
+declare -A cmd=([pkg-config]=pkg-config [ip]=iproute2 [python3]=python3 [nft]=nftables [clang]=clang [clang-format]=clang-format [curl]=curl [chromium]=chromium)
 
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

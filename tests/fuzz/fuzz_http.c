@@ -6,17 +6,21 @@
  *
  * The input: byte 0 picks the method (GET, HEAD, POST, or the first
  * string below), byte 1 the path (/metrics, /healthz, /readyz, /, none,
- * or the second string), bytes 2..2+NUMS feed the snapshot's numbers
- * (counters, gauges as raw doubles: NaN and infinities too, histogram
- * observations, the snapshot's age), and the rest is strings separated by
- * NUL bytes: method, path, job, node, id, version, role, ready_why (any
- * bytes; each cut to its field as metrics.c's snprintf would).
+ * /api/v1/status, /api/v1/history, or the second string), bytes
+ * 2..2+NUMS feed the snapshot's numbers (counters, gauges as raw doubles:
+ * NaN and infinities too, histogram observations, the snapshot's age),
+ * and the rest is strings separated by NUL bytes: method, path, job, node,
+ * id, version, role, ready_why (any bytes; each cut to its field as
+ * metrics.c's snprintf would), then the page's two JSON texts (any bytes;
+ * each present or not by a flag).
  *
  * Beyond "no crash, no sanitizer report", it checks the promises: the
  * status code, type and Allow header follow from the method, path,
  * snapshot and age as the header says; every body is valid UTF-8 and ends
- * with "\n", and a text answer other than the index is one line, its
- * echoed part exactly the UTF-8 model of fuzz_text.h; /metrics is text
+ * with "\n", and a text answer is one line, its echoed part exactly the
+ * UTF-8 model of fuzz_text.h; / is the embedded page whole, as HTML with
+ * its policy; the JSON endpoints answer the snapshot's text (its UTF-8
+ * model) and a newline, or a one-line JSON error; /metrics is text
  * format 0.0.4 — every line a HELP, a TYPE or a sample whose family had a
  * TYPE, names as the format allows, label values escaped (\\, \", \n and
  * nothing else) and, unescaped, the model of the snapshot's strings, job
@@ -201,7 +205,11 @@ FUZZ_NOCOV static void check_reply(const char *method, const char *url, bool hav
 
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   bool metrics = !strcmp(url, "/metrics"), healthz = !strcmp(url, "/healthz"),
-       readyz = !strcmp(url, "/readyz"), index = !strcmp(url, "/");
+       readyz = !strcmp(url, "/readyz"), index = !strcmp(url, "/"),
+       api_status = !strcmp(url, "/api/v1/status"), api_history = !strcmp(url, "/api/v1/history");
+  bool api = api_status || api_history;
+  const char *doc = !have_snap ? NULL : api_status ? s->status_json : s->history_json;
+  CHECK(rep->csp == NULL || (get && index));
   uint64_t real_age = now > s->mono_ms ? now - s->mono_ms : 0;
   bool fresh = real_age <= EA__HEALTH_MAX_AGE_MS;
   static char want[3 * 4096 + 256], m[3 * 4096 + 1];
@@ -213,10 +221,32 @@ FUZZ_NOCOV static void check_reply(const char *method, const char *url, bool hav
   } else if (index) {
     code = 200;
     want[0] = 0;
+    size_t n;
+    const char *page = ea__page_html(&n);
+    CHECK(rep->len == n && memcmp(rep->body, page, n) == 0);
+    CHECK(!strcmp(rep->type, "text/html; charset=utf-8"));
+    CHECK(rep->csp && strstr(rep->csp, "connect-src 'self'"));
+  } else if (api) {
+    CHECK(!strcmp(rep->type, "application/json"));
+    if (!have_snap) {
+      code = 503;
+      snprintf(want, sizeof want, "{\"error\":\"starting\"}\n");
+    } else if (!doc) {
+      code = 503;
+      want[0] = 0;
+      CHECK(!strncmp(rep->body, "{\"error\":\"warming up: ", 22));
+    } else {
+      code = 200;
+      fuzz_utf8_model(doc, (size_t)-1, false, m);
+      snprintf(want, sizeof want, "%s\n", m);
+    }
   } else if (!metrics && !healthz && !readyz) {
     code = 404;
     fuzz_utf8_model(url, 200, true, m);
-    snprintf(want, sizeof want, "not found: %s (try /metrics, /healthz, /readyz)\n", m);
+    snprintf(want, sizeof want,
+             "not found: %s (try /, /metrics, /healthz, /readyz, /api/v1/status, "
+             "/api/v1/history)\n",
+             m);
   } else if (!have_snap) {
     code = 503;
     snprintf(want, sizeof want, "starting\n");
@@ -237,7 +267,7 @@ FUZZ_NOCOV static void check_reply(const char *method, const char *url, bool hav
   }
   CHECK(rep->code == code);
   if (want[0]) CHECK(strcmp(rep->body, want) == 0);
-  if (!index && !(metrics && get && have_snap))
+  if (!(get && index) && !(metrics && get && have_snap) && !(get && api && doc))
     CHECK(memchr(rep->body, '\n', rep->len) == rep->body + rep->len - 1); /* one line */
   if (metrics && get && have_snap) {
     CHECK(strcmp(rep->type, "text/plain; version=0.0.4; charset=utf-8") == 0);
@@ -248,7 +278,7 @@ FUZZ_NOCOV static void check_reply(const char *method, const char *url, bool hav
     fuzz_utf8_model(s->version, (size_t)-1, false, w.version);
     fuzz_utf8_model(s->role, (size_t)-1, false, w.role);
     check_exposition(rep->body, rep->len, &w);
-  } else {
+  } else if (!(get && (index || api))) {
     CHECK(strcmp(rep->type, "text/plain; charset=utf-8") == 0);
   }
 }
@@ -271,7 +301,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *sp = data + 2 + r.n;
   size_t sn = size - 2 - r.n;
   static char f_method[4096], f_url[4096], f_job[4096], f_node[4096], f_id[4096], f_ver[4096],
-      f_role[4096], f_why[4096];
+      f_role[4096], f_why[4096], f_status[4096], f_history[4096];
   next_str(&sp, &sn, f_method, sizeof f_method);
   next_str(&sp, &sn, f_url, sizeof f_url);
   next_str(&sp, &sn, f_job, sizeof f_job);
@@ -280,11 +310,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   next_str(&sp, &sn, f_ver, sizeof f_ver);
   next_str(&sp, &sn, f_role, sizeof f_role);
   next_str(&sp, &sn, f_why, sizeof f_why);
+  next_str(&sp, &sn, f_status, sizeof f_status);
+  next_str(&sp, &sn, f_history, sizeof f_history);
 
   static const char *const methods[] = {"GET", "HEAD", "POST"};
-  static const char *const paths[] = {"/metrics", "/healthz", "/readyz", "/", ""};
+  static const char *const paths[] = {"/metrics", "/healthz",       "/readyz",        "/",
+                                      "",         "/api/v1/status", "/api/v1/history"};
   const char *method = data[0] % 4 < 3 ? methods[data[0] % 4] : f_method;
-  const char *url = data[1] % 6 < 5 ? paths[data[1] % 6] : f_url;
+  const char *url = data[1] % 8 < 7 ? paths[data[1] % 8] : f_url;
 
   uint64_t flags = take(&r, 2);
   bool have_snap = !(flags & 1);
@@ -305,6 +338,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->has_loss = flags & 16;
   s->stalled = flags & 32;
   s->ck_have_last = flags & 64;
+  /* the page's JSON: the harness owns the texts (the snapshot is static) */
+  s->status_json = flags & 128 ? f_status : NULL;
+  s->history_json = flags & 256 ? f_history : NULL;
   s->start_time_s = take_dbl(&r);
   for (int i = 0; i < 4; i++) s->members[i] = take(&r, 2);
   s->generation = take(&r, 8);
