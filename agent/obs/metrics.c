@@ -465,7 +465,8 @@ static void history_generation(ea__agent *a, struct ea__agent_mx *mx) {
   ea_rdzv_held held[32];
   size_t nheld = ea_rdzv_held_out(a->rdzv, held, 32);
   if (gone && fate && joined) {
-    for (uint32_t i = 0; mx->prev_have && i < mx->nprev; i++) {
+    /* (No running plan to compare: nothing named; not seen at a commit.) */
+    for (uint32_t i = 0; p && mx->prev_have && i < mx->nprev; i++) {
       bool in = false;
       for (uint32_t j = 0; j < n && !in; j++)
         in = !ea_node_id_cmp(&p->nodes[j].id, &mx->prev_ids[i]);
@@ -495,6 +496,7 @@ static void history_generation(ea__agent *a, struct ea__agent_mx *mx) {
   free(gone);
   free(fate);
   free(joined);
+  if (!p) return;
   /* This generation's nodes are what the next one is compared with. */
   ea_node_id *ids = malloc((n ? n : 1) * sizeof *ids);
   char(*names)[EA_NAME_MAX] = malloc((n ? n : 1) * sizeof *names);
