@@ -47,13 +47,31 @@ trains() {
 }
 http_code() { curl -s -m 5 -o /dev/null -w '%{http_code}' "$PAGE${1#/}"; }
 code_is() { [ "$(http_code "$1")" = "$2" ]; }
-# hist EXPR — a value of n1's /api/v1/history (d).
-hist() {
-  curl -s -m 5 "${PAGE}api/v1/history" |
-    "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1" 2>/dev/null
+# hist_wait TIMEOUT_S EXPR — poll n1's /api/v1/history (d) every 250 ms in one
+# Python process (a curl and an interpreter every 50 ms would take the CPU
+# the agents need on a 2-core machine) until EXPR holds; 1 at the deadline,
+# with the last document's counts and point times on stdout.
+hist_wait() {
+  "$PY" - "${PAGE}api/v1/history" "$1" "$2" <<'EOF'
+import json, sys, time, urllib.request
+url, timeout, expr = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+deadline, d = time.monotonic() + timeout, None
+while True:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            d = json.load(r)
+        if eval(expr):
+            sys.exit(0)
+    except Exception:
+        pass
+    if time.monotonic() >= deadline:
+        if d:
+            print("points_total", d["points_total"], "generations_total", d["generations_total"],
+                  "now", d["now"], "t", [p["t"] for p in d["points"]][-12:])
+        sys.exit(1)
+    time.sleep(0.25)
+EOF
 }
-hist_true() { [ "$(hist "$1")" = True ]; }
-
 # chrome OUT_PREFIX [flags…] — chromium on n1's page with a network log,
 # 6 s of the page's virtual time (three refreshes), a 60 s deadline.
 CHROME_FLAGS=(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run
@@ -133,6 +151,7 @@ mkdir -p "$EA_TMP/h"
 setsid "$EA_BIN" run --name "$HOSTILE" --bind 127.0.0.1:0 --data-dir "$EA_TMP/h/data" \
   --join "$seed" "${JOB[@]}" --set observability.metrics_listen= >"$EA_TMP/h/log" 2>&1 </dev/null &
 EA_PGIDS+=($!)
+# shellcheck disable=SC2034 # lib.sh reads them (ea_status h, stop_agent h)
 AGENT_PID["h"]=$! AGENT_DIR["h"]=$EA_TMP/h
 start_agent n3 --join "$seed" "${JOB[@]}"
 for n in n1 h n3; do
@@ -147,8 +166,8 @@ say "2. the JSON endpoints against their documented shape"
 # The first request starts the loop formatting them: 503 until its next publish.
 wait_for 5 code_is /api/v1/status 200 || fail "/api/v1/status: $(http_code /api/v1/status)"
 wait_for 5 code_is /api/v1/history 200 || fail "/api/v1/history: $(http_code /api/v1/history)"
-wait_for 20 hist_true 'len([p for p in d["points"] if p["loss"] is not None]) >= 5' ||
-  fail "history has no 5 points with a loss: $(curl -s "${PAGE}api/v1/history" | head -c 400)"
+out=$(hist_wait 30 'len([p for p in d["points"] if p["loss"] is not None]) >= 5') ||
+  fail "history has no 5 points with a loss in 30 s: $out"
 curl -s -m 5 -D "$EA_TMP/status.head" -o "$EA_TMP/status.json" "${PAGE}api/v1/status"
 curl -s -m 5 -o "$EA_TMP/history.json" "${PAGE}api/v1/history"
 ea_status n1 --json >"$EA_TMP/cli.json" || fail "status --json"
@@ -264,7 +283,7 @@ pass "3 members, charts with $lp and $rp points, $G1 generation(s), the hostile 
 say "4. kill n3: the page's generation count grows"
 stop_agent n3 KILL
 wait_for 40 trains n1 2 || fail "n1 does not re-form at world 2: $(ea_status n1)"
-wait_for 10 hist_true "d[\"generations_total\"] > $G1" || fail "history has no new generation"
+out=$(hist_wait 10 "d['generations_total'] > $G1") || fail "history has no new generation: $out"
 chrome two --dump-dom >"$EA_TMP/two.html" || fail "chromium failed: $(tail -n 5 "$EA_TMP/two.chrome.log")"
 dom=$EA_TMP/two.html
 G2=$(fact "$dom" 'f["body"].get("generations")')
