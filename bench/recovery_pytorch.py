@@ -22,8 +22,23 @@ process's.
       (TorchFT's Lighthouse killed) waits S seconds, prints the time of the
       last step line after T; 0 if some log stepped in the last 10 s of the
       window (training went on), 1 if not.
-  analyze OUT --json PATH
-      reads OUT/events.jsonl and OUT/meta.json, prints the table, writes JSON.
+  spares --agent BIN --data-dirs D1,D2 --timeout S [--record F --system X --before K --trial N]
+      (elastic-agent systems) waits until every worker slot of every agent
+      has its warm interpreter ready (status --json: workers[].spare.state
+      "ready"; "off" counts as done: compute.warm_start=off); 0 when all
+      were, 1 at the deadline; appends one JSON line to F (how long, the
+      states).
+  analyze OUT [OUT2 …] --json PATH
+      reads OUT/events.jsonl and OUT/meta.json (of several runs: their events
+      together, every run's meta under "runs"), prints the table, writes JSON.
+
+In an agent's log (elastic-agent systems) the analysis also reads the
+agent's own lines at the agent's own time (the ISO stamp it writes):
+"worker I started pid=P (PROG, warm)" / "(PROG, warm: still importing)" /
+"(PROG)" — how each worker of a new generation started (a warm interpreter
+taken ready, one taken before its preload was done, or a cold spawn) —
+"state=…->dead" / "worker I pid=P exited" / "state=new->alive" (detection)
+and "generation committed … world=W".
 
 bench/recovery_torchft.py (TorchFT) prints the same lines, its "phase" once
 per quorum, like bench/recovery_pytorch_lib.py once per generation.
@@ -32,10 +47,12 @@ All times are seconds from the fault (the harness's $EPOCHREALTIME just
 before the signal; for a join, before the new node is started).
 """
 import argparse
+import datetime
 import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -146,6 +163,35 @@ def progress_cmd(a):
     return 0 if ts and max(ts) > a.after + a.timeout - 10 else 1
 
 
+def spares_cmd(a):
+    """Wait until every agent's every worker slot has a ready warm interpreter."""
+    t_start = time.time()
+    deadline = time.monotonic() + a.timeout
+    dirs = [d for d in a.data_dirs.split(",") if d]
+    while True:
+        states = {}
+        for d in dirs:
+            try:
+                r = subprocess.run([a.agent, "status", "--json", "--data-dir", d], capture_output=True,
+                                   text=True, timeout=5)
+                ws = json.loads(r.stdout).get("workers") or []
+                states[d] = [(w.get("spare") or {}).get("state", "?") for w in ws] or ["no workers"]
+            except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+                states[d] = ["status failed: %s" % type(e).__name__]
+        ok = all(x in ("ready", "off") for v in states.values() for x in v)
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    rec = {"system": a.system, "before": a.before, "trial": a.trial, "t": round(t_start, 3),
+           "waited_s": round(time.time() - t_start, 3), "ok": ok,
+           "states": {os.path.basename(os.path.dirname(d.rstrip("/"))) or d: v for d, v in states.items()}}
+    if a.record:
+        with open(a.record, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+    print(f"spares {'ready' if ok else 'NOT ready'} after {rec['waited_s']:.1f} s: {rec['states']}", file=sys.stderr)
+    return 0 if ok else 1
+
+
 def pid_cmd(a):
     lg = Log(a.log).poll()
     ph = [r for r in (lg.recs if lg else []) if r["ev"] == "phase"]
@@ -221,23 +267,77 @@ def join_stall(e):
     return ranks
 
 
-def ours_commit(path, world, after, until):
-    """The first 'generation committed … world=W' line of an agent log after
-    `after`, at the harness's stamp (the line's first field, $EPOCHREALTIME)."""
-    pat = re.compile(r"generation committed gen=.* world=%d\b" % world)
+ISO = re.compile(r"^(\d+\.\d+) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z ")
+
+
+def agent_lines(path):
+    """[(t, line)] of an agent log: t = the agent's own ISO stamp (ms) when the
+    line is the agent's, else the harness's $EPOCHREALTIME stamp."""
+    out = []
     try:
         with open(path, errors="replace") as f:
             for line in f:
-                if pat.search(line):
-                    try:
+                m = ISO.match(line)
+                try:
+                    if m:
+                        t = datetime.datetime.strptime(m.group(2), "%Y-%m-%dT%H:%M:%S.%f").replace(
+                            tzinfo=datetime.timezone.utc).timestamp()
+                    else:
                         t = float(line.split(" ", 1)[0])
-                    except ValueError:
-                        continue
-                    if after < t <= until:
-                        return t
+                except ValueError:
+                    continue
+                out.append((t, line.rstrip("\n")))
     except OSError:
         pass
-    return None
+    return out
+
+
+def first_agent_line(paths, pat, after, until):
+    """The agent time of the first line matching pat in any of paths in (after, until]."""
+    best = None
+    for p in paths:
+        for t, line in agent_lines(p):
+            if after < t <= until and pat.search(line):
+                if best is None or t < best:
+                    best = t
+                break
+    return best
+
+
+def ours_commit(path, world, after, until):
+    """The first 'generation committed … world=W' line of an agent log after
+    `after`, at the agent's own time."""
+    return first_agent_line([path], re.compile(r"generation committed gen=.* world=%d\b" % world), after, until)
+
+
+# What tells an agent the fault happened (the earliest line in any agent log).
+DETECT = {
+    "node-kill": re.compile(r"\bstate=\w+->dead\b"),
+    "node-stop": re.compile(r"\bstate=\w+->dead\b"),
+    "spof": re.compile(r"\bstate=\w+->dead\b"),
+    "worker-kill": re.compile(r" worker \d+ pid=\d+ exited\b"),
+    "worker-back": re.compile(r" worker \d+ pid=\d+ exited\b"),
+    "node-join": re.compile(r"\bstate=new->alive\b"),
+}
+START = re.compile(r" worker (\d+) started pid=(\d+) \((.*)\)\s*$")
+
+
+def worker_start(path, pid, after, until):
+    """How process pid of this agent log started after `after`: (kind, agent
+    time) with kind "warm" (a ready warm interpreter taken), "warm-importing"
+    (taken before its preload was done), "cold" (spawned), or ("kept", None)
+    when the process was not started in (after, until] (the library's
+    survivors)."""
+    for t, line in agent_lines(path):
+        if not (after < t <= until):
+            continue
+        m = START.search(line)
+        if m and int(m.group(2)) == pid:
+            how = m.group(3)
+            kind = ("warm-importing" if how.endswith("warm: still importing") else
+                    "warm" if how.endswith(", warm") else "cold")
+            return kind, t
+    return "kept", None
 
 
 def torchft_commit(path, world, after, until):
@@ -267,29 +367,41 @@ def torchrun_commit(path, world, after, until):
     return min(ts) if ts else None
 
 
-PHASES = ["commit", "spawn", "python", "import_torch", "import_rest", "gloo_init", "ckpt_load", "ddp", "first_step"]
+PHASES = ["detect", "commit", "spawn", "python", "import_torch", "import_rest", "gloo_init", "ckpt_load", "ddp",
+          "first_step"]
 PHASE_DOC = {
-    "commit": "fault -> new generation committed (ours: the agent logs it; torchrun: rendezvous complete)",
-    "spawn": "commit -> the gating process exec'd (stop the old workers, fork/exec)",
-    "python": "exec -> the script's first line (interpreter start-up)",
-    "import_torch": "the script's first line -> `import torch` done (argparse, json, os, sys before it)",
+    "detect": "fault -> the first agent's log says so (node lost: a member's state=...->dead; worker killed: "
+              "'worker I pid=P exited'; join: the new member state=new->alive); elastic-agent only (torchrun "
+              "logs no such line: its detection is inside commit)",
+    "commit": "detection (torchrun: the fault) -> new generation committed (ours: the agent logs it; "
+              "torchrun: rendezvous complete)",
+    "spawn": "commit -> the gating process started: cold, exec'd (/proc's start time; stop the old workers, "
+             "fork/exec); warm, the agent's 'worker I started pid=P (..., warm)' line (stop the old workers, "
+             "hand the spare its argv/environment/output)",
+    "python": "that start -> the script's first line (cold: interpreter start-up; warm: the handover read, the "
+              "environment, chdir, the script compiled, plus the rest of the preload if the spare was taken "
+              "'still importing')",
+    "import_torch": "the script's first line -> `import torch` done (argparse, json, os, sys before it; warm: "
+                    "already in sys.modules)",
     "import_rest": "torch.distributed, elastic's @record, DDP imported",
     "gloo_init": "argument parsing + init_process_group: TCPStore + gloo rendezvous of the new group",
     "ckpt_load": "the script's torch.load of its checkpoint + model/optimizer state",
     "ddp": "DistributedDataParallel(model): its parameter broadcast",
     "first_step": "DDP built -> first step completed (one step, its allreduce and 50 ms sleep at most)",
 }
+BREAKDOWN_SYSTEMS = ("ours", "ours-cold", "torchrun-default", "torchrun-tuned")
 
 
 def analyze_event(e):
     t0, until, world = e["t0"], e.get("t_end") or float("inf"), e["world"]
     logs = [Log(p).poll() or Log(p) for p in e["logs"]]
-    firsts, procs = [], []
-    for lg in logs:
+    firsts, procs, plogs = [], [], []
+    for p, lg in zip(e["logs"], logs):
         ph, steps = first_steps(lg, world, t0, until)
         if steps:
             firsts.append(steps[0]["t"])
             procs.append(ph)
+            plogs.append(p)
     res = {k: e[k] for k in ("system", "kind", "trial", "world", "recovered")}
     res["step_s"] = round(min(firsts) - t0, 3) if firsts else None
     res["nodes_stepped"] = len(firsts)
@@ -302,25 +414,45 @@ def analyze_event(e):
         res["last_step_s"] = round(max(ts) - t0, 3) if ts else None
         res["commit_s"] = None
         return res
+    ours = e["system"].startswith("ours")
     commit = None
     for p in e.get("agent_logs", e["logs"]):
-        f = (ours_commit if e["system"].startswith("ours") else
+        f = (ours_commit if ours else
              torchft_commit if e["system"].startswith("torchft") else torchrun_commit)
         c = f(p, world, t0, until)
         if c is not None and (commit is None or c < commit):
             commit = c
     res["commit_s"] = round(commit - t0, 3) if commit else None
+    detect = None
+    if ours and e["kind"] in DETECT:
+        detect = first_agent_line(e.get("agent_logs", e["logs"]), DETECT[e["kind"]], t0, until)
+    res["detect_s"] = round(detect - t0, 3) if detect else None
+    starts = {}
+    if ours:
+        # how each process of the new group started (warm, still importing, cold)
+        res["starts"] = []
+        for p, ph in zip(plogs, procs):
+            kind, ts = worker_start(p, ph["pid"], t0, ph["t"])
+            starts[id(ph)] = (kind, ts)
+            res["starts"].append({"node": os.path.basename(p)[:-4], "pid": ph["pid"], "start": kind,
+                                  "at_s": round(ts - t0, 3) if ts else None})
     if e["system"] == "ours-inplace" and e["kind"] == "node-join":
         res["join_stall"] = join_stall(e)
-    if procs and firsts and len(procs) == len(logs) and e["system"] in ("ours", "torchrun-default", "torchrun-tuned"):
+    if procs and firsts and len(procs) == len(logs) and e["system"] in BREAKDOWN_SYSTEMS:
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
-        marks = [commit if commit else g["exec"], g["exec"], g["script"], g["torch"], g["imported"], g["pg"],
+        kind, ts = starts.get(id(g), ("cold", None))
+        started = ts if kind.startswith("warm") and ts else g["exec"]
+        marks = [detect, commit if commit else started, started, g["script"], g["torch"], g["imported"], g["pg"],
                  g["ckpt"], g["ddp"], min(firsts)]
         prev, br = t0, {}
         for name, m in zip(PHASES, marks):
+            if m is None:
+                br[name] = None
+                continue
             br[name] = round(m - prev, 3)
             prev = m
         res["breakdown"] = br
+        res["gating_start"] = kind if ours else "cold"
         res["exec_spread_s"] = round(max(p["exec"] for p in procs) - min(p["exec"] for p in procs), 3)
     return res
 
@@ -338,16 +470,38 @@ def _cell(s):
 
 KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join", "spof"]
 STALL_COLS = ["gap", "step", "stall", "sync", "beyond_sync"] + [k for k in STALL_PARTS if k != "sync"]
-SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-inplace", "torchft", "torchft-tuned"]
+SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-cold", "ours-inplace", "torchft", "torchft-tuned"]
+LABELS = {"torchrun-default": "torchrun default", "torchrun-tuned": "torchrun tuned", "ours": "ea warm",
+          "ours-cold": "ea cold", "ours-inplace": "ea in-place", "torchft": "torchft", "torchft-tuned": "torchft tuned"}
+START_KINDS = ["warm", "warm-importing", "cold", "kept"]
+
+
+def _read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    out.append(json.loads(line))
+    except OSError:
+        pass
+    return out
 
 
 def analyze(a):
-    meta = json.load(open(os.path.join(a.out, "meta.json")))
-    evs = []
-    with open(os.path.join(a.out, "events.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                evs.append(json.loads(line))
+    metas = [json.load(open(os.path.join(o, "meta.json"))) for o in a.out]
+    meta = dict(metas[0])
+    if len(metas) > 1:
+        meta["runs"] = metas
+        meta["command"] = " ; ".join(m.get("command", "?") for m in metas)
+        meta["loadavg_start"] = " | ".join(m.get("loadavg_start", "?") for m in metas)
+        meta["loadavg_end"] = " | ".join(m.get("loadavg_end", "?") for m in metas)
+        meta["trials"] = "/".join(str(m.get("trials")) for m in metas)
+        meta["wall_s"] = sum(m.get("wall_s", 0) for m in metas)
+    evs, waits = [], []
+    for o in a.out:
+        evs += _read_jsonl(os.path.join(o, "events.jsonl"))
+        waits += _read_jsonl(os.path.join(o, "spares.jsonl"))
     results = [analyze_event(e) for e in evs]
     summary = {}
     for s in SYSTEMS:
@@ -368,24 +522,39 @@ def analyze(a):
             if k == "spof":
                 row["events"] = [{x: r.get(x) for x in ("recovered", "step_s", "steps_after", "last_step_s")}
                                  for r in rs]
+            row["detect_s"] = _stat([r.get("detect_s") for r in rs])
             bs = [r["breakdown"] for r in rs if r.get("breakdown")]
             if bs:
-                row["breakdown_median_s"] = {p: round(statistics.median(b[p] for b in bs), 3) for p in PHASES}
+                row["breakdown_median_s"] = {
+                    p: (round(statistics.median(b[p] for b in bs if b[p] is not None), 3)
+                        if any(b[p] is not None for b in bs) else None) for p in PHASES}
+                row["breakdown_max_s"] = {
+                    p: (max(b[p] for b in bs if b[p] is not None)
+                        if any(b[p] is not None for b in bs) else None) for p in PHASES}
+                row["gating_starts"] = [r.get("gating_start") for r in rs if r.get("breakdown")]
+            st = [x["start"] for r in rs for x in r.get("starts") or []]
+            if st:
+                row["starts"] = {c: st.count(c) for c in START_KINDS if st.count(c)}
             summary.setdefault(s, {})[k] = row
     ratios = {}
     for k in KINDS:
+        for mine, suffix in (("ours", ""), ("ours-cold", "/cold")):
+            o = summary.get(mine, {}).get(k, {}).get("step_s", {}).get("median")
+            for s in ("torchrun-default", "torchrun-tuned"):
+                t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
+                if o and t:
+                    ratios.setdefault(k, {})[s + suffix] = round(t / o, 1)
         o = summary.get("ours", {}).get(k, {}).get("step_s", {}).get("median")
-        for s in ("torchrun-default", "torchrun-tuned"):
-            t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
-            if o and t:
-                ratios.setdefault(k, {})[s] = round(t / o, 1)
+        c = summary.get("ours-cold", {}).get(k, {}).get("step_s", {}).get("median")
+        if o and c:
+            ratios.setdefault(k, {})["cold/warm"] = round(c / o, 1)
         o = summary.get("ours-inplace", {}).get(k, {}).get("step_s", {}).get("median")
         for s in ("torchft", "torchft-tuned"):
             t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
             if o and t:
                 ratios.setdefault(k, {})[s + "/inplace"] = round(t / o, 1)
     out = {"bench": "recovery-pytorch", "meta": meta, "summary": summary,
-           "ratio_torchrun_over_ours": ratios, "phases": PHASE_DOC, "events": results}
+           "ratio_torchrun_over_ours": ratios, "phases": PHASE_DOC, "spare_waits": waits, "events": results}
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
@@ -400,25 +569,26 @@ def print_table(out):
     print(f"load average at start: {m.get('loadavg_start')}   at end: {m.get('loadavg_end')}   "
           f"trials: {m.get('trials')}   wall: {m.get('wall_s', '?')} s")
     print("seconds from the fault to the first step completed at the new world size, median (max) [ok/trials]")
-    hdr = (f"{'event':<12} {'torchrun default':>22} {'torchrun tuned':>22} {'elastic-agent':>22} "
-           f"{'ea in-place':>22} {'torchft':>22} {'torchft tuned':>22} {'default/ours':>12} {'tuned/ours':>10} "
-           f"{'tft/inpl':>8} {'tftt/inpl':>9}")
+    shown = [sy for sy in SYSTEMS if sy in s]
+    rcols = [("torchrun-default", "default/warm"), ("torchrun-tuned", "tuned/warm"),
+             ("torchrun-default/cold", "default/cold"), ("torchrun-tuned/cold", "tuned/cold"),
+             ("cold/warm", "cold/warm"), ("torchft/inplace", "tft/inpl"), ("torchft-tuned/inplace", "tftt/inpl")]
+    rcols = [(k, h) for k, h in rcols if any(k in rt.get(x, {}) for x in KINDS)]
+    hdr = (f"{'event':<12} " + " ".join(f"{LABELS[sy]:>20}" for sy in shown) + " "
+           + " ".join(f"{h:>12}" for _, h in rcols))
     print(hdr)
     print("-" * len(hdr))
     for k in KINDS:
         if k == "spof":
             continue
         cells = []
-        for sy in SYSTEMS:
+        for sy in shown:
             r = s.get(sy, {}).get(k)
             cells.append("-" if not r else f"{_cell(r['step_s'])} [{r['recovered']}/{r['trials']}]")
-        rd = rt.get(k, {}).get("torchrun-default")
-        rtu = rt.get(k, {}).get("torchrun-tuned")
-        f1 = rt.get(k, {}).get("torchft/inplace")
-        f2 = rt.get(k, {}).get("torchft-tuned/inplace")
-        print(f"{k:<12} " + " ".join(f"{c:>22}" for c in cells) + " "
-              f"{(f'{rd}x' if rd else '-'):>12} {(f'{rtu}x' if rtu else '-'):>10} "
-              f"{(f'{f1}x' if f1 else '-'):>8} {(f'{f2}x' if f2 else '-'):>9}")
+        if all(c == "-" for c in cells):
+            continue
+        print(f"{k:<12} " + " ".join(f"{c:>20}" for c in cells) + " "
+              + " ".join(f"{(str(rt[k][key]) + 'x') if key in rt.get(k, {}) else '-':>12}" for key, _ in rcols))
     print()
     print("the single point of failure, once per system, 60 s deadline: torchrun's c10d store host (node 0), "
           "elastic-agent's controller node, TorchFT's Lighthouse (SIGKILL)")
@@ -439,10 +609,12 @@ def print_table(out):
             print(f"  {sy:<17} {what}")
     print("node-join: from starting the new node's agent.  node-stop: SIGSTOP of agent and worker; "
           "torchrun's script runs with a 10 s gloo timeout (ours with the script's default, 30 min).")
-    print("elastic-agent: restart mode (the torchrun script, unchanged); ea in-place: the same model driven by "
+    print("ea warm / ea cold: restart mode (the torchrun script, unchanged), compute.warm_start auto (the default: "
+          "a warm interpreter per local rank) / off; ea in-place: the same model driven by "
           "`import elastic_agent` (bench/recovery_pytorch_lib.py), the same processes; its worker-kill is to the "
           "first step at world 3 (the survivors, without the restarting worker), worker-back the same kill to "
-          "world 4 with the restarted worker back; the ratios are torchrun / restart mode.")
+          "world 4 with the restarted worker back; the ratios are torchrun / restart mode (warm, cold), cold / warm.")
+    _print_starts(out)
     j = s.get("ours-inplace", {}).get("node-join", {})
     if j.get("join_stall_median_ms"):
         med, mx = j["join_stall_median_ms"], j["join_stall_max_ms"]
@@ -455,17 +627,56 @@ def print_table(out):
               "broadcast and its two allreduces)")
         print("  parts of the gap: " + ", ".join(f"{k} = {a} -> {b}" for k, (a, b) in STALL_PARTS.items()))
     print()
-    print("where the seconds go, median per phase (s); the gating process = the last of the new group to finish import")
-    hdr = f"{'system':<17} {'event':<12} " + " ".join(f"{p:>12}" for p in PHASES)
+    print("where the seconds go, median per phase (s) [max]; the gating process = the last of the new group to "
+          "finish import; start = how it started (w warm, i warm but still importing, c cold)")
+    hdr = f"{'system':<17} {'event':<12} " + " ".join(f"{p:>13}" for p in PHASES) + "  start"
     print(hdr)
     print("-" * len(hdr))
     for sy in SYSTEMS:
         for k in KINDS:
-            b = s.get(sy, {}).get(k, {}).get("breakdown_median_s")
+            r = s.get(sy, {}).get(k, {})
+            b, bm = r.get("breakdown_median_s"), r.get("breakdown_max_s")
             if b:
-                print(f"{sy:<17} {k:<12} " + " ".join(f"{b[p]:>12.2f}" for p in PHASES))
+                cells = ["-" if b[p] is None else f"{b[p]:.2f} [{bm[p]:.2f}]" for p in PHASES]
+                gs = "".join({"warm": "w", "warm-importing": "i", "cold": "c"}.get(x, "?")
+                             for x in r.get("gating_starts", []))
+                print(f"{sy:<17} {k:<12} " + " ".join(f"{c:>13}" for c in cells) + f"  {gs}")
     for p in PHASES:
         print(f"  {p}: {PHASE_DOC[p]}")
+
+
+def _print_starts(out):
+    """How the workers of each new generation started, and the waits for the spares."""
+    s = out["summary"]
+    lines = []
+    for sy in ("ours", "ours-cold", "ours-inplace"):
+        for k in KINDS:
+            st = s.get(sy, {}).get(k, {}).get("starts")
+            if st:
+                lines.append(f"  {sy:<13} {k:<12} " + ", ".join(f"{n} {c}" for c, n in st.items()))
+    if not lines:
+        return
+    print()
+    print("how the restarted workers started (one per node that stepped at the new size; warm-importing: a warm "
+          "interpreter taken before its preload was done; kept: the same process, not restarted):")
+    for x in lines:
+        print(x)
+    for e in out["events"]:
+        bad = [x for x in e.get("starts") or [] if x["start"] not in ("warm", "kept")]
+        if e["system"] != "ours" or not bad:
+            continue
+        print(f"  not warm: ours {e['kind']} trial {e['trial']}: "
+              + ", ".join(f"{x['node']} pid {x['pid']} {x['start']}"
+                          + (f" (+{x['at_s']:.2f} s)" if x["at_s"] is not None else "") for x in bad))
+    w = [x for x in out.get("spare_waits", []) if x.get("system") == "ours"]
+    if w:
+        ok = sum(1 for x in w if x["ok"])
+        ws = sorted(x["waited_s"] for x in w)
+        print(f"  ea warm: before each fault the bench waited for every agent's spare to be ready: {ok}/{len(w)} "
+              f"ready in time; waited median {statistics.median(ws):.1f} s, max {ws[-1]:.1f} s")
+        for x in w:
+            if not x["ok"]:
+                print(f"    not ready before {x['before']} trial {x['trial']}: {x['states']}")
 
 
 def main():
@@ -483,11 +694,20 @@ def main():
     g.add_argument("--timeout", type=float, required=True)
     q = sub.add_parser("pid")
     q.add_argument("log")
+    sp = sub.add_parser("spares")
+    sp.add_argument("--agent", required=True)
+    sp.add_argument("--data-dirs", required=True)
+    sp.add_argument("--timeout", type=float, required=True)
+    sp.add_argument("--record")
+    sp.add_argument("--system", default="")
+    sp.add_argument("--before", default="")
+    sp.add_argument("--trial", type=int, default=0)
     an = sub.add_parser("analyze")
-    an.add_argument("out")
+    an.add_argument("out", nargs="+")
     an.add_argument("--json", required=True)
     a = p.parse_args()
-    return {"wait": wait_cmd, "pid": pid_cmd, "progress": progress_cmd, "analyze": analyze}[a.cmd](a)
+    return {"wait": wait_cmd, "pid": pid_cmd, "progress": progress_cmd, "spares": spares_cmd,
+            "analyze": analyze}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 # process: exec, script start, import torch done, gloo group up, checkpoint
 # loaded, DDP built) and --gloo-timeout; the example stays unmodified.
 #
-# Four systems, 4 nodes each on 127.0.0.1, one worker per node:
+# The systems, 4 nodes each on 127.0.0.1, one worker per node:
 #   torchrun-default  torchrun --nnodes=3:4 --rdzv_backend=c10d as shipped
 #                     (monitor_interval 5, last_call 30 s, read 60 s)
 #   torchrun-tuned    --monitor_interval=1 --rdzv_conf=last_call_timeout=1,read_timeout=10
@@ -21,6 +21,19 @@
 #                     (compute.min_nodes 3, max_nodes 4, runtime.max_restarts
 #                     100, everything else default; the script keeps its
 #                     default gloo timeout); the victim is never the controller.
+#                     Warm start is the default (compute.warm_start auto,
+#                     compute.preload "torch, torch.distributed, torch._dynamo"):
+#                     each agent keeps one spare Python per local rank that
+#                     has imported the preload, and a new generation's worker
+#                     is that spare, handed its argv and environment; the
+#                     next spare starts 2 s after a take (EA__SUP_SPARE_DELAY_MS)
+#                     and imports for seconds.  So that every fault finds
+#                     ready spares, the bench waits before each fault (60 s
+#                     deadline) until every live agent's status --json says
+#                     workers[].spare.state "ready"; a start that is cold or
+#                     "still importing" anyway is reported, not hidden.
+#   ours-cold         ours with --set compute.warm_start=off: every worker is
+#                     a fresh `python3 SCRIPT` (imports torch itself)
 #   ours-inplace      the same model, data, optimizer and step sleep driven by
 #                     the library (bench/recovery_pytorch_lib.py: `import
 #                     elastic_agent`), `--set compute.protocol=library`, the
@@ -70,6 +83,17 @@
 # recovered).  Median and max over the trials; the ratio torchrun/ours; the
 # load average at the start and the end; where our seconds go (from the
 # script's timestamps); JSON to bench/results/recovery-pytorch.json.
+# Where our seconds go, per phase of the process that gated the new group
+# (the last to finish its imports), median and max: detect (fault → the
+# first agent log line that knows: a member "->dead", "worker I pid=P
+# exited", a new member "new->alive"), commit (→ "generation committed"),
+# spawn (→ the gating process started: cold, its exec from /proc; warm, the
+# agent's "worker I started pid=P (…, warm)" line), python (→ the script's
+# first line), import torch, the other imports, gloo's init_process_group,
+# the checkpoint load, DDP built, the first step; with how it started (warm,
+# warm but "still importing", cold), and how every restarted worker of
+# ours/ours-cold started, from the agents' "worker I started pid=P (…)"
+# lines (agent-side times are the agent's own log stamps); the spares waits.
 #
 # A benchmark: it reports, never asserts timings.  Every node is its own
 # process group (setsid) and every group and worker it started is SIGKILLed at
@@ -78,8 +102,8 @@
 # usage: bench/recovery_pytorch.sh [--quick] [--trials N] [--systems LIST]
 #            [--json PATH] [--out DIR] [--keep]
 #   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
-#   --systems   comma list of ours,ours-inplace,torchrun-tuned,torchrun-default,
-#               torchft,torchft-tuned (all)
+#   --systems   comma list of ours,ours-cold,ours-inplace,torchrun-tuned,
+#               torchrun-default,torchft,torchft-tuned (all)
 #   --out DIR / --keep  keep the logs
 # env: EA_BINDIR (default bin) holds elastic-agent.
 set -u
@@ -95,7 +119,7 @@ HELPER=$HERE/recovery_pytorch.py
 SCRIPT=$HERE/recovery_pytorch_ddp.py
 ORIG_ARGS="$*"
 TRIALS=3
-SYSTEMS=ours,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned
+SYSTEMS=ours,ours-cold,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned
 TFTSCRIPT=$HERE/recovery_torchft.py
 SPOF_S=60
 LIBSCRIPT=$HERE/recovery_pytorch_lib.py
@@ -111,7 +135,7 @@ while [ $# -gt 0 ]; do
         --json) JSON=$2; shift ;;
         --out) OUT=$2; KEEP=1; shift ;;
         --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,84p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,108p' "$0"; exit 0 ;;
         *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -285,14 +309,17 @@ run_torchrun() { # default|tuned
 # ---------------------------------------------------------------------- ours
 OURS_SEED=
 OURS_LIB=0    # 1: ours-inplace (library mode, bench/recovery_pytorch_lib.py)
+OURS_COLD=0   # 1: ours-cold (compute.warm_start=off)
+SPARE_S=60    # the deadline of the wait for ready spares before a fault
 ours_start() { # DIR NAME
-    local d=$1 n=$2 prog
+    local d=$1 n=$2 prog=()
     mkdir -p "$d/$n"
+    [ "$OURS_COLD" = 1 ] && prog=(--set compute.warm_start=off)
     if [ "$OURS_LIB" = 1 ]; then
-        prog=(--set compute.protocol=library --set checkpoint.dir="$d/ck"
+        prog+=(--set compute.protocol=library --set checkpoint.dir="$d/ck"
             -- "$PY" "$LIBSCRIPT" --steps 100000000 --step-sleep "$STEP_SLEEP")
     else
-        prog=(-- "$PY" "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep "$STEP_SLEEP" --ckpt "$d/ck")
+        prog+=(-- "$PY" "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep "$STEP_SLEEP" --ckpt "$d/ck")
     fi
     start_group "ea-$n" "$d/$n.log" env OMP_NUM_THREADS=1 "$AGENT" run --name "$n" --bind 127.0.0.1:0 \
         --data-dir "$d/$n/data" ${OURS_SEED:+--join "$OURS_SEED"} \
@@ -313,10 +340,23 @@ ours_kill_node() { # DIR NAME SIGNAL: the agent's group and its worker's
     kill -"$3" -- "-${PG[ea-$2]}" ${w:+"-$w"} 2>/dev/null
 }
 
-run_ours() { # [inplace]
+# ours_spares DIR TRIAL BEFORE NAME…: wait (SPARE_S deadline) until every
+# named agent's warm interpreters are ready ("off" counts: ours-cold); a
+# miss is logged and recorded (OUT/spares.jsonl), and the fault goes ahead.
+ours_spares() {
+    local d=$1 tr=$2 before=$3 x dirs=()
+    shift 3
+    for x in "$@"; do dirs+=("$d/$x/data"); done
+    "$PY" "$HELPER" spares --agent "$AGENT" --data-dirs "$(join_by "${dirs[@]}")" --timeout $SPARE_S \
+        --record "$OUT/spares.jsonl" --system "$sys" --before "$before" --trial "$tr" 2>&1 |
+        while IFS= read -r l; do log "$sys: before $before trial $tr: $l"; done
+}
+
+run_ours() { # [inplace|cold]
     local sys=ours d=$OUT/ours dl=60
-    OURS_LIB=0
+    OURS_LIB=0 OURS_COLD=0
     [ "${1:-}" = inplace ] && { sys=ours-inplace d=$OUT/ours-inplace OURS_LIB=1; }
+    [ "${1:-}" = cold ] && { sys=ours-cold d=$OUT/ours-cold OURS_COLD=1; }
     mkdir -p "$d"
     OURS_SEED=
     local names=(n1 n2 n3 n4) next=5 n i t victim ctl w
@@ -337,18 +377,21 @@ run_ours() { # [inplace]
     join_one() { # TRIAL
         local nn=n$next
         next=$((next + 1))
+        ours_spares "$d" "$1" node-join "${names[@]}"
         t=$EPOCHREALTIME; ours_start "$d" "$nn"
         names+=("$nn")
         measure $sys node-join "$1" "$t" 4 $dl "$(logs_of "${names[@]}")" || return 1
         w=$(newest_pid "$d/$nn.log") && WORKER_PIDS+=("$w")
     }
     for i in $(seq "$TRIALS"); do
+        ours_spares "$d" "$i" node-kill "${names[@]}"
         pick_victim
         t=$EPOCHREALTIME; ours_kill_node "$d" "$victim" KILL
         drop "$victim"
         measure $sys node-kill "$i" "$t" 3 $dl "$(logs_of "${names[@]}")" || return 1
         kill_group "ea-$victim"
         join_one "$i" || return 1
+        ours_spares "$d" "$i" node-stop "${names[@]}"
         pick_victim
         t=$EPOCHREALTIME; ours_kill_node "$d" "$victim" STOP
         drop "$victim"
@@ -357,6 +400,7 @@ run_ours() { # [inplace]
         kill_group "ea-$victim"
         [ $ok = 0 ] || return 1
         join_one "$i" || return 1
+        ours_spares "$d" "$i" worker-kill "${names[@]}"
         if [ "$OURS_LIB" = 1 ]; then
             pick_victim
             w=$(newest_pid "$d/$victim.log") || { log "$sys: no worker on $victim"; return 1; }
@@ -378,6 +422,7 @@ run_ours() { # [inplace]
 }
 # the single point: the controller's node (a host crash), once per system
 ours_spof() {
+    ours_spares "$d" 1 spof "${names[@]}"
     ctl=$(ours_controller "$d" "${names[0]}")
     [ -n "$ctl" ] || { log "$sys: no controller known"; return 1; }
     t=$EPOCHREALTIME; ours_kill_node "$d" "$ctl" KILL
@@ -467,6 +512,7 @@ IFS=, read -r -a SLIST <<< "$SYSTEMS"
 for s in "${SLIST[@]}"; do
     case $s in
         ours) run_ours || { log "ours: stopped early"; status=1; } ;;
+        ours-cold) run_ours cold || { log "$s: stopped early"; status=1; } ;;
         ours-inplace) run_ours inplace || { log "$s: stopped early"; status=1; } ;;
         torchrun-default) run_torchrun default || { log "$s: stopped early"; status=1; } ;;
         torchrun-tuned) run_torchrun tuned || { log "$s: stopped early"; status=1; } ;;
@@ -490,7 +536,8 @@ cat > "$OUT/meta.json" <<EOF
   "torchft":"torchft $TORCHFT_VERSION: bench/recovery_torchft.py (the same model, data, SGD and step sleep; Manager(min_replica_size=3), torchft DDP + Optimizer, ProcessGroupGloo, library timeouts 60 s), one replica group per node under torchrun --nnodes=1 --nproc_per_node=1 --standalone --max_restarts=100; torchft_lighthouse --min_replicas 3 --bind 127.0.0.1:PORT, the rest as shipped (join_timeout_ms 60000, quorum_tick_ms 100, heartbeat_timeout_ms 5000); victim replica group 3; spof: the Lighthouse",
   "torchft-tuned":"as torchft with ProcessGroupGloo(timeout=5 s), Manager(timeout=30 s) (TorchFT's train_ddp.py example) and torchft_lighthouse --quorum_tick_ms 100 --join_timeout_ms 10000 (its README) --heartbeat_timeout_ms 1000",
   "ours-inplace":"bench/recovery_pytorch_lib.py (the same model, data, SGD and step sleep, driven by import elastic_agent; one phase line per generation) under elastic-agent run --set compute.protocol=library --set checkpoint.dir=DIR, the rest as ours",
-  "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500); script's gloo timeout default (1800 s); victim never the controller"}}
+  "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500, warm_start auto, preload torch, torch.distributed, torch._dynamo); script's gloo timeout default (1800 s); victim never the controller; before each fault the bench waits (${SPARE_S} s deadline) until every live agent's spare is ready",
+  "ours-cold":"as ours with --set compute.warm_start=off"}}
 EOF
 mkdir -p "$(dirname "$JSON")"
 "$PY" "$HELPER" analyze "$OUT" --json "$JSON" || status=1
