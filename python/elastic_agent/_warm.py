@@ -71,6 +71,39 @@ def _decode(data):
     return argv, ninterp, kind, env, cwd
 
 
+def _wait_for_master(limit_s=0.5):
+    """Restart mode, a rank other than 0: wait (at most limit_s) until rank
+    0's store listens on MASTER_ADDR:MASTER_PORT, by connecting and closing.
+
+    Started warm, every rank reaches init_process_group within milliseconds
+    of the handover, and one that connects before rank 0's TCPStore listens
+    is refused and retried by torch only after its backoff (0.4-0.7 s
+    measured with torch 2.15.0).  Rank 0 listens some 10-20 ms after its
+    handover; this wait turns that race into those milliseconds.  A bare
+    connection that closes is nothing to the store.  A program whose rank 0
+    never listens there loses limit_s, about what the backoff would have
+    cost; a cold start spends seconds importing, so it never races."""
+    e = os.environ
+    if e.get("TORCHELASTIC_USE_AGENT_STORE") != "False" or e.get("RANK", "0") == "0":
+        return
+    try:
+        addr = (e["MASTER_ADDR"], int(e["MASTER_PORT"]))
+    except (KeyError, ValueError):
+        return
+    import time
+
+    end = time.monotonic() + limit_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            socket.create_connection(addr, timeout=min(left, 0.1)).close()
+            return
+        except OSError:
+            time.sleep(0.005)
+
+
 def _become(argv, ninterp, kind, env, cwd):
     os.chdir(cwd)
     os.environb.clear()
@@ -78,6 +111,7 @@ def _become(argv, ninterp, kind, env, cwd):
         k, sep, v = kv.partition(b"=")
         if sep and k:
             os.environb[k] = v
+    _wait_for_master()
     sys.orig_argv[:] = argv
     prog = argv[ninterp:]
     import importlib.machinery

@@ -175,3 +175,49 @@ def test_sys_path_zero_as_cold(tmp_path, opts):
     cold = subprocess.run([sys.executable, *opts, prog], capture_output=True, text=True,
                           timeout=DEADLINE, cwd=str(tmp_path))
     assert out == cold.stdout
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("listen_after", [0.2, None])
+def test_a_rank_waits_for_rank_0s_store(tmp_path, listen_after):
+    """Restart mode: a rank other than 0 starts its script once MASTER_PORT
+    listens (no TCPStore connect backoff), or after 0.5 s if it never does."""
+    import threading
+    import time
+
+    port = _free_port()
+    prog = script(tmp_path, "import time\nprint(time.time())\n")
+    s = Spare(tmp_path, preload=["json"])
+    assert s.said() == "ready"
+    listening = {}
+    lsock = socket.socket()
+
+    def listen():
+        time.sleep(listen_after)
+        lsock.bind(("127.0.0.1", port))
+        lsock.listen(4)
+        listening["at"] = time.time()
+
+    if listen_after is not None:
+        threading.Thread(target=listen).start()
+    out = open(tmp_path / "o", "wb")
+    env = ["RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=%d" % port,
+           "TORCHELASTIC_USE_AGENT_STORE=False"]
+    t0 = time.time()
+    s.take([sys.executable, prog], 1, "s", env, str(tmp_path), fds=[out.fileno(), out.fileno()])
+    out.close()
+    assert s.wait() == 0
+    lsock.close()
+    started = float((tmp_path / "o").read_text().split()[0])
+    if listen_after is None:
+        assert 0.5 <= started - t0 < 5, started - t0
+    else:
+        assert started >= listening["at"], (started, listening)
+        assert started - listening["at"] < 0.4, started - listening["at"]
