@@ -583,6 +583,7 @@ struct ea__agent {
   bool has_loss;
   uint64_t last_formation_ms, last_stall_ms;
   uint64_t gens_committed, recoveries, worker_failures, worker_restarts;
+  bool restart_flagged; /* restart mode: a "starting" REPORT flag was set (workers.c) */
 
   /* ---- checkpoints ---- */
   char ckpt_dir[EA_PATH_MAX]; /* checkpoint.dir, resolved and absolute */
@@ -827,7 +828,9 @@ void ea__agent_restart_commit(ea__agent *a, const ea_rdzv_plan *p, uint32_t node
 void ea__agent_local_done_check(ea__agent *a, uint64_t step);
 /* Library mode: advertise EA_RDZV_TAG_STARTING while a local worker has not
  * said hello since it (re)started, so no controller takes this node in
- * before its program is up (workers.c). */
+ * before its program is up; restart mode: while its first warm
+ * interpreters import, before its first generation (workers.c).  Both
+ * modes: while it has no cluster identity (ident.c). */
 void ea__agent_update_starting(ea__agent *a);
 /* After every core call (ea__agent_core_done): the job sees what we see. */
 void ea__agent_job_sync(ea__agent *a);

@@ -198,7 +198,9 @@ static void advertise(ea__agent *a) {
     snprintf(tok, sizeof tok, "%s%s", EA__TAG_CLUSTER, hex);
     (void)ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, tok,
                            true); /* room checked at start */
-    if (a->mode == EA__MODE_LIBRARY) {
+    if (a->mode == EA__MODE_LIBRARY || a->mode == EA__MODE_TORCHRUN) {
+      /* its workers (library) or warm interpreters (restart) may still be
+       * starting: workers.c decides the tag */
       ea_transport_set_meta(a->tr, &a->meta);
       ea__agent_update_starting(a);
       return;

@@ -401,30 +401,60 @@ static void log_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m) {
   }
 }
 
+/* Restart mode with warm interpreters: local rank k counts as starting
+ * while this node has never been in a generation and k's first spare is
+ * still importing — admission after the imports, as library mode admits
+ * after hello, so a joiner's import stops nobody (the running ranks train
+ * on until it is ready, then restart once, warm).  Never again after the
+ * first generation: a spare being replaced is not a worker starting. */
+static bool restart_starting(ea__agent *a, uint32_t k) {
+  if (a->gens_committed || !a->sup) return false;
+  ea__sup_spare sp;
+  ea__sup_spare_get(a->sup, k, &sp);
+  return sp.kept && !sp.off && !sp.ready;
+}
+
 void ea__agent_update_starting(ea__agent *a) {
-  if (a->mode != EA__MODE_LIBRARY || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
+  bool lib = a->mode == EA__MODE_LIBRARY;
+  if ((!lib && a->mode != EA__MODE_TORCHRUN) || !a->tr || a->phase >= EA__PHASE_LEAVING) return;
   /* A node without its cluster identity yet is "starting" too (ident.c). */
   bool up = a->ident.have;
+  bool any = false;
   for (uint32_t k = 0; k < a->wpn; k++) {
-    up = up && a->w[k].hello;
+    bool starting = lib ? !a->w[k].hello || !a->ident.have : restart_starting(a, k);
+    up = up && !starting;
+    any = any || starting;
     /* the fast signal, on the control channel (EA_RDZV_F_STARTING) */
-    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, !a->w[k].hello || !a->ident.have);
+    if (lib || starting || a->restart_flagged)
+      ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, starting);
   }
+  if (!lib) a->restart_flagged = a->restart_flagged || any;
   ea__agent_core_done(a);
   bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);
   if (was == !up) return;
   if (ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, EA_RDZV_TAG_STARTING, !up) < 0) {
     ea_log(EA_LOG_WARN, "worker",
            "no room in the gossip tags for %s: joining without waiting "
-           "for the workers' hello",
-           EA_RDZV_TAG_STARTING);
+           "for the workers' %s",
+           EA_RDZV_TAG_STARTING, lib ? "hello" : "warm interpreters");
     return;
   }
   ea_transport_set_meta(a->tr, &a->meta);
-  ea_log(EA_LOG_INFO, "worker",
-         up ? "every worker said hello: this node can be taken in"
-            : "a worker is starting: not taken into a new generation "
-              "until it says hello");
+  if (lib)
+    ea_log(EA_LOG_INFO, "worker",
+           up ? "every worker said hello: this node can be taken in"
+              : "a worker is starting: not taken into a new generation "
+                "until it says hello");
+  else if (any || a->restart_flagged)
+    ea_log(EA_LOG_INFO, "worker",
+           up ? "every warm interpreter is ready: this node can be taken in"
+              : "a warm interpreter is importing: not taken into a generation until it is "
+                "ready");
+}
+
+static void on_spare(void *ctx, uint32_t k) {
+  (void)k;
+  ea__agent_update_starting(ctx);
 }
 
 static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
@@ -695,7 +725,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
                      .warm_launcher = launcher,
                      .preload = a->o->cfg.compute.preload,
                      .spare_delay_ms = EA__SUP_SPARE_DELAY_MS};
-  ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit};
+  ea__sup_cbs cb2 = {.on_message = on_worker_msg, .on_exit = on_worker_exit, .on_spare = on_spare};
   int rc = ea__agent_ckpt_start(a, err, errlen);
   if (rc < 0) return rc;
   rc = ea__sup_new(&a->loop, &so, &cb2, a, &a->sup);

@@ -130,10 +130,15 @@
  *    on every ack afterwards: a leave must never be mistaken for a death.
  *  - When the agent saw the kernel reset a connection to a member's process
  *    (ea_swim_peer_gone), that member is probed at once, and if the probe
- *    fails its suspicion runs one probe interval instead of min (gone_cap):
- *    the kernel's word stands in for the K confirmations.  Only the
- *    detection of a process that is gone gets faster; a frozen or unplugged
- *    node resets nothing and keeps the bound below.
+ *    fails it is probed again at once, the accusation riding on every ping
+ *    and ping-req of that second probe (gone_reprobe); only if nothing at
+ *    all answers that one either is it declared DEAD, one interval after
+ *    the suspicion began instead of min: the kernel's word and two failed
+ *    probes stand in for the K confirmations.  A live suspect that hears
+ *    the accusation answers inside that probe, so a timer can never run out
+ *    on it before its refutation could arrive.  Only the detection of a
+ *    process that is gone gets faster; a frozen or unplugged node resets
+ *    nothing and keeps the bound below.
  *
  * THE DETECTION BOUND (docs/membership.md has the same, with numbers)
  *
@@ -291,6 +296,10 @@ struct ea_swim {
     bool active, acked, indirect;
     bool dead; /* probing a member we hold DEAD: see probe_start */
     bool gone; /* asked for by ea_swim_peer_gone: see probe_finish */
+    /* The target was SUSPECT at this incarnation when the probe began, so
+     * every ping and ping-req of it carried the accusation (buddy_update). */
+    bool accusing;
+    uint32_t accused_inc;
     ea_node_id target;
     ea_addr addr;
     uint32_t seq;
@@ -299,7 +308,9 @@ struct ea_swim {
   } probe;
   uint32_t seq;
   uint32_t health;
-  bool intro; /* our probes carry our own ALIVE until this round ends (after a join) */
+  bool reprobe;          /* gone_reprobe: the next probe is of reprobe_id */
+  ea_node_id reprobe_id; /* a gone member whose first probe just failed */
+  bool intro;            /* our probes carry our own ALIVE until this round ends (after a join) */
   uint32_t reap_len, nrelays, prio_len;
   bool left;
   bool last_prio;    /* the current probe came from prio: next is round-robin */
@@ -1097,29 +1108,38 @@ static void hold_release(ea_swim *s, uint64_t now) {
   }
 }
 
-/* A member the kernel reported gone (ea_swim_peer_gone) failed our direct
- * and indirect probes: two independent signs that its process is not
- * there.  Its suspicion then runs one probe interval from now instead of
- * waiting for confirmations: the suspect was told at once (below), and a
- * live one's refutation comes straight back within that interval.  The
- * confirmations Lifeguard waits for would take K probes of other members
- * (min = 600 ms even at 4 nodes); the kernel's reset stands in for them. */
-static void gone_cap(ea_swim *s, uint64_t now, uint32_t mi) {
-  uint32_t si = s->mem[mi].susp;
-  if (si == NONE) return;
-  /* Once per suspicion: the re-probe below failing again moves nothing. */
-  if (!ea__susp_cap(&s->susp, si, now + (uint64_t)s->cfg.probe_interval_ms * scale(s))) return;
-  s->st.gone_suspicions++;
-  /* And probe it again right away, inside that interval: the ping carries
-   * the accusation (buddy system), so a live suspect whose direct refutation
-   * was lost refutes on the ack, or through a helper's relay.  At 10% loss
-   * this took the live members declared dead by this shortcut from about 1
-   * in 250 cut suspicions to none seen (test_swim). */
-  if (s->urgent_len < URGENT_MAX) {
-    s->urgent[s->urgent_len].id = s->mem[mi].id;
-    s->urgent[s->urgent_len].gone = true;
-    s->urgent[s->urgent_len++].at = now;
-  }
+/* A suspicion that ran out, or ended by the shortcut below: DEAD, from us. */
+static void declare_dead(ea_swim *s, uint64_t now, uint32_t mi) {
+  uint32_t inc = s->mem[mi].inc;
+  set_state(s, now, mi, EA_STATE_DEAD, inc, NULL); /* frees the timer */
+  s->st.declared_dead++;
+  enqueue(s, now, mi, EA_STATE_DEAD, inc, &s->self_id, s->mem[mi].meta_at);
+}
+
+/* The shortcut for a member the kernel reported gone (ea_swim_peer_gone).
+ * Lifeguard would have its suspicion wait for K confirmations (min = 600 ms
+ * even at 4 nodes); the kernel's reset stands in for them, but the reset
+ * only says a *worker* of that node died, and its agent is usually alive.
+ * So the shortcut never runs a timer against the suspect.  When the probe
+ * asked for fails, the member is suspected as usual, told so at once, and
+ * probed again at once (probe_start takes it ahead of everything): every
+ * ping and ping-req of that second probe carries the accusation, so a live
+ * suspect refutes on the ack, through a helper's relay, or straight back to
+ * the direct accusation.  Only if that probe too gets no answer at all
+ * (probe_finish, s->probe.accusing) is the member declared DEAD, one
+ * probe interval after the suspicion began.
+ *
+ * A capped timer (the earlier design) ran out whenever the re-probe was
+ * late — queued behind other urgent probes, or behind the probe in flight —
+ * and the direct accusation was lost: at 10% loss 1 capped suspicion in
+ * about 15 declared a live member dead (test_swim, EA_SEED=78788629751937).
+ * Now a live member is declared dead only if every path of two probes and
+ * the direct accusation is lost, which the accusing probe makes rarer
+ * still by sending its ping-reqs at its start as well as after the probe
+ * timeout (probe_start). */
+static void gone_reprobe(ea_swim *s, uint32_t mi) {
+  s->reprobe = true;
+  s->reprobe_id = s->mem[mi].id;
 }
 
 static void probe_finish(ea_swim *s, uint64_t now) {
@@ -1135,7 +1155,7 @@ static void probe_finish(ea_swim *s, uint64_t now) {
   if (m->state == EA_STATE_ALIVE) {
     set_state(s, now, mi, EA_STATE_SUSPECT, m->inc, NULL);
     susp_start(s, now, mi, &s->self_id);
-    if (s->probe.gone) gone_cap(s, now, mi);
+    if (s->probe.gone) gone_reprobe(s, mi);
     suspect_noted(s, now, mi);
     s->st.suspicions++;
     /* Lifeguard: tell the suspect itself, at once.  A live one refutes
@@ -1150,7 +1170,13 @@ static void probe_finish(ea_swim *s, uint64_t now) {
   } else if (m->state == EA_STATE_SUSPECT) {
     if (susp_confirm(s, mi, &s->self_id))
       enqueue(s, now, mi, EA_STATE_SUSPECT, m->inc, &s->self_id, m->meta_at);
-    if (s->probe.gone) gone_cap(s, now, mi);
+    if (!s->probe.gone) return;
+    if (s->probe.accusing && s->probe.accused_inc == m->inc) {
+      /* It was told, on every path of this probe, and nothing answered. */
+      declare_dead(s, now, mi);
+    } else {
+      gone_reprobe(s, mi); /* suspected during the probe: accuse, then judge */
+    }
   }
 }
 
@@ -1168,6 +1194,28 @@ static bool backlogged(const ea_swim *s) {
   return (uint64_t)ea__bq_len(&s->q) * retransmit_limit(s) > cap;
 }
 
+/* PING_REQ to indirect_checks random alive members for the probe in flight
+ * (each nack they owe is counted in expected_nacks). */
+static void ping_reqs(ea_swim *s) {
+  uint32_t k = s->cfg.indirect_checks;
+  uint32_t pick[64];
+  if (k > 64) k = 64;
+  uint32_t n = pick_random(s, k, true, &s->probe.target, pick);
+  const ea_addr *self_addr = member_addr(s, s->self_idx);
+  uint32_t ti = find_idx(s, &s->probe.target);
+  bool buddy = ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT;
+  for (uint32_t i = 0; i < n; i++) {
+    ea_msg *msg = msg_begin(s, EA_MSG_PING_REQ, s->probe.seq, &s->probe.target);
+    msg->target_addr = s->probe.addr;
+    msg->reply_to = *self_addr;
+    if (buddy) /* for the helper to pass on: see handle_ping_req */
+      buddy_update(s, ti, &msg->updates[msg->nupdates++]);
+    s->st.ping_reqs_sent++;
+    msg_send(s, member_addr(s, pick[i]), msg);
+  }
+  s->probe.expected_nacks += n;
+}
+
 static void probe_start(ea_swim *s, uint64_t now) {
   /* Lifeguard's local health, extended: a dissemination backlog is as much
    * a sign that we cannot keep up as a missed nack, and slowing our probes
@@ -1176,10 +1224,20 @@ static void probe_start(ea_swim *s, uint64_t now) {
   uint64_t iv = (uint64_t)s->cfg.probe_interval_ms * scale(s);
   s->probe_at = now + iv;
   uint32_t mi = NONE;
+  bool gone = false;
+  /* The second probe of a gone member (gone_reprobe): now, ahead of all. */
+  if (s->reprobe) {
+    s->reprobe = false;
+    uint32_t c = find_idx(s, &s->reprobe_id);
+    if (c != NONE && s->mem[c].state == EA_STATE_SUSPECT && s->mem[c].meta) {
+      mi = c;
+      gone = true;
+    }
+  }
   /* A suspicion due for a re-check takes every other probe (recheck_push);
    * the rest stay round-robin, so a crash nobody suspects yet is still found. */
-  bool use_prio = !s->last_prio;
-  s->last_prio = false;
+  bool use_prio = !s->last_prio && mi == NONE;
+  if (mi == NONE) s->last_prio = false;
   while (use_prio && s->prio_len && mi == NONE) {
     /* The most overdue entry (a linear pass: at most PRIO_MAX, and only while
      * we hold suspicions). */
@@ -1198,7 +1256,6 @@ static void probe_start(ea_swim *s, uint64_t now) {
   }
   /* ea_swim_probe_soon: before the round, oldest first; one that is no
    * longer ALIVE (suspected or declared meanwhile) needs no extra probe. */
-  bool gone = false;
   while (mi == NONE && s->urgent_len) {
     uint32_t c = find_idx(s, &s->urgent[0].id);
     bool g = s->urgent[0].gone;
@@ -1226,6 +1283,8 @@ static void probe_start(ea_swim *s, uint64_t now) {
   s->probe.acked = false;
   s->probe.dead = m->state == EA_STATE_DEAD;
   s->probe.gone = gone;
+  s->probe.accusing = m->state == EA_STATE_SUSPECT;
+  s->probe.accused_inc = m->inc;
   s->probe.indirect = s->probe.dead; /* no ping-req for the dead */
   s->probe.target = m->id;
   s->probe.addr = *member_addr(s, mi);
@@ -1242,33 +1301,25 @@ static void probe_start(ea_swim *s, uint64_t now) {
   if (s->intro) self_alive(s, &msg->updates[msg->nupdates++]);
   s->st.pings_sent++;
   msg_send(s, &s->probe.addr, msg);
+  /* A probe whose failure declares the member DEAD (gone_reprobe) asks its
+   * helpers at once as well as after the timeout: twice the paths for a
+   * live suspect to hear the accusation and answer, in the same interval. */
+  if (gone && s->probe.accusing) {
+    s->st.gone_suspicions++;
+    ping_reqs(s);
+  }
 }
 
 static void probe_indirect(ea_swim *s, uint64_t now) {
   (void)now;
   s->probe.indirect = true;
-  uint32_t k = s->cfg.indirect_checks;
-  uint32_t pick[64];
-  if (k > 64) k = 64;
-  uint32_t n = pick_random(s, k, true, &s->probe.target, pick);
-  const ea_addr *self_addr = member_addr(s, s->self_idx);
-  uint32_t ti = find_idx(s, &s->probe.target);
-  bool buddy = ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT;
-  for (uint32_t i = 0; i < n; i++) {
-    ea_msg *msg = msg_begin(s, EA_MSG_PING_REQ, s->probe.seq, &s->probe.target);
-    msg->target_addr = s->probe.addr;
-    msg->reply_to = *self_addr;
-    if (buddy) /* for the helper to pass on: see handle_ping_req */
-      buddy_update(s, ti, &msg->updates[msg->nupdates++]);
-    s->st.ping_reqs_sent++;
-    msg_send(s, member_addr(s, pick[i]), msg);
-  }
-  s->probe.expected_nacks = n;
+  ping_reqs(s);
   /* And ping it directly once more.  memberlist sends a TCP ping here, so
    * that random UDP loss alone cannot fail a probe; our seam has no TCP
    * ping, and a second datagram gives most of the benefit: at loss p the
    * direct path fails with (1−(1−p)²)² instead of 1−(1−p)², which cuts false
    * suspicions five-fold at 10% loss.  Same seq: whichever ack comes first. */
+  uint32_t ti = find_idx(s, &s->probe.target);
   ea_msg *msg = msg_begin(s, EA_MSG_PING, s->probe.seq, &s->probe.target);
   if (ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT)
     buddy_update(s, ti, &msg->updates[msg->nupdates++]);
@@ -1350,22 +1401,25 @@ static bool urgent_ask(ea_swim *s, uint64_t now_ms, const ea_node_id *id, bool g
   if (mi == NONE || mi == s->self_idx) return false;
   uint8_t st = s->mem[mi].state;
   if (st != EA_STATE_ALIVE && !(gone && st == EA_STATE_SUSPECT)) return false;
-  if (s->probe.active && id_eq(&s->probe.target, id) && !s->probe.acked) {
-    if (!gone || s->probe.gone) return false;
-    s->probe.gone = true; /* the probe in flight will do */
-    return true;
-  }
+  /* A probe of it in flight began before the report: its failure counts
+   * (and, for a reset, leads to the shortcut), but its ack may have left
+   * before the process died (EA_SEED=131499302663186: acked 2 ms after the
+   * crash, the report dropped, suspected only by others' rounds 370 ms
+   * later).  So a fresh probe is still queued, to start when it ends. */
+  bool marked = false;
+  if (gone && s->probe.active && id_eq(&s->probe.target, id) && !s->probe.acked && !s->probe.gone)
+    marked = s->probe.gone = true;
   for (uint32_t k = 0; k < s->urgent_len; k++)
     if (id_eq(&s->urgent[k].id, id)) {
-      if (!gone || s->urgent[k].gone) return false;
+      if (!gone || s->urgent[k].gone) return marked;
       s->urgent[k].gone = true;
       return true;
     }
   for (uint32_t k = 0; k < URGENT_MAX; k++)
     if (id_eq(&s->urgent_seen[k].id, id) && s->urgent_seen[k].at &&
         now_ms < s->urgent_seen[k].at + s->cfg.probe_interval_ms)
-      return false;
-  if (s->urgent_len == URGENT_MAX) return false;
+      return marked;
+  if (s->urgent_len == URGENT_MAX) return marked;
   s->urgent[s->urgent_len].id = *id;
   s->urgent[s->urgent_len].gone = gone;
   s->urgent[s->urgent_len++].at = now_ms;
@@ -1500,14 +1554,8 @@ uint64_t ea_swim_tick(ea_swim *s, uint64_t now) {
     if (s->prio_len && now >= s->poke_at) recheck_poke(s, now);
     /* Suspicions that ran out. */
     const ea__susp *first;
-    while ((first = ea__susp_first(&s->susp)) && first->deadline <= now) {
-      uint32_t mi = first->key;
-      member *m = &s->mem[mi];
-      uint32_t inc = m->inc;
-      set_state(s, now, mi, EA_STATE_DEAD, inc, NULL); /* frees the timer */
-      s->st.declared_dead++;
-      enqueue(s, now, mi, EA_STATE_DEAD, inc, &s->self_id, s->mem[mi].meta_at);
-    }
+    while ((first = ea__susp_first(&s->susp)) && first->deadline <= now)
+      declare_dead(s, now, first->key);
     /* Reaping. */
     while (s->reap_len && s->reap[s->reap_head].deadline <= now) {
       reap_ent e = s->reap[s->reap_head];

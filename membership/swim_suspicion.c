@@ -92,16 +92,6 @@ bool ea__susp_confirm(ea__susp_set *t, uint32_t si, const ea_node_id *from) {
   p->from[p->nfrom++] = *from;
   p->n++;
   p->deadline = p->start + ea__susp_timeout(p);
-  if (p->cap && p->cap < p->deadline) p->deadline = p->cap;
-  ea__heap_update(&t->heap, si, p->deadline);
-  return true;
-}
-
-bool ea__susp_cap(ea__susp_set *t, uint32_t si, uint64_t at) {
-  ea__susp *p = &t->sp[si];
-  if (!p->cap || at < p->cap) p->cap = at;
-  if (p->cap >= p->deadline) return false;
-  p->deadline = p->cap;
   ea__heap_update(&t->heap, si, p->deadline);
   return true;
 }

@@ -37,7 +37,6 @@ typedef struct {
   uint32_t next_free;   /* free list link while unused */
   uint32_t k, n, nfrom; /* confirmations wanted, counted; froms remembered */
   uint64_t start, deadline, min, max;
-  uint64_t cap; /* ea__susp_cap: expires by then whatever the formula says (0: none) */
   ea_node_id from[EA__SUSP_K_MAX + 1]; /* from[0] is the first suspector */
 } ea__susp;
 
@@ -68,9 +67,6 @@ int ea__susp_start(ea__susp_set *t, uint64_t now, uint32_t key, const ea_node_id
  * new independent confirmation (the deadline moved); false for a from
  * already counted or once K are in. */
 bool ea__susp_confirm(ea__susp_set *t, uint32_t si, const ea_node_id *from);
-/* Timer si expires at `at` at the latest, confirmations or not (a member
- * the kernel reported gone whose probe failed: swim.c, ea_swim_peer_gone). */
-bool ea__susp_cap(ea__susp_set *t, uint32_t si, uint64_t at); /* true: it moved */
 /* Stop timer si (resolved, expired or its member reaped). */
 void ea__susp_cancel(ea__susp_set *t, uint32_t si);
 

@@ -81,6 +81,7 @@ void ea__agent_restart_commit(ea__agent *a, const ea_rdzv_plan *p, uint32_t node
     for (uint32_t k = 0; k < a->wpn; k++)
       if (!ea__sup_running(a->sup, k)) a->w[k].fail_pending = true;
   a->stall_ms = 0;
+  ea__agent_update_starting(a); /* in a generation now: no longer "starting" */
 }
 
 /* launch.spawning / spawned: the program's output goes to output.c. */
@@ -377,6 +378,7 @@ int ea__agent_restart_start(ea__agent *a, char *err, size_t errlen) {
   int rc = ea__launch_new(&a->loop, a->sup, &lo, &lc, a, &a->launch);
   if (rc == 0) rc = ea__out_new(&a->loop, a->workers_dir, a->wpn, &a->out);
   if (rc == 0) rc = ea__launch_spares_start(a->launch);
+  if (rc == 0) ea__agent_update_starting(a); /* importing: admitted once ready */
   if (rc) snprintf(err, errlen, "restart mode: %s", strerror(-rc));
   if (rc == 0 && a->wpn > 1 && !getenv("OMP_NUM_THREADS"))
     ea_log(EA_LOG_INFO, "start",

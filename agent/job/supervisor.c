@@ -52,10 +52,11 @@ typedef struct wk wk;
 
 /* A slot's spares. */
 typedef struct {
-  wk *w;      /* the spare now, or NULL */
-  char **env; /* its environment; NULL: the usual one */
-  bool off;   /* starts are cold from now on */
-  bool due;   /* a spare is to start at due_ms */
+  wk *w;       /* the spare now, or NULL */
+  char **env;  /* its environment; NULL: the usual one */
+  bool off;    /* starts are cold from now on */
+  bool due;    /* a spare is to start at due_ms */
+  bool notify; /* on_spare is owed (from a loop turn of its own) */
   uint64_t due_ms;
   char why[320];
   uint32_t lost_row; /* lost in a row */
@@ -704,11 +705,22 @@ out:
 /* ---- spares: warm interpreters ------------------------------------------------ */
 
 /* Slot idx starts cold from now on; the first reason is kept and logged. */
+static void on_warm_timer(uv_timer_t *t);
+
+/* on_spare(idx), from the warm timer's next turn: never from inside the
+ * call that caused it. */
+static void spare_notify(ea__sup *s, uint32_t idx) {
+  if (!s->cb.on_spare || s->closing) return;
+  s->warm[idx].notify = true;
+  uv_timer_start(&s->warm_timer, on_warm_timer, 0, 0);
+}
+
 static void spare_off(ea__sup *s, uint32_t idx, const char *why) {
   warm_slot *ws = &s->warm[idx];
   if (ws->off) return;
   ws->off = true;
   ws->due = false;
+  spare_notify(s, idx);
   snprintf(ws->why, sizeof ws->why, "%s", why);
   ea_log(EA_LOG_WARN, "warm", "local rank %u: no warm interpreter: %s; its workers start cold", idx,
          why);
@@ -745,6 +757,7 @@ static void on_spare_ctl(uv_poll_t *h, int status, int events) {
   buf[n] = 0;
   if (strcmp(buf, "ready") == 0) {
     w->ready = true;
+    spare_notify(s, w->idx);
     s->warm[w->idx].lost_row = 0;
     ea_log(EA_LOG_INFO, "warm", "local rank %u: warm interpreter pid=%d ready in %" PRIu64 " ms",
            w->idx, w->pid, now_ms(s) - w->born_ms);
@@ -858,6 +871,12 @@ static void spare_spawn(ea__sup *s, uint32_t idx) {
 
 static void on_warm_timer(uv_timer_t *t) {
   ea__sup *s = t->data;
+  for (uint32_t i = 0; i < s->n && !s->closing; i++)
+    if (s->warm[i].notify) {
+      s->warm[i].notify = false;
+      s->cb.on_spare(s->ctx, i); /* may call any ea__sup_* */
+    }
+  if (s->closing) return;
   uint64_t now = now_ms(s), next = UINT64_MAX;
   for (uint32_t i = 0; i < s->n; i++) {
     warm_slot *ws = &s->warm[i];

@@ -59,6 +59,9 @@ typedef struct {
    * when a signal killed it.  Every message it sent before exiting has been
    * delivered.  The slot is free again: ea__sup_start(idx) restarts it. */
   void (*on_exit)(void *ctx, uint32_t idx, int64_t exit_status, int term_signal);
+  /* Slot idx's spare became ready, or its spares were turned off
+   * (ea__sup_spare_get says which).  May be NULL. */
+  void (*on_spare)(void *ctx, uint32_t idx);
 } ea__sup_cbs;
 
 typedef struct {

@@ -129,28 +129,6 @@ START_TEST(test_confirmations_shrink_the_timer) {
 }
 END_TEST
 
-/* ea__susp_cap: the timer of a member the kernel reported gone expires at
- * the cap, ahead of the heap's other timers, and a confirmation afterwards
- * recomputes the formula without moving the deadline past the cap. */
-START_TEST(test_cap_brings_the_deadline_forward) {
-  ea__susp_set t;
-  ea__susp_init(&t);
-  ea_node_id accuser = test_id(1), c1 = test_id(2);
-  uint32_t a, b;
-  ck_assert_int_eq(ea__susp_start(&t, 10000, 7, &accuser, 1000, 6000, 2, &a), 0);
-  ck_assert_int_eq(ea__susp_start(&t, 10000, 8, &accuser, 1000, 6000, 2, &b), 0);
-  ea__susp_cap(&t, b, 10150);
-  ck_assert_uint_eq(ea__susp_at(&t, b)->deadline, 10150);
-  ck_assert_uint_eq(ea__susp_first(&t)->key, 8);
-  ck_assert(ea__susp_confirm(&t, b, &c1));
-  ck_assert_uint_eq(ea__susp_at(&t, b)->deadline, 10150); /* not 12845 */
-  ea__susp_cap(&t, b, 20000);                             /* a later cap does not extend it */
-  ck_assert_uint_eq(ea__susp_at(&t, b)->deadline, 10150);
-  ck_assert_uint_eq(ea__susp_at(&t, a)->deadline, 16000); /* the other timer: untouched */
-  ea__susp_close(&t);
-}
-END_TEST
-
 START_TEST(test_first_to_expire) {
   ea__susp_set t;
   ea__susp_init(&t);
@@ -226,7 +204,6 @@ int main(void) {
   tcase_add_test(t, test_k_formula);
   tcase_add_test(t, test_timeout_formula);
   tcase_add_test(t, test_confirmations_shrink_the_timer);
-  tcase_add_test(t, test_cap_brings_the_deadline_forward);
   tcase_add_test(t, test_first_to_expire);
   tcase_add_test(t, test_many_timers_expire_in_order);
   suite_add_tcase(s, t);
