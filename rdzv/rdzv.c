@@ -2223,11 +2223,16 @@ static bool ctrl_step(ea_rdzv *r) {
       changed = true;
     }
   } else if (njoin > 0 && nsurv < maxn) {
+    /* The window runs from the first joiner seen, ready or still starting
+     * (below), so a joiner's start overlaps it; joiners still starting when
+     * it closes are waited for one window more, so that nodes started
+     * together still join together. */
     if (r->join_since == 0) r->join_since = r->now;
     uint64_t due = r->join_since + r->cfg.scale_up_delay_ms;
+    if (nstarting && r->now >= due) due += r->cfg.scale_up_delay_ms;
     if (r->now < due) {
-      fmt(why, cap, "batching %u joiner%s (%" PRIu64 " ms left)", njoin, njoin == 1 ? "" : "s",
-          due - r->now);
+      fmt(why, cap, "batching %u joiner%s (%" PRIu64 " ms left%s)", njoin, njoin == 1 ? "" : "s",
+          due - r->now, nstarting ? ", waiting for one starting" : "");
     } else {
       start_formation(r, draft, nd, true);
       changed = true;
@@ -2237,8 +2242,12 @@ static bool ctrl_step(ea_rdzv *r) {
      * streak of failed formations is over too (a join that failed leaves
      * the old generation running, and no commit resets the count), so the
      * next failure is retried at once rather than after a backoff grown by
-     * a member that sits out its own. */
-    r->join_since = 0;
+     * a member that sits out its own.  A joiner still starting opens the
+     * batching window already (above). */
+    if (!(nstarting && nsurv < maxn))
+      r->join_since = 0;
+    else if (r->join_since == 0)
+      r->join_since = r->now;
     r->nfail = 0;
     if (njoin)
       fmt(why, cap, "generation %" PRIu64 " running with %u nodes; %u spare at max_nodes",
@@ -2657,7 +2666,10 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->learning) soonest(&d, now, r->query_at);
   if (r->strays) soonest(&d, now, r->stray_at);
   soonest(&d, now, r->retry_at);
-  if (r->join_since) soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
+  if (r->join_since) {
+    soonest(&d, now, r->join_since + r->cfg.scale_up_delay_ms);
+    soonest(&d, now, r->join_since + 2 * (uint64_t)r->cfg.scale_up_delay_ms); /* one starting */
+  }
   if (r->cold_since) soonest(&d, now, r->cold_since + r->cfg.scale_up_delay_ms);
   for (size_t i = 0; i < r->nexcl; i++) soonest(&d, now, r->excl[i].until);
   for (size_t i = 0; i < r->nwst; i++) soonest(&d, now, r->wst[i].until);

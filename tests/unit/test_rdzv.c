@@ -616,12 +616,46 @@ START_TEST(test_starting_joiner_waits_for_hello) {
   ea_rdzv_status st = status_of(h, 0);
   ck_assert_msg(strstr(st.reason, "1 joiner starting its workers"), "%s", st.reason);
   h->a[3].tags[0] = 0; /* its workers said hello */
+  uint64_t ready = h->now;
   ea_rdzv_gen g1 = settle_after(h, g0, 20000);
   (void)g1;
+  /* The batching window ran while it started (it was seen 3 windows ago):
+   * taken in at once, not a window after its hello. */
+  ck_assert_msg(h->now - ready < c.scale_up_delay_ms, "joined %" PRIu64 " ms after its hello",
+                h->now - ready);
   char o[64];
   order_str(h, 3, o, sizeof o);
   ck_assert_str_eq(o, "0,1,2,3");
   ck_assert_uint_eq(h->worker_failures, fails);
+  h_free(h);
+}
+END_TEST
+
+/* Two joiners started together, one ready before the window closes and one
+ * half a window after: the window ran from the first sighting and waits one
+ * window more for the one still starting, so both join in one generation
+ * (the running ranks restart once, not twice). */
+START_TEST(test_starting_joiners_batched) {
+  ea_rdzv_config c = cfg_std();
+  h_sim *h = h_new(h_seed("starting_joiners"), 5, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  uint64_t plans = h->nplans;
+  for (int i = 3; i < 5; i++) {
+    snprintf(h->a[i].tags, sizeof h->a[i].tags, "%s", EA_RDZV_TAG_STARTING);
+    h_start(h, i);
+  }
+  uint64_t t0 = h->now;
+  h_run_until(h, t0 + c.scale_up_delay_ms / 2);
+  h->a[3].tags[0] = 0; /* ready within the window */
+  h_run_until(h, t0 + c.scale_up_delay_ms * 3 / 2);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, plans); /* waiting for the other */
+  h->a[4].tags[0] = 0;
+  ea_rdzv_gen g1 = settle_after(h, g0, 20000);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2,3,4");
+  ck_assert(gen_is(h, 4, &g1));
   h_free(h);
 }
 END_TEST
@@ -2388,6 +2422,7 @@ static Suite *rdzv_suite(void) {
        test_newcomer_learns_generation_naming_unseen_dead},
       {"joiners_batched", test_joiners_batched},
       {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
+      {"starting_joiners_batched", test_starting_joiners_batched},
       {"restarting_worker_left_out_until_hello", test_restarting_worker_left_out_until_hello},
       {"fail_during_prepare", test_fail_during_prepare},
       {"ready_timeout", test_ready_timeout},
