@@ -83,7 +83,7 @@ typedef struct {
   uint64_t syncs_started, syncs_merged;
   uint64_t reconnects;      /* push-pulls started with a reaped dead member */
   uint64_t urgent_probes;   /* probes moved ahead of the round (ea_swim_probe_soon) */
-  uint64_t gone_suspicions; /* suspicions cut to one probe interval (ea_swim_peer_gone) */
+  uint64_t gone_suspicions; /* accusing probes started for ea_swim_peer_gone: DEAD if unanswered */
   uint64_t stale_dropped;   /* updates older than what we know */
   uint64_t stale_meta;      /* refutations without metadata not taken: ours predates its change */
   uint64_t recheck_pokes;   /* stale suspicions told to the suspect again (swim.c: recheck_poke) */
@@ -110,12 +110,22 @@ bool ea_swim_probe_soon(ea_swim *s, uint64_t now_ms, const ea_node_id *id);
 /* ea_swim_probe_soon for a member whose *process* the kernel reported gone
  * (our connection to it was reset or refused, not merely timed out); also
  * for a member already SUSPECT.  Still the ordinary probe, and nothing
- * happens to a member that answers it; but when the direct and indirect
- * probes both fail, the suspicion we hold runs only one probe interval
- * (scaled by local health) instead of waiting for other members'
- * confirmations: the reset stands in for them.  A refutation within that
- * interval cancels it as usual.  Returns true when a probe was scheduled or
- * the one scheduled was marked. */
+ * happens to a member that answers it (a probe of it already in flight is
+ * marked as well, and a fresh one still follows it).  When the probe fails
+ * (direct and indirect), the member is marked SUSPECT, told so at once in a
+ * message of its own, and probed again at once, ahead of every other
+ * probe: that second, accusing probe carries the accusation on every ping
+ * and ping-req, and sends its ping-reqs at its start as well as after the
+ * probe timeout (counted in gone_suspicions).  No timer is cut short: the
+ * member is declared DEAD only when nothing at all answers that probe, at
+ * its end, one probe interval (× local health) after the suspicion began,
+ * instead of waiting for other members' confirmations — the reset and two
+ * failed probes stand in for them.  An ack leaves the member SUSPECT under
+ * the ordinary suspicion timer, which a refutation cancels as usual; a
+ * newer incarnation heard while a probe runs makes that probe's failure no
+ * news.  For a member already SUSPECT the probe asked for is itself the
+ * accusing one.  Returns true when a probe was scheduled or the one in
+ * flight was marked. */
 bool ea_swim_peer_gone(ea_swim *s, uint64_t now_ms, const ea_node_id *id);
 /* Graceful leave: broadcast LEFT for our incarnation; afterwards the core
  * only answers pings with acks until freed. */

@@ -50,8 +50,9 @@
  * random alive members, who ping the target, relay its ack, and send a NACK
  * if they hear nothing within 4/5 of their probe timeout (Lifeguard §IV-B:
  * the nack must reach us before our interval ends).  At the end of the probe
- * interval without any ack we mark the target SUSPECT at its current
- * incarnation, from=self.  Alongside the ping-reqs we ping the target
+ * interval without any ack we mark the target SUSPECT at the incarnation it
+ * had when the probe began, from=self (a newer one heard meanwhile makes
+ * the failure no news: see probe_finish).  Alongside the ping-reqs we ping the target
  * directly once more: memberlist sends a TCP ping at this point so that UDP
  * loss alone cannot fail a probe; our seam has no TCP ping, and a second
  * datagram gets most of the way (five times fewer false suspicions at 10%
@@ -119,9 +120,10 @@
  *    partition, a pause longer than its suspicion — is told it is dead, and
  *    refutes back: this is how a partition heals (memberlist needs serf's
  *    reconnect loop for it).
- *  - After the join that taught us the cluster, our probes carry our own
- *    ALIVE for one full round, which reaches every member exactly once: a
- *    member that missed our ALIVE in a burst of joins learns it from us.  A
+ *  - After our join (the first push-pull merged after ea_swim_join), our
+ *    probes carry our own ALIVE, on both of their pings, for one full
+ *    round, which reaches every member exactly once: a member that missed
+ *    our ALIVE in a burst of joins learns it from us.  A
  *    gossip or ping-req from a sender we do not know triggers a push-pull
  *    with it (at most one per probe interval).
  *  - A new core queues its own ALIVE (memberlist does too), so it spreads
@@ -296,10 +298,12 @@ struct ea_swim {
     bool active, acked, indirect;
     bool dead; /* probing a member we hold DEAD: see probe_start */
     bool gone; /* asked for by ea_swim_peer_gone: see probe_finish */
-    /* The target was SUSPECT at this incarnation when the probe began, so
-     * every ping and ping-req of it carried the accusation (buddy_update). */
+    /* The target was SUSPECT when the probe began, so every ping and
+     * ping-req of it carried the accusation (buddy_update). */
     bool accusing;
-    uint32_t accused_inc;
+    /* The target's incarnation when the probe began: the probe's silence
+     * is news about that incarnation only (probe_finish). */
+    uint32_t inc;
     ea_node_id target;
     ea_addr addr;
     uint32_t seq;
@@ -311,11 +315,13 @@ struct ea_swim {
   bool reprobe;          /* gone_reprobe: the next probe is of reprobe_id */
   ea_node_id reprobe_id; /* a gone member whose first probe just failed */
   bool intro;            /* our probes carry our own ALIVE until this round ends (after a join) */
+  bool joining;          /* ea_swim_join called, no push-pull merged since: the next starts intro */
   uint32_t reap_len, nrelays, prio_len;
   bool left;
   bool last_prio;    /* the current probe came from prio: next is round-robin */
   bool accused;      /* set by apply_self: answer the packet's sender directly */
   bool accused_full; /* …with our metadata: an accusation named an older copy */
+  bool want_meta;    /* set by apply: a refutation needed metadata we lack (ea_swim_recv) */
   uint32_t self_idx;
   ea_node_id self_id;
   ea_swim_io io;
@@ -628,6 +634,14 @@ static uint32_t draw_below(void *ctx, uint32_t n) {
 /* After the join that taught us the cluster: one full round of probes, each
  * carrying our ALIVE (see probe_start), starting now. */
 static void intro_start(ea_swim *s) {
+  /* After the join, not "after a merge into a core that knew only itself":
+   * in a burst of joins the seed gossips the other joiners to us before
+   * its push-pull answer arrives, and a joiner that started its round only
+   * when it knew nobody never introduced itself (test_every_node_elects_*,
+   * EA_SEED=278648319882666: node 61 learned 11 members from gossip 7 ms
+   * before the answer; node 23 missed its ALIVE in the burst and did not
+   * know it 15 s later). */
+  s->joining = false;
   s->intro = s->pl.n > 0;
   ea__plist_restart(&s->pl); /* the list is already in random order (random insertion) */
 }
@@ -989,6 +1003,7 @@ static void apply(ea_swim *s, uint64_t now, const rec *r, int origin) {
    * the member answers that with its metadata. */
   if (alive && !r->meta && m->meta_at < r->meta_inc) {
     s->st.stale_meta++;
+    if (origin == ORIG_GOSSIP) s->want_meta = true;
     return;
   }
   bool refutation = alive && r->inc > m->inc && (!r->meta || ea__meta_same(m->meta, r->meta));
@@ -1152,6 +1167,19 @@ static void probe_finish(ea_swim *s, uint64_t now) {
   uint32_t mi = find_idx(s, &s->probe.target);
   if (mi == NONE) return;
   member *m = &s->mem[mi];
+  /* A newer incarnation reached us while the probe ran: the member refuted
+   * or restarted, which only it can do, so it was alive after the probe
+   * began, and the probe's silence says nothing about the incarnation we
+   * hold now (memberlist suspects the incarnation its probe started with,
+   * and a stale suspicion is dropped).  Suspecting the new one anyway
+   * accused a member the moment it had proved itself alive: a node paused
+   * 700 ms refuted twice, and a straggler kept the first refutation
+   * (test_pause_shorter_than_suspicion_refutes, EA_SEED=94603029983602);
+   * a restarted node refuted its own restart, and that refutation, without
+   * metadata, displaced the restart's ALIVE with metadata from every queue
+   * it reached (test_restart_with_new_meta_reaches_every_view,
+   * EA_SEED=112931315964778). */
+  if (m->inc != s->probe.inc) return;
   if (m->state == EA_STATE_ALIVE) {
     set_state(s, now, mi, EA_STATE_SUSPECT, m->inc, NULL);
     susp_start(s, now, mi, &s->self_id);
@@ -1171,7 +1199,7 @@ static void probe_finish(ea_swim *s, uint64_t now) {
     if (susp_confirm(s, mi, &s->self_id))
       enqueue(s, now, mi, EA_STATE_SUSPECT, m->inc, &s->self_id, m->meta_at);
     if (!s->probe.gone) return;
-    if (s->probe.accusing && s->probe.accused_inc == m->inc) {
+    if (s->probe.accusing) {
       /* It was told, on every path of this probe, and nothing answered. */
       declare_dead(s, now, mi);
     } else {
@@ -1284,7 +1312,7 @@ static void probe_start(ea_swim *s, uint64_t now) {
   s->probe.dead = m->state == EA_STATE_DEAD;
   s->probe.gone = gone;
   s->probe.accusing = m->state == EA_STATE_SUSPECT;
-  s->probe.accused_inc = m->inc;
+  s->probe.inc = m->inc;
   s->probe.indirect = s->probe.dead; /* no ping-req for the dead */
   s->probe.target = m->id;
   s->probe.addr = *member_addr(s, mi);
@@ -1323,6 +1351,13 @@ static void probe_indirect(ea_swim *s, uint64_t now) {
   ea_msg *msg = msg_begin(s, EA_MSG_PING, s->probe.seq, &s->probe.target);
   if (ti != NONE && s->mem[ti].state == EA_STATE_SUSPECT)
     buddy_update(s, ti, &msg->updates[msg->nupdates++]);
+  /* The introduction too (probe_start): the round reaches each member once,
+   * and with a single ping 1 in 10 of them missed it at 10% loss; a member
+   * that had also missed our ALIVE in the gossip then kept our previous
+   * incarnation's metadata for good without push-pull
+   * (test_restart_with_new_meta_reaches_every_view,
+   * EA_SEED=46723920531081). */
+  if (s->intro) self_alive(s, &msg->updates[msg->nupdates++]);
   s->st.pings_sent++;
   msg_send(s, &s->probe.addr, msg);
 }
@@ -1444,6 +1479,7 @@ void ea_swim_join(ea_swim *s, uint64_t now_ms, const ea_addr *seeds, size_t n) {
   (void)now_ms;
   if (s->left) return;
   const ea_addr *self = member_addr(s, s->self_idx);
+  s->joining = true; /* the first merge from now on starts our introduction */
   for (size_t i = 0; i < n; i++) {
     if (ea_addr_eq(&seeds[i], self)) continue;
     s->st.syncs_started++;
@@ -1677,7 +1713,7 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
     return;
   }
   uint32_t n = m->nupdates > EA_WIRE_MAX_UPDATES ? EA_WIRE_MAX_UPDATES : m->nupdates;
-  s->accused = s->accused_full = false;
+  s->accused = s->accused_full = s->want_meta = false;
   for (uint32_t i = 0; i < n; i++) {
     rec r;
     rec_from_update(&r, &m->updates[i]);
@@ -1697,6 +1733,21 @@ void ea_swim_recv(ea_swim *s, uint64_t now_ms, const ea_addr *from, const ea_msg
     s->io.send(s->io.ctx, from, out);
   }
   s->accused = false;
+  /* This packet carried an ALIVE without metadata that we turned down: our
+   * copy predates the member's change.  When we suspect the member, our
+   * accusation names the old copy and the member answers with its
+   * metadata; when we hold it ALIVE nobody ever will, and its new ALIVE
+   * with the metadata was gossiped a bounded number of times: a view that
+   * missed every copy and the introduction kept the old addresses for good
+   * without push-pull (test_restart_with_new_meta_reaches_every_view,
+   * EA_SEED=17137037285361).  The sender took that ALIVE, so its copy is
+   * current: one push-pull with it, sharing the rate limit below. */
+  if (s->want_meta && now_ms >= s->contact_at) {
+    s->contact_at = now_ms + (uint64_t)s->cfg.probe_interval_ms * scale(s);
+    s->st.syncs_started++;
+    if (s->io.sync) s->io.sync(s->io.ctx, from, EA_SYNC_PERIODIC);
+  }
+  s->want_meta = false;
   /* Anti-entropy on contact: a member that talks to us although we do not
    * know it (we missed its ALIVE in a burst of joins, or reaped it while a
    * partition kept it away) is worth one push-pull, at most one per probe
@@ -1779,7 +1830,7 @@ void ea_swim_merge(ea_swim *s, uint64_t now_ms, const ea_update *ups, size_t n) 
     rec_from_update(&r, &ups[i]);
     apply(s, now_ms, &r, origin);
   }
-  if (origin == ORIG_MERGE_FRESH) intro_start(s);
+  if (origin == ORIG_MERGE_FRESH || s->joining) intro_start(s);
 }
 
 /* Internal fast path for the simulator (declared in sim.h): merge another
@@ -1801,7 +1852,7 @@ void ea__swim_merge_core(ea_swim *dst, uint64_t now_ms, const ea_swim *src) {
     r.from = (m->susp != NONE) ? src->susp.sp[m->susp].from[0] : src->self_id;
     apply(dst, now_ms, &r, origin);
   }
-  if (origin == ORIG_MERGE_FRESH) intro_start(dst);
+  if (origin == ORIG_MERGE_FRESH || dst->joining) intro_start(dst);
 }
 
 /* Encoded bytes of ea_swim_export()'s records, for the simulator's traffic
@@ -1839,7 +1890,7 @@ const ea_member *ea_swim_find(const ea_swim *cs, const ea_node_id *id) {
 /* The simulator's bootstrap stands for a cluster that converged long ago:
  * no introductions are due. */
 void ea__swim_settle(ea_swim *s) {
-  s->intro = false;
+  s->intro = s->joining = false;
 }
 
 /* The simulator installs its observer after creating the cores, and skips

@@ -239,22 +239,40 @@ START_TEST(test_pause_shorter_than_suspicion_refutes) {
     ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
     ea_sim_run_for(sim, 5000);
     uint32_t inc1 = ea_swim_self(ea_sim_core(sim, v))->incarnation;
-    printf("  pause %zu: suspected by %zu views while frozen, incarnation %u -> %u\n", v, ns, inc0,
-           inc1);
+    /* A probe whose pings all reached the frozen node fails only at the
+     * end of its interval, up to I after the node resumed: count those too. */
+    size_t ns_all = rec_span(&r, v, EA_STATE_SUSPECT, &lo, &hi);
+    printf("  pause %zu: suspected by %zu views while frozen, %zu in all, incarnation %u -> %u\n",
+           v, ns, ns_all, inc0, inc1);
     ck_assert_uint_eq(rec_span(&r, v, EA_STATE_DEAD, &lo, &hi), 0);
-    if (ns) {
+    if (ns_all) {
       suspected++;
       ck_assert_uint_gt(inc1, inc0);
+      /* Every view that held the suspicion holds the refutation; one that
+       * never heard of the suspicion needs nothing cancelled, and may keep
+       * the older ALIVE when bounded gossip missed it (~e^(−8.7) a view at
+       * 8 copies from each of 63 members; EA_SEED=17426370783310: one view
+       * suspected pause 29, one of the 62 others missed the refutation). */
       for (size_t o = 0; o < 64; o++) {
         uint32_t inc;
         ck_assert_int_eq(ea_sim_view_state(sim, o, v, &inc), EA_STATE_ALIVE);
-        ck_assert_uint_eq(inc, inc1);
+        if (r.first[EA_STATE_SUSPECT][o * 64 + v])
+          ck_assert_uint_eq(inc, inc1);
+        else
+          ck_assert_uint_ge(inc, inc0);
       }
     }
   }
-  /* Each pause outlasts ~3.7 expected first-probe waits: all but a ~2.5%
-   * chance each of being suspected. */
-  ck_assert_int_ge(suspected, 2);
+  /* A pause is suspected when some probe of it fails: one that starts
+   * while the pings of both its direct tries and its helpers still reach
+   * the frozen node, i.e. in its first 700 − T − d = 620 ms.  63 members
+   * each start one probe per interval, at a random member of 63, so no
+   * probe starts in that window with probability ~e^(−620/150) ≈ 1.6 %.
+   * Asking for two suspected pauses of three (as this case did) fails with
+   * 3p² ≈ 8·10⁻⁴, about once in 1300 runs (EA_SEED=1152025132619: pause 29
+   * never probed, pause 51 suspected only after it resumed); asking for
+   * one fails with p³ ≈ 4·10⁻⁶ and still proves the refutation path ran. */
+  ck_assert_int_ge(suspected, 1);
   rec_free(&r);
   assert_wire_clean(sim);
   ea_sim_free(sim);
@@ -680,7 +698,22 @@ END_TEST
 
 /* A crashed node restarted with a fresh core (incarnation 0) learns from the
  * join that it is DEAD at incarnation i, refutes with i+1, and is ALIVE in
- * every view at that incarnation. */
+ * every view at that incarnation within one round of its introduction.
+ *
+ * Why one round and not a few gossip rounds: the refutation is gossiped
+ * with the bounded retransmit count, 4 · ceil(log10 65) = 8 copies from
+ * each member, ~536 in all spread over 63 views, so a given view gets
+ * none with probability ~e^-8.7 and about one run in a hundred leaves one
+ * view holding the node DEAD (EA_SEED=98920881217145: view 26, no copy of
+ * 536).  That view learns from the repair for a missed joiner: after its
+ * join the node's probes carry its ALIVE for one full round, which reaches
+ * each of the N − 1 others once.  Its first probe starts within I of the
+ * restart (before the join answer it knows nobody and probes nobody, and
+ * waits another I); the refutation raises its health to 1 for one interval
+ * (2I), the ack lowers it; then N − 3 more probes at I each.  The last one
+ * therefore leaves by restart + I + I + 2I + (N − 3)·I = (N + 1)·I and
+ * arrives one delay later (the DEAD view's own round, which probes the
+ * node and tells it it is dead, can only be earlier). */
 START_TEST(test_restart_rejoins_with_new_incarnation) {
   ea_sim *sim = make_sim(64, 9);
   converge(sim);
@@ -691,8 +724,15 @@ START_TEST(test_restart_rejoins_with_new_incarnation) {
   uint32_t dead_inc;
   ck_assert_int_eq(ea_sim_view_state(sim, 0, v, &dead_inc), EA_STATE_DEAD);
   ea_sim_run_for(sim, 3000);
+  ea_swim_config cfg;
+  ea_swim_config_default(&cfg);
+  const uint64_t round = (64 + 1) * (uint64_t)cfg.probe_interval_ms + 5; /* + the 5 ms delay */
+  uint64_t t0 = ea_sim_now(sim);
   ea_sim_restart(sim, v, 0);
-  ck_assert(ea_sim_run_until_cond(sim, ea_sim_now(sim) + 5000, 10, all_alive, NULL));
+  ck_assert_msg(ea_sim_run_until_cond(sim, t0 + round, 10, all_alive, NULL),
+                "a view still misses node %zu's return %" PRIu64 " ms after its restart", v, round);
+  printf("  restart %zu: ALIVE in every view after %" PRIu64 " ms (bound %" PRIu64 ")\n", v,
+         ea_sim_now(sim) - t0, round);
   uint32_t inc = ea_swim_self(ea_sim_core(sim, v))->incarnation;
   ck_assert_uint_gt(inc, dead_inc);
   for (size_t o = 0; o < 64; o++) {
