@@ -121,9 +121,10 @@
  *    refutes back: this is how a partition heals (memberlist needs serf's
  *    reconnect loop for it).
  *  - After our join (the first push-pull merged after ea_swim_join), our
- *    probes carry our own ALIVE, on both of their pings, for one full
- *    round, which reaches every member exactly once: a member that missed
- *    our ALIVE in a burst of joins learns it from us.  A
+ *    probes carry our own ALIVE, on both of their pings (and once more on
+ *    its own when the target's ack did not come), for one full round,
+ *    which reaches every member exactly once: a member that missed our
+ *    ALIVE in a burst of joins learns it from us.  A
  *    gossip or ping-req from a sender we do not know triggers a push-pull
  *    with it (at most one per probe interval).
  *  - A new core queues its own ALIVE (memberlist does too), so it spreads
@@ -296,8 +297,9 @@ struct ea_swim {
   uint64_t contact_at; /* earliest next push-pull with an unknown sender */
   struct {
     bool active, acked, indirect;
-    bool dead; /* probing a member we hold DEAD: see probe_start */
-    bool gone; /* asked for by ea_swim_peer_gone: see probe_finish */
+    bool heard; /* the ack came from the target itself: it got one of our pings */
+    bool dead;  /* probing a member we hold DEAD: see probe_start */
+    bool gone;  /* asked for by ea_swim_peer_gone: see probe_finish */
     /* The target was SUSPECT when the probe began, so every ping and
      * ping-req of it carried the accusation (buddy_update). */
     bool accusing;
@@ -1160,6 +1162,18 @@ static void gone_reprobe(ea_swim *s, uint32_t mi) {
 static void probe_finish(ea_swim *s, uint64_t now) {
   if (!s->probe.active) return;
   s->probe.active = false;
+  /* Our introduction rode on this probe's pings, and only the target's own
+   * ack says one arrived.  Without it (both pings lost, the ack relayed or
+   * none), one more copy in a message of its own: the round reaches each
+   * member once, and a member that had also missed our ALIVE in the gossip
+   * kept our previous incarnation's metadata without push-pull
+   * (test_restart_with_new_meta_reaches_every_view, EA_SEED=60253037351284:
+   * one gossip copy and both pings lost at 10% loss). */
+  if (s->intro && !s->probe.heard && !s->probe.dead) {
+    ea_msg *out = msg_begin(s, EA_MSG_GOSSIP, 0, NULL);
+    self_alive(s, &out->updates[out->nupdates++]);
+    msg_send(s, &s->probe.addr, out);
+  }
   if (s->probe.acked || s->probe.dead) return; /* a corpse not answering is no news */
   if (s->probe.expected_nacks > 0 && s->probe.nacks < s->probe.expected_nacks &&
       s->health + 1 < s->cfg.awareness_max)
@@ -1308,7 +1322,7 @@ static void probe_start(ea_swim *s, uint64_t now) {
   if (mi == NONE) return;
   member *m = &s->mem[mi];
   s->probe.active = true;
-  s->probe.acked = false;
+  s->probe.acked = s->probe.heard = false;
   s->probe.dead = m->state == EA_STATE_DEAD;
   s->probe.gone = gone;
   s->probe.accusing = m->state == EA_STATE_SUSPECT;
@@ -1658,6 +1672,7 @@ static void handle_ack(ea_swim *s, const ea_addr *from, const ea_msg *m) {
   if (s->probe.active && !s->probe.acked && m->seq == s->probe.seq &&
       id_eq(&m->target, &s->probe.target)) {
     s->probe.acked = true;
+    s->probe.heard = ea_addr_eq(from, &s->probe.addr);
     s->st.acks_recv++;
     health_dec(s);
     if (s->probe.dead) {
