@@ -566,12 +566,7 @@ static void worker_environment(const ea__agent *a) {
      * package is put first on the program's path (EA_PYTHONPATH overrides
      * where it is looked for; see ea__launch_python_dir). */
     char dir[EA_PATH_MAX];
-    const char *over = getenv("EA_PYTHONPATH");
-    int rc = 0;
-    if (over && *over)
-      snprintf(dir, sizeof dir, "%s", over);
-    else
-      rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
+    int rc = ea__launch_python_home(dir, sizeof dir);
     if (rc == 0) {
       const char *old = getenv("PYTHONPATH");
       char *pp = NULL;

@@ -674,12 +674,7 @@ static void warm_setup(ea__agent *a, char *launcher, size_t cap) {
     return;
   }
   char dir[EA_PATH_MAX];
-  const char *over = getenv("EA_PYTHONPATH");
-  int rc = 0;
-  if (over && *over)
-    snprintf(dir, sizeof dir, "%s", over);
-  else
-    rc = ea__launch_python_dir("/proc/self/exe", dir, sizeof dir);
+  int rc = ea__launch_python_home(dir, sizeof dir);
   snprintf(launcher, cap, "%.4000s/elastic_agent/_warm.py", dir);
   if (rc || access(launcher, R_OK) != 0) {
     ea_log(EA_LOG_WARN, "start",

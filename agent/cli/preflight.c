@@ -600,11 +600,7 @@ static void check_program(const ea_config *cfg, int argc, char **argv, ea__mode 
                "else pip), or run the program with the interpreter that has it");
   if (mode == EA__MODE_LIBRARY) {
     char dir[EA_PATH_MAX] = "";
-    const char *over = getenv("EA_PYTHONPATH");
-    if (over && *over)
-      snprintf(dir, sizeof dir, "%s", over);
-    else if (ea__launch_python_dir("/proc/self/exe", dir, sizeof dir) < 0)
-      dir[0] = 0;
+    (void)ea__launch_python_home(dir, sizeof dir);
     check_import(path, "elastic_agent", dir,
                  dir[0] ? "the package next to this binary does not import: reinstall (make "
                           "install) or set EA_PYTHONPATH"

@@ -161,6 +161,18 @@ int ea__launch_warm(const ea_config *c, ea__mode m, int argc, char *const *argv,
   return rc;
 }
 
+int ea__launch_python_home(char *out, size_t cap) {
+  const char *over = getenv("EA_PYTHONPATH");
+  if (over && *over) {
+    if (strlen(over) >= cap) return -ENAMETOOLONG;
+    snprintf(out, cap, "%s", over);
+    return 0;
+  }
+  int rc = ea__launch_python_dir("/proc/self/exe", out, cap);
+  if (rc) out[0] = 0;
+  return rc;
+}
+
 static void append(char *out, size_t cap, const char *s) {
   size_t n = strlen(out);
   if (n < cap) snprintf(out + n, cap - n, "%s%s", n ? "; " : "", s);

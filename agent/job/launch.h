@@ -108,6 +108,10 @@ int ea__launch_free_port(const ea_addr *host, uint16_t avoid, uint16_t *port);
  * absolute directory in out, -ENOENT when neither holds the package,
  * -ENAMETOOLONG. */
 int ea__launch_python_dir(const char *exe, char *out, size_t cap);
+/* The package directory this agent uses: $EA_PYTHONPATH when set (a build
+ * tree run from elsewhere, `make asan`), else ea__launch_python_dir of this
+ * binary.  0, or a negative errno with out "". */
+int ea__launch_python_home(char *out, size_t cap);
 
 /* ---- restart mode: a generation's processes ----------------------------------- */
 
