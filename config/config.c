@@ -243,6 +243,13 @@ static const cfg_key keys[] = {
             "http:// URL that answers 200 when the machine is going."},
     {STR(runtime, preemption_metadata_url), .check = check_http_url,
      .doc = "Base address of the metadata service (http://HOST:PORT); empty: the provider's."},
+    /* GKE gives about 30 s between notice and reclaim, AWS 2 min: 20 s leaves
+     * the drained nodes 10 s to stop and leave on the shortest. */
+    {U32(runtime, preemption_grace_seconds), .min = 1, .max = 3600, .flags = F_ZERO_OFF,
+     .unit = "seconds",
+     .doc = "When drains (notices, SIGTERM) would leave fewer than min_nodes, the controller "
+            "first commits a checkpoint of the current step (restart mode: SIGUSR1 to the "
+            "programs, this long to save their own) and waits this long at most; 0: off."},
     /* 64: the failure times the controller keeps per node (rdzv/rdzv.c). */
     {U32(runtime, flap_threshold), .min = 1, .max = 64, .flags = F_ZERO_OFF, .unit = "failures",
      .doc = "A node that fails (dies, restarts, a worker crashes) more than this many times "
@@ -855,6 +862,7 @@ void ea_config_default(ea_config *c) {
   c->runtime.stop_grace_seconds = 5;
   c->runtime.lost_peer_grace_ms = 500;
   snprintf(c->runtime.preemption_notice, sizeof c->runtime.preemption_notice, "none");
+  c->runtime.preemption_grace_seconds = 20;
   /* Four failures in five minutes is no longer bad luck; a minute out
    * (then 2, 4, …) lets the others train while someone looks. */
   c->runtime.flap_threshold = 3;

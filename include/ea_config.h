@@ -74,6 +74,7 @@ typedef struct {
     uint32_t lost_peer_grace_ms;            /* the same when a peer died or froze: 500 */
     char preemption_notice[256];            /* "none" | "aws" | "gcp" | "azure" | an http(s) URL */
     char preemption_metadata_url[256];      /* "" = the provider's metadata address */
+    uint32_t preemption_grace_seconds;      /* the last checkpoint's budget: 20 (0 off) */
     /* flapping nodes held out (rdzv, "Hold-outs" in ea_rdzv.h) */
     uint32_t flap_threshold;        /* more failures than this in the window: held out; 3 (0 off) */
     uint32_t flap_window_seconds;   /* 300 */
