@@ -311,6 +311,11 @@ typedef struct {
   uint32_t flap_threshold;
   uint32_t flap_window_ms;
   uint32_t flap_cooldown_ms;
+  /* The last moment (see "A checkpoint before a mass preemption" below):
+   * how long the controller holds the running generation together for one
+   * last checkpoint when its drainers would leave fewer than min_nodes
+   * (runtime.preemption_grace_seconds · 1000); 0: it lets them go at once. */
+  uint32_t last_ckpt_ms;
 } ea_rdzv_config;
 
 /* The defaults of config/config.c, with no job limits (max_restarts
@@ -595,6 +600,77 @@ size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap);
 /* Whether id is held out now. */
 bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id);
 
+/* ---- spares ----------------------------------------------------------------
+ *
+ * Nodes beyond compute.max_nodes wait: once the last formed generation
+ * holds max_nodes nodes, every other live worker node that is not draining
+ * is a spare.  When a member is lost the controller fills the new
+ * generation up to max_nodes with joiners in node-id order (the view's
+ * order), skipping those not ready; so the spare taken first is the ready
+ * one with the lowest id, on every controller alike.  Not ready:
+ *   - STARTING: a worker still starting (library mode: no hello yet; restart
+ *     mode: a warm interpreter importing), EA_RDZV_TAG_STARTING above;
+ *   - UNFIT: its agent's own health check failed (a checkpoint directory it
+ *     cannot write, …): the gossip tag EA_RDZV_TAG_UNFIT, which keeps a
+ *     node out of every generation after the first as a joiner (a member
+ *     keeps its place: its own checkpoint path reports its errors; the
+ *     first generation takes everyone, as it would without the check);
+ *   - HELD: held out (flapping, straggler, link) or sitting out a failed
+ *     formation — known to the controller only.
+ * Every node can list them from its view (the same order everywhere). */
+#define EA_RDZV_TAG_UNFIT "ea.unfit=1"
+
+typedef enum {
+  EA_RDZV_SPARE_READY = 0,
+  EA_RDZV_SPARE_STARTING = 1,
+  EA_RDZV_SPARE_UNFIT = 2,
+  EA_RDZV_SPARE_HELD = 3,
+} ea_rdzv_spare_state;
+
+typedef struct {
+  ea_node_id id;
+  char name[EA_NAME_MAX];
+  uint8_t state; /* ea_rdzv_spare_state */
+} ea_rdzv_spare;
+
+/* The spares now, in the order they would be taken (ready ones first, each
+ * group by node id), at most cap into out; returns how many there are (0
+ * while the last formed generation holds fewer than max_nodes nodes: then
+ * a waiting node is a joiner, taken in at the next formation). */
+size_t ea_rdzv_spares(const ea_rdzv *r, ea_rdzv_spare *out, size_t cap);
+const char *ea_rdzv_spare_state_str(uint8_t state);
+
+/* ---- a checkpoint before a mass preemption (controller side) ----------------
+ *
+ * The last moment.  When the members of the running generation that drain
+ * (a preemption notice, SIGTERM, `drain`) would leave fewer than min_nodes,
+ * no generation can form without them and the controller would stop the
+ * running one at once (the drainers leave, the others pause), losing every
+ * step since the last periodic checkpoint.  With last_ckpt_ms set, and
+ * only while every member is still up and the generation is whole (no
+ * member dead, excluded or restarting, no failure reported: its ranks can
+ * still stage their state), the controller first holds the generation
+ * together — the drainers keep training — and says so in its status
+ * (ea_rdzv_status.last_ckpt: EA_RDZV_LASTCK_WAITING) until its agent has
+ * committed one checkpoint of the current step and calls
+ * ea_rdzv_last_ckpt_done, or last_ckpt_ms has passed
+ * (EA_RDZV_LASTCK_TIMED_OUT: the agent says so and keeps the last good
+ * checkpoint); then it stops the generation as before.  Once per formed
+ * generation.  Taking the checkpoint is the agent's (agent/preempt.c):
+ * this core only decides when, and how long it may take. */
+typedef enum {
+  EA_RDZV_LASTCK_NONE = 0,
+  EA_RDZV_LASTCK_WAITING = 1,   /* holding the generation for its checkpoint */
+  EA_RDZV_LASTCK_DONE = 2,      /* ea_rdzv_last_ckpt_done came in time */
+  EA_RDZV_LASTCK_TIMED_OUT = 3, /* last_ckpt_ms passed first */
+} ea_rdzv_lastck;
+
+const char *ea_rdzv_lastck_str(uint8_t s); /* "none", "waiting", "done", "timed out" */
+/* The agent is done with the last checkpoint of generation gen64 (committed,
+ * or given up: the generation is stopped either way).  Ignored unless this
+ * agent is the controller holding that generation for it. */
+void ea_rdzv_last_ckpt_done(ea_rdzv *r, uint64_t now_ms, uint64_t gen64);
+
 /* ---- straggler detection (rdzv/straggler.c) --------------------------------
  *
  * The controller's judge of the ranks' pace.  Every member sends, once a
@@ -692,6 +768,11 @@ typedef struct {
   uint64_t holds;         /* as controller: hold-outs started (flapping, straggler, link) */
   uint64_t blames;        /* as controller: BLAMEs counted (one per link per generation) */
   uint32_t held_now;      /* nodes held out now */
+  /* As controller: the last moment (ea_rdzv_lastck) of generation
+   * last_ckpt_gen (64-bit form; 0: none yet), since last_ckpt_since_ms
+   * (the core's clock), with last_ckpt_left_ms left while waiting. */
+  uint8_t last_ckpt;
+  uint64_t last_ckpt_gen, last_ckpt_since_ms, last_ckpt_left_ms;
 } ea_rdzv_status;
 
 void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out);

@@ -272,6 +272,11 @@ struct ea_rdzv {
    * not only its drainers. */
   ea_rdzv_gen stop_gen;
   bool stop_all;
+  /* The last moment (ea_rdzv_lastck in ea_rdzv.h): the formed generation
+   * held together for one last checkpoint, since when, and how it ended. */
+  ea_rdzv_gen lm_gen;
+  uint64_t lm_since;
+  uint8_t lm;
   drainer *drain_set;
   size_t ndrain, capdrain;
   wstart *wst; /* nodes' REPORTs about their starting workers */
@@ -1680,6 +1685,10 @@ static bool starting(const ea_rdzv *r, const ea_member *m) {
   return ea_rdzv_tags_have(m->meta.tags, EA_RDZV_TAG_STARTING);
 }
 
+static bool unfit(const ea_member *m) {
+  return ea_rdzv_tags_have(m->meta.tags, EA_RDZV_TAG_UNFIT);
+}
+
 /* A member of the formed generation left out of the next one until its
  * restarted worker says hello (unless that is waived: waive_holds). */
 static bool starting_out(const ea_rdzv *r, const ea_node_id *id) {
@@ -2023,6 +2032,28 @@ static void waive_holds(ea_rdzv *r) {
   r->starting_waived = anyst && (avail_st < r->cfg.min_nodes || no_quorum_st);
 }
 
+/* The last moment (ea_rdzv.h): the drainers of the formed generation would
+ * leave fewer than min_nodes and it is about to be stopped.  True while it
+ * is held together for one last checkpoint (why says so); false when it
+ * may be stopped: the feature is off, the generation cannot stage (only:
+ * false), or its checkpoint is done or out of time. */
+static bool last_moment(ea_rdzv *r, bool only, char *why, size_t cap) {
+  if (!r->cfg.last_ckpt_ms) return false;
+  if (!gen_eq(&r->lm_gen, &r->formed)) {
+    if (!only) return false;
+    r->lm_gen = r->formed;
+    r->lm_since = r->now;
+    r->lm = EA_RDZV_LASTCK_WAITING;
+  }
+  if (r->lm == EA_RDZV_LASTCK_WAITING && r->now >= r->lm_since + r->cfg.last_ckpt_ms)
+    r->lm = EA_RDZV_LASTCK_TIMED_OUT;
+  if (r->lm != EA_RDZV_LASTCK_WAITING) return false;
+  size_t len = strlen(why);
+  fmt(why + len, cap - len, "; holding it %" PRIu64 " ms more for a checkpoint before they leave",
+      r->lm_since + r->cfg.last_ckpt_ms - r->now);
+  return true;
+}
+
 /* One pass of the controller.  Returns true when it changed something that
  * warrants another pass (a formation ended, so a new one may start). */
 static bool ctrl_step(ea_rdzv *r) {
@@ -2105,6 +2136,9 @@ static bool ctrl_step(ea_rdzv *r) {
   /* lost: broken for good, not only by members sitting out a failure (an
    * excluded member may still be running the generation with the rest). */
   bool lost = r->formed_broken;
+  /* Only drainers are out, every one still up: the generation can still
+   * stage its state (the last moment, below). */
+  bool only_drains = !r->formed_broken;
   char bwhy[96];
   snprintf(bwhy, sizeof bwhy, "%s", r->broken_why);
   /* Survivors keep their relative order: ranks move as little as possible. */
@@ -2126,6 +2160,9 @@ static bool ctrl_step(ea_rdzv *r) {
       }
       broken = true;
       if (!is_up(v) || observer(v) || in_drain_set(r, id)) lost = true;
+      if (!is_up(v) || observer(v) || !in_drain_set(r, id) || excluded(r, id) || kept_out(r, id) ||
+          starting_out(r, id))
+        only_drains = false;
       continue;
     }
     draft[nd++] = *id;
@@ -2135,6 +2172,7 @@ static bool ctrl_step(ea_rdzv *r) {
       !(r->running && gen_eq(&r->run.gen, &r->formed))) {
     if (!broken) snprintf(bwhy, sizeof bwhy, "this node is not running it");
     broken = lost = true;
+    only_drains = false;
   }
   /* Joiners, in id order (the view is sorted): alive, eligible, not
    * draining, not sitting out a failure, workers up (EA_RDZV_TAG_STARTING). */
@@ -2149,6 +2187,9 @@ static bool ctrl_step(ea_rdzv *r) {
       nstarting++;
       continue;
     }
+    /* its own health check failed (EA_RDZV_TAG_UNFIT): not swapped in for a
+     * lost member; the first generation takes everyone (nothing to keep) */
+    if (unfit(v) && r->formed.term) continue;
     draft[nd++] = v->id;
     njoin++;
   }
@@ -2207,7 +2248,7 @@ static bool ctrl_step(ea_rdzv *r) {
     } else if (nd < minn) {
       fmt(why, cap, "waiting for min_nodes: %u of %u alive (generation %" PRIu64 ": %s)", nd, minn,
           r->formed.term, bwhy);
-      if (lost) stop_formed(r, true);
+      if (lost && !last_moment(r, only_drains, why, cap)) stop_formed(r, true);
       minn_wait = true;
       minn_have = nd;
     } else if ((restart = restart && nsurv == r->nformed) && r->now < churn_until(r)) {
@@ -2380,6 +2421,26 @@ static void agent_reason(const ea_rdzv *r, char *out, size_t cap) {
     fmt(out, cap, "paused: %s", q);
   } else if (r->paused) {
     fmt(out, cap, "paused: %s", r->pause_why);
+  } else if (r->formed.term && r->nformed >= r->cfg.max_nodes && !self_in_formed(r)) {
+    /* ea_rdzv_spares' test, for this node: is it one, and which in line? */
+    size_t n = ea_rdzv_spares(r, NULL, 0), me = n;
+    ea_rdzv_spare *sp = n ? malloc(n * sizeof *sp) : NULL;
+    if (sp) n = ea_rdzv_spares(r, sp, n);
+    for (size_t i = 0; sp && i < n; i++)
+      if (id_eq(&sp[i].id, &r->self)) me = i;
+    uint8_t st = me < n ? sp[me].state : 0;
+    free(sp);
+    if (me < n && st == EA_RDZV_SPARE_READY)
+      fmt(out, cap,
+          "spare: generation %" PRIu64
+          " runs at max_nodes %u; taken in when a member is lost "
+          "(%zu of %zu in line)",
+          r->formed.term, r->cfg.max_nodes, me + 1, n);
+    else if (me < n)
+      fmt(out, cap, "spare (%s): generation %" PRIu64 " runs at max_nodes %u",
+          ea_rdzv_spare_state_str(st), r->formed.term, r->cfg.max_nodes);
+    else
+      fmt(out, cap, "idle: in no generation");
   } else {
     fmt(out, cap, "idle: in no generation");
   }
@@ -2430,6 +2491,7 @@ void ea_rdzv_config_default(ea_rdzv_config *c) {
   c->flap_threshold = 0; /* off: the simulator's tests restart nodes at will */
   c->flap_window_ms = 300000;
   c->flap_cooldown_ms = 60000;
+  c->last_ckpt_ms = 0; /* off: the simulator's drains are let go at once */
 }
 
 ea_rdzv *ea_rdzv_new(const ea_rdzv_config *cfg, const ea_node_id *self,
@@ -2677,6 +2739,7 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->formed_broken && r->broken_by_failure) soonest(&d, now, churn_until(r));
   if (r->churn && r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
   if (r->minn_since) soonest(&d, now, r->minn_since + r->cfg.min_nodes_timeout_ms);
+  if (r->lm == EA_RDZV_LASTCK_WAITING) soonest(&d, now, r->lm_since + r->cfg.last_ckpt_ms);
   return d;
 }
 
@@ -2759,6 +2822,35 @@ void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
                            ? churn_until(r) - r->now
                            : 0;
   out->held_now = (uint32_t)ea_rdzv_held_out(r, NULL, 0);
+  if (is_ctrl(r) && r->lm_gen.term) {
+    out->last_ckpt = r->lm;
+    out->last_ckpt_gen = ea_rdzv_gen_u64(&r->lm_gen);
+    out->last_ckpt_since_ms = r->lm_since;
+    uint64_t end = r->lm_since + r->cfg.last_ckpt_ms;
+    out->last_ckpt_left_ms = r->lm == EA_RDZV_LASTCK_WAITING && end > r->now ? end - r->now : 0;
+  }
+}
+
+const char *ea_rdzv_lastck_str(uint8_t s) {
+  switch (s) {
+    case EA_RDZV_LASTCK_NONE:
+      return "none";
+    case EA_RDZV_LASTCK_WAITING:
+      return "waiting";
+    case EA_RDZV_LASTCK_DONE:
+      return "done";
+    case EA_RDZV_LASTCK_TIMED_OUT:
+      return "timed out";
+    default:
+      return "?";
+  }
+}
+
+void ea_rdzv_last_ckpt_done(ea_rdzv *r, uint64_t now_ms, uint64_t gen64) {
+  at(r, now_ms);
+  if (is_ctrl(r) && r->lm == EA_RDZV_LASTCK_WAITING && ea_rdzv_gen_u64(&r->lm_gen) == gen64)
+    r->lm = EA_RDZV_LASTCK_DONE;
+  settle(r);
 }
 
 void ea_rdzv_node_failed(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, const char *what) {
@@ -2790,6 +2882,46 @@ int ea_rdzv_hold_out(ea_rdzv *r, uint64_t now_ms, const ea_node_id *id, uint8_t 
 
 bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id) {
   return is_ctrl(r) && held(r, id);
+}
+
+const char *ea_rdzv_spare_state_str(uint8_t state) {
+  switch (state) {
+    case EA_RDZV_SPARE_READY:
+      return "ready";
+    case EA_RDZV_SPARE_STARTING:
+      return "starting";
+    case EA_RDZV_SPARE_UNFIT:
+      return "unfit";
+    case EA_RDZV_SPARE_HELD:
+      return "held";
+    default:
+      return "?";
+  }
+}
+
+/* The same eligibility as the joiners of agent_eval, in the same order. */
+size_t ea_rdzv_spares(const ea_rdzv *r, ea_rdzv_spare *out, size_t cap) {
+  if (r->formed.term == 0 || r->nformed < r->cfg.max_nodes) return 0;
+  size_t n = 0;
+  for (uint8_t want = EA_RDZV_SPARE_READY; want <= EA_RDZV_SPARE_HELD; want++)
+    for (size_t i = 0; i < r->nview; i++) {
+      const ea_member *v = &r->view[i];
+      if (v->state != EA_STATE_ALIVE || observer(v) || in_drain_set(r, &v->id) ||
+          find_id(r->formed_ids, r->nformed, &v->id) >= 0)
+        continue;
+      uint8_t st = excluded(r, &v->id) || kept_out(r, &v->id) ? EA_RDZV_SPARE_HELD
+                   : starting(r, v)                           ? EA_RDZV_SPARE_STARTING
+                   : unfit(v)                                 ? EA_RDZV_SPARE_UNFIT
+                                                              : EA_RDZV_SPARE_READY;
+      if (st != want) continue;
+      if (out && n < cap) {
+        out[n].id = v->id;
+        name_of(r, &v->id, out[n].name);
+        out[n].state = st;
+      }
+      n++;
+    }
+  return n;
 }
 
 size_t ea_rdzv_held_out(const ea_rdzv *r, ea_rdzv_held *out, size_t cap) {

@@ -1729,6 +1729,78 @@ START_TEST(test_drain_all) {
 }
 END_TEST
 
+/* ---- the last moment: a checkpoint before a mass preemption ------------------ */
+
+static bool both_left(h_sim *h, void *arg) {
+  (void)arg;
+  return h->a[1].left && h->a[2].left;
+}
+
+START_TEST(test_last_moment) {
+  /* Three nodes, min_nodes 2: n1 and n2 drain at once (two preemption
+   * notices), so the survivor alone is fewer than min_nodes.  With
+   * last_ckpt_ms the controller (n0) holds the generation together — the
+   * drainers keep training, nothing is stopped — until its agent says the
+   * checkpoint is done, then lets them go; without a word from the agent it
+   * lets them go when last_ckpt_ms has passed, not a moment before.  Once
+   * per generation, and never for a generation that lost a member. */
+  for (int timeout = 0; timeout < 2; timeout++) {
+    ea_rdzv_config c = cfg_std();
+    c.last_ckpt_ms = 3000;
+    h_sim *h = h_new(h_seed(timeout ? "last_moment (timeout)" : "last_moment"), 3, &c, true);
+    ea_rdzv_gen g0 = settle_all(h, 3);
+    uint64_t t0 = h->now;
+    ck_assert_int_eq(h_drain(h, 1, NULL), 0);
+    ck_assert_int_eq(h_drain(h, 2, NULL), 0);
+    h_run_until(h, t0 + 1000);
+    NO_VIOLATION(h);
+    ea_rdzv_status st = status_of(h, 0);
+    ck_assert_msg(st.last_ckpt == EA_RDZV_LASTCK_WAITING, "%s: %s",
+                  ea_rdzv_lastck_str(st.last_ckpt), st.reason);
+    ck_assert_uint_eq(st.last_ckpt_gen, ea_rdzv_gen_u64(&g0));
+    ck_assert_uint_le(st.last_ckpt_left_ms, 2100); /* since the drains reached it */
+    ck_assert_msg(strstr(st.reason, "for a checkpoint before they leave"), "%s", st.reason);
+    for (int i = 0; i < 3; i++) {
+      ck_assert_msg(!h->a[i].left && !h->a[i].drained, "n%d let go while held", i);
+      ck_assert_msg(h_training(h, i) && gen_is(h, i, &g0), "n%d stopped training", i);
+    }
+    uint64_t step = h->a[1].w[0].step;
+    h_run_until(h, t0 + 1500);
+    ck_assert_uint_gt(h->a[1].w[0].step, step); /* the drainers still train */
+    if (!timeout) {
+      uint64_t t1 = h->now;
+      ea_rdzv_last_ckpt_done(h->a[0].r, h->now, ea_rdzv_gen_u64(&g0) + 1); /* not that one */
+      h_run_until(h, t1 + 300);
+      ck_assert(!h->a[1].left);
+      ea_rdzv_last_ckpt_done(h->a[0].r, h->now, ea_rdzv_gen_u64(&g0));
+      ck_assert_msg(h_run_cond(h, t1 + 1500, both_left, NULL), "drainers still there: %s",
+                    status_of(h, 0).reason);
+      ck_assert_int_eq(status_of(h, 0).last_ckpt, EA_RDZV_LASTCK_DONE);
+    } else {
+      ck_assert(!h_run_cond(h, t0 + 2900, both_left, NULL));
+      ck_assert_msg(h_run_cond(h, t0 + 4500, both_left, NULL), "drainers still there: %s",
+                    status_of(h, 0).reason);
+      ck_assert_int_eq(status_of(h, 0).last_ckpt, EA_RDZV_LASTCK_TIMED_OUT);
+    }
+    NO_VIOLATION(h);
+    ck_assert(h->a[1].drained && h->a[2].drained);
+    h_run_until(h, h->now + 1000);
+    ck_assert_int_eq(status_of(h, 0).phase, EA_RDZV_PAUSED); /* waits for min_nodes */
+    h_free(h);
+  }
+  /* A member lost (not drained) takes the state with it: no hold. */
+  ea_rdzv_config c = cfg_std();
+  c.min_nodes = 3;
+  c.last_ckpt_ms = 3000;
+  h_sim *h = h_new(h_seed("last_moment (crash)"), 3, &c, true);
+  settle_all(h, 3);
+  h_crash(h, 2);
+  h_run_until(h, h->now + 2000);
+  ck_assert_int_eq(status_of(h, 0).last_ckpt, EA_RDZV_LASTCK_NONE);
+  h_free(h);
+}
+END_TEST
+
 /* ---- persist before advertise --------------------------------------------- */
 
 START_TEST(test_persist_before_send) {
@@ -2444,6 +2516,7 @@ static Suite *rdzv_suite(void) {
       {"drain_controller", test_drain_controller},
       {"drain_below_min_nodes", test_drain_below_min_nodes},
       {"drain_all", test_drain_all},
+      {"last_moment", test_last_moment},
       {"persist_before_send", test_persist_before_send},
       {"random_faults", test_random_faults},
       {"restarts_counted_and_exhausted", test_restarts_counted_and_exhausted},
