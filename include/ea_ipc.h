@@ -128,6 +128,17 @@
  *              gen failed and is tried again: a worker that finished there
  *              stages its shard once more (ckpt_staged, as the first time);
  *              any other worker ignores it.
+ *   "ckpt_at"  gen:uint step:uint
+ *              The last moment before a mass preemption (docs/operations.md,
+ *              "A checkpoint before a mass preemption"): stage this rank's
+ *              shard right after completing `step` steps in generation gen,
+ *              as for a periodic checkpoint (ckpt_staged; ckpt_interval need
+ *              not divide step), and keep training.  Every rank of gen gets
+ *              the same step.  A worker that has completed `step` steps
+ *              already, or runs another generation, answers ckpt_skipped
+ *              for it (reason says why); the controller then asks again for
+ *              a later step.  Needs checkpoints on (ckpt_interval > 0 in the
+ *              COMMIT).
  *
  *   path     = str < EA_IPC_PATH_MAX bytes
  *
@@ -194,6 +205,7 @@ typedef enum {
 /* agent → worker */
 #define EA_IPC_CKPT_DONE ((ea_ipc_type)20)
 #define EA_IPC_CKPT_AGAIN ((ea_ipc_type)21)
+#define EA_IPC_CKPT_AT ((ea_ipc_type)22)
 
 /* commit.torch_backend: absent, "gloo", "nccl". */
 typedef enum {

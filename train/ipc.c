@@ -183,6 +183,7 @@ static const type_def types[] = {
      0},
     {EA_IPC_CKPT_DONE, "ckpt_done", B(K_GEN) | B(K_STEP) | B(K_STATUS) | B(K_MESSAGE), 0},
     {EA_IPC_CKPT_AGAIN, "ckpt_again", B(K_GEN) | B(K_STEP), 0},
+    {EA_IPC_CKPT_AT, "ckpt_at", B(K_GEN) | B(K_STEP), 0},
 };
 #define NTYPES (sizeof types / sizeof types[0])
 

@@ -127,10 +127,11 @@ TYPES: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "pause": (("reason",), ()),
     "stop": ((), ()),
     "ckpt_done": (("gen", "step", "status", "message"), ()),
+    "ckpt_at": (("gen", "step"), ()),
 }
 WORKER_TO_AGENT = frozenset({"hello", "ready", "step", "failed", "aborted", "done", "exiting",
                              "ckpt_staged", "ckpt_skipped", "ckpt_loaded"})
-AGENT_TO_WORKER = frozenset({"prepare", "commit", "pause", "stop", "ckpt_done"})
+AGENT_TO_WORKER = frozenset({"prepare", "commit", "pause", "stop", "ckpt_done", "ckpt_at"})
 
 _CHOICES = {
     _BACKEND: (16, ("tcp", "nccl"), 'expected "tcp" or "nccl"'),

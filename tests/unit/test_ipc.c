@@ -674,10 +674,10 @@ static const struct {
 
 /* Every type the file may name: the enum and the checkpoint types. */
 static const ea_ipc_type file_types[] = {
-    EA_IPC_HELLO,        EA_IPC_READY,       EA_IPC_STEP,      EA_IPC_FAILED,
-    EA_IPC_ABORTED,      EA_IPC_DONE,        EA_IPC_EXITING,   EA_IPC_CKPT_STAGED,
-    EA_IPC_CKPT_SKIPPED, EA_IPC_CKPT_LOADED, EA_IPC_PREPARE,   EA_IPC_COMMIT,
-    EA_IPC_PAUSE,        EA_IPC_STOP,        EA_IPC_CKPT_DONE, EA_IPC_CKPT_AGAIN};
+    EA_IPC_HELLO,      EA_IPC_READY,   EA_IPC_STEP,        EA_IPC_FAILED,       EA_IPC_ABORTED,
+    EA_IPC_DONE,       EA_IPC_EXITING, EA_IPC_CKPT_STAGED, EA_IPC_CKPT_SKIPPED, EA_IPC_CKPT_LOADED,
+    EA_IPC_PREPARE,    EA_IPC_COMMIT,  EA_IPC_PAUSE,       EA_IPC_STOP,         EA_IPC_CKPT_DONE,
+    EA_IPC_CKPT_AGAIN, EA_IPC_CKPT_AT};
 #define NFILE_TYPES (sizeof file_types / sizeof file_types[0])
 
 /* A vector's fields as the message the agent's codec holds.  A key this
