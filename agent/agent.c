@@ -426,6 +426,7 @@ static void on_tick(uv_timer_t *h) {
   ea__agent_metrics_sample(a, now);
   ea__agent_ckpt_tick(a);
   ea__ident_tick(a);
+  ea__agent_spare_tick(a);
   ea__agent_metrics_publish(a, now);
 }
 
@@ -862,6 +863,7 @@ int ea__agent_run(const ea__agent_opts *o) {
 
   uv_run(&a->loop, UV_RUN_DEFAULT);
   ea__agent_alerts_free(a); /* flushes what is queued, bounded */
+  ea__agent_spare_free(a);
   int lrc = uv_loop_close(&a->loop);
   if (lrc < 0) {
     ea_log(EA_LOG_ERROR, "exit", "event loop still has open handles at exit: %s", uv_strerror(lrc));

@@ -609,6 +609,8 @@ struct ea__agent {
   struct ea__agent_notice *notice;
   /* ---- the job's pace, stragglers (job_pace.c) ---- */
   struct ea__agent_pace *pace;
+  /* ---- spare nodes: the health check, the no_spare alert (spare.c) ---- */
+  struct ea__agent_spare *spare;
   /* ---- cluster identity, the --join gate (ident.c) ---- */
   ea__agent_ident ident;
 };
@@ -846,6 +848,19 @@ void ea__agent_job_close(ea__agent *a);
  * signal); the controller hears it (JOB_EXIT) and counts it toward the
  * node's flapping (ea_rdzv_node_failed). */
 void ea__agent_job_worker_crashed(ea__agent *a, uint32_t k, int64_t status, int sig);
+
+/* spare.c: spare nodes (compute.max_nodes; ea_rdzv_spares).  While this
+ * node is in no generation, a health check every EA__SPARE_CHECK_MS (its
+ * checkpoint directory; restart mode: a MASTER_PORT) whose failure sets
+ * EA_RDZV_TAG_UNFIT; as controller, the no_spare alert.  From the loop's
+ * tick; freed after uv_run. */
+#define EA__SPARE_CHECK_MS 5000u
+void ea__agent_spare_tick(ea__agent *a);
+void ea__agent_spare_free(ea__agent *a);
+/* "spares" of the status document. */
+void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc);
+/* Spares by ea_rdzv_spare_state (4 entries), and whether this node is one. */
+void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self);
 
 /* job_pace.c: each rank's compute time to the controller (JOB_PACE, every
  * second), the straggler detector there, its alert, status and eviction.

@@ -92,6 +92,31 @@ static void print_generation(const ea__json *j) {
   printf("\n");
 }
 
+/* "spares": the nodes waiting beyond max_nodes, in the order they would be
+ * taken, and this node's part (spare.c).  Nothing when there are none and
+ * this node's health check passes. */
+static void print_spares(const ea__json *j) {
+  const ea__json *ns = ea__json_get(j, "spares.nodes");
+  bool self = ea__json_num(j, "spares.self.spare", 0) != 0;
+  const ea__json *ok = ea__json_get(j, "spares.self.check.ok");
+  bool failed = ok && ok->type != EA__J_NULL && ea__json_num(j, "spares.self.check.ok", 1) == 0;
+  if ((!ns || ns->n == 0) && !self && !failed) return;
+  printf("spares:     %s ready of %s (max_nodes %s)", ea__json_str(j, "spares.ready", "0"),
+         ea__json_str(j, "spares.total", "0"), ea__json_str(j, "spares.max_nodes", "?"));
+  for (const ea__json *n = ns ? ns->child : NULL; n; n = n->next)
+    printf("%s%s %s", n == ns->child ? ": " : ", ", ea__json_str(n, "name", "?"),
+           ea__json_str(n, "state", "?"));
+  printf("\n");
+  if (self)
+    printf("            this node: spare (%s); %s\n", ea__json_str(j, "spares.self.state", "?"),
+           ea__json_str(j, "spares.self.readiness", ""));
+  if ((self || failed) && ok && ok->type != EA__J_NULL)
+    printf("            health check %s %ss ago: %s\n", failed ? "FAILED" : "ok",
+           ea__json_str(j, "spares.self.check.age_s", "?"),
+           ea__json_str(j, "spares.self.check.detail", ""));
+  printf("\n");
+}
+
 /* Bytes for people: "151.2 KB", "3.0 MiB". */
 static const char *human_bytes(double b, char *buf, size_t cap) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -246,6 +271,7 @@ void ea__cli_print_status(const ea__json *j) {
     printf("  refused: %s\n", ea__json_str(j, "cluster.last_refusal", ""));
   print_job(j);
   print_generation(j);
+  print_spares(j);
   print_checkpoint(j);
   const char *t = "counters.transport.";
   char k[128];

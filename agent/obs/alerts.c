@@ -121,7 +121,7 @@ const char *ea__alert_sev_str(ea__alert_sev s) {
 
 bool ea__alert_kind_is_condition(ea__alert_kind k) {
   return k == EA__ALERT_STALLED || k == EA__ALERT_LOSS_NAN || k == EA__ALERT_NODE_LOST ||
-         k == EA__ALERT_STORAGE_TIMEOUT || k == EA__ALERT_STRAGGLER;
+         k == EA__ALERT_STORAGE_TIMEOUT || k == EA__ALERT_STRAGGLER || k == EA__ALERT_NO_SPARE;
 }
 
 bool ea__alert_rl_admit(ea__alert_rl *rl, uint64_t now_ms, uint64_t window_ms, uint32_t *held) {

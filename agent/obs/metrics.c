@@ -86,6 +86,7 @@ const char *ea__alert_kind_str(ea__alert_kind k) {
       [EA__ALERT_RESUME_FALLBACK] = "resume_fallback",
       [EA__ALERT_JOB_FAILED] = "job_failed",
       [EA__ALERT_PREEMPTED] = "preempted",
+      [EA__ALERT_NO_SPARE] = "no_spare",
   };
   return (unsigned)k < EA__ALERT_KINDS ? n[k] : "?";
 }
@@ -258,6 +259,18 @@ void ea__mx_format(const ea__mx_snap *s, ea_sb *b) {
   gauge(b, s, "elastic_agent_stragglers",
         "Ranks this controller judges stragglers (compute time over straggler_factor x median).",
         s->stragglers);
+  /* spare nodes (ea_rdzv_spares): the same count on every node */
+  gauge(b, s, "elastic_agent_spares_ready",
+        "Spare nodes ready to replace a lost member (waiting beyond compute.max_nodes).",
+        s->spare_nodes[EA_RDZV_SPARE_READY]);
+  family(b, "elastic_agent_spares", "gauge",
+         "Spare nodes by readiness: ready, starting (worker not up), unfit (health check "
+         "failed), held (held out).");
+  for (uint8_t i = 0; i < 4; i++)
+    sample_u64(b, s, "elastic_agent_spares", "state", ea_rdzv_spare_state_str(i),
+               s->spare_nodes[i]);
+  gauge(b, s, "elastic_agent_is_spare", "1 while this node waits as a spare.",
+        s->spare_self ? 1 : 0);
   counter(b, s, "elastic_agent_generations_committed_total",
           "Generations this node has run (committed with this node in them).", s->gens_committed);
   family(b, "elastic_agent_formations_total", "counter",
@@ -748,6 +761,7 @@ static ea__mx_snap *snapshot(ea__agent *a, struct ea__agent_mx *mx) {
   s->world = p ? p->world : 0;
   s->held_out = st.held_now;
   s->stragglers = ea__agent_pace_stragglers(a);
+  ea__agent_spare_counts(a, s->spare_nodes, &s->spare_self);
   s->gens_committed = a->gens_committed;
   s->formations_started = st.formations_started;
   s->formations_committed = st.formations_committed;

@@ -39,6 +39,7 @@ typedef enum {
   EA__ALERT_RESUME_FALLBACK,
   EA__ALERT_JOB_FAILED,
   EA__ALERT_PREEMPTED, /* a spot/preemption notice (notice.c) */
+  EA__ALERT_NO_SPARE,  /* a member lost with no spare node left (spare.c) */
   EA__ALERT_KINDS
 } ea__alert_kind;
 
@@ -85,6 +86,8 @@ typedef struct {
   uint64_t generation; /* term of the generation this node runs; 0: none */
   uint32_t world;
   uint32_t held_out, stragglers; /* as controller: nodes held out, ranks straggling now */
+  uint32_t spare_nodes[4];       /* spare nodes by ea_rdzv_spare_state (ea_rdzv_spares) */
+  bool spare_self;               /* this node is one */
   uint64_t gens_committed;       /* generations this node ran (status committed_here) */
   uint64_t formations_started, formations_committed, formations_failed; /* as controller */
   ea__mx_hist formation; /* PREPARE → COMMIT, each generation this node ran */

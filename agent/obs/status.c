@@ -551,6 +551,7 @@ int ea__agent_cmd_status(void *ctx, const char *args, json_t **out) {
   ea__ident_status(a, &b, doc);
   status_generation(a, &b, doc);
   status_held_out(a, &b, doc, now);
+  ea__agent_spare_status(a, &b, doc);
   ea__agent_pace_status(a, &b, doc);
   status_checkpoint(a, &b, doc);
   ea__agent_job_status(a, &b, doc);
