@@ -660,6 +660,90 @@ START_TEST(test_starting_joiners_batched) {
 }
 END_TEST
 
+/* Spares (issue 30): beyond max_nodes, nodes wait, listed by every agent
+ * in the order they would be taken — ready ones first, by id — with their
+ * readiness.  A lost member is replaced by the first ready spare (world
+ * unchanged), never by one still starting or one whose health check failed
+ * (EA_RDZV_TAG_UNFIT); with no ready spare left the world shrinks.  The
+ * first generation takes an unfit node all the same. */
+static size_t spares_of(const h_sim *h, int i, ea_rdzv_spare *out, size_t cap) {
+  return ea_rdzv_spares(h->a[i].r, out, cap);
+}
+
+static bool world_of(h_sim *h, void *arg) {
+  const char *want = arg;
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  return h_training(h, 0) && strcmp(o, want) == 0;
+}
+
+START_TEST(test_spares) {
+  ea_rdzv_config c = cfg_std();
+  c.max_nodes = 3;
+  h_sim *h = h_new(h_seed("spares"), 6, &c, true);
+  ea_rdzv_gen g0 = settle_all(h, 3);
+  ea_rdzv_spare sp[8];
+  ck_assert_uint_eq(spares_of(h, 0, sp, 8), 0);
+  snprintf(h->a[3].tags, sizeof h->a[3].tags, "%s", EA_RDZV_TAG_STARTING);
+  snprintf(h->a[4].tags, sizeof h->a[4].tags, "zone=a,%s", EA_RDZV_TAG_UNFIT);
+  for (int i = 3; i < 6; i++) h_start(h, i);
+  uint64_t plans = h->nplans;
+  h_run_until(h, h->now + 3 * c.scale_up_delay_ms);
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(h->nplans, plans); /* the generation is full: nobody joins */
+  ck_assert(gen_is(h, 0, &g0));
+  for (int i = 0; i < 6; i++) { /* every agent lists the same, in the same order */
+    ck_assert_uint_eq(spares_of(h, i, sp, 8), 3);
+    ck_assert_int_eq(h_index(h, &sp[0].id), 5);
+    ck_assert_uint_eq(sp[0].state, EA_RDZV_SPARE_READY);
+    ck_assert_int_eq(h_index(h, &sp[1].id), 3);
+    ck_assert_uint_eq(sp[1].state, EA_RDZV_SPARE_STARTING);
+    ck_assert_int_eq(h_index(h, &sp[2].id), 4);
+    ck_assert_uint_eq(sp[2].state, EA_RDZV_SPARE_UNFIT);
+  }
+  ck_assert_str_eq(ea_rdzv_spare_state_str(sp[2].state), "unfit");
+  ea_rdzv_status st = status_of(h, 5);
+  ck_assert_msg(strstr(st.reason, "spare: generation") && strstr(st.reason, "(1 of 3 in line)"),
+                "%s", st.reason);
+  st = status_of(h, 4);
+  ck_assert_msg(strstr(st.reason, "spare (unfit)"), "%s", st.reason);
+  st = status_of(h, 0);
+  ck_assert_msg(strstr(st.reason, "1 spare at max_nodes"), "%s", st.reason); /* ready ones */
+
+  /* a member lost: the ready spare takes its place, the world stays 3 */
+  h_crash(h, 1);
+  ck_assert(h_run_cond(h, h->now + 20000, world_of, "0,2,5"));
+  NO_VIOLATION(h);
+  ck_assert_uint_eq(spares_of(h, 0, sp, 8), 2);
+  ck_assert_uint_eq(sp[0].state, EA_RDZV_SPARE_STARTING);
+  /* another, with no ready spare: the world shrinks; neither is taken */
+  h_crash(h, 2);
+  ck_assert(h_run_cond(h, h->now + 20000, world_of, "0,5"));
+  h_run_until(h, h->now + 3 * c.scale_up_delay_ms);
+  ck_assert(world_of(h, "0,5"));
+  /* below max_nodes a waiting node is a joiner, not a spare */
+  ck_assert_uint_eq(spares_of(h, 0, sp, 8), 0);
+  /* the starting one says hello: it joins; the unfit one stays out */
+  h->a[3].tags[0] = 0;
+  ck_assert(h_run_cond(h, h->now + 20000, world_of, "0,5,3"));
+  h_run_until(h, h->now + 3 * c.scale_up_delay_ms);
+  NO_VIOLATION(h);
+  ck_assert(world_of(h, "0,5,3"));
+  ck_assert_uint_eq(spares_of(h, 0, sp, 8), 1);
+  ck_assert_uint_eq(sp[0].state, EA_RDZV_SPARE_UNFIT);
+  h_free(h);
+
+  /* The first generation takes an unfit node: nothing to keep yet. */
+  h = h_new(h_seed("spares_first"), 3, &c, true);
+  snprintf(h->a[1].tags, sizeof h->a[1].tags, "%s", EA_RDZV_TAG_UNFIT);
+  settle_all(h, 3);
+  char o[64];
+  order_str(h, 0, o, sizeof o);
+  ck_assert_str_eq(o, "0,1,2");
+  h_free(h);
+}
+END_TEST
+
 /* Admission after hello for a member of the running generation: a library
  * worker killed in place is restarted by its agent, which reports the
  * failure with EA_RDZV_F_STARTING (its gossip tag is not set here, so only
@@ -2495,6 +2579,7 @@ static Suite *rdzv_suite(void) {
       {"joiners_batched", test_joiners_batched},
       {"starting_joiner_waits_for_hello", test_starting_joiner_waits_for_hello},
       {"starting_joiners_batched", test_starting_joiners_batched},
+      {"spares", test_spares},
       {"restarting_worker_left_out_until_hello", test_restarting_worker_left_out_until_hello},
       {"fail_during_prepare", test_fail_during_prepare},
       {"ready_timeout", test_ready_timeout},
