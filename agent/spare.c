@@ -284,19 +284,6 @@ void ea__agent_spare_free(ea__agent *a) {
   a->spare = NULL;
 }
 
-static bool spare_self(ea__agent *a, uint8_t *state) {
-  size_t n;
-  ea_rdzv_spare *sp = spares_get(a, &n, NULL);
-  bool me = false;
-  for (size_t i = 0; i < n && !me; i++)
-    if (ea_node_id_cmp(&sp[i].id, &a->id) == 0) {
-      me = true;
-      *state = sp[i].state;
-    }
-  free(sp);
-  return me;
-}
-
 /* What is ready on this node for the moment it is taken in (the mode's
  * readiness, docs/operations.md "Spares"). */
 static const char *readiness(ea__agent *a, char *buf, size_t cap) {
@@ -343,6 +330,7 @@ void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "total", n);
   ea__jb_u64(b, o, "ready", by[EA_RDZV_SPARE_READY]);
   json_t *arr = ea__jb_arr(b, o, "nodes"); /* in the order they would be taken */
+  size_t me = n;
   for (size_t i = 0; i < n; i++) {
     json_t *x = ea__jb_obj(b, arr, NULL);
     char hex[33];
@@ -350,15 +338,16 @@ void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc) {
     ea__jb_str(b, x, "name", sp[i].name);
     ea__jb_str(b, x, "id", hex);
     ea__jb_str(b, x, "state", ea_rdzv_spare_state_str(sp[i].state));
-    ea__jb_bool(b, x, "self", ea_node_id_cmp(&sp[i].id, &a->id) == 0);
+    if (ea_node_id_cmp(&sp[i].id, &a->id) == 0) me = i;
+  }
+  /* this node */
+  json_t *self = ea__jb_obj(b, o, "self");
+  ea__jb_bool(b, self, "spare", me < n);
+  if (me < n) {
+    ea__jb_str(b, self, "state", ea_rdzv_spare_state_str(sp[me].state));
+    ea__jb_u64(b, self, "in_line", me + 1); /* 1: the first taken */
   }
   free(sp);
-  /* this node */
-  uint8_t st = 0;
-  bool me = spare_self(a, &st);
-  json_t *self = ea__jb_obj(b, o, "self");
-  ea__jb_bool(b, self, "spare", me);
-  if (me) ea__jb_str(b, self, "state", ea_rdzv_spare_state_str(st));
   char buf[256];
   if (a->wpn) ea__jb_str(b, self, "readiness", readiness(a, buf, sizeof buf));
   struct ea__agent_spare *s = a->spare;

@@ -108,8 +108,9 @@ static void print_spares(const ea__json *j) {
            ea__json_str(n, "state", "?"));
   printf("\n");
   if (self)
-    printf("            this node: spare (%s); %s\n", ea__json_str(j, "spares.self.state", "?"),
-           ea__json_str(j, "spares.self.readiness", ""));
+    printf("            this node: spare (%s, %s of %s in line); %s\n",
+           ea__json_str(j, "spares.self.state", "?"), ea__json_str(j, "spares.self.in_line", "?"),
+           ea__json_str(j, "spares.total", "?"), ea__json_str(j, "spares.self.readiness", ""));
   if ((self || failed) && ok && ok->type != EA__J_NULL)
     printf("            health check %s %ss ago: %s\n", failed ? "FAILED" : "ok",
            ea__json_str(j, "spares.self.check.age_s", "?"),
