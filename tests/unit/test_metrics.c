@@ -51,6 +51,9 @@ static ea__mx_snap *fixed_snapshot(void) {
   s->world = 3;
   s->held_out = 1;
   s->stragglers = 2;
+  s->spare_nodes[EA_RDZV_SPARE_READY] = 1;
+  s->spare_nodes[EA_RDZV_SPARE_UNFIT] = 2;
+  s->spare_self = true;
   s->gens_committed = 4;
   s->formations_started = 5;
   s->formations_committed = 4;
@@ -158,6 +161,26 @@ static const char expected[] =
     "# TYPE elastic_agent_stragglers gauge\n"
     "elastic_agent_stragglers{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\"} 2\n"
+    "# HELP elastic_agent_spares_ready Spare nodes ready to replace a lost member (waiting beyond "
+    "compute.max_nodes).\n"
+    "# TYPE elastic_agent_spares_ready gauge\n"
+    "elastic_agent_spares_ready{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 1\n"
+    "# HELP elastic_agent_spares Spare nodes by readiness: ready, starting (worker not up), unfit "
+    "(health check failed), held (held out).\n"
+    "# TYPE elastic_agent_spares gauge\n"
+    "elastic_agent_spares{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",state=\"ready\"} 1\n"
+    "elastic_agent_spares{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",state=\"starting\"} 0\n"
+    "elastic_agent_spares{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",state=\"unfit\"} 2\n"
+    "elastic_agent_spares{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",state=\"held\"} 0\n"
+    "# HELP elastic_agent_is_spare 1 while this node waits as a spare.\n"
+    "# TYPE elastic_agent_is_spare gauge\n"
+    "elastic_agent_is_spare{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\"} 1\n"
     "# HELP elastic_agent_generations_committed_total Generations this node has run (committed "
     "with this node in them).\n"
     "# TYPE elastic_agent_generations_committed_total counter\n"
@@ -370,7 +393,11 @@ static const char expected[] =
     "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
     "\",kind=\"job_failed\"} 0\n"
     "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
-    "\",kind=\"preempted\"} 0\n";
+    "\",kind=\"preempted\"} 0\n"
+    "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",kind=\"no_spare\"} 0\n"
+    "elastic_agent_alerts_total{job=\"j\\\"1\\\\x\\ny\",node=\"n\xEF\xBF\xBD"
+    "\",kind=\"preempted_checkpoint\"} 0\n";
 
 START_TEST(exposition_exact_text) {
   ea__mx_snap *s = fixed_snapshot();
@@ -448,8 +475,9 @@ END_TEST
 
 START_TEST(alert_kinds_named) {
   static const char *const want[] = {
-      "loss_nan", "checkpoint_failed", "storage_timeout", "worker_exit", "node_lost", "straggler",
-      "stalled",  "generation_churn",  "resume_fallback", "job_failed",  "preempted"};
+      "loss_nan",  "checkpoint_failed", "storage_timeout",     "worker_exit",     "node_lost",
+      "straggler", "stalled",           "generation_churn",    "resume_fallback", "job_failed",
+      "preempted", "no_spare",          "preempted_checkpoint"};
   ck_assert_int_eq(EA__ALERT_KINDS, sizeof want / sizeof want[0]);
   for (int k = 0; k < EA__ALERT_KINDS; k++)
     ck_assert_str_eq(ea__alert_kind_str((ea__alert_kind)k), want[k]);
