@@ -40,7 +40,9 @@ taken ready, one taken before its preload was done, or a cold spawn) —
 "state=…->dead" / "worker I pid=P exited" / "state=new->alive" (detection)
 and "generation committed … world=W".
 
-bench/recovery_torchft.py (TorchFT) prints the same lines, its "phase" once
+bench/recovery_torchft.py (TorchFT) and bench/recovery_nvrx.py (NVRx: once
+per restart iteration of its wrapper, with the iteration's begin=) print
+the same lines; TorchFT's "phase" once
 per quorum, like bench/recovery_pytorch_lib.py once per generation.
 
 All times are seconds from the fault (the harness's $EPOCHREALTIME just
@@ -416,7 +418,12 @@ def analyze_event(e):
         return res
     ours = e["system"].startswith("ours")
     commit = None
-    for p in e.get("agent_logs", e["logs"]):
+    if e["system"].startswith("nvrx"):
+        # NVRx: the wrapper called the function again (or ft_launcher started
+        # a new worker): the 'begin' of the first new iteration that stepped
+        bs = [ph.get("begin") for ph in procs if ph.get("begin")]
+        commit = min(bs) if bs else None
+    for p in ([] if e["system"].startswith("nvrx") else e.get("agent_logs", e["logs"])):
         f = (ours_commit if ours else
              torchft_commit if e["system"].startswith("torchft") else torchrun_commit)
         c = f(p, world, t0, until)
@@ -470,9 +477,11 @@ def _cell(s):
 
 KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join", "spof"]
 STALL_COLS = ["gap", "step", "stall", "sync", "beyond_sync"] + [k for k in STALL_PARTS if k != "sync"]
-SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-cold", "ours-inplace", "torchft", "torchft-tuned"]
+SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-cold", "ours-inplace", "torchft", "torchft-tuned",
+           "nvrx", "nvrx-tuned"]
 LABELS = {"torchrun-default": "torchrun default", "torchrun-tuned": "torchrun tuned", "ours": "ea warm",
-          "ours-cold": "ea cold", "ours-inplace": "ea in-place", "torchft": "torchft", "torchft-tuned": "torchft tuned"}
+          "ours-cold": "ea cold", "ours-inplace": "ea in-place", "torchft": "torchft", "torchft-tuned": "torchft tuned",
+          "nvrx": "nvrx", "nvrx-tuned": "nvrx tuned"}
 START_KINDS = ["warm", "warm-importing", "cold", "kept"]
 
 
@@ -549,7 +558,7 @@ def analyze(a):
         if o and c:
             ratios.setdefault(k, {})["cold/warm"] = round(c / o, 1)
         o = summary.get("ours-inplace", {}).get(k, {}).get("step_s", {}).get("median")
-        for s in ("torchft", "torchft-tuned"):
+        for s in ("torchft", "torchft-tuned", "nvrx", "nvrx-tuned"):
             t = summary.get(s, {}).get(k, {}).get("step_s", {}).get("median")
             if o and t:
                 ratios.setdefault(k, {})[s + "/inplace"] = round(t / o, 1)
@@ -572,7 +581,8 @@ def print_table(out):
     shown = [sy for sy in SYSTEMS if sy in s]
     rcols = [("torchrun-default", "default/warm"), ("torchrun-tuned", "tuned/warm"),
              ("torchrun-default/cold", "default/cold"), ("torchrun-tuned/cold", "tuned/cold"),
-             ("cold/warm", "cold/warm"), ("torchft/inplace", "tft/inpl"), ("torchft-tuned/inplace", "tftt/inpl")]
+             ("cold/warm", "cold/warm"), ("torchft/inplace", "tft/inpl"), ("torchft-tuned/inplace", "tftt/inpl"),
+             ("nvrx/inplace", "nvrx/inpl"), ("nvrx-tuned/inplace", "nvrxt/inpl")]
     rcols = [(k, h) for k, h in rcols if any(k in rt.get(x, {}) for x in KINDS)]
     hdr = (f"{'event':<12} " + " ".join(f"{LABELS[sy]:>20}" for sy in shown) + " "
            + " ".join(f"{h:>12}" for _, h in rcols))
@@ -591,7 +601,7 @@ def print_table(out):
               + " ".join(f"{(str(rt[k][key]) + 'x') if key in rt.get(k, {}) else '-':>12}" for key, _ in rcols))
     print()
     print("the single point of failure, once per system, 60 s deadline: torchrun's c10d store host (node 0), "
-          "elastic-agent's controller node, TorchFT's Lighthouse (SIGKILL)")
+          "elastic-agent's controller node, TorchFT's Lighthouse, NVRx's node 0 (the stores' host) (SIGKILL)")
     for sy in SYSTEMS:
         r = s.get(sy, {}).get("spof")
         if not r:
@@ -614,6 +624,11 @@ def print_table(out):
           "`import elastic_agent` (bench/recovery_pytorch_lib.py), the same processes; its worker-kill is to the "
           "first step at world 3 (the survivors, without the restarting worker), worker-back the same kill to "
           "world 4 with the restarted worker back; the ratios are torchrun / restart mode (warm, cold), cold / warm.")
+    if any(sy.startswith("nvrx") for sy in s):
+        print("nvrx: ft_launcher (min-healthy) + inprocess.Wrapper, a fresh cluster per fault; node-kill, node-stop "
+              "and worker-kill are to the first step at world 3 (the survivors, in the same processes); node-join "
+              "is node 3 started again after the node-kill: min-healthy takes no node back ('prevents unintended "
+              "upscaling'), so it is expected not to recover (30 s deadline)")
     _print_starts(out)
     j = s.get("ours-inplace", {}).get("node-join", {})
     if j.get("join_stall_median_ms"):

@@ -62,6 +62,22 @@
 #                     timeouts of its train_ddp.py example (ProcessGroupGloo 5 s,
 #                     Manager 30 s) and --heartbeat_timeout_ms 1000 (ours: the
 #                     documented "how long before a replica is considered dead")
+#   nvrx              NVIDIA Resiliency Extension (nvidia-resiliency-ext, NVRx)
+#                     as its in-job + in-process example runs: ft_launcher
+#                     --nnodes=3:4 --ft-restart-policy=min-healthy per node
+#                     (bench/lib.sh: nvrx_start), the same model, data,
+#                     optimizer, step sleep and checkpoint every 5 steps
+#                     under inprocess.Wrapper (bench/recovery_nvrx.py) with
+#                     its default timeouts; a fresh cluster for every fault
+#                     (NVRx takes no node back: min-healthy disables
+#                     upscaling); timed to the first step at world 3 of a
+#                     restart iteration begun after the fault; node-join:
+#                     node 3 started again after the kill (30 s deadline:
+#                     not admitted, as documented); spof: node 0
+#   nvrx-tuned        the same with shorter wrapper timeouts (soft 5 s, hard
+#                     8 s, heartbeat 3 s), gloo 3 s, --monitor-interval=1
+# NVRx and TorchFT are skipped, with a line that says so, where the
+# virtualenv lacks them.
 # Per trial, on one running cluster per system:
 #   node-kill    SIGKILL the victim's process groups (agent + worker)
 #   node-join    a node (a fresh one) starts and joins: timed from its start
@@ -71,7 +87,7 @@
 #                worker-back, the same kill timed to world 4 again)
 # then once per system, the single point of failure ("spof", 60 s deadline):
 #   torchrun: SIGKILL node 0, the c10d store's host; ours: the controller's
-#   node; torchft: the Lighthouse.  Recovered = the others step again at the
+#   node; torchft: the Lighthouse; nvrx: node 0 (rendezvous and wrapper stores).  Recovered = the others step again at the
 #   new size (torchft: at any size) within 60 s of the kill.
 # ours-inplace also reports the running ranks' stall at each node-join, from
 # the library's per-generation timing line (docs/pytorch.md, "join stall"):
@@ -103,71 +119,34 @@
 #            [--json PATH] [--out DIR] [--keep]
 #   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
 #   --systems   comma list of ours,ours-cold,ours-inplace,torchrun-tuned,
-#               torchrun-default,torchft,torchft-tuned (all)
+#               torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned (all)
 #   --out DIR / --keep  keep the logs
 # env: EA_BINDIR (default bin) holds elastic-agent.
-set -u
-export LC_ALL=C
-
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
-. "$HERE/../scripts/python.sh"
-PY=$EA_PYTHON
-TORCHRUN=$EA_TORCHRUN
-HELPER=$HERE/recovery_pytorch.py
-SCRIPT=$HERE/recovery_pytorch_ddp.py
-ORIG_ARGS="$*"
+BENCH=recovery_pytorch
+. "$(dirname "$0")/lib.sh"
 TRIALS=3
-SYSTEMS=ours,ours-cold,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned
-TFTSCRIPT=$HERE/recovery_torchft.py
+SYSTEMS=ours,ours-cold,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned
 SPOF_S=60
-LIBSCRIPT=$HERE/recovery_pytorch_lib.py
 JSON=$HERE/results/recovery-pytorch.json
-OUT=
-KEEP=0
-STEP_SLEEP=0.05
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) TRIALS=1 ;;
         --trials) TRIALS=$2; shift ;;
-        --systems) SYSTEMS=$2; shift ;;
-        --json) JSON=$2; shift ;;
-        --out) OUT=$2; KEEP=1; shift ;;
-        --keep) KEEP=1 ;;
-        -h|--help) sed -n '2,108p' "$0"; exit 0 ;;
-        *) echo "recovery_pytorch: unknown argument $1" >&2; exit 2 ;;
+        -h|--help) sed -n '2,/^BENCH=/p' "$0" | sed '$d'; exit 0 ;;
+        *) bench_arg "$@" || { echo "recovery_pytorch: unknown argument $1" >&2; exit 2; }
+           shift $((BENCH_SHIFT - 1)) ;;
     esac
     shift
 done
-if [ ! -x "$TORCHRUN" ] || ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-    echo "recovery_pytorch: needs $TORCHRUN and torch in $PY (scripts/deps.sh installs requirements.txt)" >&2
-    exit 3
-fi
-[ -x "$AGENT" ] || { echo "recovery_pytorch: $AGENT is not built (make)" >&2; exit 3; }
-if [ -z "$OUT" ]; then OUT=$(mktemp -d /tmp/ea-rpt.XXXXXX); else mkdir -p "$OUT"; fi
+bench_setup ea-rpt
 EVENTS=$OUT/events.jsonl
 : > "$EVENTS"
-T_BEGIN=$EPOCHREALTIME
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+GROUP_ENV=(EA_BENCH_RUN="$OUT/")   # every process this run starts: cleanup finds them
 
-log() { printf '[recovery_pytorch %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-# ------------------------------------------------------------ process groups
-declare -A PG=()     # key -> process group id (a setsid leader's pid)
-WORKER_PIDS=()       # every worker pid seen (ours: each in its own group)
-group_alive() { kill -0 -- "-$1" 2>/dev/null; }
-kill_group() { # KEY: SIGKILL the group (a stopped one too) and forget it
-    [ -n "${PG[$1]:-}" ] || return 0
-    kill -KILL -- "-${PG[$1]}" 2>/dev/null
-    local i
-    for i in $(seq 50); do group_alive "${PG[$1]}" || break; sleep 0.1; done
-    unset "PG[$1]"
-}
 kill_workers() { # only pids still running our script (a pid may be reused)
     local p
     for p in "${WORKER_PIDS[@]}"; do
-        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
+        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft|nvrx)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
     done
     WORKER_PIDS=()
 }
@@ -176,36 +155,14 @@ cleanup() {
     for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
     for k in "${!PG[@]}"; do kill_group "$k"; done
     kill_workers
-    # torch 2.x's torchrun starts each worker in a session of its own: its
-    # workers outlive the torchrun groups killed above (their --ckpt is ours)
-    pkill -KILL -f -- "--ckpt $OUT/torchrun-" 2>/dev/null
-    # the same for torchft's replica groups (REPLICA_GROUP_ID in their env):
-    # workers whose environment names this run's lighthouse
-    local e
-    for e in /proc/[0-9]*/environ; do
-        grep -qsa "EA_BENCH_RUN=$OUT" "$e" 2>/dev/null || continue
-        e=${e#/proc/}; e=${e%/environ}
-        [ "$e" != $$ ] && kill -KILL "$e" 2>/dev/null
-    done
-    return 0
+    # torch 2.x's torchrun starts each worker in a session of its own, NVRx's
+    # wrapper daemonizes a monitor process: both outlive the groups killed
+    # above, and carry EA_BENCH_RUN=$OUT/ in their environment
+    signal_marked KILL "EA_BENCH_RUN=$OUT/"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_group KEY LOG CMD…: CMD in its own session, stdout+stderr stamped
-# line by line with $EPOCHREALTIME (torchrun's lines carry no time).
-start_group() {
-    local key=$1 lg=$2
-    shift 2
-    setsid bash -c '"$@" 2>&1 | while IFS= read -r l; do printf "%s %s\n" "$EPOCHREALTIME" "$l"; done' _ \
-        "$@" >> "$lg" 2>&1 < /dev/null &
-    PG[$key]=$!
-    disown "$!"
-}
-
-# wait_world LOGS WORLD AFTER TIMEOUT → prints the time it held
-wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4"; }
-newest_pid() { "$PY" "$HELPER" pid "$1"; }
 # event SYSTEM KIND TRIAL T0 WORLD OK T_END LOGS [AGENT_LOGS]
 event() {
     local logs agents
@@ -223,7 +180,6 @@ measure() {
     event "$1" "$2" "$3" "$4" "$5" "$ok" "$t_end" "$7" "${8:-}"
     [ $ok = true ]
 }
-join_by() { local IFS=,; echo "$*"; }
 
 # ------------------------------------------------------------------ torchrun
 tr_start_node() { # DIR NODE MON CONF PORT RUNID
@@ -238,14 +194,6 @@ tr_start_node() { # DIR NODE MON CONF PORT RUNID
         "$SCRIPT" --steps 100000000 --save-every 5 --step-sleep $STEP_SLEEP --ckpt "$d/ck" --gloo-timeout 10
 }
 
-# torch 2.x's c10d rendezvous shares its TCPStore with the workers and caches
-# the store's address after the first round: a node that joins later waits
-# for a MASTER_ADDR the rank-0 agent never publishes again, and the round
-# fails on every agent: the job is gone (torch 2.15.0, node-join, measured:
-# docs/compare.md).  torch's own opt-out, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,
-# is set unless EA_TORCHRUN_AS_SHIPPED=1.
-TR_NOSHARE=1
-[ "${EA_TORCHRUN_AS_SHIPPED:-0}" = 1 ] && TR_NOSHARE=0
 
 # tr_signal_node DIR SIG: node 3 as a host crash or freeze would hit it — its
 # torchrun's process group and its worker's: torch 2.x's torchrun starts each
@@ -268,7 +216,7 @@ run_torchrun() { # default|tuned
     esac
     mkdir -p "$d"
     local port runid=rpt-$v-$$ n i t pid
-    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     local L=() S=()
     for n in 0 1 2 3; do L+=("$d/node$n.log"); done
     for n in 0 1 2; do S+=("$d/node$n.log"); done
@@ -435,7 +383,7 @@ ours_spof() {
 tft_start_node() {
     local d=$1 n=$2 tuned=
     [ "$TFT_TUNED" = 1 ] && tuned=--tuned
-    start_group "tft$n" "$d/node$n.log" env EA_BENCH_RUN="$OUT" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+    start_group "tft$n" "$d/node$n.log" env OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
         REPLICA_GROUP_ID="$n" TORCHFT_LIGHTHOUSE="http://127.0.0.1:$3" \
         "$TORCHRUN" --nnodes=1 --nproc_per_node=1 --standalone --max_restarts=100 \
         --redirects=1 --tee=1 --log_dir="$d/torchrun-logs/node$n-$EPOCHREALTIME" \
@@ -452,7 +400,7 @@ tft_signal_node() {
 tft_lighthouse() { # DIR PORT: TorchFT's Lighthouse, its own process group
     local lh=(--min_replicas 3 --bind "127.0.0.1:$2")
     [ "$TFT_TUNED" = 1 ] && lh+=(--quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000)
-    start_group lh "$1/lighthouse.log" env EA_BENCH_RUN="$OUT" RUST_BACKTRACE=1 "$(dirname "$PY")/torchft_lighthouse" "${lh[@]}"
+    start_group lh "$1/lighthouse.log" env RUST_BACKTRACE=1 "$LIGHTHOUSE" "${lh[@]}"
 }
 TFT_TUNED=0
 run_torchft() { # default|tuned
@@ -461,7 +409,7 @@ run_torchft() { # default|tuned
     [ "$v" = tuned ] && { sys=torchft-tuned TFT_TUNED=1; }
     mkdir -p "$d"
     local port n i t pid
-    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     local L=() S=()
     for n in 0 1 2 3; do L+=("$d/node$n.log"); done
     for n in 0 1 2; do S+=("$d/node$n.log"); done
@@ -504,12 +452,74 @@ spof_measure() {
     event "$1" spof 1 "$2" 0 $ok "${r:-null}" "$3" "${4:-}"
 }
 
+# ---------------------------------------------------------------------- NVRx
+# Four ft_launcher nodes running bench/recovery_nvrx.py (lib.sh: nvrx_start).
+# Each fault on a cluster of its own: NVRx takes no node back after a fault
+# (min-healthy "prevents unintended upscaling", its docs), so a cluster once
+# at world 3 does not return to 4 until a fault brings it below 3 nodes.
+# Victim node 3 (never node 0: it hosts the rendezvous store, the wrapper's
+# store and the script's base store).  node-join: once per system, node 3
+# started again after the node-kill; recorded as not recovered unless it
+# steps at world 4 within JOIN_S (30 s).
+NV_TUNED=0 NV_PORT= NV_RUNID= NV_DIR=
+JOIN_S=30
+nvrx_cluster() { # TAG: a fresh directory and 4 nodes; 0 when all 4 step at world 4
+    local n i t
+    NV_DIR=$NV_DIR0/$1 NV_PORT=$(free_port) NV_RUNID=rpt-$1-$$
+    mkdir -p "$NV_DIR"
+    log "$sys: $1: starting 4 ft_launcher nodes"
+    t=$EPOCHREALTIME
+    for n in 0 1 2 3; do
+        nvrx_start "nv$n" "$NV_DIR/node$n.log" $n "$NV_PORT" "$NV_RUNID" $NV_TUNED "$NV_DIR/ck"
+        [ $n = 0 ] || continue
+        for i in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$NV_PORT") 2>/dev/null && break; sleep 0.1; done
+    done
+    wait_world "$(nvrx_logs 0 1 2 3)" 4 "$t" 180 > /dev/null || { log "$sys: no world 4 within 180 s"; return 1; }
+}
+nvrx_logs() { local n out=(); for n in "$@"; do out+=("$NV_DIR/node$n.log"); done; join_by "${out[@]}"; }
+nvrx_down() { local n; for n in 0 1 2 3; do nvrx_signal "nv$n" KILL; kill_group "nv$n"; done; kill_workers; }
+run_nvrx() { # default|tuned
+    local v=$1 sys=nvrx dl=90 i t w ok
+    NV_TUNED=0
+    [ "$v" = tuned ] && { sys=nvrx-tuned NV_TUNED=1; }
+    NV_DIR0=$OUT/$sys
+    for i in $(seq "$TRIALS"); do
+        nvrx_cluster "kill$i" || return 1
+        t=$EPOCHREALTIME; nvrx_signal nv3 KILL
+        measure $sys node-kill "$i" "$t" 3 $dl "$(nvrx_logs 0 1 2)"; ok=$?
+        kill_group nv3
+        if [ $ok = 0 ] && [ "$i" = 1 ]; then
+            t=$EPOCHREALTIME; nvrx_start nv3 "$NV_DIR/node3.log" 3 "$NV_PORT" "$NV_RUNID" $NV_TUNED "$NV_DIR/ck"
+            measure $sys node-join "$i" "$t" 4 $JOIN_S "$(nvrx_logs 0 1 2 3)"
+        fi
+        nvrx_down
+        [ $ok = 0 ] || return 1
+        nvrx_cluster "stop$i" || return 1
+        t=$EPOCHREALTIME; nvrx_signal nv3 STOP
+        measure $sys node-stop "$i" "$t" 3 $dl "$(nvrx_logs 0 1 2)"; ok=$?
+        nvrx_down
+        [ $ok = 0 ] || return 1
+        nvrx_cluster "worker$i" || return 1
+        w=$(newest_pid "$NV_DIR/node3.log") || { log "$sys: no worker on node 3"; nvrx_down; return 1; }
+        WORKER_PIDS+=("$w")
+        t=$EPOCHREALTIME; kill -KILL "$w"
+        measure $sys worker-kill "$i" "$t" 3 $dl "$(nvrx_logs 0 1 2)"; ok=$?
+        nvrx_down
+        [ $ok = 0 ] || return 1
+    done
+    # the single point: node 0 (the rendezvous store's host, and the
+    # wrapper's and the script's stores': every one is hosted by rank 0)
+    nvrx_cluster spof || return 1
+    t=$EPOCHREALTIME; nvrx_signal nv0 KILL
+    measure $sys spof 1 "$t" 3 $SPOF_S "$(nvrx_logs 1 2 3)" || true
+    nvrx_down
+}
+
 # ------------------------------------------------------------------- the run
-TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
-TORCHFT_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("torchft"))' 2>/dev/null || echo none)
 status=0
 IFS=, read -r -a SLIST <<< "$SYSTEMS"
 for s in "${SLIST[@]}"; do
+    installed "$s" || continue
     case $s in
         ours) run_ours || { log "ours: stopped early"; status=1; } ;;
         ours-cold) run_ours cold || { log "$s: stopped early"; status=1; } ;;
@@ -518,13 +528,15 @@ for s in "${SLIST[@]}"; do
         torchrun-tuned) run_torchrun tuned || { log "$s: stopped early"; status=1; } ;;
         torchft) run_torchft default || { log "$s: stopped early"; status=1; } ;;
         torchft-tuned) run_torchft tuned || { log "$s: stopped early"; status=1; } ;;
+        nvrx) run_nvrx default || { log "$s: stopped early"; status=1; } ;;
+        nvrx-tuned) run_nvrx tuned || { log "$s: stopped early"; status=1; } ;;
         *) echo "recovery_pytorch: unknown system $s" >&2; exit 2 ;;
     esac
     cleanup
 done
 WALL=$(awk -v a="$T_BEGIN" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
 cat > "$OUT/meta.json" <<EOF
-{"torch":"$TORCH_VERSION","host":"$(hostname)","date":"$(date -u +%FT%TZ)","cpus":$(nproc),
+{"torch":"$TORCH_VERSION","torchft":"$TORCHFT_VERSION","nvrx":"$NVRX_VERSION","host":"$(hostname)","date":"$(date -u +%FT%TZ)","cpus":$(nproc),
  "loadavg_start":"$LOAD_START","loadavg_end":"$(cut -d' ' -f1-3 /proc/loadavg)","trials":$TRIALS,
  "wall_s":$WALL,"command":"bench/recovery_pytorch.sh${ORIG_ARGS:+ $ORIG_ARGS}",
  "settings":{
@@ -537,7 +549,9 @@ cat > "$OUT/meta.json" <<EOF
   "torchft-tuned":"as torchft with ProcessGroupGloo(timeout=5 s), Manager(timeout=30 s) (TorchFT's train_ddp.py example) and torchft_lighthouse --quorum_tick_ms 100 --join_timeout_ms 10000 (its README) --heartbeat_timeout_ms 1000",
   "ours-inplace":"bench/recovery_pytorch_lib.py (the same model, data, SGD and step sleep, driven by import elastic_agent; one phase line per generation) under elastic-agent run --set compute.protocol=library --set checkpoint.dir=DIR, the rest as ours",
   "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500, warm_start auto, preload torch, torch.distributed, torch._dynamo); script's gloo timeout default (1800 s); victim never the controller; before each fault the bench waits (${SPARE_S} s deadline) until every live agent's spare is ready",
-  "ours-cold":"as ours with --set compute.warm_start=off"}}
+  "ours-cold":"as ours with --set compute.warm_start=off",
+  "nvrx":"nvidia-resiliency-ext $NVRX_VERSION: bench/recovery_nvrx.py (the same model, data, SGD, step sleep and checkpoint every 5 steps; inprocess.Wrapper with its default timeouts (soft 60, hard 90, heartbeat 30, barrier 120 s), the example's store port and CudaHealthCheck; gloo timeout 10 s, the example's on CPU; RankMonitorClient heartbeats) under ft_launcher --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --max-restarts=100 --monitor-interval=5 --ft-restart-policy=min-healthy --ft-enable-nic-monitor=False (NVRx's in-job + in-process example), rendezvous and FT heartbeat timeouts as shipped; a fresh cluster per fault; victim node 3; spof: node 0",
+  "nvrx-tuned":"as nvrx with the wrapper's soft 5, hard 8, heartbeat 3, barrier and completion 30 s, gloo timeout 3 s, --monitor-interval=1 and last_call_timeout=1"}}
 EOF
 mkdir -p "$(dirname "$JSON")"
 "$PY" "$HELPER" analyze "$OUT" --json "$JSON" || status=1
