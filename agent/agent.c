@@ -155,6 +155,7 @@ void ea__agent_core_done(ea__agent *a) {
     }
   }
   rdzv_rearm(a);
+  ea__agent_preempt_sync(a);
   ea__agent_job_sync(a);
 }
 
@@ -640,6 +641,7 @@ static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed,
    * worker, then it drains). */
   rc.restart_mode = a->mode == EA__MODE_TORCHRUN;
   rc.max_restarts = a->mode == EA__MODE_TORCHRUN ? a->o->cfg.runtime.max_restarts : UINT32_MAX;
+  rc.last_ckpt_ms = ea__agent_preempt_grace_ms(a);
   ea_rdzv_io io = {.ctx = a,
                    .send = io_send,
                    .order = ea__agent_io_order,
@@ -816,6 +818,7 @@ int ea__agent_run(const ea__agent_opts *o) {
     uv_timer_start(&a->tick, on_tick, EA__MX_PERIOD_MS, EA__MX_PERIOD_MS);
   }
   if (rc == 0) rc = ea__agent_notice_start(a, err, sizeof err);
+  if (rc == 0) rc = ea__agent_preempt_start(a, err, sizeof err);
   if (rc == 0 && o->smoke) ea__smoke_start(a);
   if (rc < 0) {
     ea_log(EA_LOG_ERROR, "start", "%s", err); /* ea__agent_shutdown closes what started */

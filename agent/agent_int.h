@@ -607,6 +607,8 @@ struct ea__agent {
   /* ---- alerts (alerts.c) and the preemption notice (notice.c) ---- */
   struct ea__agent_al *al;
   struct ea__agent_notice *notice;
+  /* ---- the checkpoint before a mass preemption (preempt.c) ---- */
+  struct ea__agent_preempt *preempt;
   /* ---- the job's pace, stragglers (job_pace.c) ---- */
   struct ea__agent_pace *pace;
   /* ---- spare nodes: the health check, the no_spare alert (spare.c) ---- */
@@ -814,6 +816,23 @@ void ea__agent_alerts_members(ea__agent *a);
 int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen);
 /* Shutdown: stop polling (joins the thread: at most one request's timeout). */
 void ea__agent_notice_close(ea__agent *a);
+
+/* ---- the checkpoint before a mass preemption (preempt.c) ---------------------------
+ * The rendezvous core holds the running generation while its drainers would
+ * leave fewer than min_nodes (ea_rdzv_config.last_ckpt_ms); this takes one
+ * checkpoint of the current step meanwhile (SAVE_NOW → CKPT_AT; restart
+ * mode: SIGUSR1 to the programs) and tells the core when it is committed. */
+int ea__agent_preempt_start(ea__agent *a, char *err, size_t errlen);
+void ea__agent_preempt_close(ea__agent *a);
+/* ea_rdzv_config.last_ckpt_ms: runtime.preemption_grace_seconds · 1000 where
+ * a checkpoint can be taken (checkpoints on, or restart mode), else 0. */
+uint32_t ea__agent_preempt_grace_ms(const ea__agent *a);
+/* After every core call: as controller, start or end the last moment. */
+void ea__agent_preempt_sync(ea__agent *a);
+/* A SAVE_NOW from the controller (ckpt_glue.c's frame hook). */
+void ea__agent_preempt_msg(ea__agent *a, const ea__ckpt_msg *m);
+/* The commit core's events (ckpt_glue.c): records only. */
+void ea__agent_preempt_ckpt_event(ea__agent *a, const ea__ckpt_event *e);
 
 /* job_glue.c: the launch mode, restart mode's processes, the job's end */
 /* Before anything starts: mode, keys that do nothing in it, old key names,

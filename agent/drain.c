@@ -18,6 +18,7 @@
 #include "ea_log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,7 @@ void ea__agent_shutdown(ea__agent *a) {
   if (a->o->smoke) ea__smoke_close(a); /* what its report needs, before it goes */
   ea__agent_metrics_close(a);
   ea__agent_notice_close(a);
+  ea__agent_preempt_close(a);
   ea__agent_alerts_close(a);
   if (a->admin) ea__admin_close(a->admin, NULL, NULL);
   a->admin = NULL;
@@ -95,8 +97,8 @@ static void on_drain_timeout(uv_timer_t *h) {
   ea__agent *a = h->data;
   if (a->phase != EA__PHASE_DRAINING) return;
   ea_log(EA_LOG_WARN, "drain",
-         "the group did not re-form without this node within %u s "
-         "(runtime.rendezvous_timeout_seconds); leaving anyway",
+         "the group did not re-form without this node within its deadline "
+         "(runtime.rendezvous_timeout_seconds %u); leaving anyway",
          a->o->cfg.runtime.rendezvous_timeout_seconds);
   ea__agent_stop_and_leave(a, false, "drain deadline");
 }
@@ -126,7 +128,10 @@ void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows) {
   bool in_gen =
       st.phase == EA_RDZV_RUNNING || st.phase == EA_RDZV_FAILED || st.phase == EA_RDZV_PREPARED;
   uint32_t others = a->tr ? others_alive(a) : 0, minn = a->o->cfg.compute.min_nodes;
-  if (!a->sup || (in_gen && others < minn)) {
+  /* With the checkpoint before a mass preemption (preempt.c) the controller
+   * decides even then: it commits one first, then lets this node go. */
+  uint32_t last_ms = ea__agent_preempt_grace_ms(a);
+  if (!a->sup || (in_gen && others < minn && !last_ms)) {
     if (a->sup)
       ea_log(EA_LOG_INFO, "drain",
              "%s: no generation can form without this node (%u other node%s alive, min_nodes "
@@ -135,11 +140,15 @@ void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows) {
     ea__agent_stop_and_leave(a, false, why);
     return;
   }
+  /* The controller may hold the group for a last checkpoint first: the
+   * deadline leaves it that long and 2 s more. */
+  uint64_t deadline_ms = (uint64_t)a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u;
+  if (last_ms && (uint64_t)last_ms + 2000u > deadline_ms) deadline_ms = (uint64_t)last_ms + 2000u;
   ea_log(EA_LOG_INFO, "drain",
-         "%s: asking the controller to re-form the group without this node (deadline %u s)", why,
-         a->o->cfg.runtime.rendezvous_timeout_seconds);
-  uv_timer_start(&a->drain_timer, on_drain_timeout,
-                 (uint64_t)a->o->cfg.runtime.rendezvous_timeout_seconds * 1000u, 0);
+         "%s: asking the controller to re-form the group without this node (deadline %" PRIu64
+         " s)",
+         why, deadline_ms / 1000u);
+  uv_timer_start(&a->drain_timer, on_drain_timeout, deadline_ms, 0);
   if (!core_knows) {
     ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), NULL);
     ea__agent_core_done(a);

@@ -657,7 +657,16 @@ const char *ea_rdzv_spare_state_str(uint8_t state);
  * (EA_RDZV_LASTCK_TIMED_OUT: the agent says so and keeps the last good
  * checkpoint); then it stops the generation as before.  Once per formed
  * generation.  Taking the checkpoint is the agent's (agent/preempt.c):
- * this core only decides when, and how long it may take. */
+ * this core only decides when, and how long it may take.
+ *
+ * Notices to a pool arrive over a few hundred milliseconds (each agent
+ * polls at its own moment; SIGTERMs from an orchestrator, one by one), and
+ * a re-formation without the first drainer would let it go before the
+ * next notice makes it a mass preemption.  So, with last_ckpt_ms set, a
+ * generation broken only by drains re-forms EA_RDZV_DRAIN_BATCH_MS after
+ * the first of them (the drainers train on meanwhile: the wait costs no
+ * step, only the drainer's departure). */
+#define EA_RDZV_DRAIN_BATCH_MS 500u
 typedef enum {
   EA_RDZV_LASTCK_NONE = 0,
   EA_RDZV_LASTCK_WAITING = 1,   /* holding the generation for its checkpoint */

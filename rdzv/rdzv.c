@@ -277,6 +277,7 @@ struct ea_rdzv {
   ea_rdzv_gen lm_gen;
   uint64_t lm_since;
   uint8_t lm;
+  uint64_t drain_since; /* drains batched since (EA_RDZV_DRAIN_BATCH_MS; 0: none) */
   drainer *drain_set;
   size_t ndrain, capdrain;
   wstart *wst; /* nodes' REPORTs about their starting workers */
@@ -2195,6 +2196,7 @@ static bool ctrl_step(ea_rdzv *r) {
   }
   uint32_t nall = nd;
   if (nd > maxn) nd = maxn;
+  if (!only_drains || !broken) r->drain_since = 0;
   bool changed = false;
   /* A streak of short-lived generations is over once one lives past the
    * churn window. */
@@ -2251,6 +2253,14 @@ static bool ctrl_step(ea_rdzv *r) {
       if (lost && !last_moment(r, only_drains, why, cap)) stop_formed(r, true);
       minn_wait = true;
       minn_have = nd;
+    } else if (only_drains && r->cfg.last_ckpt_ms &&
+               r->now < (r->drain_since ? r->drain_since : (r->drain_since = r->now)) +
+                            EA_RDZV_DRAIN_BATCH_MS) {
+      /* More notices may be on their way (see EA_RDZV_DRAIN_BATCH_MS): a
+       * re-formation now would let this drainer go before the last moment
+       * of a mass preemption could keep it. */
+      fmt(why, cap, "batching drains (%" PRIu64 " ms left; generation %" PRIu64 ": %s)",
+          r->drain_since + EA_RDZV_DRAIN_BATCH_MS - r->now, r->formed.term, bwhy);
     } else if ((restart = restart && nsurv == r->nformed) && r->now < churn_until(r)) {
       fmt(why, cap,
           "backing off %" PRIu64
@@ -2740,6 +2750,7 @@ uint64_t ea_rdzv_next_deadline(const ea_rdzv *r) {
   if (r->churn && r->formed_at) soonest(&d, now, r->formed_at + EA_RDZV_CHURN_WINDOW_MS + 1);
   if (r->minn_since) soonest(&d, now, r->minn_since + r->cfg.min_nodes_timeout_ms);
   if (r->lm == EA_RDZV_LASTCK_WAITING) soonest(&d, now, r->lm_since + r->cfg.last_ckpt_ms);
+  if (r->drain_since) soonest(&d, now, r->drain_since + EA_RDZV_DRAIN_BATCH_MS);
   return d;
 }
 

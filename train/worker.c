@@ -102,6 +102,10 @@ typedef struct {
   uint64_t max_gen;   /* newest generation the agent announced */
   bool ckpt_inflight; /* a staged shard the agent has not answered yet */
   uint64_t ckpt_inflight_step;
+  /* EA_IPC_CKPT_AT: stage after completing ckpt_at_step steps of gen
+   * ckpt_at_gen (the last moment before a mass preemption) */
+  bool ckpt_at;
+  uint64_t ckpt_at_gen, ckpt_at_step;
 
   /* ---- training thread only ---- */
   ea_ipc_msg *plan; /* the COMMIT being formed */
@@ -208,6 +212,13 @@ static void on_packet(worker *w, const ea_ipc_msg *m) {
       if (m->status)
         ea_log(EA_LOG_WARN, "worker", "checkpoint of step %" PRIu64 " failed in the agent: %s",
                m->step, m->message);
+      break;
+    case EA_IPC_CKPT_AT: /* the training thread stages it, or says it cannot (train_one) */
+      ea_log(EA_LOG_INFO, "worker", "ckpt_at gen=%" PRIu64 " step=%" PRIu64 ": staging then",
+             m->gen, m->step);
+      w->ckpt_at = true;
+      w->ckpt_at_gen = m->gen;
+      w->ckpt_at_step = m->step;
       break;
     case EA_IPC_CKPT_AGAIN: /* the training thread checks it applies (run) */
       w->ckpt_again = true;
@@ -488,8 +499,15 @@ static void stager_stop(worker *w) {
  * completes it). */
 static void maybe_checkpoint(worker *w, uint64_t step) {
   /* The last step is always saved: the job ends there (job.h: success is
-   * train.steps reached with its final checkpoint committed). */
-  const bool last = step == w->steps;
+   * train.steps reached with its final checkpoint committed); so is the
+   * step a CKPT_AT names (the last moment before a mass preemption). */
+  bool last = step == w->steps;
+  pthread_mutex_lock(&w->mu);
+  if (w->ckpt_at && w->ckpt_at_gen == w->gen && w->ckpt_at_step == step) {
+    w->ckpt_at = false;
+    last = true; /* never skipped for a busy shard: it waits */
+  }
+  pthread_mutex_unlock(&w->mu);
   if (!w->ckpt_interval || (step % w->ckpt_interval && !last)) return;
   const double t0 = now_s();
   double waited = 0;
@@ -732,9 +750,31 @@ static void do_commit(worker *w) {
   w->training = true;
 }
 
+/* A CKPT_AT this worker cannot meet: a step it has completed already, or
+ * another generation's.  Said at once, so the controller asks again. */
+static void ckpt_at_check(worker *w, uint64_t step) {
+  pthread_mutex_lock(&w->mu);
+  bool past = w->ckpt_at && (w->ckpt_at_gen != w->gen || w->ckpt_at_step <= step ||
+                             w->ckpt_at_step > w->steps || !w->ckpt_interval);
+  const uint64_t at = w->ckpt_at_step, gen = w->ckpt_at_gen;
+  if (past) w->ckpt_at = false;
+  pthread_mutex_unlock(&w->mu);
+  if (!past) return;
+  if (gen != w->gen)
+    ckpt_skipped(w, at, "ckpt_at names generation %" PRIu64 ", this worker runs %" PRIu64, gen,
+                 w->gen);
+  else if (!w->ckpt_interval)
+    ckpt_skipped(w, at, "checkpoints are off (checkpoint.save_interval_steps 0)");
+  else if (at > w->steps)
+    ckpt_skipped(w, at, "step %" PRIu64 " is past train.steps %" PRIu64, at, w->steps);
+  else
+    ckpt_skipped(w, at, "step %" PRIu64 " is already completed (at %" PRIu64 ")", at, step);
+}
+
 static void train_one(worker *w) {
   ea_comm *c = w->comm; /* only this thread changes it */
   const uint64_t step = ea_trainer_step(w->t);
+  ckpt_at_check(w, step);
   if (step >= w->steps) {
     stage_finish(w); /* the final shard goes before DONE */
     drop_comm(w);

@@ -320,6 +320,7 @@ static void ckpt_ctl_event(void *ctx, const ea__ckpt_event *e) {
     default:
       break;
   }
+  ea__agent_preempt_ckpt_event(a, e); /* the checkpoint before a mass preemption */
   ckpt_log_event(a, e);
 }
 
@@ -366,6 +367,10 @@ bool ea__agent_ckpt_frame(void *ctx, const uint8_t *plain, size_t len) {
     return true;
   }
   if (a->phase >= EA__PHASE_LEAVING) return true;
+  if (m.type == EA__CKPT_SAVE_NOW) { /* controller → member (preempt.c) */
+    ea__agent_preempt_msg(a, &m);
+    return true;
+  }
   if (!a->ckpt_ctl) {
     /* Sent to us as controller, and we are not (any more). */
     a->ck.reports_dropped++;

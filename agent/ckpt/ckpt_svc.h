@@ -69,6 +69,12 @@
  *                          stall_us, wait_us, direct:bool ]
  *   0x21  SHARD_FAILED   [ gen, step, rank, world, kind, errno,
  *                          message:str ]
+ *   0x22  SAVE_NOW       [ gen, step ]
+ *
+ * SAVE_NOW goes the other way, controller → every member of generation gen
+ * (agent/preempt.c, the checkpoint before a mass preemption): stage the
+ * state after `step` completed steps (its workers get CKPT_AT); in restart
+ * mode (step 0) signal the programs to save their own.
  *
  * gen is the 64-bit generation that names the step directory
  * (ea_rdzv_gen_u64), step the state's step count, [offset, offset+length)
@@ -93,6 +99,7 @@
 typedef enum {
   EA__CKPT_SHARD_DURABLE = 0x20,
   EA__CKPT_SHARD_FAILED = 0x21,
+  EA__CKPT_SAVE_NOW = 0x22,
 } ea__ckpt_msg_type;
 
 typedef enum {

@@ -25,6 +25,7 @@
 
 #define BODY_DURABLE 14
 #define BODY_FAILED 7
+#define BODY_SAVE_NOW 2
 
 const char *ea__ckpt_msg_type_str(uint8_t type) {
   switch (type) {
@@ -32,6 +33,8 @@ const char *ea__ckpt_msg_type_str(uint8_t type) {
       return "SHARD_DURABLE";
     case EA__CKPT_SHARD_FAILED:
       return "SHARD_FAILED";
+    case EA__CKPT_SAVE_NOW:
+      return "SAVE_NOW";
     default:
       return "?";
   }
@@ -66,6 +69,8 @@ static const char *check(const ea__ckpt_msg *m) {
       if (m->error == 0 || m->error > 4095) return "errno";
       if (strnlen(m->message, sizeof m->message) >= sizeof m->message) return "message";
       return NULL;
+    case EA__CKPT_SAVE_NOW:
+      return m->gen ? NULL : "gen";
     default:
       return "type";
   }
@@ -81,6 +86,14 @@ int ea__ckpt_encode(const ea__ckpt_msg *m, uint8_t *buf, size_t cap, size_t *len
   /* packer results are OR'ed: any refusal means "does not fit" */
   int bad = ea__mpw_head(&pk, EA_WIRE_MAGIC_PLAIN, 4, EA__CKPT_WIRE_VERSION, m->type, m->src.b);
   const bool durable = m->type == EA__CKPT_SHARD_DURABLE;
+  if (m->type == EA__CKPT_SAVE_NOW) {
+    bad |= msgpack_pack_array(&pk, BODY_SAVE_NOW);
+    bad |= msgpack_pack_uint64(&pk, m->gen);
+    bad |= msgpack_pack_uint64(&pk, m->step);
+    if (bad) return -EMSGSIZE;
+    *len = f.len;
+    return 0;
+  }
   bad |= msgpack_pack_array(&pk, durable ? BODY_DURABLE : BODY_FAILED);
   bad |= msgpack_pack_uint64(&pk, m->gen);
   bad |= msgpack_pack_uint64(&pk, m->step);
@@ -126,10 +139,17 @@ bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
 
 static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
   if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__CKPT_WIRE_VERSION, EA__CKPT_SHARD_DURABLE,
-                   EA__CKPT_SHARD_FAILED, &m->type, m->src.b, err))
+                   EA__CKPT_SAVE_NOW, &m->type, m->src.b, err))
     return -EA_EWIRE;
   const uint8_t *p;
   size_t n;
+  if (m->type == EA__CKPT_SAVE_NOW) {
+    if (ea__mpr_array_n(r, BODY_SAVE_NOW, "body", err)) return -EA_EWIRE;
+    if (rd_u64(r, &m->gen, "gen", err) || rd_u64(r, &m->step, "step", err)) return -EA_EWIRE;
+    NEED(m->gen != 0, "gen");
+    NEED(ea__mpr_left(r) == 0, "trailing bytes");
+    return 0;
+  }
   const bool durable = m->type == EA__CKPT_SHARD_DURABLE;
   if (ea__mpr_array_n(r, durable ? BODY_DURABLE : BODY_FAILED, "body", err)) return -EA_EWIRE;
   if (rd_u64(r, &m->gen, "gen", err) || rd_u64(r, &m->step, "step", err)) return -EA_EWIRE;

@@ -87,6 +87,7 @@ const char *ea__alert_kind_str(ea__alert_kind k) {
       [EA__ALERT_JOB_FAILED] = "job_failed",
       [EA__ALERT_PREEMPTED] = "preempted",
       [EA__ALERT_NO_SPARE] = "no_spare",
+      [EA__ALERT_PREEMPTED_CHECKPOINT] = "preempted_checkpoint",
   };
   return (unsigned)k < EA__ALERT_KINDS ? n[k] : "?";
 }

@@ -7,7 +7,8 @@
  * failing in its collectives, recovery from a checkpoint) into a planned
  * departure.
  *
- * A thread polls every EA__NOTICE_PERIOD_MS with libcurl (the metadata
+ * A thread polls every EA__NOTICE_PERIOD_MS (at its multiples on the wall
+ * clock, the same moments on every node) with libcurl (the metadata
  * service is local, but a hung request must never stall the loop); on a
  * notice it wakes the loop with a uv_async_t and stops polling.  The loop
  * logs it, raises `preempted` and calls the existing drain path.
@@ -169,11 +170,16 @@ static void *notice_main(void *p) {
       uv_async_send(&N->wake);
       break; /* one notice is enough: the node drains */
     }
+    /* The next poll at the next multiple of the period on the wall clock:
+     * every node of a pool (NTP keeps them within milliseconds) asks at the
+     * same moment, so notices to many nodes are seen together and the
+     * controller can tell a mass preemption from one drain (preempt.c). */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += EA__NOTICE_PERIOD_MS / 1000;
-    ts.tv_nsec += (long)(EA__NOTICE_PERIOD_MS % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    uint64_t now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    uint64_t next = (now_ms / EA__NOTICE_PERIOD_MS + 1) * EA__NOTICE_PERIOD_MS;
+    ts.tv_sec = (time_t)(next / 1000u);
+    ts.tv_nsec = (long)(next % 1000u) * 1000000L;
     if (!N->stop) pthread_cond_timedwait(&N->cv, &N->mu, &ts);
   }
   pthread_mutex_unlock(&N->mu);

@@ -38,8 +38,9 @@ typedef enum {
   EA__ALERT_GENERATION_CHURN,
   EA__ALERT_RESUME_FALLBACK,
   EA__ALERT_JOB_FAILED,
-  EA__ALERT_PREEMPTED, /* a spot/preemption notice (notice.c) */
-  EA__ALERT_NO_SPARE,  /* a member lost with no spare node left (spare.c) */
+  EA__ALERT_PREEMPTED,            /* a spot/preemption notice (notice.c) */
+  EA__ALERT_NO_SPARE,             /* a member lost with no spare node left (spare.c) */
+  EA__ALERT_PREEMPTED_CHECKPOINT, /* the checkpoint before a mass preemption (preempt.c) */
   EA__ALERT_KINDS
 } ea__alert_kind;
 

@@ -311,6 +311,8 @@ class Worker:
         self._commit: Optional[Dict[str, Any]] = None
         self._max_gen = 0
         self._ckpt_inflight: Optional[int] = None
+        # ckpt_at: (gen, step) to stage after, the last moment before a mass preemption
+        self._ckpt_at: Optional[Tuple[int, int]] = None
         # ---- program thread only ----
         self._training = False
         self._plan: Optional[Dict[str, Any]] = None
@@ -422,6 +424,9 @@ class Worker:
                 self._stop = True
                 self.backend.abort()
                 self._arm_stop_watchdog()
+            elif t == "ckpt_at":
+                log.info("ckpt_at gen=%d step=%d: staging then", m["gen"], m["step"])
+                self._ckpt_at = (m["gen"], m["step"])
             elif t == "ckpt_done":
                 if self._ckpt_inflight is None or m["step"] != self._ckpt_inflight:
                     log.warning("ckpt_done for step %d with none in flight, ignored", m["step"])
@@ -715,8 +720,20 @@ class Worker:
 
     def _maybe_checkpoint(self, step: int) -> None:
         """The state has just completed ``step`` steps: stage this rank's
-        shard if a checkpoint is due (train/worker.c maybe_checkpoint)."""
-        if not self._ckpt_interval or step % self._ckpt_interval:
+        shard if a checkpoint is due (train/worker.c maybe_checkpoint):
+        every ckpt_interval steps, and the step a ``ckpt_at`` names."""
+        at = False
+        with self._mu:
+            want = self._ckpt_at
+            if want is not None and (want[0] != self.gen or want[1] <= step):
+                self._ckpt_at = None
+        if want is not None and want[0] == self.gen and want[1] == step and self._ckpt_interval:
+            at = True
+        elif want is not None and (want[0] != self.gen or want[1] < step or not self._ckpt_interval):
+            self._skip_ckpt(want[1], "ckpt_at names generation %d, this worker runs %d" % (want[0], self.gen)
+                            if want[0] != self.gen else "checkpoints are off" if not self._ckpt_interval
+                            else "step %d is already completed (at %d)" % (want[1], step))
+        if not self._ckpt_interval or (step % self._ckpt_interval and not at):
             return
         t0 = time.monotonic()
         waited = 0.0
@@ -724,7 +741,7 @@ class Worker:
         with self._cv:
             if self._ckpt_inflight is not None:
                 prev = self._ckpt_inflight
-                if self._ckpt_skip:
+                if self._ckpt_skip and not at:
                     skip_reason = "busy: step %d is still being written" % prev
                 else:
                     # Busy policy "wait", but not past half the op timeout: the

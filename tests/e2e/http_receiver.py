@@ -6,7 +6,8 @@ type) and the cloud metadata services a spot notice is read from (AWS
 IMDSv2: a token, then spot/instance-action, 404 until DIR/aws exists; GCP
 instance/preempted, FALSE until DIR/gcp exists; Azure scheduled events, a
 Preempt event once DIR/azure exists; a plain URL /going, 404 until
-DIR/going exists).  It listens on a free port of 127.0.0.1 and writes it to
+DIR/going exists, and /going/NAME, 404 until DIR/going-NAME exists: one
+node's notice, for tests and chaos that preempt k nodes of n).  It listens on a free port of 127.0.0.1 and writes it to
 DIR/port."""
 import http.server, json, os, sys
 D = sys.argv[1]
@@ -46,6 +47,9 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.reply(200, "TRUE" if flag("gcp") else "FALSE")
         if self.path == "/going":
             return self.reply(200, "terminate at 22:00") if flag("going") else self.reply(404, "none")
+        if self.path.startswith("/going/") and "/" not in self.path[7:] and self.path[7:] not in ("", ".", ".."):
+            n = "going-" + self.path[7:]
+            return self.reply(200, "terminate at 22:00") if flag(n) else self.reply(404, "none")
         if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
             if self.headers.get("Metadata") != "true":
                 return self.reply(400, "no Metadata header")

@@ -239,6 +239,21 @@ START_TEST(test_wire_corruption_names_the_field) {
   durable_msg(&a, 5u << 20, 3, 1);
   ck_assert_int_eq(ea__ckpt_encode(&a, buf, 40, &len), -EMSGSIZE);
 
+  /* SAVE_NOW (controller → member: the checkpoint before a mass
+   * preemption): [gen, step], gen never 0 */
+  ea__ckpt_msg sv = {.type = EA__CKPT_SAVE_NOW, .gen = 77, .step = 1234}, b;
+  memset(sv.src.b, 9, sizeof sv.src.b);
+  len = wenc(&sv, buf);
+  ck_assert_int_eq(ea__ckpt_decode(buf, len, &b, NULL), 0);
+  ck_assert_uint_eq(b.type, EA__CKPT_SAVE_NOW);
+  ck_assert_uint_eq(b.gen, 77);
+  ck_assert_uint_eq(b.step, 1234);
+  ck_assert(ea__ckpt_wire_is(buf, len));
+  ck_assert_str_eq(ea__ckpt_msg_type_str(EA__CKPT_SAVE_NOW), "SAVE_NOW");
+  for (size_t cut = 0; cut < len; cut++) ck_assert_int_ne(ea__ckpt_decode(buf, cut, &b, NULL), 0);
+  sv.gen = 0;
+  ck_assert_int_eq(ea__ckpt_encode(&sv, buf, sizeof buf, &len), -EINVAL);
+
   /* byte patches on a valid frame: [magic][0x94][ver][type][bin16 src][body…] */
   durable_msg(&a, 5u << 20, 3, 1);
   len = wenc(&a, buf);
@@ -250,8 +265,11 @@ START_TEST(test_wire_corruption_names_the_field) {
   c[2] = 2; /* version */
   wire_bad(c, len, "version");
   memcpy(c, buf, len);
-  c[3] = 0x22; /* an unknown type */
+  c[3] = 0x23; /* an unknown type */
   wire_bad(c, len, "type");
+  memcpy(c, buf, len);
+  c[3] = EA__CKPT_SAVE_NOW; /* a durable body under SAVE_NOW */
+  wire_bad(c, len, "body");
   memcpy(c, buf, len);
   c[3] = EA__CKPT_SHARD_FAILED; /* a durable body under the failed type */
   wire_bad(c, len, "body");
