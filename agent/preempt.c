@@ -76,7 +76,7 @@ struct ea__agent_preempt {
   bool committed, failed, said;
   bool release; /* tell the core it may let them go (from the kick, never inside it) */
   char name[EA_CKPT_NAME_MAX];
-  double commit_s;
+  double write_s, commit_s;
 };
 
 static bool can_stage(const ea__agent *a) {
@@ -212,9 +212,9 @@ static void on_kick(uv_timer_t *h) {
     double s = (double)(ea__agent_mono_ms() - P->since_ms) / 1000.0;
     ea_logkv(EA_LOG_INFO, "preempt",
              (ea_log_kv[]){EA_KV_U("step", P->target), EA_KV_F("seconds", s)}, 2,
-             "checkpoint %s committed %.2f s after the drains began (persist %.2f s): letting the "
-             "drained nodes go; a cold start resumes from it",
-             P->name, s, P->commit_s);
+             "checkpoint %s committed %.2f s after the drains began (slowest shard write %.2f s, "
+             "commit %.2f s): letting the drained nodes go; a cold start resumes from it",
+             P->name, s, P->write_s, P->commit_s);
     ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
                     "checkpoint before a mass preemption: %s committed %.2f s after the drains "
                     "began; the job stops until min_nodes are back and resumes from it",
@@ -300,7 +300,8 @@ void ea__agent_preempt_ckpt_event(ea__agent *a, const ea__ckpt_event *e) {
   if (e->kind == EA__CKPT_EV_COMMITTED) {
     P->committed = true;
     snprintf(P->name, sizeof P->name, "%s", e->name);
-    P->commit_s = e->seconds;
+    P->write_s = e->write_seconds;
+    P->commit_s = e->commit_seconds;
   } else if (e->kind == EA__CKPT_EV_FAILED) {
     P->failed = true;
   } else {
