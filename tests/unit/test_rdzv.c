@@ -1885,6 +1885,54 @@ START_TEST(test_last_moment) {
 }
 END_TEST
 
+static bool n1_left(h_sim *h, void *arg) {
+  (void)arg;
+  return h->a[1].left;
+}
+
+START_TEST(test_last_moment_batches_drains) {
+  /* With last_ckpt_ms, drains that arrive apart (each agent polls its
+   * notice at its own moment) are one mass preemption: n1 drains, n2 300 ms
+   * later — no re-formation without n1 in between, and both are held for
+   * the checkpoint.  One drain alone (n2 never comes) re-forms
+   * EA_RDZV_DRAIN_BATCH_MS after it, not before. */
+  for (int alone = 0; alone < 2; alone++) {
+    ea_rdzv_config c = cfg_std();
+    c.last_ckpt_ms = 3000;
+    h_sim *h = h_new(h_seed(alone ? "batches_drains (alone)" : "batches_drains"), 3, &c, true);
+    ea_rdzv_gen g0 = settle_all(h, 3);
+    size_t plans = h->nplans;
+    uint64_t t0 = h->now;
+    ck_assert_int_eq(h_drain(h, 1, NULL), 0);
+    h_run_until(h, t0 + 300);
+    ck_assert_uint_eq(h->nplans, plans); /* batching: nothing formed yet */
+    ck_assert_msg(strstr(status_of(h, 0).reason, "batching drains"), "%s", status_of(h, 0).reason);
+    if (!alone) {
+      ck_assert_int_eq(h_drain(h, 2, NULL), 0);
+      h_run_until(h, t0 + 1500);
+      NO_VIOLATION(h);
+      ck_assert_uint_eq(h->nplans, plans);
+      ea_rdzv_status st = status_of(h, 0);
+      ck_assert_msg(st.last_ckpt == EA_RDZV_LASTCK_WAITING, "%s", st.reason);
+      ck_assert(!h->a[1].left && !h->a[2].left);
+      ea_rdzv_last_ckpt_done(h->a[0].r, h->now, ea_rdzv_gen_u64(&g0));
+      ck_assert(h_run_cond(h, h->now + 1500, both_left, NULL));
+    } else {
+      ck_assert(!h_run_cond(h, t0 + EA_RDZV_DRAIN_BATCH_MS - 50, n1_left, NULL));
+      ea_rdzv_gen g = settle_after(h, g0, 5000);
+      (void)g;
+      ck_assert(h_run_cond(h, h->now + 1500, n1_left, NULL));
+      char o[64];
+      order_str(h, 0, o, sizeof o);
+      ck_assert_str_eq(o, "0,2");
+      ck_assert_int_eq(status_of(h, 0).last_ckpt, EA_RDZV_LASTCK_NONE);
+    }
+    NO_VIOLATION(h);
+    h_free(h);
+  }
+}
+END_TEST
+
 /* ---- persist before advertise --------------------------------------------- */
 
 START_TEST(test_persist_before_send) {
@@ -2542,6 +2590,54 @@ START_TEST(test_blame_waived_below_min_nodes) {
 }
 END_TEST
 
+START_TEST(test_link_down_holds_at_once) {
+  /* A link probe's verdict (ea_rdzv_link_down) holds one end out at once,
+   * not after EA_RDZV_BLAME_GENS failed generations: both ends alive and
+   * unable to reach each other is the gray link itself.  n2 and n3 found
+   * each other unreachable: the higher name, n3, whichever said it; n1
+   * found the controller n0 unreachable: n1 (never the controller).  Only
+   * the controller acts, only on members of the formed generation. */
+  ea_rdzv_config c = cfg_std();
+  c.flap_cooldown_ms = 5000;
+  for (int variant = 0; variant < 3; variant++) {
+    h_sim *h = h_new(h_seed("link_down_holds_at_once"), 4, &c, true);
+    settle_all(h, 4);
+    ck_assert_int_eq(controller_of(h), 0);
+    ea_rdzv_held held[4];
+    ea_node_id stranger;
+    memset(stranger.b, 0xee, sizeof stranger.b);
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[1].r, h->now, &h->a[2].id, &h->a[3].id), -EPERM);
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[2].id, &h->a[2].id), -EINVAL);
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[2].id, &stranger), -ENOENT);
+    ck_assert_uint_eq(held_of(h, 0, held), 0);
+    int by = variant == 0 ? 2 : variant == 1 ? 3 : 1, peer = variant == 0 ? 3 : variant == 1 ? 2 : 0;
+    const char *want = variant < 2 ? "0,1,2" : "0,2,3", *name = variant < 2 ? "n3" : "n1";
+    uint64_t t0 = h->now;
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[by].id, &h->a[peer].id), 0);
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[peer].id, &h->a[by].id),
+                     -EALREADY);
+    ck_assert_uint_eq(held_of(h, 0, held), 1);
+    ck_assert_str_eq(held[0].name, name);
+    ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_LINK);
+    ck_assert_uint_eq(held[0].until_ms, t0 + 5000);
+    ck_assert_msg(strstr(held[0].text, "link probe: ") == held[0].text, "%s", held[0].text);
+    /* one re-formation, no failed generation before it */
+    ck_assert_msg(h_run_cond(h, h->now + 2000, order_of_0_trains, (void *)want), "%s",
+                  status_of(h, 0).reason);
+    ea_rdzv_status st = status_of(h, 0);
+    ck_assert_uint_eq(st.link_downs, 1);
+    ck_assert_uint_eq(st.blames, 0);
+    ck_assert_uint_eq(st.holds, 1);
+    NO_VIOLATION(h);
+    /* back once the hold ends */
+    int four = 4;
+    ck_assert(h_run_cond(h, held[0].until_ms + c.scale_up_delay_ms + 2000, settled_with, &four));
+    NO_VIOLATION(h);
+    h_free(h);
+  }
+}
+END_TEST
+
 START_TEST(test_codec_blame) {
   /* BLAME round-trips; gen 0 is refused both ways; an older decoder's
    * view (type bound) is checked by codec_rejects's type test. */
@@ -2602,6 +2698,7 @@ static Suite *rdzv_suite(void) {
       {"drain_below_min_nodes", test_drain_below_min_nodes},
       {"drain_all", test_drain_all},
       {"last_moment", test_last_moment},
+      {"last_moment_batches_drains", test_last_moment_batches_drains},
       {"persist_before_send", test_persist_before_send},
       {"random_faults", test_random_faults},
       {"restarts_counted_and_exhausted", test_restarts_counted_and_exhausted},
@@ -2613,6 +2710,7 @@ static Suite *rdzv_suite(void) {
       {"blame_one_generation_forgiven", test_blame_one_generation_forgiven},
       {"blame_end_chosen", test_blame_end_chosen},
       {"blame_waived_below_min_nodes", test_blame_waived_below_min_nodes},
+      {"link_down_holds_at_once", test_link_down_holds_at_once},
       {"codec_blame", test_codec_blame},
   };
   Suite *s = suite_create("rdzv");
