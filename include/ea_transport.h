@@ -63,6 +63,7 @@ typedef struct {
   uint64_t join_attempts;
   uint64_t preauth_evicted;  /* incoming closed before their frame header: over a cap */
   uint64_t preauth_timeouts; /* incoming closed: no frame header within the deadline */
+  uint64_t refused_rate;     /* incoming closed at accept: their source over its connect rate */
 } ea_transport_stats;
 
 typedef struct {

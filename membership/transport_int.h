@@ -63,6 +63,15 @@ struct ea_transport {
 
   conn *conns;
   int nincoming;
+  /* Incoming push-pull admission per source (transport_uv.c): a token
+   * bucket per address, and whether it has authenticated before. */
+  struct ea__src {
+    uint8_t family;
+    uint8_t ip[16];   /* IPv6: the /64 only */
+    double tokens;    /* connects it may open now */
+    uint64_t last_ms; /* tokens as of this time; 0: slot free */
+    bool authed;      /* a push-pull with it authenticated (either way) */
+  } src[256];
   ea_transport_stats st;
 
   struct {

@@ -52,6 +52,21 @@
  * is closed at once. */
 #define MAX_INCOMING 64
 #define PREAUTH_PER_SOURCE 8
+/* Admission before any of that (issue 27): each source address (an IPv6
+ * /64) has a token bucket of SRC_BURST connects refilled at SRC_RATE a
+ * second; a connect without a token is closed as soon as it is accepted,
+ * before any buffer or timer is given to it (refused_rate).  A source that
+ * has authenticated a push-pull before (either way: a member, or a peer we
+ * synced with) is never refused, and its connections are the last to be
+ * evicted.  A node syncs with a seed every push-pull interval and joins a
+ * few times: far under the rate.  The table keeps 256 sources; a new one
+ * takes the slot of the one seen least recently, authenticated ones last.
+ * Issue 27: 25 sources reconnecting as fast as they could (1,700
+ * connects/s) kept every join out for as long as they ran — 200 held
+ * connections over the total cap made the seed answer the joiner busy or
+ * reset it; the fair eviction in probation_room keeps a slot for it. */
+#define SRC_RATE 10.0
+#define SRC_BURST 20.0
 /* A joiner writes its state right after its connect completes. */
 #define PREAUTH_DEADLINE_MS 2000
 /* Datagrams queued when the socket would block; beyond this they are
@@ -438,6 +453,65 @@ static void conn_handle_closed(uv_handle_t *h) {
   ea__transport_maybe_free(t);
 }
 
+/* ---- admission per source (SRC_RATE above) --------------------------------- */
+
+static bool same_source(const ea_addr *a, const ea_addr *b) {
+  return a->family == b->family &&
+         memcmp(a->ip, b->ip, a->family == 6 ? 8 : sizeof a->ip) == 0; /* IPv6: the /64 */
+}
+
+static bool src_is(const struct ea__src *s, const ea_addr *a) {
+  return s->last_ms && s->family == a->family &&
+         memcmp(s->ip, a->ip, a->family == 6 ? 8 : sizeof s->ip) == 0;
+}
+
+static struct ea__src *src_find(ea_transport *t, const ea_addr *a) {
+  for (size_t i = 0; i < sizeof t->src / sizeof t->src[0]; i++)
+    if (src_is(&t->src[i], a)) return &t->src[i];
+  return NULL;
+}
+
+/* a's slot, made when it has none in the place of the one seen least
+ * recently (authenticated ones last). */
+static struct ea__src *src_get(ea_transport *t, const ea_addr *a, uint64_t now) {
+  struct ea__src *victim = src_find(t, a);
+  if (victim) return victim;
+  for (size_t i = 0; i < sizeof t->src / sizeof t->src[0]; i++) {
+    struct ea__src *s = &t->src[i];
+    if (!victim || (!s->last_ms && victim->last_ms) ||
+        (victim->last_ms && s->last_ms &&
+         (s->authed < victim->authed ||
+          (s->authed == victim->authed && s->last_ms < victim->last_ms))))
+      victim = s;
+  }
+  memset(victim, 0, sizeof *victim);
+  victim->family = a->family;
+  memcpy(victim->ip, a->ip, a->family == 6 ? 8 : sizeof victim->ip);
+  victim->tokens = SRC_BURST;
+  victim->last_ms = now ? now : 1;
+  return victim;
+}
+
+/* Take one token of s's bucket: false when it has none. */
+static bool src_take(struct ea__src *s, uint64_t now) {
+  if (now > s->last_ms) s->tokens += (double)(now - s->last_ms) * (SRC_RATE / 1000.0);
+  if (s->tokens > SRC_BURST) s->tokens = SRC_BURST;
+  s->last_ms = now ? now : 1;
+  if (s->tokens < 1.0) return false;
+  s->tokens -= 1.0;
+  return true;
+}
+
+/* A push-pull with a authenticated: its source is known from now on. */
+static void src_authed(ea_transport *t, const ea_addr *a) {
+  src_get(t, a, uv_now(t->loop))->authed = true;
+}
+
+static bool src_known(ea_transport *t, const ea_addr *a) {
+  const struct ea__src *s = src_find(t, a);
+  return s && s->authed;
+}
+
 /* Record the outcome once and close.  ok is only ever true for outgoing
  * conns that merged the peer's state, or incoming ones that answered. */
 static void conn_finish(conn *c, bool ok, const char *why) {
@@ -445,9 +519,10 @@ static void conn_finish(conn *c, bool ok, const char *why) {
   c->done = true;
   ea_transport *t = c->t;
   if (c->outgoing) {
-    if (ok)
+    if (ok) {
       t->st.syncs_ok++;
-    else
+      src_authed(t, &c->peer);
+    } else
       t->st.syncs_failed++;
     char a[64];
     ea_addr_str(&c->peer, a, sizeof a);
@@ -665,6 +740,7 @@ static bool conn_got_header(conn *c) {
     return false;
   }
   c->authed = true;
+  if (!c->outgoing) src_authed(t, &c->peer);
   c->have_hdr = true;
   c->frame_len = len;
   return true;
@@ -768,30 +844,60 @@ static size_t header_bytes(conn *c) {
   return c->hdr_got + (pending > 0 ? (size_t)pending : 0);
 }
 
-/* Make room for the connection on probation `self`: past PREAUTH_PER_SOURCE
- * from its address, or MAX_INCOMING in all, the oldest one still waiting
- * for its header is closed (above). */
+static bool on_probation(const conn *k) {
+  return !k->outgoing && !k->done && !k->authed && !k->busy;
+}
+
+static void evict(ea_transport *t, conn *k) {
+  t->st.preauth_evicted++;
+  log_drop(t, 0, &k->peer, "push-pull: closed, no frame header while others wait");
+  conn_finish(k, false, "evicted: no frame header while others wait");
+}
+
+/* Make room for the connection on probation `self`.  Past
+ * PREAUTH_PER_SOURCE from its source, that source's oldest one still
+ * waiting for its header is closed.  Past MAX_INCOMING in all, the slots
+ * are shared max-min fairly: the oldest waiting connection of the source
+ * holding the most goes (sources never authenticated before first), so a
+ * newcomer holding nothing always gets in, however many sources flood. */
 static void probation_room(ea_transport *t, conn *self) {
   const size_t hsz = ea_wire_frame_hdr_size(t->have_key);
-  for (int pass = 0; pass < 2; pass++) {
+  int mine = 0, all = 0;
+  conn *oldest_mine = NULL;
+  for (conn *k = t->conns; k; k = k->next) {
+    if (k == self || !on_probation(k)) continue;
+    all++;
+    if (!same_source(&k->peer, &self->peer)) continue;
+    mine++;
+    if (header_bytes(k) >= hsz) continue; /* its header is here: read this turn */
+    if (!oldest_mine || k->since_ms <= oldest_mine->since_ms) oldest_mine = k;
+  }
+  if (mine >= PREAUTH_PER_SOURCE && oldest_mine) {
+    evict(t, oldest_mine);
+    return;
+  }
+  if (all < MAX_INCOMING) return;
+  /* the source holding the most: (known, count) ordered unknown first */
+  conn *victim = NULL;
+  int vcount = 0;
+  bool vknown = true;
+  for (conn *k = t->conns; k; k = k->next) {
+    if (k == self || !on_probation(k) || header_bytes(k) >= hsz) continue;
     int n = 0;
-    conn *oldest = NULL;
-    for (conn *k = t->conns; k; k = k->next) {
-      if (k == self || k->outgoing || k->done || k->authed || k->busy) continue;
-      if (pass == 0 && (k->peer.family != self->peer.family ||
-                        memcmp(k->peer.ip, self->peer.ip, sizeof k->peer.ip) != 0))
-        continue;
+    conn *old = NULL;
+    for (conn *q = t->conns; q; q = q->next) {
+      if (q == self || !on_probation(q) || !same_source(&q->peer, &k->peer)) continue;
       n++;
-      if (header_bytes(k) >= hsz) continue; /* its header is here: read this turn */
-      if (!oldest || k->since_ms <= oldest->since_ms) oldest = k;
+      if (header_bytes(q) < hsz && (!old || q->since_ms <= old->since_ms)) old = q;
     }
-    int limit = pass == 0 ? PREAUTH_PER_SOURCE : MAX_INCOMING;
-    if (n >= limit && oldest) {
-      t->st.preauth_evicted++;
-      log_drop(t, 0, &oldest->peer, "push-pull: closed, no frame header while others wait");
-      conn_finish(oldest, false, "evicted: no frame header while others wait");
+    bool known = src_known(t, &k->peer);
+    if (!victim || (vknown && !known) || (vknown == known && n > vcount)) {
+      victim = old;
+      vcount = n;
+      vknown = known;
     }
   }
+  if (victim) evict(t, victim);
 }
 
 static void on_accept(uv_stream_t *server, int status) {
@@ -808,6 +914,13 @@ static void on_accept(uv_stream_t *server, int status) {
   int sl = sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0)
     ea_addr_from_sockaddr((struct sockaddr *)&ss, &c->peer);
+  struct ea__src *src = src_get(t, &c->peer, uv_now(t->loop));
+  if (!src->authed && !src_take(src, uv_now(t->loop))) {
+    t->st.refused_rate++;
+    log_drop(t, 0, &c->peer, "push-pull: closed at accept, its source is over its connect rate");
+    conn_finish(c, false, "over its source's connect rate");
+    return;
+  }
   if (t->nincoming > 2 * MAX_INCOMING) {
     t->st.syncs_refused++;
     conn_finish(c, false, "too many connections");

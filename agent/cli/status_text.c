@@ -40,9 +40,12 @@ static const char *human_bytes(double b, char *buf, size_t cap);
 
 static void print_generation(const ea__json *j) {
   const char *phase = ea__json_str(j, "generation.phase", "?");
-  /* A stall first: "running" alone hid one that re-formed without a step (issue 11). */
-  printf("\ngeneration: %s%s %s", ea__json_num(j, "generation.stalled", 0) ? "stalled, " : "",
-         phase, ea__json_str(j, "generation.running", "none"));
+  /* A stall first: "running" alone hid one that re-formed without a step (issue 11);
+   * then the link probe, which starts before the stall timeout (issue 27). */
+  const char *probe = ea__json_str(j, "generation.link_probe.text", "");
+  printf("\ngeneration: %s%s%s%s%s %s", ea__json_num(j, "generation.stalled", 0) ? "stalled, " : "",
+         probe[0] ? "degraded (" : "", probe, probe[0] ? "), " : "", phase,
+         ea__json_str(j, "generation.running", "none"));
   const ea__json *nodes = ea__json_get(j, "generation.nodes");
   if (nodes && nodes->n > 0) {
     printf(", world %s (", ea__json_str(j, "generation.world", "?"));
@@ -287,6 +290,8 @@ void ea__cli_print_status(const ea__json *j) {
   printf("            push-pull: ok %s, failed %s, served %s, refused %s; join attempts %s\n",
          T("syncs_ok"), T("syncs_failed"), T("syncs_served"), T("syncs_refused"),
          T("join_attempts"));
+  printf("            before a frame header: evicted %s, timed out %s, over the connect rate %s\n",
+         T("preauth_evicted"), T("preauth_timeouts"), T("refused_rate"));
 #undef T
   t = "counters.swim.";
 #define S(name) (snprintf(k, sizeof k, "%s%s", t, name), ea__json_str(j, k, "?"))

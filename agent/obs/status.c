@@ -278,6 +278,7 @@ static void status_generation(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_fixed(b, o, "since_step_s", pr.since_step_s, 1);
   ea__jb_bool(b, o, "stalled", pr.stalled);
   ea__jb_fixed(b, o, "stalled_s", pr.stalled_s, 1);
+  ea__agent_link_status(a, b, o); /* link_probe, degraded: the probe while no step is made */
 
   json_t *ws = ea__jb_arr(b, doc, "workers");
   for (uint32_t k = 0; k < a->wpn; k++) {
@@ -422,6 +423,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "syncs_refused", t.syncs_refused);
   ea__jb_u64(b, o, "preauth_evicted", t.preauth_evicted);
   ea__jb_u64(b, o, "preauth_timeouts", t.preauth_timeouts);
+  ea__jb_u64(b, o, "refused_rate", t.refused_rate);
   ea__jb_u64(b, o, "join_attempts", t.join_attempts);
   ea_swim_stats w;
   ea_swim_stats_get(ea_transport_swim(a->tr), &w);
