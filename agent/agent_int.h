@@ -45,6 +45,7 @@
 #include "ckpt_svc.h"
 #include "job.h"
 #include "launch.h"
+#include "link.h"
 #include "obs.h"
 #include "output.h"
 #include "probe.h"
@@ -611,6 +612,8 @@ struct ea__agent {
   struct ea__agent_preempt *preempt;
   /* ---- the job's pace, stragglers (job_pace.c) ---- */
   struct ea__agent_pace *pace;
+  /* ---- the link probe (job/link.c, wired in job_glue.c) ---- */
+  struct ea__agent_link *link;
   /* ---- spare nodes: the health check, the no_spare alert (spare.c) ---- */
   struct ea__agent_spare *spare;
   /* ---- cluster identity, the --join gate (ident.c) ---- */
@@ -880,6 +883,13 @@ void ea__agent_spare_free(ea__agent *a);
 void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc);
 /* Spares by ea_rdzv_spare_state (4 entries), and whether this node is one. */
 void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self);
+
+/* job_glue.c: the link probe (job/link.h), started and closed with the job.
+ * A local worker's communicator failed without naming a peer (workers.c):
+ * probe the generation's members now. */
+void ea__agent_link_comm_failed(ea__agent *a);
+/* "link_probe" and "degraded" of the status document's generation object. */
+void ea__agent_link_status(ea__agent *a, ea__jb *b, json_t *gen);
 
 /* job_pace.c: each rank's compute time to the controller (JOB_PACE, every
  * second), the straggler detector there, its alert, status and eviction.

@@ -552,6 +552,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       ea_log(EA_LOG_WARN, "worker", "worker %u failed gen=%" PRIu64 " step=%" PRIu64 ": %s%s%s%s",
              k, m->gen, m->next_step, m->message, peer ? " (blames node " : "",
              peer ? w->fail_node : "", peer ? ")" : "");
+      if (!peer) ea__agent_link_comm_failed(a); /* no peer named: probe the links */
       ea_rdzv_worker_failed_peer(a->rdzv, now, k, peer);
       ea__agent_core_done(a);
       break;

@@ -573,6 +573,21 @@ const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler", "link
  * heals — two is the earliest that tells them apart. */
 #define EA_RDZV_BLAME_GENS 2u
 
+/* A link probe's verdict (agent/job/link.c), as controller: member `by`
+ * pinged `peer` over the control channel twice in a row, a second apart,
+ * and heard nothing, while gossip keeps both alive.  That is direct
+ * evidence of the gray link, not a collective's failure that a hung
+ * process could explain too, so one end is held out at once (why "link",
+ * the cooldown and waiver of any hold) and the generation re-forms without
+ * it.  Which end: never the controller; otherwise the higher name (then
+ * the higher id) — a one-way drop breaks a TCP connection both ways, so
+ * both ends find each other unreachable and which one said it first tells
+ * nothing.  Returns 0 (held out now), -EPERM when this agent is not the
+ * controller, -ENOENT when by or peer is not a member of the last formed
+ * generation (a stale verdict), -EINVAL when by == peer, -EALREADY when
+ * the end picked is held out already. */
+int ea_rdzv_link_down(ea_rdzv *r, uint64_t now_ms, const ea_node_id *by, const ea_node_id *peer);
+
 typedef struct {
   ea_node_id id;
   char name[EA_NAME_MAX];
@@ -776,6 +791,7 @@ typedef struct {
   uint64_t node_failures; /* as controller: failures counted toward flapping */
   uint64_t holds;         /* as controller: hold-outs started (flapping, straggler, link) */
   uint64_t blames;        /* as controller: BLAMEs counted (one per link per generation) */
+  uint64_t link_downs;    /* as controller: link probes' verdicts that held an end out */
   uint32_t held_now;      /* nodes held out now */
   /* As controller: the last moment (ea_rdzv_lastck) of generation
    * last_ckpt_gen (64-bit form; 0: none yet), since last_ckpt_since_ms

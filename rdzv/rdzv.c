@@ -2895,6 +2895,41 @@ bool ea_rdzv_is_held(const ea_rdzv *r, const ea_node_id *id) {
   return is_ctrl(r) && held(r, id);
 }
 
+int ea_rdzv_link_down(ea_rdzv *r, uint64_t now_ms, const ea_node_id *by, const ea_node_id *peer) {
+  at(r, now_ms);
+  int rc = 0;
+  if (!is_ctrl(r)) {
+    rc = -EPERM;
+  } else if (id_eq(by, peer)) {
+    rc = -EINVAL;
+  } else if (r->formed.term == 0 || find_id(r->formed_ids, r->nformed, by) < 0 ||
+             find_id(r->formed_ids, r->nformed, peer) < 0) {
+    rc = -ENOENT;
+  } else {
+    /* blame_pick's tie: both ends named (a probe cannot tell directions). */
+    link_blame l = {.named_a = 1, .named_b = 1};
+    l.a = id_lt(by, peer) ? *by : *peer;
+    l.b = id_lt(by, peer) ? *peer : *by;
+    const ea_node_id *pick = blame_pick(r, &l);
+    const ea_node_id *other = id_eq(pick, by) ? peer : by;
+    flapper *f = held(r, pick) ? NULL : flap_get(r, pick);
+    if (held(r, pick)) {
+      rc = -EALREADY;
+    } else if (!f) {
+      rc = -ENOMEM;
+    } else {
+      char on[EA_NAME_MAX], who[EA_NAME_MAX], text[128];
+      name_of(r, other, on);
+      name_of(r, by, who);
+      fmt(text, sizeof text, "link probe: no answer over the link with %s (found by %s)", on, who);
+      hold(r, f, EA_RDZV_HOLD_LINK, text);
+      r->st.link_downs++;
+    }
+  }
+  settle(r);
+  return rc;
+}
+
 const char *ea_rdzv_spare_state_str(uint8_t state) {
   switch (state) {
     case EA_RDZV_SPARE_READY:

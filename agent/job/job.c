@@ -418,6 +418,11 @@ static void recv_msg(ea__job *J, const ea__job_msg *m) {
     case EA__JOB_PACE:
       if (J->cb.pace) J->cb.pace(J->ctx, m);
       break;
+    case EA__JOB_LINK_PING:
+    case EA__JOB_LINK_PONG:
+    case EA__JOB_LINK_DOWN:
+      if (J->cb.link) J->cb.link(J->ctx, m);
+      break;
     case EA__JOB_DONE:
       if (J->controller) {
         note_done(J, m);

@@ -38,6 +38,9 @@
  *   0x33 JOB_PACE  [ gen:uint, world:uint, [ [rank:uint, compute:float], … ] ]
  *   0x34 JOB_CKPT_AGAIN [ gen:uint, step:uint ]
  *   0x35 JOB_RESTORE    [ gen:uint, step:uint ]
+ *   0x36 JOB_LINK_PING  [ gen:uint, nonce:uint ]
+ *   0x37 JOB_LINK_PONG  [ gen:uint, nonce:uint ]
+ *   0x38 JOB_LINK_DOWN  [ gen:uint, peer:bin16 ]
  *
  * code: the exit status (0..255), nil when a signal ended it; source: 0 no
  * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
@@ -50,6 +53,12 @@
  * straggler detector.  JOB_RESTORE (a smoke run): generation gen reached
  * train.steps = step and its checkpoint is committed; restore it into a
  * fresh generation before the job ends (ea__job_opts.smoke_restore).
+ * JOB_LINK_PING/PONG/DOWN (agent/job/job_link.c): a member of a generation
+ * that makes no step pings every other member over this channel, each
+ * answers PONG with the same gen and nonce; a peer that answers two pings
+ * in a row in no time is reported to the controller as LINK_DOWN (peer:
+ * its id; gen: the generation probed).  gen > 0 in all three; the nonce
+ * is any uint.
  * JOB_PACE: 1 to EA_RDZV_MAX_WPN entries, rank < world ≤
  * EA_RDZV_MAX_WORLD, compute finite and ≥ 0.  Every string is bounded (EA__JOB_MSG_MAX,
  * EA__JOB_REASON_MAX, EA_NAME_MAX) and NUL-free; the decoder checks every
@@ -138,6 +147,9 @@ typedef enum {
   EA__JOB_PACE = 0x33,
   EA__JOB_CKPT_AGAIN = 0x34, /* controller → members: stage the final checkpoint again */
   EA__JOB_RESTORE = 0x35,    /* controller → members (smoke run): restore it, fresh generation */
+  EA__JOB_LINK_PING = 0x36,  /* member → member: are you reachable over the control channel? */
+  EA__JOB_LINK_PONG = 0x37,  /* the answer, gen and nonce echoed */
+  EA__JOB_LINK_DOWN = 0x38,  /* member → controller: peer answered no ping (job_link.c) */
 } ea__job_msg_type;
 
 /* One rank's pace (JOB_PACE). */
@@ -150,8 +162,11 @@ typedef struct {
   uint8_t type;
   ea_node_id src;
   /* JOB_EXIT: f; JOB_DONE, JOB_CKPT_AGAIN, JOB_RESTORE: gen, step; JOB_END: kind, reason,
-   * has_failure, f; JOB_PACE: gen, world, npace entries of pace */
+   * has_failure, f; JOB_PACE: gen, world, npace entries of pace; JOB_LINK_PING,
+   * JOB_LINK_PONG: gen, nonce; JOB_LINK_DOWN: gen, peer */
   uint64_t gen, step;
+  uint64_t nonce;
+  ea_node_id peer;
   uint32_t world, npace;
   ea__job_pace pace[EA_RDZV_MAX_WPN];
   uint8_t kind;
@@ -190,6 +205,9 @@ typedef struct {
   void (*worker_failed)(void *ctx, const ea_node_id *src, const ea__job_failure *f);
   /* Optional: a JOB_PACE arrived (the agent checks that it controls). */
   void (*pace)(void *ctx, const ea__job_msg *m);
+  /* Optional: a JOB_LINK_PING, JOB_LINK_PONG or JOB_LINK_DOWN arrived
+   * (job_link.c answers, matches, or holds an end out as controller). */
+  void (*link)(void *ctx, const ea__job_msg *m);
   /* smoke_restore: generation gen finished at `step` with its checkpoint
    * committed; offer no live state to the generations from now on (they
    * load that checkpoint) and, as controller, form a new one.  Runs on

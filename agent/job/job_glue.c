@@ -269,6 +269,138 @@ static void job_restore(void *ctx, uint64_t gen, uint64_t step) {
   ea__smoke_restore(ctx, gen, step);
 }
 
+/* ---- the link probe (link.c): the timer, the frames, the controller's part ---- */
+
+struct ea__agent_link {
+  ea__agent *a;
+  uv_timer_t timer;
+  ea__link *L;
+  uint64_t held; /* as controller: ends held out on a probe's word */
+};
+
+static bool link_controls(ea__agent *a) {
+  const ea_election *el = a->rdzv ? ea_rdzv_election(a->rdzv) : NULL;
+  return el && el->have && ea_node_id_cmp(&el->controller, &a->id) == 0;
+}
+
+static void link_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len) {
+  job_send(ctx, to, buf, len);
+}
+
+static void link_reset(void *ctx, const ea_node_id *to) {
+  ea__agent *a = ctx;
+  if (a->ctl) ea__ctl_reset_peer(a->ctl, to);
+}
+
+/* As controller: member `by` found `peer` unreachable (ours or a LINK_DOWN). */
+static void link_verdict(ea__agent *a, const ea_node_id *by, const ea_node_id *peer) {
+  if (!a->rdzv || a->phase >= EA__PHASE_CLOSING) return;
+  uint64_t now = ea__agent_now_ms(a);
+  int rc = ea_rdzv_link_down(a->rdzv, now, by, peer);
+  if (rc == 0) {
+    a->link->held++;
+    ea_rdzv_held h[16];
+    size_t n = ea_rdzv_held_out(a->rdzv, h, 16);
+    for (size_t i = 0; i < n && i < 16; i++)
+      if (h[i].why == EA_RDZV_HOLD_LINK && h[i].until_ms > now &&
+          (ea_node_id_cmp(&h[i].id, by) == 0 || ea_node_id_cmp(&h[i].id, peer) == 0))
+        ea_log(EA_LOG_WARN, "rdzv",
+               "link probe: %s cannot reach %s over the control channel: %s held out for %" PRIu64
+               " s (hold-out %u%s); the job re-forms without it",
+               ea__agent_member_name(ea__agent_find_member(a, by)),
+               ea__agent_member_name(ea__agent_find_member(a, peer)), h[i].name,
+               (h[i].until_ms - now + 999) / 1000, h[i].holds,
+               h[i].waived ? ", waived: too few nodes without it" : "");
+  } else if (rc != -EALREADY && rc != -EPERM) {
+    ea_log(EA_LOG_DEBUG, "rdzv", "link probe verdict from %s on %s not acted on: %s",
+           ea__agent_member_name(ea__agent_find_member(a, by)),
+           ea__agent_member_name(ea__agent_find_member(a, peer)), strerror(-rc));
+  }
+  ea__agent_core_done(a);
+}
+
+static void link_down(void *ctx, const ea_node_id *peer, uint64_t gen) {
+  ea__agent *a = ctx;
+  if (link_controls(a)) {
+    link_verdict(a, &a->id, peer);
+    return;
+  }
+  const ea_election *el = a->rdzv ? ea_rdzv_election(a->rdzv) : NULL;
+  if (!el || !el->have) return;
+  ea__job_msg m = {.type = EA__JOB_LINK_DOWN, .src = a->id, .gen = gen, .peer = *peer};
+  uint8_t buf[EA__JOB_WIRE_MAX];
+  size_t len;
+  if (ea__job_encode(&m, buf, sizeof buf, &len) == 0) job_send(a, &el->controller, buf, len);
+}
+
+/* job.link: a frame of the probe. */
+static void job_link(void *ctx, const ea__job_msg *m) {
+  ea__agent *a = ctx;
+  if (!a->link || a->phase >= EA__PHASE_CLOSING) return;
+  if (m->type == EA__JOB_LINK_DOWN) {
+    if (link_controls(a)) link_verdict(a, &m->src, &m->peer);
+    return;
+  }
+  ea__link_on_msg(a->link->L, ea__agent_now_ms(a), m);
+}
+
+static void on_link_tick(uv_timer_t *h) {
+  struct ea__agent_link *l = h->data;
+  ea__agent *a = l->a;
+  if (a->phase == EA__PHASE_CLOSING || !a->rdzv) return;
+  const ea_rdzv_plan *p =
+      a->run.active && a->phase == EA__PHASE_RUNNING ? ea_rdzv_running(a->rdzv) : NULL;
+  ea_rdzv_status st;
+  ea_rdzv_status_get(a->rdzv, &st);
+  ea__link_tick(l->L, ea__agent_now_ms(a), p, st.last_step);
+}
+
+/* Library mode probes (its program's collective names no peer); every
+ * mode answers pings. */
+static int link_start(ea__agent *a, char *err, size_t errlen) {
+  struct ea__agent_link *l = calloc(1, sizeof *l);
+  ea__link_cbs cb = {.send = link_send, .reset = link_reset, .down = link_down};
+  bool probe = a->mode == EA__MODE_LIBRARY && a->wpn > 0;
+  if (l) l->L = ea__link_new(&a->id, a->o->name, probe, &cb, a);
+  if (!l || !l->L) {
+    free(l);
+    snprintf(err, errlen, "link probe: out of memory");
+    return -ENOMEM;
+  }
+  l->a = a;
+  uv_timer_init(&a->loop, &l->timer);
+  l->timer.data = l;
+  if (probe) uv_timer_start(&l->timer, on_link_tick, EA__LINK_TICK_MS, EA__LINK_TICK_MS);
+  a->link = l;
+  return 0;
+}
+
+static void link_closed(uv_handle_t *h) {
+  struct ea__agent_link *l = h->data;
+  ea__link_free(l->L);
+  free(l);
+}
+
+static void link_close(ea__agent *a) {
+  struct ea__agent_link *l = a->link;
+  if (!l) return;
+  a->link = NULL;
+  uv_close((uv_handle_t *)&l->timer, link_closed);
+}
+
+void ea__agent_link_comm_failed(ea__agent *a) {
+  if (a->link) ea__link_comm_failed(a->link->L, ea__agent_now_ms(a));
+}
+
+void ea__agent_link_status(ea__agent *a, ea__jb *b, json_t *gen) {
+  if (!a->link) return;
+  json_t *o = ea__link_status(a->link->L, ea__agent_now_ms(a));
+  if (o && link_controls(a))
+    json_object_set_new(o, "held_out_here", json_integer((json_int_t)a->link->held));
+  ea__jb_set(b, gen, "link_probe", o);
+  ea__jb_bool(b, gen, "degraded", ea__link_active(a->link->L));
+}
+
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
   char cmd[1024] = "";
   if (a->o->worker_argc > 0) {
@@ -299,9 +431,11 @@ int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
                     .ckpt_again = job_ckpt_again,
                     .restore = job_restore};
   ea__agent_pace_wire(&jc);
+  jc.link = job_link;
   int rc = ea__job_new(&a->loop, &jo, &jc, a, &a->job);
   if (rc) snprintf(err, errlen, "job: %s", strerror(-rc));
   if (rc == 0) rc = ea__agent_pace_start(a, err, errlen);
+  if (rc == 0) rc = link_start(a, err, errlen);
   return rc;
 }
 
@@ -403,6 +537,7 @@ void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc) {
 
 void ea__agent_job_close(ea__agent *a) {
   ea__agent_pace_close(a);
+  link_close(a);
   if (a->launch) ea__launch_free(a->launch);
   a->launch = NULL;
   if (a->out) ea__out_free(a->out, NULL, NULL);

@@ -1,5 +1,5 @@
 /* job_wire.c — the job's control messages (JOB_EXIT, JOB_DONE, JOB_END,
- * JOB_PACE; drawn in job.h).
+ * JOB_PACE, JOB_CKPT_AGAIN, JOB_RESTORE, JOB_LINK_*; drawn in job.h).
  *
  * Same habits as the checkpoint reports (ckpt_wire.c): the rendezvous
  * framing and sealing, a type range of their own (0x30…), a positional
@@ -43,6 +43,9 @@ static const char *check(const ea__job_msg *m) {
     case EA__JOB_DONE:
     case EA__JOB_CKPT_AGAIN:
     case EA__JOB_RESTORE:
+    case EA__JOB_LINK_PING:
+    case EA__JOB_LINK_PONG:
+    case EA__JOB_LINK_DOWN:
       return m->gen ? NULL : "gen";
     case EA__JOB_END:
       if (m->kind < EA__JOB_SUCCESS || m->kind > EA__JOB_FINAL_CKPT) return "kind";
@@ -103,6 +106,18 @@ int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) 
       bad |= msgpack_pack_uint64(&pk, m->gen);
       bad |= msgpack_pack_uint64(&pk, m->step);
       break;
+    case EA__JOB_LINK_PING:
+    case EA__JOB_LINK_PONG:
+      bad |= msgpack_pack_array(&pk, 2);
+      bad |= msgpack_pack_uint64(&pk, m->gen);
+      bad |= msgpack_pack_uint64(&pk, m->nonce);
+      break;
+    case EA__JOB_LINK_DOWN:
+      bad |= msgpack_pack_array(&pk, 2);
+      bad |= msgpack_pack_uint64(&pk, m->gen);
+      bad |= msgpack_pack_bin(&pk, sizeof m->peer.b);
+      bad |= msgpack_pack_bin_body(&pk, m->peer.b, sizeof m->peer.b);
+      break;
     case EA__JOB_PACE:
       bad |= msgpack_pack_array(&pk, 3);
       bad |= msgpack_pack_uint64(&pk, m->gen);
@@ -161,7 +176,7 @@ static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
 }
 
 static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
-  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__JOB_WIRE_VERSION, EA__JOB_EXIT, EA__JOB_RESTORE,
+  if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__JOB_WIRE_VERSION, EA__JOB_EXIT, EA__JOB_LINK_DOWN,
                    &m->type, m->src.b, err))
     return -EA_EWIRE;
   switch (m->type) {
@@ -176,6 +191,24 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
       NEED(m->gen > 0, "gen");
       TRY(ea__mpr_uint(r, UINT64_MAX, &m->step), "step");
       break;
+    case EA__JOB_LINK_PING:
+    case EA__JOB_LINK_PONG:
+      if (ea__mpr_array_n(r, 2, "link", err)) return -EA_EWIRE;
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
+      NEED(m->gen > 0, "gen");
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->nonce), "nonce");
+      break;
+    case EA__JOB_LINK_DOWN: {
+      if (ea__mpr_array_n(r, 2, "link", err)) return -EA_EWIRE;
+      TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");
+      NEED(m->gen > 0, "gen");
+      const uint8_t *p;
+      size_t n;
+      TRY(ea__mpr_bin(r, sizeof m->peer.b, &p, &n), "peer");
+      NEED(n == sizeof m->peer.b, "peer");
+      memcpy(m->peer.b, p, n);
+      break;
+    }
     case EA__JOB_PACE: {
       if (ea__mpr_array_n(r, 3, "pace", err)) return -EA_EWIRE;
       TRY(ea__mpr_uint(r, UINT64_MAX, &m->gen), "gen");

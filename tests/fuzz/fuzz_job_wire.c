@@ -1,5 +1,5 @@
 /* libFuzzer harness for the job's control-message decoder (agent/job/job_wire.c
- * over base/mpread.c: JOB_EXIT, JOB_DONE, JOB_END, JOB_PACE), and for the error-file
+ * over base/mpread.c: JOB_EXIT, JOB_DONE, JOB_END, JOB_PACE, JOB_LINK_*), and for the error-file
  * parser (agent/job/job.c), which reads what a user's program wrote.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:
@@ -51,6 +51,11 @@ static bool msg_same(const ea__job_msg *a, const ea__job_msg *b) {
     case EA__JOB_CKPT_AGAIN:
     case EA__JOB_RESTORE:
       return a->gen == b->gen && a->step == b->step;
+    case EA__JOB_LINK_PING:
+    case EA__JOB_LINK_PONG:
+      return a->gen == b->gen && a->nonce == b->nonce;
+    case EA__JOB_LINK_DOWN:
+      return a->gen == b->gen && memcmp(a->peer.b, b->peer.b, 16) == 0;
     case EA__JOB_PACE:
       if (a->gen != b->gen || a->world != b->world || a->npace != b->npace) return false;
       for (uint32_t i = 0; i < a->npace; i++)
@@ -172,6 +177,18 @@ int main(int argc, char **argv) {
   m.pace[0] = (ea__job_pace){4, 0.0123};
   m.pace[1] = (ea__job_pace){5, 0.25};
   put_msg("pace", &m);
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_LINK_PING;
+  memset(m.src.b, 0x55, 16);
+  m.gen = (9ull << 16) | 0x0102;
+  m.nonce = 0x1234567890ull;
+  put_msg("link-ping", &m);
+  m.type = EA__JOB_LINK_PONG;
+  put_msg("link-pong", &m);
+  m.type = EA__JOB_LINK_DOWN;
+  m.nonce = 0;
+  memset(m.peer.b, 0x66, 16);
+  put_msg("link-down", &m);
   memset(&m, 0, sizeof m);
   m.type = EA__JOB_END;
   memset(m.src.b, 0x33, 16);

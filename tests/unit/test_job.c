@@ -509,6 +509,55 @@ START_TEST(job_codec_rejects) {
 }
 END_TEST
 
+START_TEST(job_codec_link) {
+  /* LINK_PING / LINK_PONG carry gen and nonce, LINK_DOWN gen and the peer's
+   * id; gen 0 is refused both ways, a peer of another length is named. */
+  ea__job_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = EA__JOB_LINK_PING;
+  memset(m.src.b, 7, 16);
+  m.gen = (3ull << 16) | 0x0a0b;
+  m.nonce = UINT64_MAX;
+  ea__job_msg d = job_roundtrip(&m);
+  ck_assert_int_eq(d.type, EA__JOB_LINK_PING);
+  ck_assert_uint_eq(d.gen, m.gen);
+  ck_assert_uint_eq(d.nonce, UINT64_MAX);
+  m.type = EA__JOB_LINK_PONG;
+  m.nonce = 0;
+  d = job_roundtrip(&m);
+  ck_assert_int_eq(d.type, EA__JOB_LINK_PONG);
+  ck_assert_uint_eq(d.nonce, 0);
+  m.type = EA__JOB_LINK_DOWN;
+  memset(m.peer.b, 0x5a, 16);
+  d = job_roundtrip(&m);
+  ck_assert_int_eq(d.type, EA__JOB_LINK_DOWN);
+  ck_assert_uint_eq(d.gen, m.gen);
+  ck_assert_int_eq(memcmp(d.peer.b, m.peer.b, 16), 0);
+  uint8_t buf[EA__JOB_WIRE_MAX];
+  size_t len;
+  const char *err = NULL;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), 0);
+  /* ... [gen, bin8 16 <id>]: the bin's length byte is 17 from the end */
+  ck_assert_uint_eq(buf[len - 17], 16);
+  buf[len - 17] = 15;
+  ck_assert_int_eq(ea__job_decode(buf, len - 1, &d, &err), -EA_EWIRE);
+  ck_assert_str_eq(err, "peer");
+  for (int t = EA__JOB_LINK_PING; t <= EA__JOB_LINK_DOWN; t++) {
+    m.type = (uint8_t)t;
+    m.gen = 0;
+    ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), -EINVAL);
+  }
+  /* a type past the family's last is refused */
+  m.type = EA__JOB_LINK_DOWN;
+  m.gen = 1 << 16;
+  ck_assert_int_eq(ea__job_encode(&m, buf, sizeof buf, &len), 0);
+  ck_assert_uint_eq(buf[3], EA__JOB_LINK_DOWN);
+  buf[3] = EA__JOB_LINK_DOWN + 1;
+  ck_assert_int_eq(ea__job_decode(buf, len, &d, &err), -EA_EWIRE);
+  ck_assert_str_eq(err, "type");
+}
+END_TEST
+
 /* ---- output lines ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -798,6 +847,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, failure_lines);
   tcase_add_test(tc, job_codec_roundtrip);
   tcase_add_test(tc, job_codec_rejects);
+  tcase_add_test(tc, job_codec_link);
   tcase_add_test(tc, lines_split_and_bounded);
   tcase_add_test(tc, python_dir_next_to_the_binary);
   tcase_add_test(tc, final_checkpoint_retried);
