@@ -257,8 +257,8 @@ void ea__link_text(const ea__link *L, uint64_t now, char *out, size_t cap) {
     snprintf(out + len, cap - len, " unreachable from %s", L->name);
     return;
   }
-  snprintf(out, cap, "link probe: pinging %zu member%s (%s, %.1f s ago)", L->npeers,
-           L->npeers == 1 ? "" : "s", L->why, (double)(now - L->since_ms) / 1000.0);
+  snprintf(out, cap, "link probe: pinging %zu member%s for %.1f s (started: %s)", L->npeers,
+           L->npeers == 1 ? "" : "s", (double)(now - L->since_ms) / 1000.0, L->why);
 }
 
 json_t *ea__link_status(const ea__link *L, uint64_t now) {

@@ -88,7 +88,7 @@ void ea__link_on_msg(ea__link *L, uint64_t now, const ea__job_msg *m);
 
 /* Whether probing now, and a one-line summary ("" when not): "link probe:
  * n3 unreachable from n2" once a verdict is in, else "link probe: pinging
- * 2 members (no step for 2.3 s)". */
+ * 2 members for 0.4 s (started: no step for 2.0 s)". */
 bool ea__link_active(const ea__link *L);
 void ea__link_text(const ea__link *L, uint64_t now, char *out, size_t cap);
 /* Members found unreachable now (at most cap ids into out). */
