@@ -149,6 +149,7 @@ typedef enum {
   EA__F_DISK_FULL,       /* the checkpoint file system is full, then freed */
   EA__F_ONEWAY,          /* one-way loss between ring neighbours (netns), then healed */
   EA__F_FOREIGN,         /* an agent of another cluster (another key) joins, then is killed */
+  EA__F_PREEMPT,         /* spot notices to k of n nodes through the fake metadata service */
   EA__F_NKINDS
 } ea__chaos_kind;
 
@@ -284,6 +285,7 @@ typedef enum {
   EA__I_COVERAGE,   /* the schedule ran: at least min_faults injected */
   EA__I_RESOURCES,  /* agents' memory and descriptors stay flat (resources.c) */
   EA__I_FOREIGN,    /* an agent of another cluster is refused (episode.c, run_foreign) */
+  EA__I_PREEMPT,    /* after a mass preemption LATEST is at the step reached (preempt.c) */
   EA__I_COUNT
 } ea__chaos_inv;
 
@@ -448,6 +450,11 @@ typedef struct ea__chaos_run {
   /* agents' memory and descriptors */
   ea__chaos_rsrc *rsrc;
   size_t nrsrc, caprsrc;
+  /* the fake metadata service of the preempt fault (preempt.c); port 0: none */
+  int notice_fd, notice_port;
+  volatile bool notice_quit;
+  pthread_t notice_thread;
+  bool preempt_checked; /* a mass preemption ran (the invariant was judged) */
   /* post-mortem */
   struct ea__chaos_history *hist;
   bool aborted;
@@ -570,6 +577,16 @@ ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old);
 /* One scheduled fault: skip it (saying why) or wait until the cluster is
  * whole, inject, watch the degraded and restored phases, settle. */
 void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e);
+
+/* ---- preempt.c ------------------------------------------------------------- */
+
+/* The fake metadata service: GET /going/NAME answers 200 once
+ * WORK/notices/going-NAME exists.  0 or -errno (err says). */
+int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen);
+void ea__chaos_notice_stop(ea__chaos_run *r);
+/* The preempt episode: notices to 1 node (a drain) or to n − min_nodes + 1
+ * (a mass preemption: the checkpoint, then they leave), then fresh nodes. */
+void ea__chaos_run_preempt(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
 
 /* ---- setup.c --------------------------------------------------------------- */
 

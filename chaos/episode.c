@@ -719,6 +719,21 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason,
              "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
+  } else if (f->kind == EA__F_PREEMPT && !r->notice_port) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s",
+             r->o.netns ? "the fake metadata service listens on the harness's loopback, which the "
+                          "agents' network namespaces cannot reach"
+                        : "the fake metadata service did not start (harness.log says why)");
+  } else if (f->kind == EA__F_PREEMPT && f->whole_node &&
+             (!r->ckpt_available || !r->cfg.checkpoint.save_interval_steps ||
+              !r->cfg.runtime.preemption_grace_seconds)) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason, "%s",
+             !r->ckpt_available ? r->ckpt_why
+                                : "the job has checkpoint.save_interval_steps or "
+                                  "runtime.preemption_grace_seconds 0: no checkpoint before a "
+                                  "mass preemption");
   } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason,
@@ -809,6 +824,9 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
       break;
     case EA__F_FOREIGN:
       run_foreign(r, e);
+      break;
+    case EA__F_PREEMPT:
+      ea__chaos_run_preempt(r, e, v);
       break;
     default:
       break;

@@ -987,6 +987,7 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
       break;
     case EA__F_DRAIN:
     case EA__F_SIGTERM:
+    case EA__F_PREEMPT:
       if (!restored)
         p->t_detect = first_event(r, h, e->t_inject, victim, 2);
       else

@@ -59,6 +59,8 @@ static void usage(FILE *f, const char *prog) {
       "                       node-crash worker-kill controller-kill pause drain sigterm join\n"
       "                       foreign isolate split loss oneway (--netns) ckpt-kill disk-full "
       "(checkpoints)\n"
+      "                       preempt (spot notices to 1 or n - min_nodes + 1 nodes through a\n"
+      "                       fake metadata service; not with --netns)\n"
       "  --min-faults N       at least N faults (default 10)\n"
       "  --steps N            train.steps (default: calibrated to last about --duration)\n"
       "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"

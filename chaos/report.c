@@ -153,6 +153,8 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       for (size_t i = 0; i < r->neps; i++)
         if (r->eps[i].f.kind == EA__F_FOREIGN && r->eps[i].state == EA__EP_DONE) return NULL;
       return nviol(r, inv) ? NULL : "no foreign fault ran";
+    case EA__I_PREEMPT:
+      return r->preempt_checked || nviol(r, inv) ? NULL : "no mass preemption ran";
     default:
       return NULL;
   }

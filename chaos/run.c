@@ -53,7 +53,8 @@ static const char *const inv_names[EA__I_COUNT] = {"target_step",       "step_on
                                                    "one_controller",    "minority_never_trains",
                                                    "checkpoints",       "recovery_bound",
                                                    "clean_exit",        "coverage",
-                                                   "resources_flat",    "strangers_refused"};
+                                                   "resources_flat",    "strangers_refused",
+                                                   "preempt_checkpoint"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -71,7 +72,9 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "drained and SIGTERMed agents exit 0; no agent dies unexpectedly",
     "the schedule ran: at least --min-faults faults were injected",
     "agents' resident memory and open descriptors stay flat (no leak over a long run)",
-    "an agent of another cluster joins no generation and touches no checkpoint of the cluster"};
+    "an agent of another cluster joins no generation and touches no checkpoint of the cluster",
+    "after a mass preemption (notices that leave fewer than min_nodes) LATEST names a checkpoint "
+    "at the step reached, not the last periodic one"};
 
 const char *ea__chaos_inv_name(int inv) {
   return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";
@@ -310,6 +313,13 @@ int ea__chaos_node_start(ea__chaos_run *r, ea__chaos_node *n) {
   if (seeds[0]) {
     argv[a++] = "--join";
     argv[a++] = seeds;
+  }
+  char notice[200];
+  if (r->notice_port) { /* the preempt fault's fake metadata service (preempt.c) */
+    snprintf(notice, sizeof notice, "runtime.preemption_notice=http://127.0.0.1:%d/going/%s",
+             r->notice_port, n->name);
+    argv[a++] = "--set";
+    argv[a++] = notice;
   }
   argv[a] = NULL;
   char envbuf[128];
@@ -888,6 +898,7 @@ int ea__chaos_execute(ea__chaos_run *r) {
 
 void ea__chaos_teardown(ea__chaos_run *r) {
   if (r->nodes) ea__chaos_stop_all(r);
+  ea__chaos_notice_stop(r);
   /* Adopted orphans (workers of agents that were SIGKILLed) are our
    * children now: end each by its pid, then reap. */
   int64_t deadline = ea__chaos_mono_ms() + 5000;

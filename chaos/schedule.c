@@ -33,7 +33,7 @@
 static const char *const kind_names[EA__F_NKINDS] = {
     "node-crash", "worker-kill", "controller-kill", "pause",  "drain",
     "sigterm",    "join",        "isolate",         "split",  "loss",
-    "ckpt-kill",  "disk-full",   "oneway",          "foreign"};
+    "ckpt-kill",  "disk-full",   "oneway",          "foreign", "preempt"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -243,6 +243,14 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
     case EA__F_DISK_FULL:
       snprintf(out, cap, "%s: checkpoint file system full for %.1f s, then freed", k,
                f->dur_ms / 1000.0);
+      break;
+    case EA__F_PREEMPT:
+      snprintf(out, cap,
+               "%s: spot notices (fake metadata service) to %s, from slot %d; then fresh nodes", k,
+               f->whole_node ? "n - min_nodes + 1 nodes at once (a mass preemption: the checkpoint, "
+                               "then they leave)"
+                             : "one node (a drain)",
+               f->slot);
       break;
     case EA__F_FOREIGN:
       snprintf(out, cap,
