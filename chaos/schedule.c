@@ -31,8 +31,8 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause",  "drain",
-    "sigterm",    "join",        "isolate",         "split",  "loss",
+    "node-crash", "worker-kill", "controller-kill", "pause",   "drain",
+    "sigterm",    "join",        "isolate",         "split",   "loss",
     "ckpt-kill",  "disk-full",   "oneway",          "foreign", "preempt"};
 
 const char *ea__chaos_kind_name(int kind) {
@@ -247,9 +247,10 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
     case EA__F_PREEMPT:
       snprintf(out, cap,
                "%s: spot notices (fake metadata service) to %s, from slot %d; then fresh nodes", k,
-               f->whole_node ? "n - min_nodes + 1 nodes at once (a mass preemption: the checkpoint, "
-                               "then they leave)"
-                             : "one node (a drain)",
+               f->whole_node
+                   ? "n - min_nodes + 1 nodes at once (a mass preemption: the checkpoint, "
+                     "then they leave)"
+                   : "one node (a drain)",
                f->slot);
       break;
     case EA__F_FOREIGN:
