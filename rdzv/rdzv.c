@@ -1102,14 +1102,28 @@ static void start_draining(ea_rdzv *r) {
 }
 
 /* Tell `to` which generation formed last, and its members in rank order
- * (term 0 and none when we know of none). */
+ * (term 0 and none when we know of none) — less those that left
+ * gracefully, unless none would remain.  A LEFT member is no voter of the
+ * generation any more (ctrl_step's quorum rule) and never comes back with
+ * that incarnation; and a newcomer never learns of it (membership keeps no
+ * record of a member that left before it joined), so it would count it as
+ * a member it does not know: after a mass preemption whose drained nodes
+ * took the controller along, a fresh node that became controller refused
+ * the survivors' STATE (most of its members unknown: state_credible) and
+ * learned for ever (make chaos, the preempt fault). */
 static void send_state(ea_rdzv *r, const ea_node_id *to) {
   ea_rdzv_msg s = {.type = EA_RDZV_STATE, .gen = r->formed};
   ea_rdzv_node *nodes = calloc(r->nformed ? r->nformed : 1, sizeof *nodes);
   if (!nodes) return;
-  for (uint32_t i = 0; i < r->nformed; i++) nodes[i].id = r->formed_ids[i];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < r->nformed; i++) {
+    const ea_member *v = view_find(r, &r->formed_ids[i]);
+    if (!(v && v->state == EA_STATE_LEFT)) nodes[n++].id = r->formed_ids[i];
+  }
+  if (n == 0)
+    for (; n < r->nformed; n++) nodes[n].id = r->formed_ids[n];
   s.plan.nodes = nodes;
-  s.plan.nnodes = r->nformed;
+  s.plan.nnodes = n;
   s.plan.gen = r->formed;
   post(r, to, &s);
   free(nodes);
