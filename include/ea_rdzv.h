@@ -584,8 +584,9 @@ const char *ea_rdzv_hold_why_str(uint8_t why); /* "flapping", "straggler", "link
  * both ends find each other unreachable and which one said it first tells
  * nothing.  Returns 0 (held out now), -EPERM when this agent is not the
  * controller, -ENOENT when by or peer is not a member of the last formed
- * generation (a stale verdict), -EINVAL when by == peer, -EALREADY when
- * the end picked is held out already. */
+ * generation (a stale verdict), -ESRCH when either is not alive in this
+ * view (suspect or dead: a node failure, membership's to judge), -EINVAL
+ * when by == peer, -EALREADY when the end picked is held out already. */
 int ea_rdzv_link_down(ea_rdzv *r, uint64_t now_ms, const ea_node_id *by, const ea_node_id *peer);
 
 typedef struct {

@@ -2919,6 +2919,12 @@ int ea_rdzv_link_down(ea_rdzv *r, uint64_t now_ms, const ea_node_id *by, const e
   } else if (r->formed.term == 0 || find_id(r->formed_ids, r->nformed, by) < 0 ||
              find_id(r->formed_ids, r->nformed, peer) < 0) {
     rc = -ENOENT;
+  } else if (!view_find(r, by) || view_find(r, by)->state != EA_STATE_ALIVE ||
+             !view_find(r, peer) || view_find(r, peer)->state != EA_STATE_ALIVE) {
+    /* A node suspected or dead is membership's to judge (a killed agent
+     * answers no ping either): holding the higher name out would then
+     * punish a healthy node for a dead one. */
+    rc = -ESRCH;
   } else {
     /* blame_pick's tie: both ends named (a probe cannot tell directions). */
     link_blame l = {.named_a = 1, .named_b = 1};

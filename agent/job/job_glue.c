@@ -287,6 +287,12 @@ static void link_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_
   job_send(ctx, to, buf, len);
 }
 
+static bool link_alive(void *ctx, const ea_node_id *id) {
+  ea__agent *a = ctx;
+  const ea_member *m = a->tr ? ea__agent_find_member(a, id) : NULL;
+  return m && m->state == EA_STATE_ALIVE;
+}
+
 static void link_reset(void *ctx, const ea_node_id *to) {
   ea__agent *a = ctx;
   if (a->ctl) ea__ctl_reset_peer(a->ctl, to);
@@ -359,7 +365,8 @@ static void on_link_tick(uv_timer_t *h) {
  * mode answers pings. */
 static int link_start(ea__agent *a, char *err, size_t errlen) {
   struct ea__agent_link *l = calloc(1, sizeof *l);
-  ea__link_cbs cb = {.send = link_send, .reset = link_reset, .down = link_down};
+  ea__link_cbs cb = {
+      .send = link_send, .reset = link_reset, .down = link_down, .alive = link_alive};
   bool probe = a->mode == EA__MODE_LIBRARY && a->wpn > 0;
   if (l) l->L = ea__link_new(&a->id, a->o->name, probe, &cb, a);
   if (!l || !l->L) {

@@ -128,7 +128,10 @@ static void round_now(ea__link *L, uint64_t now) {
   L->rounds++;
   for (size_t i = 0; i < L->npeers; i++) {
     peer *x = &L->peers[i];
-    if (x->nonce && x->acked != x->nonce) {
+    if (L->cb.alive && !L->cb.alive(L->ctx, &x->id)) {
+      x->misses = 0;
+      x->down = false;
+    } else if (x->nonce && x->acked != x->nonce) {
       x->misses++;
       /* the next ping on a fresh connection (link.h) */
       if (L->cb.reset) L->cb.reset(L->ctx, &x->id);

@@ -67,6 +67,10 @@ typedef struct {
    * controller (ourselves: ea_rdzv_link_down directly).  Called every
    * round while it lasts. */
   void (*down)(void *ctx, const ea_node_id *peer, uint64_t gen);
+  /* Whether membership says `id` is alive (not suspect, dead or gone): a
+   * member it does not is a node failure, membership's to judge, and
+   * counts no miss here.  NULL: all are. */
+  bool (*alive)(void *ctx, const ea_node_id *id);
 } ea__link_cbs;
 
 /* probe: this node probes (library mode); every agent answers pings

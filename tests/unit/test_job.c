@@ -7,6 +7,7 @@
  * tests/e2e/test_torchrun.sh and test_job.sh. */
 #include "job.h"
 #include "launch.h"
+#include "link.h"
 #include "output.h"
 #include "supervisor.h"
 
@@ -558,6 +559,144 @@ START_TEST(job_codec_link) {
 }
 END_TEST
 
+/* ---- the link probe (link.c), in virtual time ----------------------------------------------- */
+
+typedef struct {
+  int sent, resets, downs;
+  ea__job_msg last;     /* the last frame sent, decoded */
+  ea_node_id last_to;   /* and to whom */
+  ea_node_id down_peer; /* the last down() */
+  uint64_t down_gen;
+  bool dead3; /* membership says node 3 is dead */
+} link_rec;
+
+static void lk_send(void *ctx, const ea_node_id *to, const uint8_t *buf, size_t len) {
+  link_rec *r = ctx;
+  r->sent++;
+  r->last_to = *to;
+  ck_assert_int_eq(ea__job_decode(buf, len, &r->last, NULL), 0);
+}
+static void lk_reset(void *ctx, const ea_node_id *to) {
+  (void)to;
+  ((link_rec *)ctx)->resets++;
+}
+static void lk_down(void *ctx, const ea_node_id *peer, uint64_t gen) {
+  link_rec *r = ctx;
+  r->downs++;
+  r->down_peer = *peer;
+  r->down_gen = gen;
+}
+static bool lk_alive(void *ctx, const ea_node_id *id) {
+  return !(((link_rec *)ctx)->dead3 && id->b[0] == 3);
+}
+
+START_TEST(link_probe_finds_a_silent_member) {
+  /* n1 with n2 and n3 in generation 1, stepping every 100 ms: no probe
+   * until 2 s without a step (10 x 100 ms is less); then a ping a second
+   * to each; n2 answers, n3 does not: one miss at the next round (its
+   * connection reset), unreachable at the second, and the controller told
+   * every round while it lasts.  A step ends it.  Anyone's ping is
+   * answered with its gen and nonce.  A member membership says is dead
+   * counts no miss (a node failure). */
+  for (int variant = 0; variant < 2; variant++) {
+    link_rec r = {.dead3 = variant == 1};
+    ea__link_cbs cb = {.send = lk_send, .reset = lk_reset, .down = lk_down, .alive = lk_alive};
+    ea_node_id ids[3];
+    ea_rdzv_node nodes[3];
+    memset(nodes, 0, sizeof nodes);
+    for (int i = 0; i < 3; i++) {
+      memset(ids[i].b, i + 1, 16);
+      nodes[i].id = ids[i];
+      snprintf(nodes[i].name, sizeof nodes[i].name, "n%d", i + 1);
+    }
+    ea_rdzv_plan p = {
+        .gen = {.term = 1, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
+    uint64_t g = ea_rdzv_gen_u64(&p.gen);
+    ea__link *L = ea__link_new(&ids[0], "n1", true, &cb, &r);
+    ck_assert_ptr_nonnull(L);
+    char t[256];
+    uint64_t step = 10, now = 0;
+    for (now = 0; now <= 1000; now += 100) ea__link_tick(L, now, &p, step++);
+    for (; now < 1000 + EA__LINK_QUIET_MIN_MS; now += EA__LINK_TICK_MS)
+      ea__link_tick(L, now, &p, step);
+    ck_assert(!ea__link_active(L));
+    ck_assert_int_eq(r.sent, 0);
+    ea__link_tick(L, now, &p, step); /* 2 s without a step: the first round */
+    ck_assert(ea__link_active(L));
+    ck_assert_int_eq(r.sent, 2);
+    ck_assert_int_eq(r.last.type, EA__JOB_LINK_PING);
+    ck_assert_uint_eq(r.last.gen, g);
+    ea__link_text(L, now, t, sizeof t);
+    ck_assert_str_eq(t, "link probe: pinging 2 members for 0.0 s (started: no step for 2.0 s)");
+    uint64_t first = now;
+    for (int round = 1; round <= 3; round++) {
+      /* n2 answers its ping (the one to n2 went first) */
+      ea__job_msg pong = {
+          .type = EA__JOB_LINK_PONG, .src = ids[1], .gen = g, .nonce = r.last.nonce - 1};
+      ea__link_on_msg(L, now + 5, &pong);
+      for (now += EA__LINK_TICK_MS; now < first + round * EA__LINK_ROUND_MS;
+           now += EA__LINK_TICK_MS)
+        ea__link_tick(L, now, &p, step);
+      ck_assert_int_eq(r.sent, 2 * round);
+      ea__link_tick(L, now, &p, step);
+      ck_assert_int_eq(r.sent, 2 * (round + 1));
+      if (variant == 1) {
+        ck_assert_int_eq(r.resets, 0);
+        ck_assert_int_eq(r.downs, 0);
+        continue;
+      }
+      ck_assert_int_eq(r.resets, round); /* n3's connection, after each miss */
+      ck_assert_int_eq(r.downs, round >= 2 ? round - 1 : 0);
+    }
+    ea_node_id down[4];
+    if (variant == 0) {
+      ck_assert_int_eq(memcmp(r.down_peer.b, ids[2].b, 16), 0);
+      ck_assert_uint_eq(r.down_gen, g);
+      ea__link_text(L, now, t, sizeof t);
+      ck_assert_str_eq(t, "link probe: n3 unreachable from n1");
+      ck_assert_uint_eq(ea__link_down_now(L, down, 4), 1);
+      json_t *js = ea__link_status(L, now);
+      ck_assert_ptr_nonnull(js);
+      json_t *ps = json_object_get(js, "peers");
+      ck_assert_uint_eq(json_array_size(ps), 2);
+      ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ps, 0), "state")), "ok");
+      ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ps, 1), "state")),
+                       "unreachable");
+      json_decref(js);
+    } else {
+      ck_assert_uint_eq(ea__link_down_now(L, down, 4), 0);
+    }
+    /* a step: over */
+    ea__link_tick(L, now + 10, &p, ++step);
+    ck_assert(!ea__link_active(L));
+    ea__link_text(L, now, t, sizeof t);
+    ck_assert_str_eq(t, "");
+    /* a ping from n3 is answered, gen and nonce echoed */
+    ea__job_msg ping = {.type = EA__JOB_LINK_PING, .src = ids[2], .gen = 77, .nonce = 12345};
+    ea__link_on_msg(L, now, &ping);
+    ck_assert_int_eq(r.last.type, EA__JOB_LINK_PONG);
+    ck_assert_uint_eq(r.last.gen, 77);
+    ck_assert_uint_eq(r.last.nonce, 12345);
+    ck_assert_int_eq(memcmp(r.last_to.b, ids[2].b, 16), 0);
+    ck_assert_int_eq(memcmp(r.last.src.b, ids[0].b, 16), 0);
+    /* a communicator failure that named no peer: at once, steps or not */
+    int before = r.sent;
+    ea__link_comm_failed(L, now + 20);
+    ea__link_tick(L, now + 20, &p, step);
+    ck_assert(ea__link_active(L));
+    ck_assert_int_eq(r.sent, before + 2);
+    ea__link_tick(L, now + 20 + EA__LINK_FAIL_MS, &p, step); /* the window over, a step since */
+    ea__link_tick(L, now + 30 + EA__LINK_FAIL_MS, &p, ++step);
+    ck_assert(!ea__link_active(L));
+    /* no generation: nothing */
+    ea__link_comm_failed(L, now + 40 + EA__LINK_FAIL_MS);
+    ea__link_tick(L, now + 40 + EA__LINK_FAIL_MS, NULL, step);
+    ck_assert(!ea__link_active(L));
+    ea__link_free(L);
+  }
+}
+END_TEST
+
 /* ---- output lines ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -848,6 +987,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, job_codec_roundtrip);
   tcase_add_test(tc, job_codec_rejects);
   tcase_add_test(tc, job_codec_link);
+  tcase_add_test(tc, link_probe_finds_a_silent_member);
   tcase_add_test(tc, lines_split_and_bounded);
   tcase_add_test(tc, python_dir_next_to_the_binary);
   tcase_add_test(tc, final_checkpoint_retried);

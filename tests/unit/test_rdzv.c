@@ -2609,6 +2609,16 @@ START_TEST(test_link_down_holds_at_once) {
     ck_assert_int_eq(ea_rdzv_link_down(h->a[1].r, h->now, &h->a[2].id, &h->a[3].id), -EPERM);
     ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[2].id, &h->a[2].id), -EINVAL);
     ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[2].id, &stranger), -ENOENT);
+    if (variant == 0) {
+      /* a node the controller sees dead (cut off: no ping answered either)
+       * is membership's: nothing held, n3 not blamed for n2 */
+      h_cut(h, 0, 2, true);
+      while (h->a[0].shown[2] == EA_STATE_ALIVE) h_run_until(h, h->now + 1);
+      ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[3].id, &h->a[2].id), -ESRCH);
+      h_cut(h, 0, 2, false);
+      int four = 4;
+      ck_assert(h_run_cond(h, h->now + 10000, settled_with, &four));
+    }
     ck_assert_uint_eq(held_of(h, 0, held), 0);
     int by = variant == 0 ? 2 : variant == 1 ? 3 : 1, peer = variant == 0 ? 3 : variant == 1 ? 2 : 0;
     const char *want = variant < 2 ? "0,1,2" : "0,2,3", *name = variant < 2 ? "n3" : "n1";
