@@ -282,6 +282,31 @@ def test_checkpoint_staging_through_the_memfd(agent):
     r.join()
 
 
+def test_ckpt_at_stages_the_named_step_and_refuses_a_passed_one(agent):
+    """The checkpoint before a mass preemption: ckpt_at names a step that
+    is no multiple of ckpt_interval; the worker stages exactly there, and a
+    step it has completed already is answered ckpt_skipped (the agent then
+    asks for a later one)."""
+    st = ObjectState(counter=0)
+    r, hello = start(agent, st, steps(st, pace=0.01))
+    agent.send(**commit(1, hello["comm_addr"], ckpt_interval=100000, ckpt_dir="/x"))
+    s = agent.expect("step")["step"]
+    at = s + 20
+    agent.send(type="ckpt_at", gen=1, step=at)
+    m, data = _staged(agent)
+    assert (m["gen"], m["step"]) == (1, at)
+    probe = ObjectState(counter=0)
+    probe.load(data)
+    assert probe.step == at and probe.counter == at
+    agent.send(type="ckpt_done", gen=1, step=at, status=0, message="")
+    agent.send(type="ckpt_at", gen=1, step=2)  # long completed
+    sk = agent.expect("ckpt_skipped", skip=("step",))
+    assert sk["step"] == 2 and sk["reason"].startswith("step 2 is already completed")
+    agent.send(type="stop")
+    agent.expect("exiting", skip=("step", "ckpt_staged", "ckpt_skipped"))
+    r.join()
+
+
 def test_busy_policy_wait_is_bounded_by_half_the_timeout(agent):
     st = ObjectState(counter=0)
     r, hello = start(agent, st, steps(st))
