@@ -184,6 +184,7 @@ typedef struct {
   uint64_t resets;                  /* outgoing connections dropped by ea__ctl_reset_peer */
   uint64_t preauth_evicted;         /* closed on probation: over the per-source or total cap */
   uint64_t preauth_timeouts;        /* no header (or no whole body) within the deadline */
+  uint64_t refused_rate;            /* closed at accept: the source over its connect rate */
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals

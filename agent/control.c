@@ -22,10 +22,13 @@
  * is closed at its first header.
  *
  * Before authentication (no valid header yet) a connection is on
- * probation: at most CTL_PREAUTH_PER_SOURCE of them per source address and
- * CTL_PREAUTH_MAX in all, each given CTL_PREAUTH_DEADLINE_MS to send its
- * header.  Over a limit the oldest one on probation (from that source, or
- * at all) is closed, never one that authenticated: a real peer sends its
+ * probation (ea_admit.h, shared with the gossip port): a source over its
+ * connect rate is closed at accept (refused_rate); at most
+ * CTL_PREAUTH_PER_SOURCE on probation per source address and
+ * CTL_PREAUTH_MAX in all, shared max-min fairly among sources, each given
+ * CTL_PREAUTH_DEADLINE_MS to send its header.  Over a limit the oldest one
+ * on probation (from that source, or from the source holding the most) is
+ * closed, never one that authenticated: a real peer sends its
  * header as soon as it connects, so it is on probation for microseconds,
  * while connections held open without a header are what an attacker can
  * cheaply make (issue 11: 64 half-sent frames took a keyed controller from
@@ -51,6 +54,8 @@
  * `closed` once the last handle is gone.
  */
 #include "agent_int.h"
+
+#include "ea_admit.h"
 
 #include "ea_antireplay.h"
 #include "ea_log.h"
@@ -114,6 +119,11 @@
 #define CTL_PREAUTH_DEADLINE_MS 3000
 #define CTL_PREAUTH_PER_SOURCE 8
 #define CTL_PREAUTH_MAX 64
+/* Connects per source address before any of that (ea_admit.h): a burst of
+ * 20, then 10 a second, unless it authenticated before.  A peer keeps one
+ * connection to us and reconnects only after a reset. */
+#define CTL_SRC_RATE 10.0
+#define CTL_SRC_BURST 20.0
 /* The largest body (16 MiB) crosses a LAN in well under a second; 10 s is
  * for a congested one. */
 #define CTL_FRAME_DEADLINE_MS 10000
@@ -176,6 +186,7 @@ struct ea__ctl {
   void *ctx;
   cconn *conns;
   size_t nout, nin;
+  ea_admit *admit; /* incoming before their header (ea_admit.h); made at the first accept */
   ea__ctl_stats st;
   uint64_t warn_ms;
   void (*closed)(void *ctx);
@@ -190,6 +201,7 @@ static void maybe_free(ea__ctl *c) {
   memset(c->key, 0, sizeof c->key);
   ea_ar_free(&c->ar);
   free(c->record_dir);
+  ea_admit_free(c->admit);
   free(c);
   if (closed) closed(ctx);
 }
@@ -426,6 +438,7 @@ static bool header_in(ea__ctl *c, cconn *k) {
     return false;
   }
   k->authed = true;
+  if (!k->outgoing && c->admit) ea_admit_authed(c->admit, &k->from, uv_now(c->loop));
   k->hdr_got = 0;
   k->in_body = true;
   k->flen = flen;
@@ -513,32 +526,31 @@ static size_t header_bytes(cconn *k) {
   return k->hdr_got + (pending > 0 ? (size_t)pending : 0);
 }
 
-/* Make room for a connection on probation from `from`: close the oldest
- * one on probation from the same address past the per-source limit, and
- * the oldest one at all past the total — of those whose header has not
- * arrived.  Connections that authenticated are never closed here. */
+/* Make room for a connection on probation from `from` (ea_admit_victim:
+ * CTL_PREAUTH_PER_SOURCE from one address, CTL_PREAUTH_MAX in all shared
+ * fairly among sources); connections that authenticated, or whose header
+ * has arrived, are never closed here. */
 static void probation_room(ea__ctl *c, const cconn *self, const ea_addr *from) {
-  for (int pass = 0; pass < 2; pass++) {
-    size_t n = 0;
-    cconn *oldest = NULL;
-    for (cconn *k = c->conns; k; k = k->next) {
-      if (k == self || k->outgoing || k->closing || k->authed) continue;
-      if (pass == 0 && !ea_addr_eq(&k->from, from)) continue;
-      n++;
-      if (header_bytes(k) >= ea_wire_frame_hdr_size(c->have_key)) continue;
-      if (!oldest || k->since_ms <= oldest->since_ms) oldest = k;
-    }
-    size_t limit = pass == 0 ? CTL_PREAUTH_PER_SOURCE : CTL_PREAUTH_MAX;
-    if (n >= limit && oldest) {
-      c->st.preauth_evicted++;
-      char a[64], d[160];
-      ea_addr_str(&oldest->from, a, sizeof a);
-      snprintf(d, sizeof d, "closed a connection from %s that sent no header (%zu waiting%s)", a, n,
-               pass == 0 ? " from that address" : "");
-      warn_bad(c, "probation", d);
-      conn_close(oldest);
-    }
+  ea_admit_wait w[CTL_MAX_CONNS];
+  cconn *ws[CTL_MAX_CONNS];
+  size_t n = 0;
+  const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
+  for (cconn *k = c->conns; k && n < CTL_MAX_CONNS; k = k->next) {
+    if (k == self || k->outgoing || k->closing || k->authed) continue;
+    w[n] = (ea_admit_wait){
+        .src = k->from, .since_ms = k->since_ms, .header_here = header_bytes(k) >= hsz};
+    ws[n++] = k;
   }
+  bool own = false;
+  int v = c->admit ? ea_admit_victim(c->admit, w, n, from, &own) : -1;
+  if (v < 0) return;
+  c->st.preauth_evicted++;
+  char a[64], d[160];
+  ea_addr_str(&ws[v]->from, a, sizeof a);
+  snprintf(d, sizeof d, "closed a connection from %s that sent no header (%zu waiting%s)", a, n,
+           own ? " from that address" : "");
+  warn_bad(c, "probation", d);
+  conn_close(ws[v]);
 }
 
 static void on_accept(uv_stream_t *server, int status) {
@@ -557,6 +569,18 @@ static void on_accept(uv_stream_t *server, int status) {
     ea_addr_from_sockaddr((struct sockaddr *)&ss, &k->from);
   k->from.port = 0; /* per address, not per connection */
   k->since_ms = uv_now(c->loop);
+  if (!c->admit) {
+    ea_admit_config ac = {.rate = CTL_SRC_RATE,
+                          .burst = CTL_SRC_BURST,
+                          .per_source = CTL_PREAUTH_PER_SOURCE,
+                          .total = CTL_PREAUTH_MAX};
+    c->admit = ea_admit_new(&ac); /* NULL: no memory, no limits */
+  }
+  if (c->admit && !ea_admit_connect(c->admit, &k->from, k->since_ms)) {
+    c->st.refused_rate++;
+    conn_close(k);
+    return;
+  }
   probation_room(c, k, &k->from);
   uv_tcp_nodelay(&k->tcp, 1);
   uv_read_start((uv_stream_t *)&k->tcp, conn_alloc, conn_read);

@@ -10,6 +10,7 @@
 #define EA_TRANSPORT_INT_H
 
 #include "ea_antireplay.h"
+#include "ea_admit.h"
 #include "ea_transport.h"
 #include "ea_base.h"
 
@@ -63,15 +64,7 @@ struct ea_transport {
 
   conn *conns;
   int nincoming;
-  /* Incoming push-pull admission per source (transport_uv.c): a token
-   * bucket per address, and whether it has authenticated before. */
-  struct ea__src {
-    uint8_t family;
-    uint8_t ip[16];   /* IPv6: the /64 only */
-    double tokens;    /* connects it may open now */
-    uint64_t last_ms; /* tokens as of this time; 0: slot free */
-    bool authed;      /* a push-pull with it authenticated (either way) */
-  } src[256];
+  ea_admit *admit; /* incoming push-pull before its header (ea_admit.h); made at the first accept */
   ea_transport_stats st;
 
   struct {

@@ -52,19 +52,17 @@
  * is closed at once. */
 #define MAX_INCOMING 64
 #define PREAUTH_PER_SOURCE 8
-/* Admission before any of that (issue 27): each source address (an IPv6
- * /64) has a token bucket of SRC_BURST connects refilled at SRC_RATE a
- * second; a connect without a token is closed as soon as it is accepted,
- * before any buffer or timer is given to it (refused_rate).  A source that
- * has authenticated a push-pull before (either way: a member, or a peer we
- * synced with) is never refused, and its connections are the last to be
- * evicted.  A node syncs with a seed every push-pull interval and joins a
- * few times: far under the rate.  The table keeps 256 sources; a new one
- * takes the slot of the one seen least recently, authenticated ones last.
- * Issue 27: 25 sources reconnecting as fast as they could (1,700
- * connects/s) kept every join out for as long as they ran — 200 held
- * connections over the total cap made the seed answer the joiner busy or
- * reset it; the fair eviction in probation_room keeps a slot for it. */
+/* Admission before any of that (issue 27; ea_admit.h): each source address
+ * (an IPv6 /64) has a token bucket of SRC_BURST connects refilled at
+ * SRC_RATE a second; a connect without a token is closed as soon as it is
+ * accepted, before any buffer or timer (refused_rate).  A source that has
+ * authenticated a push-pull before (either way) is never refused, and its
+ * connections are the last evicted; past MAX_INCOMING the slots on
+ * probation are shared max-min fairly.  A node syncs with a seed every
+ * push-pull interval and joins a few times: far under the rate.  Issue 27:
+ * 25 sources reconnecting as fast as they could (1,700 connects/s) kept
+ * every join out for as long as they ran — 200 held connections over the
+ * total cap made the seed answer the joiner busy or reset it. */
 #define SRC_RATE 10.0
 #define SRC_BURST 20.0
 /* A joiner writes its state right after its connect completes. */
@@ -229,6 +227,7 @@ void ea__transport_maybe_free(ea_transport *t) {
   ea_ar_free(&t->ar_udp);
   ea_ar_free(&t->ar_tcp);
   free(t->record_dir);
+  ea_admit_free(t->admit);
   sodium_memzero(t->key, sizeof t->key);
   free(t);
   if (cb) cb(ctx);
@@ -453,63 +452,9 @@ static void conn_handle_closed(uv_handle_t *h) {
   ea__transport_maybe_free(t);
 }
 
-/* ---- admission per source (SRC_RATE above) --------------------------------- */
-
-static bool same_source(const ea_addr *a, const ea_addr *b) {
-  return a->family == b->family &&
-         memcmp(a->ip, b->ip, a->family == 6 ? 8 : sizeof a->ip) == 0; /* IPv6: the /64 */
-}
-
-static bool src_is(const struct ea__src *s, const ea_addr *a) {
-  return s->last_ms && s->family == a->family &&
-         memcmp(s->ip, a->ip, a->family == 6 ? 8 : sizeof s->ip) == 0;
-}
-
-static struct ea__src *src_find(ea_transport *t, const ea_addr *a) {
-  for (size_t i = 0; i < sizeof t->src / sizeof t->src[0]; i++)
-    if (src_is(&t->src[i], a)) return &t->src[i];
-  return NULL;
-}
-
-/* a's slot, made when it has none in the place of the one seen least
- * recently (authenticated ones last). */
-static struct ea__src *src_get(ea_transport *t, const ea_addr *a, uint64_t now) {
-  struct ea__src *victim = src_find(t, a);
-  if (victim) return victim;
-  for (size_t i = 0; i < sizeof t->src / sizeof t->src[0]; i++) {
-    struct ea__src *s = &t->src[i];
-    if (!victim || (!s->last_ms && victim->last_ms) ||
-        (victim->last_ms && s->last_ms &&
-         (s->authed < victim->authed ||
-          (s->authed == victim->authed && s->last_ms < victim->last_ms))))
-      victim = s;
-  }
-  memset(victim, 0, sizeof *victim);
-  victim->family = a->family;
-  memcpy(victim->ip, a->ip, a->family == 6 ? 8 : sizeof victim->ip);
-  victim->tokens = SRC_BURST;
-  victim->last_ms = now ? now : 1;
-  return victim;
-}
-
-/* Take one token of s's bucket: false when it has none. */
-static bool src_take(struct ea__src *s, uint64_t now) {
-  if (now > s->last_ms) s->tokens += (double)(now - s->last_ms) * (SRC_RATE / 1000.0);
-  if (s->tokens > SRC_BURST) s->tokens = SRC_BURST;
-  s->last_ms = now ? now : 1;
-  if (s->tokens < 1.0) return false;
-  s->tokens -= 1.0;
-  return true;
-}
-
 /* A push-pull with a authenticated: its source is known from now on. */
 static void src_authed(ea_transport *t, const ea_addr *a) {
-  src_get(t, a, uv_now(t->loop))->authed = true;
-}
-
-static bool src_known(ea_transport *t, const ea_addr *a) {
-  const struct ea__src *s = src_find(t, a);
-  return s && s->authed;
+  if (t->admit) ea_admit_authed(t->admit, a, uv_now(t->loop));
 }
 
 /* Record the outcome once and close.  ok is only ever true for outgoing
@@ -848,56 +793,25 @@ static bool on_probation(const conn *k) {
   return !k->outgoing && !k->done && !k->authed && !k->busy;
 }
 
-static void evict(ea_transport *t, conn *k) {
-  t->st.preauth_evicted++;
-  log_drop(t, 0, &k->peer, "push-pull: closed, no frame header while others wait");
-  conn_finish(k, false, "evicted: no frame header while others wait");
-}
-
-/* Make room for the connection on probation `self`.  Past
- * PREAUTH_PER_SOURCE from its source, that source's oldest one still
- * waiting for its header is closed.  Past MAX_INCOMING in all, the slots
- * are shared max-min fairly: the oldest waiting connection of the source
- * holding the most goes (sources never authenticated before first), so a
- * newcomer holding nothing always gets in, however many sources flood. */
+/* Make room for the connection on probation `self` (ea_admit_victim:
+ * PREAUTH_PER_SOURCE from one source, MAX_INCOMING in all shared fairly). */
 static void probation_room(ea_transport *t, conn *self) {
   const size_t hsz = ea_wire_frame_hdr_size(t->have_key);
-  int mine = 0, all = 0;
-  conn *oldest_mine = NULL;
-  for (conn *k = t->conns; k; k = k->next) {
+  ea_admit_wait w[2 * MAX_INCOMING + 1];
+  conn *ws[2 * MAX_INCOMING + 1];
+  size_t n = 0;
+  for (conn *k = t->conns; k && n < sizeof w / sizeof w[0]; k = k->next) {
     if (k == self || !on_probation(k)) continue;
-    all++;
-    if (!same_source(&k->peer, &self->peer)) continue;
-    mine++;
-    if (header_bytes(k) >= hsz) continue; /* its header is here: read this turn */
-    if (!oldest_mine || k->since_ms <= oldest_mine->since_ms) oldest_mine = k;
+    w[n] = (ea_admit_wait){
+        .src = k->peer, .since_ms = k->since_ms, .header_here = header_bytes(k) >= hsz};
+    ws[n++] = k;
   }
-  if (mine >= PREAUTH_PER_SOURCE && oldest_mine) {
-    evict(t, oldest_mine);
-    return;
-  }
-  if (all < MAX_INCOMING) return;
-  /* the source holding the most: (known, count) ordered unknown first */
-  conn *victim = NULL;
-  int vcount = 0;
-  bool vknown = true;
-  for (conn *k = t->conns; k; k = k->next) {
-    if (k == self || !on_probation(k) || header_bytes(k) >= hsz) continue;
-    int n = 0;
-    conn *old = NULL;
-    for (conn *q = t->conns; q; q = q->next) {
-      if (q == self || !on_probation(q) || !same_source(&q->peer, &k->peer)) continue;
-      n++;
-      if (header_bytes(q) < hsz && (!old || q->since_ms <= old->since_ms)) old = q;
-    }
-    bool known = src_known(t, &k->peer);
-    if (!victim || (vknown && !known) || (vknown == known && n > vcount)) {
-      victim = old;
-      vcount = n;
-      vknown = known;
-    }
-  }
-  if (victim) evict(t, victim);
+  bool own;
+  int v = t->admit ? ea_admit_victim(t->admit, w, n, &self->peer, &own) : -1;
+  if (v < 0) return;
+  t->st.preauth_evicted++;
+  log_drop(t, 0, &ws[v]->peer, "push-pull: closed, no frame header while others wait");
+  conn_finish(ws[v], false, "evicted: no frame header while others wait");
 }
 
 static void on_accept(uv_stream_t *server, int status) {
@@ -914,8 +828,14 @@ static void on_accept(uv_stream_t *server, int status) {
   int sl = sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0)
     ea_addr_from_sockaddr((struct sockaddr *)&ss, &c->peer);
-  struct ea__src *src = src_get(t, &c->peer, uv_now(t->loop));
-  if (!src->authed && !src_take(src, uv_now(t->loop))) {
+  if (!t->admit) {
+    ea_admit_config ac = {.rate = SRC_RATE,
+                          .burst = SRC_BURST,
+                          .per_source = PREAUTH_PER_SOURCE,
+                          .total = MAX_INCOMING};
+    t->admit = ea_admit_new(&ac); /* NULL: no memory, no limits */
+  }
+  if (t->admit && !ea_admit_connect(t->admit, &c->peer, uv_now(t->loop))) {
     t->st.refused_rate++;
     log_drop(t, 0, &c->peer, "push-pull: closed at accept, its source is over its connect rate");
     conn_finish(c, false, "over its source's connect rate");

@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.." || exit 1
 declare -A owner=(
   [ea_base.h]=base [ea_log.h]=base [ea_mpread.h]=base
   [ea_membership.h]=membership [ea_transport.h]=membership [ea_wire.h]=membership
-  [ea_antireplay.h]=membership
+  [ea_antireplay.h]=membership [ea_admit.h]=membership
   [ea_config.h]=config
   [ea_rdzv.h]=rdzv
   [ea_ckpt.h]=ckpt

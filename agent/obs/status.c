@@ -481,6 +481,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "conns_in", c.conns_in);
   ea__jb_u64(b, o, "resets", c.resets);
   ea__jb_u64(b, o, "preauth_evicted", c.preauth_evicted);
+  ea__jb_u64(b, o, "refused_rate", c.refused_rate);
   ea__jb_u64(b, o, "preauth_timeouts", c.preauth_timeouts);
   ea__http_stats hs;
   ea__agent_http_stats(a, &hs);
