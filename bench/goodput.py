@@ -41,7 +41,7 @@ import zlib
 LINE = re.compile(r"train rank=(\d+) world=(\d+) (.*) t=(\d+\.\d+)\s*$")
 NAMES = {"torchrun-default": "torchrun default", "torchrun-tuned": "torchrun tuned",
          "ours": "elastic-agent restart mode", "ours-inplace": "elastic-agent in place",
-         "torchft": "TorchFT", "torchft-tuned": "TorchFT tuned"}
+         "torchft": "TorchFT", "torchft-tuned": "TorchFT tuned", "nvrx": "NVRx", "nvrx-tuned": "NVRx tuned"}
 
 
 def read_log(path):
@@ -132,11 +132,15 @@ def analyze_run(run):
     res["pause_s"] = pauses
     res["final_loss"] = win[-1][3] if win else None
     # recovered: after every kill, all 4 nodes stepped at world 4 again
-    # before the next kill (the last: by the harness's deadline)
+    # before the next kill (the last: by the harness's deadline); NVRx, which
+    # takes a rejoining node back only at its next in-job restart: training
+    # went on at world 3 ("world_back")
+    wb = run.get("world_back", 4)
     rec = []
     for i, r in enumerate(run["rejoins"]):
         e = run["kills"][i + 1] if i + 1 < len(run["kills"]) else (run.get("t_recovered") or 0)
-        rec.append(any(x[2] == 4 and r < x[0] <= e for x in steps) if e else False)
+        rec.append(any(x[2] >= wb and r < x[0] <= e for x in steps) if e else False)
+    res["world_back"] = wb
     res["recovered_each"] = rec
     res["recovered"] = bool(run.get("recovered_end")) and all(rec)
     res["curve"] = [[round(a, 2), b] for a, b in curve]
@@ -159,7 +163,8 @@ FONT = {  # 3x5, rows top to bottom, 3 bits each (MSB left)
     "u": "000101101101111", "v": "000101101101010", "w": "000101101111111", "x": "000101010101101",
     "y": "000101111001111", "z": "000111010100111",
 }
-COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
+COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+          (227, 119, 194), (127, 127, 127)]
 
 
 class Canvas:
@@ -288,8 +293,8 @@ def main():
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"goodput under churn: torch {meta['torch']}, torchft {meta['torchft']}, {meta['cpus']} cpus, "
-          f"4 nodes on 127.0.0.1")
+    print(f"goodput under churn: torch {meta['torch']}, torchft {meta['torchft']}, nvrx {meta.get('nvrx', 'none')}, "
+          f"{meta['cpus']} cpus, 4 nodes on 127.0.0.1")
     print(f"load average at start: {meta['loadavg_start']}   at end: {meta['loadavg_end']}   wall: {meta['wall_s']} s")
     print(f"command: {meta['command']}")
     print(f"churn {meta['churn_s']} s per system: a node SIGKILLed every {meta['interval_s']} s (first at "
@@ -309,10 +314,13 @@ def main():
         print(f"{NAMES.get(r['system'], r['system']):<27} {gp:>8} {f(r['kept_steps_per_s'], '.2f'):>7} "
               f"{f(r['baseline_steps_per_s'], '.2f'):>7} {r['kept_steps']:>6} {r['computed_steps']:>8} "
               f"{f(r['thrown_per_failure'], '.1f'):>8} {f(r['s_lost_per_failure'], '.2f'):>8} {pauses:>22} "
-              f"{f(r['final_loss'], '.2e'):>10} {('yes' if r['recovered'] else 'NO'):>9}")
+              f"{f(r['final_loss'], '.2e'):>10} {(('yes' if r.get('world_back', 4) == 4 else 'yes at 3') if r['recovered'] else 'NO'):>9}")
     print("goodput = kept steps per second of the churn / the same system's steps per second with no failure; "
           "thrown/f = (computed - kept) per failure; s lost/f = (churn s - kept / baseline rate) per failure; "
           "pauses: the longest gap between steps after each kill")
+    if any(r.get("world_back", 4) != 4 for r in results):
+        print("recovered: back at world 4 after each kill; 'yes at 3': NVRx (min-healthy) takes a rejoining node "
+              "back only at its next in-job restart, so training went on at world 3")
     if a.png:
         plot([r for r in results if r.get("started", True)], meta, a.png)
         print(f"plot: {a.png}")

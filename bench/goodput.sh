@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
 # bench/goodput.sh — goodput under spot churn: how much of the wall clock
 # turns into training that is kept, for torchrun (default, tuned),
-# elastic-agent restart mode, elastic-agent in place and TorchFT, one after
-# another in one invocation, on one machine.
+# elastic-agent restart mode, elastic-agent in place, TorchFT and NVRx
+# (default, tuned), one after another in one invocation, on one machine.
 #
 # Each system: 4 nodes on 127.0.0.1, one worker each, the model, data,
 # optimizer and 50 ms step sleep of bench/recovery_pytorch.sh (torchrun and
 # restart mode: bench/recovery_pytorch_ddp.py, the unchanged torchrun script
 # with timestamps and its own checkpoint every 5 steps; in place:
-# bench/recovery_pytorch_lib.py; TorchFT: bench/recovery_torchft.py), each
+# bench/recovery_pytorch_lib.py; TorchFT: bench/recovery_torchft.py; NVRx:
+# bench/recovery_nvrx.py under ft_launcher, bench/lib.sh's nvrx_start), each
 # system configured as in bench/recovery_pytorch.sh.  Per system:
 #   1. start the 4 nodes, wait until all 4 step at world 4;
 #   2. the baseline: --baseline seconds with no failure (its steps/s);
 #   3. the churn: a run of T seconds in which, every --interval seconds
 #      (the first at interval/2), a node other than the special one (torchrun:
 #      node 0, the c10d store's host; elastic-agent: the controller's node;
-#      TorchFT: node 0, the Lighthouse's host) is SIGKILLed — its agent /
-#      torchrun and its worker's session, a host crash — and started again
-#      --rejoin seconds later (a fresh node name for elastic-agent, the same
-#      node index / replica group for torchrun and TorchFT).  Which node:
+#      TorchFT: node 0, the Lighthouse's host; NVRx: node 0, the stores'
+#      host) is SIGKILLed — its agent / torchrun / ft_launcher and its
+#      worker's session (and NVRx's monitor process), a host crash — and
+#      started again --rejoin seconds later (a fresh node name for
+#      elastic-agent, the same node index / replica group for the others;
+#      NVRx admits it only at its next in-job restart).  Which node:
 #      seeded (--seed), the k-th kill picks the same position among the
 #      three candidates for every system;
 #   4. then at most --deadline seconds for all 4 to step at world 4 again
-#      (not counted): a system that has not is "not recovered".
+#      (not counted): a system that has not is "not recovered" (NVRx: all
+#      but the last victim at world 3, as min-healthy keeps it).
+# A system whose package (torchft, nvidia-resiliency-ext) is not in the
+# virtualenv is skipped with a line that says so.
 # Goodput = steps kept in the final model per second of the churn ÷ the
 # same system's baseline steps per second.  Also: steps computed and thrown
 # away per failure (rolled back to a checkpoint, or not committed), seconds
@@ -43,39 +49,26 @@
 #   --rejoin S    the killed node starts again S seconds later (default 20)
 #   --baseline S  failure-free seconds measured first (default 60; --quick 30)
 #   --systems     comma list of torchrun-default,torchrun-tuned,ours,
-#                 ours-inplace,torchft,torchft-tuned (default: all)
+#                 ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned
+#                 (default: all)
 #   --parallel    run the systems at the same time, not one after another
 #                 (the smoke test's way to stay short; the figures are then
 #                 those of 24 processes on the machine's cores: not a
 #                 measurement)
 # env: EA_BINDIR (default bin) holds elastic-agent.
-set -u
-export LC_ALL=C
-
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-AGENT=${EA_BINDIR:-$ROOT/bin}/elastic-agent
-. "$HERE/../scripts/python.sh"
-PY=$EA_PYTHON
-TORCHRUN=$EA_TORCHRUN
-HELPER=$HERE/recovery_pytorch.py
+BENCH=goodput
+. "$(dirname "$0")/lib.sh"
 ANALYZE=$HERE/goodput.py
-SCRIPT=$HERE/recovery_pytorch_ddp.py
-LIBSCRIPT=$HERE/recovery_pytorch_lib.py
-TFTSCRIPT=$HERE/recovery_torchft.py
-ORIG_ARGS="$*"
 CHURN=600
 INTERVAL=60
 REJOIN=20
 BASELINE=60
 SEED=1
 DEADLINE=180
-SYSTEMS=torchrun-default,torchrun-tuned,ours,ours-inplace,torchft,torchft-tuned
+ALL_SYSTEMS=torchrun-default,torchrun-tuned,ours,ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned
+SYSTEMS=$ALL_SYSTEMS
 JSON=$HERE/results/goodput.json
 PNG=$HERE/results/goodput.png
-OUT=
-KEEP=0
-STEP_SLEEP=0.05
 BASELINE_SET=0
 PARALLEL=0
 while [ $# -gt 0 ]; do
@@ -88,29 +81,17 @@ while [ $# -gt 0 ]; do
         --baseline) BASELINE=$2; BASELINE_SET=1; shift ;;
         --seed) SEED=$2; shift ;;
         --deadline) DEADLINE=$2; shift ;;
-        --systems) SYSTEMS=$2; shift ;;
-        --json) JSON=$2; shift ;;
         --png) PNG=$2; shift ;;
-        --out) OUT=$2; KEEP=1; shift ;;
-        --keep) KEEP=1 ;;
         --parallel) PARALLEL=1 ;;
-        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
-        *) echo "goodput: unknown argument $1" >&2; exit 2 ;;
+        -h|--help) sed -n '2,/^BENCH=/p' "$0" | sed '$d'; exit 0 ;;
+        *) bench_arg "$@" || { echo "goodput: unknown argument $1" >&2; exit 2; }
+           shift $((BENCH_SHIFT - 1)) ;;
     esac
     shift
 done
-if [ ! -x "$TORCHRUN" ] || ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-    echo "goodput: needs $TORCHRUN and torch in $PY (scripts/deps.sh installs requirements.txt)" >&2
-    exit 3
-fi
-[ -x "$AGENT" ] || { echo "goodput: $AGENT is not built (make)" >&2; exit 3; }
-if [ -z "$OUT" ]; then OUT=$(mktemp -d /tmp/ea-goodput.XXXXXX); else mkdir -p "$OUT"; fi
+bench_setup ea-goodput
 RUNS=$OUT/runs.jsonl
 : > "$RUNS"
-T_BEGIN=$EPOCHREALTIME
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-
-log() { printf '[goodput %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # The schedule, the same for every system: kill k at START + (k + 1/2) ×
 # INTERVAL, the node at position PICK[k] (0..2) among the three candidates.
@@ -124,47 +105,10 @@ done
 log "schedule: $NKILLS kills (every $INTERVAL s from $((INTERVAL / 2)) s, back after $REJOIN s), positions ${PICKS[*]:-none}; churn $CHURN s, baseline $BASELINE s"
 
 # ------------------------------------------------------------ process groups
-declare -A PG=()
-WORKER_PIDS=()
-group_alive() { kill -0 -- "-$1" 2>/dev/null; }
-kill_group() {
-    [ -n "${PG[$1]:-}" ] || return 0
-    kill -KILL -- "-${PG[$1]}" 2>/dev/null
-    for _ in $(seq 50); do group_alive "${PG[$1]}" || break; sleep 0.1; done
-    unset "PG[$1]"
-}
-cleanup() {
-    local k e
-    for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
-    for k in "${!PG[@]}"; do kill_group "$k"; done
-    for k in "${WORKER_PIDS[@]}"; do
-        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft)' "/proc/$k/cmdline" && kill -KILL -- "-$k" "$k" 2>/dev/null
-    done
-    WORKER_PIDS=()
-    # torchrun 2.x starts each worker in a session of its own: every process
-    # this run started carries EA_BENCH_RUN=$OUT/SYSTEM in its environment
-    for e in /proc/[0-9]*/environ; do
-        grep -qsa "EA_BENCH_RUN=$MARK" "$e" 2>/dev/null || continue
-        e=${e#/proc/}; e=${e%/environ}
-        [ "$e" != $$ ] && kill -KILL "$e" 2>/dev/null
-    done
-    return 0
-}
+cleanup() { bench_cleanup "$MARK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start_group() { # KEY LOG CMD…: its own session, lines stamped with $EPOCHREALTIME
-    local key=$1 lg=$2
-    shift 2
-    setsid bash -c '"$@" 2>&1 | while IFS= read -r l; do printf "%s %s\n" "$EPOCHREALTIME" "$l"; done' _ \
-        env EA_BENCH_RUN="$MARK" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$@" >> "$lg" 2>&1 < /dev/null &
-    PG[$key]=$!
-    disown "$!"
-}
-wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4"; }
-newest_pid() { "$PY" "$HELPER" pid "$1"; }
-join_by() { local IFS=,; echo "$*"; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sleep_until() { local d; d=$(awk -v t="$1" -v n="$EPOCHREALTIME" 'BEGIN { d = t - n; if (d < 0) d = 0; printf "%.3f", d }'); sleep "$d"; }
 
 # ------------------------------------------------------------ the systems
@@ -175,14 +119,6 @@ SYS=
 D=
 declare -A LOGOF=()   # slot key -> its current log
 SLOTS=()              # slot keys in order
-# torch 2.x's c10d rendezvous shares its TCPStore with the workers and caches
-# the store's address after the first round: a node that joins later waits
-# for a MASTER_ADDR that the rank-0 agent never publishes again, and the
-# round fails on every agent (torch 2.15.0, measured: docs/compare.md).  The
-# opt-out TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torch's own switch) is set
-# unless EA_TORCHRUN_AS_SHIPPED=1.
-TR_NOSHARE=1
-[ "${EA_TORCHRUN_AS_SHIPPED:-0}" = 1 ] && TR_NOSHARE=0
 TR_PORT='' TR_RUNID='' TR_MON='' TR_CONF='' TFT_PORT='' TFT_TUNED=0 OURS_SEED='' OURS_LIB=0 OURS_NEXT=5
 
 tr_start() { # SLOT
@@ -259,15 +195,32 @@ sys_start() {
                 TFT_TUNED=1
                 lh+=(--quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000)
             fi
-            start_group lh "$D/lighthouse.log" env RUST_BACKTRACE=1 "$(dirname "$PY")/torchft_lighthouse" "${lh[@]}"
+            start_group lh "$D/lighthouse.log" env RUST_BACKTRACE=1 "$LIGHTHOUSE" "${lh[@]}"
             for s in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$TFT_PORT") 2>/dev/null && break; sleep 0.1; done
             for s in s0 s1 s2 s3; do tft_start $s; done ;;
         ours|ours-inplace)
             OURS_SEED='' OURS_NEXT=1 OURS_LIB=0
             [ "$SYS" = ours-inplace ] && OURS_LIB=1
             for s in s0 s1 s2 s3; do ours_start $s; done ;;
+        nvrx*)
+            NV_PORT=$(free_port) NV_TUNED=0
+            [ "$SYS" = nvrx-tuned ] && NV_TUNED=1
+            nv_start s0
+            for s in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$NV_PORT") 2>/dev/null && break; sleep 0.1; done
+            for s in s1 s2 s3; do nv_start $s; done ;;
     esac
 }
+# NVRx (bench/lib.sh: nvrx_start): a rejoining node is started the same
+# way; min-healthy admits it only at the next in-job restart (when fewer
+# than 3 nodes are left healthy), so after a kill training goes on at
+# world 3: NVRx's "recovered" is all but the last victim stepping at world
+# 3 (WORLD_BACK), where the others' is all 4 at world 4.
+NV_PORT='' NV_TUNED=0
+nv_start() { # SLOT
+    LOGOF[$1]=$D/node${1#s}.log
+    nvrx_start "$1" "${LOGOF[$1]}" "${1#s}" "$NV_PORT" "gp-$SYS-$$" $NV_TUNED "$D/ck"
+}
+world_back() { case $SYS in nvrx*) echo 3 ;; *) echo 4 ;; esac; }
 sys_logs() { local s out=(); for s in "${SLOTS[@]}"; do out+=("${LOGOF[$s]}"); done; join_by "${out[@]}"; }
 sys_candidates() { # the slots that may be killed (all but the special one)
     local s ctl=
@@ -283,6 +236,7 @@ sys_kill() { # SLOT: the node's session and its worker's (a host crash)
     w=$(newest_pid "${LOGOF[$1]}") || w=
     [ -n "$w" ] && WORKER_PIDS+=("$w")
     kill -KILL -- "-${PG[$1]}" ${w:+"-$w"} 2>/dev/null
+    case $SYS in nvrx*) nvrx_signal "$1" KILL ;; esac   # and the wrapper's monitor process
     kill_group "$1"
 }
 sys_rejoin() { # SLOT
@@ -290,15 +244,18 @@ sys_rejoin() { # SLOT
         torchrun-*) tr_start "$1" ;;
         torchft*) tft_start "$1" ;;
         ours|ours-inplace) ours_start "$1" ;;
+        nvrx*) nv_start "$1" ;;
     esac
 }
 
 MARK=$OUT
 run_system() {
     SYS=$1 D=$OUT/$1 MARK=$OUT/$1/
+    GROUP_ENV=(EA_BENCH_RUN="$MARK" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1)
     mkdir -p "$D"
     LOGOF=() NAMEOF=()
-    local t0 tb0 tb1 tc0 tc1 k tk victim cands rec=true tend kills=() backs=() all_logs
+    local t0 tb0 tb1 tc0 tc1 k tk victim cands rec=true tend kills=() backs=() all_logs wb s last=
+    wb=$(world_back)
     log "$SYS: starting 4 nodes"
     t0=$EPOCHREALTIME
     sys_start
@@ -321,16 +278,20 @@ run_system() {
         kills+=("$EPOCHREALTIME")
         log "$SYS: kill $((k + 1))/$NKILLS: $victim (${NAMEOF[$victim]:-node${victim#s}})"
         sys_kill "$victim"
+        last=$victim
         sleep_until "$(awk -v a="${kills[-1]}" -v r="$REJOIN" 'BEGIN { printf "%.6f", a + r }')"
         backs+=("$EPOCHREALTIME")
         sys_rejoin "$victim"
     done
     sleep_until "$(awk -v a="$tc0" -v c="$CHURN" 'BEGIN { printf "%.6f", a + c }')"
     tc1=$EPOCHREALTIME
-    # recovered: all 4 step at world 4 after the last rejoin (not counted)
+    # recovered: all 4 step at world 4 after the last kill (not counted);
+    # NVRx: all but the last victim at world 3
     tend=null
     if [ $NKILLS -gt 0 ]; then
-        tend=$(wait_world "$(sys_logs)" 4 "${kills[-1]}" "$DEADLINE") || { rec=false; tend=null; }
+        local wl=()
+        for s in "${SLOTS[@]}"; do [ "$wb" = 4 ] || [ "$s" != "$last" ] && wl+=("${LOGOF[$s]}"); done
+        tend=$(wait_world "$(join_by "${wl[@]}")" "$wb" "${kills[-1]}" "$DEADLINE") || { rec=false; tend=null; }
     fi
     log "$SYS: churn over; recovered after the last kill: $rec"
     local f nl=()
@@ -340,19 +301,16 @@ run_system() {
     kj=$(printf '%s,' "${kills[@]:-}"); kj=${kj%,}
     bj=$(printf '%s,' "${backs[@]:-}"); bj=${bj%,}
     lj=$(printf '"%s",' ${all_logs//,/ }); lj=${lj%,}
-    printf '{"system":"%s","started":true,"t_start":%s,"baseline":[%s,%s],"churn":[%s,%s],"kills":[%s],"rejoins":[%s],"recovered_end":%s,"t_recovered":%s,"logs":[%s]}\n' \
-        "$SYS" "$t0" "$tb0" "$tb1" "$tc0" "$tc1" "$kj" "$bj" "$rec" "$tend" "$lj" >> "$RUNS"
+    printf '{"system":"%s","started":true,"t_start":%s,"baseline":[%s,%s],"churn":[%s,%s],"kills":[%s],"rejoins":[%s],"recovered_end":%s,"t_recovered":%s,"world_back":%s,"logs":[%s]}\n' \
+        "$SYS" "$t0" "$tb0" "$tb1" "$tc0" "$tc1" "$kj" "$bj" "$rec" "$tend" "$wb" "$lj" >> "$RUNS"
 }
 
-TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
-TORCHFT_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("torchft"))' 2>/dev/null || echo none)
 status=0
-IFS=, read -r -a SLIST <<< "$SYSTEMS"
-for s in "${SLIST[@]}"; do
-    case $s in
-        torchrun-default|torchrun-tuned|ours|ours-inplace|torchft|torchft-tuned) ;;
-        *) echo "goodput: unknown system $s" >&2; exit 2 ;;
-    esac
+IFS=, read -r -a WANT <<< "$SYSTEMS"
+SLIST=()
+for s in "${WANT[@]}"; do
+    [[ ",$ALL_SYSTEMS," == *",$s,"* ]] || { echo "goodput: unknown system $s" >&2; exit 2; }
+    installed "$s" && SLIST+=("$s")
 done
 if [ "$PARALLEL" = 1 ]; then
     pids=()
@@ -371,11 +329,11 @@ else
 fi
 WALL=$(awk -v a="$T_BEGIN" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
 cat > "$OUT/meta.json" <<EOF
-{"torch":"$TORCH_VERSION","torchft":"$TORCHFT_VERSION","host":"$(hostname)","date":"$(date -u +%FT%TZ)","cpus":$(nproc),
+{"torch":"$TORCH_VERSION","torchft":"$TORCHFT_VERSION","nvrx":"$NVRX_VERSION","host":"$(hostname)","date":"$(date -u +%FT%TZ)","cpus":$(nproc),
  "loadavg_start":"$LOAD_START","loadavg_end":"$(cut -d' ' -f1-3 /proc/loadavg)","wall_s":$WALL,
  "command":"bench/goodput.sh${ORIG_ARGS:+ $ORIG_ARGS}","churn_s":$CHURN,"interval_s":$INTERVAL,"rejoin_s":$REJOIN,
  "baseline_s":$BASELINE,"seed":$SEED,"kills":$NKILLS,"picks":[$(IFS=,; echo "${PICKS[*]:-}")],
- "settings":"as bench/recovery_pytorch.sh: torchrun --nnodes=3:4 c10d (default: monitor_interval 5, rendezvous as shipped; tuned: monitor_interval 1, last_call_timeout 1, read_timeout 10; script --gloo-timeout 10, checkpoint every 5 steps); elastic-agent min_nodes 3 max_nodes 4 (restart mode: the same script; in place: recovery_pytorch_lib.py, compute.protocol=library); torchft $TORCHFT_VERSION: recovery_torchft.py, Manager(min_replica_size=3), torchft_lighthouse --min_replicas 3 as shipped (tuned: --quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000, ProcessGroupGloo 5 s, Manager 30 s)"}
+ "settings":"as bench/recovery_pytorch.sh: torchrun --nnodes=3:4 c10d (default: monitor_interval 5, rendezvous as shipped; tuned: monitor_interval 1, last_call_timeout 1, read_timeout 10; script --gloo-timeout 10, checkpoint every 5 steps); elastic-agent min_nodes 3 max_nodes 4 (restart mode: the same script; in place: recovery_pytorch_lib.py, compute.protocol=library); torchft $TORCHFT_VERSION: recovery_torchft.py, Manager(min_replica_size=3), torchft_lighthouse --min_replicas 3 as shipped (tuned: --quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000, ProcessGroupGloo 5 s, Manager 30 s); nvrx $NVRX_VERSION: recovery_nvrx.py (inprocess.Wrapper, checkpoint every 5 steps) under ft_launcher --nnodes=3:4 --ft-restart-policy=min-healthy (NVRx's in-job + in-process example; wrapper timeouts as shipped, gloo 10 s, --monitor-interval=5; tuned: soft 5 / hard 8 / heartbeat 3 s, gloo 3 s, --monitor-interval=1, last_call_timeout=1); a kill also kills the wrapper's monitor process; a rejoining node is admitted only at the next in-job restart"}
 EOF
 mkdir -p "$(dirname "$JSON")" "$(dirname "$PNG")"
 "$PY" "$ANALYZE" "$OUT" --json "$JSON" --png "$PNG" || status=1

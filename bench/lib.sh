@@ -121,6 +121,25 @@ signal_marked() {
     return 0
 }
 
+kill_workers() { # only pids still running a bench script (a pid may be reused)
+    local p
+    for p in ${WORKER_PIDS[@]+"${WORKER_PIDS[@]}"}; do
+        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft|nvrx)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
+    done
+    WORKER_PIDS=()
+}
+# bench_cleanup MARK: every group, every worker seen, and every process
+# whose environment holds EA_BENCH_RUN=MARK (GROUP_ENV puts it there): torch
+# 2.x's torchrun starts each worker in a session of its own, NVRx's wrapper
+# daemonizes a monitor process, both outlive their groups
+bench_cleanup() {
+    local k
+    for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
+    for k in "${!PG[@]}"; do kill_group "$k"; done
+    kill_workers
+    signal_marked KILL "EA_BENCH_RUN=$1"
+}
+
 # wait_world LOGS WORLD AFTER TIMEOUT → prints the time it held
 wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4"; }
 newest_pid() { "$PY" "$HELPER" pid "$1"; }

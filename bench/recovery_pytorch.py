@@ -342,6 +342,27 @@ def worker_start(path, pid, after, until):
     return "kept", None
 
 
+def first_marked_line(paths, text, after, until):
+    """The harness's stamp of the first line holding `text` in (after, until]."""
+    best = None
+    for p in paths:
+        try:
+            with open(p, errors="replace") as f:
+                for line in f:
+                    if text not in line:
+                        continue
+                    try:
+                        t = float(line.split(" ", 1)[0])
+                    except ValueError:
+                        continue
+                    if after < t <= until and (best is None or t < best):
+                        best = t
+                        break
+        except OSError:
+            pass
+    return best
+
+
 def torchft_commit(path, world, after, until):
     """The Lighthouse's first 'Quorum! Quorum { … participants: [W members] }'
     line after `after`, at the harness's stamp."""
@@ -373,10 +394,10 @@ PHASES = ["detect", "commit", "spawn", "python", "import_torch", "import_rest", 
           "first_step"]
 PHASE_DOC = {
     "detect": "fault -> the first agent's log says so (node lost: a member's state=...->dead; worker killed: "
-              "'worker I pid=P exited'; join: the new member state=new->alive); elastic-agent only (torchrun "
-              "logs no such line: its detection is inside commit)",
+              "'worker I pid=P exited'; join: the new member state=new->alive); NVRx: a survivor's wrapper "
+              "logs the exception (fn_ex); not for torchrun (it logs no such line: its detection is inside commit)",
     "commit": "detection (torchrun: the fault) -> new generation committed (ours: the agent logs it; "
-              "torchrun: rendezvous complete)",
+              "torchrun: rendezvous complete; NVRx: the last rank's new restart iteration begins)",
     "spawn": "commit -> the gating process started: cold, exec'd (/proc's start time; stop the old workers, "
              "fork/exec); warm, the agent's 'worker I started pid=P (..., warm)' line (stop the old workers, "
              "hand the spare its argv/environment/output)",
@@ -445,7 +466,22 @@ def analyze_event(e):
                                   "at_s": round(ts - t0, 3) if ts else None})
     if e["system"] == "ours-inplace" and e["kind"] == "node-join":
         res["join_stall"] = join_stall(e)
-    if procs and firsts and len(procs) == len(logs) and e["system"] in BREAKDOWN_SYSTEMS:
+    if procs and firsts and len(procs) == len(logs) and e["system"].startswith("nvrx"):
+        # in the same processes: detect = the first survivor's wrapper logs
+        # the exception (fn_ex), commit = the last rank's new iteration
+        # begins (the wrapper's abort, health check, barrier and rank
+        # assignment), then that rank's gloo group, checkpoint, DDP, step
+        g = max(procs, key=lambda p: p.get("begin", 0))
+        det = first_marked_line(e["logs"], " fn_ex: ", t0, until)
+        marks = [det, g.get("begin"), None, None, None, None, g["pg"], g["ckpt"], g["ddp"], min(firsts)]
+        prev, br = t0, {}
+        for name, m in zip(PHASES, marks):
+            br[name] = None if m is None else round(m - prev, 3)
+            prev = prev if m is None else m
+        res["breakdown"] = br
+        res["gating_start"] = "kept"
+        res["detect_s"] = br["detect"]
+    elif procs and firsts and len(procs) == len(logs) and e["system"] in BREAKDOWN_SYSTEMS:
         g = max(procs, key=lambda p: p["imported"])  # the last to be ready gates gloo
         kind, ts = starts.get(id(g), ("cold", None))
         started = ts if kind.startswith("warm") and ts else g["exec"]
@@ -653,7 +689,7 @@ def print_table(out):
             b, bm = r.get("breakdown_median_s"), r.get("breakdown_max_s")
             if b:
                 cells = ["-" if b[p] is None else f"{b[p]:.2f} [{bm[p]:.2f}]" for p in PHASES]
-                gs = "".join({"warm": "w", "warm-importing": "i", "cold": "c"}.get(x, "?")
+                gs = "".join({"warm": "w", "warm-importing": "i", "cold": "c", "kept": "k"}.get(x, "?")
                              for x in r.get("gating_starts", []))
                 print(f"{sy:<17} {k:<12} " + " ".join(f"{c:>13}" for c in cells) + f"  {gs}")
     for p in PHASES:

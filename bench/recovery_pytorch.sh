@@ -143,23 +143,7 @@ EVENTS=$OUT/events.jsonl
 : > "$EVENTS"
 GROUP_ENV=(EA_BENCH_RUN="$OUT/")   # every process this run starts: cleanup finds them
 
-kill_workers() { # only pids still running our script (a pid may be reused)
-    local p
-    for p in "${WORKER_PIDS[@]}"; do
-        grep -qsE 'recovery_(pytorch_(ddp|lib)|torchft|nvrx)' "/proc/$p/cmdline" && kill -KILL -- "-$p" "$p" 2>/dev/null
-    done
-    WORKER_PIDS=()
-}
-cleanup() {
-    local k
-    for k in "${!PG[@]}"; do kill -KILL -- "-${PG[$k]}" 2>/dev/null; done
-    for k in "${!PG[@]}"; do kill_group "$k"; done
-    kill_workers
-    # torch 2.x's torchrun starts each worker in a session of its own, NVRx's
-    # wrapper daemonizes a monitor process: both outlive the groups killed
-    # above, and carry EA_BENCH_RUN=$OUT/ in their environment
-    signal_marked KILL "EA_BENCH_RUN=$OUT/"
-}
+cleanup() { bench_cleanup "$OUT/"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
