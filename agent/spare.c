@@ -24,9 +24,9 @@
  * passes clears it.  A member is not checked (its checkpoint path reports
  * its own errors) and carries no such tag.
  *
- * The alert.  As controller: when a member of the running generation is
- * lost (it is in the previous running plan and not in the new one: dead,
- * left or drained) in a job that has run at max_nodes, and no ready spare
+ * The alert.  As controller: when a member of the formed generation is
+ * lost (it is in the previous formed generation and not in the new one:
+ * dead, left or drained) in a job that has run at max_nodes, and no ready spare
  * is left, `no_spare` fires (a condition: subject "spares"); it resolves
  * once a ready spare is there again.  A controller that loses the role
  * resolves what it raised.
@@ -58,7 +58,7 @@ struct ea__agent_spare {
   uint64_t checks, failures;
   /* the alert (controller) */
   bool full_seen;     /* a running generation held max_nodes nodes */
-  uint64_t plan_term; /* the running plan last looked at */
+  uint64_t plan_term; /* the formed generation last looked at */
   ea_node_id *plan_ids;
   uint32_t nplan;
   char lost[EA_NAME_MAX]; /* the member whose loss fired it */
@@ -218,20 +218,25 @@ static void alert_tick(ea__agent *a) {
     s->plan_term = 0;
     return;
   }
-  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  /* The formed generation, not this node's running plan: a spare can be
+   * the controller. */
   uint32_t maxn = a->o->cfg.compute.max_nodes;
   size_t n;
   uint32_t by[4];
   free(spares_get(a, &n, by));
   size_t ready = by[EA_RDZV_SPARE_READY];
-  if (p && p->gen.term != s->plan_term) {
-    /* A member of the plan before, not in this one: lost. */
+  ea_rdzv_gen g;
+  size_t nf = ea_rdzv_formed_ids(a->rdzv, &g, NULL, 0);
+  if (g.term && g.term != s->plan_term) {
+    ea_node_id *ids = malloc((nf ? nf : 1) * sizeof *ids);
+    if (!ids) return; /* tried again next tick */
+    nf = ea_rdzv_formed_ids(a->rdzv, &g, ids, nf);
+    /* A member of the generation before, not in this one: lost. */
     const char *lost = NULL;
     uint32_t nlost = 0;
     for (uint32_t i = 0; s->plan_term && i < s->nplan; i++) {
       bool kept = false;
-      for (uint32_t k = 0; k < p->nnodes && !kept; k++)
-        kept = ea_node_id_cmp(&p->nodes[k].id, &s->plan_ids[i]) == 0;
+      for (size_t k = 0; k < nf && !kept; k++) kept = ea_node_id_cmp(&ids[k], &s->plan_ids[i]) == 0;
       if (!kept && nlost++ == 0)
         lost = ea__agent_member_name(ea__agent_find_member(a, &s->plan_ids[i]));
     }
@@ -239,21 +244,15 @@ static void alert_tick(ea__agent *a) {
       snprintf(s->lost, sizeof s->lost, "%s", lost && lost[0] ? lost : "?");
       ea__agent_alert_kv(
           a, EA__ALERT_NO_SPARE, EA__SEV_WARNING, SUBJECT,
-          (ea_log_kv[]){EA_KV_S("lost", s->lost), EA_KV_U("world", p->world),
-                        EA_KV_U("nodes", p->nnodes), EA_KV_U("max_nodes", maxn)},
-          4, "no spare left: %s lost; generation %" PRIu64 " runs %u of max_nodes %u nodes%s",
-          s->lost, p->gen.term, p->nnodes, maxn,
-          p->nnodes < maxn ? "" : "; the next loss shrinks the world");
+          (ea_log_kv[]){EA_KV_S("lost", s->lost), EA_KV_U("nodes", nf), EA_KV_U("max_nodes", maxn)},
+          3, "no spare left: %s lost; generation %" PRIu64 " runs %zu of max_nodes %u nodes%s",
+          s->lost, g.term, nf, maxn, nf < maxn ? "" : "; the next loss shrinks the world");
     }
-    ea_node_id *ids = malloc((p->nnodes ? p->nnodes : 1) * sizeof *ids);
-    if (ids) {
-      for (uint32_t k = 0; k < p->nnodes; k++) ids[k] = p->nodes[k].id;
-      free(s->plan_ids);
-      s->plan_ids = ids;
-      s->nplan = p->nnodes;
-      s->plan_term = p->gen.term;
-    }
-    if (p->nnodes >= maxn) s->full_seen = true;
+    free(s->plan_ids);
+    s->plan_ids = ids;
+    s->nplan = (uint32_t)nf;
+    s->plan_term = g.term;
+    if (nf >= maxn) s->full_seen = true;
   }
   if (ready > 0 && ea__agent_alert_firing(a, EA__ALERT_NO_SPARE, SUBJECT))
     ea__agent_alert_resolve(a, EA__ALERT_NO_SPARE, SUBJECT,

@@ -654,6 +654,10 @@ typedef struct {
  * while the last formed generation holds fewer than max_nodes nodes: then
  * a waiting node is a joiner, taken in at the next formation). */
 size_t ea_rdzv_spares(const ea_rdzv *r, ea_rdzv_spare *out, size_t cap);
+/* The last formed generation known here (*gen; term 0: none) and its
+ * nodes, at most cap into out; returns how many it holds.  A controller
+ * outside it (a spare can be elected) knows it as well as a member. */
+size_t ea_rdzv_formed_ids(const ea_rdzv *r, ea_rdzv_gen *gen, ea_node_id *out, size_t cap);
 const char *ea_rdzv_spare_state_str(uint8_t state);
 
 /* ---- a checkpoint before a mass preemption (controller side) ----------------

@@ -2786,6 +2786,12 @@ const ea_rdzv_plan *ea_rdzv_running(const ea_rdzv *r) {
   return r->running ? &r->run : NULL;
 }
 
+size_t ea_rdzv_formed_ids(const ea_rdzv *r, ea_rdzv_gen *gen, ea_node_id *out, size_t cap) {
+  if (gen) *gen = r->formed;
+  for (size_t i = 0; out && i < r->nformed && i < cap; i++) out[i] = r->formed_ids[i];
+  return r->nformed;
+}
+
 const char *ea_rdzv_phase_str(uint8_t phase) {
   switch (phase) {
     case EA_RDZV_IDLE:
