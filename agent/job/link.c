@@ -217,7 +217,9 @@ void ea__link_on_msg(ea__link *L, uint64_t now, const ea__job_msg *m) {
     send_msg(L, &m->src, &r);
     return;
   }
-  if (m->type != EA__JOB_LINK_PONG || !L->active || m->gen != L->gen) return;
+  /* By nonce alone (unique here): an answer to a ping of the generation
+   * before a re-formation of the same members still proves the link. */
+  if (m->type != EA__JOB_LINK_PONG || !L->active) return;
   peer *x = find(L, &m->src);
   if (!x || m->nonce > x->nonce || m->nonce <= x->acked) return;
   L->pongs_in++;

@@ -631,8 +631,10 @@ START_TEST(link_probe_finds_a_silent_member) {
     uint64_t first = now;
     for (int round = 1; round <= 3; round++) {
       /* n2 answers its ping (the one to n2 went first) */
-      ea__job_msg pong = {
-          .type = EA__JOB_LINK_PONG, .src = ids[1], .gen = g, .nonce = r.last.nonce - 1};
+      ea__job_msg pong = {.type = EA__JOB_LINK_PONG,
+                          .src = ids[1],
+                          .gen = round == 2 ? g + 1 : g, /* matched by nonce alone */
+                          .nonce = r.last.nonce - 1};
       ea__link_on_msg(L, now + 5, &pong);
       for (now += EA__LINK_TICK_MS; now < first + round * EA__LINK_ROUND_MS;
            now += EA__LINK_TICK_MS)
