@@ -2620,12 +2620,12 @@ START_TEST(test_link_down_holds_at_once) {
       ck_assert(h_run_cond(h, h->now + 10000, settled_with, &four));
     }
     ck_assert_uint_eq(held_of(h, 0, held), 0);
-    int by = variant == 0 ? 2 : variant == 1 ? 3 : 1, peer = variant == 0 ? 3 : variant == 1 ? 2 : 0;
+    static const int bys[3] = {2, 3, 1}, peers[3] = {3, 2, 0};
+    int by = bys[variant], peer = peers[variant];
     const char *want = variant < 2 ? "0,1,2" : "0,2,3", *name = variant < 2 ? "n3" : "n1";
     uint64_t t0 = h->now;
     ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[by].id, &h->a[peer].id), 0);
-    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[peer].id, &h->a[by].id),
-                     -EALREADY);
+    ck_assert_int_eq(ea_rdzv_link_down(h->a[0].r, h->now, &h->a[peer].id, &h->a[by].id), -EALREADY);
     ck_assert_uint_eq(held_of(h, 0, held), 1);
     ck_assert_str_eq(held[0].name, name);
     ck_assert_uint_eq(held[0].why, EA_RDZV_HOLD_LINK);
