@@ -584,6 +584,9 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e);
  * WORK/notices/going-NAME exists.  0 or -errno (err says). */
 int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen);
 void ea__chaos_notice_stop(ea__chaos_run *r);
+/* `elastic-chaos --notice-serve WORK PORT`: one server in the foreground
+ * (started by the harness inside each slot's namespace). */
+int ea__chaos_notice_serve_main(const char *work, int port);
 /* The preempt episode: notices to 1 node (a drain) or to n − min_nodes + 1
  * (a mass preemption: the checkpoint, then they leave), then fresh nodes. */
 void ea__chaos_run_preempt(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);

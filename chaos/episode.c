@@ -721,10 +721,8 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
              "needs root: the harness mounts a small tmpfs on the checkpoint dir to fill it");
   } else if (f->kind == EA__F_PREEMPT && !r->notice_port) {
     e->state = EA__EP_SKIPPED;
-    snprintf(e->skip_reason, sizeof e->skip_reason, "%s",
-             r->o.netns ? "the fake metadata service listens on the harness's loopback, which the "
-                          "agents' network namespaces cannot reach"
-                        : "the fake metadata service did not start (harness.log says why)");
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "the fake metadata service did not start (harness.log says why)");
   } else if (f->kind == EA__F_PREEMPT && f->whole_node &&
              (!r->ckpt_available || !r->cfg.checkpoint.save_interval_steps ||
               !r->cfg.runtime.preemption_grace_seconds)) {

@@ -60,7 +60,7 @@ static void usage(FILE *f, const char *prog) {
       "                       foreign isolate split loss oneway (--netns) ckpt-kill disk-full "
       "(checkpoints)\n"
       "                       preempt (spot notices to 1 or n - min_nodes + 1 nodes through a\n"
-      "                       fake metadata service; not with --netns)\n"
+      "                       fake metadata service)\n"
       "  --min-faults N       at least N faults (default 10)\n"
       "  --steps N            train.steps (default: calibrated to last about --duration)\n"
       "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"
@@ -103,6 +103,9 @@ static void default_agent(char *out, size_t cap, const char *argv0) {
 }
 
 int main(int argc, char **argv) {
+  /* The preempt fault's server, started by the harness in a namespace. */
+  if (argc == 4 && strcmp(argv[1], "--notice-serve") == 0)
+    return ea__chaos_notice_serve_main(argv[2], atoi(argv[3]));
   /* The workers run OpenBLAS with the kernels the agent picks for them; the
    * reference and the replay must use the same ones (another kernel sums
    * in another order).  The choice is made when the library loads, so set

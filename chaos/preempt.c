@@ -1,12 +1,15 @@
 /* preempt.c — the `preempt` fault: spot notices through a fake metadata
  * service (issue 30, item 3).
  *
- * The service is a thread of the harness on 127.0.0.1 answering
- * `GET /going/NAME` with 200 once WORK/notices/going-NAME exists (404
- * before), which is what an agent polls with
- * runtime.preemption_notice=http://127.0.0.1:PORT/going/NAME (run.c adds
- * the flag to every agent it starts while the service runs).  The agents
- * poll every 2 s, so a notice lands within one poll.
+ * The service answers `GET /going/NAME` with 200 once
+ * WORK/notices/going-NAME exists (404 before), which is what an agent polls
+ * with runtime.preemption_notice=http://127.0.0.1:PORT/going/NAME (run.c
+ * adds the flag to every agent it starts while the service runs).  On
+ * loopback it is a thread of the harness on a free port; with --netns every
+ * slot's namespace has its own loopback, so the harness starts one server
+ * process per namespace (itself, `elastic-chaos --notice-serve DIR PORT`,
+ * on NOTICE_NS_PORT), all reading the same flag files.  The agents poll
+ * every 2 s, so a notice lands within one poll.
  *
  * The episode sends notices to k of the n nodes at once:
  *   k = 1 (when n − 1 ≥ min_nodes): a drain — the cluster re-forms without
@@ -23,9 +26,8 @@
  *     k come back as fresh nodes and the job goes on from that state, so
  *     the run's history stays one lineage.)
  *
- * Without a checkpoint directory the harness can read, or with --netns (the
- * namespaces cannot reach the harness's loopback), the episode is skipped
- * with its reason.
+ * Without checkpoints (or runtime.preemption_grace_seconds 0) a mass
+ * preemption is skipped with its reason.
  */
 #include "chaos.h"
 
@@ -45,15 +47,18 @@
 /* Every noticed node gone within: the grace the controller may hold them
  * (runtime.preemption_grace_seconds) plus the degraded bound. */
 #define GONE_SLACK_MS 5000
+/* The servers' port inside the slots' namespaces (free there: the agents
+ * use 7000 and 7001). */
+#define NOTICE_NS_PORT 7099
 
-static void *serve(void *arg) {
-  ea__chaos_run *r = arg;
+/* Serve on fd until *quit (checked every 200 ms): flags in dir. */
+static void serve_loop(int fd, const char *work, volatile bool *quit) {
   for (;;) {
-    struct pollfd p = {.fd = r->notice_fd, .events = POLLIN};
+    struct pollfd p = {.fd = fd, .events = POLLIN};
     int pr = poll(&p, 1, 200);
-    if (r->notice_quit) break;
+    if (*quit) break;
     if (pr <= 0) continue;
-    int c = accept(r->notice_fd, NULL, NULL);
+    int c = accept(fd, NULL, NULL);
     if (c < 0) continue;
     struct timeval tv = {.tv_sec = 1};
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -65,7 +70,7 @@ static void *serve(void *arg) {
       char name[CH_NAME_MAX + 1];
       if (sscanf(req, "GET /going/%64[A-Za-z0-9._-] ", name) == 1) {
         char path[CH_PATH_MAX + 96];
-        snprintf(path, sizeof path, "%s/notices/going-%s", r->o.work, name);
+        snprintf(path, sizeof path, "%s/notices/going-%s", work, name);
         struct stat st;
         if (stat(path, &st) == 0) code = 200;
       }
@@ -79,7 +84,42 @@ static void *serve(void *arg) {
     (void)w;
     close(c);
   }
+}
+
+static void *serve(void *arg) {
+  ea__chaos_run *r = arg;
+  serve_loop(r->notice_fd, r->o.work, &r->notice_quit);
   return NULL;
+}
+
+/* A listening socket on 127.0.0.1:port (0: any); the port in *port. */
+static int listen_lo(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                          .sin_port = htons((uint16_t)*port)};
+  socklen_t al = sizeof a;
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &al) < 0) {
+    int rc = -errno;
+    if (fd >= 0) close(fd);
+    return rc;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+int ea__chaos_notice_serve_main(const char *work, int port) {
+  int fd = listen_lo(&port);
+  if (fd < 0) {
+    fprintf(stderr, "elastic-chaos --notice-serve: 127.0.0.1:%d: %s\n", port, strerror(-fd));
+    return 3;
+  }
+  static volatile bool never;
+  serve_loop(fd, work, &never);
+  return 0;
 }
 
 int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen) {
@@ -90,18 +130,39 @@ int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot create %s: %s", dir, strerror(-rc));
     return rc;
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t al = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &al) < 0) {
-    rc = -errno;
-    if (fd >= 0) close(fd);
-    snprintf(err, errlen, "the fake metadata service: %s", strerror(-rc));
-    return rc;
+  if (r->o.netns) {
+    /* One server per slot namespace (ea__chaos_spawn enters it); the
+     * harness ends them with its other children at teardown. */
+    char self[CH_PATH_MAX], port[16], log[CH_PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+      snprintf(err, errlen, "readlink /proc/self/exe: %s", strerror(errno));
+      return -errno;
+    }
+    self[n] = 0;
+    snprintf(port, sizeof port, "%d", NOTICE_NS_PORT);
+    snprintf(log, sizeof log, "%s/notices/servers.log", r->o.work);
+    for (int s = 1; s <= r->nslots; s++) {
+      char *argv[] = {self, "--notice-serve", r->o.work, port, NULL};
+      pid_t pid;
+      if ((rc = ea__chaos_spawn(argv, r->ns[s], log, NULL, &pid)) < 0) {
+        snprintf(err, errlen, "the fake metadata service in %s: %s", r->ns[s], strerror(-rc));
+        return rc;
+      }
+    }
+    r->notice_port = NOTICE_NS_PORT;
+    r->notice_fd = -1;
+    ea__chaos_logf(r, "fake metadata service in every slot namespace on 127.0.0.1:%d",
+                   NOTICE_NS_PORT);
+    return 0;
+  }
+  int p0 = 0, fd = listen_lo(&p0);
+  if (fd < 0) {
+    snprintf(err, errlen, "the fake metadata service: %s", strerror(-fd));
+    return fd;
   }
   r->notice_fd = fd;
-  r->notice_port = ntohs(a.sin_port);
+  r->notice_port = p0;
   r->notice_quit = false;
   if ((rc = pthread_create(&r->notice_thread, NULL, serve, r)) != 0) {
     close(fd);
@@ -115,6 +176,10 @@ int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen) {
 
 void ea__chaos_notice_stop(ea__chaos_run *r) {
   if (!r->notice_port) return;
+  if (r->notice_fd < 0) { /* the namespaces' servers: ended with the other children */
+    r->notice_port = 0;
+    return;
+  }
   r->notice_quit = true;
   pthread_join(r->notice_thread, NULL);
   close(r->notice_fd);

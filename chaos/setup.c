@@ -131,10 +131,9 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
     r->subnet = (int)((r->o.seed * 7 + (uint64_t)getpid()) % 512);
     if ((rc = ea__chaos_net_up(r, err, errlen)) < 0) return rc;
   }
-  /* The preempt fault's fake metadata service (preempt.c): on the
-   * harness's loopback, so only without namespaces; the episode says why
-   * it is skipped otherwise. */
-  if (!r->o.netns && (r->o.kinds & (1u << EA__F_PREEMPT))) {
+  /* The preempt fault's fake metadata service (preempt.c): a thread on the
+   * harness's loopback, or one server in each slot's namespace. */
+  if (r->o.kinds & (1u << EA__F_PREEMPT)) {
     char e[256];
     if (ea__chaos_notice_start(r, e, sizeof e) < 0) ea__chaos_logf(r, "%s", e);
   }
