@@ -460,6 +460,7 @@ static void status_counters(ea__agent *a, ea__jb *b, json_t *doc) {
   ea__jb_u64(b, o, "persist_errors", st.persist_errors);
   ea__jb_u64(b, o, "node_failures", st.node_failures); /* as controller, toward flapping */
   ea__jb_u64(b, o, "blames", st.blames);               /* as controller, toward link hold-outs */
+  ea__jb_u64(b, o, "link_downs", st.link_downs);       /* as controller: link probes' hold-outs */
   ea__jb_u64(b, o, "holds", st.holds);
   ea__jb_u64(b, o, "drains_refused", a->drains_refused);
   ea__ctl_stats c = {0};

@@ -160,6 +160,7 @@ assert h["node"] == "n3" and h["why"] == "link" and h["holds"] == 1 and not h["w
 assert h["reason"].startswith("link probe: "), h
 assert 0 < h["remaining_s"] <= cool, h
 assert d["generation"]["nodes"] == ["n1", "n2"], d["generation"]
+assert d["counters"]["rdzv"]["link_downs"] == 1, d["counters"]["rdzv"]
 EOF
 ea_status n1 | grep -q "^ *held out: n3 (link: link probe: " || fail "text status: $(ea_status n1 | grep 'held out')"
 pass "$found; world 2 trains ${world2_ms} ms after the fault (bound ${BOUND_MS} ms = detection_bound_ms ${bound} + ${REFORM_MS}); n3 held out: $(js n1 'd["held_out"][0]["reason"]')"
