@@ -151,12 +151,7 @@ struct cconn {
   bool connected, closing;
   wbuf *qhead, *qtail; /* frames waiting for the connect */
   size_t qbytes;
-  uint8_t *rbuf; /* incoming: bytes of the frame body being assembled */
-  size_t rlen, rcap;
-  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX]; /* incoming: the header being read */
-  size_t hdr_got;
-  bool in_body; /* a header was read: flen bytes of body follow */
-  uint32_t flen;
+  ea_wire_reader rd; /* incoming: the frame being read (ea_wire.h) */
   bool authed;       /* a valid header has arrived: off probation */
   ea_addr from;      /* incoming: the peer's address */
   uint64_t last_ms;  /* last activity */
@@ -230,7 +225,7 @@ static void conn_handle_closed(uv_handle_t *h) {
   else
     c->conns = k->next;
   if (k->next) k->next->prev = k->prev;
-  free(k->rbuf);
+  ea_wire_reader_free(&k->rd);
   free(k);
   maybe_free(c);
 }
@@ -261,7 +256,7 @@ static uint64_t conn_due(const cconn *k) {
   if (k->outgoing) return k->last_ms + (k->connected ? CTL_OUT_IDLE_MS : CTL_CONNECT_TIMEOUT_MS);
   if (!k->authed) return k->since_ms + CTL_PREAUTH_DEADLINE_MS;
   uint64_t due = k->last_ms + CTL_IN_IDLE_MS;
-  if (k->in_body && k->since_ms + CTL_FRAME_DEADLINE_MS < due)
+  if (k->rd.in_body && k->since_ms + CTL_FRAME_DEADLINE_MS < due)
     due = k->since_ms + CTL_FRAME_DEADLINE_MS;
   return due;
 }
@@ -286,7 +281,7 @@ static void conn_timer_cb(uv_timer_t *t) {
     ea_addr_str(&k->addr, a, sizeof a);
     ea_log(EA_LOG_DEBUG, "control", "connect to %s timed out after %u ms", a,
            CTL_CONNECT_TIMEOUT_MS);
-  } else if (!k->outgoing && (!k->authed || k->in_body)) {
+  } else if (!k->outgoing && (!k->authed || k->rd.in_body)) {
     c->st.preauth_timeouts++;
     char a[64], d[160];
     ea_addr_str(&k->from, a, sizeof a);
@@ -311,6 +306,8 @@ static cconn *conn_new(ea__ctl *c, bool outgoing) {
   if (!k) return NULL;
   k->c = c;
   k->outgoing = outgoing;
+  k->rd.key = c->have_key ? c->key : NULL;
+  k->rd.max_len = CTL_MAX_FRAME;
   k->last_ms = uv_now(c->loop);
   uv_tcp_init(c->loop, &k->tcp);
   uv_timer_init(c->loop, &k->timer);
@@ -413,13 +410,10 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 /* A header arrived whole: authenticate it, then expect its body. */
-static bool header_in(ea__ctl *c, cconn *k) {
-  uint32_t flen = 0;
-  uint8_t flags = 0;
-  const char *why = "?";
-  int rc = ea_wire_frame_hdr_decode(c->have_key ? c->key : NULL, k->hdr, k->hdr_got, CTL_MAX_FRAME,
-                                    &flen, &flags, &why);
-  if (rc == 0 && flags) rc = -EA_EWIRE, why = "frame header: busy on the control channel";
+/* The reader refused k's header (rc < 0, why), or opened it (rc 0).
+ * Returns false when k must be closed. */
+static bool header_in(ea__ctl *c, cconn *k, int rc, const char *why) {
+  if (rc == 0 && k->rd.flags) rc = -EA_EWIRE, why = "frame header: busy on the control channel";
   if (rc < 0) {
     char d[200];
     char a[64];
@@ -439,10 +433,6 @@ static bool header_in(ea__ctl *c, cconn *k) {
   }
   k->authed = true;
   if (!k->outgoing && c->admit) ea_admit_authed(c->admit, &k->from, uv_now(c->loop));
-  k->hdr_got = 0;
-  k->in_body = true;
-  k->flen = flen;
-  k->rlen = 0;
   k->since_ms = uv_now(c->loop);
   conn_arm(k);
   return true;
@@ -461,52 +451,27 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   c->st.bytes_in += (uint64_t)nread;
   const uint8_t *in = (const uint8_t *)buf->base;
   size_t left = (size_t)nread;
-  const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
   while (left > 0 && !k->closing && !c->closing) {
-    if (!k->in_body) {
+    size_t used = 0;
+    const char *why = "?";
+    int rc = ea_wire_reader_feed(&k->rd, in, left, &used, &why);
+    in += used, left -= used;
+    if (rc == -ENOMEM && k->rd.in_body) {
+      conn_close(k);
+      return;
+    }
+    if (rc < 0 || rc == EA_WIRE_RD_HEADER) {
       /* The header: nothing else is buffered before it authenticates. */
-      size_t take = hsz - k->hdr_got < left ? hsz - k->hdr_got : left;
-      memcpy(k->hdr + k->hdr_got, in, take);
-      k->hdr_got += take, in += take, left -= take;
-      /* a version-1 length, a plain header to a keyed agent (or a sealed
-       * one to an agent without a key) is known from the first byte */
-      bool early = k->hdr[0] != (c->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
-      if (k->hdr_got < hsz && !early) break;
-      if (!header_in(c, k)) {
+      if (!header_in(c, k, rc < 0 ? rc : 0, why)) {
         conn_close(k);
         return;
       }
-      continue;
-    }
-    size_t take = k->flen - k->rlen < left ? k->flen - k->rlen : left;
-    if (k->rlen + take > k->rcap) {
-      /* Grow with what actually arrived, never to the announced length
-       * at once. */
-      size_t cap = k->rcap ? k->rcap : 4096;
-      while (cap < k->rlen + take) cap *= 2;
-      if (cap > k->flen) cap = k->flen;
-      uint8_t *nb = realloc(k->rbuf, cap);
-      if (!nb) {
-        conn_close(k);
-        return;
-      }
-      k->rbuf = nb;
-      k->rcap = cap;
-    }
-    memcpy(k->rbuf + k->rlen, in, take);
-    k->rlen += take, in += take, left -= take;
-    if (k->rlen == k->flen) {
-      bool ok = frame_in(c, k->rbuf, k->rlen);
-      k->rlen = 0;
-      k->in_body = false;
-      conn_arm(k);
+    } else if (rc == EA_WIRE_RD_FRAME) {
+      bool ok = frame_in(c, k->rd.body, k->rd.len);
       /* Frames are small in steady state: give back a buffer a large
        * COMMIT grew, instead of pinning megabytes per idle connection. */
-      if (k->rcap > (1u << 20)) {
-        free(k->rbuf);
-        k->rbuf = NULL;
-        k->rcap = 0;
-      }
+      ea_wire_reader_next(&k->rd, 1u << 20);
+      conn_arm(k);
       if (!ok) {
         conn_close(k);
         return;
@@ -523,7 +488,7 @@ static size_t header_bytes(cconn *k) {
   int pending = 0;
   if (uv_fileno((uv_handle_t *)&k->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &pending) != 0)
     pending = 0;
-  return k->hdr_got + (pending > 0 ? (size_t)pending : 0);
+  return k->rd.hdr_got + (pending > 0 ? (size_t)pending : 0);
 }
 
 /* Make room for a connection on probation from `from` (ea_admit_victim:

@@ -266,6 +266,42 @@ int ea_wire_frame_hdr_encode(const uint8_t *key, uint32_t len, uint8_t flags, ui
 int ea_wire_frame_hdr_decode(const uint8_t *key, const uint8_t *in, size_t n, uint32_t max_len,
                              uint32_t *len, uint8_t *flags, const char **err);
 
+/* ---- one framed stream, read as it arrives (wire_frame.c) ----
+ * The receiving half of both TCP channels (membership/transport_uv.c and
+ * agent/control.c): the header is gathered — never more than its own size
+ * is buffered before it opens with the key — then a body of the announced
+ * length, its buffer grown with what actually arrives (a peer announcing
+ * 16 MiB and sending 5 bytes costs 4 KiB).  Zero it, set key (borrowed;
+ * NULL: plain) and max_len, feed it. */
+typedef struct {
+  const uint8_t *key;
+  uint32_t max_len;
+  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX];
+  size_t hdr_got; /* header bytes gathered (0 while in a body) */
+  bool in_body;   /* a header opened: reading its body */
+  uint8_t flags;  /* the last header's */
+  uint32_t len;   /* its body's length (0: EA_WIRE_FRAME_BUSY) */
+  uint8_t *body;
+  size_t got, cap;
+} ea_wire_reader;
+
+enum {
+  EA_WIRE_RD_MORE = 0,   /* everything taken; more bytes needed */
+  EA_WIRE_RD_HEADER = 1, /* a header opened: r->flags, r->len; a BUSY one has no body */
+  EA_WIRE_RD_FRAME = 2,  /* r->body[0..r->len) is a whole body, until the next call */
+};
+/* Take bytes from in[0..n), *used of them, up to the next event: one of
+ * EA_WIRE_RD_*, or the negative error of ea_wire_frame_hdr_decode with *err
+ * (-ENOMEM: no memory for the body).  A version-1 length or the wrong magic
+ * for the key is refused at the first byte.  After an error the reader
+ * must not be fed again. */
+int ea_wire_reader_feed(ea_wire_reader *r, const uint8_t *in, size_t n, size_t *used,
+                        const char **err);
+/* After a frame (or a BUSY header): ready for the next header.  A body
+ * buffer over keep bytes is given back. */
+void ea_wire_reader_next(ea_wire_reader *r, size_t keep);
+void ea_wire_reader_free(ea_wire_reader *r);
+
 /* Load a key file: 64 hex characters (optionally followed by whitespace), or
  * 32 raw bytes.  Returns 0, or a negative errno with *err naming the problem
  * (valid until the next call on this thread).  -EPERM: group or others may

@@ -122,12 +122,7 @@ struct conn {
   bool busy;         /* incoming over the limit: answered EA_WIRE_FRAME_BUSY */
   uint64_t since_ms; /* created */
   ea_addr peer;
-  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX]; /* the frame header being read */
-  size_t hdr_got;
-  bool have_hdr;
-  size_t frame_len;
-  uint8_t *frame;
-  size_t frame_got, frame_cap;
+  ea_wire_reader rd; /* the peer's frame (ea_wire.h) */
   uint8_t *out; /* frame header + our state frame */
   size_t out_len;
 };

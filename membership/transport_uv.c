@@ -446,7 +446,7 @@ static void conn_handle_closed(uv_handle_t *h) {
   else
     t->conns = c->next;
   if (c->next) c->next->prev = c->prev;
-  free(c->frame);
+  ea_wire_reader_free(&c->rd);
   free(c->out);
   free(c);
   ea__transport_maybe_free(t);
@@ -510,6 +510,8 @@ static conn *conn_new(ea_transport *t, bool outgoing) {
   if (!c) return NULL;
   c->t = t;
   c->outgoing = outgoing;
+  c->rd.key = t->have_key ? t->key : NULL;
+  c->rd.max_len = EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD;
   if (uv_tcp_init(t->loop, &c->tcp) < 0) {
     free(c);
     return NULL;
@@ -604,15 +606,16 @@ static void conn_got_frame(conn *c) {
   size_t plen = 0;
   uint8_t *scratch = NULL;
   const uint8_t *p;
-  if (c->frame_len > 0 &&
-      (c->frame[0] == EA_WIRE_MAGIC_SEALED || c->frame[0] == EA_WIRE_MAGIC_SEALED_RP)) {
-    scratch = malloc(c->frame_len);
+  const uint8_t *frame = c->rd.body;
+  const size_t flen = c->rd.len;
+  if (frame[0] == EA_WIRE_MAGIC_SEALED || frame[0] == EA_WIRE_MAGIC_SEALED_RP) {
+    scratch = malloc(flen);
     if (!scratch) {
       conn_finish(c, false, "out of memory");
       return;
     }
   }
-  p = open_input(t, &t->ar_tcp, &c->peer, c->frame, c->frame_len, scratch, c->frame_len, &plen);
+  p = open_input(t, &t->ar_tcp, &c->peer, frame, flen, scratch, flen, &plen);
   if (!p) {
     free(scratch);
     conn_finish(c, false, "peer's state frame rejected (cluster key mismatch?)");
@@ -652,17 +655,12 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)c->t->tcpbuf, sizeof c->t->tcpbuf);
 }
 
-/* The frame header arrived whole (or its first byte says it is not one):
- * authenticate it.  Returns false after finishing the connection. */
-static bool conn_got_header(conn *c) {
+/* The reader refused the header (rc < 0, why), or opened it: a BUSY
+ * answer, or the peer authenticated.  Returns false after finishing the
+ * connection. */
+static bool conn_got_header(conn *c, int rc, const char *why) {
   ea_transport *t = c->t;
-  uint32_t len = 0;
-  uint8_t flags = 0;
-  const char *why = "?";
-  int rc =
-      ea_wire_frame_hdr_decode(t->have_key ? t->key : NULL, c->hdr, c->hdr_got,
-                               EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD, &len, &flags, &why);
-  if (rc == 0 && flags && !c->outgoing)
+  if (rc == 0 && c->rd.flags && !c->outgoing)
     rc = -EA_EWIRE, why = "frame header: busy from an initiator";
   if (rc < 0) {
     if (rc == -EBADMSG) {
@@ -671,7 +669,7 @@ static bool conn_got_header(conn *c) {
     } else if (rc == -EMSGSIZE) {
       t->st.dropped_oversize++;
       log_drop(t, 2, &c->peer, why);
-    } else {
+    } else if (rc != -ENOMEM) {
       t->st.dropped_malformed++;
       log_drop(t, 0, &c->peer, why);
     }
@@ -679,15 +677,13 @@ static bool conn_got_header(conn *c) {
                 rc == -EBADMSG ? "peer's frame header rejected (cluster key mismatch?)" : why);
     return false;
   }
-  if (flags & EA_WIRE_FRAME_BUSY) {
+  if (c->rd.flags & EA_WIRE_FRAME_BUSY) {
     conn_finish(c, false,
                 "busy: the peer has too many push-pull connections open (retrying with backoff)");
     return false;
   }
   c->authed = true;
   if (!c->outgoing) src_authed(t, &c->peer);
-  c->have_hdr = true;
-  c->frame_len = len;
   return true;
 }
 
@@ -697,7 +693,7 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread < 0) {
     const char *why =
         nread == UV_EOF ? "peer closed before sending its state" : uv_strerror((int)nread);
-    if (c->outgoing && !c->have_hdr && (nread == UV_EOF || nread == UV_ECONNRESET))
+    if (c->outgoing && !c->authed && (nread == UV_EOF || nread == UV_ECONNRESET))
       why = nread == UV_EOF ? "peer closed the connection before it answered (a different cluster "
                               "key, or an agent too old for frame header version 2?)"
                             : "connection reset by peer before it answered (a different cluster "
@@ -708,38 +704,20 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (c->busy) return; /* answered busy: discard what the initiator sends */
   const uint8_t *p = (const uint8_t *)buf->base;
   size_t left = (size_t)nread;
-  const size_t hsz = ea_wire_frame_hdr_size(c->t->have_key);
   while (left > 0 && !c->got_frame) {
-    if (!c->have_hdr) {
-      size_t k = hsz - c->hdr_got < left ? hsz - c->hdr_got : left;
-      memcpy(c->hdr + c->hdr_got, p, k);
-      c->hdr_got += k, p += k, left -= k;
-      /* a version-1 length, or the wrong magic for our key, is known from
-       * the first byte */
-      bool early = c->hdr[0] != (c->t->have_key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
-      if (c->hdr_got < hsz && !early) break;
-      if (!conn_got_header(c)) return;
-      continue;
+    size_t used = 0;
+    const char *why = "?";
+    int rc = ea_wire_reader_feed(&c->rd, p, left, &used, &why);
+    p += used, left -= used;
+    if (rc == -ENOMEM && c->rd.in_body) {
+      conn_finish(c, false, "out of memory");
+      return;
     }
-    size_t want = c->frame_len - c->frame_got;
-    size_t k = want < left ? want : left;
-    if (c->frame_got + k > c->frame_cap) {
-      /* Grow with what actually arrived, never to the claimed length at
-       * once: a peer claiming 16 MB and sending 5 bytes costs us 64 KB. */
-      size_t cap = c->frame_cap ? c->frame_cap * 2 : 65536;
-      while (cap < c->frame_got + k) cap *= 2;
-      if (cap > c->frame_len) cap = c->frame_len;
-      uint8_t *nb = realloc(c->frame, cap);
-      if (!nb) {
-        conn_finish(c, false, "out of memory");
-        return;
-      }
-      c->frame = nb;
-      c->frame_cap = cap;
+    if (rc < 0 || rc == EA_WIRE_RD_HEADER) {
+      if (!conn_got_header(c, rc < 0 ? rc : 0, why)) return;
+    } else if (rc == EA_WIRE_RD_FRAME) {
+      conn_got_frame(c);
     }
-    memcpy(c->frame + c->frame_got, p, k);
-    c->frame_got += k, p += k, left -= k;
-    if (c->frame_got == c->frame_len) conn_got_frame(c);
   }
 }
 
@@ -786,7 +764,7 @@ static size_t header_bytes(conn *c) {
   int pending = 0;
   if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &pending) != 0)
     pending = 0;
-  return c->hdr_got + (pending > 0 ? (size_t)pending : 0);
+  return c->rd.hdr_got + (pending > 0 ? (size_t)pending : 0);
 }
 
 static bool on_probation(const conn *k) {

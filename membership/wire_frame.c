@@ -29,6 +29,7 @@
 #include "ea_wire.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HDR_TAG 'F'
@@ -123,4 +124,73 @@ int ea_wire_frame_hdr_decode(const uint8_t *key, const uint8_t *in, size_t n, ui
   *len = l;
   *flags = f;
   return 0;
+}
+
+/* ---- the reader --------------------------------------------------------- */
+
+int ea_wire_reader_feed(ea_wire_reader *r, const uint8_t *in, size_t n, size_t *used,
+                        const char **err) {
+  const char *dummy;
+  if (!err) err = &dummy;
+  *used = 0;
+  if (!r->in_body) {
+    const size_t hsz = ea_wire_frame_hdr_size(r->key != NULL);
+    size_t k = hsz - r->hdr_got < n ? hsz - r->hdr_got : n;
+    memcpy(r->hdr + r->hdr_got, in, k);
+    r->hdr_got += k;
+    *used = k;
+    if (r->hdr_got == 0) return EA_WIRE_RD_MORE;
+    /* a version-1 length, or the wrong magic for our key, is known from
+     * the first byte */
+    bool early = r->hdr[0] != (r->key ? EA_WIRE_MAGIC_SEALED : EA_WIRE_MAGIC_PLAIN);
+    if (r->hdr_got < hsz && !early) return EA_WIRE_RD_MORE;
+    uint32_t len = 0;
+    uint8_t flags = 0;
+    int rc = ea_wire_frame_hdr_decode(r->key, r->hdr, r->hdr_got, r->max_len, &len, &flags, err);
+    if (rc < 0) return rc;
+    r->hdr_got = 0;
+    r->in_body = true;
+    r->flags = flags;
+    r->len = len;
+    r->got = 0;
+    return EA_WIRE_RD_HEADER;
+  }
+  size_t want = r->len - r->got;
+  size_t k = want < n ? want : n;
+  if (r->got + k > r->cap) {
+    /* Grow with what actually arrived, never to the announced length at
+     * once. */
+    size_t cap = r->cap ? r->cap * 2 : 4096;
+    while (cap < r->got + k) cap *= 2;
+    if (cap > r->len) cap = r->len;
+    uint8_t *nb = realloc(r->body, cap);
+    if (!nb) {
+      *err = "out of memory for a frame body";
+      return -ENOMEM;
+    }
+    r->body = nb;
+    r->cap = cap;
+  }
+  memcpy(r->body + r->got, in, k);
+  r->got += k;
+  *used = k;
+  return r->got == r->len && r->len > 0 ? EA_WIRE_RD_FRAME : EA_WIRE_RD_MORE;
+}
+
+void ea_wire_reader_next(ea_wire_reader *r, size_t keep) {
+  r->in_body = false;
+  r->hdr_got = 0;
+  r->got = 0;
+  r->len = 0;
+  if (r->cap > keep) {
+    free(r->body);
+    r->body = NULL;
+    r->cap = 0;
+  }
+}
+
+void ea_wire_reader_free(ea_wire_reader *r) {
+  free(r->body);
+  r->body = NULL;
+  r->cap = 0;
 }

@@ -196,11 +196,74 @@ static void fuzz_frame_hdr(const uint8_t *data, size_t size) {
   }
 }
 
+/* The stream reader: the input's first byte picks a chunk size; the rest is
+ * the stream.  Fed in chunks and whole, the events and bodies must agree;
+ * a body is never longer than its header said, a FRAME follows its HEADER,
+ * and every call makes progress or reports an event. */
+typedef struct {
+  int events[64];
+  size_t nev;
+  uint64_t sum; /* of the bodies' bytes */
+  int err;
+} fuzz_rd_trace;
+
+static void fuzz_rd_run(const uint8_t *key, const uint8_t *in, size_t n, size_t chunk,
+                        fuzz_rd_trace *t) {
+  ea_wire_reader r = {.key = key, .max_len = 1u << 16};
+  memset(t, 0, sizeof *t);
+  bool header = false;
+  for (size_t off = 0; off < n && t->nev < 64;) {
+    size_t m = n - off < chunk ? n - off : chunk, used = 0;
+    const char *err = NULL;
+    int rc = ea_wire_reader_feed(&r, in + off, m, &used, &err);
+    CHECK(used <= m);
+    off += used;
+    if (rc < 0) {
+      CHECK(err != NULL);
+      t->err = rc;
+      break;
+    }
+    CHECK(used > 0 || rc != EA_WIRE_RD_MORE);
+    CHECK(!r.in_body || r.got <= r.len);
+    if (rc == EA_WIRE_RD_MORE) continue;
+    t->events[t->nev++] = rc;
+    if (rc == EA_WIRE_RD_HEADER) {
+      CHECK(!header);
+      header = true;
+      if (r.flags & EA_WIRE_FRAME_BUSY) {
+        CHECK(r.len == 0);
+        ea_wire_reader_next(&r, 0);
+        header = false;
+      }
+    } else {
+      CHECK(header && r.got == r.len && r.len > 0 && r.len <= (1u << 16));
+      for (size_t i = 0; i < r.len; i++) t->sum += r.body[i];
+      ea_wire_reader_next(&r, (size_t)chunk * 7);
+      header = false;
+    }
+  }
+  ea_wire_reader_free(&r);
+}
+
+static void fuzz_reader(const uint8_t *data, size_t size) {
+  if (size < 2) return;
+  size_t chunk = 1 + data[0] % 61;
+  for (int keyed = 0; keyed < 2; keyed++) {
+    const uint8_t *key = keyed ? fuzz_key : NULL;
+    fuzz_rd_trace a, b;
+    fuzz_rd_run(key, data + 1, size - 1, chunk, &a);
+    fuzz_rd_run(key, data + 1, size - 1, size, &b);
+    CHECK(a.nev == b.nev && a.sum == b.sum && a.err == b.err);
+    CHECK(memcmp(a.events, b.events, a.nev * sizeof a.events[0]) == 0);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_msg(data, size);
   fuzz_state(data, size);
   fuzz_seal(data, size);
   fuzz_seal_rp(data, size);
   fuzz_frame_hdr(data, size);
+  fuzz_reader(data, size);
   return 0;
 }

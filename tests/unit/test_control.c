@@ -267,13 +267,23 @@ END_TEST
 
 /* A raw blocking client: the kernel completes the handshake from the
  * listen backlog, so connect() returns before the loop runs. */
-static int raw_connect(const ea_addr *to) {
+/* A connection to `to` from source address `from` (NULL: any). */
+static int raw_connect_from(const ea_addr *to, const char *from) {
   struct sockaddr_storage ss;
   socklen_t len = ea_addr_to_sockaddr(to, &ss);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ck_assert_int_ge(fd, 0);
+  if (from) {
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, from, &src.sin_addr), 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&src, sizeof src), 0);
+  }
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&ss, len), 0);
   return fd;
+}
+
+static int raw_connect(const ea_addr *to) {
+  return raw_connect_from(to, NULL);
 }
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -508,9 +518,11 @@ START_TEST(test_preauth_bounded) {
   eof_arg e = {junk};
   ck_assert_msg(run_until(&loop, peer_closed, &e, WAIT_MS), "forged header not cut off");
   close(junk);
-  /* 20 connections holding 47 of the 48 header bytes, all from 127.0.0.1:
-   * at most CTL_PREAUTH_PER_SOURCE (8) are kept, the oldest closed first */
-  enum { HOLD = 20 };
+  /* 18 connections holding 47 of the 48 header bytes, all from 127.0.0.1
+   * (with the junk one and the keyed sender below, 20: its connect burst,
+   * ea_admit.h): at most CTL_PREAUTH_PER_SOURCE (8) are kept, the oldest
+   * closed first */
+  enum { HOLD = 18 };
   int fds[HOLD];
   for (int i = 0; i < HOLD; i++) {
     fds[i] = raw_connect(baddr);
@@ -549,6 +561,30 @@ START_TEST(test_preauth_bounded) {
   ea__ctl_send(a.c, &bid, baddr, &m);
   g.want = 2;
   ck_assert_msg(run_until(&loop, got_n, &g, WAIT_MS), "keyed connection did not survive");
+  /* Connect rates (ea_admit.h, issue 27): 127.0.0.1 has authenticated, so
+   * it is never refused at accept; a stranger (127.0.0.2) gets its burst of
+   * 20, the rest of 30 quick connects are closed at accept. */
+  ck_assert_uint_eq(stats(&b).refused_rate, 0);
+  int more[30];
+  uint64_t ev = stats(&b).preauth_evicted;
+  for (int i = 0; i < 30; i++) {
+    more[i] = raw_connect(baddr);
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  uint64_t w4[4] = {(uintptr_t)&b, ev + 22, 0, 1};
+  ck_assert_msg(run_until(&loop, stats_at_least, w4, WAIT_MS), "evicted %llu, want %llu",
+                (unsigned long long)stats(&b).preauth_evicted, (unsigned long long)(ev + 22));
+  ck_assert_uint_eq(stats(&b).refused_rate, 0);
+  for (int i = 0; i < 30; i++) close(more[i]);
+  int strange[30];
+  for (int i = 0; i < 30; i++) {
+    strange[i] = raw_connect_from(baddr, "127.0.0.2");
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  for (int i = 0; i < 30 && stats(&b).refused_rate < 5; i++) uv_run(&loop, UV_RUN_NOWAIT);
+  ck_assert_uint_ge(stats(&b).refused_rate, 5); /* 30 − 20, less what came back meanwhile */
+  ck_assert_uint_le(stats(&b).refused_rate, 10);
+  for (int i = 0; i < 30; i++) close(strange[i]);
   close_peer(&loop, &a);
   close_peer(&loop, &b);
   ck_assert_int_eq(uv_loop_close(&loop), 0);

@@ -785,6 +785,96 @@ START_TEST(test_seal_open) {
 }
 END_TEST
 
+/* ---- the stream reader (ea_wire_reader) ------------------------------------ */
+
+/* Three frames (bodies of 1, 300 and 70,000 bytes) behind their headers,
+ * plain and sealed, fed whole, byte by byte and in uneven chunks: the same
+ * events and bodies every way. */
+START_TEST(test_frame_reader) {
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x42, sizeof key);
+  const uint32_t lens[3] = {1, 300, 70000};
+  for (int keyed = 0; keyed < 2; keyed++) {
+    const uint8_t *k = keyed ? key : NULL;
+    const size_t hsz = ea_wire_frame_hdr_size(keyed);
+    size_t total = 0;
+    for (int i = 0; i < 3; i++) total += hsz + lens[i];
+    uint8_t *stream = malloc(total), *p = stream;
+    for (int i = 0; i < 3; i++) {
+      size_t hl = 0;
+      ck_assert_int_eq(ea_wire_frame_hdr_encode(k, lens[i], 0, p, hsz, &hl), 0);
+      p += hl;
+      for (uint32_t b = 0; b < lens[i]; b++) *p++ = (uint8_t)(b * 7 + (uint32_t)i);
+    }
+    const size_t chunks[] = {1, 3, 7, 50, 4096, total};
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+      const size_t chunk = chunks[ci];
+      ea_wire_reader r = {.key = k, .max_len = 1u << 20};
+      int frames = 0, headers = 0;
+      for (size_t off = 0; off < total;) {
+        size_t n = total - off < chunk ? total - off : chunk, used = 0;
+        const char *err = NULL;
+        int rc = ea_wire_reader_feed(&r, stream + off, n, &used, &err);
+        ck_assert_int_ge(rc, 0);
+        ck_assert_uint_le(used, n);
+        ck_assert(used > 0 || rc != EA_WIRE_RD_MORE);
+        off += used;
+        if (rc == EA_WIRE_RD_HEADER) {
+          ck_assert_uint_eq(r.len, lens[headers]);
+          ck_assert_int_eq(headers++, frames);
+        } else if (rc == EA_WIRE_RD_FRAME) {
+          ck_assert_uint_eq(r.len, lens[frames]);
+          for (uint32_t b = 0; b < r.len; b++)
+            ck_assert_uint_eq(r.body[b], (uint8_t)(b * 7 + (uint32_t)frames));
+          frames++;
+          ea_wire_reader_next(&r, 4096);
+          ck_assert(r.cap <= 4096); /* the 70,000-byte buffer given back */
+        }
+      }
+      ck_assert_int_eq(frames, 3);
+      ea_wire_reader_free(&r);
+    }
+    free(stream);
+  }
+  /* A header announcing 1 MiB followed by 5 bytes: the buffer holds what
+   * arrived, not what was announced. */
+  uint8_t h[EA_WIRE_FRAME_HDR_MAX + 5];
+  size_t hl = 0, used = 0;
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 1u << 20, 0, h, sizeof h, &hl), 0);
+  memset(h + hl, 1, 5);
+  ea_wire_reader r = {.max_len = 1u << 21};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h, hl + 5, &used, NULL), EA_WIRE_RD_HEADER);
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h + used, hl + 5 - used, &used, NULL), EA_WIRE_RD_MORE);
+  ck_assert_uint_le(r.cap, 4096);
+  ea_wire_reader_free(&r);
+  /* BUSY: a header without a body */
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 0, EA_WIRE_FRAME_BUSY, h, sizeof h, &hl), 0);
+  r = (ea_wire_reader){.key = key, .max_len = 100};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h, hl, &used, NULL), EA_WIRE_RD_HEADER);
+  ck_assert(r.flags == EA_WIRE_FRAME_BUSY && r.len == 0);
+  /* refused: a version-1 length at its first byte, plain to a keyed
+   * reader at its first byte, another key, a length over max_len */
+  const char *err = NULL;
+  r = (ea_wire_reader){.key = key, .max_len = 100};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, (const uint8_t *)"\x00\x00\x01\x00", 4, &used, &err),
+                   -EA_EWIRE);
+  ck_assert_uint_eq(r.hdr_got, 4);
+  ck_assert_ptr_nonnull(strstr(err, "version-1"));
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(NULL, 50, 0, h, sizeof h, &hl), 0);
+  r = (ea_wire_reader){.key = key, .max_len = 100};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h, 1, &used, &err), -EBADMSG);
+  uint8_t other[EA_KEY_BYTES];
+  memset(other, 0x43, sizeof other);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(other, 50, 0, h, sizeof h, &hl), 0);
+  r = (ea_wire_reader){.key = key, .max_len = 100};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h, 47, &used, &err), EA_WIRE_RD_MORE);
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h + 47, 1, &used, &err), -EBADMSG);
+  ck_assert_int_eq(ea_wire_frame_hdr_encode(key, 101, 0, h, sizeof h, &hl), 0);
+  r = (ea_wire_reader){.key = key, .max_len = 100};
+  ck_assert_int_eq(ea_wire_reader_feed(&r, h, hl, &used, &err), -EMSGSIZE);
+}
+END_TEST
+
 /* ---- the TCP frame header (version 2) ------------------------------------ */
 
 START_TEST(test_frame_header) {
@@ -992,6 +1082,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(tc, test_seal_open);
   tcase_add_test(tc, test_load_key);
   tcase_add_test(tc, test_frame_header);
+  tcase_add_test(tc, test_frame_reader);
   suite_add_tcase(s, tc);
   return s;
 }
