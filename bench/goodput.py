@@ -41,7 +41,8 @@ import zlib
 LINE = re.compile(r"train rank=(\d+) world=(\d+) (.*) t=(\d+\.\d+)\s*$")
 NAMES = {"torchrun-default": "torchrun default", "torchrun-tuned": "torchrun tuned",
          "ours": "elastic-agent restart mode", "ours-inplace": "elastic-agent in place",
-         "torchft": "TorchFT", "torchft-tuned": "TorchFT tuned", "nvrx": "NVRx", "nvrx-tuned": "NVRx tuned"}
+         "torchft": "TorchFT", "torchft-tuned": "TorchFT tuned", "nvrx": "NVRx", "nvrx-tuned": "NVRx tuned",
+         "nvrx-injob": "NVRx in-job"}
 
 
 def read_log(path):

@@ -2,7 +2,8 @@
 # bench/goodput.sh — goodput under spot churn: how much of the wall clock
 # turns into training that is kept, for torchrun (default, tuned),
 # elastic-agent restart mode, elastic-agent in place, TorchFT and NVRx
-# (default, tuned), one after another in one invocation, on one machine.
+# (in-process + in-job: default, tuned; in-job alone), one after another in
+# one invocation, on one machine.
 #
 # Each system: 4 nodes on 127.0.0.1, one worker each, the model, data,
 # optimizer and 50 ms step sleep of bench/recovery_pytorch.sh (torchrun and
@@ -25,8 +26,8 @@
 #      seeded (--seed), the k-th kill picks the same position among the
 #      three candidates for every system;
 #   4. then at most --deadline seconds for all 4 to step at world 4 again
-#      (not counted): a system that has not is "not recovered" (NVRx: all
-#      but the last victim at world 3, as min-healthy keeps it).
+#      (not counted): a system that has not is "not recovered" (nvrx,
+#      nvrx-tuned: all but the last victim at world 3, as min-healthy keeps it).
 # A system whose package (torchft, nvidia-resiliency-ext) is not in the
 # virtualenv is skipped with a line that says so.
 # Goodput = steps kept in the final model per second of the churn ÷ the
@@ -49,8 +50,8 @@
 #   --rejoin S    the killed node starts again S seconds later (default 20)
 #   --baseline S  failure-free seconds measured first (default 60; --quick 30)
 #   --systems     comma list of torchrun-default,torchrun-tuned,ours,
-#                 ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned
-#                 (default: all)
+#                 ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned,
+#                 nvrx-injob (default: all)
 #   --parallel    run the systems at the same time, not one after another
 #                 (the smoke test's way to stay short; the figures are then
 #                 those of 24 processes on the machine's cores: not a
@@ -65,7 +66,7 @@ REJOIN=20
 BASELINE=60
 SEED=1
 DEADLINE=180
-ALL_SYSTEMS=torchrun-default,torchrun-tuned,ours,ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned
+ALL_SYSTEMS=torchrun-default,torchrun-tuned,ours,ours-inplace,torchft,torchft-tuned,nvrx,nvrx-tuned,nvrx-injob
 SYSTEMS=$ALL_SYSTEMS
 JSON=$HERE/results/goodput.json
 PNG=$HERE/results/goodput.png
@@ -203,24 +204,25 @@ sys_start() {
             [ "$SYS" = ours-inplace ] && OURS_LIB=1
             for s in s0 s1 s2 s3; do ours_start $s; done ;;
         nvrx*)
-            NV_PORT=$(free_port) NV_TUNED=0
-            [ "$SYS" = nvrx-tuned ] && NV_TUNED=1
+            NV_PORT=$(free_port) NV_VARIANT=${SYS#nvrx-}
+            [ "$SYS" = nvrx ] && NV_VARIANT=default
             nv_start s0
             for s in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$NV_PORT") 2>/dev/null && break; sleep 0.1; done
             for s in s1 s2 s3; do nv_start $s; done ;;
     esac
 }
 # NVRx (bench/lib.sh: nvrx_start): a rejoining node is started the same
-# way; min-healthy admits it only at the next in-job restart (when fewer
-# than 3 nodes are left healthy), so after a kill training goes on at
-# world 3: NVRx's "recovered" is all but the last victim stepping at world
-# 3 (WORLD_BACK), where the others' is all 4 at world 4.
-NV_PORT='' NV_TUNED=0
+# way; with in-process restart (nvrx, nvrx-tuned) min-healthy admits it only
+# at the next in-job restart (when fewer than 3 nodes are left healthy), so
+# after a kill training goes on at world 3: their "recovered" is all but the
+# last victim stepping at world 3 (world_back), where the others' (and
+# nvrx-injob's, any-failed: a joiner restarts every worker) is all 4 at 4.
+NV_PORT='' NV_VARIANT=default
 nv_start() { # SLOT
     LOGOF[$1]=$D/node${1#s}.log
-    nvrx_start "$1" "${LOGOF[$1]}" "${1#s}" "$NV_PORT" "gp-$SYS-$$" $NV_TUNED "$D/ck"
+    nvrx_start "$1" "${LOGOF[$1]}" "${1#s}" "$NV_PORT" "gp-$SYS-$$" "$NV_VARIANT" "$D/ck"
 }
-world_back() { case $SYS in nvrx*) echo 3 ;; *) echo 4 ;; esac; }
+world_back() { case $SYS in nvrx|nvrx-tuned) echo 3 ;; *) echo 4 ;; esac; }
 sys_logs() { local s out=(); for s in "${SLOTS[@]}"; do out+=("${LOGOF[$s]}"); done; join_by "${out[@]}"; }
 sys_candidates() { # the slots that may be killed (all but the special one)
     local s ctl=
@@ -286,12 +288,15 @@ run_system() {
     sleep_until "$(awk -v a="$tc0" -v c="$CHURN" 'BEGIN { printf "%.6f", a + c }')"
     tc1=$EPOCHREALTIME
     # recovered: all 4 step at world 4 after the last kill (not counted);
-    # NVRx: all but the last victim at world 3
+    # nvrx, nvrx-tuned: all but the last victim step at world 3, in a
+    # process begun before the kill or after (the last kill may have hit a
+    # node that was waiting to be admitted: training did not stop)
     tend=null
     if [ $NKILLS -gt 0 ]; then
-        local wl=()
+        local wl=() any=
+        [ "$wb" = 4 ] || any=--any-process
         for s in "${SLOTS[@]}"; do [ "$wb" = 4 ] || [ "$s" != "$last" ] && wl+=("${LOGOF[$s]}"); done
-        tend=$(wait_world "$(join_by "${wl[@]}")" "$wb" "${kills[-1]}" "$DEADLINE") || { rec=false; tend=null; }
+        tend=$(wait_world "$(join_by "${wl[@]}")" "$wb" "${kills[-1]}" "$DEADLINE" $any) || { rec=false; tend=null; }
     fi
     log "$SYS: churn over; recovered after the last kill: $rec"
     local f nl=()
@@ -333,7 +338,7 @@ cat > "$OUT/meta.json" <<EOF
  "loadavg_start":"$LOAD_START","loadavg_end":"$(cut -d' ' -f1-3 /proc/loadavg)","wall_s":$WALL,
  "command":"bench/goodput.sh${ORIG_ARGS:+ $ORIG_ARGS}","churn_s":$CHURN,"interval_s":$INTERVAL,"rejoin_s":$REJOIN,
  "baseline_s":$BASELINE,"seed":$SEED,"kills":$NKILLS,"picks":[$(IFS=,; echo "${PICKS[*]:-}")],
- "settings":"as bench/recovery_pytorch.sh: torchrun --nnodes=3:4 c10d (default: monitor_interval 5, rendezvous as shipped; tuned: monitor_interval 1, last_call_timeout 1, read_timeout 10; script --gloo-timeout 10, checkpoint every 5 steps); elastic-agent min_nodes 3 max_nodes 4 (restart mode: the same script; in place: recovery_pytorch_lib.py, compute.protocol=library); torchft $TORCHFT_VERSION: recovery_torchft.py, Manager(min_replica_size=3), torchft_lighthouse --min_replicas 3 as shipped (tuned: --quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000, ProcessGroupGloo 5 s, Manager 30 s); nvrx $NVRX_VERSION: recovery_nvrx.py (inprocess.Wrapper, checkpoint every 5 steps) under ft_launcher --nnodes=3:4 --ft-restart-policy=min-healthy (NVRx's in-job + in-process example; wrapper timeouts as shipped, gloo 10 s, --monitor-interval=5; tuned: soft 5 / hard 8 / heartbeat 3 s, gloo 3 s, --monitor-interval=1, last_call_timeout=1); a kill also kills the wrapper's monitor process; a rejoining node is admitted only at the next in-job restart"}
+ "settings":"as bench/recovery_pytorch.sh: torchrun --nnodes=3:4 c10d (default: monitor_interval 5, rendezvous as shipped; tuned: monitor_interval 1, last_call_timeout 1, read_timeout 10; script --gloo-timeout 10, checkpoint every 5 steps); elastic-agent min_nodes 3 max_nodes 4 (restart mode: the same script; in place: recovery_pytorch_lib.py, compute.protocol=library); torchft $TORCHFT_VERSION: recovery_torchft.py, Manager(min_replica_size=3), torchft_lighthouse --min_replicas 3 as shipped (tuned: --quorum_tick_ms 100 --join_timeout_ms 10000 --heartbeat_timeout_ms 1000, ProcessGroupGloo 5 s, Manager 30 s); nvrx $NVRX_VERSION: recovery_nvrx.py (inprocess.Wrapper, checkpoint every 5 steps) under ft_launcher --nnodes=3:4 --ft-restart-policy=min-healthy (NVRx's in-job + in-process example; wrapper timeouts as shipped, gloo 10 s, --monitor-interval=5; tuned: soft 5 / hard 8 / heartbeat 3 s, gloo 3 s, --monitor-interval=1, last_call_timeout=1); a kill also kills the wrapper's monitor process; a rejoining node is admitted only at the next in-job restart; nvrx-injob: ft_launcher --ft-restart-policy=any-failed (its default), the wrapper disabled, --monitor-interval=1, last_call_timeout=1, gloo 10 s"}
 EOF
 mkdir -p "$(dirname "$JSON")" "$(dirname "$PNG")"
 "$PY" "$ANALYZE" "$OUT" --json "$JSON" --png "$PNG" || status=1

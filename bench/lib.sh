@@ -140,37 +140,44 @@ bench_cleanup() {
     signal_marked KILL "EA_BENCH_RUN=$1"
 }
 
-# wait_world LOGS WORLD AFTER TIMEOUT → prints the time it held
-wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4"; }
+# wait_world LOGS WORLD AFTER TIMEOUT [--any-process] → prints the time it held
+wait_world() { "$PY" "$HELPER" wait --logs "$1" --world "$2" --after "$3" --timeout "$4" ${5:+"$5"}; }
 newest_pid() { "$PY" "$HELPER" pid "$1"; }
 join_by() { local IFS=,; echo "$*"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ------------------------------------------------------------------- NVRx
-# nvrx_start KEY LOG NODE PORT RUNID TUNED(0|1) CKPT: one node as NVRx's
+# nvrx_start KEY LOG NODE PORT RUNID VARIANT CKPT: one node as NVRx's
 # in-job + in-process example starts one (examples/fault_tolerance/
 # run_inprocess_injob_example.sh, v0.4.1): ft_launcher (c10d rendezvous,
 # --ft-restart-policy=min-healthy, which its docs require with in-process
 # restart; the example's workaround --ft-enable-nic-monitor=False) running
 # bench/recovery_nvrx.py (inprocess.Wrapper).  min 3 of 4 nodes, as
-# torchrun's --nnodes=3:4.  As shipped: the example's --monitor-interval=5,
-# the rendezvous and FT heartbeat timeouts as shipped; tuned (TUNED=1): the
-# knobs tuned torchrun gets (--monitor-interval=1, last_call_timeout=1) and
-# the script's --tuned.  Every process of the node (ft_launcher, its rank
+# torchrun's --nnodes=3:4.  VARIANT default: the example's
+# --monitor-interval=5, the rendezvous and FT heartbeat timeouts as shipped;
+# tuned: the knobs tuned torchrun gets (--monitor-interval=1,
+# last_call_timeout=1) and the script's --tuned; injob: NVRx's in-job restart
+# alone — ft_launcher's default policy (any-failed: every worker restarted at
+# any failure, a joining node admitted), the wrapper disabled
+# (--no-inprocess), the knobs of tuned and the gloo timeout of torchrun's
+# script (10 s).  Every process of the node (ft_launcher, its rank
 # monitor server, the worker, the wrapper's monitor process, which
 # daemonizes out of the group) carries EA_NVRX_NODE=NVRX_MARK[KEY].
 declare -A NVRX_MARK=()
 nvrx_start() {
-    local host=0 mon=5 conf= tuned=()
+    local host=0 mon=5 conf= policy=min-healthy args=()
     [ "$3" = 0 ] && host=1
-    [ "$6" = 1 ] && { mon=1 conf=,last_call_timeout=1 tuned=(--tuned); }
+    case $6 in
+        tuned) mon=1 conf=,last_call_timeout=1 args=(--tuned) ;;
+        injob) mon=1 conf=,last_call_timeout=1 policy=any-failed args=(--no-inprocess) ;;
+    esac
     NVRX_MARK[$1]="$2@$EPOCHREALTIME"
     start_group "$1" "$2" EA_NVRX_NODE="${NVRX_MARK[$1]}" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
         "$FT_LAUNCHER" --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$4" \
         --rdzv_id="$5" --rdzv-conf="is_host=$host$conf" --max-restarts=100 --monitor-interval=$mon \
-        --ft-restart-policy=min-healthy --ft-enable-nic-monitor=False \
+        --ft-restart-policy=$policy --ft-enable-nic-monitor=False \
         --log-dir="$(dirname "$2")/ft-logs/node$3-$EPOCHREALTIME" \
-        "$NVRXSCRIPT" --steps 100000000 --step-sleep "$STEP_SLEEP" --ckpt "$7" ${tuned[@]+"${tuned[@]}"}
+        "$NVRXSCRIPT" --steps 100000000 --step-sleep "$STEP_SLEEP" --ckpt "$7" ${args[@]+"${args[@]}"}
 }
 # nvrx_signal KEY SIG: the node as a host crash or freeze hits it — its
 # group, its worker's session and the wrapper's monitor process

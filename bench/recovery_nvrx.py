@@ -33,6 +33,10 @@ iteration of the wrapper (the harness times the first step at the new world
 size in an iteration begun after the fault), "start step=N" (the checkpoint's
 step), "step=N loss=L" per step.
 
+--no-inprocess: NVRx's in-job restart alone (bench's nvrx-injob, under
+ft_launcher's default any-failed policy): the wrapper disabled, a fault ends
+the worker and ft_launcher restarts every worker, as torchrun does.
+
 --tuned: shorter in-process timeouts (soft 5 s, hard 8 s, heartbeat 3 s,
 barrier and completion 30 s) instead of the wrapper's defaults (60, 90, 30,
 120, 120 s), and a gloo timeout of 3 s instead of the example's 10 s: the
@@ -46,6 +50,7 @@ every worker).
 import time
 T_SCRIPT = time.time()
 import argparse
+import contextlib
 import datetime
 import logging
 import os
@@ -73,6 +78,8 @@ p.add_argument("--ckpt", default="ckpt")
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--gloo-timeout", type=float, default=None)
 p.add_argument("--tuned", action="store_true")
+p.add_argument("--no-inprocess", action="store_true",
+               help="in-job restart only: the wrapper disabled (Wrapper(enabled=False) calls the function as is)")
 a = p.parse_args()
 if a.gloo_timeout is None:
     a.gloo_timeout = 3.0 if a.tuned else 10.0  # 10 s: the example's on CPU
@@ -99,16 +106,18 @@ else:
 @inprocess.Wrapper(
     store_kwargs={"port": int(os.getenv("MASTER_PORT", 29500)) + 2},
     health_check=inprocess.health_check.CudaHealthCheck(),
+    enabled=not a.no_inprocess,
     **timeouts,
 )
 def train(ft_client, base_store, model, opt, call_wrapper: inprocess.CallWrapper = None):
     t_begin = time.time()
+    iteration = call_wrapper.iteration if call_wrapper else 0  # None: --no-inprocess
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # the example: reconnect so the rank monitors see the new rank-to-node mapping
     if ft_client.is_initialized:
         ft_client.shutdown_workload_monitoring()
     ft_client.init_workload_monitoring()
-    store = dist.PrefixStore(str(call_wrapper.iteration), base_store)
+    store = dist.PrefixStore(str(iteration), base_store)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=a.gloo_timeout))
     t_pg = time.time()
@@ -123,8 +132,8 @@ def train(ft_client, base_store, model, opt, call_wrapper: inprocess.CallWrapper
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     log(f"phase pid={os.getpid()} exec={T_EXEC:.3f} script={T_SCRIPT:.3f} torch={T_TORCH:.3f} "
         f"imported={T_IMPORTED:.3f} pg={t_pg:.3f} ckpt={t_ckpt:.3f} ddp={time.time():.3f} "
-        f"iteration={call_wrapper.iteration} begin={t_begin:.3f}")
-    log(f"start step={step} iteration={call_wrapper.iteration}")
+        f"iteration={iteration} begin={t_begin:.3f}")
+    log(f"start step={step} iteration={iteration}")
     while step < a.steps:
         x, y = batch(step, rank, world)
         opt.zero_grad()
@@ -134,7 +143,7 @@ def train(ft_client, base_store, model, opt, call_wrapper: inprocess.CallWrapper
         step += 1
         log(f"step={step} loss={loss.item() / world:.6f}")
         if rank == 0 and step % a.save_every == 0:
-            with call_wrapper.atomic():  # no restart while the file is written
+            with call_wrapper.atomic() if call_wrapper else contextlib.nullcontext():  # no restart mid-write
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path + ".tmp")
                 os.replace(path + ".tmp", path)
         ft_client.send_heartbeat()

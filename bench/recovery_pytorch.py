@@ -15,7 +15,8 @@ process's.
 
   wait DIR --logs A,B --world W --after T --timeout S [--steps K]
       until every log has K steps at world W from a process whose phase line
-      is after T; prints the time.time() it held; 0 held, 1 deadline.
+      is after T (--any-process: from any process); prints the time.time()
+      it held; 0 held, 1 deadline.
   pid LOG
       the pid of the newest process in LOG (its phase line).
   progress --logs A,B --after T --timeout S
@@ -140,11 +141,17 @@ def first_steps(log, world, after, until=float("inf")):
 
 def wait_cmd(a):
     logs = [Log(p) for p in a.logs.split(",")]
+
+    def count(lg):
+        if a.any_process:  # steps at W after T from any process, new or not
+            return sum(1 for r in lg.recs if r["ev"] == "step" and r["world"] == a.world and r["t"] > a.after)
+        return len(first_steps(lg, a.world, a.after)[1])
+
     deadline = time.monotonic() + a.timeout
     while True:
         for lg in logs:
             lg.poll()
-        if all(len(first_steps(lg, a.world, a.after)[1]) >= a.steps for lg in logs):
+        if all(count(lg) >= a.steps for lg in logs):
             print(f"{time.time():.6f}")
             return 0
         if time.monotonic() > deadline:
@@ -363,6 +370,28 @@ def first_marked_line(paths, text, after, until):
     return best
 
 
+FTL_ROUND = re.compile(r"has joined round \d+ of the rendezvous .* in a world of size (\d+)")
+
+
+def ftl_commit(path, world, after, until):
+    """ft_launcher (NVRx in-job): its node joined a rendezvous round of W nodes."""
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = FTL_ROUND.search(line)
+                if not m or int(m.group(1)) != world:
+                    continue
+                try:
+                    t = float(line.split(" ", 1)[0])
+                except ValueError:
+                    continue
+                if after < t <= until:
+                    return t
+    except OSError:
+        pass
+    return None
+
+
 def torchft_commit(path, world, after, until):
     """The Lighthouse's first 'Quorum! Quorum { … participants: [W members] }'
     line after `after`, at the harness's stamp."""
@@ -412,7 +441,8 @@ PHASE_DOC = {
     "ddp": "DistributedDataParallel(model): its parameter broadcast",
     "first_step": "DDP built -> first step completed (one step, its allreduce and 50 ms sleep at most)",
 }
-BREAKDOWN_SYSTEMS = ("ours", "ours-cold", "torchrun-default", "torchrun-tuned")
+BREAKDOWN_SYSTEMS = ("ours", "ours-cold", "torchrun-default", "torchrun-tuned", "nvrx-injob")
+INPROCESS_NVRX = ("nvrx", "nvrx-tuned")
 
 
 def analyze_event(e):
@@ -439,14 +469,15 @@ def analyze_event(e):
         return res
     ours = e["system"].startswith("ours")
     commit = None
-    if e["system"].startswith("nvrx"):
-        # NVRx: the wrapper called the function again (or ft_launcher started
-        # a new worker): the 'begin' of the first new iteration that stepped
+    if e["system"] in INPROCESS_NVRX:
+        # NVRx in process: the wrapper called the function again: the
+        # 'begin' of the first new iteration that stepped
         bs = [ph.get("begin") for ph in procs if ph.get("begin")]
         commit = min(bs) if bs else None
-    for p in ([] if e["system"].startswith("nvrx") else e.get("agent_logs", e["logs"])):
+    for p in ([] if e["system"] in INPROCESS_NVRX else e.get("agent_logs", e["logs"])):
         f = (ours_commit if ours else
-             torchft_commit if e["system"].startswith("torchft") else torchrun_commit)
+             torchft_commit if e["system"].startswith("torchft") else
+             ftl_commit if e["system"] == "nvrx-injob" else torchrun_commit)
         c = f(p, world, t0, until)
         if c is not None and (commit is None or c < commit):
             commit = c
@@ -466,7 +497,7 @@ def analyze_event(e):
                                   "at_s": round(ts - t0, 3) if ts else None})
     if e["system"] == "ours-inplace" and e["kind"] == "node-join":
         res["join_stall"] = join_stall(e)
-    if procs and firsts and len(procs) == len(logs) and e["system"].startswith("nvrx"):
+    if procs and firsts and len(procs) == len(logs) and e["system"] in INPROCESS_NVRX:
         # in the same processes: detect = the first survivor's wrapper logs
         # the exception (fn_ex), commit = the last rank's new iteration
         # begins (the wrapper's abort, health check, barrier and rank
@@ -514,10 +545,10 @@ def _cell(s):
 KINDS = ["node-kill", "node-stop", "worker-kill", "worker-back", "node-join", "spof"]
 STALL_COLS = ["gap", "step", "stall", "sync", "beyond_sync"] + [k for k in STALL_PARTS if k != "sync"]
 SYSTEMS = ["torchrun-default", "torchrun-tuned", "ours", "ours-cold", "ours-inplace", "torchft", "torchft-tuned",
-           "nvrx", "nvrx-tuned"]
+           "nvrx", "nvrx-tuned", "nvrx-injob"]
 LABELS = {"torchrun-default": "torchrun default", "torchrun-tuned": "torchrun tuned", "ours": "ea warm",
           "ours-cold": "ea cold", "ours-inplace": "ea in-place", "torchft": "torchft", "torchft-tuned": "torchft tuned",
-          "nvrx": "nvrx", "nvrx-tuned": "nvrx tuned"}
+          "nvrx": "nvrx", "nvrx-tuned": "nvrx tuned", "nvrx-injob": "nvrx in-job"}
 START_KINDS = ["warm", "warm-importing", "cold", "kept"]
 
 
@@ -661,10 +692,11 @@ def print_table(out):
           "first step at world 3 (the survivors, without the restarting worker), worker-back the same kill to "
           "world 4 with the restarted worker back; the ratios are torchrun / restart mode (warm, cold), cold / warm.")
     if any(sy.startswith("nvrx") for sy in s):
-        print("nvrx: ft_launcher (min-healthy) + inprocess.Wrapper, a fresh cluster per fault; node-kill, node-stop "
+        print("nvrx, nvrx tuned: ft_launcher (min-healthy) + inprocess.Wrapper, a fresh cluster per fault; node-kill, node-stop "
               "and worker-kill are to the first step at world 3 (the survivors, in the same processes); node-join "
               "is node 3 started again after the node-kill: min-healthy takes no node back ('prevents unintended "
-              "upscaling'), so it is expected not to recover (30 s deadline)")
+              "upscaling'), so it is expected not to recover (30 s deadline); nvrx in-job: ft_launcher's any-failed "
+              "policy alone (every worker restarted), timed as torchrun")
     _print_starts(out)
     j = s.get("ours-inplace", {}).get("node-join", {})
     if j.get("join_stall_median_ms"):
@@ -739,6 +771,7 @@ def main():
     w.add_argument("--after", type=float, required=True)
     w.add_argument("--timeout", type=float, required=True)
     w.add_argument("--steps", type=int, default=2)
+    w.add_argument("--any-process", action="store_true")
     g = sub.add_parser("progress")
     g.add_argument("--logs", required=True)
     g.add_argument("--after", type=float, required=True)

@@ -76,6 +76,11 @@
 #                     not admitted, as documented); spof: node 0
 #   nvrx-tuned        the same with shorter wrapper timeouts (soft 5 s, hard
 #                     8 s, heartbeat 3 s), gloo 3 s, --monitor-interval=1
+#   nvrx-injob        NVRx's in-job restart alone: ft_launcher's default
+#                     policy (any-failed: every worker restarted at any
+#                     failure; joiners admitted), the wrapper disabled,
+#                     --monitor-interval=1, last_call_timeout=1, gloo 10 s;
+#                     one running cluster and torchrun's sequence of faults
 # NVRx and TorchFT are skipped, with a line that says so, where the
 # virtualenv lacks them.
 # Per trial, on one running cluster per system:
@@ -119,13 +124,14 @@
 #            [--json PATH] [--out DIR] [--keep]
 #   --trials N  trials per fault (default 3); --quick: 1 trial (a smoke run)
 #   --systems   comma list of ours,ours-cold,ours-inplace,torchrun-tuned,
-#               torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned (all)
+#               torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned,
+#               nvrx-injob (all)
 #   --out DIR / --keep  keep the logs
 # env: EA_BINDIR (default bin) holds elastic-agent.
 BENCH=recovery_pytorch
 . "$(dirname "$0")/lib.sh"
 TRIALS=3
-SYSTEMS=ours,ours-cold,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned
+SYSTEMS=ours,ours-cold,ours-inplace,torchrun-tuned,torchrun-default,torchft,torchft-tuned,nvrx,nvrx-tuned,nvrx-injob
 SPOF_S=60
 JSON=$HERE/results/recovery-pytorch.json
 while [ $# -gt 0 ]; do
@@ -445,7 +451,7 @@ spof_measure() {
 # store and the script's base store).  node-join: once per system, node 3
 # started again after the node-kill; recorded as not recovered unless it
 # steps at world 4 within JOIN_S (30 s).
-NV_TUNED=0 NV_PORT= NV_RUNID= NV_DIR=
+NV_VARIANT=default NV_PORT= NV_RUNID= NV_DIR=
 JOIN_S=30
 nvrx_cluster() { # TAG: a fresh directory and 4 nodes; 0 when all 4 step at world 4
     local n i t
@@ -454,7 +460,7 @@ nvrx_cluster() { # TAG: a fresh directory and 4 nodes; 0 when all 4 step at worl
     log "$sys: $1: starting 4 ft_launcher nodes"
     t=$EPOCHREALTIME
     for n in 0 1 2 3; do
-        nvrx_start "nv$n" "$NV_DIR/node$n.log" $n "$NV_PORT" "$NV_RUNID" $NV_TUNED "$NV_DIR/ck"
+        nvrx_start "nv$n" "$NV_DIR/node$n.log" $n "$NV_PORT" "$NV_RUNID" $NV_VARIANT "$NV_DIR/ck"
         [ $n = 0 ] || continue
         for i in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$NV_PORT") 2>/dev/null && break; sleep 0.1; done
     done
@@ -462,18 +468,19 @@ nvrx_cluster() { # TAG: a fresh directory and 4 nodes; 0 when all 4 step at worl
 }
 nvrx_logs() { local n out=(); for n in "$@"; do out+=("$NV_DIR/node$n.log"); done; join_by "${out[@]}"; }
 nvrx_down() { local n; for n in 0 1 2 3; do nvrx_signal "nv$n" KILL; kill_group "nv$n"; done; kill_workers; }
-run_nvrx() { # default|tuned
-    local v=$1 sys=nvrx dl=90 i t w ok
-    NV_TUNED=0
-    [ "$v" = tuned ] && { sys=nvrx-tuned NV_TUNED=1; }
+run_nvrx() { # default|tuned|injob
+    local sys=nvrx dl=90 i t w ok
+    NV_VARIANT=$1
+    [ "$1" = default ] || sys=nvrx-$1
     NV_DIR0=$OUT/$sys
+    [ "$1" = injob ] && { run_nvrx_injob; return; }
     for i in $(seq "$TRIALS"); do
         nvrx_cluster "kill$i" || return 1
         t=$EPOCHREALTIME; nvrx_signal nv3 KILL
         measure $sys node-kill "$i" "$t" 3 $dl "$(nvrx_logs 0 1 2)"; ok=$?
         kill_group nv3
         if [ $ok = 0 ] && [ "$i" = 1 ]; then
-            t=$EPOCHREALTIME; nvrx_start nv3 "$NV_DIR/node3.log" 3 "$NV_PORT" "$NV_RUNID" $NV_TUNED "$NV_DIR/ck"
+            t=$EPOCHREALTIME; nvrx_start nv3 "$NV_DIR/node3.log" 3 "$NV_PORT" "$NV_RUNID" $NV_VARIANT "$NV_DIR/ck"
             measure $sys node-join "$i" "$t" 4 $JOIN_S "$(nvrx_logs 0 1 2 3)"
         fi
         nvrx_down
@@ -498,6 +505,35 @@ run_nvrx() { # default|tuned
     measure $sys spof 1 "$t" 3 $SPOF_S "$(nvrx_logs 1 2 3)" || true
     nvrx_down
 }
+# nvrx-injob: ft_launcher's in-job restart alone (any-failed: every worker
+# restarted, a joiner admitted): one running cluster, torchrun's sequence
+run_nvrx_injob() {
+    local all survivors
+    nvrx_cluster run || return 1
+    all=$(nvrx_logs 0 1 2 3) survivors=$(nvrx_logs 0 1 2)
+    join3() { # TRIAL: node 3 started again
+        t=$EPOCHREALTIME; nvrx_start nv3 "$NV_DIR/node3.log" 3 "$NV_PORT" "$NV_RUNID" injob "$NV_DIR/ck"
+        measure $sys node-join "$1" "$t" 4 $dl "$all"
+    }
+    for i in $(seq "$TRIALS"); do
+        t=$EPOCHREALTIME; nvrx_signal nv3 KILL
+        measure $sys node-kill "$i" "$t" 3 $dl "$survivors" || return 1
+        kill_group nv3
+        join3 "$i" || return 1
+        t=$EPOCHREALTIME; nvrx_signal nv3 STOP
+        measure $sys node-stop "$i" "$t" 3 $dl "$survivors"; ok=$?
+        nvrx_signal nv3 KILL; kill_group nv3
+        [ $ok = 0 ] || return 1
+        join3 "$i" || return 1
+        w=$(newest_pid "$NV_DIR/node3.log") || { log "$sys: no worker on node 3"; return 1; }
+        WORKER_PIDS+=("$w")
+        t=$EPOCHREALTIME; kill -KILL "$w"
+        measure $sys worker-kill "$i" "$t" 4 $dl "$all" || return 1
+    done
+    t=$EPOCHREALTIME; nvrx_signal nv0 KILL
+    measure $sys spof 1 "$t" 3 $SPOF_S "$(nvrx_logs 1 2 3)" || true
+    nvrx_down
+}
 
 # ------------------------------------------------------------------- the run
 status=0
@@ -514,6 +550,7 @@ for s in "${SLIST[@]}"; do
         torchft-tuned) run_torchft tuned || { log "$s: stopped early"; status=1; } ;;
         nvrx) run_nvrx default || { log "$s: stopped early"; status=1; } ;;
         nvrx-tuned) run_nvrx tuned || { log "$s: stopped early"; status=1; } ;;
+        nvrx-injob) run_nvrx injob || { log "$s: stopped early"; status=1; } ;;
         *) echo "recovery_pytorch: unknown system $s" >&2; exit 2 ;;
     esac
     cleanup
@@ -535,7 +572,8 @@ cat > "$OUT/meta.json" <<EOF
   "ours":"elastic-agent run --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 -- $EA_PYTHON SCRIPT ...; the rest default (scale_up_delay_ms 2000, lost_peer_grace_ms 500, warm_start auto, preload torch, torch.distributed, torch._dynamo); script's gloo timeout default (1800 s); victim never the controller; before each fault the bench waits (${SPARE_S} s deadline) until every live agent's spare is ready",
   "ours-cold":"as ours with --set compute.warm_start=off",
   "nvrx":"nvidia-resiliency-ext $NVRX_VERSION: bench/recovery_nvrx.py (the same model, data, SGD, step sleep and checkpoint every 5 steps; inprocess.Wrapper with its default timeouts (soft 60, hard 90, heartbeat 30, barrier 120 s), the example's store port and CudaHealthCheck; gloo timeout 10 s, the example's on CPU; RankMonitorClient heartbeats) under ft_launcher --nnodes=3:4 --nproc_per_node=1 --rdzv_backend=c10d --max-restarts=100 --monitor-interval=5 --ft-restart-policy=min-healthy --ft-enable-nic-monitor=False (NVRx's in-job + in-process example), rendezvous and FT heartbeat timeouts as shipped; a fresh cluster per fault; victim node 3; spof: node 0",
-  "nvrx-tuned":"as nvrx with the wrapper's soft 5, hard 8, heartbeat 3, barrier and completion 30 s, gloo timeout 3 s, --monitor-interval=1 and last_call_timeout=1"}}
+  "nvrx-tuned":"as nvrx with the wrapper's soft 5, hard 8, heartbeat 3, barrier and completion 30 s, gloo timeout 3 s, --monitor-interval=1 and last_call_timeout=1",
+  "nvrx-injob":"ft_launcher's in-job restart alone: --ft-restart-policy=any-failed (its default), the script with --no-inprocess (Wrapper(enabled=False)), --monitor-interval=1, last_call_timeout=1, gloo 10 s; one running cluster, victim node 3, the faults in torchrun's order"}}
 EOF
 mkdir -p "$(dirname "$JSON")"
 "$PY" "$HELPER" analyze "$OUT" --json "$JSON" || status=1

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end smoke of bench/goodput.sh: every system it measures (torchrun
 # default and tuned, elastic-agent restart mode and in place, TorchFT and
-# TorchFT tuned, NVRx and NVRx tuned; TorchFT and NVRx only where the
+# TorchFT tuned, NVRx, NVRx tuned and NVRx in-job; TorchFT and NVRx only where the
 # virtualenv has them) runs 4 nodes on
 # 127.0.0.1 for a 5 s baseline and a 20 s churn with one failure (a node
 # SIGKILLed at 10 s, started again at 15 s).  Asserts only that the bench
 # ran to its end, wrote the table and the JSON (and the PNG), and that every
 # system recovered: all 4 nodes stepping at world 4 again after the failure,
-# within the bench's deadline (NVRx: the three others at world 3, as its
-# min-healthy policy keeps it).  No timing is asserted (a benchmark reports
+# within the bench's deadline (NVRx with in-process restart: the three
+# others at world 3, as its min-healthy policy keeps it).  No timing is asserted (a benchmark reports
 # those: docs/compare.md).  The systems run one after another: side by side
 # (--parallel: 24 processes starting on 2 cores) the in-place system did not
 # reach world 4 within 180 s in a clean-clone CI run.
@@ -22,7 +22,7 @@ else
   say "torchft not installed: TorchFT left out"
 fi
 if "$PY" -c 'import nvidia_resiliency_ext.inprocess' 2>/dev/null && [ -x "$(dirname "$PY")/ft_launcher" ]; then
-  systems=$systems,nvrx,nvrx-tuned
+  systems=$systems,nvrx,nvrx-tuned,nvrx-injob
 else
   say "nvidia-resiliency-ext not installed: NVRx left out"
 fi
