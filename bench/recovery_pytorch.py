@@ -349,25 +349,29 @@ def worker_start(path, pid, after, until):
     return "kept", None
 
 
+def first_stamped(path, match, after, until):
+    """The harness's stamp of the first line of `path` in (after, until] that
+    match(line) accepts."""
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if not match(line):
+                    continue
+                try:
+                    t = float(line.split(" ", 1)[0])
+                except ValueError:
+                    continue
+                if after < t <= until:
+                    return t
+    except OSError:
+        pass
+    return None
+
+
 def first_marked_line(paths, text, after, until):
-    """The harness's stamp of the first line holding `text` in (after, until]."""
-    best = None
-    for p in paths:
-        try:
-            with open(p, errors="replace") as f:
-                for line in f:
-                    if text not in line:
-                        continue
-                    try:
-                        t = float(line.split(" ", 1)[0])
-                    except ValueError:
-                        continue
-                    if after < t <= until and (best is None or t < best):
-                        best = t
-                        break
-        except OSError:
-            pass
-    return best
+    """The earliest stamp, over `paths`, of a line holding `text`."""
+    ts = [t for t in (first_stamped(p, lambda line: text in line, after, until) for p in paths) if t is not None]
+    return min(ts) if ts else None
 
 
 FTL_ROUND = re.compile(r"has joined round \d+ of the rendezvous .* in a world of size (\d+)")
@@ -375,40 +379,17 @@ FTL_ROUND = re.compile(r"has joined round \d+ of the rendezvous .* in a world of
 
 def ftl_commit(path, world, after, until):
     """ft_launcher (NVRx in-job): its node joined a rendezvous round of W nodes."""
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                m = FTL_ROUND.search(line)
-                if not m or int(m.group(1)) != world:
-                    continue
-                try:
-                    t = float(line.split(" ", 1)[0])
-                except ValueError:
-                    continue
-                if after < t <= until:
-                    return t
-    except OSError:
-        pass
-    return None
+    def match(line):
+        m = FTL_ROUND.search(line)
+        return bool(m) and int(m.group(1)) == world
+    return first_stamped(path, match, after, until)
 
 
 def torchft_commit(path, world, after, until):
     """The Lighthouse's first 'Quorum! Quorum { … participants: [W members] }'
     line after `after`, at the harness's stamp."""
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                if "Quorum! Quorum {" not in line or line.count("QuorumMember {") != world:
-                    continue
-                try:
-                    t = float(line.split(" ", 1)[0])
-                except ValueError:
-                    continue
-                if after < t <= until:
-                    return t
-    except OSError:
-        pass
-    return None
+    return first_stamped(path, lambda line: "Quorum! Quorum {" in line and line.count("QuorumMember {") == world,
+                         after, until)
 
 
 def torchrun_commit(path, world, after, until):
