@@ -62,20 +62,6 @@ static void random_hex(char *out, size_t nbytes) {
 
 /* ---- the seeds: a push-pull each ----------------------------------------------------- */
 
-static int read_full(int fd, uint8_t *b, size_t n, double deadline) {
-  size_t got = 0;
-  while (got < n) {
-    int rc = ea__pf_wait_fd(fd, POLLIN, deadline);
-    if (rc < 0) return rc;
-    ssize_t r = read(fd, b + got, n - got);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r < 0) return -errno;
-    if (r == 0) return got == 0 ? -ECONNRESET : -EPIPE;
-    got += (size_t)r;
-  }
-  return 0;
-}
-
 /* One push-pull with sa: 0 with the seed's state, else a negative errno
  * with a sentence in why. */
 static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key, ea__pf_seed *out,
@@ -148,10 +134,32 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     return snprintf(why, wl, "sending: %s", strerror(-rc)), rc;
   }
-  uint8_t hdr[EA_WIRE_FRAME_HDR_MAX];
-  rc = read_full(s, hdr, hsz, deadline);
-  if (rc == -ECONNRESET || rc == -EPIPE) {
-    close(s);
+  /* The answer, through the same reader as the agents' own (ea_wire.h). */
+  ea_wire_reader rd = {.key = key, .max_len = EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD};
+  int ev = EA_WIRE_RD_MORE;
+  const char *herr = "?";
+  bool header = false;
+  rc = 0;
+  while (rc == 0 && ev != EA_WIRE_RD_FRAME) {
+    uint8_t buf[4096];
+    if ((rc = ea__pf_wait_fd(s, POLLIN, deadline)) < 0) break;
+    ssize_t r = read(s, buf, sizeof buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) {
+      rc = r < 0 ? -errno : header || rd.hdr_got ? -EPIPE : -ECONNRESET;
+      break;
+    }
+    for (size_t off = 0, used = 0; off < (size_t)r && ev != EA_WIRE_RD_FRAME && rc == 0;
+         off += used) {
+      ev = ea_wire_reader_feed(&rd, buf + off, (size_t)r - off, &used, &herr);
+      if (ev < 0) rc = ev;
+      if (ev == EA_WIRE_RD_HEADER) header = true;
+      if (ev == EA_WIRE_RD_HEADER && (rd.flags & EA_WIRE_FRAME_BUSY)) rc = -EBUSY;
+    }
+  }
+  close(s);
+  if (!header && (rc == -ECONNRESET || rc == -EPIPE)) {
+    ea_wire_reader_free(&rd);
     snprintf(why, wl,
              key ? "it closed the connection without answering: it did not accept our key (it "
                    "has another one, or none), or it is not an agent's gossip port"
@@ -159,40 +167,35 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
                    "frame (it has a cluster key: pass --key-file)");
     return -EACCES;
   }
-  if (rc < 0) {
-    close(s);
-    return snprintf(why, wl, "no answer within %d ms: %s", SEED_TIMEOUT_MS, strerror(-rc)), rc;
-  }
-  uint32_t n = 0;
-  uint8_t flags = 0;
-  const char *herr = "?";
-  rc = ea_wire_frame_hdr_decode(key, hdr, hsz, EA_WIRE_MAX_FRAME + EA_WIRE_SEAL_RP_OVERHEAD, &n,
-                                &flags, &herr);
-  if (rc == -EBADMSG) {
-    close(s);
+  if (!header && rc == -EBADMSG) {
+    ea_wire_reader_free(&rd);
     return snprintf(why, wl,
                     key ? "its answer does not open with our key (it has another one, or none)"
                         : "it answered sealed: it has a cluster key, pass --key-file"),
            -EACCES;
   }
-  if (rc == 0 && (flags & EA_WIRE_FRAME_BUSY)) {
-    close(s);
+  if (rc == -EBUSY) {
+    ea_wire_reader_free(&rd);
     return snprintf(why, wl, "busy: it has too many push-pull connections open; try again"), -EBUSY;
   }
-  if (rc < 0 || n == 0) {
-    close(s);
+  if (!header && (rc == -EA_EWIRE || rc == -EMSGSIZE)) {
+    ea_wire_reader_free(&rd);
     return snprintf(why, wl, "answered a frame that is not an elastic-agent's (%s)", herr), -EPROTO;
   }
-  uint8_t *body = malloc(n), *open_buf = malloc(n);
-  if (!body || !open_buf) {
-    free(body), free(open_buf), close(s);
-    return snprintf(why, wl, "out of memory"), -ENOMEM;
+  if (!header) {
+    ea_wire_reader_free(&rd);
+    return snprintf(why, wl, "no answer within %d ms: %s", SEED_TIMEOUT_MS, strerror(-rc)), rc;
   }
-  rc = read_full(s, body, n, deadline);
-  close(s);
   if (rc < 0) {
-    free(body), free(open_buf);
+    ea_wire_reader_free(&rd);
     return snprintf(why, wl, "its answer was cut short: %s", strerror(-rc)), rc;
+  }
+  uint8_t *body = rd.body; /* ours now: freed below */
+  const size_t n = rd.len;
+  uint8_t *open_buf = malloc(n);
+  if (!open_buf) {
+    free(body);
+    return snprintf(why, wl, "out of memory"), -ENOMEM;
   }
   const uint8_t *p = body;
   size_t pl = n;
