@@ -265,7 +265,7 @@ typedef struct {
   uint64_t step_at_inject, gen_at_inject;
   ea__chaos_phase deg, res;
   int64_t steps_lost; /* -1 unknown */
-  char note[300];
+  char note[512];
 } ea__chaos_episode;
 
 typedef enum {

@@ -232,7 +232,7 @@ void ea__chaos_run_preempt(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_nod
     if (ea__chaos_node_running(x)) vict[nv++] = x;
   }
   bool mass = n - nv < minn;
-  char names[256] = "";
+  char names[sizeof e->minority] = "";
   size_t off = 0;
   for (int i = 0; i < nv && off < sizeof names - 2; i++)
     off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? "," : "", vict[i]->name);
