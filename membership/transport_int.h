@@ -123,7 +123,7 @@ struct conn {
   uint64_t since_ms; /* created */
   ea_addr peer;
   ea_wire_reader rd; /* the peer's frame (ea_wire.h) */
-  uint8_t *out; /* frame header + our state frame */
+  uint8_t *out;      /* frame header + our state frame */
   size_t out_len;
 };
 
