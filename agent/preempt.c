@@ -33,10 +33,13 @@
  * is this one.  A checkpoint not committed in time is said (alert
  * preempted_checkpoint, critical) and the last good one stays LATEST.
  *
- * Limits: the controller must run a part of the generation (it picks S from
- * its own ranks and reaches the members through the plan's addresses); a
- * controller that does not (a spare) lets the drainers go at once, as
- * before.  Checkpoints must be on (checkpoint.save_interval_steps > 0) in
+ * A controller that runs no part of the generation (an elected spare) has
+ * no ranks to pick S from: it sends SAVE_NOW(gen, 0) to the generation's
+ * first node, which picks S from its own ranks and sends SAVE_NOW(gen, S)
+ * to every member and to the controller (which then knows which commit
+ * ends the hold); asked again after a failed try, the picker doubles its
+ * margin.  In restart mode it sends SAVE_NOW to every member itself.
+ * Checkpoints must be on (checkpoint.save_interval_steps > 0) in
  * built-in and library modes (start_rdzv in agent.c leaves the hold off
  * otherwise).
  *
@@ -75,6 +78,10 @@ struct ea__agent_preempt {
   uint32_t attempt;
   bool committed, failed, said;
   bool release; /* tell the core it may let them go (from the kick, never inside it) */
+  bool relay;   /* this controller runs no part of gen: a member picks S */
+  /* as a member asked to pick S for a controller outside the generation */
+  uint64_t pick_gen;
+  uint32_t pick_attempt;
   char name[EA_CKPT_NAME_MAX];
   double write_s, commit_s;
 };
@@ -146,11 +153,6 @@ static void save_now(ea__agent *a, uint64_t gen, uint64_t step) {
          step, ea_rdzv_gen64_term(gen));
 }
 
-void ea__agent_preempt_msg(ea__agent *a, const ea__ckpt_msg *m) {
-  if (a->phase >= EA__PHASE_STOPPING) return;
-  save_now(a, m->gen, m->step);
-}
-
 /* ---- the controller ------------------------------------------------------------- */
 
 /* The step to ask for: AHEAD of the most any local rank completed. */
@@ -179,22 +181,86 @@ static void send_all(ea__agent *a, const ea_rdzv_plan *p, uint64_t gen, uint64_t
   }
 }
 
+/* SAVE_NOW(gen, step) to one node by id, through its gossiped control
+ * address; false when it is not in the member table. */
+static bool send_one(ea__agent *a, const ea_node_id *to, uint64_t gen, uint64_t step) {
+  const ea_member *c = a->tr ? ea__agent_find_member(a, to) : NULL;
+  ea__ckpt_msg m = {.type = EA__CKPT_SAVE_NOW, .src = a->id, .gen = gen, .step = step};
+  uint8_t buf[EA__CKPT_WIRE_MAX];
+  size_t len = 0;
+  if (!c || !a->ctl || ea__ckpt_encode(&m, buf, sizeof buf, &len) != 0) return false;
+  ea__ctl_send_bytes(a->ctl, &c->id, &c->meta.control, buf, len);
+  return true;
+}
+
+void ea__agent_preempt_msg(ea__agent *a, const ea__ckpt_msg *m) {
+  struct ea__agent_preempt *P = a->preempt;
+  if (a->phase >= EA__PHASE_STOPPING || !P) return;
+  /* The picker's answer to a controller outside the generation. */
+  if (P->relay && P->gen == m->gen && m->step && !P->said && m->step != P->target) {
+    P->target = m->step;
+    ea_log(EA_LOG_INFO, "preempt", "the members stage step %" PRIu64 " of generation %" PRIu64,
+           m->step, ea_rdzv_gen64_term(m->gen));
+  }
+  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
+  if (m->step || a->mode == EA__MODE_TORCHRUN || !p || ea_rdzv_gen_u64(&p->gen) != m->gen) {
+    save_now(a, m->gen, m->step);
+    return;
+  }
+  /* Asked to pick the step (the controller runs no part of the
+   * generation): for every member, the controller included. */
+  P->pick_attempt = P->pick_gen == m->gen ? P->pick_attempt + 1 : 0;
+  P->pick_gen = m->gen;
+  uint64_t s = pick(a, P->pick_attempt < ATTEMPTS_MAX ? P->pick_attempt : ATTEMPTS_MAX);
+  ea_log(EA_LOG_INFO, "preempt",
+         "picking step %" PRIu64
+         " for the checkpoint before a mass preemption (the controller "
+         "runs no part of generation %" PRIu64 ")",
+         s, ea_rdzv_gen64_term(m->gen));
+  send_all(a, p, m->gen, s);
+  const ea_election *el = ea_rdzv_election(a->rdzv);
+  if (el && el->have && ea_node_id_cmp(&el->controller, &a->id) != 0)
+    send_one(a, &el->controller, m->gen, s);
+}
+
 static void on_kick(uv_timer_t *h);
 
 static void ask(ea__agent *a, struct ea__agent_preempt *P) {
   const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
-  if (!p || ea_rdzv_gen_u64(&p->gen) != P->gen) {
+  P->committed = P->failed = false;
+  if (p && ea_rdzv_gen_u64(&p->gen) == P->gen) {
+    P->relay = false;
+    P->target = a->mode == EA__MODE_TORCHRUN ? 0 : pick(a, P->attempt);
+    send_all(a, p, P->gen, P->target);
+    return;
+  }
+  /* An elected spare: the members, from the formed generation. */
+  ea_rdzv_gen g;
+  size_t n = ea_rdzv_formed_ids(a->rdzv, &g, NULL, 0);
+  ea_node_id *ids = n ? malloc(n * sizeof *ids) : NULL;
+  if (ids) n = ea_rdzv_formed_ids(a->rdzv, &g, ids, n);
+  size_t sent = 0;
+  if (ids && ea_rdzv_gen_u64(&g) == P->gen) {
+    P->relay = true;
+    P->target = 0;
+    for (size_t i = 0; i < n; i++)
+      if (a->mode == EA__MODE_TORCHRUN || sent == 0) sent += send_one(a, &ids[i], P->gen, 0);
+  }
+  free(ids);
+  if (!sent) {
     ea_log(EA_LOG_WARN, "preempt",
-           "this controller runs no part of generation %" PRIu64
-           ": no checkpoint before the drained nodes leave",
+           "no member of generation %" PRIu64
+           " can be reached: no checkpoint before the drained nodes leave",
            ea_rdzv_gen64_term(P->gen));
     P->said = P->release = true;
     if (a->handles_open) uv_timer_start(&P->kick, on_kick, 0, 0);
     return;
   }
-  P->target = a->mode == EA__MODE_TORCHRUN ? 0 : pick(a, P->attempt);
-  P->committed = P->failed = false;
-  send_all(a, p, P->gen, P->target);
+  if (a->mode != EA__MODE_TORCHRUN)
+    ea_log(EA_LOG_INFO, "preempt",
+           "this controller runs no part of generation %" PRIu64
+           ": a member picks the step to stage",
+           ea_rdzv_gen64_term(P->gen));
 }
 
 static void on_kick(uv_timer_t *h) {
@@ -233,9 +299,14 @@ static void on_kick(uv_timer_t *h) {
     }
     uint64_t old = P->target;
     ask(a, P);
-    ea_log(EA_LOG_INFO, "preempt",
-           "a rank had completed step %" PRIu64 " already: asking for step %" PRIu64 " instead",
-           old, P->target);
+    if (P->relay)
+      ea_log(EA_LOG_INFO, "preempt",
+             "a rank had completed step %" PRIu64 " already: asking the picker for a later one",
+             old);
+    else
+      ea_log(EA_LOG_INFO, "preempt",
+             "a rank had completed step %" PRIu64 " already: asking for step %" PRIu64 " instead",
+             old, P->target);
   }
 }
 
@@ -250,7 +321,7 @@ void ea__agent_preempt_sync(ea__agent *a) {
     P->gen = st.last_ckpt_gen;
     P->target = 0;
     P->attempt = 0;
-    P->committed = P->failed = P->said = P->release = false;
+    P->committed = P->failed = P->said = P->release = P->relay = false;
     P->name[0] = 0;
     P->since_ms = ea__agent_mono_ms();
     uint32_t grace = a->o->cfg.runtime.preemption_grace_seconds;
@@ -261,11 +332,16 @@ void ea__agent_preempt_sync(ea__agent *a) {
              "(runtime.preemption_grace_seconds)",
              a->o->cfg.compute.min_nodes, ea_rdzv_gen64_term(P->gen), grace);
     ask(a, P);
-    if (a->mode != EA__MODE_TORCHRUN && !P->said)
+    if (a->mode != EA__MODE_TORCHRUN && !P->said && !P->relay)
       ea_log(EA_LOG_WARN, "preempt",
              "the drains would leave fewer than min_nodes %u: checkpoint of step %" PRIu64
              " (generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
              a->o->cfg.compute.min_nodes, P->target, ea_rdzv_gen64_term(P->gen), grace);
+    else if (a->mode != EA__MODE_TORCHRUN && !P->said)
+      ea_log(EA_LOG_WARN, "preempt",
+             "the drains would leave fewer than min_nodes %u: checkpoint of the current step "
+             "(generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
+             a->o->cfg.compute.min_nodes, ea_rdzv_gen64_term(P->gen), grace);
     if (a->mode == EA__MODE_TORCHRUN)
       ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
                       "checkpoint before a mass preemption: the programs of generation %" PRIu64

@@ -14,7 +14,12 @@
 #     lets the two go (their `left the cluster` lines come after the
 #     commit; both exit 0); LATEST names that checkpoint;
 #  3. every agent and worker is killed, two fresh agents (fresh data dirs)
-#     start on the same checkpoint directory and resume from exactly step S.
+#     start on the same checkpoint directory and resume from exactly step S;
+#  4. (built-in) the controller is a spare: max_nodes 3, min_nodes 3, a
+#     fourth agent with the lowest node id joins after the generation
+#     formed, so it waits outside it and is elected; notices to two members:
+#     the spare controller has a member pick the step, the checkpoint is
+#     committed before the two leave, LATEST names it.
 # Prints NOTICE→COMMIT: the seconds from the first notice line to the
 # commit line, per mode.
 source "$(dirname "$0")/lib.sh"
@@ -131,7 +136,55 @@ run_mode() {
   pass "$mode: the cold start resumed from $name (step $s), not $periodic"
 }
 
+# spare_controller — part 4.
+spare_controller() {
+  CK=$EA_TMP/ckpt-spare
+  mkdir -p "$CK"
+  local -a JOB=(--set compute.min_nodes=3 --set compute.max_nodes=3
+    --set distributed.scale_up_delay_ms=300 --set checkpoint.dir="$CK"
+    --set checkpoint.save_interval_steps=3000 --set runtime.preemption_grace_seconds=15
+    --set runtime.preemption_metadata_url="$URL" --set experiment.name=preempt-spare "${TINY[@]}")
+  say "spare 1. three members, then a spare with the lowest node id: the controller"
+  start_agent c1 "${JOB[@]}" --set runtime.preemption_notice="$URL/going/c1"
+  for n in c2 c3; do
+    start_agent "$n" --join "${AGENT_ADDR[c1]}" "${JOB[@]}" --set runtime.preemption_notice="$URL/going/$n"
+  done
+  for n in c1 c2 c3; do wait_for 60 trains "$n" 3 || fail "$n does not train at world 3: $(ea_status "$n")"; done
+  mkdir -p "$EA_TMP/c4/data" && chmod 700 "$EA_TMP/c4/data"
+  echo 00000000000000000000000000000001 >"$EA_TMP/c4/data/node-id"
+  start_agent c4 --join "${AGENT_ADDR[c1]}" "${JOB[@]}" --set runtime.preemption_notice="$URL/going/c4"
+  is_ctrl() { [ "$(js c4 'd["controller"].get("self")')" = True ]; }
+  wait_for 30 is_ctrl || fail "the spare c4 was not elected: $(ea_status c4 | head -n 12)"
+  trains c4 3 && fail "c4 trains: it should be a spare"
+  wait_for 60 has_complete || fail "no periodic checkpoint: $("$EA_BIN" ckpt ls "$CK")"
+  local periodic
+  periodic=$(latest "$CK")
+  pass "c4 is a spare and the controller; periodic checkpoint $periodic"
+
+  say "spare 2. notices to c2 and c3 at once"
+  touch "$SRV/going-c2" "$SRV/going-c3"
+  committed() { grep -q ' preempt checkpoint step-[0-9]*\.gen-[0-9]* committed ' "$(agent_log c4)"; }
+  wait_for 30 committed || fail "no checkpoint before the preemption: $(grep -h ' preempt ' "$EA_TMP"/c?/log | tail -n 8)"
+  local line name
+  line=$(grep -h ' preempt checkpoint step-[0-9]*\.gen-[0-9]* committed ' "$(agent_log c4)" | head -n1)
+  echo "$line"
+  name=$(grep -o 'step-[0-9]*\.gen-[0-9]*' <<<"$line" | head -n1)
+  grep -hq " preempt picking step $(step_of "$name") for the checkpoint" "$EA_TMP"/c[123]/log ||
+    fail "no member picked step $(step_of "$name"): $(grep -h ' preempt ' "$EA_TMP"/c?/log | tail -n 6)"
+  (($(step_of "$periodic") < $(step_of "$name"))) || fail "$name is not newer than $periodic"
+  for n in c2 c3; do
+    wait_exit "$n" 40 || fail "$n did not leave after the checkpoint"
+    assert_eq "$EXIT_RC" 0 "$n's exit status"
+    local t_left
+    t_left=$(log_ts_ms "$(grep -h ' leave left the cluster' "$(agent_log "$n")" | tail -n1)")
+    ((t_left >= $(log_ts_ms "$line"))) || fail "$n left before the checkpoint was committed"
+  done
+  assert_eq "$(latest "$CK")" "$name" "LATEST after the preemption"
+  pass "the spare controller had a member pick the step: $name committed before c2 and c3 left"
+}
+
 [[ ${EA_PREEMPT_MODES:-builtin library} == *builtin* ]] && run_mode builtin 3000
+[[ ${EA_PREEMPT_MODES:-builtin library} == *builtin* ]] && spare_controller
 if [[ ${EA_PREEMPT_MODES:-builtin library} == *library* ]]; then
   "$PY" -c 'import msgpack' || fail "$PY lacks msgpack (scripts/deps.sh installs requirements.txt)"
   export EA_TEST_PACE=0.01
