@@ -74,7 +74,10 @@
  * SAVE_NOW goes the other way, controller → every member of generation gen
  * (agent/preempt.c, the checkpoint before a mass preemption): stage the
  * state after `step` completed steps (its workers get CKPT_AT); in restart
- * mode (step 0) signal the programs to save their own.
+ * mode (step 0) signal the programs to save their own.  Step 0 in built-in
+ * and library mode, from a controller that runs no part of gen, asks the
+ * receiving member to pick the step and send SAVE_NOW(gen, step) to every
+ * member and to the controller.
  *
  * gen is the 64-bit generation that names the step directory
  * (ea_rdzv_gen_u64), step the state's step count, [offset, offset+length)
