@@ -1933,6 +1933,44 @@ START_TEST(test_last_moment_batches_drains) {
 }
 END_TEST
 
+/* After a mass preemption that took the controller along (n1 and n2 drain,
+ * n3 alone is fewer than min_nodes), a newcomer with the lowest id is
+ * elected; it never saw the two that left (a SWIM node knows nothing of a
+ * member that left before it joined).  n3's STATE leaves the LEFT members
+ * out, so the newcomer learns the generation (credible: every member named
+ * is known) and forms it with n3, from n3's state, instead of learning for
+ * ever (found by the chaos preempt fault). */
+START_TEST(test_newcomer_learns_generation_after_a_mass_preemption) {
+  ea_rdzv_config c = cfg_std();
+  c.last_ckpt_ms = 3000;
+  h_sim *h = h_new(h_seed("newcomer_after_mass_preemption"), 4, &c, true);
+  h->strangers_unseen = true;
+  for (int i = 1; i < 4; i++) h_start(h, i);
+  ea_rdzv_gen g = {0};
+  ck_assert(h_run_cond(h, 20000, h_cond_settled, &g));
+  NO_VIOLATION(h);
+  ck_assert(status_of(h, 1).controller);
+  ck_assert_int_eq(h_drain(h, 1, NULL), 0);
+  ck_assert_int_eq(h_drain(h, 2, NULL), 0);
+  h_run_until(h, h->now + 200);
+  ck_assert_int_eq(status_of(h, 1).last_ckpt, EA_RDZV_LASTCK_WAITING);
+  ea_rdzv_last_ckpt_done(h->a[1].r, h->now, ea_rdzv_gen_u64(&g));
+  ck_assert(h_run_cond(h, h->now + 2000, both_left, NULL) || (h->a[1].left && h->a[2].left));
+  h_run_until(h, h->now + 1000);
+  ck_assert_int_eq(status_of(h, 3).phase, EA_RDZV_PAUSED);
+  uint64_t step3 = h->a[3].w[0].step;
+  h_start(h, 0); /* lowest id: the controller as soon as it sees n3 */
+  ck_assert_msg(h_run_cond(h, h->now + 20000, h_cond_settled, &g), "n0: %s",
+                status_of(h, 0).reason);
+  NO_VIOLATION(h);
+  ck_assert(status_of(h, 0).controller);
+  const ea_rdzv_plan *p = ea_rdzv_running(h->a[0].r);
+  ck_assert(p && p->nnodes == 2 && p->has_sync);
+  ck_assert_uint_ge(p->sync_step, step3);
+  h_free(h);
+}
+END_TEST
+
 /* ---- persist before advertise --------------------------------------------- */
 
 START_TEST(test_persist_before_send) {
@@ -2709,6 +2747,8 @@ static Suite *rdzv_suite(void) {
       {"drain_all", test_drain_all},
       {"last_moment", test_last_moment},
       {"last_moment_batches_drains", test_last_moment_batches_drains},
+      {"newcomer_learns_generation_after_a_mass_preemption",
+       test_newcomer_learns_generation_after_a_mass_preemption},
       {"persist_before_send", test_persist_before_send},
       {"random_faults", test_random_faults},
       {"restarts_counted_and_exhausted", test_restarts_counted_and_exhausted},
