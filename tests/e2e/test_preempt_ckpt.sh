@@ -19,7 +19,12 @@
 #     fourth agent with the lowest node id joins after the generation
 #     formed, so it waits outside it and is elected; notices to two members:
 #     the spare controller has a member pick the step, the checkpoint is
-#     committed before the two leave, LATEST names it.
+#     committed before the two leave, LATEST names it;
+#  5. (built-in) it cannot finish in time: the survivor's worker is frozen
+#     (SIGSTOP) before the notices, so no rank reaches the step asked for;
+#     after runtime.preemption_grace_seconds (2 s) the controller says so
+#     (preempted_checkpoint, critical, naming the last good checkpoint),
+#     lets the two go, and LATEST still names the periodic checkpoint.
 # Prints NOTICE→COMMIT: the seconds from the first notice line to the
 # commit line, per mode.
 source "$(dirname "$0")/lib.sh"
@@ -183,8 +188,49 @@ spare_controller() {
   pass "the spare controller had a member pick the step: $name committed before c2 and c3 left"
 }
 
+# too_late — part 5.
+too_late() {
+  CK=$EA_TMP/ckpt-late
+  mkdir -p "$CK"
+  local -a JOB=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300
+    --set checkpoint.dir="$CK" --set checkpoint.save_interval_steps=3000
+    --set runtime.preemption_grace_seconds=2 --set runtime.preemption_metadata_url="$URL"
+    --set experiment.name=preempt-late "${TINY[@]}")
+  say "late 1. three agents train; a periodic checkpoint"
+  start_agent d1 "${JOB[@]}" --set runtime.preemption_notice="$URL/going/d1"
+  for n in d2 d3; do
+    start_agent "$n" --join "${AGENT_ADDR[d1]}" "${JOB[@]}" --set runtime.preemption_notice="$URL/going/$n"
+  done
+  for n in d1 d2 d3; do wait_for 60 trains "$n" 3 || fail "$n does not train at world 3: $(ea_status "$n")"; done
+  local w n p
+  for n in d1 d2 d3; do for p in $(worker_pids "$n"); do EA_PGIDS+=("$p"); done; done
+  wait_for 60 has_complete || fail "no periodic checkpoint: $("$EA_BIN" ckpt ls "$CK")"
+  local periodic
+  periodic=$(latest "$CK")
+  say "late 2. d1's worker frozen, then notices to d2 and d3"
+  w=$(worker_pids d1)
+  kill -STOP "$w" || fail "cannot stop d1's worker $w"
+  touch "$SRV/going-d2" "$SRV/going-d3"
+  said() { grep -hq 'alert checkpoint before a mass preemption: step [0-9]* was not committed within 2 s' "$EA_TMP"/d?/log; }
+  wait_for 30 said || { kill -CONT "$w"; fail "no alert for the late checkpoint: $(grep -h ' preempt \| alert ' "$EA_TMP"/d?/log | tail -n 6)"; }
+  local line
+  line=$(grep -h 'alert checkpoint before a mass preemption: step [0-9]* was not committed' "$EA_TMP"/d?/log | head -n1)
+  echo "$line"
+  assert_contains "$line" "severity=critical" "the late checkpoint's alert"
+  assert_contains "$line" "($periodic) stays the newest" "the last good checkpoint named"
+  for n in d2 d3; do
+    wait_exit "$n" 30 || { kill -CONT "$w"; fail "$n did not leave after the grace"; }
+    assert_eq "$EXIT_RC" 0 "$n's exit status"
+  done
+  kill -CONT "$w"
+  assert_eq "$(latest "$CK")" "$periodic" "LATEST after the late checkpoint"
+  out=$("$EA_BIN" ckpt verify "$CK" 2>&1) || fail "ckpt verify: $out"
+  pass "not committed within the 2 s grace: said (critical), d2 and d3 left, LATEST still $periodic"
+}
+
 [[ ${EA_PREEMPT_MODES:-builtin library} == *builtin* ]] && run_mode builtin 3000
 [[ ${EA_PREEMPT_MODES:-builtin library} == *builtin* ]] && spare_controller
+[[ ${EA_PREEMPT_MODES:-builtin library} == *builtin* ]] && too_late
 if [[ ${EA_PREEMPT_MODES:-builtin library} == *library* ]]; then
   "$PY" -c 'import msgpack' || fail "$PY lacks msgpack (scripts/deps.sh installs requirements.txt)"
   export EA_TEST_PACE=0.01
