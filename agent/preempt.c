@@ -26,7 +26,9 @@
  *   agent sends its programs SIGUSR1 — only to a process that handles it
  *   (SigCgt in /proc/PID/status): its default action would kill an
  *   unmodified script — and the programs have the whole grace to save;
- *   the agent cannot see when they are done.
+ *   the agent cannot see when they are done.  When the controller's own
+ *   program does not handle SIGUSR1 (every node runs the same one) there
+ *   is nothing to wait for and the drained nodes go at once.
  *
  * Then the core stops the generation as before (the drainers leave, the
  * rest pause), and a cold start resumes from the newest checkpoint, which
@@ -232,6 +234,21 @@ static void ask(ea__agent *a, struct ea__agent_preempt *P) {
     P->relay = false;
     P->target = a->mode == EA__MODE_TORCHRUN ? 0 : pick(a, P->attempt);
     send_all(a, p, P->gen, P->target);
+    /* Restart mode: every node runs the same program; when ours does not
+     * handle SIGUSR1, nobody saves anything and the grace would only
+     * delay the drained nodes. */
+    bool any = false;
+    for (uint32_t k = 0; a->mode == EA__MODE_TORCHRUN && a->sup && k < a->wpn && !any; k++) {
+      int pid = ea__sup_pid(a->sup, k);
+      any = pid > 0 && catches(pid, SIGUSR1);
+    }
+    if (a->mode == EA__MODE_TORCHRUN && !any) {
+      ea_log(EA_LOG_INFO, "preempt",
+             "this node's program does not handle SIGUSR1: nothing to wait for, letting the "
+             "drained nodes go");
+      P->said = P->release = true;
+      if (a->handles_open) uv_timer_start(&P->kick, on_kick, 0, 0);
+    }
     return;
   }
   /* An elected spare: the members, from the formed generation. */
@@ -342,7 +359,7 @@ void ea__agent_preempt_sync(ea__agent *a) {
              "the drains would leave fewer than min_nodes %u: checkpoint of the current step "
              "(generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
              a->o->cfg.compute.min_nodes, ea_rdzv_gen64_term(P->gen), grace);
-    if (a->mode == EA__MODE_TORCHRUN)
+    if (a->mode == EA__MODE_TORCHRUN && !P->release)
       ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
                       "checkpoint before a mass preemption: the programs of generation %" PRIu64
                       " were sent SIGUSR1 and have %u s to save their own",

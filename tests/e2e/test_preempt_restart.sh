@@ -14,7 +14,10 @@
 #     step, the drained agents leave only after the grace and exit 0, and
 #     preempted_checkpoint is logged;
 #  3. everything is killed; two fresh agents start the script again, which
-#     finds its own checkpoint and resumes at exactly the saved step.
+#     finds its own checkpoint and resumes at exactly the saved step;
+#  4. a script that does not handle SIGUSR1 (its default action would kill
+#     it): nothing is sent, the controller logs that there is nothing to
+#     wait for, and the two drained nodes leave well within the grace.
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
@@ -51,7 +54,8 @@ def on_usr1(signum, frame):
         os.rename(tmp, path)
     open(os.path.join(D, "usr1-%d" % rank), "w").write(str(step))
 
-signal.signal(signal.SIGUSR1, on_usr1)
+if len(sys.argv) < 3 or sys.argv[2] != "nohandler":
+    signal.signal(signal.SIGUSR1, on_usr1)
 while True:
     step += 1
     time.sleep(0.01)
@@ -122,4 +126,26 @@ assert_eq "$(cat "$D/resumed-0")" "$saved" "the step rank 0 resumed at"
 for n in r1 r2; do kill -KILL -- "-${AGENT_PID[$n]}" 2>/dev/null; for p in $(worker_pids "$n"); do kill -KILL -- "-$p" 2>/dev/null; done; done
 for n in r1 r2; do wait "${AGENT_PID[$n]}" 2>/dev/null; done
 pass "the script found its own checkpoint and resumed at step $saved"
+
+say "4. a script without a SIGUSR1 handler: nothing to wait for"
+D2=$EA_TMP/prog2
+mkdir -p "$D2"
+P4=(-- "$PY" "$EA_TMP/prog.py" "$D2" nohandler)
+J4=("${JOB[@]}" --set runtime.preemption_grace_seconds=20)
+start_agent u1 "${J4[@]}" --set runtime.preemption_notice="$URL/going/u1" "${P4[@]}"
+for n in u2 u3; do
+  start_agent "$n" --join "${AGENT_ADDR[u1]}" "${J4[@]}" --set runtime.preemption_notice="$URL/going/$n" "${P4[@]}"
+done
+for n in u1 u2 u3; do wait_for 60 trains "$n" 3 || fail "$n does not run at world 3: $(ea_status "$n")"; done
+for n in u1 u2 u3; do for p in $(worker_pids "$n"); do EA_PGIDS+=("$p"); done; done
+touch "$SRV/going-u2" "$SRV/going-u3"
+for n in u2 u3; do
+  wait_exit "$n" 15 || fail "$n did not leave within 15 s (the grace is 20 s: it waited for nothing)"
+  assert_eq "$EXIT_RC" 0 "$n's exit status"
+done
+grep -hq "preempt this node's program does not handle SIGUSR1: nothing to wait for" "$EA_TMP"/u?/log ||
+  fail "no 'nothing to wait for' line: $(grep -h ' preempt ' "$EA_TMP"/u?/log | tail -n 5)"
+grep -hq ' preempt SIGUSR1 to worker' "$EA_TMP"/u?/log && fail "SIGUSR1 was sent to a program that does not handle it"
+for r in 0 1 2; do [ -e "$D2/usr1-$r" ] && fail "rank $r got SIGUSR1"; done
+pass "no handler: nothing sent, u2 and u3 left at once (exit 0)"
 echo "WALL $(((($(now_ms) - t_start) + 500) / 1000)) s"
