@@ -37,13 +37,15 @@ KEEP=0
 bench_arg() {
     BENCH_SHIFT=2
     case "$1" in
+        --systems|--json|--out) [ $# -ge 2 ] || { echo "$BENCH: $1 needs a value" >&2; exit 2; } ;;
+    esac
+    case "$1" in
         --systems) SYSTEMS=$2 ;;
         --json) JSON=$2 ;;
         --out) OUT=$2; KEEP=1 ;;
         --keep) KEEP=1; BENCH_SHIFT=1 ;;
         *) return 1 ;;
     esac
-    [ "$BENCH_SHIFT" = 1 ] || [ $# -ge 2 ] || { echo "$BENCH: $1 needs a value" >&2; exit 2; }
 }
 
 bench_setup() {
