@@ -331,6 +331,16 @@ static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
              "no ring of 3 or more nodes with two neighbours that are not the controller");
     return;
   }
+  /* Drop towards the higher name: the end held out is then the same
+   * whichever finds the link first — the ring's BLAME holds out the
+   * receiver (the end that acknowledges nothing), the link probe the higher
+   * name of two ends that cannot reach each other (a one-way drop breaks
+   * TCP both ways). */
+  if (strcmp(from->name, to->name) > 0) {
+    ea__chaos_node *x = from;
+    from = to;
+    to = x;
+  }
   snprintf(e->victim, sizeof e->victim, "%s", to->name);
   const int64_t comm_ms = (int64_t)r->cfg.distributed.communication_timeout_seconds * 1000;
   ea__chaos_want w;

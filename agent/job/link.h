@@ -73,7 +73,7 @@ typedef struct {
   bool (*alive)(void *ctx, const ea_node_id *id);
 } ea__link_cbs;
 
-/* probe: this node probes (library mode); every agent answers pings
+/* probe: this node probes (library and built-in modes); every agent answers pings
  * whatever this says.  name: ours, for the status line.  NULL when out
  * of memory. */
 ea__link *ea__link_new(const ea_node_id *self, const char *name, bool probe, const ea__link_cbs *cb,
