@@ -2295,7 +2295,15 @@ static bool ctrl_step(ea_rdzv *r) {
     if (r->join_since == 0) r->join_since = r->now;
     uint64_t due = r->join_since + r->cfg.scale_up_delay_ms;
     if (nstarting && r->now >= due) due += r->cfg.scale_up_delay_ms;
-    if (r->now < due) {
+    if (nd < minn) {
+      /* Survivors and joiners together still below min_nodes: a formed
+       * generation learnt from a STATE that leaves out the members that left
+       * (a mass preemption) is not broken, yet holds too few to train. */
+      fmt(why, cap, "waiting for min_nodes: %u of %u alive (generation %" PRIu64 ")", nd, minn,
+          r->formed.term);
+      minn_wait = true;
+      minn_have = nd;
+    } else if (r->now < due) {
       fmt(why, cap, "batching %u joiner%s (%" PRIu64 " ms left%s)", njoin, njoin == 1 ? "" : "s",
           due - r->now, nstarting ? ", waiting for one starting" : "");
     } else {
