@@ -164,6 +164,13 @@ ensure_cmd() {
 # start_receiver DIR — http_receiver.py on a free port of 127.0.0.1 (the
 # alert webhook receiver and the fake metadata services); sets RECV_DIR and
 # RECV_URL (http://127.0.0.1:PORT).  Stopped with the test.
+# need_curl — skip the script (exit 77) when curl is missing and cannot be installed.
+need_curl() {
+  command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
+    echo "skip: curl is not installed and cannot be"
+    exit 77
+  }
+}
 start_receiver() {
   RECV_DIR=$1
   mkdir -p "$RECV_DIR"

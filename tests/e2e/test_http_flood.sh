@@ -38,10 +38,7 @@
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
-command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
-  echo "skip: curl is not installed and cannot be"
-  exit 77
-}
+need_curl
 
 say "1. one agent, metrics on 127.0.0.1"
 # min_nodes 2 and no second agent: h1 waits to be joined for as long as the

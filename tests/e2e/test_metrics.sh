@@ -30,10 +30,7 @@
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
-command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
-  echo "skip: curl is not installed and cannot be"
-  exit 77
-}
+need_curl
 
 JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set train.hidden=64 --set train.layers=1 --set distributed.global_batch=32

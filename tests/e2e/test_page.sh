@@ -24,10 +24,7 @@
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
-command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
-  echo "skip: curl is not installed and cannot be"
-  exit 77
-}
+need_curl
 ensure_cmd chromium chromium || {
   echo "skip: Debian's chromium is not installed and cannot be (apt-get install chromium)"
   exit 77

@@ -21,10 +21,7 @@
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
-command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
-  echo "skip: curl is not installed and cannot be"
-  exit 77
-}
+need_curl
 start_receiver "$EA_TMP/srv"
 SRV=$RECV_DIR
 URL=$RECV_URL

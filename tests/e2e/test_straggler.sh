@@ -21,10 +21,7 @@
 source "$(dirname "$0")/lib.sh"
 t_start=$(now_ms)
 
-command -v curl >/dev/null 2>&1 || ensure_cmd curl curl || {
-  echo "skip: curl is not installed and cannot be"
-  exit 77
-}
+need_curl
 
 WINDOW=3
 JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
