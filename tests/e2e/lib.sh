@@ -209,3 +209,46 @@ free_port() {
 metrics_addr() {
   grep -o 'listen metrics=http://[^/ ]*' "$(agent_log "$1")" | head -n1 | sed 's,.*http://,,'
 }
+
+# netns_bridge PREFIX N — N network namespaces PREFIX<pid>s1..N, each with
+# eth0 on one bridge (namespace PREFIX<pid>b) and the address ip_of I in
+# 198.18.NET.0/24 (a /24 of its own per run), lo up; removed at exit.  Skips
+# the script (77) without root, iproute2 or nftables (the callers drop
+# traffic with it), or when a namespace cannot be made.  Defines RUN, NET,
+# NS_ALL; ip_of I and ns_of I below.
+ip_of() { echo "198.18.$NET.$((10 + $1))"; }
+ns_of() { echo "${RUN}s$1"; }
+netns_down() {
+  local ns
+  for ns in "${NS_ALL[@]}"; do ip netns del "$ns" 2>/dev/null; done
+}
+netns_bridge() {
+  local skipmsg="" s ns
+  [ "$(id -u)" = 0 ] || skipmsg="network namespaces need root"
+  [ -z "$skipmsg" ] && ! command -v ip >/dev/null 2>&1 && skipmsg="iproute2 (ip) is not installed"
+  [ -z "$skipmsg" ] && ! ensure_cmd nft nftables && skipmsg="nftables is not installed and cannot be"
+  if [ -n "$skipmsg" ]; then
+    echo "skip: $skipmsg"
+    exit 77
+  fi
+  RUN=$1$$
+  NET=$((RANDOM % 200 + 20))
+  NS_ALL=("${RUN}b")
+  trap 'ea_cleanup; netns_down' EXIT
+  if ! ip netns add "${RUN}b"; then
+    echo "skip: cannot create a network namespace (ip netns add)"
+    exit 77
+  fi
+  ip -n "${RUN}b" link add br0 type bridge && ip -n "${RUN}b" link set br0 up ||
+    fail "bridge in ${RUN}b"
+  for s in $(seq "$2"); do
+    ns=$(ns_of "$s")
+    NS_ALL+=("$ns")
+    ip netns add "$ns" &&
+      ip -n "${RUN}b" link add "p$s" type veth peer name eth0 netns "$ns" &&
+      ip -n "${RUN}b" link set "p$s" master br0 up &&
+      ip -n "$ns" addr add "$(ip_of "$s")/24" dev eth0 &&
+      ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up ||
+      fail "namespace $ns"
+  done
+}

@@ -33,9 +33,6 @@ skip() {
   echo "skip: $*"
   exit 77
 }
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null 2>&1 || skip "iproute2 (ip) is not installed"
-ensure_cmd nft nftables || skip "nftables is not installed and cannot be"
 
 COMM_S=3 # distributed.communication_timeout_seconds: a stuck exchange fails after this
 COOL=20  # runtime.flap_cooldown_seconds: the hold-out outlasts the fault
@@ -54,29 +51,9 @@ JOB=(--set train.steps=1000000000 --set train.context=8 --set train.embed_dim=16
   --set "checkpoint.dir=$EA_TMP/ckpt")
 
 # ---- the network: gr<pid>b (a bridge) and gr<pid>s1..5 -------------------
-RUN=gr$$
-NET=$((RANDOM % 200 + 20)) # 198.18.NET.0/24: namespaces of their own, any /24 does
-NS_ALL=()
-net_down() {
-  local ns
-  for ns in "${NS_ALL[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
-trap 'ea_cleanup; net_down' EXIT
-ip_of() { echo "198.18.$NET.$((10 + $1))"; }
-ns_of() { echo "${RUN}s$1"; }
-NS_ALL+=("${RUN}b")
-ip netns add "${RUN}b" || skip "cannot create a network namespace (ip netns add)"
-ip -n "${RUN}b" link add br0 type bridge && ip -n "${RUN}b" link set br0 up ||
-  fail "bridge in ${RUN}b"
-for s in 1 2 3 4 5; do
+netns_bridge gr 5
+for s in $(seq 5); do
   ns=$(ns_of $s)
-  NS_ALL+=("$ns")
-  ip netns add "$ns" &&
-    ip -n "${RUN}b" link add "p$s" type veth peer name eth0 netns "$ns" &&
-    ip -n "${RUN}b" link set "p$s" master br0 up &&
-    ip -n "$ns" addr add "$(ip_of $s)/24" dev eth0 &&
-    ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up ||
-    fail "namespace $ns"
   ip netns exec "$ns" nft -f - <<'EOF' || skip "nft does not work in a namespace"
 add table inet gray
 add chain inet gray input { type filter hook input priority 0 ; policy accept ; }

@@ -36,9 +36,6 @@ skip() {
   echo "skip: $*"
   exit 77
 }
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null 2>&1 || skip "iproute2 (ip) is not installed"
-ensure_cmd nft nftables || skip "nftables is not installed and cannot be"
 "$PY" -c 'import torch, msgpack' 2>/dev/null || skip "$PY has no torch"
 source "$(dirname "$0")/pytorch_lib.sh"
 
@@ -55,29 +52,9 @@ JOB=("${J[@]}" --set "distributed.communication_timeout_seconds=$COMM_S"
   --set runtime.rendezvous_timeout_seconds=30 --set checkpoint.save_interval_steps=0)
 
 # ---- the network: gl<pid>b (a bridge) and gl<pid>s1..3 -------------------
-RUN=gl$$
-NET=$((RANDOM % 200 + 20)) # 198.18.NET.0/24: namespaces of their own, any /24 does
-NS_ALL=()
-net_down() {
-  local ns
-  for ns in "${NS_ALL[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
-trap 'ea_cleanup; net_down' EXIT
-ip_of() { echo "198.18.$NET.$((10 + $1))"; }
-ns_of() { echo "${RUN}s$1"; }
-NS_ALL+=("${RUN}b")
-ip netns add "${RUN}b" || skip "cannot create a network namespace (ip netns add)"
-ip -n "${RUN}b" link add br0 type bridge && ip -n "${RUN}b" link set br0 up ||
-  fail "bridge in ${RUN}b"
-for s in 1 2 3; do
+netns_bridge gl 3
+for s in $(seq 3); do
   ns=$(ns_of $s)
-  NS_ALL+=("$ns")
-  ip netns add "$ns" &&
-    ip -n "${RUN}b" link add "p$s" type veth peer name eth0 netns "$ns" &&
-    ip -n "${RUN}b" link set "p$s" master br0 up &&
-    ip -n "$ns" addr add "$(ip_of $s)/24" dev eth0 &&
-    ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up ||
-    fail "namespace $ns"
   ip netns exec "$ns" nft -f - <<'EOF' || skip "nft does not work in a namespace"
 add table inet gray
 add chain inet gray input { type filter hook input priority 0 ; policy accept ; }
