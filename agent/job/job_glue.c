@@ -28,15 +28,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Is a node of the running plan dead, suspect or gone (its survivors then
- * sit in a collective that will not return)? */
+static bool link_found_down(ea__agent *a);
+
+/* Is a node of the running plan dead, suspect or gone, or unreachable from
+ * here by the link probe (its survivors then sit in a collective that will
+ * not return)? */
 static bool peer_lost(ea__agent *a) {
   for (uint32_t i = 0; i < a->nrun_ids; i++) {
     if (ea_node_id_cmp(&a->run_ids[i], &a->id) == 0) continue;
     const ea_member *m = ea__agent_find_member(a, &a->run_ids[i]);
     if (!m || m->state != EA_STATE_ALIVE) return true;
   }
-  return false;
+  return link_found_down(a);
 }
 
 void ea__agent_restart_prepare(ea__agent *a, const ea_rdzv_order *o) {
@@ -366,14 +369,18 @@ static void on_link_tick(uv_timer_t *h) {
  * communication timeout, and the BLAME holds an end out only after two
  * generations failed on the link (issue 27: about 10 s in make chaos's
  * oneway fault); the probe's verdict comes after two quiet seconds and two
- * rounds.  Restart mode's programs report no steps: no quiet to go by.
- * Every mode answers pings. */
+ * rounds.  Restart mode's programs report no steps, so no quiet to go by:
+ * it probes for as long as a generation runs (link.h says why and what it
+ * costs).  Every mode answers pings. */
 static int link_start(ea__agent *a, char *err, size_t errlen) {
   struct ea__agent_link *l = calloc(1, sizeof *l);
   ea__link_cbs cb = {
       .send = link_send, .reset = link_reset, .down = link_down, .alive = link_alive};
-  bool probe = (a->mode == EA__MODE_LIBRARY || a->mode == EA__MODE_BUILTIN) && a->wpn > 0;
-  if (l) l->L = ea__link_new(&a->id, a->o->name, probe, &cb, a);
+  ea__link_mode mode = a->wpn == 0                    ? EA__LINK_OFF
+                       : a->mode == EA__MODE_TORCHRUN ? EA__LINK_ALWAYS
+                                                      : EA__LINK_QUIET;
+  bool probe = mode != EA__LINK_OFF;
+  if (l) l->L = ea__link_new(&a->id, a->o->name, mode, &cb, a);
   if (!l || !l->L) {
     free(l);
     snprintf(err, errlen, "link probe: out of memory");
@@ -400,6 +407,14 @@ static void link_close(ea__agent *a) {
   uv_close((uv_handle_t *)&l->timer, link_closed);
 }
 
+/* Restart mode's PREPARE: a member the probe finds unreachable is as good
+ * as lost to the collective the programs sit in (SIGKILL after
+ * runtime.lost_peer_grace_ms, not stop_grace_seconds). */
+static bool link_found_down(ea__agent *a) {
+  ea_node_id one;
+  return a->link && ea__link_down_now(a->link->L, &one, 1) > 0;
+}
+
 void ea__agent_link_comm_failed(ea__agent *a) {
   if (a->link) ea__link_comm_failed(a->link->L, ea__agent_now_ms(a));
 }
@@ -410,7 +425,7 @@ void ea__agent_link_status(ea__agent *a, ea__jb *b, json_t *gen) {
   if (o && link_controls(a))
     json_object_set_new(o, "held_out_here", json_integer((json_int_t)a->link->held));
   ea__jb_set(b, gen, "link_probe", o);
-  ea__jb_bool(b, gen, "degraded", ea__link_active(a->link->L));
+  ea__jb_bool(b, gen, "degraded", ea__link_degraded(a->link->L));
 }
 
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {

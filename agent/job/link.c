@@ -11,6 +11,10 @@
  * back to 0.  Peers are kept by id across generations, so a re-formation
  * of the same nodes in the middle of a probe does not start its count
  * again.
+ *
+ * EA__LINK_ALWAYS (restart mode) runs the same rounds for as long as the
+ * node runs a generation: an episode per stretch of generations, started
+ * and ended quietly (a debug line) unless a member missed a ping in it.
  */
 #include "link.h"
 
@@ -37,7 +41,7 @@ typedef struct {
 struct ea__link {
   ea_node_id self;
   char name[EA_NAME_MAX];
-  bool probe;
+  ea__link_mode mode;
   ea__link_cbs cb;
   void *ctx;
   /* the generation seen last, and progress */
@@ -55,13 +59,13 @@ struct ea__link {
   uint64_t episodes, rounds, pings_sent, pongs_in, pings_answered, downs;
 };
 
-ea__link *ea__link_new(const ea_node_id *self, const char *name, bool probe, const ea__link_cbs *cb,
-                       void *ctx) {
+ea__link *ea__link_new(const ea_node_id *self, const char *name, ea__link_mode mode,
+                       const ea__link_cbs *cb, void *ctx) {
   ea__link *L = calloc(1, sizeof *L);
   if (!L) return NULL;
   L->self = *self;
   snprintf(L->name, sizeof L->name, "%s", name ? name : "");
-  L->probe = probe;
+  L->mode = mode;
   L->cb = *cb;
   L->ctx = ctx;
   return L;
@@ -111,9 +115,14 @@ static void take_members(ea__link *L, const ea_rdzv_plan *p) {
 static void stop(ea__link *L, uint64_t now, const char *why) {
   if (!L->active) return;
   L->active = false;
-  size_t ndown = 0;
-  for (size_t i = 0; i < L->npeers; i++) ndown += L->peers[i].down;
-  ea_log(EA_LOG_INFO, "link",
+  size_t ndown = 0, nmissed = 0;
+  for (size_t i = 0; i < L->npeers; i++) {
+    ndown += L->peers[i].down;
+    nmissed += L->peers[i].misses > 0;
+  }
+  /* Always on, an episode that found nothing is every generation's end. */
+  bool quiet = L->mode == EA__LINK_ALWAYS && !ndown && !nmissed;
+  ea_log(quiet ? EA_LOG_DEBUG : EA_LOG_INFO, "link",
          "link probe ends after %.1f s (%s); %zu of %zu members were unreachable",
          (double)(now - L->since_ms) / 1000.0, why, ndown, L->npeers);
   for (size_t i = 0; i < L->npeers; i++) {
@@ -166,7 +175,7 @@ void ea__link_tick(ea__link *L, uint64_t now, const ea_rdzv_plan *running, uint6
     L->seen_step = last_step;
     L->step_ms = now;
   }
-  if (!running || !L->probe) {
+  if (!running || L->mode == EA__LINK_OFF) {
     stop(L, now, "this node runs no generation");
     L->gen = 0;
     return;
@@ -182,7 +191,8 @@ void ea__link_tick(ea__link *L, uint64_t now, const ea_rdzv_plan *running, uint6
   if (limit < EA__LINK_QUIET_MIN_MS) limit = EA__LINK_QUIET_MIN_MS;
   bool quiet = now >= quiet_since && now - quiet_since >= limit;
   bool failed = now < L->fail_until;
-  if (!quiet && !failed) {
+  bool always = L->mode == EA__LINK_ALWAYS;
+  if (!quiet && !failed && !always) {
     stop(L, now, "training moves again");
     return;
   }
@@ -192,12 +202,15 @@ void ea__link_tick(ea__link *L, uint64_t now, const ea_rdzv_plan *running, uint6
     L->episodes++;
     L->since_ms = now;
     L->next_round = now;
-    if (quiet)
+    if (always)
+      snprintf(L->why, sizeof L->why, "always on: the programs report no steps");
+    else if (quiet)
       snprintf(L->why, sizeof L->why, "no step for %.1f s", (double)(now - quiet_since) / 1000.0);
     else
       snprintf(L->why, sizeof L->why, "a communicator failed without naming a peer");
-    ea_log(EA_LOG_INFO, "link", "link probe: pinging %zu members of generation %" PRIu64 " (%s)",
-           L->npeers, g >> 16, L->why);
+    ea_log(always ? EA_LOG_DEBUG : EA_LOG_INFO, "link",
+           "link probe: pinging %zu members of generation %" PRIu64 " (%s)", L->npeers, g >> 16,
+           L->why);
   }
   if (now >= L->next_round) {
     round_now(L, now);
@@ -206,7 +219,7 @@ void ea__link_tick(ea__link *L, uint64_t now, const ea_rdzv_plan *running, uint6
 }
 
 void ea__link_comm_failed(ea__link *L, uint64_t now) {
-  if (L && L->probe) L->fail_until = now + EA__LINK_FAIL_MS;
+  if (L && L->mode != EA__LINK_OFF) L->fail_until = now + EA__LINK_FAIL_MS;
 }
 
 void ea__link_on_msg(ea__link *L, uint64_t now, const ea__job_msg *m) {
@@ -237,6 +250,14 @@ bool ea__link_active(const ea__link *L) {
   return L && L->active;
 }
 
+bool ea__link_degraded(const ea__link *L) {
+  if (!L || !L->active) return false;
+  if (L->mode != EA__LINK_ALWAYS) return true;
+  for (size_t i = 0; i < L->npeers; i++)
+    if (L->peers[i].misses || L->peers[i].down) return true;
+  return false;
+}
+
 size_t ea__link_down_now(const ea__link *L, ea_node_id *out, size_t cap) {
   size_t n = 0;
   for (size_t i = 0; L && L->active && i < L->npeers; i++)
@@ -250,7 +271,7 @@ size_t ea__link_down_now(const ea__link *L, ea_node_id *out, size_t cap) {
 void ea__link_text(const ea__link *L, uint64_t now, char *out, size_t cap) {
   if (!cap) return;
   out[0] = 0;
-  if (!L || !L->active) return;
+  if (!ea__link_degraded(L)) return;
   size_t len = 0;
   for (size_t i = 0; i < L->npeers && len < cap; i++) {
     if (!L->peers[i].down) continue;
@@ -262,6 +283,15 @@ void ea__link_text(const ea__link *L, uint64_t now, char *out, size_t cap) {
     snprintf(out + len, cap - len, " unreachable from %s", L->name);
     return;
   }
+  if (L->mode == EA__LINK_ALWAYS) {
+    /* degraded: a member missed a ping, none is unreachable yet */
+    const peer *w = NULL;
+    for (size_t i = 0; i < L->npeers; i++)
+      if (!w || L->peers[i].misses > w->misses) w = &L->peers[i];
+    snprintf(out, cap, "link probe: %s missed %u ping%s from %s", w->name, w->misses,
+             w->misses == 1 ? "" : "s", L->name);
+    return;
+  }
   snprintf(out, cap, "link probe: pinging %zu member%s for %.1f s (started: %s)", L->npeers,
            L->npeers == 1 ? "" : "s", (double)(now - L->since_ms) / 1000.0, L->why);
 }
@@ -270,8 +300,11 @@ json_t *ea__link_status(const ea__link *L, uint64_t now) {
   json_t *o = json_object();
   if (!o) return NULL;
   bool bad = false;
-  bad |= json_object_set_new(o, "on", json_boolean(L && L->probe)) != 0;
+  static const char *const modes[] = {"off", "quiet", "always"};
+  bad |= json_object_set_new(o, "on", json_boolean(L && L->mode != EA__LINK_OFF)) != 0;
+  bad |= json_object_set_new(o, "mode", json_string(modes[L ? L->mode : EA__LINK_OFF])) != 0;
   bad |= json_object_set_new(o, "active", json_boolean(ea__link_active(L))) != 0;
+  bad |= json_object_set_new(o, "degraded", json_boolean(ea__link_degraded(L))) != 0;
   char t[256];
   ea__link_text(L, now, t, sizeof t);
   bad |= json_object_set_new(o, "text", json_string(t)) != 0;

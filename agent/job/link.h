@@ -19,6 +19,23 @@
  * connection that lived through the drop may sit in the kernel's
  * retransmission back-off long after the link healed.
  *
+ * Restart mode (EA__LINK_ALWAYS) has no quiet to go by: an unmodified
+ * torchrun script reports no steps, and its gloo or NCCL collective, stuck
+ * on a one-way link, fails only when the program's own timeout fires
+ * (torch's default: 30 min) and names no peer then either.  So there the
+ * probe runs for as long as the node runs a generation, at the same pace:
+ * n-1 pings a second from each of n nodes (each answered: n-1 PONGs), a
+ * ~60-byte frame each (sealed with the cluster key when there is one),
+ * whether the link is fine or not.  That is the price of finding the link
+ * within (EA__LINK_MISSES + 1) rounds of the fault whatever the program
+ * does; a trigger from the program's side (its own traffic, its pace)
+ * does not exist without changing the program, which restart mode
+ * promises not to.  The verdict is the same two missed rounds: each peer
+ * is an agent answering from a loop that never blocks, so a second
+ * without a PONG twice in a row is a link (or a loop) in trouble, not a
+ * busy program.  Here `degraded` means a member missed a ping, not that
+ * the probe runs (it always does).
+ *
  * Pure: no clock, no socket, no loop.  The glue (job_glue.c) ticks it every
  * EA__LINK_TICK_MS with what the node runs, feeds it the frames, and does
  * what the callbacks ask.  One per agent; loop thread only.
@@ -36,7 +53,8 @@
 #include <stdint.h>
 
 /* A ping a second to each member: the rendezvous' REPORT pace, n-1 small
- * frames a second from each of n nodes, and only while training stands. */
+ * frames a second from each of n nodes, and only while training stands
+ * (restart mode: while a generation runs, above). */
 #define EA__LINK_ROUND_MS 1000u
 /* Two misses in a row: one lost ping (a machine loaded for a second, a
  * connection that had to be made afresh) is not a verdict. */
@@ -57,6 +75,12 @@
 
 typedef struct ea__link ea__link;
 
+/* When this node probes: never (it still answers pings); while the
+ * generation makes no step or after a local communicator failure (library
+ * and built-in modes, whose workers report steps); or for as long as it
+ * runs a generation (restart mode, whose programs report none). */
+typedef enum { EA__LINK_OFF = 0, EA__LINK_QUIET = 1, EA__LINK_ALWAYS = 2 } ea__link_mode;
+
 typedef struct {
   /* Send a job frame (plaintext) to member `to`; the glue finds its
    * control address.  Best effort. */
@@ -73,11 +97,10 @@ typedef struct {
   bool (*alive)(void *ctx, const ea_node_id *id);
 } ea__link_cbs;
 
-/* probe: this node probes (library and built-in modes); every agent answers pings
- * whatever this says.  name: ours, for the status line.  NULL when out
- * of memory. */
-ea__link *ea__link_new(const ea_node_id *self, const char *name, bool probe, const ea__link_cbs *cb,
-                       void *ctx);
+/* mode: when this node probes (above); every agent answers pings whatever
+ * it says.  name: ours, for the status line.  NULL when out of memory. */
+ea__link *ea__link_new(const ea_node_id *self, const char *name, ea__link_mode mode,
+                       const ea__link_cbs *cb, void *ctx);
 void ea__link_free(ea__link *L);
 
 /* At mono ms `now`: running is the generation this node runs (NULL: none;
@@ -90,10 +113,15 @@ void ea__link_comm_failed(ea__link *L, uint64_t now);
  * ignored (JOB_LINK_DOWN is the controller's, in the glue). */
 void ea__link_on_msg(ea__link *L, uint64_t now, const ea__job_msg *m);
 
-/* Whether probing now, and a one-line summary ("" when not): "link probe:
- * n3 unreachable from n2" once a verdict is in, else "link probe: pinging
- * 2 members for 0.4 s (started: no step for 2.0 s)". */
+/* Whether probing now; whether that says something is wrong (status'
+ * `degraded`): EA__LINK_QUIET, whenever it probes (no step is made);
+ * EA__LINK_ALWAYS, while a member has missed a ping.  A one-line summary
+ * ("" when not degraded): "link probe: n3 unreachable from n2" once a
+ * verdict is in, else "link probe: pinging 2 members for 0.4 s (started:
+ * no step for 2.0 s)", or in EA__LINK_ALWAYS "link probe: n3 missed 1 ping
+ * from n2". */
 bool ea__link_active(const ea__link *L);
+bool ea__link_degraded(const ea__link *L);
 void ea__link_text(const ea__link *L, uint64_t now, char *out, size_t cap);
 /* Members found unreachable now (at most cap ids into out). */
 size_t ea__link_down_now(const ea__link *L, ea_node_id *out, size_t cap);

@@ -612,7 +612,7 @@ START_TEST(link_probe_finds_a_silent_member) {
     ea_rdzv_plan p = {
         .gen = {.term = 1, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
     uint64_t g = ea_rdzv_gen_u64(&p.gen);
-    ea__link *L = ea__link_new(&ids[0], "n1", true, &cb, &r);
+    ea__link *L = ea__link_new(&ids[0], "n1", EA__LINK_QUIET, &cb, &r);
     ck_assert_ptr_nonnull(L);
     char t[256];
     uint64_t step = 10, now = 0;
@@ -696,6 +696,101 @@ START_TEST(link_probe_finds_a_silent_member) {
     ck_assert(!ea__link_active(L));
     ea__link_free(L);
   }
+}
+END_TEST
+
+START_TEST(link_probe_always_on_in_restart_mode) {
+  /* Restart mode: the programs report no steps (last_step stays 0), so the
+   * probe runs from the generation's first tick, a round a second, and is
+   * not `degraded` while every member answers.  n3 goes silent after round
+   * 3: degraded ("missed 1 ping") one round later, not yet reported;
+   * unreachable and reported at the second round, i.e. within
+   * (EA__LINK_MISSES + 1) rounds of the last answer.  n3 answers again:
+   * no longer degraded.  No generation: nothing sent. */
+  link_rec r = {0};
+  ea__link_cbs cb = {.send = lk_send, .reset = lk_reset, .down = lk_down, .alive = lk_alive};
+  ea_node_id ids[3];
+  ea_rdzv_node nodes[3];
+  memset(nodes, 0, sizeof nodes);
+  for (int i = 0; i < 3; i++) {
+    memset(ids[i].b, i + 1, 16);
+    nodes[i].id = ids[i];
+    snprintf(nodes[i].name, sizeof nodes[i].name, "n%d", i + 1);
+  }
+  ea_rdzv_plan p = {
+      .gen = {.term = 4, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
+  ea__link *L = ea__link_new(&ids[1], "n2", EA__LINK_ALWAYS, &cb, &r);
+  ck_assert_ptr_nonnull(L);
+  char t[256];
+  uint64_t now = 5000;
+  ea__link_tick(L, now, NULL, 0);
+  ck_assert(!ea__link_active(L));
+  ck_assert_int_eq(r.sent, 0);
+  ea__link_tick(L, now, &p, 0); /* the generation's first tick: a round */
+  ck_assert(ea__link_active(L));
+  ck_assert(!ea__link_degraded(L));
+  ck_assert_int_eq(r.sent, 2);
+  ea__link_text(L, now, t, sizeof t);
+  ck_assert_str_eq(t, "");
+  uint64_t n3_silent_from = 3; /* rounds 0..2 answered by both */
+  uint64_t first = now;
+  for (uint64_t round = 1; round <= 7; round++) {
+    /* the round before's pings: n1's went first, then n3's */
+    uint64_t n3_nonce = r.last.nonce, n1_nonce = n3_nonce - 1;
+    ea__job_msg pong = {.type = EA__JOB_LINK_PONG, .src = ids[0], .nonce = n1_nonce};
+    ea__link_on_msg(L, now + 3, &pong);
+    if (round <= n3_silent_from || round == 7) {
+      pong.src = ids[2];
+      pong.nonce = n3_nonce;
+      ea__link_on_msg(L, now + 4, &pong);
+    }
+    if (round == 7) {
+      ck_assert(!ea__link_degraded(L)); /* n3 answers again */
+      ck_assert_uint_eq(ea__link_down_now(L, NULL, 0), 0);
+      break;
+    }
+    for (now += EA__LINK_TICK_MS; now < first + round * EA__LINK_ROUND_MS;
+         now += EA__LINK_TICK_MS) {
+      ea__link_tick(L, now, &p, 0);
+      ck_assert_int_eq(r.sent, (int)(2 * round));
+    }
+    ea__link_tick(L, now, &p, 0);
+    ck_assert_int_eq(r.sent, (int)(2 * (round + 1)));
+    ea__link_text(L, now, t, sizeof t);
+    uint64_t missed = round > n3_silent_from ? round - n3_silent_from : 0;
+    ck_assert_int_eq(r.resets, (int)missed);
+    if (missed == 0) {
+      ck_assert(!ea__link_degraded(L));
+      ck_assert_str_eq(t, "");
+    } else if (missed < EA__LINK_MISSES) {
+      ck_assert(ea__link_degraded(L));
+      ck_assert_int_eq(r.downs, 0);
+      ck_assert_str_eq(t, "link probe: n3 missed 1 ping from n2");
+    } else {
+      ck_assert(ea__link_degraded(L));
+      ck_assert_int_eq(r.downs, (int)(missed - EA__LINK_MISSES + 1));
+      ck_assert_int_eq(memcmp(r.down_peer.b, ids[2].b, 16), 0);
+      ck_assert_uint_eq(r.down_gen, ea_rdzv_gen_u64(&p.gen));
+      ck_assert_str_eq(t, "link probe: n3 unreachable from n2");
+    }
+  }
+  json_t *js = ea__link_status(L, now);
+  ck_assert_ptr_nonnull(js);
+  ck_assert_str_eq(json_string_value(json_object_get(js, "mode")), "always");
+  ck_assert(json_is_false(json_object_get(js, "degraded")));
+  json_decref(js);
+  /* a re-formation without a generation in between: the next plan's
+   * members are pinged at once; no generation: the episode ends */
+  int before = r.sent;
+  ea__link_tick(L, now + 10, NULL, 0);
+  ck_assert(!ea__link_active(L));
+  ea__link_tick(L, now + 10 + EA__LINK_ROUND_MS, NULL, 0);
+  ck_assert_int_eq(r.sent, before);
+  p.gen.term = 5;
+  ea__link_tick(L, now + 20 + EA__LINK_ROUND_MS, &p, 0);
+  ck_assert(ea__link_active(L));
+  ck_assert_int_eq(r.sent, before + 2);
+  ea__link_free(L);
 }
 END_TEST
 
@@ -990,6 +1085,7 @@ static Suite *job_suite(void) {
   tcase_add_test(tc, job_codec_rejects);
   tcase_add_test(tc, job_codec_link);
   tcase_add_test(tc, link_probe_finds_a_silent_member);
+  tcase_add_test(tc, link_probe_always_on_in_restart_mode);
   tcase_add_test(tc, lines_split_and_bounded);
   tcase_add_test(tc, python_dir_next_to_the_binary);
   tcase_add_test(tc, final_checkpoint_retried);
