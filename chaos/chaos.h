@@ -42,8 +42,8 @@
 #include <sys/types.h>
 
 /* Slots are network positions (a namespace and an address each); 5 agents
- * plus one spare for joins is the default, 30 is far above what one 2-core
- * machine can run. */
+ * plus two slots for newcomers (a joiner's or a stranger's, and a spare's)
+ * is the default, 29 agents is far above what one 2-core machine can run. */
 #define CH_MAX_SLOTS 31
 /* Node identities over a run: a fresh replacement gets a new name; a 30 m
  * soak replaces roughly one node a minute. */
@@ -117,7 +117,10 @@ typedef struct {
   uint64_t detection_bound_ms;
   uint32_t nworkers;
   ea__chaos_wstat w[CH_MAX_WPN];
-  bool has_ckpt; /* the document has checkpoint fields */
+  bool has_ckpt;         /* the document has checkpoint fields */
+  bool spare;            /* spares.self.spare: waiting beyond max_nodes */
+  char spare_state[16];  /* spares.self.state: ready, starting, unfit, held */
+  uint32_t spares_ready; /* spares.ready */
   char reason[160];
 } ea__chaos_status;
 
@@ -150,6 +153,7 @@ typedef enum {
   EA__F_ONEWAY,          /* one-way loss between ring neighbours (netns), then healed */
   EA__F_FOREIGN,         /* an agent of another cluster (another key) joins, then is killed */
   EA__F_PREEMPT,         /* spot notices to k of n nodes through the fake metadata service */
+  EA__F_SPARE,           /* spare churn: a spare in, a member killed, it comes back as the spare */
   EA__F_NKINDS
 } ea__chaos_kind;
 
@@ -266,6 +270,11 @@ typedef struct {
   ea__chaos_phase deg, res;
   int64_t steps_lost; /* -1 unknown */
   char note[512];
+  /* spare: the windows in which a ready spare had to keep the world at
+   * held_world ranks (from a member's loss to the world seen again) */
+  int64_t held_from[2], held_to[2];
+  int nheld;
+  uint32_t held_world;
 } ea__chaos_episode;
 
 typedef enum {
@@ -286,6 +295,7 @@ typedef enum {
   EA__I_RESOURCES,  /* agents' memory and descriptors stay flat (resources.c) */
   EA__I_FOREIGN,    /* an agent of another cluster is refused (episode.c, run_foreign) */
   EA__I_PREEMPT,    /* after a mass preemption LATEST is at the step reached (preempt.c) */
+  EA__I_SPARE,      /* while a ready spare is left, the world size holds (spare.c) */
   EA__I_COUNT
 } ea__chaos_inv;
 
@@ -397,7 +407,7 @@ typedef struct ea__chaos_run {
   ea__chaos_node *nodes;
   size_t nnodes;
   int slot_node[CH_MAX_SLOTS + 1]; /* index into nodes of the slot's current node, -1 */
-  int nslots;                      /* nagents + 1 (the spare) */
+  int nslots;                      /* nagents + 2 (a joiner's slot, a spare's) */
   /* capabilities */
   bool ckpt_available;
   char ckpt_why[200];
@@ -455,6 +465,7 @@ typedef struct ea__chaos_run {
   volatile bool notice_quit;
   pthread_t notice_thread;
   bool preempt_checked; /* a mass preemption ran (the invariant was judged) */
+  bool spare_checked;   /* a spare kept the world after a loss (the invariant was judged) */
   /* post-mortem */
   struct ea__chaos_history *hist;
   bool aborted;
@@ -569,6 +580,8 @@ bool ea__chaos_cond_all_running(ea__chaos_run *r, void *ctx);
 /* Whether the cluster is whole within 2 s, or else, after restarting any
  * slot's agent that is not running, within the restore bound. */
 bool ea__chaos_ensure_whole(ea__chaos_run *r);
+/* A fresh identity on slot s (the slot's next name: n6, n6b, ...). */
+ea__chaos_node *ea__chaos_slot_new(ea__chaos_run *r, int s);
 /* Retires old and makes a fresh node (new disk, new id) on its slot. */
 ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old);
 
@@ -590,6 +603,15 @@ int ea__chaos_notice_serve_main(const char *work, int port);
 /* The preempt episode: notices to 1 node (a drain) or to n − min_nodes + 1
  * (a mass preemption: the checkpoint, then they leave), then fresh nodes. */
 void ea__chaos_run_preempt(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
+
+/* ---- spare.c --------------------------------------------------------------- */
+
+/* The spare-churn episode (compute.max_nodes is n or n + 1): a spare in
+ * slot n+2 (after a joiner in n+1 when max_nodes is n + 1), member v
+ * SIGKILLed and taken back as the spare, then the newcomers leave. */
+void ea__chaos_run_spare(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
+/* The spare_world_held invariant, after history_check. */
+void ea__chaos_spare_check(ea__chaos_run *r);
 
 /* ---- setup.c --------------------------------------------------------------- */
 

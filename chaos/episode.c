@@ -370,10 +370,7 @@ static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
 
 static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
   int s = r->o.nagents + 1;
-  int g = 0;
-  for (size_t i = 0; i < r->nnodes; i++)
-    if (r->nodes[i].slot == s && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
-  ea__chaos_node *n = ea__chaos_node_new(r, "n", s, g);
+  ea__chaos_node *n = ea__chaos_slot_new(r, s);
   if (!n) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason, "cannot create a node for slot %d", s);
@@ -742,6 +739,13 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
                                 : "the job has checkpoint.save_interval_steps or "
                                   "runtime.preemption_grace_seconds 0: no checkpoint before a "
                                   "mass preemption");
+  } else if (f->kind == EA__F_SPARE && r->cfg.compute.max_nodes != (uint32_t)r->o.nagents &&
+             r->cfg.compute.max_nodes != (uint32_t)r->o.nagents + 1) {
+    e->state = EA__EP_SKIPPED;
+    snprintf(e->skip_reason, sizeof e->skip_reason,
+             "compute.max_nodes is %u: spare churn needs it at the agents (%d) or one more, "
+             "so that a node beyond it waits as a spare",
+             r->cfg.compute.max_nodes, r->o.nagents);
   } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason,
@@ -835,6 +839,9 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
       break;
     case EA__F_PREEMPT:
       ea__chaos_run_preempt(r, e, v);
+      break;
+    case EA__F_SPARE:
+      ea__chaos_run_spare(r, e, v);
       break;
     default:
       break;

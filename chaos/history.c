@@ -993,6 +993,12 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
       else
         p->t_detect = first_member(h, p->t_start, e->newcomer, "alive", e->newcomer);
       break;
+    case EA__F_SPARE: /* the victim's death; the last newcomer's leaving */
+      if (!restored)
+        p->t_detect = first_member(h, p->t_start, victim, "dead", victim);
+      else
+        p->t_detect = first_event(r, h, p->t_start, e->newcomer, 2);
+      break;
     case EA__F_JOIN:
       if (!restored)
         p->t_detect = first_member(h, p->t_start, victim, "alive", victim);

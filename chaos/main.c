@@ -60,7 +60,8 @@ static void usage(FILE *f, const char *prog) {
       "                       foreign isolate split loss oneway (--netns) ckpt-kill disk-full "
       "(checkpoints)\n"
       "                       preempt (spot notices to 1 or n - min_nodes + 1 nodes through a\n"
-      "                       fake metadata service)\n"
+      "                       fake metadata service) spare (a spare beyond max_nodes takes a\n"
+      "                       killed member's place; the built-in job runs max_nodes = N + 1)\n"
       "  --min-faults N       at least N faults (default 10)\n"
       "  --steps N            train.steps (default: calibrated to last about --duration)\n"
       "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"
@@ -180,8 +181,8 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case O_AGENTS:
-        if (parse_u64(optarg, &v) || v < 2 || v > CH_MAX_SLOTS - 1) {
-          fprintf(stderr, "%s: --agents: expected 2..%d, got '%s'\n", prog, CH_MAX_SLOTS - 1,
+        if (parse_u64(optarg, &v) || v < 2 || v > CH_MAX_SLOTS - 2) {
+          fprintf(stderr, "%s: --agents: expected 2..%d, got '%s'\n", prog, CH_MAX_SLOTS - 2,
                   optarg);
           return 2;
         }
@@ -442,6 +443,9 @@ int main(int argc, char **argv) {
         case EA__F_DISK_FULL:
           est += 2 * interval;
           break;
+        case EA__F_SPARE: /* fill, a spare, the loss, back, swap, restored */
+          est += 5 * back;
+          break;
         default:
           est += back;
       }
@@ -464,6 +468,7 @@ int main(int argc, char **argv) {
   ea__chaos_execute(r);
   ea__chaos_say(r, "reading the agents' logs ...");
   ea__chaos_history_check(r);
+  ea__chaos_spare_check(r);
   ea__chaos_rsrc_check(r);
   ea__chaos_ckpt_final(r);
   ea__chaos_teardown(r);

@@ -155,6 +155,8 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       return nviol(r, inv) ? NULL : "no foreign fault ran";
     case EA__I_PREEMPT:
       return r->preempt_checked || nviol(r, inv) ? NULL : "no mass preemption ran";
+    case EA__I_SPARE:
+      return r->spare_checked || nviol(r, inv) ? NULL : "no spare took a lost member's place";
     default:
       return NULL;
   }

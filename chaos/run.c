@@ -46,15 +46,15 @@ volatile int ea__chaos_interrupted;
  * well under a second, and a loaded machine adds seconds. */
 #define BOUND_SLACK_MS 5000
 
-static const char *const inv_names[EA__I_COUNT] = {"target_step",       "step_only_grows",
-                                                   "each_step_once",    "ranks_agree",
-                                                   "matches_reference", "one_generation",
-                                                   "generations_grow",  "one_plan",
-                                                   "one_controller",    "minority_never_trains",
-                                                   "checkpoints",       "recovery_bound",
-                                                   "clean_exit",        "coverage",
-                                                   "resources_flat",    "strangers_refused",
-                                                   "preempt_checkpoint"};
+static const char *const inv_names[EA__I_COUNT] = {"target_step",        "step_only_grows",
+                                                   "each_step_once",     "ranks_agree",
+                                                   "matches_reference",  "one_generation",
+                                                   "generations_grow",   "one_plan",
+                                                   "one_controller",     "minority_never_trains",
+                                                   "checkpoints",        "recovery_bound",
+                                                   "clean_exit",         "coverage",
+                                                   "resources_flat",     "strangers_refused",
+                                                   "preempt_checkpoint", "spare_world_held"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -74,7 +74,8 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "agents' resident memory and open descriptors stay flat (no leak over a long run)",
     "an agent of another cluster joins no generation and touches no checkpoint of the cluster",
     "after a mass preemption (notices that leave fewer than min_nodes) LATEST names a checkpoint "
-    "at the step reached, not the last periodic one"};
+    "at the step reached, not the last periodic one",
+    "while a ready spare is left, a lost member's place is taken at the same world size"};
 
 const char *ea__chaos_inv_name(int inv) {
   return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";
@@ -740,13 +741,16 @@ bool ea__chaos_ensure_whole(ea__chaos_run *r) {
   return whole(r, 0, r->bound_restore_ms);
 }
 
-ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
-  old->retired = true;
+ea__chaos_node *ea__chaos_slot_new(ea__chaos_run *r, int s) {
   int g = 0;
   for (size_t i = 0; i < r->nnodes; i++)
-    if (r->nodes[i].slot == old->slot && r->nodes[i].gen_of_slot >= g)
-      g = r->nodes[i].gen_of_slot + 1;
-  return ea__chaos_node_new(r, "n", old->slot, g);
+    if (r->nodes[i].slot == s && r->nodes[i].gen_of_slot >= g) g = r->nodes[i].gen_of_slot + 1;
+  return ea__chaos_node_new(r, "n", s, g);
+}
+
+ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old) {
+  old->retired = true;
+  return ea__chaos_slot_new(r, old->slot);
 }
 
 /* ---- the run ---------------------------------------------------------------- */

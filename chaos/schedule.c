@@ -31,9 +31,9 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause",   "drain",
-    "sigterm",    "join",        "isolate",         "split",   "loss",
-    "ckpt-kill",  "disk-full",   "oneway",          "foreign", "preempt"};
+    "node-crash", "worker-kill", "controller-kill", "pause", "drain",     "sigterm",
+    "join",       "isolate",     "split",           "loss",  "ckpt-kill", "disk-full",
+    "oneway",     "foreign",     "preempt",         "spare"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -109,7 +109,7 @@ static void params(ea_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f)
   }
   if (f->kind == EA__F_CONTROLLER_KILL) f->slot = 0;
   if (f->kind == EA__F_JOIN || f->kind == EA__F_FOREIGN)
-    f->slot = o->nagents + 1; /* the spare slot (its namespace and address) */
+    f->slot = o->nagents + 1; /* the newcomer's slot (its namespace and address) */
   if (f->kind == EA__F_LOSS || f->kind == EA__F_SPLIT || f->kind == EA__F_DISK_FULL) f->slot = 0;
 }
 
@@ -252,6 +252,12 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
                      "then they leave)"
                    : "one node (a drain)",
                f->slot);
+      break;
+    case EA__F_SPARE:
+      snprintf(out, cap,
+               "%s: a spare waits beyond max_nodes; SIGKILL slot %d, the spare takes its place; "
+               "it comes back as the spare; the newcomers leave",
+               k, f->slot);
       break;
     case EA__F_FOREIGN:
       snprintf(out, cap,

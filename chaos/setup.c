@@ -49,7 +49,7 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
   r->nodes = calloc(CH_MAX_NODES, sizeof *r->nodes);
   if (!r->nodes) return -ENOMEM;
   for (int s = 0; s <= CH_MAX_SLOTS; s++) r->slot_node[s] = -1;
-  r->nslots = r->o.nagents + 1;
+  r->nslots = r->o.nagents + 2;
   if ((rc = ea__chaos_mkdirs(r->o.work, 0755)) < 0) {
     snprintf(err, errlen, "cannot create %s: %s", r->o.work, strerror(-rc));
     return rc;
@@ -111,6 +111,10 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
     char mn[16];
     snprintf(mn, sizeof mn, "%d", r->o.nagents / 2 + 1);
     if ((rc = ea__chaos_set_key(r, "compute.min_nodes", mn, err, errlen)) < 0) return rc;
+    /* A joiner makes the world N + 1, and a node beyond that waits as a
+     * spare (the spare fault, spare.c). */
+    snprintf(mn, sizeof mn, "%d", r->o.nagents + 1);
+    if ((rc = ea__chaos_set_key(r, "compute.max_nodes", mn, err, errlen)) < 0) return rc;
   }
   if ((rc = ea__chaos_set_key(r, "checkpoint.dir", r->ckpt_dir, err, errlen)) < 0) return rc;
   if ((rc = ea__chaos_set_key(r, "logging.level", "debug", err, errlen)) < 0) return rc;

@@ -162,6 +162,9 @@ static int from_json(const json_t *j, ea__chaos_status *st) {
   if (!ck) ck = jpath(j, "counters.ckpt");
   if (!ck) ck = jpath(j, "counters.checkpoint");
   st->has_ckpt = json_is_object(ck) && jbool(ck, "enabled", true);
+  st->spare = jbool(j, "spares.self.spare", false);
+  copy(st->spare_state, sizeof st->spare_state, jstr(j, "spares.self.state", ""));
+  st->spares_ready = (uint32_t)ju64(j, "spares.ready", 0);
   return 0;
 }
 
