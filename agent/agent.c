@@ -483,6 +483,19 @@ static const ea__admin_cmd admin_cmds[] = {
      ea__agent_cmd_drain, .owner_only = true},
 };
 
+void ea__agent_handles_init(ea__agent *a) {
+  uv_signal_init(&a->loop, &a->sigterm);
+  uv_signal_init(&a->loop, &a->sigint);
+  uv_idle_init(&a->loop, &a->settle);
+  uv_timer_init(&a->loop, &a->peers_timer);
+  uv_timer_init(&a->loop, &a->rdzv_timer);
+  uv_timer_init(&a->loop, &a->drain_timer);
+  uv_timer_init(&a->loop, &a->tick);
+  a->sigterm.data = a->sigint.data = a->settle.data = a->peers_timer.data = a;
+  a->rdzv_timer.data = a->drain_timer.data = a->tick.data = a;
+  a->handles_open = true;
+}
+
 void ea__agent_opts_default(ea__agent_opts *o) {
   memset(o, 0, sizeof *o);
   ea_config_default(&o->cfg);
@@ -630,18 +643,22 @@ static void rdzv_config_from(ea_rdzv_config *c, const ea_config *job) {
   c->flap_cooldown_ms = job->runtime.flap_cooldown_seconds * 1000u;
 }
 
-static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed, char *err,
-                      size_t errlen) {
-  ea_rdzv_config rc;
-  ea_rdzv_config_default(&rc);
-  rdzv_config_from(&rc, &a->o->cfg);
+void ea__agent_rdzv_config(const ea__agent *a, ea_rdzv_config *rc) {
+  ea_rdzv_config_default(rc);
+  rdzv_config_from(rc, &a->o->cfg);
   /* Restart mode: every generation restarts the programs (no step
    * boundaries to wait for) and the job's restarts are counted; builtin and
    * library: a node restarts its own workers (runtime.max_restarts per
    * worker, then it drains). */
-  rc.restart_mode = a->mode == EA__MODE_TORCHRUN;
-  rc.max_restarts = a->mode == EA__MODE_TORCHRUN ? a->o->cfg.runtime.max_restarts : UINT32_MAX;
-  rc.last_ckpt_ms = ea__agent_preempt_grace_ms(a);
+  rc->restart_mode = a->mode == EA__MODE_TORCHRUN;
+  rc->max_restarts = a->mode == EA__MODE_TORCHRUN ? a->o->cfg.runtime.max_restarts : UINT32_MAX;
+  rc->last_ckpt_ms = ea__agent_preempt_grace_ms(a);
+}
+
+static int start_rdzv(ea__agent *a, const ea_rdzv_gen *persisted, uint64_t seed, char *err,
+                      size_t errlen) {
+  ea_rdzv_config rc;
+  ea__agent_rdzv_config(a, &rc);
   ea_rdzv_io io = {.ctx = a,
                    .send = io_send,
                    .order = ea__agent_io_order,
@@ -800,16 +817,7 @@ int ea__agent_run(const ea__agent_opts *o) {
   if (rc == 0) rc = start_rdzv(a, &persisted, seed, err, sizeof err);
   if (rc == 0) rc = ea__agent_job_start(a, err, sizeof err);
   if (rc == 0) {
-    uv_signal_init(&a->loop, &a->sigterm);
-    uv_signal_init(&a->loop, &a->sigint);
-    uv_idle_init(&a->loop, &a->settle);
-    uv_timer_init(&a->loop, &a->peers_timer);
-    uv_timer_init(&a->loop, &a->rdzv_timer);
-    uv_timer_init(&a->loop, &a->drain_timer);
-    uv_timer_init(&a->loop, &a->tick);
-    a->sigterm.data = a->sigint.data = a->settle.data = a->peers_timer.data = a;
-    a->rdzv_timer.data = a->drain_timer.data = a->tick.data = a;
-    a->handles_open = true;
+    ea__agent_handles_init(a);
     rc = ea__agent_workers_start(a, err, sizeof err);
   }
   if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);

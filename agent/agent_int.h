@@ -639,6 +639,15 @@ static inline const ea_member *ea__agent_find_member(ea__agent *a, const ea_node
 /* Report what the core's io callbacks could not, act on orders that must
  * not run inside it, advertise the generation we run, re-arm its timer. */
 void ea__agent_core_done(ea__agent *a);
+/* Initialise the agent's own handles on a->loop (signals, the settle idle,
+ * the peers, rendezvous, drain and tick timers; none started) and mark
+ * them open: ea__agent_shutdown closes them.  ea__agent_run, and the
+ * partial agent of tests/unit/agent_fake.h. */
+void ea__agent_handles_init(ea__agent *a);
+/* The rendezvous core's configuration for this agent: the job file's keys
+ * and what the launch mode decides (restart mode, max_restarts, the last
+ * checkpoint's grace).  Needs a->o and a->mode. */
+void ea__agent_rdzv_config(const ea__agent *a, ea_rdzv_config *rc);
 /* Training stood still from now on (the first reason is kept). */
 void ea__agent_stall(ea__agent *a, const char *why);
 

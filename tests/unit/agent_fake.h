@@ -2,11 +2,12 @@
  * ident.c, job/job_glue.c, ckpt/ckpt_glue.c): the least of ea__agent_run
  * that lets those files run in one process.
  *
- * What is real: the libuv loop and the agent's own handles (the settle idle,
- * the rendezvous, drain and tick timers, the signal handles: initialised,
- * never started), a temporary data dir with its node-id, the gossip
- * transport bound to 127.0.0.1:0, the pure rendezvous core with the
- * agent's own order handler (workers.c's ea__agent_io_order), the worker
+ * What is real: the libuv loop and the agent's own handles
+ * (ea__agent_handles_init: the settle idle, the rendezvous, drain and tick
+ * timers, the signal handles, none started), a temporary data dir with its
+ * node-id, the gossip transport bound to 127.0.0.1:0, the pure rendezvous
+ * core configured as the agent configures it (ea__agent_rdzv_config) with
+ * the agent's own order handler (workers.c's ea__agent_io_order), the worker
  * supervisor (slots only: no worker process is ever spawned), and the
  * product's shutdown (drain.c's ea__agent_shutdown) at the end, after which
  * the loop must close with no handle left.
@@ -167,16 +168,7 @@ static void fa_start(fa *f, ea__mode mode) {
 
   ck_assert_int_eq(uv_loop_init(&a->loop), 0);
   a->start_ms = uv_now(&a->loop);
-  uv_signal_init(&a->loop, &a->sigterm);
-  uv_signal_init(&a->loop, &a->sigint);
-  uv_idle_init(&a->loop, &a->settle);
-  uv_timer_init(&a->loop, &a->peers_timer);
-  uv_timer_init(&a->loop, &a->rdzv_timer);
-  uv_timer_init(&a->loop, &a->drain_timer);
-  uv_timer_init(&a->loop, &a->tick);
-  a->sigterm.data = a->sigint.data = a->settle.data = a->peers_timer.data = a;
-  a->rdzv_timer.data = a->drain_timer.data = a->tick.data = a;
-  a->handles_open = true;
+  ea__agent_handles_init(a); /* the agent's own, as ea__agent_run's */
 
   ea_transport_opts to = {.bind = f->o.bind,
                           .swim = f->o.cfg.membership,
@@ -192,22 +184,8 @@ static void fa_start(fa *f, ea__mode mode) {
   a->meta = ea_swim_self(ea_transport_swim(a->tr))->meta;
 
   /* The rendezvous as agent.c's start_rdzv configures it. */
-  const ea_config *c = &f->o.cfg;
   ea_rdzv_config rc;
-  ea_rdzv_config_default(&rc);
-  rc.min_nodes = c->compute.min_nodes;
-  rc.max_nodes = c->compute.max_nodes;
-  rc.workers_per_node = c->compute.workers_per_node;
-  rc.scale_up_delay_ms = c->distributed.scale_up_delay_ms;
-  rc.rendezvous_timeout_ms = c->runtime.rendezvous_timeout_seconds * 1000u;
-  rc.min_nodes_timeout_ms = rc.rendezvous_timeout_ms;
-  rc.quorum_none = strcmp(c->distributed.quorum, "none") == 0;
-  rc.flap_threshold = c->runtime.flap_threshold;
-  rc.flap_window_ms = c->runtime.flap_window_seconds * 1000u;
-  rc.flap_cooldown_ms = c->runtime.flap_cooldown_seconds * 1000u;
-  rc.restart_mode = mode == EA__MODE_TORCHRUN;
-  rc.max_restarts = mode == EA__MODE_TORCHRUN ? c->runtime.max_restarts : UINT32_MAX;
-  rc.last_ckpt_ms = ea__agent_preempt_grace_ms(a);
+  ea__agent_rdzv_config(a, &rc);
   ea_rdzv_io io = {.ctx = a,
                    .send = fa_io_send,
                    .order = fa_io_order,
