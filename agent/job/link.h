@@ -25,8 +25,9 @@
  * (torch's default: 30 min) and names no peer then either.  So there the
  * probe runs for as long as the node runs a generation, at the same pace:
  * n-1 pings a second from each of n nodes (each answered: n-1 PONGs), a
- * ~60-byte frame each (sealed with the cluster key when there is one),
- * whether the link is fine or not.  That is the price of finding the link
+ * frame of about 40 bytes each (80 sealed with the cluster key), and a
+ * control connection kept open to each member, whether the link is fine
+ * or not.  That is the price of finding the link
  * within (EA__LINK_MISSES + 1) rounds of the fault whatever the program
  * does; a trigger from the program's side (its own traffic, its pace)
  * does not exist without changing the program, which restart mode

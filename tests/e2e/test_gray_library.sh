@@ -23,8 +23,7 @@
 #     heal and the cooldown; every step in one generation with identical
 #     digests across its ranks (pytorch_lib.sh check_steps).
 #
-# Restart mode is not covered: its programs report no steps to the agent,
-# so nothing tells it the collective stands (docs/operations.md says so).
+# Restart mode: tests/e2e/test_gray_restart.sh (the probe always runs there).
 #
 # Needs root, iproute2, nftables and torch; otherwise skipped (exit 77).
 #
@@ -38,6 +37,7 @@ skip() {
 }
 "$PY" -c 'import torch, msgpack' 2>/dev/null || skip "$PY has no torch"
 source "$(dirname "$0")/pytorch_lib.sh"
+source "$(dirname "$0")/gray_lib.sh"
 
 COMM_S=60 # gloo's timeout: far past the bound, so the probe is what finds the link
 COOL=12   # runtime.flap_cooldown_seconds: the hold-out outlasts the fault
@@ -52,21 +52,10 @@ JOB=("${J[@]}" --set "distributed.communication_timeout_seconds=$COMM_S"
   --set runtime.rendezvous_timeout_seconds=30 --set checkpoint.save_interval_steps=0)
 
 # ---- the network: gl<pid>b (a bridge) and gl<pid>s1..3 -------------------
-netns_bridge gl 3
-for s in $(seq 3); do
-  ns=$(ns_of $s)
-  ip netns exec "$ns" nft -f - <<'EOF' || skip "nft does not work in a namespace"
-add table inet gray
-add chain inet gray input { type filter hook input priority 0 ; policy accept ; }
-EOF
-done
+gray_net gl 3
 pass "three namespaces on 198.18.$NET.0/24"
 
 # ---- the cluster -------------------------------------------------------------
-with_id() {
-  mkdir -p "$EA_TMP/$1/data"
-  printf '%s\n' "$(printf "$2%.0s" $(seq 16))" >"$EA_TMP/$1/data/node-id"
-}
 for s in 1 2 3; do
   with_id "n$s" "0$s" # n1 has the lowest id: the controller
   AGENT_NS[n$s]=$(ns_of $s)
@@ -127,38 +116,12 @@ found=$(grep -ho 'link probe: n[23] unreachable from n[23]' "$(agent_log n2)" "$
 [ -n "$found" ] || fail "neither n2 nor n3 found the other unreachable"
 grep -q 'link probe: n2 unreachable from n1\|link probe: n3 unreachable from n1' "$(agent_log n1)" &&
   fail "n1 found a member unreachable: $(grep 'unreachable from n1' "$(agent_log n1)" | head -2)"
-"$PY" - "$(ea_status n1 --json)" "$COOL" <<'EOF' || fail "held_out: $(js n1 'd["held_out"]')"
-import json, sys
-d, cool = json.loads(sys.argv[1]), float(sys.argv[2])
-h = d["held_out"]
-assert len(h) == 1, h
-h = h[0]
-assert h["node"] == "n3" and h["why"] == "link" and h["holds"] == 1 and not h["waived"], h
-assert h["reason"].startswith("link probe: "), h
-assert 0 < h["remaining_s"] <= cool, h
-assert d["generation"]["nodes"] == ["n1", "n2"], d["generation"]
-assert d["counters"]["rdzv"]["link_downs"] == 1, d["counters"]["rdzv"]
-EOF
-ea_status n1 | grep -q "^ *held out: n3 (link: link probe: " || fail "text status: $(ea_status n1 | grep 'held out')"
+gray_held n1 n3 "$COOL" n1,n2
 pass "$found; world 2 trains ${world2_ms} ms after the fault (bound ${BOUND_MS} ms = detection_bound_ms ${bound} + ${REFORM_MS}); n3 held out: $(js n1 'd["held_out"][0]["reason"]')"
 
 # ---- the heal; n3 stays out until the hold ends, then is back ------------------
-held_world() { js n1 '"%s %d" % (",".join(h["node"] for h in d["held_out"]) or "-", d["generation"]["world"])'; }
-t_heal=$((t_fault + DROP_S * 1000))
-healed=0
-while :; do
-  hw=$(held_world)
-  [ "${hw%% *}" = - ] && break
-  (($(now_ms) - t_fault < (COOL + DROP_S) * 1000)) || fail "n3 still held out: $(js n1 'd["held_out"]')"
-  if [ "$healed" = 0 ] && (($(now_ms) >= t_heal)); then
-    ip netns exec "$(ns_of 3)" nft flush chain inet gray input || fail "nft flush"
-    healed=$(now_ms)
-    say "healed after $(((healed - t_fault) / 1000)) s"
-  fi
-  [ "${hw##* }" = 3 ] && fail "n3 taken back while held out ($hw)"
-  sleep 0.2
-done
-[ "$healed" != 0 ] || fail "the hold ended before the heal (cooldown ${COOL} s too short for a ${DROP_S} s fault)"
+healed=0 # gray_heal sets it
+gray_heal n1 3 3 "$t_fault" "$DROP_S" "$COOL"
 m1=$(size_of n1) m3=$(size_of n3)
 wait_for 30 steps_at n3 3 10 "$m3" || fail "n3 not back at world 3 after the cooldown: $(js n1 'd["generation"]')"
 back_ms=$(($(now_ms) - t_fault))

@@ -589,6 +589,17 @@ static void lk_down(void *ctx, const ea_node_id *peer, uint64_t gen) {
 static bool lk_alive(void *ctx, const ea_node_id *id) {
   return !(((link_rec *)ctx)->dead3 && id->b[0] == 3);
 }
+/* n1, n2, n3 (ids 01…, 02…, 03…) in generation `term` of controller n1. */
+static ea_rdzv_plan lk_plan(ea_node_id ids[3], ea_rdzv_node nodes[3], uint32_t term) {
+  memset(nodes, 0, 3 * sizeof *nodes);
+  for (int i = 0; i < 3; i++) {
+    memset(ids[i].b, i + 1, 16);
+    nodes[i].id = ids[i];
+    snprintf(nodes[i].name, sizeof nodes[i].name, "n%d", i + 1);
+  }
+  return (ea_rdzv_plan){
+      .gen = {.term = term, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
+}
 
 START_TEST(link_probe_finds_a_silent_member) {
   /* n1 with n2 and n3 in generation 1, stepping every 100 ms: no probe
@@ -603,14 +614,7 @@ START_TEST(link_probe_finds_a_silent_member) {
     ea__link_cbs cb = {.send = lk_send, .reset = lk_reset, .down = lk_down, .alive = lk_alive};
     ea_node_id ids[3];
     ea_rdzv_node nodes[3];
-    memset(nodes, 0, sizeof nodes);
-    for (int i = 0; i < 3; i++) {
-      memset(ids[i].b, i + 1, 16);
-      nodes[i].id = ids[i];
-      snprintf(nodes[i].name, sizeof nodes[i].name, "n%d", i + 1);
-    }
-    ea_rdzv_plan p = {
-        .gen = {.term = 1, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
+    ea_rdzv_plan p = lk_plan(ids, nodes, 1);
     uint64_t g = ea_rdzv_gen_u64(&p.gen);
     ea__link *L = ea__link_new(&ids[0], "n1", EA__LINK_QUIET, &cb, &r);
     ck_assert_ptr_nonnull(L);
@@ -711,14 +715,7 @@ START_TEST(link_probe_always_on_in_restart_mode) {
   ea__link_cbs cb = {.send = lk_send, .reset = lk_reset, .down = lk_down, .alive = lk_alive};
   ea_node_id ids[3];
   ea_rdzv_node nodes[3];
-  memset(nodes, 0, sizeof nodes);
-  for (int i = 0; i < 3; i++) {
-    memset(ids[i].b, i + 1, 16);
-    nodes[i].id = ids[i];
-    snprintf(nodes[i].name, sizeof nodes[i].name, "n%d", i + 1);
-  }
-  ea_rdzv_plan p = {
-      .gen = {.term = 4, .ctrl = ids[0]}, .nnodes = 3, .wpn = 1, .world = 3, .nodes = nodes};
+  ea_rdzv_plan p = lk_plan(ids, nodes, 4);
   ea__link *L = ea__link_new(&ids[1], "n2", EA__LINK_ALWAYS, &cb, &r);
   ck_assert_ptr_nonnull(L);
   char t[256];
