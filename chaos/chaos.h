@@ -59,6 +59,8 @@
 
 int64_t ea__chaos_now_ms(void);  /* CLOCK_REALTIME, ms */
 int64_t ea__chaos_mono_ms(void); /* CLOCK_MONOTONIC, ms */
+/* This binary's path (/proc/self/exe); 0 or -errno. */
+int ea__chaos_self_exe(char *out, size_t cap);
 void ea__chaos_sleep_ms(int ms);
 /* "2026-11-30T01:45:26.978Z" (the first len bytes of s) → epoch ms; -1 if
  * malformed. */
@@ -103,6 +105,7 @@ typedef struct {
   int64_t t_ms;
   char name[CH_NAME_MAX];
   char gossip[64];
+  char metrics[64];     /* self.metrics: HOST:PORT of the metrics listener, "" none */
   char phase[16];       /* generation.phase */
   char agent_phase[16]; /* generation.agent_phase */
   uint64_t gen;         /* generation.gen (u64 of the running one) */
@@ -154,6 +157,8 @@ typedef enum {
   EA__F_FOREIGN,         /* an agent of another cluster (another key) joins, then is killed */
   EA__F_PREEMPT,         /* spot notices to k of n nodes through the fake metadata service */
   EA__F_SPARE,           /* spare churn: a spare in, a member killed, it comes back as the spare */
+  EA__F_HTTP_FLOOD,      /* 1000 idle or slow connections to one agent's metrics listener */
+  EA__F_JOIN_FLOOD,      /* a connection flood on a seed's gossip port while a node joins via it */
   EA__F_NKINDS
 } ea__chaos_kind;
 
@@ -222,6 +227,7 @@ typedef struct {
   bool finished;       /* exited 0 after logging "job finished" (the job reached its end) */
   char ckpt_fault[64]; /* EA_CKPT_FAULT for the next start ("" = none) */
   char gossip[64];
+  char join_via[96];     /* --join this address only ("" = every running node's) */
   ea__chaos_status st;   /* last status answered */
   uint64_t max_gen_seen; /* per agent process: running gen only grows */
   uint64_t max_durable;  /* per data dir, across restarts */
@@ -296,6 +302,7 @@ typedef enum {
   EA__I_FOREIGN,    /* an agent of another cluster is refused (episode.c, run_foreign) */
   EA__I_PREEMPT,    /* after a mass preemption LATEST is at the step reached (preempt.c) */
   EA__I_SPARE,      /* while a ready spare is left, the world size holds (spare.c) */
+  EA__I_PROBES,     /* /healthz answers within 1 s through a connection flood (flood.c) */
   EA__I_COUNT
 } ea__chaos_inv;
 
@@ -466,6 +473,7 @@ typedef struct ea__chaos_run {
   pthread_t notice_thread;
   bool preempt_checked; /* a mass preemption ran (the invariant was judged) */
   bool spare_checked;   /* a spare kept the world after a loss (the invariant was judged) */
+  bool probes_checked;  /* an http-flood ran (probes_answered was judged) */
   /* post-mortem */
   struct ea__chaos_history *hist;
   bool aborted;
@@ -590,6 +598,9 @@ ea__chaos_node *ea__chaos_replace_fresh(ea__chaos_run *r, ea__chaos_node *old);
 /* One scheduled fault: skip it (saying why) or wait until the cluster is
  * whole, inject, watch the degraded and restored phases, settle. */
 void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e);
+/* The join episode: a fresh node in slot N+1 (joining via `via` only when
+ * not NULL) trains at world N + 1, then leaves by drain or SIGTERM. */
+void ea__chaos_run_join(ea__chaos_run *r, ea__chaos_episode *e, const char *via);
 
 /* ---- preempt.c ------------------------------------------------------------- */
 
@@ -612,6 +623,17 @@ void ea__chaos_run_preempt(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_nod
 void ea__chaos_run_spare(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
 /* The spare_world_held invariant, after history_check. */
 void ea__chaos_spare_check(ea__chaos_run *r);
+
+/* ---- flood.c --------------------------------------------------------------- */
+
+/* `elastic-chaos --flood HOST PORT NSRC CONNS SECONDS idle|slow` and
+ * `elastic-chaos --http-probe HOST PORT SECONDS` (argv as main's). */
+int ea__chaos_flood_main(int argc, char **argv);
+int ea__chaos_http_probe_main(int argc, char **argv);
+/* The http-flood episode: v's metrics listener flooded, /healthz probed. */
+void ea__chaos_run_http_flood(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
+/* The join-flood episode: v's gossip port flooded while a node joins via v. */
+void ea__chaos_run_join_flood(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v);
 
 /* ---- setup.c --------------------------------------------------------------- */
 

@@ -368,7 +368,7 @@ static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
                    4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000);
 }
 
-static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
+void ea__chaos_run_join(ea__chaos_run *r, ea__chaos_episode *e, const char *via) {
   int s = r->o.nagents + 1;
   ea__chaos_node *n = ea__chaos_slot_new(r, s);
   if (!n) {
@@ -376,6 +376,7 @@ static void run_join(ea__chaos_run *r, ea__chaos_episode *e) {
     snprintf(e->skip_reason, sizeof e->skip_reason, "cannot create a node for slot %d", s);
     return;
   }
+  if (via) snprintf(n->join_via, sizeof n->join_via, "%s", via);
   snprintf(e->victim, sizeof e->victim, "%s", n->name);
   ea__chaos_want w;
   ea__chaos_want_set(&w, r, NULL, n->name);
@@ -746,7 +747,8 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
              "compute.max_nodes is %u: spare churn needs it at the agents (%d) or one more, "
              "so that a node beyond it waits as a spare",
              r->cfg.compute.max_nodes, r->o.nagents);
-  } else if (f->kind == EA__F_JOIN && (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
+  } else if ((f->kind == EA__F_JOIN || f->kind == EA__F_JOIN_FLOOD) &&
+             (uint32_t)r->o.nagents + 1 > r->cfg.compute.max_nodes) {
     e->state = EA__EP_SKIPPED;
     snprintf(e->skip_reason, sizeof e->skip_reason,
              "compute.max_nodes is %u: a joiner would only be a spare", r->cfg.compute.max_nodes);
@@ -814,7 +816,13 @@ void ea__chaos_episode_run(ea__chaos_run *r, ea__chaos_episode *e) {
       run_pause(r, e, v);
       break;
     case EA__F_JOIN:
-      run_join(r, e);
+      ea__chaos_run_join(r, e, NULL);
+      break;
+    case EA__F_JOIN_FLOOD:
+      ea__chaos_run_join_flood(r, e, v);
+      break;
+    case EA__F_HTTP_FLOOD:
+      ea__chaos_run_http_flood(r, e, v);
       break;
     case EA__F_ISOLATE:
       run_partition(r, e, 1u << f->slot, 0);

@@ -1000,6 +1000,7 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
         p->t_detect = first_event(r, h, p->t_start, e->newcomer, 2);
       break;
     case EA__F_JOIN:
+    case EA__F_JOIN_FLOOD:
       if (!restored)
         p->t_detect = first_member(h, p->t_start, victim, "alive", victim);
       else
@@ -1010,6 +1011,9 @@ static void phase_times(ea__chaos_run *r, struct ea__chaos_history *h, ea__chaos
         p->t_detect = first_member(h, p->t_start, e->minority, "dead", e->minority);
       else
         p->t_detect = first_member(h, p->t_start, e->minority, "alive", e->minority);
+      break;
+    case EA__F_HTTP_FLOOD: /* nothing to detect: the cluster trains on */
+      p->t_detect = -1;
       break;
     case EA__F_LOSS:
     case EA__F_ONEWAY: /* nobody dies: the first failure the agents log */

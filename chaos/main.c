@@ -62,6 +62,8 @@ static void usage(FILE *f, const char *prog) {
       "                       preempt (spot notices to 1 or n - min_nodes + 1 nodes through a\n"
       "                       fake metadata service) spare (a spare beyond max_nodes takes a\n"
       "                       killed member's place; the built-in job runs max_nodes = N + 1)\n"
+      "                       http-flood (1000 connections on a metrics listener; /healthz\n"
+      "                       probed) join-flood (a node joins through a flooded gossip port)\n"
       "  --min-faults N       at least N faults (default 10)\n"
       "  --steps N            train.steps (default: calibrated to last about --duration)\n"
       "  --recovery-bound D   a fault must be recovered within D (default: from the config)\n"
@@ -107,6 +109,10 @@ int main(int argc, char **argv) {
   /* The preempt fault's server, started by the harness in a namespace. */
   if (argc == 4 && strcmp(argv[1], "--notice-serve") == 0)
     return ea__chaos_notice_serve_main(argv[2], atoi(argv[3]));
+  /* The flood faults' helpers (flood.c), started by the harness. */
+  if (argc >= 2 && strcmp(argv[1], "--flood") == 0) return ea__chaos_flood_main(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--http-probe") == 0)
+    return ea__chaos_http_probe_main(argc, argv);
   /* The workers run OpenBLAS with the kernels the agent picks for them; the
    * reference and the replay must use the same ones (another kernel sums
    * in another order).  The choice is made when the library loads, so set

@@ -134,12 +134,10 @@ int ea__chaos_notice_start(ea__chaos_run *r, char *err, size_t errlen) {
     /* One server per slot namespace (ea__chaos_spawn enters it); the
      * harness ends them with its other children at teardown. */
     char self[CH_PATH_MAX], port[16], log[CH_PATH_MAX + 32];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-      snprintf(err, errlen, "readlink /proc/self/exe: %s", strerror(errno));
-      return -errno;
+    if ((rc = ea__chaos_self_exe(self, sizeof self)) < 0) {
+      snprintf(err, errlen, "readlink /proc/self/exe: %s", strerror(-rc));
+      return rc;
     }
-    self[n] = 0;
     snprintf(port, sizeof port, "%d", NOTICE_NS_PORT);
     snprintf(log, sizeof log, "%s/notices/servers.log", r->o.work);
     for (int s = 1; s <= r->nslots; s++) {

@@ -75,8 +75,13 @@ static void add_phase(row *w, const ea__chaos_phase *p, int64_t lost) {
 }
 
 static const char *restore_label(const ea__chaos_episode *e) {
-  if (e->f.kind == EA__F_JOIN) return e->f.remove_by_drain ? "leave (drain)" : "leave (SIGTERM)";
+  if (e->f.kind == EA__F_JOIN || e->f.kind == EA__F_JOIN_FLOOD)
+    return e->f.remove_by_drain ? "leave (drain)" : "leave (SIGTERM)";
   switch (e->f.kind) {
+    case EA__F_HTTP_FLOOD:
+      return "flood over";
+    case EA__F_SPARE:
+      return "newcomers leave";
     case EA__F_PAUSE:
     case EA__F_ISOLATE:
     case EA__F_SPLIT:
@@ -93,8 +98,9 @@ static const char *restore_label(const ea__chaos_episode *e) {
 }
 
 static const char *degraded_label(const ea__chaos_episode *e) {
-  if (e->f.kind == EA__F_JOIN) return "join";
+  if (e->f.kind == EA__F_JOIN || e->f.kind == EA__F_JOIN_FLOOD) return "join";
   if (e->f.kind == EA__F_DISK_FULL) return "disk full";
+  if (e->f.kind == EA__F_SPARE) return "member lost, spare in";
   return "fault";
 }
 
@@ -155,6 +161,8 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       return nviol(r, inv) ? NULL : "no foreign fault ran";
     case EA__I_PREEMPT:
       return r->preempt_checked || nviol(r, inv) ? NULL : "no mass preemption ran";
+    case EA__I_PROBES:
+      return r->probes_checked || nviol(r, inv) ? NULL : "no http-flood ran";
     case EA__I_SPARE:
       return r->spare_checked || nviol(r, inv) ? NULL : "no spare took a lost member's place";
     default:

@@ -54,7 +54,8 @@ static const char *const inv_names[EA__I_COUNT] = {"target_step",        "step_o
                                                    "checkpoints",        "recovery_bound",
                                                    "clean_exit",         "coverage",
                                                    "resources_flat",     "strangers_refused",
-                                                   "preempt_checkpoint", "spare_world_held"};
+                                                   "preempt_checkpoint", "spare_world_held",
+                                                   "probes_answered"};
 
 static const char *const inv_descs[EA__I_COUNT] = {
     "training reaches the target step",
@@ -75,7 +76,8 @@ static const char *const inv_descs[EA__I_COUNT] = {
     "an agent of another cluster joins no generation and touches no checkpoint of the cluster",
     "after a mass preemption (notices that leave fewer than min_nodes) LATEST names a checkpoint "
     "at the step reached, not the last periodic one",
-    "while a ready spare is left, a lost member's place is taken at the same world size"};
+    "while a ready spare is left, a lost member's place is taken at the same world size",
+    "GET /healthz answers within 1 s while 1000 connections flood the metrics listener"};
 
 const char *ea__chaos_inv_name(int inv) {
   return inv >= 0 && inv < EA__I_COUNT ? inv_names[inv] : "?";
@@ -272,6 +274,10 @@ static void on_reap(void *ctx, pid_t pid, int status) {
 static void seeds_for(ea__chaos_run *r, const ea__chaos_node *self, char *out, size_t cap) {
   size_t off = 0;
   out[0] = 0;
+  if (self->join_via[0]) { /* the join-flood fault: through the flooded seed only */
+    snprintf(out, cap, "%s", self->join_via);
+    return;
+  }
   for (int s = 1; s <= r->nslots; s++) {
     ea__chaos_node *n = ea__chaos_slot_node(r, s);
     if (!ea__chaos_node_running(n) || n == self || n->stopped) continue;
@@ -315,6 +321,14 @@ int ea__chaos_node_start(ea__chaos_run *r, ea__chaos_node *n) {
     argv[a++] = "--join";
     argv[a++] = seeds;
   }
+  /* Every agent serves /healthz and /metrics (the http-flood fault's
+   * target): on its namespace's address, or on an ephemeral loopback port
+   * (status self.metrics says which). */
+  char metrics[96];
+  snprintf(metrics, sizeof metrics, "observability.metrics_listen=%s:%s",
+           r->o.netns ? r->ip[n->slot] : "127.0.0.1", r->o.netns ? "9400" : "0");
+  argv[a++] = "--set";
+  argv[a++] = metrics;
   char notice[200];
   if (r->notice_port) { /* the preempt fault's fake metadata service (preempt.c) */
     snprintf(notice, sizeof notice, "runtime.preemption_notice=http://127.0.0.1:%d/going/%s",

@@ -31,9 +31,9 @@
 #define FRAC_SPAN 0.85
 
 static const char *const kind_names[EA__F_NKINDS] = {
-    "node-crash", "worker-kill", "controller-kill", "pause", "drain",     "sigterm",
-    "join",       "isolate",     "split",           "loss",  "ckpt-kill", "disk-full",
-    "oneway",     "foreign",     "preempt",         "spare"};
+    "node-crash", "worker-kill", "controller-kill", "pause", "drain",      "sigterm",
+    "join",       "isolate",     "split",           "loss",  "ckpt-kill",  "disk-full",
+    "oneway",     "foreign",     "preempt",         "spare", "http-flood", "join-flood"};
 
 const char *ea__chaos_kind_name(int kind) {
   return kind >= 0 && kind < EA__F_NKINDS ? kind_names[kind] : "?";
@@ -98,6 +98,9 @@ static void params(ea_rng *g, const ea__chaos_sched_opts *o, ea__chaos_fault *f)
        * it takes to hold an end of the link out.  No draw of its own, so
        * the other faults' numbers stay what they were. */
       f->dur_ms = 4 * window_ms;
+      break;
+    case EA__F_HTTP_FLOOD:
+      f->dur_ms = window_ms; /* 3.5–5.5 s */
       break;
     case EA__F_FOREIGN:
       /* 7–11 s: the stranger starts, fails to join or forms alone and
@@ -258,6 +261,20 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
                "%s: a spare waits beyond max_nodes; SIGKILL slot %d, the spare takes its place; "
                "it comes back as the spare; the newcomers leave",
                k, f->slot);
+      break;
+    case EA__F_HTTP_FLOOD:
+      snprintf(out, cap,
+               "%s: 1000 %s connections (loopback: from %d source%s) to slot %d's metrics "
+               "listener for %.1f s; /healthz must answer within 1 s",
+               k, f->whole_node ? "slow" : "idle", f->fresh ? 25 : 1, f->fresh ? "s" : "", f->slot,
+               f->dur_ms / 1000.0);
+      break;
+    case EA__F_JOIN_FLOOD:
+      snprintf(out, cap,
+               "%s: 200 connections reopened as fast as closed (loopback: from %d source%s) on "
+               "slot %d's gossip port while a new node joins through it; later it leaves by %s",
+               k, f->fresh ? 25 : 1, f->fresh ? "s" : "", f->slot,
+               f->remove_by_drain ? "drain" : "SIGTERM");
       break;
     case EA__F_FOREIGN:
       snprintf(out, cap,

@@ -118,6 +118,7 @@ static int from_json(const json_t *j, ea__chaos_status *st) {
   }
   copy(st->name, sizeof st->name, jstr(j, "self.name", ""));
   copy(st->gossip, sizeof st->gossip, jstr(j, "self.gossip", ""));
+  copy(st->metrics, sizeof st->metrics, jstr(j, "self.metrics", ""));
   copy(st->phase, sizeof st->phase, jstr(j, "generation.phase", "?"));
   copy(st->agent_phase, sizeof st->agent_phase, jstr(j, "generation.agent_phase", "?"));
   copy(st->reason, sizeof st->reason, jstr(j, "generation.reason", ""));

@@ -36,6 +36,13 @@ int64_t ea__chaos_mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int ea__chaos_self_exe(char *out, size_t cap) {
+  ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+  if (n <= 0) return n < 0 ? -errno : -ENOENT;
+  out[n] = 0;
+  return 0;
+}
+
 void ea__chaos_sleep_ms(int ms) {
   if (ms <= 0) return;
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
