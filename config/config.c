@@ -222,7 +222,7 @@ static const cfg_key keys[] = {
     {U32(runtime, stall_timeout_seconds), .min = 1, .max = 86400, .unit = "seconds",
      .doc = "No step for this long while this node takes part in the job (a generation running, "
             "failed or forming; re-formations do not reset the clock) is a stall: an alert, and "
-            "/readyz fails."},
+            "/readyz fails.  Not in restart mode, whose program reports no steps."},
     {U32(runtime, health_check_interval_seconds), .min = 1, .max = 3600, .flags = F_ZERO_OFF,
      .unit = "seconds",
      .doc = "How often a running generation is checked for a stall (alert, /readyz); 0: every "

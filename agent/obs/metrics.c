@@ -568,6 +568,11 @@ static bool workers_all_done(const ea__agent *a) {
  * re-formed the same nodes for 20 s with no step, and status said running). */
 static bool training_expected(const ea__agent *a) {
   if (a->wpn == 0 || a->phase != EA__PHASE_RUNNING || workers_all_done(a)) return false;
+  /* Restart mode: an unmodified torchrun script reports no steps, so no
+   * step can be awaited (a healthy job would be stalled after
+   * stall_timeout_seconds); its worker exits and the link probe (always on
+   * there) are what tell a sick generation. */
+  if (a->mode == EA__MODE_TORCHRUN) return false;
   if (a->run.active || a->prep.active) return true;
   ea_rdzv_status st;
   ea_rdzv_status_get(a->rdzv, &st);
@@ -726,6 +731,10 @@ bool ea__agent_ready(ea__agent *a, char *why, size_t cap) {
              "%u)",
              g, p.stalled_s, a->o->cfg.runtime.stall_timeout_seconds);
     return false;
+  }
+  if (a->mode == EA__MODE_TORCHRUN) { /* no steps to wait for: the program runs */
+    snprintf(why, cap, "ok: generation %s runs (restart mode: the program reports no steps)", g);
+    return true;
   }
   if (!a->run.first_step_seen) {
     snprintf(why, cap, "generation %s committed, waiting for its first step", g);

@@ -46,7 +46,12 @@ FIN=$EA_TMP/finish
 MARK=$EA_TMP/failed-once
 # Short waits for joiners; the rest is the defaults (probe 150 ms, rendezvous
 # timeout 30 s, max_restarts 3, lost_peer_grace_ms 500).
-JOB=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300)
+# A 2 s stall timeout, checked at every sample: the script reports no steps
+# to the agent, and a healthy restart-mode job must never be called stalled
+# (step 4 asserts it; before, /readyz failed with a critical `stalled` alert
+# after runtime.stall_timeout_seconds).
+JOB=(--set compute.min_nodes=2 --set distributed.scale_up_delay_ms=300
+  --set runtime.stall_timeout_seconds=2 --set runtime.health_check_interval_seconds=0)
 PROG=(-- "$PY" "$SCRIPT" --steps 100000 --save-every 5 --step-sleep 0.05 --ckpt "$CK"
   --env-dir "$ENVD" --finish-file "$FIN" --fail-once "2:8:$MARK")
 
@@ -152,7 +157,15 @@ say "4. n4 joins: world 3 again"
 m1=$(size_of n1)
 start_agent n4 --join "$seed" "${JOB[@]}" "${PROG[@]}"
 for n in n1 n4; do wait_for 40 at_world "$n" 3 "$( [ $n = n1 ] && echo "$m1" || echo 1)" || fail "$n does not train at world 3 with n4"; done
-pass "n4 joined: world 3"
+# Steps 1-3 took well over the 2 s stall timeout: no stall, and ready.
+for n in n1 n4; do
+  assert_eq "$(js $n 'd["generation"]["stalled"]')" False "$n generation.stalled in restart mode"
+  assert_contains "$(js $n 'd["self"]["ready_reason"]')" "restart mode" "$n self.ready_reason"
+  assert_eq "$(js $n 'd["self"]["ready"]')" True "$n self.ready"
+done
+! grep -h ' alert stalled ' "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n4)" ||
+  fail "a restart-mode agent raised the stalled alert"
+pass "n4 joined: world 3; not stalled, ready (restart mode awaits no steps)"
 
 say "5. SIGSTOP n4 (agent and worker): n1 and n2 at world 2 within the detection bound"
 frozen=$(track_worker n4)
