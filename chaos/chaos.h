@@ -59,7 +59,9 @@
 
 int64_t ea__chaos_now_ms(void);  /* CLOCK_REALTIME, ms */
 int64_t ea__chaos_mono_ms(void); /* CLOCK_MONOTONIC, ms */
-/* This binary's path (/proc/self/exe); 0 or -errno. */
+/* A path that executes this very binary from a fork of this process
+ * (/proc/self/exe: still this binary after a rebuild replaced the file);
+ * 0 or -errno. */
 int ea__chaos_self_exe(char *out, size_t cap);
 void ea__chaos_sleep_ms(int ms);
 /* "2026-11-30T01:45:26.978Z" (the first len bytes of s) → epoch ms; -1 if
