@@ -684,35 +684,19 @@ static void send_frame(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, co
     c->st.encode_errors++;
     return;
   }
-  size_t body = c->have_key ? plen + EA_WIRE_SEAL_RP_OVERHEAD : plen;
-  const size_t hsz = ea_wire_frame_hdr_size(c->have_key);
-  wbuf *b = malloc(sizeof *b + hsz + body);
+  const size_t need = ea_wire_frame_size(c->have_key, plen);
+  wbuf *b = malloc(sizeof *b + need);
   if (!b) {
     c->st.send_errors++;
     return;
   }
   b->next = NULL;
-  size_t flen = plen, hlen = 0;
-  int rc;
-  if (c->have_key) {
-    rc = ea_wire_seal_rp(c->key, c->sender, plain, plen, b->data + hsz, body, &flen, NULL);
-    if (rc != 0) {
-      free(b);
-      c->st.encode_errors++;
-      return;
-    }
-  } else {
-    memcpy(b->data + hsz, plain, plen);
-  }
-  if (flen > CTL_MAX_FRAME ||
-      ea_wire_frame_hdr_encode(c->have_key ? c->key : NULL, (uint32_t)flen, 0, b->data, hsz,
-                               &hlen) != 0 ||
-      hlen != hsz) {
+  if (ea_wire_frame_encode(c->have_key ? c->key : NULL, c->sender, plain, plen, CTL_MAX_FRAME,
+                           b->data, need, &b->len) != 0) {
     free(b);
     c->st.encode_errors++;
     return;
   }
-  b->len = hsz + flen;
   if (c->record_dir) record_frame(c, to, label, b->data, b->len);
 
   cconn *k = find_out(c, to);
@@ -730,7 +714,7 @@ static void send_frame(ea__ctl *c, const ea_node_id *to, const ea_addr *addr, co
     k->peer = *to;
     k->addr = *addr;
     k->creq.data = k;
-    rc = uv_tcp_connect(&k->creq, &k->tcp, (const struct sockaddr *)&ss, on_connect);
+    int rc = uv_tcp_connect(&k->creq, &k->tcp, (const struct sockaddr *)&ss, on_connect);
     if (rc != 0) {
       free(b);
       c->st.send_errors++;

@@ -266,6 +266,19 @@ int ea_wire_frame_hdr_encode(const uint8_t *key, uint32_t len, uint8_t flags, ui
 int ea_wire_frame_hdr_decode(const uint8_t *key, const uint8_t *in, size_t n, uint32_t max_len,
                              uint32_t *len, uint8_t *flags, const char **err);
 
+/* ---- one frame of a stream, written (wire_frame.c) ----
+ * The sending half of both TCP channels and of preflight's push-pull: the
+ * header, then the body — plain[0..plen) sealed with key and the sender's
+ * replay counter (ea_wire_seal_rp), or copied when key is NULL. */
+/* Bytes ea_wire_frame_encode writes for a plain body of plen bytes. */
+size_t ea_wire_frame_size(bool sealed, size_t plen);
+/* Writes header | body into out (cap ≥ ea_wire_frame_size(key != NULL,
+ * plen)); *outlen the bytes to send.  -EMSGSIZE: the body on the wire
+ * would be over max_len (or cap is short); -EINVAL: plain is not a frame
+ * (its first byte not EA_WIRE_MAGIC_PLAIN, when sealing). */
+int ea_wire_frame_encode(const uint8_t *key, ea_wire_sender *sender, const uint8_t *plain,
+                         size_t plen, uint32_t max_len, uint8_t *out, size_t cap, size_t *outlen);
+
 /* ---- one framed stream, read as it arrives (wire_frame.c) ----
  * The receiving half of both TCP channels (membership/transport_uv.c and
  * agent/control.c): the header is gathered — never more than its own size

@@ -541,29 +541,16 @@ static int conn_build_out(conn *c) {
   rc = ea_wire_encode_state(c->kind, &t->self, ups, n, &plain, &plen);
   free(ups);
   if (rc < 0) return rc;
-  size_t flen = t->have_key ? plen + EA_WIRE_SEAL_RP_OVERHEAD - 1 : plen;
-  if (flen > EA_WIRE_MAX_FRAME) {
-    free(plain);
-    return -EMSGSIZE;
-  }
-  const size_t hsz = ea_wire_frame_hdr_size(t->have_key);
-  c->out = malloc(hsz + flen + 1);
+  const size_t need = ea_wire_frame_size(t->have_key, plen);
+  c->out = malloc(need);
   if (!c->out) {
     free(plain);
     return -ENOMEM;
   }
-  if (t->have_key) {
-    rc = ea_wire_seal_rp(t->key, t->sender, plain, plen, c->out + hsz, flen + 1, &flen, NULL);
-  } else {
-    memcpy(c->out + hsz, plain, plen);
-  }
+  rc = ea_wire_frame_encode(t->have_key ? t->key : NULL, t->sender, plain, plen, EA_WIRE_MAX_FRAME,
+                            c->out, need, &c->out_len);
   free(plain);
-  if (rc < 0) return rc;
-  size_t hl = 0;
-  rc = ea_wire_frame_hdr_encode(t->have_key ? t->key : NULL, (uint32_t)flen, 0, c->out, hsz, &hl);
-  if (rc < 0) return rc;
-  c->out_len = hsz + flen;
-  return 0;
+  return rc;
 }
 
 static void conn_written(uv_write_t *req, int status) {

@@ -58,6 +58,28 @@ int ea_wire_frame_hdr_encode(const uint8_t *key, uint32_t len, uint8_t flags, ui
   return ea_wire_seal(key, p, sizeof p, out, cap, outlen);
 }
 
+size_t ea_wire_frame_size(bool sealed, size_t plen) {
+  return ea_wire_frame_hdr_size(sealed) + plen + (sealed ? EA_WIRE_SEAL_RP_OVERHEAD - 1 : 0);
+}
+
+int ea_wire_frame_encode(const uint8_t *key, ea_wire_sender *sender, const uint8_t *plain,
+                         size_t plen, uint32_t max_len, uint8_t *out, size_t cap, size_t *outlen) {
+  const size_t hsz = ea_wire_frame_hdr_size(key != NULL);
+  const size_t need = ea_wire_frame_size(key != NULL, plen);
+  if (plen == 0) return -EINVAL;
+  if (need - hsz > max_len || cap < need) return -EMSGSIZE;
+  size_t blen = plen, hlen = 0;
+  int rc = 0;
+  if (key)
+    rc = ea_wire_seal_rp(key, sender, plain, plen, out + hsz, cap - hsz, &blen, NULL);
+  else
+    memcpy(out + hsz, plain, plen);
+  if (rc == 0) rc = ea_wire_frame_hdr_encode(key, (uint32_t)blen, 0, out, hsz, &hlen);
+  if (rc < 0) return rc;
+  *outlen = hlen + blen;
+  return 0;
+}
+
 int ea_wire_frame_hdr_decode(const uint8_t *key, const uint8_t *in, size_t n, uint32_t max_len,
                              uint32_t *len, uint8_t *flags, const char **err) {
   const char *dummy;

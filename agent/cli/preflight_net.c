@@ -99,30 +99,20 @@ static int pushpull(const struct sockaddr *sa, socklen_t sl, const uint8_t *key,
     close(s);
     return snprintf(why, wl, "cannot encode a push-pull frame"), rc;
   }
-  /* The push-pull framing (wire_frame.c): a header carrying the body's
-   * length, sealed with the key like the body, then the body. */
-  const size_t hsz = ea_wire_frame_hdr_size(key != NULL);
+  /* The push-pull framing (wire_frame.c), as the transport writes it. */
   uint8_t frame[EA_WIRE_FRAME_HDR_MAX + 256];
-  size_t flen = plen;
-  if (key) {
-    ea_wire_sender once = {.id = me, .epoch = 1};
-    rc = ea_wire_seal_rp(key, &once, plain, plen, frame + hsz, sizeof frame - hsz, &flen, NULL);
-  } else if (plen <= sizeof frame - hsz) {
-    memcpy(frame + hsz, plain, plen);
-  } else {
-    rc = -EMSGSIZE;
-  }
+  size_t flen = 0;
+  ea_wire_sender once = {.id = me, .epoch = 1};
+  rc = ea_wire_frame_encode(key, &once, plain, plen, EA_WIRE_MAX_FRAME, frame, sizeof frame, &flen);
   free(plain);
-  size_t hl = 0;
-  if (rc >= 0) rc = ea_wire_frame_hdr_encode(key, (uint32_t)flen, 0, frame, hsz, &hl);
   if (rc < 0) {
     close(s);
     return snprintf(why, wl, "cannot seal a push-pull frame"), rc;
   }
   size_t sent = 0;
-  while (sent < hsz + flen) {
+  while (sent < flen) {
     if ((rc = ea__pf_wait_fd(s, POLLOUT, deadline)) < 0) break;
-    ssize_t w = send(s, frame + sent, hsz + flen - sent, MSG_NOSIGNAL);
+    ssize_t w = send(s, frame + sent, flen - sent, MSG_NOSIGNAL);
     if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (w < 0) {
       rc = -errno;

@@ -790,6 +790,58 @@ END_TEST
 /* Three frames (bodies of 1, 300 and 70,000 bytes) behind their headers,
  * plain and sealed, fed whole, byte by byte and in uneven chunks: the same
  * events and bodies every way. */
+/* The sending half: what ea_wire_frame_encode writes, a reader with the
+ * same key reads back as the sealed body, which opens to the plain frame;
+ * over max_len or a short buffer is -EMSGSIZE, nothing written counts. */
+START_TEST(test_frame_encode) {
+  uint8_t key[EA_KEY_BYTES];
+  memset(key, 0x17, sizeof key);
+  uint8_t plain[300];
+  plain[0] = EA_WIRE_MAGIC_PLAIN;
+  for (size_t i = 1; i < sizeof plain; i++) plain[i] = (uint8_t)(i * 13);
+  for (int keyed = 0; keyed < 2; keyed++) {
+    const uint8_t *k = keyed ? key : NULL;
+    ea_wire_sender snd = {.epoch = 7};
+    memset(&snd.id, 0x33, sizeof snd.id);
+    const size_t need = ea_wire_frame_size(keyed, sizeof plain);
+    uint8_t *out = malloc(need);
+    size_t len = 0;
+    ck_assert_int_eq(ea_wire_frame_encode(k, &snd, plain, sizeof plain, 1u << 20, out, need, &len),
+                     0);
+    ck_assert_uint_eq(len, need);
+    ea_wire_reader r = {.key = k, .max_len = 1u << 20};
+    size_t used = 0, off = 0;
+    int rc;
+    while ((rc = ea_wire_reader_feed(&r, out + off, len - off, &used, NULL)) != EA_WIRE_RD_FRAME) {
+      ck_assert_int_ge(rc, 0);
+      off += used;
+    }
+    ck_assert_uint_eq(off + used, len);
+    if (keyed) {
+      uint8_t back[sizeof plain + EA_WIRE_SEAL_RP_OVERHEAD]; /* cap ≥ len − 40 */
+      size_t blen = 0;
+      ea_wire_rp rp;
+      ck_assert_int_eq(ea_wire_open_rp(key, r.body, r.len, back, sizeof back, &blen, &rp), 0);
+      ck_assert_uint_eq(blen, sizeof plain);
+      ck_assert_mem_eq(back, plain, sizeof plain);
+    } else {
+      ck_assert_uint_eq(r.len, sizeof plain);
+      ck_assert_mem_eq(r.body, plain, sizeof plain);
+    }
+    ea_wire_reader_free(&r);
+    /* the body on the wire over max_len; a buffer one byte short */
+    ck_assert_int_eq(
+        ea_wire_frame_encode(k, &snd, plain, sizeof plain,
+                             (uint32_t)(need - ea_wire_frame_hdr_size(keyed) - 1), out, need, &len),
+        -EMSGSIZE);
+    ck_assert_int_eq(
+        ea_wire_frame_encode(k, &snd, plain, sizeof plain, 1u << 20, out, need - 1, &len),
+        -EMSGSIZE);
+    free(out);
+  }
+}
+END_TEST
+
 START_TEST(test_frame_reader) {
   uint8_t key[EA_KEY_BYTES];
   memset(key, 0x42, sizeof key);
@@ -1083,6 +1135,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(tc, test_load_key);
   tcase_add_test(tc, test_frame_header);
   tcase_add_test(tc, test_frame_reader);
+  tcase_add_test(tc, test_frame_encode);
   suite_add_tcase(s, tc);
   return s;
 }
