@@ -76,7 +76,7 @@ declare -A up=() uph=() # up[mod/wing]: wing files that include the top floor's 
 # issue 26 item 2).  Shrink this list; do not add to it.
 reaches_up=" agent/ckpt/ckpt_glue.c agent/cli/main.c agent/cli/preflight.c agent/cli/preflight_net.c
   agent/cli/probe.c agent/cli/smoke.c agent/cli/status_text.c agent/job/job_glue.c agent/job/job_pace.c
-  agent/obs/alerts.c agent/obs/http.c agent/obs/metrics.c agent/obs/notice.c agent/obs/status.c "
+  agent/obs/alerts.c agent/obs/metrics.c agent/obs/notice.c agent/obs/status.c "
 
 for f in $(git ls-files '*.c' '*.h'); do
   dir=${f%%/*}

@@ -68,7 +68,7 @@
  * is read back and logged), and the socket is close-on-exec so the
  * workers, which the agent spawns, never inherit it.
  */
-#include "agent_int.h"
+#include "obs.h"
 
 #include "ea_log.h"
 
@@ -87,6 +87,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <uv.h>
 
 /* Connections from one source at once: a Prometheus keeps one, the
  * kubelet opens one per probe (three kinds), a person with curl; 8 is
