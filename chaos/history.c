@@ -237,6 +237,14 @@ static uint64_t gen_first(const hgen *g) {
   return 0;
 }
 
+/* The step generation g starts from: its workers' start line, else its
+ * commit line's "sync=rank R at step S" (a generation superseded during its
+ * state sync logs no start line and no step, yet its ranks may hold the
+ * state it broadcast), else its first step. */
+static uint64_t gen_start(const hgen *g) {
+  return g->have_start ? g->start : g->sync_step ? g->sync_step : gen_first(g);
+}
+
 /* ---- small parsers ------------------------------------------------------------ */
 
 /* Value of "key=" in msg (up to the next space) into out. */
@@ -670,7 +678,7 @@ static int find_gen(const struct ea__chaos_history *h, uint64_t gen) {
 static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, char *why,
                        size_t cap) {
   hgen *g = &h->gens[gi];
-  uint64_t start = g->have_start ? g->start : gen_first(g);
+  uint64_t start = gen_start(g);
   why[0] = 0;
   if (start == 0) return -1;
   if (g->root_proc < 0) {
@@ -697,12 +705,16 @@ static int predecessor(ea__chaos_run *r, struct ea__chaos_history *h, int gi, ch
     /* The source may hold a state it received in a generation between the
      * two that failed after its state sync had loaded the broadcast (the
      * digest check that follows it lost a peer: soak seed 284935115, n2e
-     * in generation 324): that generation's source is then the lineage,
-     * if it held exactly this step and digest. */
+     * in generation 324), or that the agent superseded once the broadcast
+     * had loaded (soak seed 366782123: generation 3 formed as n5 came
+     * back, generation 4 at once after; n3's worker reported "state sync
+     * … Operation canceled" yet held rank 2's step 152293): that
+     * generation's source is then the lineage, if it held exactly this
+     * step and digest. */
     for (size_t j = 0; j < h->ngens; j++) {
       hgen *g2 = &h->gens[j];
       if (g2->gen <= prev->gen || g2->gen >= g->gen || g2->root_proc < 0 ||
-          g2->root_proc == g->root_proc || (g2->have_start ? g2->start : gen_first(g2)) != start)
+          g2->root_proc == g->root_proc || gen_start(g2) != start)
         continue;
       const proc *p2 = &h->procs[g2->root_proc];
       const seg *s2 = NULL;

@@ -19,6 +19,8 @@
 
 #include "ea_train.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -76,6 +78,8 @@ static void usage(FILE *f, const char *prog) {
       "  --keep               keep the work dir even when everything passed\n"
       "  --no-replay          skip the bit-exact replay of the final history\n"
       "  --dry-run            print the schedule and exit\n"
+      "  --recheck WORK       (alone) judge the history invariants again on the logs of a kept\n"
+      "                       work dir, starting nothing (after a harness fix)\n"
       "Exit status: 0 every invariant held, 1 a violation, 2 usage, 3 setup failed.\n",
       prog, DEFAULT_LOSS_TOL);
 }
@@ -105,6 +109,63 @@ static void default_agent(char *out, size_t cap, const char *argv0) {
   snprintf(out, cap, "%s/elastic-agent", dirname(self));
 }
 
+/* `elastic-chaos --recheck WORK`: the invariants the logs prove (history.c:
+ * each step once, ranks agree, one generation and one plan, generations
+ * grow), judged again on the work dir a run kept — after a fix to the
+ * harness, or to read a failed run again.  No agent starts; the replay,
+ * the reference and the per-fault timings need the run itself. */
+static int recheck(const char *work) {
+  static ea__chaos_run run;
+  ea__chaos_run *r = &run;
+  char job[CH_PATH_MAX + 16], e[512];
+  snprintf(r->o.work, sizeof r->o.work, "%s", work);
+  snprintf(job, sizeof job, "%s/job.yaml", work);
+  ea_config_default(&r->cfg);
+  if (ea_config_load(&r->cfg, job, e, sizeof e) < 0) {
+    fprintf(stderr, "elastic-chaos --recheck: %s (is %s a work dir a run kept?)\n", e, work);
+    return 3;
+  }
+  r->nodes = calloc(CH_MAX_NODES, sizeof *r->nodes);
+  DIR *d = opendir(work);
+  if (!r->nodes || !d) {
+    fprintf(stderr, "elastic-chaos --recheck: %s: %s\n", work, strerror(errno));
+    free(r->nodes);
+    if (d) closedir(d);
+    return 3;
+  }
+  /* The cluster's nodes: n<slot>[suffix] (the calibration's c<slot> and
+   * the foreign fault's strangers are no part of the history). */
+  for (struct dirent *x; (x = readdir(d)) && r->nnodes < CH_MAX_NODES;) {
+    if (x->d_name[0] != 'n' || !isdigit((unsigned char)x->d_name[1]) ||
+        strlen(x->d_name) >= CH_NAME_MAX)
+      continue;
+    ea__chaos_node *n = &r->nodes[r->nnodes];
+    snprintf(n->name, sizeof n->name, "%s", x->d_name);
+    snprintf(n->dir, sizeof n->dir, "%s/%s", work, x->d_name);
+    n->slot = atoi(x->d_name + 1);
+    char log[CH_PATH_MAX + 32];
+    for (;; n->starts++) {
+      snprintf(log, sizeof log, "%s/agent.%d.log", n->dir, n->starts);
+      if (access(log, R_OK) != 0) break;
+    }
+    if (n->starts) r->nnodes++;
+  }
+  closedir(d);
+  qsort(r->nodes, r->nnodes, sizeof *r->nodes, ea__chaos_cmp_name); /* name first */
+  int rc = ea__chaos_history_check(r);
+  ea__chaos_histview hv;
+  ea__chaos_history_view(r, &hv);
+  printf("recheck %s: %zu nodes, %" PRIu64
+         " step lines (%.1f MB, %.1f s), %zu generations, final "
+         "history %" PRIu64 " steps, %" PRIu64 " computed steps discarded\n",
+         work, r->nnodes, hv.records, (double)hv.log_bytes / 1e6, hv.parse_seconds, hv.ngens,
+         hv.lineage_steps, hv.orphan_steps);
+  printf("RESULT: %s\n", rc == 0 && r->nviol == 0 ? "PASS: the history invariants held" : "FAIL");
+  bool ok = rc == 0 && r->nviol == 0;
+  ea__chaos_run_free(r);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   /* The preempt fault's server, started by the harness in a namespace. */
   if (argc == 4 && strcmp(argv[1], "--notice-serve") == 0)
@@ -113,6 +174,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "--flood") == 0) return ea__chaos_flood_main(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "--http-probe") == 0)
     return ea__chaos_http_probe_main(argc, argv);
+  if (argc == 3 && strcmp(argv[1], "--recheck") == 0) return recheck(argv[2]);
   /* The workers run OpenBLAS with the kernels the agent picks for them; the
    * reference and the replay must use the same ones (another kernel sums
    * in another order).  The choice is made when the library loads, so set
