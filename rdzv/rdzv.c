@@ -223,6 +223,7 @@ struct ea_rdzv {
    * stop_formed).  It knows; no need to keep reporting that we do not run
    * it. */
   ea_rdzv_gen halted;
+  ea_node_id halted_by; /* the controller whose ABORT halted it */
   bool draining, drained;
   /* Introduce ourselves to the controller: after a start (a restarted
    * member lost its state and must say so) and after every controller
@@ -1053,6 +1054,7 @@ static void agent_abort(ea_rdzv *r, const ea_rdzv_msg *m) {
     if (gen_eq(&r->halted, &m->gen)) return; /* a copy */
     r->running = false;
     r->halted = m->gen;
+    r->halted_by = m->src;
     if (!r->draining) {
       char why[EA_RDZV_REASON_MAX], c[EA_NAME_MAX];
       name_of(r, &m->src, c);
@@ -1156,8 +1158,15 @@ static bool need_report(const ea_rdzv *r) {
     if (r->running && gen_eq(&r->fail_gen, &r->run.gen)) return true;
     if (r->prep && gen_eq(&r->fail_gen, &r->prep_gen)) return true;
   }
+  /* A member of the formed generation that runs none of it reports — but
+   * not to the controller that halted it (it knows).  Another controller
+   * may not: elected after a partition healed, it learns the generation
+   * from a member's STATE, which does not say it was stopped, and would
+   * wait for ever on members that never speak again (test_rdzv
+   * random_faults, seed 1796462378: n=4, min=max=3). */
   if (r->formed.term && self_in_formed(r) && !r->prep &&
-      !(r->running && gen_eq(&r->run.gen, &r->formed)) && !gen_eq(&r->halted, &r->formed))
+      !(r->running && gen_eq(&r->run.gen, &r->formed)) &&
+      !(gen_eq(&r->halted, &r->formed) && id_eq(&r->halted_by, &r->el.controller)))
     return true;
   return false;
 }

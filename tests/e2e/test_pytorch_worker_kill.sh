@@ -46,10 +46,13 @@ t_hello=$(first_ts n3 'worker 0 hello pid=' "$m3")
 # can come after m3)
 m3h=$((m3 + $(log_after n3 "$m3" | grep -b -m1 'worker 0 hello pid=' | cut -d: -f1)))
 # The survivors trained while the new process started (the hello gate for a
-# member whose worker restarts): world-2 steps logged before its hello.
+# member whose worker restarts): world-2 steps logged before its hello.  At
+# least one: the restart now starts from a warm interpreter (torch already
+# imported), and its hello can come ~130 ms after the kill — a clean-clone
+# CI run saw 1 step before it, where this asked for 5.
 before=$(log_after n1 "$m1" | grep -E " step worker=0 gen=[0-9]+ rank=[0-9]+ world=2 " |
   while read -r l; do (($(log_ts_ms "$l") < t_hello)) && echo x; done | wc -l)
-((before >= 5)) || fail "n1 logged $before steps at world 2 before n3's new worker said hello (from $((t_hello - t_kill)) ms after the kill)"
+((before >= 1)) || fail "n1 logged $before steps at world 2 before n3's new worker said hello (from $((t_hello - t_kill)) ms after the kill)"
 pass "world 2 from step $first2, $((s2 - t_kill)) ms after the kill; $before steps before the restarted worker's hello ($((t_hello - t_kill)) ms)"
 
 say "3. n3's restarted worker is taken back after its hello and receives the state"
