@@ -145,6 +145,10 @@ for n in n1 n2; do kill -KILL -- "-${AGENT_PID[$n]}" 2>/dev/null; done
 kill -KILL -- "-$p1" "-$p2" 2>/dev/null
 wait_for 10 sh -c "! kill -0 $p1 2>/dev/null && ! kill -0 $p2 2>/dev/null" ||
   fail "workers still running after SIGKILL"
+# The agents too, before LATEST is read: one still dying can commit the
+# checkpoint whose shards it already had (a clean-clone CI run read
+# step-560 here, then the resume loaded step-580).
+for n in n1 n2; do wait_exit "$n" 10 || fail "$n still running after SIGKILL"; done
 latest=$(cat "$CK/LATEST")
 ls_step=$(sed -E 's/^step-([0-9]+)\..*/\1/' <<<"$latest")
 want=$(cat "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n4)" "$(agent_log n5)" |
