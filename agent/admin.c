@@ -118,13 +118,13 @@ ea__admin_rx_ev ea__admin_rx_got(ea__admin_rx *rx, ssize_t nread) {
 }
 
 static json_t *help_answer(const ea__admin_cmd *cmds, size_t ncmds) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *doc = json_object();
-  json_t *arr = ea__jb_arr(&b, doc, "commands");
+  json_t *arr = ea_jb_arr(&b, doc, "commands");
   for (size_t i = 0; i <= ncmds; i++) {
-    json_t *c = ea__jb_obj(&b, arr, NULL);
-    ea__jb_str(&b, c, "name", i < ncmds ? cmds[i].name : "help");
-    ea__jb_str(&b, c, "help", i < ncmds ? cmds[i].help : "list the commands");
+    json_t *c = ea_jb_obj(&b, arr, NULL);
+    ea_jb_str(&b, c, "name", i < ncmds ? cmds[i].name : "help");
+    ea_jb_str(&b, c, "help", i < ncmds ? cmds[i].help : "list the commands");
   }
   if (b.oom) {
     json_decref(doc);
@@ -156,7 +156,7 @@ void ea__admin_dispatch(const ea__admin_cmd *cmds, size_t ncmds, void *ctx, char
                cmds[i].name, (unsigned)geteuid(), have_peer ? (long)peer_uid : -1L);
       ea_log(EA_LOG_WARN, "admin", "refused '%s' from uid %ld: not the agent's user or root",
              cmds[i].name, have_peer ? (long)peer_uid : -1L);
-      *out = ea__json_error(msg);
+      *out = ea_json_error(msg);
       return;
     }
     cmds[i].fn(ctx, args, out);
@@ -164,7 +164,7 @@ void ea__admin_dispatch(const ea__admin_cmd *cmds, size_t ncmds, void *ctx, char
   }
   char msg[160];
   snprintf(msg, sizeof msg, "unknown command '%.64s' (try 'help')", line);
-  *out = ea__json_error(msg);
+  *out = ea_json_error(msg);
 }
 
 /* ---- server ------------------------------------------------------------------ */
@@ -294,7 +294,7 @@ static void aconn_reply(aconn *c, json_t *doc) {
   }
   c->answered = true;
   uv_timer_stop(&c->timer);
-  char *text = doc ? ea__json_dump(doc) : NULL;
+  char *text = doc ? ea_json_dump(doc) : NULL;
   json_decref(doc);
   size_t n = text ? strlen(text) : 0;
   char *line = n ? realloc(text, n + 2) : NULL;
@@ -310,7 +310,7 @@ static void aconn_reply(aconn *c, json_t *doc) {
 }
 
 static void aconn_error(aconn *c, const char *msg) {
-  aconn_reply(c, ea__json_error(msg));
+  aconn_reply(c, ea_json_error(msg));
 }
 
 static const char busy_msg[] = "busy: the agent is already serving 16 admin connections; try again";

@@ -10,7 +10,7 @@
  *   data directory, node identity, peers   node_id.c
  *   control channel                        control.c
  *   the persisted generation               gen_store.c
- *   JSON (on jansson), both ends           json.c
+ *   JSON documents (on jansson)            base/json.c (ea_json.h)
  *   admin socket                           admin.c
  *   the running agent's internals          agent.c (start-up, the loop),
  *                                          workers.c (orders, messages),
@@ -28,13 +28,17 @@
  *   spot/preemption notice poller          obs/notice.c (its own thread)
  *   cluster identity, the --join gate      ident.c
  *   the job: launch, outcome, pace         job/ (job_glue.c, job_pace.c)
- *   preflight and the smoke run            cli/ (preflight.c, smoke.c)
+ *   the smoke run's hooks                  smoke.c (smoke.h)
+ *   the checkpoint-dir probe's answer      probe.c (ckpt/probe.h)
+ *   the command line, preflight, the smoke
+ *   run's report (above the loop)          cli/ (main.c, preflight.c,
+ *                                          smoke.c)
  *
  * The wings' components keep headers of their own, each with its own
  * contract and tests, and this header includes them: the worker supervisor
  * (job/supervisor.h), launch and output (job/launch.h, job/output.h), the
  * job's outcome (job/job.h), the checkpoint flow (ckpt/ckpt_svc.h), the
- * checkpoint-dir probe (cli/probe.h), the smoke run (cli/smoke.h), and the
+ * checkpoint-dir probe (ckpt/probe.h), the smoke run (smoke.h), and the
  * alert records, metrics snapshot and HTTP server (obs/obs.h).
  * The wing files that include this header reach back up into the loop's
  * state: `scripts/check-layout.sh` prints them as circles (issue 26, item 2).
@@ -60,6 +64,7 @@
 #include "ea_transport.h"
 
 #include "ea_base.h"
+#include "ea_json.h"
 #include "ea_log.h"
 
 #include <stdbool.h>
@@ -243,68 +248,6 @@ int ea__gen_load(const char *dir, ea_rdzv_gen *g, char *err, size_t errlen);
 /* The file's contents for g, NUL-terminated; returns its length, or
  * -ENOSPC when cap is too small. */
 int ea__gen_format(const ea_rdzv_gen *g, char *buf, size_t cap);
-
-/* ---- JSON (json.c, on jansson) -------------------------------------------
- *
- * Writing: a document is a jansson value; build it with the ea__jb_*
- * setters, which tolerate running out of memory anywhere: the first
- * failure sets b->oom, later calls still release what they are handed, and
- * the builder checks b->oom once at the end. */
-
-typedef struct {
-  bool oom; /* something could not be allocated: the document has holes */
-} ea__jb;
-
-/* Set key of object o to v (append v to array o when key is NULL), taking
- * v's reference.  v NULL (a constructor ran out of memory), o NULL or a
- * failed set: b->oom. */
-void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v);
-/* A new empty object / array set at key of o (appended when key is NULL);
- * borrowed (o holds it); NULL once b->oom. */
-json_t *ea__jb_obj(ea__jb *b, json_t *o, const char *key);
-json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key);
-/* Typed setters (key NULL: append to the array o).  Strings may be any
- * bytes (member names come from the network): invalid UTF-8 becomes
- * U+FFFD, NULL is "".  u64 is exact up to INT64_MAX (a real past it, which
- * no counter reaches).  fixed is a
- * real rounded to `decimals` places like printf's "%.Nf" (N ≤ 6), null
- * when not finite; it prints without trailing zeros. */
-void ea__jb_str(ea__jb *b, json_t *o, const char *key, const char *s);
-void ea__jb_u64(ea__jb *b, json_t *o, const char *key, uint64_t v);
-void ea__jb_int(ea__jb *b, json_t *o, const char *key, int64_t v);
-void ea__jb_bool(ea__jb *b, json_t *o, const char *key, bool v);
-void ea__jb_fixed(ea__jb *b, json_t *o, const char *key, double v, int decimals);
-void ea__jb_null(ea__jb *b, json_t *o, const char *key);
-/* {"error": msg}, or NULL when out of memory. */
-json_t *ea__json_error(const char *msg);
-/* doc as one line of compact JSON ("k":v, no spaces), malloc'd and
- * NUL-terminated, free() it; NULL when out of memory. */
-char *ea__json_dump(const json_t *doc);
-
-/* Reading (the CLI): a read-only DOM of a parsed document. */
-
-typedef enum { EA__J_NULL, EA__J_BOOL, EA__J_NUM, EA__J_STR, EA__J_ARR, EA__J_OBJ } ea__jtype;
-
-typedef struct ea__json {
-  ea__jtype type;
-  char *key;  /* name of this value inside its object, else NULL */
-  char *text; /* STR: the string; NUM: its literal as our writer prints it;
-                 BOOL/NULL: "true", "false", "null" */
-  bool b;
-  double num;
-  struct ea__json *child, *next; /* first element/member, next sibling */
-  size_t n;                      /* number of elements/members */
-} ea__json;
-
-/* Parse one JSON document (nesting ≤ 64).  Returns 0 or -EINVAL with a
- * message naming the offset (or -ENOMEM). */
-int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen);
-void ea__json_free(ea__json *j);
-/* Look up a dotted path of object keys ("counters.transport.packets_in"). */
-const ea__json *ea__json_get(const ea__json *j, const char *path);
-/* A string (or a number's literal, or "true"/"false"/"null") at path. */
-const char *ea__json_str(const ea__json *j, const char *path, const char *dflt);
-double ea__json_num(const ea__json *j, const char *path, double dflt);
 
 /* ---- admin socket (admin.c) ----------------------------------------------
  * Protocol: the client connects to <data-dir>/admin.sock, writes one line
@@ -719,7 +662,7 @@ void ea__ident_refusal(ea__agent *a, const char *why);
 /* DIR/CLUSTER was read (off the loop): rc 0 with c, or the error. */
 void ea__ident_dir_seen(ea__agent *a, int rc, const ea_ckpt_cluster *c);
 /* "cluster" of the status document. */
-void ea__ident_status(ea__agent *a, ea__jb *b, json_t *doc);
+void ea__ident_status(ea__agent *a, ea_jb *b, json_t *doc);
 
 /* drain.c: drain, stop, leave, close */
 void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows);
@@ -815,7 +758,7 @@ void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject
                              ...) __attribute__((format(printf, 4, 5)));
 bool ea__agent_alert_firing(const ea__agent *a, ea__alert_kind k, const char *subject);
 /* "alerts" of the status document: recent, firing, delivery counters. */
-void ea__agent_alerts_status(ea__agent *a, ea__jb *b, json_t *doc);
+void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc);
 /* After every core call (ea__agent_core_done): as controller, node_lost
  * for a node of the last running generation that is dead; resolved once
  * it is alive again.  Cheap: the plan's nodes, looked up by id. */
@@ -873,7 +816,7 @@ bool ea__agent_job_frame(void *ctx, const uint8_t *plain, size_t len);
 /* builtin: a checkpoint failed for good (as controller). */
 void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why, bool retry);
 /* "job" of the status document. */
-void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc);
+void ea__agent_job_status(ea__agent *a, ea_jb *b, json_t *doc);
 /* Shutdown: free the launcher, the capture and the job. */
 void ea__agent_job_close(ea__agent *a);
 /* builtin, library: local worker k crashed (exited non-zero or by a
@@ -890,7 +833,7 @@ void ea__agent_job_worker_crashed(ea__agent *a, uint32_t k, int64_t status, int 
 void ea__agent_spare_tick(ea__agent *a);
 void ea__agent_spare_free(ea__agent *a);
 /* "spares" of the status document. */
-void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc);
+void ea__agent_spare_status(ea__agent *a, ea_jb *b, json_t *doc);
 /* Spares by ea_rdzv_spare_state (4 entries), and whether this node is one. */
 void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self);
 
@@ -899,7 +842,7 @@ void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self);
  * probe the generation's members now. */
 void ea__agent_link_comm_failed(ea__agent *a);
 /* "link_probe" and "degraded" of the status document's generation object. */
-void ea__agent_link_status(ea__agent *a, ea__jb *b, json_t *gen);
+void ea__agent_link_status(ea__agent *a, ea_jb *b, json_t *gen);
 
 /* job_pace.c: each rank's compute time to the controller (JOB_PACE, every
  * second), the straggler detector there, its alert, status and eviction.
@@ -911,7 +854,7 @@ void ea__agent_pace_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* The job's callback for JOB_PACE frames. */
 void ea__agent_pace_wire(ea__job_cbs *cb);
 /* "stragglers" of the status document. */
-void ea__agent_pace_status(ea__agent *a, ea__jb *b, json_t *doc);
+void ea__agent_pace_status(ea__agent *a, ea_jb *b, json_t *doc);
 /* Ranks judged stragglers now (the controller; 0 elsewhere). */
 uint32_t ea__agent_pace_stragglers(ea__agent *a);
 

@@ -200,13 +200,13 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
   while (*args == ' ') args++;
   size_t n = strcspn(args, " \t\r\n");
   if (n == 0 || n >= sizeof name || args[n + strspn(args + n, " \t\r\n")]) {
-    *out = ea__json_error("usage: drain NAME (one member name)");
+    *out = ea_json_error("usage: drain NAME (one member name)");
     return -EINVAL;
   }
   memcpy(name, args, n);
   name[n] = 0;
   if (!a->rdzv || a->phase >= EA__PHASE_LEAVING) {
-    *out = ea__json_error("shutting down");
+    *out = ea_json_error("shutting down");
     return -ESHUTDOWN;
   }
   size_t holders = a->tr ? live_named(a, name) : 0;
@@ -215,31 +215,31 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
     snprintf(msg, sizeof msg,
              "ambiguous: %zu live members are named '%s' (see status); nothing drained", holders,
              name);
-    *out = ea__json_error(msg);
+    *out = ea_json_error(msg);
     return -EEXIST;
   }
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *doc = NULL;
   if (strcmp(name, a->o->name) == 0) {
     bool already = a->phase != EA__PHASE_RUNNING;
     ea__agent_begin_drain(a, "drain command", false);
     doc = json_object();
-    ea__jb_str(&b, doc, "draining", name);
-    ea__jb_bool(&b, doc, "self", true);
-    ea__jb_bool(&b, doc, "already", already);
+    ea_jb_str(&b, doc, "draining", name);
+    ea_jb_bool(&b, doc, "self", true);
+    ea_jb_bool(&b, doc, "already", already);
   } else {
     int rc = ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), name);
     ea__agent_core_done(a);
     if (rc < 0) {
       char msg[EA_NAME_MAX + 64];
       snprintf(msg, sizeof msg, "no alive member named '%s'", name);
-      *out = ea__json_error(msg);
+      *out = ea_json_error(msg);
       return rc;
     }
     ea_log(EA_LOG_INFO, "drain", "asked %s to drain (drain command)", name);
     doc = json_object();
-    ea__jb_str(&b, doc, "draining", name);
-    ea__jb_bool(&b, doc, "self", false);
+    ea_jb_str(&b, doc, "draining", name);
+    ea_jb_bool(&b, doc, "self", false);
   }
   if (b.oom) {
     json_decref(doc);

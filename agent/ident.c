@@ -490,22 +490,19 @@ void ea__ident_dir_seen(ea__agent *a, int rc, const ea_ckpt_cluster *c) {
   if (rc == 0) a->ident.dir_c = *c;
 }
 
-void ea__ident_status(ea__agent *a, ea__jb *b, json_t *doc) {
+void ea__ident_status(ea__agent *a, ea_jb *b, json_t *doc) {
   ea__agent_ident *id = &a->ident;
-  json_t *o = ea__jb_obj(b, doc, "cluster");
-  ea__jb_str(b, o, "id", id->have ? id->str : "");
-  ea__jb_str(b, o, "how", id->how ? id->how : "");
-  ea__jb_str(b, o, "state",
-             id->gated  ? "waiting to join"
-             : id->have ? "member"
-                        : "no identity yet");
-  ea__jb_str(b, o, "join", a->o->join);
-  ea__jb_bool(b, o, "bootstrap", a->o->bootstrap);
-  ea__jb_u64(b, o, "join_failures", id->join_failures);
-  ea__jb_u64(b, o, "foreign_members_seen", id->foreign_seen);
+  json_t *o = ea_jb_obj(b, doc, "cluster");
+  ea_jb_str(b, o, "id", id->have ? id->str : "");
+  ea_jb_str(b, o, "how", id->how ? id->how : "");
+  ea_jb_str(b, o, "state", id->gated ? "waiting to join" : id->have ? "member" : "no identity yet");
+  ea_jb_str(b, o, "join", a->o->join);
+  ea_jb_bool(b, o, "bootstrap", a->o->bootstrap);
+  ea_jb_u64(b, o, "join_failures", id->join_failures);
+  ea_jb_u64(b, o, "foreign_members_seen", id->foreign_seen);
   char s[EA_CKPT_CLUSTER_STR] = "";
   if (id->dir_rc == 0) ea_ckpt_cluster_id_str(&id->dir_c, s);
-  ea__jb_str(b, o, "checkpoint_dir_cluster", s);
-  ea__jb_u64(b, o, "checkpoint_dir_refusals", id->refusals);
-  ea__jb_str(b, o, "last_refusal", id->last_refusal);
+  ea_jb_str(b, o, "checkpoint_dir_cluster", s);
+  ea_jb_u64(b, o, "checkpoint_dir_refusals", id->refusals);
+  ea_jb_str(b, o, "last_refusal", id->last_refusal);
 }

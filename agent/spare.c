@@ -320,46 +320,46 @@ static const char *readiness(ea__agent *a, char *buf, size_t cap) {
   return buf;
 }
 
-void ea__agent_spare_status(ea__agent *a, ea__jb *b, json_t *doc) {
-  json_t *o = ea__jb_obj(b, doc, "spares");
+void ea__agent_spare_status(ea__agent *a, ea_jb *b, json_t *doc) {
+  json_t *o = ea_jb_obj(b, doc, "spares");
   size_t n;
   uint32_t by[4];
   ea_rdzv_spare *sp = spares_get(a, &n, by);
-  ea__jb_int(b, o, "max_nodes", a->o->cfg.compute.max_nodes);
-  ea__jb_u64(b, o, "total", n);
-  ea__jb_u64(b, o, "ready", by[EA_RDZV_SPARE_READY]);
-  json_t *arr = ea__jb_arr(b, o, "nodes"); /* in the order they would be taken */
+  ea_jb_int(b, o, "max_nodes", a->o->cfg.compute.max_nodes);
+  ea_jb_u64(b, o, "total", n);
+  ea_jb_u64(b, o, "ready", by[EA_RDZV_SPARE_READY]);
+  json_t *arr = ea_jb_arr(b, o, "nodes"); /* in the order they would be taken */
   size_t me = n;
   for (size_t i = 0; i < n; i++) {
-    json_t *x = ea__jb_obj(b, arr, NULL);
+    json_t *x = ea_jb_obj(b, arr, NULL);
     char hex[33];
     ea_node_id_hex(&sp[i].id, hex);
-    ea__jb_str(b, x, "name", sp[i].name);
-    ea__jb_str(b, x, "id", hex);
-    ea__jb_str(b, x, "state", ea_rdzv_spare_state_str(sp[i].state));
+    ea_jb_str(b, x, "name", sp[i].name);
+    ea_jb_str(b, x, "id", hex);
+    ea_jb_str(b, x, "state", ea_rdzv_spare_state_str(sp[i].state));
     if (ea_node_id_cmp(&sp[i].id, &a->id) == 0) me = i;
   }
   /* this node */
-  json_t *self = ea__jb_obj(b, o, "self");
-  ea__jb_bool(b, self, "spare", me < n);
+  json_t *self = ea_jb_obj(b, o, "self");
+  ea_jb_bool(b, self, "spare", me < n);
   if (me < n) {
-    ea__jb_str(b, self, "state", ea_rdzv_spare_state_str(sp[me].state));
-    ea__jb_u64(b, self, "in_line", me + 1); /* 1: the first taken */
+    ea_jb_str(b, self, "state", ea_rdzv_spare_state_str(sp[me].state));
+    ea_jb_u64(b, self, "in_line", me + 1); /* 1: the first taken */
   }
   free(sp);
   char buf[256];
-  if (a->wpn) ea__jb_str(b, self, "readiness", readiness(a, buf, sizeof buf));
+  if (a->wpn) ea_jb_str(b, self, "readiness", readiness(a, buf, sizeof buf));
   struct ea__agent_spare *s = a->spare;
-  json_t *c = ea__jb_obj(b, self, "check");
+  json_t *c = ea_jb_obj(b, self, "check");
   if (s && s->checked) {
-    ea__jb_bool(b, c, "ok", s->fit);
-    ea__jb_str(b, c, "detail", s->why);
-    ea__jb_fixed(b, c, "age_s", (double)(ea__agent_now_ms(a) - s->at_ms) / 1000.0, 1);
+    ea_jb_bool(b, c, "ok", s->fit);
+    ea_jb_str(b, c, "detail", s->why);
+    ea_jb_fixed(b, c, "age_s", (double)(ea__agent_now_ms(a) - s->at_ms) / 1000.0, 1);
   } else {
-    ea__jb_null(b, c, "ok");
+    ea_jb_null(b, c, "ok");
   }
-  ea__jb_u64(b, c, "checks", s ? s->checks : 0);
-  ea__jb_u64(b, c, "failures", s ? s->failures : 0);
+  ea_jb_u64(b, c, "checks", s ? s->checks : 0);
+  ea_jb_u64(b, c, "failures", s ? s->failures : 0);
 }
 
 void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self) {

@@ -67,7 +67,11 @@ for s in tests/e2e/test_*.sh; do
     skipped=$((skipped + 1)); echo "skip $name: $(grep -m1 -i 'skip' "$log")"
   else
     failed=$((failed + 1)); failures+=("$name")
-    echo "FAIL $name (rc=$rc, ${secs}s), last lines of $log:"; tail -n 30 "$log"
+    echo "FAIL $name (rc=$rc, ${secs}s)"
+    # What the test said failed comes first: the agents' log tails after it
+    # can push it out of a CI log's window.
+    grep -E '^(FAIL|ok):|Traceback|Error' "$log" | tail -n 8 | sed 's/^/  said: /'
+    echo "last lines of $log:"; tail -n 30 "$log"
   fi
 done
 

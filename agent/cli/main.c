@@ -596,13 +596,13 @@ static int cmd_client(int argc, char **argv, bool drain) {
               prog, prog);
     return 1;
   }
-  ea__json *j = NULL;
-  if (ea__json_parse(resp, len, &j, err, sizeof err) < 0) {
+  ea_json *j = NULL;
+  if (ea_json_parse(resp, len, &j, err, sizeof err) < 0) {
     fprintf(stderr, "%s: the agent's answer is not JSON: %s\n", prog, err);
     free(resp);
     return 1;
   }
-  const ea__json *e = ea__json_get(j, "error");
+  const ea_json *e = ea_json_get(j, "error");
   if (e) {
     fprintf(stderr, "%s: the agent says: %s\n", prog, e->text ? e->text : "?");
     rc = 1;
@@ -611,12 +611,12 @@ static int cmd_client(int argc, char **argv, bool drain) {
     if (len == 0 || resp[len - 1] != '\n') putchar('\n');
   } else if (drain) {
     ea__cli_scrub(j);
-    const char *name = ea__json_str(j, "draining", "?");
-    if (ea__json_num(j, "self", 0))
+    const char *name = ea_json_str(j, "draining", "?");
+    if (ea_json_num(j, "self", 0))
       printf(
           "draining %s (this agent)%s: the group re-forms without it, then it stops its "
           "workers, leaves the cluster and exits\n",
-          name, ea__json_num(j, "already", 0) ? ", already on its way out" : "");
+          name, ea_json_num(j, "already", 0) ? ", already on its way out" : "");
     else
       printf(
           "asked %s to drain: the group re-forms without it, then it stops its workers, "
@@ -626,7 +626,7 @@ static int cmd_client(int argc, char **argv, bool drain) {
     ea__cli_scrub(j);
     ea__cli_print_status(j);
   }
-  ea__json_free(j);
+  ea_json_free(j);
   free(resp);
   return rc;
 }

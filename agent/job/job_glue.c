@@ -419,13 +419,13 @@ void ea__agent_link_comm_failed(ea__agent *a) {
   if (a->link) ea__link_comm_failed(a->link->L, ea__agent_now_ms(a));
 }
 
-void ea__agent_link_status(ea__agent *a, ea__jb *b, json_t *gen) {
+void ea__agent_link_status(ea__agent *a, ea_jb *b, json_t *gen) {
   if (!a->link) return;
   json_t *o = ea__link_status(a->link->L, ea__agent_now_ms(a));
   if (o && link_controls(a))
     json_object_set_new(o, "held_out_here", json_integer((json_int_t)a->link->held));
-  ea__jb_set(b, gen, "link_probe", o);
-  ea__jb_bool(b, gen, "degraded", ea__link_degraded(a->link->L));
+  ea_jb_set(b, gen, "link_probe", o);
+  ea_jb_bool(b, gen, "degraded", ea__link_degraded(a->link->L));
 }
 
 int ea__agent_job_start(ea__agent *a, char *err, size_t errlen) {
@@ -558,8 +558,8 @@ void ea__agent_job_ckpt_failed(ea__agent *a, uint64_t step, const char *why, boo
   if (a->job) ea__job_ckpt_failed(a->job, step, why, retry);
 }
 
-void ea__agent_job_status(ea__agent *a, ea__jb *b, json_t *doc) {
-  if (a->job) ea__jb_set(b, doc, "job", ea__job_status(a->job));
+void ea__agent_job_status(ea__agent *a, ea_jb *b, json_t *doc) {
+  if (a->job) ea_jb_set(b, doc, "job", ea__job_status(a->job));
 }
 
 void ea__agent_job_close(ea__agent *a) {

@@ -264,39 +264,39 @@ void ea__agent_pace_close(ea__agent *a) {
   uv_close((uv_handle_t *)&p->timer, on_closed);
 }
 
-void ea__agent_pace_status(ea__agent *a, ea__jb *b, json_t *doc) {
+void ea__agent_pace_status(ea__agent *a, ea_jb *b, json_t *doc) {
   struct ea__agent_pace *p = a->pace;
   const ea_config *c = &a->o->cfg;
-  json_t *o = ea__jb_obj(b, doc, "stragglers");
-  ea__jb_fixed(b, o, "factor", c->observability.straggler_factor, 3);
-  ea__jb_u64(b, o, "window_s", c->observability.straggler_window_seconds);
-  ea__jb_bool(b, o, "evict", c->observability.straggler_evict);
+  json_t *o = ea_jb_obj(b, doc, "stragglers");
+  ea_jb_fixed(b, o, "factor", c->observability.straggler_factor, 3);
+  ea_jb_u64(b, o, "window_s", c->observability.straggler_window_seconds);
+  ea_jb_bool(b, o, "evict", c->observability.straggler_evict);
   bool judging = p && controls(a);
-  ea__jb_bool(b, o, "judged_here", judging);
-  json_t *slow = ea__jb_arr(b, o, "slow");
+  ea_jb_bool(b, o, "judged_here", judging);
+  json_t *slow = ea_jb_arr(b, o, "slow");
   if (!p) return;
-  ea__jb_u64(b, o, "reports_sent", p->sent);
-  ea__jb_u64(b, o, "samples", p->received);
-  ea__jb_u64(b, o, "samples_refused", p->refused);
-  ea__jb_u64(b, o, "evictions", p->evictions);
+  ea_jb_u64(b, o, "reports_sent", p->sent);
+  ea_jb_u64(b, o, "samples", p->received);
+  ea_jb_u64(b, o, "samples_refused", p->refused);
+  ea_jb_u64(b, o, "evictions", p->evictions);
   if (!judging) return;
   uint32_t nfresh;
   double med = ea_rdzv_strag_median(p->det, &nfresh);
-  ea__jb_u64(b, o, "generation", ea_rdzv_gen64_term(ea_rdzv_strag_gen(p->det)));
-  ea__jb_u64(b, o, "ranks_judged", nfresh);
-  ea__jb_fixed(b, o, "median_s", med, 6);
+  ea_jb_u64(b, o, "generation", ea_rdzv_gen64_term(ea_rdzv_strag_gen(p->det)));
+  ea_jb_u64(b, o, "ranks_judged", nfresh);
+  ea_jb_fixed(b, o, "median_s", med, 6);
   const ea_rdzv_strag_rank *r;
   size_t world = ea_rdzv_strag_ranks(p->det, &r);
   uint64_t now = ea__agent_now_ms(a);
   for (size_t i = 0; i < world; i++) {
     if (!r[i].slow) continue;
-    json_t *x = ea__jb_obj(b, slow, NULL);
-    ea__jb_u64(b, x, "rank", i);
-    ea__jb_str(b, x, "node", ea__agent_member_name(ea__agent_find_member(a, &r[i].node)));
-    ea__jb_fixed(b, x, "compute_s", r[i].compute_s, 6);
-    ea__jb_fixed(b, x, "ratio", med > 0 ? r[i].compute_s / med : 0, 2);
-    ea__jb_fixed(b, x, "slow_for_s", (double)(now - r[i].slow_since_ms) / 1000.0, 1);
-    ea__jb_bool(b, x, "straggler", r[i].straggler);
+    json_t *x = ea_jb_obj(b, slow, NULL);
+    ea_jb_u64(b, x, "rank", i);
+    ea_jb_str(b, x, "node", ea__agent_member_name(ea__agent_find_member(a, &r[i].node)));
+    ea_jb_fixed(b, x, "compute_s", r[i].compute_s, 6);
+    ea_jb_fixed(b, x, "ratio", med > 0 ? r[i].compute_s / med : 0, 2);
+    ea_jb_fixed(b, x, "slow_for_s", (double)(now - r[i].slow_since_ms) / 1000.0, 1);
+    ea_jb_bool(b, x, "straggler", r[i].straggler);
   }
 }
 

@@ -150,61 +150,61 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap) {
 
 char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
                         double now_s, double resend_s) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *arr = json_array();
   if (!arr) return NULL;
   for (size_t i = 0; i < n; i++) {
     const ea__alert_rec *x = r[i];
-    json_t *o = ea__jb_obj(&b, arr, NULL);
-    json_t *l = ea__jb_obj(&b, o, "labels");
-    ea__jb_str(&b, l, "alertname", ea__alert_kind_str(x->kind));
-    ea__jb_str(&b, l, "job", job);
-    ea__jb_str(&b, l, "node", node);
-    ea__jb_str(&b, l, "severity", ea__alert_sev_str(x->sev));
-    if (x->subject[0]) ea__jb_str(&b, l, "subject", x->subject);
-    json_t *an = ea__jb_obj(&b, o, "annotations");
-    ea__jb_str(&b, an, "summary", x->summary);
+    json_t *o = ea_jb_obj(&b, arr, NULL);
+    json_t *l = ea_jb_obj(&b, o, "labels");
+    ea_jb_str(&b, l, "alertname", ea__alert_kind_str(x->kind));
+    ea_jb_str(&b, l, "job", job);
+    ea_jb_str(&b, l, "node", node);
+    ea_jb_str(&b, l, "severity", ea__alert_sev_str(x->sev));
+    if (x->subject[0]) ea_jb_str(&b, l, "subject", x->subject);
+    json_t *an = ea_jb_obj(&b, o, "annotations");
+    ea_jb_str(&b, an, "summary", x->summary);
     if (x->suppressed) {
       char s[16];
       snprintf(s, sizeof s, "%" PRIu32, x->suppressed);
-      ea__jb_str(&b, an, "suppressed", s);
+      ea_jb_str(&b, an, "suppressed", s);
     }
     char t[40];
     ea__alert_time_str(x->starts_s, t, sizeof t);
-    ea__jb_str(&b, o, "startsAt", t);
+    ea_jb_str(&b, o, "startsAt", t);
     double ends = x->ends_s;
     if (x->firing && ea__alert_kind_is_condition(x->kind)) ends = now_s + 4.0 * resend_s;
     ea__alert_time_str(ends, t, sizeof t);
-    ea__jb_str(&b, o, "endsAt", t);
+    ea_jb_str(&b, o, "endsAt", t);
   }
-  char *s = b.oom ? NULL : ea__json_dump(arr);
+  char *s = b.oom ? NULL : ea_json_dump(arr);
   json_decref(arr);
   return s;
 }
 
 char *ea__alert_webhook_body(const ea__alert_rec *x, const char *job, const char *node) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *o = json_object();
   if (!o) return NULL;
-  ea__jb_int(&b, o, "version", 1);
-  ea__jb_str(&b, o, "status", x->firing ? "firing" : "resolved");
-  ea__jb_str(&b, o, "kind", ea__alert_kind_str(x->kind));
-  ea__jb_str(&b, o, "severity", ea__alert_sev_str(x->sev));
-  ea__jb_str(&b, o, "job", job);
-  ea__jb_str(&b, o, "node", node);
-  ea__jb_str(&b, o, "subject", x->subject);
-  ea__jb_str(&b, o, "summary", x->summary);
+  ea_jb_int(&b, o, "version", 1);
+  ea_jb_str(&b, o, "status", x->firing ? "firing" : "resolved");
+  ea_jb_str(&b, o, "kind", ea__alert_kind_str(x->kind));
+  ea_jb_str(&b, o, "severity", ea__alert_sev_str(x->sev));
+  ea_jb_str(&b, o, "job", job);
+  ea_jb_str(&b, o, "node", node);
+  ea_jb_str(&b, o, "subject", x->subject);
+  ea_jb_str(&b, o, "summary", x->summary);
   char t[40];
   ea__alert_time_str(x->starts_s, t, sizeof t);
-  ea__jb_str(&b, o, "startsAt", t);
+  ea_jb_str(&b, o, "startsAt", t);
   if (!x->firing) {
     ea__alert_time_str(x->ends_s, t, sizeof t);
-    ea__jb_str(&b, o, "endsAt", t);
+    ea_jb_str(&b, o, "endsAt", t);
   } else {
-    ea__jb_null(&b, o, "endsAt");
+    ea_jb_null(&b, o, "endsAt");
   }
-  ea__jb_u64(&b, o, "suppressed", x->suppressed);
-  char *s = b.oom ? NULL : ea__json_dump(o);
+  ea_jb_u64(&b, o, "suppressed", x->suppressed);
+  char *s = b.oom ? NULL : ea_json_dump(o);
   json_decref(o);
   return s;
 }
@@ -674,36 +674,36 @@ void ea__agent_alerts_members(ea__agent *a) {
   }
 }
 
-void ea__agent_alerts_status(ea__agent *a, ea__jb *b, json_t *doc) {
+void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc) {
   struct ea__agent_al *al = a->al;
-  json_t *o = ea__jb_obj(b, doc, "alerts");
-  json_t *rec = ea__jb_arr(b, o, "recent");
+  json_t *o = ea_jb_obj(b, doc, "alerts");
+  json_t *rec = ea_jb_arr(b, o, "recent");
   if (!al) return;
   for (size_t i = 0; i < al->nrecent; i++) {
     const ea__alert_rec *r =
         &al->recent[(al->recent_head + EA__ALERT_RECENT - al->nrecent + i) % EA__ALERT_RECENT];
-    json_t *x = ea__jb_obj(b, rec, NULL);
+    json_t *x = ea_jb_obj(b, rec, NULL);
     char t[40];
     ea__alert_time_str(r->firing ? r->starts_s : r->ends_s, t, sizeof t);
-    ea__jb_str(b, x, "time", t);
-    ea__jb_str(b, x, "kind", ea__alert_kind_str(r->kind));
-    ea__jb_str(b, x, "severity", ea__alert_sev_str(r->sev));
-    ea__jb_str(b, x, "state", r->firing ? "firing" : "resolved");
-    ea__jb_str(b, x, "subject", r->subject);
-    ea__jb_str(b, x, "summary", r->summary);
+    ea_jb_str(b, x, "time", t);
+    ea_jb_str(b, x, "kind", ea__alert_kind_str(r->kind));
+    ea_jb_str(b, x, "severity", ea__alert_sev_str(r->sev));
+    ea_jb_str(b, x, "state", r->firing ? "firing" : "resolved");
+    ea_jb_str(b, x, "subject", r->subject);
+    ea_jb_str(b, x, "summary", r->summary);
   }
-  json_t *fa = ea__jb_arr(b, o, "firing");
+  json_t *fa = ea_jb_arr(b, o, "firing");
   for (size_t i = 0; i < al->nfiring; i++) {
-    json_t *x = ea__jb_obj(b, fa, NULL);
-    ea__jb_str(b, x, "kind", ea__alert_kind_str(al->firing[i].kind));
-    ea__jb_str(b, x, "subject", al->firing[i].subject);
+    json_t *x = ea_jb_obj(b, fa, NULL);
+    ea_jb_str(b, x, "kind", ea__alert_kind_str(al->firing[i].kind));
+    ea_jb_str(b, x, "subject", al->firing[i].subject);
   }
-  ea__jb_u64(b, o, "held_back", al->held_total);
-  json_t *d = ea__jb_obj(b, o, "delivery");
+  ea_jb_u64(b, o, "held_back", al->held_total);
+  json_t *d = ea_jb_obj(b, o, "delivery");
   const ea__agent_opts *op = a->o;
-  ea__jb_str(b, d, "alertmanager_url", op->cfg.observability.alertmanager_url);
-  ea__jb_str(b, d, "webhook", op->cfg.observability.alert_webhook);
-  ea__jb_bool(b, d, "command", op->cfg.observability.alert_command[0] != 0);
+  ea_jb_str(b, d, "alertmanager_url", op->cfg.observability.alertmanager_url);
+  ea_jb_str(b, d, "webhook", op->cfg.observability.alert_webhook);
+  ea_jb_bool(b, d, "command", op->cfg.observability.alert_command[0] != 0);
   uint64_t q = 0, s = 0, f = 0, dr = 0, pend = 0;
   char le[256] = "";
   if (al->d) {
@@ -712,12 +712,12 @@ void ea__agent_alerts_status(ea__agent *a, ea__jb *b, json_t *doc) {
     snprintf(le, sizeof le, "%s", al->d->last_error);
     pthread_mutex_unlock(&al->d->mu);
   }
-  ea__jb_u64(b, d, "queued", q);
-  ea__jb_u64(b, d, "pending", pend);
-  ea__jb_u64(b, d, "sent", s);
-  ea__jb_u64(b, d, "failed", f);
-  ea__jb_u64(b, d, "dropped", dr);
-  ea__jb_str(b, d, "last_error", le);
+  ea_jb_u64(b, d, "queued", q);
+  ea_jb_u64(b, d, "pending", pend);
+  ea_jb_u64(b, d, "sent", s);
+  ea_jb_u64(b, d, "failed", f);
+  ea_jb_u64(b, d, "dropped", dr);
+  ea_jb_str(b, d, "last_error", le);
 }
 
 int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen) {

@@ -844,7 +844,7 @@ void ea__agent_metrics_sample(ea__agent *a, uint64_t now) {
  * made: the API answers 503 until the next publish). */
 static void page_json(ea__agent *a, struct ea__agent_mx *mx, ea__mx_snap *s) {
   json_t *doc = NULL;
-  if (ea__agent_cmd_status(a, "", &doc) == 0 && doc) s->status_json = ea__json_dump(doc);
+  if (ea__agent_cmd_status(a, "", &doc) == 0 && doc) s->status_json = ea_json_dump(doc);
   json_decref(doc);
   ea_sb b = {0};
   ea__hist_format(&mx->hist, a->o->name, wall_now_s(), &b);

@@ -50,10 +50,10 @@
 /* {"args": ARGS, "len": strlen(ARGS)} */
 static int cmd_echo(void *ctx, const char *args, json_t **out) {
   (void)ctx;
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_str(&b, d, "args", args);
-  ea__jb_u64(&b, d, "len", strlen(args));
+  ea_jb_str(&b, d, "args", args);
+  ea_jb_u64(&b, d, "len", strlen(args));
   *out = d;
   return 0;
 }
@@ -68,15 +68,15 @@ static int cmd_fail(void *ctx, const char *args, json_t **out) {
   (void)ctx;
   char msg[128];
   snprintf(msg, sizeof msg, "no alive member named '%.64s'", args);
-  *out = ea__json_error(msg);
+  *out = ea_json_error(msg);
   return -ENOENT;
 }
 
 static int cmd_change(void *ctx, const char *args, json_t **out) {
   (void)ctx, (void)args;
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_bool(&b, d, "changed", true);
+  ea_jb_bool(&b, d, "changed", true);
   *out = d;
   return 0;
 }
@@ -93,15 +93,15 @@ static const ea__admin_cmd cmds[] = {
 
 /* The document's text: one line, valid UTF-8, JSON that parses back. */
 FUZZ_NOCOV static char *check_doc(json_t *doc) {
-  char *t = ea__json_dump(doc);
+  char *t = ea_json_dump(doc);
   CHECK(t);
   size_t n = strlen(t);
   CHECK(n > 0 && !memchr(t, '\n', n));
   CHECK(fuzz_utf8_valid(t, n));
-  ea__json *j = NULL;
+  ea_json *j = NULL;
   char err[128];
-  CHECK(ea__json_parse(t, n, &j, err, sizeof err) == 0);
-  ea__json_free(j);
+  CHECK(ea_json_parse(t, n, &j, err, sizeof err) == 0);
+  ea_json_free(j);
   return t;
 }
 

@@ -1,5 +1,5 @@
 /* libFuzzer harness for the checkpoint-directory probe's decoder
- * (agent/cli/probe_wire.c over base/mpread.c: PROBE_REQ, PROBE_ANS), which a
+ * (agent/ckpt/probe_wire.c over base/mpread.c: PROBE_REQ, PROBE_ANS), which a
  * running agent feeds with whatever arrives on its control channel.
  *
  * Beyond "no crash, no sanitizer report", it checks the codec's promises:

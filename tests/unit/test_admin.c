@@ -52,7 +52,7 @@ static int cmd_none(void *ctx, const char *args, json_t **out) {
 
 static int cmd_fail(void *ctx, const char *args, json_t **out) {
   (void)ctx, (void)args;
-  *out = ea__json_error("failed on purpose");
+  *out = ea_json_error("failed on purpose");
   return -EIO;
 }
 
@@ -225,7 +225,7 @@ START_TEST(dispatch_words_and_args) {
 
   char line[] = "nosuch \xff arg";
   ea__admin_dispatch(cmds, NCMDS, NULL, line, true, 0, &doc);
-  char *t = ea__json_dump(doc);
+  char *t = ea_json_dump(doc);
   ck_assert_str_eq(t, "{\"error\":\"unknown command 'nosuch' (try 'help')\"}");
   free(t);
   json_decref(doc);

@@ -1,4 +1,4 @@
-/* Check suite for the admin socket's JSON (agent/json.c, on jansson).
+/* Check suite for the admin socket's JSON (base/json.c, on jansson).
  *
  * What json.c promises, tested as such: documents are one line of compact
  * JSON ("k":v, as tests/e2e/lib.sh's `counter` greps them); names that are
@@ -21,22 +21,22 @@
 
 static char *dump_and_free(json_t *doc) {
   ck_assert_ptr_nonnull(doc);
-  char *s = ea__json_dump(doc);
+  char *s = ea_json_dump(doc);
   ck_assert_ptr_nonnull(s);
   json_decref(doc);
   return s;
 }
 
 START_TEST(compact_one_line) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  json_t *o = ea__jb_obj(&b, d, "counters");
-  ea__jb_u64(&b, o, "dropped_unauthenticated", 7);
-  json_t *a = ea__jb_arr(&b, d, "nodes");
-  ea__jb_str(&b, a, NULL, "n1");
-  ea__jb_str(&b, a, NULL, "n2");
-  ea__jb_null(&b, d, "latest");
-  ea__jb_bool(&b, d, "self", true);
+  json_t *o = ea_jb_obj(&b, d, "counters");
+  ea_jb_u64(&b, o, "dropped_unauthenticated", 7);
+  json_t *a = ea_jb_arr(&b, d, "nodes");
+  ea_jb_str(&b, a, NULL, "n1");
+  ea_jb_str(&b, a, NULL, "n2");
+  ea_jb_null(&b, d, "latest");
+  ea_jb_bool(&b, d, "self", true);
   ck_assert(!b.oom);
   char *s = dump_and_free(d);
   ck_assert_str_eq(s,
@@ -47,16 +47,16 @@ START_TEST(compact_one_line) {
 END_TEST
 
 START_TEST(strings_stay_valid_utf8) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_str(&b, d, "bad",
-             "a\xff"
-             "b\xc0\x80"
-             "c");                                     /* a stray byte, an overlong NUL */
-  ea__jb_str(&b, d, "surrogate", "\xed\xa0\x80");      /* U+D800 encoded: not UTF-8 */
-  ea__jb_str(&b, d, "ok", "n\xc3\xa4me \xe2\x82\xac"); /* "näme €" */
-  ea__jb_str(&b, d, "ctl", "q\"\\\n\x01");
-  ea__jb_str(&b, d, "null", NULL);
+  ea_jb_str(&b, d, "bad",
+            "a\xff"
+            "b\xc0\x80"
+            "c");                                     /* a stray byte, an overlong NUL */
+  ea_jb_str(&b, d, "surrogate", "\xed\xa0\x80");      /* U+D800 encoded: not UTF-8 */
+  ea_jb_str(&b, d, "ok", "n\xc3\xa4me \xe2\x82\xac"); /* "näme €" */
+  ea_jb_str(&b, d, "ctl", "q\"\\\n\x01");
+  ea_jb_str(&b, d, "null", NULL);
   ck_assert(!b.oom);
   char *s = dump_and_free(d);
   ck_assert_str_eq(s,
@@ -71,18 +71,18 @@ START_TEST(strings_stay_valid_utf8) {
 END_TEST
 
 START_TEST(numbers_keep_types_and_values) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_u64(&b, d, "big", INT64_MAX);
-  ea__jb_u64(&b, d, "huge", UINT64_MAX);
-  ea__jb_int(&b, d, "neg", -3);
-  ea__jb_fixed(&b, d, "loss", 0.12345678, 6);
-  ea__jb_fixed(&b, d, "loss0", 2.5, 6);
-  ea__jb_fixed(&b, d, "uptime", 12.0, 1);
-  ea__jb_fixed(&b, d, "uptime2", 30.649, 1);
-  ea__jb_fixed(&b, d, "ms", 0.0004, 3);
-  ea__jb_fixed(&b, d, "nan", NAN, 3);
-  ea__jb_fixed(&b, d, "inf", INFINITY, 3);
+  ea_jb_u64(&b, d, "big", INT64_MAX);
+  ea_jb_u64(&b, d, "huge", UINT64_MAX);
+  ea_jb_int(&b, d, "neg", -3);
+  ea_jb_fixed(&b, d, "loss", 0.12345678, 6);
+  ea_jb_fixed(&b, d, "loss0", 2.5, 6);
+  ea_jb_fixed(&b, d, "uptime", 12.0, 1);
+  ea_jb_fixed(&b, d, "uptime2", 30.649, 1);
+  ea_jb_fixed(&b, d, "ms", 0.0004, 3);
+  ea_jb_fixed(&b, d, "nan", NAN, 3);
+  ea_jb_fixed(&b, d, "inf", INFINITY, 3);
   ck_assert(!b.oom);
   char *s = dump_and_free(d);
   ck_assert_str_eq(s,
@@ -94,7 +94,7 @@ START_TEST(numbers_keep_types_and_values) {
 END_TEST
 
 START_TEST(error_document) {
-  char *s = dump_and_free(ea__json_error("no alive member named 'x'"));
+  char *s = dump_and_free(ea_json_error("no alive member named 'x'"));
   ck_assert_str_eq(s, "{\"error\":\"no alive member named 'x'\"}");
   free(s);
 }
@@ -105,75 +105,75 @@ START_TEST(parse_gives_literals_back) {
       "{\"a\":{\"n\":18446744073709551615.0,\"i\":123456789012,\"r\":0.935250,"
       "\"u\":12.0,\"t\":true,\"z\":null,\"s\":\"x\\u00e4\"},\"l\":[1,2,3],"
       "\"e\":[]}";
-  ea__json *j = NULL;
+  ea_json *j = NULL;
   char err[128];
-  ck_assert_int_eq(ea__json_parse(doc, strlen(doc), &j, err, sizeof err), 0);
-  ck_assert_str_eq(ea__json_str(j, "a.i", "?"), "123456789012");
-  ck_assert_str_eq(ea__json_str(j, "a.r", "?"), "0.93525");
-  ck_assert_str_eq(ea__json_str(j, "a.u", "?"), "12.0");
-  ck_assert_str_eq(ea__json_str(j, "a.n", "?"), "1.8446744073709552e19");
-  ck_assert_str_eq(ea__json_str(j, "a.t", "?"), "true");
-  ck_assert_str_eq(ea__json_str(j, "a.z", "?"), "null");
-  ck_assert_str_eq(ea__json_str(j, "a.s", "?"), "x\xc3\xa4");
-  ck_assert_str_eq(ea__json_str(j, "a.missing", "?"), "?");
-  ck_assert(ea__json_num(j, "a.r", 0) == 0.93525);
-  ck_assert(ea__json_num(j, "a.t", 0) == 1);
-  ck_assert_int_eq(ea__json_get(j, "a.z")->type, EA__J_NULL);
-  const ea__json *l = ea__json_get(j, "l");
-  ck_assert_int_eq(l->type, EA__J_ARR);
+  ck_assert_int_eq(ea_json_parse(doc, strlen(doc), &j, err, sizeof err), 0);
+  ck_assert_str_eq(ea_json_str(j, "a.i", "?"), "123456789012");
+  ck_assert_str_eq(ea_json_str(j, "a.r", "?"), "0.93525");
+  ck_assert_str_eq(ea_json_str(j, "a.u", "?"), "12.0");
+  ck_assert_str_eq(ea_json_str(j, "a.n", "?"), "1.8446744073709552e19");
+  ck_assert_str_eq(ea_json_str(j, "a.t", "?"), "true");
+  ck_assert_str_eq(ea_json_str(j, "a.z", "?"), "null");
+  ck_assert_str_eq(ea_json_str(j, "a.s", "?"), "x\xc3\xa4");
+  ck_assert_str_eq(ea_json_str(j, "a.missing", "?"), "?");
+  ck_assert(ea_json_num(j, "a.r", 0) == 0.93525);
+  ck_assert(ea_json_num(j, "a.t", 0) == 1);
+  ck_assert_int_eq(ea_json_get(j, "a.z")->type, EA_J_NULL);
+  const ea_json *l = ea_json_get(j, "l");
+  ck_assert_int_eq(l->type, EA_J_ARR);
   ck_assert_uint_eq(l->n, 3);
   ck_assert_str_eq(l->child->next->next->text, "3");
   ck_assert_ptr_null(l->child->next->next->next);
-  ck_assert_uint_eq(ea__json_get(j, "e")->n, 0);
-  ck_assert_ptr_null(ea__json_get(j, "e")->child);
-  ck_assert_int_eq(ea__json_get(j, "a")->type, EA__J_OBJ);
-  ck_assert_str_eq(ea__json_get(j, "a")->child->key, "n"); /* document order */
-  ea__json_free(j);
+  ck_assert_uint_eq(ea_json_get(j, "e")->n, 0);
+  ck_assert_ptr_null(ea_json_get(j, "e")->child);
+  ck_assert_int_eq(ea_json_get(j, "a")->type, EA_J_OBJ);
+  ck_assert_str_eq(ea_json_get(j, "a")->child->key, "n"); /* document order */
+  ea_json_free(j);
 }
 END_TEST
 
 START_TEST(parse_round_trips_our_writer) {
-  ea__jb b = {0};
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_fixed(&b, d, "since_s", 20.5, 1);
-  ea__jb_fixed(&b, d, "step_ms", 0.78, 2);
-  ea__jb_u64(&b, d, "gen", 163491);
-  ea__jb_fixed(&b, d, "tiny", 1e-7, 9);
-  ea__jb_u64(&b, d, "huge", UINT64_MAX);
+  ea_jb_fixed(&b, d, "since_s", 20.5, 1);
+  ea_jb_fixed(&b, d, "step_ms", 0.78, 2);
+  ea_jb_u64(&b, d, "gen", 163491);
+  ea_jb_fixed(&b, d, "tiny", 1e-7, 9);
+  ea_jb_u64(&b, d, "huge", UINT64_MAX);
   char *s = dump_and_free(d);
-  ea__json *j = NULL;
+  ea_json *j = NULL;
   char err[128];
-  ck_assert_int_eq(ea__json_parse(s, strlen(s), &j, err, sizeof err), 0);
-  ck_assert_str_eq(ea__json_str(j, "since_s", "?"), "20.5");
-  ck_assert_str_eq(ea__json_str(j, "step_ms", "?"), "0.78");
-  ck_assert_str_eq(ea__json_str(j, "gen", "?"), "163491");
+  ck_assert_int_eq(ea_json_parse(s, strlen(s), &j, err, sizeof err), 0);
+  ck_assert_str_eq(ea_json_str(j, "since_s", "?"), "20.5");
+  ck_assert_str_eq(ea_json_str(j, "step_ms", "?"), "0.78");
+  ck_assert_str_eq(ea_json_str(j, "gen", "?"), "163491");
   /* the literal the CLI shows is the one the agent wrote */
   const char *tiny = strstr(s, "\"tiny\":") + 7, *huge = strstr(s, "\"huge\":") + 7;
-  ck_assert_str_eq(ea__json_str(j, "tiny", "?"), "1e-7");
+  ck_assert_str_eq(ea_json_str(j, "tiny", "?"), "1e-7");
   ck_assert_int_eq(strncmp(tiny, "1e-7,", 5), 0);
-  ck_assert_str_eq(ea__json_str(j, "huge", "?"), "1.84467440737096e19");
+  ck_assert_str_eq(ea_json_str(j, "huge", "?"), "1.84467440737096e19");
   ck_assert_int_eq(strncmp(huge, "1.84467440737096e19}", 20), 0);
-  ea__json_free(j);
+  ea_json_free(j);
   free(s);
 }
 END_TEST
 
 START_TEST(parse_errors_name_the_offset) {
-  ea__json *j = NULL;
+  ea_json *j = NULL;
   char err[128] = "";
   const char *bad = "{\"a\":1,}";
-  ck_assert_int_eq(ea__json_parse(bad, strlen(bad), &j, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(ea_json_parse(bad, strlen(bad), &j, err, sizeof err), -EINVAL);
   ck_assert_msg(strstr(err, "JSON offset "), "%s", err);
-  ck_assert_int_eq(ea__json_parse("", 0, &j, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(ea_json_parse("", 0, &j, err, sizeof err), -EINVAL);
   /* nesting: 64 levels below the root parse, 65 do not */
   char deep[2 * 66 + 1];
   for (int depth = 65; depth <= 66; depth++) {
     memset(deep, '[', (size_t)depth);
     memset(deep + depth, ']', (size_t)depth);
-    int rc = ea__json_parse(deep, 2 * (size_t)depth, &j, err, sizeof err);
+    int rc = ea_json_parse(deep, 2 * (size_t)depth, &j, err, sizeof err);
     if (depth == 65) {
       ck_assert_int_eq(rc, 0);
-      ea__json_free(j);
+      ea_json_free(j);
     } else {
       ck_assert_int_eq(rc, -EINVAL);
       ck_assert_msg(strstr(err, "nested"), "%s", err);
@@ -200,26 +200,26 @@ static void counting_free(void *p) {
 }
 
 /* A document shaped like `status`: nested objects, arrays, every setter. */
-static json_t *build(ea__jb *b) {
+static json_t *build(ea_jb *b) {
   json_t *d = json_object();
-  ea__jb_str(b, d, "version", "0.1.0");
-  json_t *self = ea__jb_obj(b, d, "self");
-  ea__jb_str(b, self, "name", "n\xff");
-  ea__jb_int(b, self, "pid", 42);
-  ea__jb_fixed(b, self, "uptime_s", 3.25, 1);
-  json_t *ms = ea__jb_arr(b, d, "members");
+  ea_jb_str(b, d, "version", "0.1.0");
+  json_t *self = ea_jb_obj(b, d, "self");
+  ea_jb_str(b, self, "name", "n\xff");
+  ea_jb_int(b, self, "pid", 42);
+  ea_jb_fixed(b, self, "uptime_s", 3.25, 1);
+  json_t *ms = ea_jb_arr(b, d, "members");
   for (int i = 0; i < 3; i++) {
-    json_t *m = ea__jb_obj(b, ms, NULL);
-    ea__jb_str(b, m, "name", "member");
-    ea__jb_bool(b, m, "self", i == 0);
-    ea__jb_u64(b, m, "incarnation", (uint64_t)i);
+    json_t *m = ea_jb_obj(b, ms, NULL);
+    ea_jb_str(b, m, "name", "member");
+    ea_jb_bool(b, m, "self", i == 0);
+    ea_jb_u64(b, m, "incarnation", (uint64_t)i);
   }
-  ea__jb_null(b, d, "resumed");
+  ea_jb_null(b, d, "resumed");
   return d;
 }
 
 START_TEST(out_of_memory_anywhere) {
-  ea__jb b0 = {0};
+  ea_jb b0 = {0};
   char *want = dump_and_free(build(&b0));
   ck_assert(!b0.oom);
   json_set_alloc_funcs(failing_malloc, counting_free);
@@ -227,14 +227,14 @@ START_TEST(out_of_memory_anywhere) {
   for (long k = 0;; k++) {
     g_allocs_left = k;
     g_live = 0;
-    ea__jb b = {0};
+    ea_jb b = {0};
     json_t *d = build(&b);
-    char *got = d && !b.oom ? ea__json_dump(d) : NULL;
+    char *got = d && !b.oom ? ea_json_dump(d) : NULL;
     json_decref(d);
     bool whole = got && strcmp(got, want) == 0;
     ck_assert_msg(b.oom || !d || whole || !got, "allocation %ld: a document with holes: %s", k,
                   got ? got : "(none)");
-    free(got); /* ea__json_dump's buffer is libc malloc's */
+    free(got); /* ea_json_dump's buffer is libc malloc's */
     ck_assert_msg(g_live == 0, "allocation %ld: %ld blocks leaked", k, g_live);
     if (whole) break;
     flagged += b.oom;

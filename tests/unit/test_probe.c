@@ -1,5 +1,5 @@
-/* Check suite for the checkpoint-directory probe's codec (agent/cli/probe_wire.c,
- * drawn in agent/cli/probe.h): what `elastic-agent preflight --join` sends to a
+/* Check suite for the checkpoint-directory probe's codec (agent/ckpt/probe_wire.c,
+ * drawn in agent/ckpt/probe.h): what `elastic-agent preflight --join` sends to a
  * running agent on the control channel and what it answers.  Round trips of
  * both messages, the file-name rule that keeps a request inside
  * checkpoint.dir, the encoder refusing what the decoder would, and the

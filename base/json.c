@@ -6,7 +6,7 @@
  * UTF-8 checks; this file adds only what our documents need on top:
  *
  *   - typed setters that survive running out of memory anywhere in a large
- *     document: the first failure sets a sticky flag in an ea__jb, every
+ *     document: the first failure sets a sticky flag in an ea_jb, every
  *     later call still frees what it is handed, and the builder looks at
  *     the flag once at the end (an answer with holes is never sent);
  *   - strings from the network (member names, addresses, reasons) that may
@@ -16,11 +16,11 @@
  *     decimals, written with 15 significant digits — DBL_DIG, so the text is
  *     the shortest that reads back to the same double), unsigned 64-bit
  *     counters written exactly;
- *   - the small read-only DOM (ea__json) the CLI walks to print `status`
+ *   - the small read-only DOM (ea_json) the CLI walks to print `status`
  *     for people, built from jansson's parse: values keep their literal text
  *     so 64-bit counters print exactly, and nesting is bounded.
  */
-#include "agent_int.h"
+#include "ea_json.h"
 #include "ea_base.h"
 
 #include <errno.h>
@@ -39,7 +39,7 @@
 
 /* ---- writing ----------------------------------------------------------------- */
 
-void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v) {
+void ea_jb_set(ea_jb *b, json_t *o, const char *key, json_t *v) {
   int rc = -1;
   if (v && o)
     rc = key ? json_object_set_new(o, key, v) : json_array_append_new(o, v);
@@ -50,16 +50,16 @@ void ea__jb_set(ea__jb *b, json_t *o, const char *key, json_t *v) {
 
 /* Set the new container c at key of o; o then holds the reference, and c
  * is returned borrowed — or NULL once anything failed. */
-static json_t *child(ea__jb *b, json_t *o, const char *key, json_t *c) {
-  ea__jb_set(b, o, key, c);
+static json_t *child(ea_jb *b, json_t *o, const char *key, json_t *c) {
+  ea_jb_set(b, o, key, c);
   return b->oom ? NULL : c;
 }
 
-json_t *ea__jb_obj(ea__jb *b, json_t *o, const char *key) {
+json_t *ea_jb_obj(ea_jb *b, json_t *o, const char *key) {
   return child(b, o, key, json_object());
 }
 
-json_t *ea__jb_arr(ea__jb *b, json_t *o, const char *key) {
+json_t *ea_jb_arr(ea_jb *b, json_t *o, const char *key) {
   return child(b, o, key, json_array());
 }
 
@@ -105,31 +105,31 @@ static json_t *jv_fixed(double v, int decimals) {
   return json_real(r == 0 ? 0.0 : r); /* no "-0.0" */
 }
 
-void ea__jb_str(ea__jb *b, json_t *o, const char *key, const char *s) {
-  ea__jb_set(b, o, key, jv_str(s));
+void ea_jb_str(ea_jb *b, json_t *o, const char *key, const char *s) {
+  ea_jb_set(b, o, key, jv_str(s));
 }
 
-void ea__jb_u64(ea__jb *b, json_t *o, const char *key, uint64_t v) {
-  ea__jb_set(b, o, key, jv_u64(v));
+void ea_jb_u64(ea_jb *b, json_t *o, const char *key, uint64_t v) {
+  ea_jb_set(b, o, key, jv_u64(v));
 }
 
-void ea__jb_int(ea__jb *b, json_t *o, const char *key, int64_t v) {
-  ea__jb_set(b, o, key, json_integer((json_int_t)v));
+void ea_jb_int(ea_jb *b, json_t *o, const char *key, int64_t v) {
+  ea_jb_set(b, o, key, json_integer((json_int_t)v));
 }
 
-void ea__jb_bool(ea__jb *b, json_t *o, const char *key, bool v) {
-  ea__jb_set(b, o, key, json_boolean(v));
+void ea_jb_bool(ea_jb *b, json_t *o, const char *key, bool v) {
+  ea_jb_set(b, o, key, json_boolean(v));
 }
 
-void ea__jb_fixed(ea__jb *b, json_t *o, const char *key, double v, int decimals) {
-  ea__jb_set(b, o, key, jv_fixed(v, decimals));
+void ea_jb_fixed(ea_jb *b, json_t *o, const char *key, double v, int decimals) {
+  ea_jb_set(b, o, key, jv_fixed(v, decimals));
 }
 
-void ea__jb_null(ea__jb *b, json_t *o, const char *key) {
-  ea__jb_set(b, o, key, json_null());
+void ea_jb_null(ea_jb *b, json_t *o, const char *key) {
+  ea_jb_set(b, o, key, json_null());
 }
 
-char *ea__json_dump(const json_t *doc) {
+char *ea_json_dump(const json_t *doc) {
   /* Measured, then written into our own malloc'd buffer: the caller frees
    * it with free() whatever allocator jansson was given. */
   const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(JSON_REAL_DIGITS);
@@ -143,10 +143,10 @@ char *ea__json_dump(const json_t *doc) {
   return s;
 }
 
-json_t *ea__json_error(const char *msg) {
-  ea__jb b = {0};
+json_t *ea_json_error(const char *msg) {
+  ea_jb b = {0};
   json_t *d = json_object();
-  ea__jb_str(&b, d, "error", msg);
+  ea_jb_str(&b, d, "error", msg);
   if (b.oom) {
     json_decref(d);
     return NULL;
@@ -181,8 +181,8 @@ static char *number_text(const json_t *v) {
   return strdup(buf);
 }
 
-/* Copy jansson's value v into the ea__json node out (type, text, children). */
-static int convert(const json_t *v, ea__json *out, int depth, char *err, size_t errlen) {
+/* Copy jansson's value v into the ea_json node out (type, text, children). */
+static int convert(const json_t *v, ea_json *out, int depth, char *err, size_t errlen) {
   if (depth > JSON_MAX_DEPTH) {
     snprintf(err, errlen, "JSON nested deeper than %d", JSON_MAX_DEPTH);
     return -EINVAL;
@@ -191,8 +191,8 @@ static int convert(const json_t *v, ea__json *out, int depth, char *err, size_t 
     case JSON_OBJECT:
     case JSON_ARRAY: {
       bool obj = json_is_object(v);
-      out->type = obj ? EA__J_OBJ : EA__J_ARR;
-      ea__json **tail = &out->child;
+      out->type = obj ? EA_J_OBJ : EA_J_ARR;
+      ea_json **tail = &out->child;
       const char *key;
       json_t *c;
       size_t i = 0, n = obj ? json_object_size(v) : json_array_size(v);
@@ -206,7 +206,7 @@ static int convert(const json_t *v, ea__json *out, int depth, char *err, size_t 
           key = NULL;
           c = json_array_get(v, i);
         }
-        ea__json *e = calloc(1, sizeof *e);
+        ea_json *e = calloc(1, sizeof *e);
         if (!e) return -ENOMEM;
         *tail = e;
         tail = &e->next;
@@ -218,33 +218,33 @@ static int convert(const json_t *v, ea__json *out, int depth, char *err, size_t 
       return 0;
     }
     case JSON_STRING:
-      out->type = EA__J_STR;
+      out->type = EA_J_STR;
       out->text = strdup(json_string_value(v));
       break;
     case JSON_INTEGER:
     case JSON_REAL:
-      out->type = EA__J_NUM;
+      out->type = EA_J_NUM;
       out->num = json_number_value(v);
       out->text = number_text(v);
       break;
     case JSON_TRUE:
     case JSON_FALSE:
-      out->type = EA__J_BOOL;
+      out->type = EA_J_BOOL;
       out->b = json_is_true(v);
       out->text = strdup(out->b ? "true" : "false");
       break;
     default:
-      out->type = EA__J_NULL;
+      out->type = EA_J_NULL;
       out->text = strdup("null");
       break;
   }
   return out->text ? 0 : -ENOMEM;
 }
 
-void ea__json_free(ea__json *j) {
+void ea_json_free(ea_json *j) {
   while (j) {
-    ea__json *next = j->next;
-    ea__json_free(j->child);
+    ea_json *next = j->next;
+    ea_json_free(j->child);
     free(j->key);
     free(j->text);
     free(j);
@@ -252,31 +252,31 @@ void ea__json_free(ea__json *j) {
   }
 }
 
-int ea__json_parse(const char *s, size_t len, ea__json **out, char *err, size_t errlen) {
+int ea_json_parse(const char *s, size_t len, ea_json **out, char *err, size_t errlen) {
   json_error_t je;
   json_t *doc = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!doc) {
     snprintf(err, errlen, "JSON offset %d: %s", je.position, je.text);
     return -EINVAL;
   }
-  ea__json *root = calloc(1, sizeof *root);
+  ea_json *root = calloc(1, sizeof *root);
   int rc = root ? convert(doc, root, 0, err, errlen) : -ENOMEM;
   json_decref(doc);
   if (rc) {
     if (rc == -ENOMEM) snprintf(err, errlen, "out of memory");
-    ea__json_free(root);
+    ea_json_free(root);
     return rc;
   }
   *out = root;
   return 0;
 }
 
-const ea__json *ea__json_get(const ea__json *j, const char *path) {
+const ea_json *ea_json_get(const ea_json *j, const char *path) {
   while (j && *path) {
     const char *dot = strchr(path, '.');
     size_t l = dot ? (size_t)(dot - path) : strlen(path);
-    const ea__json *c = NULL;
-    if (j->type == EA__J_OBJ)
+    const ea_json *c = NULL;
+    if (j->type == EA_J_OBJ)
       for (c = j->child; c; c = c->next)
         if (strlen(c->key) == l && memcmp(c->key, path, l) == 0) break;
     j = c;
@@ -285,14 +285,14 @@ const ea__json *ea__json_get(const ea__json *j, const char *path) {
   return j;
 }
 
-const char *ea__json_str(const ea__json *j, const char *path, const char *dflt) {
-  const ea__json *v = ea__json_get(j, path);
+const char *ea_json_str(const ea_json *j, const char *path, const char *dflt) {
+  const ea_json *v = ea_json_get(j, path);
   return v && v->text ? v->text : dflt;
 }
 
-double ea__json_num(const ea__json *j, const char *path, double dflt) {
-  const ea__json *v = ea__json_get(j, path);
-  if (v && v->type == EA__J_NUM) return v->num;
-  if (v && v->type == EA__J_BOOL) return v->b;
+double ea_json_num(const ea_json *j, const char *path, double dflt) {
+  const ea_json *v = ea_json_get(j, path);
+  if (v && v->type == EA_J_NUM) return v->num;
+  if (v && v->type == EA_J_BOOL) return v->b;
   return dflt;
 }

@@ -1,4 +1,4 @@
-/* smoke.h — internal to agent/cli/: `elastic-agent run --smoke N`, a short
+/* smoke.h — the top floor's: `elastic-agent run --smoke N`, a short
  * trial of the job as configured before the long run (smoke.c,
  * docs/operations.md "Smoke run").
  *

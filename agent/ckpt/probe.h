@@ -1,7 +1,7 @@
-/* probe.h — internal to agent/cli/: the checkpoint-directory probe that
- * `elastic-agent preflight --join` sends to running agents (probe_wire.c,
- * probe.c), the preflight command (preflight_net.c) and the smoke run
- * (smoke.c).
+/* probe.h — the ckpt wing's: the checkpoint-directory probe that
+ * `elastic-agent preflight --join` sends to running agents: its codec
+ * (probe_wire.c), shared by the asking side (agent/cli/preflight_net.c)
+ * and the running agent's answer (agent/probe.c).
  *
  * The probe asks "do you see this file in your checkpoint.dir?".  The
  * preflight writes a random token into DIR/.preflight-<hex> on its own node
