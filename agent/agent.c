@@ -12,7 +12,8 @@
  * How the pieces are wired.  The rendezvous core (rdzv/rdzv.c) is pure: it
  * is told about membership (ea_rdzv_view, from the settle handler below),
  * control messages (ea_rdzv_recv, from control.c), the local workers'
- * reports (ea_rdzv_worker_*, from the supervisor's callbacks in workers.c)
+ * reports (ea_rdzv_worker_*, posted by the supervisor's callbacks in
+ * workers.c)
  * and time (ea_rdzv_tick, from one timer re-armed to ea_rdzv_next_deadline
  * after every call).  What it wants done comes back through ea_rdzv_io
  * while it runs: messages go straight to the control channel, persists to
@@ -20,9 +21,15 @@
  * (PREPARE, COMMIT, PAUSE).  Its rule is that io callbacks never call back
  * into it, so anything that must be reported back (a worker that cannot be
  * told, the DRAINED order, a drain that began remotely) is flagged and
- * handled by ea__agent_core_done(), which every caller runs right after its
- * call into the core.  The core also computes the controller election; the
- * agent asks it (ea_rdzv_election) rather than electing again.
+ * handled by ea__agent_core_done(), which runs right after every call into
+ * the core.  Only this file calls the core's functions that change it: the
+ * rest of agent/ posts what it wants done as intents (a worker ready,
+ * failed or stepping, a member's failure, a link down, a hold-out, a drain,
+ * a re-formation: ea__agent_do), applied here in order and followed by the
+ * core-done step once, with the phase rule in one place
+ * (scripts/check-layout.sh checks that nobody else calls the core).  The
+ * core also computes the controller election; the agent asks it
+ * (ea_rdzv_election) rather than electing again.
  *
  * Checkpoints ride along (docs/checkpoints.md, "The live flow"): the
  * workers' staged shards go to an ea__ckpt_svc that writes them on the
@@ -157,6 +164,61 @@ void ea__agent_core_done(ea__agent *a) {
   rdzv_rearm(a);
   ea__agent_preempt_sync(a);
   ea__agent_job_sync(a);
+}
+
+/* One intent into the core; its return code (0 for calls that have none). */
+static int apply(ea__agent *a, uint64_t now, const ea__intent *in) {
+  switch (in->kind) {
+    case EA__DO_WORKER_STARTING:
+      ea_rdzv_worker_starting(a->rdzv, now, in->worker, in->on);
+      return 0;
+    case EA__DO_WORKER_READY:
+      return ea_rdzv_worker_ready(a->rdzv, now, in->worker, in->gen, in->listen, in->u64,
+                                  in->state_gen, in->nccl_id);
+    case EA__DO_WORKER_STEP:
+      ea_rdzv_worker_step(a->rdzv, now, in->worker, in->u64);
+      return 0;
+    case EA__DO_WORKER_FAILED:
+      ea_rdzv_worker_failed(a->rdzv, now, in->worker);
+      return 0;
+    case EA__DO_WORKER_FAILED_PEER:
+      ea_rdzv_worker_failed_peer(a->rdzv, now, in->worker, in->peer);
+      return 0;
+    case EA__DO_NODE_FAILED:
+      ea_rdzv_node_failed(a->rdzv, now, in->node, in->text);
+      return 0;
+    case EA__DO_LINK_DOWN:
+      return ea_rdzv_link_down(a->rdzv, now, in->node, in->peer);
+    case EA__DO_HOLD_OUT:
+      return ea_rdzv_hold_out(a->rdzv, now, in->node, in->hold, in->text);
+    case EA__DO_DRAIN:
+      return ea_rdzv_drain(a->rdzv, now, in->text);
+    case EA__DO_REFORM:
+      return ea_rdzv_reform(a->rdzv, now, in->text);
+    case EA__DO_LAST_CKPT_DONE:
+      ea_rdzv_last_ckpt_done(a->rdzv, now, in->u64);
+      return 0;
+    case EA__DO_LATEST_CKPT:
+      ea_rdzv_set_latest_ckpt(a->rdzv, in->u64);
+      return 0;
+    case EA__DO_SETTLE:
+      return 0;
+  }
+  return -EINVAL;
+}
+
+int ea__agent_do(ea__agent *a, const ea__intent *in, size_t n) {
+  if (!a->rdzv || a->phase == EA__PHASE_CLOSING) return -ECANCELED;
+  uint64_t now = ea__agent_now_ms(a);
+  int first = 0;
+  bool work = false;
+  for (size_t i = 0; i < n; i++) {
+    int rc = apply(a, now, &in[i]);
+    if (rc < 0 && first == 0) first = rc;
+    work = work || in[i].kind != EA__DO_LATEST_CKPT;
+  }
+  if (work) ea__agent_core_done(a);
+  return first;
 }
 
 static void on_rdzv_timer(uv_timer_t *h) {

@@ -15,19 +15,22 @@
  *   the running agent's internals          agent.c (start-up, the loop),
  *                                          workers.c (orders, messages),
  *                                          drain.c (drain, shutdown),
- *                                          ckpt/ckpt_glue.c (checkpoints),
- *                                          obs/status.c (the status
- *                                          document), obs/metrics.c
+ *                                          ckpt_glue.c (checkpoints),
+ *                                          status.c (the status
+ *                                          document), metrics.c
  *                                          (progress, stalls, readiness,
  *                                          the metrics snapshot)
- *   Prometheus exposition, HTTP server     obs/metrics.c (the text),
+ *   Prometheus exposition, HTTP server     obs/exposition.c (the text),
  *                                          obs/http.c (libmicrohttpd, its
  *                                          own thread)
+ *   alerts: the agent's side               alerting.c
  *   alerts: registry, rate limit, delivery obs/alerts.c (libcurl, its own
  *                                          thread)
- *   spot/preemption notice poller          obs/notice.c (its own thread)
+ *   spot/preemption notice poller          obs/notice.c (its own thread;
+ *                                          preempt.c acts on a notice)
  *   cluster identity, the --join gate      ident.c
- *   the job: launch, outcome, pace         job/ (job_glue.c, job_pace.c)
+ *   the job: launch, outcome, pace         job_glue.c, job_pace.c (the
+ *                                          components: job/)
  *   the smoke run's hooks                  smoke.c (smoke.h)
  *   the checkpoint-dir probe's answer      probe.c (ckpt/probe.h)
  *   the command line, preflight, the smoke
@@ -39,9 +42,10 @@
  * (job/supervisor.h), launch and output (job/launch.h, job/output.h), the
  * job's outcome (job/job.h), the checkpoint flow (ckpt/ckpt_svc.h), the
  * checkpoint-dir probe (ckpt/probe.h), the smoke run (smoke.h), and the
- * alert records, metrics snapshot and HTTP server (obs/obs.h).
- * The wing files that include this header reach back up into the loop's
- * state: `scripts/check-layout.sh` prints them as circles (issue 26, item 2).
+ * alert records, metrics snapshot and HTTP server (obs/obs.h).  No wing
+ * file includes this header: the wings' components know nothing of the
+ * loop, and the files of this floor wire them to it
+ * (`scripts/check-layout.sh` checks it).
  */
 #ifndef EA_AGENT_INT_H
 #define EA_AGENT_INT_H
@@ -365,8 +369,10 @@ typedef struct {
  * One ea__agent per process, heap memory owned by ea__agent_run() from
  * start to the return of uv_run.  Everything below runs on its loop
  * thread.  The rules that bind the files together:
- *   - after every call into the rendezvous core, call ea__agent_core_done()
- *     (the core's io callbacks only flag what must not run inside it);
+ *   - only agent.c calls the rendezvous core's functions that change it;
+ *     the rest of agent/ posts intents (ea__agent_do), which agent.c
+ *     applies and follows with ea__agent_core_done() (the core's io
+ *     callbacks only flag what must not run inside it);
  *   - a callback checks a->phase first: after EA__PHASE_CLOSING nothing
  *     but handle closes may happen;
  *   - the controller is ea_rdzv_election()'s answer, never a second
@@ -549,9 +555,18 @@ struct ea__agent {
   char workers_dir[EA_PATH_MAX + 16];
   /* ---- metrics, stalls, readiness (metrics.c) ---- */
   struct ea__agent_mx *mx;
-  /* ---- alerts (alerts.c) and the preemption notice (notice.c) ---- */
-  struct ea__agent_al *al;
-  struct ea__agent_notice *notice;
+  /* ---- alerts (obs/alerts.c, alerting.c), the preemption notice (obs/notice.c) ---- */
+  ea__alerts *al;
+  /* node_lost (alerting.c): the nodes of the last running generation seen,
+   * kept while none runs, because the core abandons a generation in the
+   * same call that learns of the death */
+  struct {
+    ea_node_id *ids;
+    char (*names)[EA_NAME_MAX];
+    uint32_t n, wpn, world;
+    uint64_t term;
+  } lost_plan;
+  ea__notice *notice;
   /* ---- the checkpoint before a mass preemption (preempt.c) ---- */
   struct ea__agent_preempt *preempt;
   /* ---- the job's pace, stragglers (job_pace.c) ---- */
@@ -580,8 +595,65 @@ static inline const ea_member *ea__agent_find_member(ea__agent *a, const ea_node
   return ea_swim_find(ea_transport_swim(a->tr), id);
 }
 /* Report what the core's io callbacks could not, act on orders that must
- * not run inside it, advertise the generation we run, re-arm its timer. */
+ * not run inside it, advertise the generation we run, re-arm its timer.
+ * agent.c runs it after each of its own calls into the core and after
+ * each ea__agent_do. */
 void ea__agent_core_done(ea__agent *a);
+
+/* ---- intents: what the rest of agent/ asks of the rendezvous core ---------
+ *
+ * Only agent.c calls the core's functions that change it
+ * (scripts/check-layout.sh checks this: a function of include/ea_rdzv.h
+ * that takes a non-const ea_rdzv * is called nowhere else).  A feature
+ * says what it wants done — this worker is ready, failed, took a step; a
+ * member's worker failed; a link is down; hold a straggler out; drain a
+ * node; re-form; the last checkpoint before a mass preemption is done —
+ * and ea__agent_do applies a callback's intents in order with the loop's
+ * clock, then runs what follows every call into the core
+ * (ea__agent_core_done) once.  The rules live there: nothing reaches the
+ * core before it exists or once the agent is closing, and nobody has to
+ * remember the core-done step. */
+typedef enum {
+  EA__DO_WORKER_STARTING,    /* worker; on: its program is (re)starting */
+  EA__DO_WORKER_READY,       /* worker, gen, listen, step, state_gen, nccl_id */
+  EA__DO_WORKER_STEP,        /* worker; u64: the steps it has completed */
+  EA__DO_WORKER_FAILED,      /* worker */
+  EA__DO_WORKER_FAILED_PEER, /* worker; peer: whom its collective blames (may be NULL) */
+  EA__DO_NODE_FAILED,        /* as controller: node's worker failed; text: what */
+  EA__DO_LINK_DOWN,          /* as controller: node (by) cannot reach peer */
+  EA__DO_HOLD_OUT,           /* as controller: node; hold: why (EA_RDZV_HOLD_*); text */
+  EA__DO_DRAIN,              /* text: a member's name, NULL: this node */
+  EA__DO_REFORM,             /* as controller: a fresh generation; text: why */
+  EA__DO_LAST_CKPT_DONE,     /* u64: the generation whose last checkpoint is done */
+  EA__DO_LATEST_CKPT,        /* u64: the newest committed checkpoint's generation (a
+                                setting the next plan reads: no core-done step) */
+  EA__DO_SETTLE,             /* no call: only the core-done step, for what a callback
+                                inside the core flagged (a worker that could not be
+                                told, one that did not start) */
+} ea__do_kind;
+
+typedef struct {
+  ea__do_kind kind;
+  uint32_t worker;
+  bool on;
+  uint8_t hold;
+  uint64_t u64;
+  uint64_t state_gen;
+  const ea_node_id *node, *peer;
+  const char *text;
+  const ea_rdzv_gen *gen;
+  const ea_addr *listen;
+  const uint8_t *nccl_id;
+} ea__intent;
+
+/* Apply n intents in order, then ea__agent_core_done once (unless every
+ * one was a setting).  Returns 0, the first negative errno a call returned
+ * (the rest are still applied), or -ECANCELED when the core is not there
+ * or the agent is closing (nothing applied). */
+int ea__agent_do(ea__agent *a, const ea__intent *in, size_t n);
+static inline int ea__agent_do1(ea__agent *a, ea__intent in) {
+  return ea__agent_do(a, &in, 1);
+}
 /* Initialise the agent's own handles on a->loop (signals, the settle idle,
  * the peers, rendezvous, drain and tick timers; none started) and mark
  * them open: ea__agent_shutdown closes them.  ea__agent_run, and the
@@ -717,7 +789,7 @@ const char *ea__agent_metrics_addr(const ea__agent *a, const char **err);
 /* The agent's listener's counters (zeros when it is off). */
 void ea__agent_http_stats(const ea__agent *a, ea__http_stats *out);
 
-/* ---- alerts (alerts.c) ---------------------------------------------------------
+/* ---- alerts (the registry: obs/alerts.c; the agent's side: alerting.c) ---------
  * The one way an alert is raised.  ea__agent_alert writes the `alert` log
  * line (event "alert", message = the summary, then " kind=K
  * severity=S"), counts it (counters.alerts, elastic_agent_alerts_total),
@@ -764,11 +836,9 @@ void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc);
  * it is alive again.  Cheap: the plan's nodes, looked up by id. */
 void ea__agent_alerts_members(ea__agent *a);
 
-/* ---- spot/preemption notice (notice.c) ---------------------------------------------
- * runtime.preemption_notice other than "none": a thread polls the metadata
- * service every EA__NOTICE_PERIOD_MS; a notice wakes the loop, which logs
- * it, raises `preempted` and drains this node (ea__agent_begin_drain). */
-#define EA__NOTICE_PERIOD_MS 2000
+/* ---- spot/preemption notice (the poller: obs/notice.c; this: preempt.c) -----------
+ * runtime.preemption_notice other than "none": the poller's notice is
+ * logged, raises `preempted` and drains this node (ea__agent_begin_drain). */
 int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen);
 /* Shutdown: stop polling (joins the thread: at most one request's timeout). */
 void ea__agent_notice_close(ea__agent *a);

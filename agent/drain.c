@@ -149,10 +149,7 @@ void ea__agent_begin_drain(ea__agent *a, const char *why, bool core_knows) {
          " s)",
          why, deadline_ms / 1000u);
   uv_timer_start(&a->drain_timer, on_drain_timeout, deadline_ms, 0);
-  if (!core_knows) {
-    ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), NULL);
-    ea__agent_core_done(a);
-  }
+  if (!core_knows) ea__agent_do1(a, (ea__intent){.kind = EA__DO_DRAIN});
 }
 
 void ea__agent_on_signal(uv_signal_t *h, int signum) {
@@ -228,8 +225,7 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
     ea_jb_bool(&b, doc, "self", true);
     ea_jb_bool(&b, doc, "already", already);
   } else {
-    int rc = ea_rdzv_drain(a->rdzv, ea__agent_now_ms(a), name);
-    ea__agent_core_done(a);
+    int rc = ea__agent_do1(a, (ea__intent){.kind = EA__DO_DRAIN, .text = name});
     if (rc < 0) {
       char msg[EA_NAME_MAX + 64];
       snprintf(msg, sizeof msg, "no alive member named '%s'", name);

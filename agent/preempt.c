@@ -286,8 +286,7 @@ static void on_kick(uv_timer_t *h) {
   if (a->phase >= EA__PHASE_LEAVING || !a->rdzv) return;
   if (P->release) {
     P->release = false;
-    ea_rdzv_last_ckpt_done(a->rdzv, ea__agent_now_ms(a), P->gen);
-    ea__agent_core_done(a);
+    ea__agent_do1(a, (ea__intent){.kind = EA__DO_LAST_CKPT_DONE, .u64 = P->gen});
     return;
   }
   if (P->committed && !P->said) {
@@ -302,8 +301,7 @@ static void on_kick(uv_timer_t *h) {
                     "checkpoint before a mass preemption: %s committed %.2f s after the drains "
                     "began; the job stops until min_nodes are back and resumes from it",
                     P->name, s);
-    ea_rdzv_last_ckpt_done(a->rdzv, ea__agent_now_ms(a), P->gen);
-    ea__agent_core_done(a);
+    ea__agent_do1(a, (ea__intent){.kind = EA__DO_LAST_CKPT_DONE, .u64 = P->gen});
     return;
   }
   if (P->failed && !P->said) {
@@ -425,4 +423,28 @@ void ea__agent_preempt_close(ea__agent *a) {
   if (!P) return;
   a->preempt = NULL;
   uv_close((uv_handle_t *)&P->kick, closed);
+}
+
+/* ---- the spot/preemption notice: obs/notice.c polls, this acts ---- */
+
+static void on_notice(void *ctx, const char *what) {
+  ea__agent *a = ctx;
+  if (a->phase >= EA__PHASE_CLOSING) return;
+  ea_log(EA_LOG_WARN, "notice", "preemption notice: %s; draining this node now", what);
+  ea__agent_alert(a, EA__ALERT_PREEMPTED, EA__SEV_WARNING, "",
+                  "preemption notice: %s; this node drains", what);
+  ea__agent_begin_drain(a, "preemption notice", false);
+}
+
+int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen) {
+  const ea_config *c = &a->o->cfg;
+  return ea__notice_start(&a->loop, c->runtime.preemption_notice,
+                          c->runtime.preemption_metadata_url, on_notice, a, &a->notice, err,
+                          errlen);
+}
+
+void ea__agent_notice_close(ea__agent *a) {
+  ea__notice *n = a->notice;
+  a->notice = NULL;
+  ea__notice_close(n);
 }

@@ -67,9 +67,8 @@ void ea__smoke_committed(ea__smoke *s, const char *name, uint64_t bytes, double 
 static void reform_cb(uv_timer_t *t) {
   ea__agent *a = t->data;
   /* -EAGAIN on the members: only the controller forms generations. */
-  if (a->rdzv &&
-      ea_rdzv_reform(a->rdzv, ea__agent_mono_ms(), "smoke run: restore the checkpoint") == 0)
-    ea__agent_core_done(a);
+  ea__agent_do1(a,
+                (ea__intent){.kind = EA__DO_REFORM, .text = "smoke run: restore the checkpoint"});
 }
 
 void ea__smoke_restore(ea__agent *a, uint64_t gen, uint64_t step) {

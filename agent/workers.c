@@ -12,7 +12,8 @@
  * messages and exits from its callbacks, never from inside a send, and
  * io.order runs inside the core, so it only talks to the workers; what it
  * cannot do there (a worker that cannot be told) is flagged for
- * ea__agent_core_done().
+ * ea__agent_core_done().  What the workers say goes to the rendezvous core
+ * as intents (ea__agent_do, agent.c).
  */
 #include "agent_int.h"
 
@@ -420,16 +421,20 @@ void ea__agent_update_starting(ea__agent *a) {
   /* A node without its cluster identity yet is "starting" too (ident.c). */
   bool up = a->ident.have;
   bool any = false;
-  for (uint32_t k = 0; k < a->wpn; k++) {
+  ea__intent in[EA_RDZV_MAX_WPN + 1];
+  size_t n = 0;
+  for (uint32_t k = 0; k < a->wpn && k < EA_RDZV_MAX_WPN; k++) {
     bool starting = lib ? !a->w[k].hello || !a->ident.have : restart_starting(a, k);
     up = up && !starting;
     any = any || starting;
     /* the fast signal, on the control channel (EA_RDZV_F_STARTING) */
     if (lib || starting || a->restart_flagged)
-      ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, starting);
+      in[n++] = (ea__intent){.kind = EA__DO_WORKER_STARTING, .worker = k, .on = starting};
   }
   if (!lib) a->restart_flagged = a->restart_flagged || any;
-  ea__agent_core_done(a);
+  /* and what a generation's commit flagged (its callers run inside it) */
+  in[n++] = (ea__intent){.kind = EA__DO_SETTLE};
+  ea__agent_do(a, in, n);
   bool was = ea_rdzv_tags_have(a->meta.tags, EA_RDZV_TAG_STARTING);
   if (was == !up) return;
   if (ea_rdzv_tags_set(a->meta.tags, sizeof a->meta.tags, EA_RDZV_TAG_STARTING, !up) < 0) {
@@ -461,7 +466,6 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
   ea__agent *a = ctx;
   if (a->phase == EA__PHASE_CLOSING || k >= a->wpn) return;
   ea__agent_wk *w = &a->w[k];
-  uint64_t now = ea__agent_now_ms(a);
   /* The checkpoint messages sit outside the enum (ea_ipc.h says why). */
   if ((int)m->type == EA_IPC_CKPT_STAGED || (int)m->type == EA_IPC_CKPT_SKIPPED) {
     ea__agent_ckpt_from_worker(a, k, m);
@@ -502,8 +506,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
                "worker %u: comm address '%s' is not a numeric ip:port (set EA_COMM_BIND)", k,
                m->comm_addr);
         w->state = EA__W_FAILED;
-        ea_rdzv_worker_failed(a->rdzv, now, k);
-        ea__agent_core_done(a);
+        ea__agent_do1(a, (ea__intent){.kind = EA__DO_WORKER_FAILED, .worker = k});
         break;
       }
       w->state = EA__W_READY;
@@ -513,9 +516,13 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       /* A smoke run's restore: no live state is offered (the generation
        * then loads the checkpoint, as a cold start does). */
       bool fresh = a->o->smoke && a->o->smoke->restore_asked;
-      ea_rdzv_worker_ready(a->rdzv, now, k, &a->prep.gen, &la, fresh ? 0 : m->next_step,
-                           fresh ? 0 : w->state_gen, m->has_nccl_id ? m->nccl_id : NULL);
-      ea__agent_core_done(a);
+      ea__agent_do1(a, (ea__intent){.kind = EA__DO_WORKER_READY,
+                                    .worker = k,
+                                    .gen = &a->prep.gen,
+                                    .listen = &la,
+                                    .u64 = fresh ? 0 : m->next_step,
+                                    .state_gen = fresh ? 0 : w->state_gen,
+                                    .nccl_id = m->has_nccl_id ? m->nccl_id : NULL});
       break;
     }
     case EA_IPC_STEP:
@@ -533,8 +540,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
       log_step(a, k, m);
       if (a->o->smoke) ea__smoke_step(a->o->smoke, k, m->step + 1, m->loss, a->run.world);
       ea__agent_pace_step(a, k, m); /* compute_seconds: the straggler signal */
-      ea_rdzv_worker_step(a->rdzv, now, k, m->step + 1);
-      ea__agent_core_done(a);
+      ea__agent_do1(a, (ea__intent){.kind = EA__DO_WORKER_STEP, .worker = k, .u64 = m->step + 1});
       break;
     case EA_IPC_FAILED:
       w->next_step = m->next_step;
@@ -553,8 +559,7 @@ static void on_worker_msg(void *ctx, uint32_t k, const ea_ipc_msg *m) {
              k, m->gen, m->next_step, m->message, peer ? " (blames node " : "",
              peer ? w->fail_node : "", peer ? ")" : "");
       if (!peer) ea__agent_link_comm_failed(a); /* no peer named: probe the links */
-      ea_rdzv_worker_failed_peer(a->rdzv, now, k, peer);
-      ea__agent_core_done(a);
+      ea__agent_do1(a, (ea__intent){.kind = EA__DO_WORKER_FAILED_PEER, .worker = k, .peer = peer});
       break;
     case EA_IPC_ABORTED:
       w->state = EA__W_PAUSED;
@@ -632,10 +637,12 @@ static void on_worker_exit(void *ctx, uint32_t k, int64_t status, int sig) {
   /* Library mode: the failure report says at once that this worker is
    * starting again, so the others re-form without this node rather than
    * wait for the new process's imports (it comes back after its hello). */
+  ea__intent in[2];
+  size_t n = 0;
   if (a->mode == EA__MODE_LIBRARY && w->restarts < max)
-    ea_rdzv_worker_starting(a->rdzv, ea__agent_now_ms(a), k, true);
-  ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
-  ea__agent_core_done(a);
+    in[n++] = (ea__intent){.kind = EA__DO_WORKER_STARTING, .worker = k, .on = true};
+  in[n++] = (ea__intent){.kind = EA__DO_WORKER_FAILED, .worker = k};
+  ea__agent_do(a, in, n);
   if (a->phase >= EA__PHASE_STOPPING) return; /* the report drained us */
   if (w->restarts >= max) {
     ea_log(EA_LOG_ERROR, "worker",

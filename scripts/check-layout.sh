@@ -10,19 +10,21 @@
 #   * a public header is its owner's: it may include the public headers of
 #     the modules its owner may depend on, and no private header;
 #   * a module may have wings, folders one level down (agent/ckpt/,
-#     agent/job/, agent/obs/, agent/cli/): a wing includes its own headers
-#     and those of its module's top floor (the files directly in agent/),
-#     never another wing's; the top floor may include any wing's.  A wing
-#     file that includes the top floor's headers (agent_int.h, the loop's
-#     state, which also declares what the wings define) reaches back up: a
-#     circle, printed as a note per wing (issue 26 item 2 removes them).
-#     The files that do so today are listed below; a new one is a violation
-#     (a feature below the loop asks for work instead of calling up);
+#     agent/job/, agent/obs/, agent/cli/): a wing below the loop includes
+#     its own headers and public ones, never another wing's and never the
+#     top floor's (the files directly in agent/: agent_int.h is the loop's
+#     state): its files are components that know nothing of the loop, and
+#     the top floor, which may include any wing's header, wires them to it.
+#     So no wing and the top floor form a circle;
 #   * one wing is the entry floor, above the loop, not below it: agent/cli/
 #     (main, the one-shot commands, the smoke run's report).  It starts the
 #     loop and may include any header of its module; nothing else in the
 #     module may include its headers (the loop never calls the command line),
 #     so it forms no circle;
+#   * in agent/, only agent.c (the loop) calls the rendezvous core's
+#     functions that change it (those of include/ea_rdzv.h whose first
+#     parameter is a non-const ea_rdzv *); the rest of agent/ posts intents
+#     (ea__agent_do, agent_int.h);
 #   * chaos/ (a separate binary that drives agents as processes) includes
 #     only public headers;
 #   * nobody reaches a header through '../'.
@@ -77,11 +79,6 @@ for m in $modules chaos; do
   done
 done
 entry=cli # the module's entry floor (agent/cli/): above the loop
-declare -A up=() uph=() # up[mod/wing]: wing files that include the top floor's headers (uph: which)
-# The wing files that still include the top floor's headers (the circles of
-# issue 26 item 2).  Shrink this list; do not add to it.
-reaches_up=" agent/ckpt/ckpt_glue.c agent/job/job_glue.c agent/job/job_pace.c
-  agent/obs/alerts.c agent/obs/metrics.c agent/obs/notice.c agent/obs/status.c "
 
 for f in $(git ls-files '*.c' '*.h'); do
   dir=${f%%/*}
@@ -119,17 +116,18 @@ for f in $(git ls-files '*.c' '*.h'); do
       elif [ -n "$fw" ] && [ -n "$hw" ] && [ "$fw" != "$hw" ]; then
         violation "$f:$line" "the $dir/$fw/ wing includes the $dir/$hw/ wing's header $inc"
       elif [ -n "$fw" ] && [ -z "$hw" ]; then
-        [[ $(tr -s ' \n' '  ' <<<"$reaches_up") == *" $f "* ]] ||
-          violation "$f:$line" "a wing file includes the top floor's $inc: new code below the loop must not call up into it (docs/layout.md)"
-        [[ " ${up[$dir/$fw]:-} " == *" $f "* ]] || up[$dir/$fw]+="$f "
-        [[ " ${uph[$dir/$fw]:-} " == *" $inc "* ]] || uph[$dir/$fw]+="$inc "
+        violation "$f:$line" "the $dir/$fw/ wing includes the top floor's $inc: a component below the loop does not call up into it; its wiring to the loop belongs on the top floor (docs/layout.md)"
       fi
     fi
   done < <(grep -n '^#include "' "$f")
 done
-for w in $(printf '%s\n' "${!up[@]}" | sort); do
-  n=$(wc -w <<<"${up[$w]}") all=$(git ls-files "$w/*.c" "$w/*.h" | wc -l)
-  echo "note: circle: $w/ reaches up, $n of its $all files include the top floor's ${uph[$w]% }"
-done
+# The core's mutators, from its header: called in agent/ only by the loop.
+mutators=$(sed -nE 's/^[a-z].*[ *](ea_rdzv_[a-z0-9_]+)\(ea_rdzv \*.*/\1/p' include/ea_rdzv.h | sort -u | paste -sd'|')
+if [ -n "$mutators" ]; then
+  while IFS=: read -r f line text; do
+    [ "$f" = agent/agent.c ] && continue
+    violation "$f:$line" "calls the rendezvous core's $(grep -oE "$mutators" <<<"$text" | head -1) outside the loop: post an intent (ea__agent_do)"
+  done < <(git ls-files 'agent/*.c' 'agent/*.h' | xargs grep -nE "\b($mutators)\(" /dev/null | grep -vE '^[^:]+:[0-9]+:\s*(/?\*|//)')
+fi
 [ $bad -eq 0 ] && echo "layout: $(git ls-files '*.c' '*.h' | wc -l) files follow the include rules"
 exit $bad

@@ -1,5 +1,5 @@
 /* status_text.c — `elastic-agent status` for humans: the status document
- * (obs/status.c builds it, the admin socket carries it as JSON) printed as
+ * (agent/status.c builds it, the admin socket carries it as JSON) printed as
  * a few short sections: the node, its generation and workers, the last
  * checkpoint, the job, membership.  A missing or null field prints as "?"
  * or "-", never as an error: an older agent's document has fewer fields.

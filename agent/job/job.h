@@ -46,7 +46,7 @@
  * message, 1 the TORCHELASTIC_ERROR_FILE, 2 the last lines of stderr;
  * at_ms: the exit's wall-clock time (the first failure of a generation by
  * this clock is reported as its cause, as torchelastic does with its error
- * files' timestamps); kind: ea__job_kind.  JOB_PACE (agent/job/job_pace.c)
+ * files' timestamps); kind: ea__job_kind.  JOB_PACE (agent/job_pace.c)
  * goes to the controller once a second from every member of the running
  * generation: per local rank that stepped since the last one, its mean
  * forward/backward seconds per step (step.compute_seconds), for the

@@ -1,6 +1,7 @@
 /* Alerts: the one registry every `alert` goes through, and its delivery.
  *
- * An alert is raised on the loop (ea__agent_alert): the log line, the
+ * An alert is raised on the loop (ea__alerts_raise_v; the agent's
+ * ea__agent_alert, agent/alerting.c): the log line, the
  * counter and the status entry happen there and then, because they are
  * cheap and must never be lost.  Delivery is not cheap — an HTTP POST to
  * Alertmanager or a webhook, a command run — and may hang on a dead
@@ -29,8 +30,13 @@
  * At exit the queue is flushed for at most FLUSH_MS: the `job failed`
  * alert is raised just before the agent exits and is the one that matters
  * most.
+ *
+ * This file knows nothing of the agent (obs.h is its contract): what it
+ * needs of the job file is handed to ea__alerts_new.
  */
-#include "agent_int.h"
+#include "obs.h"
+
+#include "ea_json.h"
 
 #include "ea_log.h"
 
@@ -91,8 +97,11 @@ typedef struct {
   char am_url[300], hook[300], cmd[512];
 } deliv;
 
-struct ea__agent_al {
-  ea__agent *a;
+struct ea__alerts {
+  char job[EA_NAME_MAX], node[EA_NAME_MAX];
+  uint32_t resend_s;
+  char cfg_am[300], cfg_hook[300]; /* as configured, for status */
+  bool cfg_cmd;
   uv_timer_t timer;
   bool timer_open;
   uint64_t counts[EA__ALERT_KINDS];
@@ -103,14 +112,6 @@ struct ea__agent_al {
   ea__alert_rec firing[FIRING_MAX];
   size_t nfiring;
   deliv *d; /* NULL when no delivery is configured */
-  /* The nodes of the last running generation seen (node_lost): kept while
-   * none runs, because the core abandons a generation in the same call
-   * that learns of the death. */
-  ea_node_id *plan_ids;
-  char (*plan_names)[EA_NAME_MAX];
-  uint32_t nplan;
-  uint64_t plan_term;
-  uint32_t plan_wpn, plan_world;
 };
 
 /* ---- pure parts -------------------------------------------------------------- */
@@ -414,14 +415,12 @@ static double wall_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void push_am(struct ea__agent_al *al, const ea__alert_rec *const *r, size_t n) {
+static void push_am(ea__alerts *al, const ea__alert_rec *const *r, size_t n) {
   if (!al->d || !al->d->am_url[0] || n == 0) return;
-  const ea__agent_opts *o = al->a->o;
   item *it = calloc(1, sizeof *it);
   if (!it) return;
   it->kind = D_AM;
-  it->body = ea__alert_am_body(r, n, o->cfg.experiment.name, o->name, wall_s(),
-                               (double)o->cfg.observability.alert_resend_seconds);
+  it->body = ea__alert_am_body(r, n, al->job, al->node, wall_s(), (double)al->resend_s);
   if (!it->body) {
     free(it);
     return;
@@ -442,11 +441,10 @@ static char *envf(const char *name, const char *fmt, ...) {
 }
 
 /* To the webhook and the command (not Alertmanager). */
-static void push_notify(struct ea__agent_al *al, const ea__alert_rec *r) {
+static void push_notify(ea__alerts *al, const ea__alert_rec *r) {
   deliv *d = al->d;
   if (!d || (!d->hook[0] && !d->cmd[0])) return;
-  const ea__agent_opts *o = al->a->o;
-  char *body = ea__alert_webhook_body(r, o->cfg.experiment.name, o->name);
+  char *body = ea__alert_webhook_body(r, al->job, al->node);
   if (!body) return;
   if (d->hook[0]) {
     item *it = calloc(1, sizeof *it);
@@ -471,8 +469,8 @@ static void push_notify(struct ea__agent_al *al, const ea__alert_rec *r) {
       env[k++] = envf("EA_ALERT_STATUS", "%s", r->firing ? "firing" : "resolved");
       env[k++] = envf("EA_ALERT_SUBJECT", "%s", r->subject);
       env[k++] = envf("EA_ALERT_SUMMARY", "%s", r->summary);
-      env[k++] = envf("EA_ALERT_JOB", "%s", o->cfg.experiment.name);
-      env[k++] = envf("EA_ALERT_NODE", "%s", o->name);
+      env[k++] = envf("EA_ALERT_JOB", "%s", al->job);
+      env[k++] = envf("EA_ALERT_NODE", "%s", al->node);
       env[k++] = envf("EA_ALERT_STARTS_AT", "%s", ts);
       env[k++] = envf("EA_ALERT_SUPPRESSED", "%" PRIu32, r->suppressed);
       env[k++] = envf("EA_ALERT_JSON", "%s", body);
@@ -492,24 +490,24 @@ static void push_notify(struct ea__agent_al *al, const ea__alert_rec *r) {
   free(body);
 }
 
-static void remember(struct ea__agent_al *al, const ea__alert_rec *r) {
+static void remember(ea__alerts *al, const ea__alert_rec *r) {
   al->recent[al->recent_head] = *r;
   al->recent_head = (al->recent_head + 1) % EA__ALERT_RECENT;
   if (al->nrecent < EA__ALERT_RECENT) al->nrecent++;
 }
 
-static ea__alert_rec *find_firing(struct ea__agent_al *al, ea__alert_kind k, const char *subject) {
+static ea__alert_rec *find_firing(ea__alerts *al, ea__alert_kind k, const char *subject) {
   for (size_t i = 0; i < al->nfiring; i++)
     if (al->firing[i].kind == k && strcmp(al->firing[i].subject, subject) == 0)
       return &al->firing[i];
   return NULL;
 }
 
-/* Extra fields a caller may add to the line (ea__agent_alert_kv). */
+/* Extra fields a caller may add to the line. */
 #define KV_MAX 8
 
-static void alert_v(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
-                    const ea_log_kv *kv, unsigned nkv, const char *fmt, va_list ap) {
+void ea__alerts_raise_v(ea__alerts *al, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                        const ea_log_kv *kv, unsigned nkv, const char *fmt, va_list ap) {
   if ((unsigned)k >= EA__ALERT_KINDS) return;
   ea__alert_rec r = {.kind = k, .sev = sev, .firing = true, .starts_s = wall_s()};
   snprintf(r.subject, sizeof r.subject, "%s", subject ? subject : "");
@@ -523,7 +521,6 @@ static void alert_v(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const cha
   for (unsigned i = 0; i < nkv && i < KV_MAX; i++) f[n++] = kv[i];
   ea_logkv(sev == EA__SEV_CRITICAL ? EA_LOG_ERROR : EA_LOG_WARN, "alert", f, n,
            "%s kind=%s severity=%s", r.summary, ea__alert_kind_str(k), ea__alert_sev_str(sev));
-  struct ea__agent_al *al = a->al;
   if (!al) return;
   al->counts[k]++;
   bool cond = ea__alert_kind_is_condition(k);
@@ -543,7 +540,7 @@ static void alert_v(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const cha
     r.ends_s = r.starts_s + EA__ALERT_EVENT_HOLD_S;
   }
   uint32_t held = 0;
-  bool admit = ea__alert_rl_admit(&al->rl[k], ea__agent_mono_ms(), EA__ALERT_RATE_S * 1000u, &held);
+  bool admit = ea__alert_rl_admit(&al->rl[k], mono_ms(), EA__ALERT_RATE_S * 1000u, &held);
   if (!admit) {
     al->held_total++;
     remember(al, &r);
@@ -561,25 +558,8 @@ static void alert_v(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const cha
   push_notify(al, &r);
 }
 
-void ea__agent_alert(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
-                     const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  alert_v(a, k, sev, subject, NULL, 0, fmt, ap);
-  va_end(ap);
-}
-
-void ea__agent_alert_kv(ea__agent *a, ea__alert_kind k, ea__alert_sev sev, const char *subject,
-                        const ea_log_kv *kv, unsigned nkv, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  alert_v(a, k, sev, subject, kv, nkv, fmt, ap);
-  va_end(ap);
-}
-
-void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject, const char *fmt,
-                             ...) {
-  struct ea__agent_al *al = a->al;
+void ea__alerts_resolve_v(ea__alerts *al, ea__alert_kind k, const char *subject, const char *fmt,
+                          va_list ap) {
   if (!al || (unsigned)k >= EA__ALERT_KINDS) return;
   ea__alert_rec *f = find_firing(al, k, subject ? subject : "");
   if (!f) return;
@@ -590,10 +570,7 @@ void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject
   r.firing = false;
   r.suppressed = 0;
   r.ends_s = wall_s();
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(r.summary, sizeof r.summary, fmt, ap);
-  va_end(ap);
   ea_log_kv kv[2] = {EA_KV_S("alert", ea__alert_kind_str(k)), EA_KV_S("subject", r.subject)};
   ea_logkv(EA_LOG_INFO, "alert", kv, r.subject[0] ? 2 : 1, "%s kind=%s", r.summary,
            ea__alert_kind_str(k));
@@ -603,79 +580,26 @@ void ea__agent_alert_resolve(ea__agent *a, ea__alert_kind k, const char *subject
   push_notify(al, &r);
 }
 
-bool ea__agent_alert_firing(const ea__agent *a, ea__alert_kind k, const char *subject) {
-  return a->al && find_firing(a->al, k, subject ? subject : "") != NULL;
+bool ea__alerts_firing(ea__alerts *al, ea__alert_kind k, const char *subject) {
+  return al && find_firing(al, k, subject ? subject : "") != NULL;
 }
 
-uint64_t ea__agent_alerts(const ea__agent *a, ea__alert_kind k) {
-  return a->al && (unsigned)k < EA__ALERT_KINDS ? a->al->counts[k] : 0;
+const ea__alert_rec *ea__alerts_firing_at(const ea__alerts *al, size_t i) {
+  return al && i < al->nfiring ? &al->firing[i] : NULL;
+}
+
+uint64_t ea__alerts_count(const ea__alerts *al, ea__alert_kind k) {
+  return al && (unsigned)k < EA__ALERT_KINDS ? al->counts[k] : 0;
 }
 
 static void on_resend(uv_timer_t *h) {
-  struct ea__agent_al *al = h->data;
+  ea__alerts *al = h->data;
   const ea__alert_rec *r[FIRING_MAX];
   for (size_t i = 0; i < al->nfiring; i++) r[i] = &al->firing[i];
   push_am(al, r, al->nfiring);
 }
 
-void ea__agent_alerts_members(ea__agent *a) {
-  struct ea__agent_al *al = a->al;
-  if (!al || !a->rdzv || !a->tr) return;
-  /* Resolve first: a lost node that is back (on any node that sent it). */
-  for (size_t i = 0; i < al->nfiring;) {
-    ea__alert_rec *f = &al->firing[i];
-    if (f->kind != EA__ALERT_NODE_LOST) {
-      i++;
-      continue;
-    }
-    const ea_member *ms;
-    size_t n = ea_swim_members(ea_transport_swim(a->tr), &ms);
-    bool back = false;
-    for (size_t j = 0; j < n; j++)
-      if (ms[j].state == EA_STATE_ALIVE && strcmp(ea__agent_member_name(&ms[j]), f->subject) == 0)
-        back = true;
-    if (back)
-      ea__agent_alert_resolve(a, EA__ALERT_NODE_LOST, f->subject, "node %s is alive again",
-                              f->subject);
-    else
-      i++;
-  }
-  /* Cluster-wide: only the controller says it, so it is said once.  The
-   * election is the one after this change (a new controller speaks for
-   * the old one). */
-  const ea_election *el = ea_rdzv_election(a->rdzv);
-  bool ctrl = el && el->have && ea_node_id_cmp(&el->controller, &a->id) == 0;
-  for (uint32_t i = 0; ctrl && i < al->nplan; i++) {
-    if (ea_node_id_cmp(&al->plan_ids[i], &a->id) == 0) continue;
-    const ea_member *m = ea__agent_find_member(a, &al->plan_ids[i]);
-    if (m && m->state != EA_STATE_DEAD) continue;
-    const char *name = al->plan_names[i][0] ? al->plan_names[i] : "?";
-    if (ea__agent_alert_firing(a, EA__ALERT_NODE_LOST, name)) continue;
-    ea__agent_alert(a, EA__ALERT_NODE_LOST, EA__SEV_CRITICAL, name,
-                    "node lost: %s (ranks %u-%u of generation %" PRIu64 ", world %u) is dead", name,
-                    i * al->plan_wpn, (i + 1) * al->plan_wpn - 1, al->plan_term, al->plan_world);
-  }
-  /* Then remember the generation running now, if one is. */
-  const ea_rdzv_plan *p = ea_rdzv_running(a->rdzv);
-  if (p && p->nnodes) {
-    ea_node_id *ids = realloc(al->plan_ids, p->nnodes * sizeof *ids);
-    if (ids) al->plan_ids = ids;
-    char(*names)[EA_NAME_MAX] = realloc(al->plan_names, p->nnodes * sizeof *names);
-    if (names) al->plan_names = names;
-    if (!ids || !names) return;
-    for (uint32_t i = 0; i < p->nnodes; i++) {
-      ids[i] = p->nodes[i].id;
-      snprintf(names[i], EA_NAME_MAX, "%s", p->nodes[i].name);
-    }
-    al->nplan = p->nnodes;
-    al->plan_term = p->gen.term;
-    al->plan_wpn = p->wpn;
-    al->plan_world = p->world;
-  }
-}
-
-void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc) {
-  struct ea__agent_al *al = a->al;
+void ea__alerts_status(ea__alerts *al, ea_jb *b, json_t *doc) {
   json_t *o = ea_jb_obj(b, doc, "alerts");
   json_t *rec = ea_jb_arr(b, o, "recent");
   if (!al) return;
@@ -700,10 +624,9 @@ void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc) {
   }
   ea_jb_u64(b, o, "held_back", al->held_total);
   json_t *d = ea_jb_obj(b, o, "delivery");
-  const ea__agent_opts *op = a->o;
-  ea_jb_str(b, d, "alertmanager_url", op->cfg.observability.alertmanager_url);
-  ea_jb_str(b, d, "webhook", op->cfg.observability.alert_webhook);
-  ea_jb_bool(b, d, "command", op->cfg.observability.alert_command[0] != 0);
+  ea_jb_str(b, d, "alertmanager_url", al->cfg_am);
+  ea_jb_str(b, d, "webhook", al->cfg_hook);
+  ea_jb_bool(b, d, "command", al->cfg_cmd);
   uint64_t q = 0, s = 0, f = 0, dr = 0, pend = 0;
   char le[256] = "";
   if (al->d) {
@@ -720,27 +643,32 @@ void ea__agent_alerts_status(ea__agent *a, ea_jb *b, json_t *doc) {
   ea_jb_str(b, d, "last_error", le);
 }
 
-int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen) {
-  struct ea__agent_al *al = calloc(1, sizeof *al);
+int ea__alerts_new(uv_loop_t *loop, const ea__alerts_cfg *c, ea__alerts **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  ea__alerts *al = calloc(1, sizeof *al);
   if (!al) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  al->a = a;
-  const ea_config *c = &a->o->cfg;
-  if (c->observability.alertmanager_url[0] || c->observability.alert_webhook[0] ||
-      c->observability.alert_command[0]) {
+  snprintf(al->job, sizeof al->job, "%s", c->job);
+  snprintf(al->node, sizeof al->node, "%s", c->node);
+  al->resend_s = c->resend_seconds;
+  snprintf(al->cfg_am, sizeof al->cfg_am, "%s", c->alertmanager_url);
+  snprintf(al->cfg_hook, sizeof al->cfg_hook, "%s", c->webhook);
+  al->cfg_cmd = c->command[0] != 0;
+  if (c->alertmanager_url[0] || c->webhook[0] || c->command[0]) {
     deliv *d = calloc(1, sizeof *d);
     if (!d) {
       free(al);
       snprintf(err, errlen, "out of memory");
       return -ENOMEM;
     }
-    snprintf(d->am_url, sizeof d->am_url, "%s", c->observability.alertmanager_url);
+    snprintf(d->am_url, sizeof d->am_url, "%s", c->alertmanager_url);
     size_t n = strlen(d->am_url);
     while (n > 0 && d->am_url[n - 1] == '/') d->am_url[--n] = 0;
-    snprintf(d->hook, sizeof d->hook, "%s", c->observability.alert_webhook);
-    snprintf(d->cmd, sizeof d->cmd, "%s", c->observability.alert_command);
+    snprintf(d->hook, sizeof d->hook, "%s", c->webhook);
+    snprintf(d->cmd, sizeof d->cmd, "%s", c->command);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     /* Before any thread runs: curl_global_init is not thread-safe. */
@@ -760,26 +688,23 @@ int ea__agent_alerts_start(ea__agent *a, char *err, size_t errlen) {
            d->am_url[0] ? d->am_url : "off", d->hook[0] ? d->hook : "off",
            d->cmd[0] ? "on" : "off");
   }
-  uv_timer_init(&a->loop, &al->timer);
+  uv_timer_init(loop, &al->timer);
   al->timer.data = al;
   al->timer_open = true;
-  uint64_t every_ms = (uint64_t)a->o->cfg.observability.alert_resend_seconds * 1000u;
+  uint64_t every_ms = (uint64_t)al->resend_s * 1000u;
   uv_timer_start(&al->timer, on_resend, every_ms, every_ms);
-  a->al = al;
+  *out = al;
   return 0;
 }
 
-void ea__agent_alerts_close(ea__agent *a) {
-  struct ea__agent_al *al = a->al;
+void ea__alerts_close(ea__alerts *al) {
   if (!al || !al->timer_open) return;
   al->timer_open = false;
   uv_close((uv_handle_t *)&al->timer, NULL);
 }
 
-void ea__agent_alerts_free(ea__agent *a) {
-  struct ea__agent_al *al = a->al;
+void ea__alerts_free(ea__alerts *al) {
   if (!al) return;
-  a->al = NULL;
   deliv *d = al->d;
   if (d) {
     pthread_mutex_lock(&d->mu);
@@ -799,7 +724,5 @@ void ea__agent_alerts_free(ea__agent *a) {
     pthread_cond_destroy(&d->cv);
     free(d);
   }
-  free(al->plan_ids);
-  free(al->plan_names);
   free(al);
 }

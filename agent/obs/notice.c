@@ -10,8 +10,10 @@
  * A thread polls every EA__NOTICE_PERIOD_MS (at its multiples on the wall
  * clock, the same moments on every node) with libcurl (the metadata
  * service is local, but a hung request must never stall the loop); on a
- * notice it wakes the loop with a uv_async_t and stops polling.  The loop
- * logs it, raises `preempted` and calls the existing drain path.
+ * notice it wakes the loop with a uv_async_t and stops polling, and the
+ * loop's callback is told (on the loop thread); the agent's (preempt.c)
+ * logs it, raises `preempted` and drains the node.  This file knows
+ * nothing of the agent: obs.h is its contract.
  *
  *   aws    PUT  BASE/latest/api/token (X-aws-ec2-metadata-token-ttl-seconds)
  *               then GET BASE/latest/meta-data/spot/instance-action with
@@ -26,12 +28,13 @@
  *   URL    GET  URL: 200 is a notice (any body), anything else none.
  * runtime.preemption_metadata_url replaces BASE (tests: a fake server).
  */
-#include "agent_int.h"
+#include "obs.h"
 
 #include "ea_log.h"
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +48,9 @@
 
 typedef enum { P_AWS, P_GCP, P_AZURE, P_URL } provider;
 
-struct ea__agent_notice {
-  ea__agent *a;
+struct ea__notice {
+  ea__notice_fn fn;
+  void *ctx;
   provider p;
   char url[300]; /* base, or the whole URL (P_URL) */
   pthread_t th;
@@ -56,6 +60,7 @@ struct ea__agent_notice {
   uv_async_t wake;
   char what[512]; /* the notice, for the log line (under mu) */
   bool got;
+  bool closing; /* loop thread: ea__notice_close ran, fn is not called */
 };
 
 typedef struct {
@@ -101,7 +106,7 @@ static long request(const char *method, const char *url, const char *h1, const c
 }
 
 /* One poll: true with what in *what when a notice is up. */
-static bool poll_once(struct ea__agent_notice *N, body *b, char *what, size_t cap) {
+static bool poll_once(ea__notice *N, body *b, char *what, size_t cap) {
   char url[400];
   long code;
   switch (N->p) {
@@ -155,7 +160,7 @@ static bool poll_once(struct ea__agent_notice *N, body *b, char *what, size_t ca
 }
 
 static void *notice_main(void *p) {
-  struct ea__agent_notice *N = p;
+  ea__notice *N = p;
   body *b = malloc(sizeof *b);
   if (!b) return NULL;
   pthread_mutex_lock(&N->mu);
@@ -188,30 +193,26 @@ static void *notice_main(void *p) {
 }
 
 static void on_wake(uv_async_t *h) {
-  struct ea__agent_notice *N = h->data;
-  ea__agent *a = N->a;
+  ea__notice *N = h->data;
   char what[512];
   pthread_mutex_lock(&N->mu);
   bool got = N->got;
   snprintf(what, sizeof what, "%s", N->what);
   pthread_mutex_unlock(&N->mu);
-  if (!got || a->phase >= EA__PHASE_CLOSING) return;
-  ea_log(EA_LOG_WARN, "notice", "preemption notice: %s; draining this node now", what);
-  ea__agent_alert(a, EA__ALERT_PREEMPTED, EA__SEV_WARNING, "",
-                  "preemption notice: %s; this node drains", what);
-  ea__agent_begin_drain(a, "preemption notice", false);
+  if (got && !N->closing) N->fn(N->ctx, what);
 }
 
-int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen) {
-  const char *v = a->o->cfg.runtime.preemption_notice;
-  const char *base = a->o->cfg.runtime.preemption_metadata_url;
+int ea__notice_start(uv_loop_t *loop, const char *v, const char *base, ea__notice_fn fn, void *ctx,
+                     ea__notice **out, char *err, size_t errlen) {
+  *out = NULL;
   if (!v[0] || strcmp(v, "none") == 0) return 0;
-  struct ea__agent_notice *N = calloc(1, sizeof *N);
+  ea__notice *N = calloc(1, sizeof *N);
   if (!N) {
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  N->a = a;
+  N->fn = fn;
+  N->ctx = ctx;
   const char *dflt = "http://169.254.169.254";
   if (strcmp(v, "aws") == 0) {
     N->p = P_AWS;
@@ -229,7 +230,7 @@ int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen) {
   while (N->p != P_URL && n > 0 && N->url[n - 1] == '/') N->url[--n] = 0;
   pthread_mutex_init(&N->mu, NULL);
   pthread_cond_init(&N->cv, NULL);
-  uv_async_init(&a->loop, &N->wake, on_wake);
+  uv_async_init(loop, &N->wake, on_wake);
   N->wake.data = N;
   curl_global_init(CURL_GLOBAL_DEFAULT); /* before the thread; counted, so a second call is fine */
   int rc = pthread_create(&N->th, NULL, notice_main, N);
@@ -238,23 +239,22 @@ int ea__agent_notice_start(ea__agent *a, char *err, size_t errlen) {
     uv_close((uv_handle_t *)&N->wake, NULL); /* N leaks until exit: start fails anyway */
     return -rc;
   }
-  a->notice = N;
+  *out = N;
   ea_log(EA_LOG_INFO, "notice", "polling %s for a preemption notice every %d ms (%s)", N->url,
          EA__NOTICE_PERIOD_MS, N->p == P_URL ? "url" : v);
   return 0;
 }
 
 static void notice_closed(uv_handle_t *h) {
-  struct ea__agent_notice *N = h->data;
+  ea__notice *N = h->data;
   pthread_mutex_destroy(&N->mu);
   pthread_cond_destroy(&N->cv);
   free(N);
 }
 
-void ea__agent_notice_close(ea__agent *a) {
-  struct ea__agent_notice *N = a->notice;
+void ea__notice_close(ea__notice *N) {
   if (!N) return;
-  a->notice = NULL;
+  N->closing = true;
   pthread_mutex_lock(&N->mu);
   N->stop = true;
   pthread_cond_broadcast(&N->cv);

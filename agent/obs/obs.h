@@ -1,7 +1,8 @@
 /* obs.h — internal to agent/obs/: what the wing's pure parts share with the
  * top floor and the tests: the alert kinds and records (alerts.c), the
- * metrics snapshot and its Prometheus text (metrics.c), and the HTTP server
- * that answers from the published snapshot on its own thread (http.c).
+ * metrics snapshot and its Prometheus text (metrics.c), the HTTP server
+ * that answers from the published snapshot on its own thread (http.c), and
+ * the preemption notice poller (notice.c).
  * Nothing here knows the agent: the functions that take an ea__agent (raise
  * an alert, start the poller, fill the snapshot) are declared in
  * agent_int.h, which includes this header.
@@ -10,11 +11,15 @@
 #define EA_OBS_H
 
 #include "ea_base.h"
+#include "ea_json.h"
+#include "ea_log.h"
 #include "ea_wire.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 /* ---- metrics snapshot and its exposition (metrics.c) ----------------------
  *
@@ -270,5 +275,56 @@ void ea__alert_time_str(double unix_s, char *out, size_t cap);
 char *ea__alert_am_body(const ea__alert_rec *const *r, size_t n, const char *job, const char *node,
                         double now_s, double resend_s);
 char *ea__alert_webhook_body(const ea__alert_rec *r, const char *job, const char *node);
+
+/* ---- the alert registry and its delivery (alerts.c) -----------------------
+ * What an alert is and how it is delivered: agent_int.h, "alerts", where
+ * the agent's ea__agent_alert* (agent/alerting.c) wrap these.  Loop thread
+ * only.  al may be NULL (before the registry exists, after it is freed):
+ * raising then only writes the log line, the rest are no-ops. */
+typedef struct ea__alerts ea__alerts;
+typedef struct {
+  const char *job, *node;       /* experiment.name, this node's name */
+  const char *alertmanager_url; /* observability.alertmanager_url ("" off) */
+  const char *webhook;          /* observability.alert_webhook ("" off) */
+  const char *command;          /* observability.alert_command ("" off) */
+  uint32_t resend_seconds;      /* observability.alert_resend_seconds */
+} ea__alerts_cfg;
+/* The registry, its re-send timer on loop, and the delivery thread when a
+ * receiver is configured (the strings are copied). */
+int ea__alerts_new(uv_loop_t *loop, const ea__alerts_cfg *c, ea__alerts **out, char *err,
+                   size_t errlen);
+void ea__alerts_raise_v(ea__alerts *al, ea__alert_kind k, ea__alert_sev sev, const char *subject,
+                        const ea_log_kv *kv, unsigned nkv, const char *fmt, va_list ap);
+void ea__alerts_resolve_v(ea__alerts *al, ea__alert_kind k, const char *subject, const char *fmt,
+                          va_list ap);
+bool ea__alerts_firing(ea__alerts *al, ea__alert_kind k, const char *subject);
+/* The i-th condition firing now (NULL past the last): resolving one moves
+ * the later ones down by one. */
+const ea__alert_rec *ea__alerts_firing_at(const ea__alerts *al, size_t i);
+uint64_t ea__alerts_count(const ea__alerts *al, ea__alert_kind k);
+/* "alerts" of the status document: recent, firing, delivery counters. */
+void ea__alerts_status(ea__alerts *al, ea_jb *b, json_t *doc);
+/* Shutdown: close the timer (deliveries queued go on). */
+void ea__alerts_close(ea__alerts *al);
+/* After uv_run: let the thread deliver what is queued (bounded by a few
+ * seconds), join it, free. */
+void ea__alerts_free(ea__alerts *al);
+
+/* ---- the spot/preemption notice poller (notice.c) -------------------------
+ * A thread polls the metadata service every EA__NOTICE_PERIOD_MS, at the
+ * period's multiples on the wall clock (every node of a pool asks at the
+ * same moment); the first notice wakes the loop, fn(ctx, what) runs on the
+ * loop thread once, and polling stops.  provider is
+ * runtime.preemption_notice ("" or "none": no poller, 0 and *out NULL;
+ * aws, gcp, azure, or a URL), base runtime.preemption_metadata_url (""
+ * for the provider's own). */
+#define EA__NOTICE_PERIOD_MS 2000
+typedef struct ea__notice ea__notice;
+typedef void (*ea__notice_fn)(void *ctx, const char *what);
+int ea__notice_start(uv_loop_t *loop, const char *provider, const char *base, ea__notice_fn fn,
+                     void *ctx, ea__notice **out, char *err, size_t errlen);
+/* Stop polling (joins the thread: at most one request's timeout), fn is
+ * not called any more; the handle is freed once libuv has closed it. */
+void ea__notice_close(ea__notice *n);
 
 #endif

@@ -1,5 +1,5 @@
 /* libFuzzer harness for the metrics and probe endpoint (agent/obs/http.c,
- * agent/obs/metrics.c): what /metrics, /healthz, /readyz and every other
+ * agent/obs/exposition.c): what /metrics, /healthz, /readyz and every other
  * request are answered (ea__http_answer, the function the server calls
  * with what libmicrohttpd hands over), and the Prometheus exposition
  * (ea__mx_format), driven with arbitrary methods, paths and snapshots.

@@ -1,5 +1,5 @@
 /* agent_fake.h — a partial agent for unit tests of agent/'s glue (drain.c,
- * ident.c, job/job_glue.c, ckpt/ckpt_glue.c): the least of ea__agent_run
+ * ident.c, job_glue.c, ckpt_glue.c): the least of ea__agent_run
  * that lets those files run in one process.
  *
  * What is real: the libuv loop and the agent's own handles

@@ -1,6 +1,6 @@
 /* Unit tests of agent/'s glue, driven through a partial agent
- * (agent_fake.h): drain.c, ident.c (with node_id.c), job/job_glue.c and
- * ckpt/ckpt_glue.c.  Each test names the promise of the docs it keeps;
+ * (agent_fake.h): drain.c, ident.c (with node_id.c), job_glue.c and
+ * ckpt_glue.c.  Each test names the promise of the docs it keeps;
  * until these, only the end-to-end scripts reached these files.
  */
 #include "agent_fake.h"
@@ -343,7 +343,7 @@ START_TEST(test_ident_foreign_member_left_out) {
 }
 END_TEST
 
-/* ==== the job (job/job_glue.c) ======================================================== */
+/* ==== the job (job_glue.c) ======================================================== */
 
 static void job_start(fa *f) {
   char err[512];
@@ -437,7 +437,7 @@ START_TEST(test_job_worker_crash_names_rank_and_node) {
 }
 END_TEST
 
-/* ==== checkpoints (ckpt/ckpt_glue.c) ===================================================== */
+/* ==== checkpoints (ckpt_glue.c) ===================================================== */
 
 static bool ckpt_committed(fa *f) {
   return f->a.ck.committed > 0;

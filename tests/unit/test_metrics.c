@@ -1,4 +1,4 @@
-/* Check suite for the metrics exposition (agent/obs/metrics.c) and the HTTP
+/* Check suite for the metrics exposition (agent/obs/exposition.c) and the HTTP
  * listener that serves it (agent/obs/http.c).
  *
  * What they promise, tested as such: a fixed snapshot gives exactly the

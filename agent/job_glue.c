@@ -54,12 +54,16 @@ void ea__agent_restart_prepare(ea__agent *a, const ea_rdzv_order *o) {
 static void restart_ready(void *ctx, uint64_t gen, const ea_addr *listen, uint32_t n) {
   ea__agent *a = ctx;
   if (a->phase == EA__PHASE_CLOSING || !a->prep.active || gen != a->prep.g64) return;
-  for (uint32_t k = 0; k < n && k < a->wpn; k++) {
+  ea__intent in[EA_RDZV_MAX_WPN + 1];
+  size_t m = 0;
+  for (uint32_t k = 0; k < n && k < a->wpn && k < EA_RDZV_MAX_WPN; k++) {
     a->w[k].state = EA__W_READY;
     ea_addr_str(&listen[k], a->w[k].comm, sizeof a->w[k].comm);
-    ea_rdzv_worker_ready(a->rdzv, ea__agent_now_ms(a), k, &a->prep.gen, &listen[k], 0, 0, NULL);
+    in[m++] = (ea__intent){
+        .kind = EA__DO_WORKER_READY, .worker = k, .gen = &a->prep.gen, .listen = &listen[k]};
   }
-  ea__agent_core_done(a);
+  in[m++] = (ea__intent){.kind = EA__DO_SETTLE};
+  ea__agent_do(a, in, m);
 }
 
 void ea__agent_restart_commit(ea__agent *a, const ea_rdzv_plan *p, uint32_t node, const char *g) {
@@ -158,8 +162,7 @@ static void restart_exited(void *ctx, const ea__launch_exit *x) {
   a->worker_failures++;
   ea__agent_stall(a, "a worker failed");
   ea__job_local_failure(a->job, &f); /* before the rendezvous hears it: the details first */
-  ea_rdzv_worker_failed(a->rdzv, ea__agent_now_ms(a), k);
-  ea__agent_core_done(a);
+  ea__agent_do1(a, (ea__intent){.kind = EA__DO_WORKER_FAILED, .worker = k});
 }
 
 /* Every local worker finished in the running generation: tell the job. */
@@ -206,8 +209,7 @@ static void job_worker_failed(void *ctx, const ea_node_id *src, const ea__job_fa
   char what[64];
   snprintf(what, sizeof what, "worker of rank %u %s %u", f->rank,
            f->has_code ? "exited with" : "killed by signal", f->has_code ? f->code : f->signal);
-  ea_rdzv_node_failed(a->rdzv, ea__agent_now_ms(a), src, what);
-  ea__agent_core_done(a);
+  ea__agent_do1(a, (ea__intent){.kind = EA__DO_NODE_FAILED, .node = src, .text = what});
 }
 
 void ea__agent_job_worker_crashed(ea__agent *a, uint32_t k, int64_t status, int sig) {
@@ -305,7 +307,7 @@ static void link_reset(void *ctx, const ea_node_id *to) {
 static void link_verdict(ea__agent *a, const ea_node_id *by, const ea_node_id *peer) {
   if (!a->rdzv || a->phase >= EA__PHASE_CLOSING) return;
   uint64_t now = ea__agent_now_ms(a);
-  int rc = ea_rdzv_link_down(a->rdzv, now, by, peer);
+  int rc = ea__agent_do1(a, (ea__intent){.kind = EA__DO_LINK_DOWN, .node = by, .peer = peer});
   if (rc == 0) {
     a->link->held++;
     ea_rdzv_held h[16];
@@ -325,7 +327,6 @@ static void link_verdict(ea__agent *a, const ea_node_id *by, const ea_node_id *p
            ea__agent_member_name(ea__agent_find_member(a, by)),
            ea__agent_member_name(ea__agent_find_member(a, peer)), strerror(-rc));
   }
-  ea__agent_core_done(a);
 }
 
 static void link_down(void *ctx, const ea_node_id *peer, uint64_t gen) {

@@ -138,7 +138,10 @@ static void unfire(struct ea__agent_pace *p, size_t i, const char *why) {
 static void evict(struct ea__agent_pace *p, const fired *f, const char *text, uint64_t now) {
   ea__agent *a = p->a;
   if (ea_rdzv_is_held(a->rdzv, &f->id)) return;
-  int rc = ea_rdzv_hold_out(a->rdzv, now, &f->id, EA_RDZV_HOLD_STRAGGLER, text);
+  int rc = ea__agent_do1(
+      a,
+      (ea__intent){
+          .kind = EA__DO_HOLD_OUT, .node = &f->id, .hold = EA_RDZV_HOLD_STRAGGLER, .text = text});
   if (rc == -EINVAL)
     ea_log(EA_LOG_WARN, "rdzv",
            "straggler %s is the controller, which never holds itself out: not evicted", f->name);
@@ -153,7 +156,6 @@ static void evict(struct ea__agent_pace *p, const fired *f, const char *text, ui
                " s (observability.straggler_evict, hold-out %u)",
                f->name, (h[i].until_ms - now + 999) / 1000, h[i].holds);
   }
-  ea__agent_core_done(a);
 }
 
 /* As controller: judge, and make the alerts say what the detector says. */

@@ -96,7 +96,7 @@ static void latest_to_rdzv(ea__agent *a) {
   uint64_t step, gen;
   if (!a->rdzv || !a->o->cfg.checkpoint.resume_from_last || !ea__agent_ckpt_newest(a, &step, &gen))
     return;
-  ea_rdzv_set_latest_ckpt(a->rdzv, gen);
+  ea__agent_do1(a, (ea__intent){.kind = EA__DO_LATEST_CKPT, .u64 = gen});
 }
 
 static void latest_work(uv_work_t *w) {
