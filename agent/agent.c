@@ -478,12 +478,10 @@ static void peers_write_now(ea__agent *a) {
   a->peers_busy = true;
 }
 
-/* The loop's tick, every EA__MX_PERIOD_MS: the one ticker that drives
- * other features.  Progress and stalls are sampled first, then the
- * checkpoint and identity work, and the metrics snapshot is published last
- * (it shows what this tick did). */
-static void on_tick(uv_timer_t *h) {
-  ea__agent *a = h->data;
+/* The main tick, every EA__MX_PERIOD_MS.  Progress and stalls are sampled
+ * first, then the checkpoint and identity work, and the metrics snapshot
+ * is published last (it shows what this tick did). */
+static void main_tick(ea__agent *a) {
   if (a->phase == EA__PHASE_CLOSING || !a->tr || !a->rdzv) return;
   uint64_t now = ea__agent_mono_ms();
   ea__agent_metrics_sample(a, now);
@@ -491,6 +489,22 @@ static void on_tick(uv_timer_t *h) {
   ea__ident_tick(a);
   ea__agent_spare_tick(a);
   ea__agent_metrics_publish(a, now);
+}
+
+/* The loop's tickers, all on one timer every EA__TICK_MS: the link probe
+ * (job_glue.c) every tick, the main tick every EA__MX_PERIOD_MS, the ranks'
+ * pace (job_pace.c) every EA__PACE_MS.  One timer, as memberlist's one
+ * scheduler: a periodic job of the floor is a line here, not a handle of
+ * its own to open and close. */
+_Static_assert(EA__MX_PERIOD_MS % EA__TICK_MS == 0, "main tick period");
+_Static_assert(EA__PACE_MS % EA__TICK_MS == 0, "pace period");
+static void on_tick(uv_timer_t *h) {
+  ea__agent *a = h->data;
+  if (a->phase == EA__PHASE_CLOSING) return;
+  uint64_t n = ++a->ticks;
+  ea__agent_link_tick(a);
+  if (n % (EA__MX_PERIOD_MS / EA__TICK_MS) == 0) main_tick(a);
+  if (n % (EA__PACE_MS / EA__TICK_MS) == 0) ea__agent_pace_tick(a);
 }
 
 static void peers_timer_cb(uv_timer_t *h) {
@@ -884,8 +898,8 @@ int ea__agent_run(const ea__agent_opts *o) {
   }
   if (rc == 0) rc = ea__agent_metrics_start(a, err, sizeof err);
   if (rc == 0) {
-    on_tick(&a->tick); /* a first snapshot before the first request */
-    uv_timer_start(&a->tick, on_tick, EA__MX_PERIOD_MS, EA__MX_PERIOD_MS);
+    main_tick(a); /* a first snapshot before the first request */
+    uv_timer_start(&a->tick, on_tick, EA__TICK_MS, EA__TICK_MS);
   }
   if (rc == 0) rc = ea__agent_notice_start(a, err, sizeof err);
   if (rc == 0) rc = ea__agent_preempt_start(a, err, sizeof err);

@@ -473,7 +473,9 @@ struct ea__agent {
   uv_signal_t sigterm, sigint;
   uv_idle_t settle; /* runs the post-change work once, right after the change */
   uv_timer_t peers_timer, rdzv_timer, drain_timer;
-  uv_timer_t tick; /* the loop's tick (agent.c): metrics, checkpoints, identity */
+  uv_timer_t tick; /* the loop's one ticker (agent.c), every EA__TICK_MS: the link
+                      probe, metrics, checkpoints, identity, spares, the ranks' pace */
+  uint64_t ticks;
   bool handles_open;
   ea__agent_phase phase;
   int signals;
@@ -579,7 +581,9 @@ struct ea__agent {
   ea__agent_ident ident;
 };
 
-/* agent.c: the loop */
+/* agent.c: the loop.  Its one periodic timer runs every EA__TICK_MS (the
+ * link probe's round, job/link.h); the other tickers run on multiples. */
+#define EA__TICK_MS EA__LINK_TICK_MS
 static inline uint64_t ea__agent_now_ms(ea__agent *a) {
   return uv_now(&a->loop);
 }
@@ -911,6 +915,8 @@ void ea__agent_spare_counts(ea__agent *a, uint32_t by_state[4], bool *self);
  * A local worker's communicator failed without naming a peer (workers.c):
  * probe the generation's members now. */
 void ea__agent_link_comm_failed(ea__agent *a);
+/* The loop's ticker (agent.c), every EA__TICK_MS: the probe's round. */
+void ea__agent_link_tick(ea__agent *a);
 /* "link_probe" and "degraded" of the status document's generation object. */
 void ea__agent_link_status(ea__agent *a, ea_jb *b, json_t *gen);
 
@@ -919,6 +925,9 @@ void ea__agent_link_status(ea__agent *a, ea_jb *b, json_t *gen);
  * Started and closed with the job (job_glue.c). */
 int ea__agent_pace_start(ea__agent *a, char *err, size_t errlen);
 void ea__agent_pace_close(ea__agent *a);
+/* The loop's ticker (agent.c), every EA__PACE_MS: send ours, judge. */
+#define EA__PACE_MS 1000
+void ea__agent_pace_tick(ea__agent *a);
 /* A local worker's STEP (workers.c): its compute_seconds, when it sent them. */
 void ea__agent_pace_step(ea__agent *a, uint32_t k, const ea_ipc_msg *m);
 /* The job's callback for JOB_PACE frames. */

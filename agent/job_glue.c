@@ -278,7 +278,7 @@ static void job_restore(void *ctx, uint64_t gen, uint64_t step) {
 
 struct ea__agent_link {
   ea__agent *a;
-  uv_timer_t timer;
+  bool probe; /* this node probes (else it only answers pings) */
   ea__link *L;
   uint64_t held; /* as controller: ends held out on a probe's word */
 };
@@ -354,10 +354,9 @@ static void job_link(void *ctx, const ea__job_msg *m) {
   ea__link_on_msg(a->link->L, ea__agent_now_ms(a), m);
 }
 
-static void on_link_tick(uv_timer_t *h) {
-  struct ea__agent_link *l = h->data;
-  ea__agent *a = l->a;
-  if (a->phase == EA__PHASE_CLOSING || !a->rdzv) return;
+void ea__agent_link_tick(ea__agent *a) {
+  struct ea__agent_link *l = a->link;
+  if (!l || !l->probe || a->phase == EA__PHASE_CLOSING || !a->rdzv) return;
   const ea_rdzv_plan *p =
       a->run.active && a->phase == EA__PHASE_RUNNING ? ea_rdzv_running(a->rdzv) : NULL;
   ea_rdzv_status st;
@@ -388,24 +387,17 @@ static int link_start(ea__agent *a, char *err, size_t errlen) {
     return -ENOMEM;
   }
   l->a = a;
-  uv_timer_init(&a->loop, &l->timer);
-  l->timer.data = l;
-  if (probe) uv_timer_start(&l->timer, on_link_tick, EA__LINK_TICK_MS, EA__LINK_TICK_MS);
+  l->probe = probe; /* ticked by the loop (agent.c) every EA__TICK_MS */
   a->link = l;
   return 0;
-}
-
-static void link_closed(uv_handle_t *h) {
-  struct ea__agent_link *l = h->data;
-  ea__link_free(l->L);
-  free(l);
 }
 
 static void link_close(ea__agent *a) {
   struct ea__agent_link *l = a->link;
   if (!l) return;
   a->link = NULL;
-  uv_close((uv_handle_t *)&l->timer, link_closed);
+  ea__link_free(l->L);
+  free(l);
 }
 
 /* Restart mode's PREPARE: a member the probe finds unreachable is as good

@@ -32,7 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PACE_MS 1000
 /* Nodes a straggler alert is firing for at once; more share the oldest's
  * slot (the alert registry keeps FIRING_MAX conditions in all). */
 #define FIRED_MAX 16
@@ -51,7 +50,6 @@ typedef struct {
 
 struct ea__agent_pace {
   ea__agent *a;
-  uv_timer_t timer;
   ea_rdzv_strag *det;
   acc acc[EA_RDZV_MAX_WPN];
   bool ctrl; /* controlled at the last tick */
@@ -225,10 +223,9 @@ static void judge(struct ea__agent_pace *p, uint64_t now) {
   }
 }
 
-static void on_tick(uv_timer_t *h) {
-  struct ea__agent_pace *p = h->data;
-  ea__agent *a = p->a;
-  if (a->phase == EA__PHASE_CLOSING || !a->rdzv) return;
+void ea__agent_pace_tick(ea__agent *a) {
+  struct ea__agent_pace *p = a->pace;
+  if (!p || a->phase == EA__PHASE_CLOSING || !a->rdzv) return;
   uint64_t now = ea__agent_now_ms(a);
   send_ours(p, now);
   judge(p, now);
@@ -246,24 +243,16 @@ int ea__agent_pace_start(ea__agent *a, char *err, size_t errlen) {
     return -ENOMEM;
   }
   p->a = a;
-  uv_timer_init(&a->loop, &p->timer);
-  p->timer.data = p;
-  uv_timer_start(&p->timer, on_tick, PACE_MS, PACE_MS);
   a->pace = p;
   return 0;
-}
-
-static void on_closed(uv_handle_t *h) {
-  struct ea__agent_pace *p = h->data;
-  ea_rdzv_strag_free(p->det);
-  free(p);
 }
 
 void ea__agent_pace_close(ea__agent *a) {
   struct ea__agent_pace *p = a->pace;
   if (!p) return;
   a->pace = NULL;
-  uv_close((uv_handle_t *)&p->timer, on_closed);
+  ea_rdzv_strag_free(p->det);
+  free(p);
 }
 
 void ea__agent_pace_status(ea__agent *a, ea_jb *b, json_t *doc) {
