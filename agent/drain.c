@@ -228,7 +228,10 @@ int ea__agent_cmd_drain(void *ctx, const char *args, json_t **out) {
     int rc = ea__agent_do1(a, (ea__intent){.kind = EA__DO_DRAIN, .text = name});
     if (rc < 0) {
       char msg[EA_NAME_MAX + 64];
-      snprintf(msg, sizeof msg, "no alive member named '%s'", name);
+      if (rc == -ECANCELED)
+        snprintf(msg, sizeof msg, "this agent is shutting down: cannot drain '%s'", name);
+      else
+        snprintf(msg, sizeof msg, "no alive member named '%s'", name);
       *out = ea_json_error(msg);
       return rc;
     }
