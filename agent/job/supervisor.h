@@ -1,5 +1,5 @@
 /* supervisor.h — internal to agent/job/: the agent's worker processes on its
- * libuv loop (agent/job/supervisor.c).
+ * libuv loop (agent/job/supervisor.c; the spares: agent/job/supervisor_warm.c).
  *
  * The supervisor starts compute.workers_per_node workers, each with one end
  * of an ea_ipc_socketpair as fd 3, delivers their messages (ea_ipc.h) and
