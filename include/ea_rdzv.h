@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* compute.max_nodes and compute.workers_per_node bounds in config/config.c. */
+/* compute.max_nodes and compute.workers_per_node bounds in config/keys.c. */
 #define EA_RDZV_MAX_NODES 65536
 #define EA_RDZV_MAX_WPN 64
 /* Ranks in one plan.  A COMMIT takes at most 31 bytes per rank and 105 per
@@ -318,7 +318,7 @@ typedef struct {
   uint32_t last_ckpt_ms;
 } ea_rdzv_config;
 
-/* The defaults of config/config.c, with no job limits (max_restarts
+/* The defaults of config/keys.c, with no job limits (max_restarts
  * UINT32_MAX, no min_nodes timeout: the simulator's tests run for ever). */
 void ea_rdzv_config_default(ea_rdzv_config *c);
 

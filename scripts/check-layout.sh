@@ -44,7 +44,7 @@ declare -A owner=(
   [ea_comm.h]=train [ea_train.h]=train [ea_ipc.h]=train [ea_worker.h]=train
 )
 # What each module may include (besides itself).  config (include/ea_config.h,
-# config/config.c) is the job file: its membership section is an
+# config/keys.c, config/config.c) is the job file: its membership section is an
 # ea_swim_config; the agent and the built-in worker it starts read it.
 declare -A may=(
   [base]=""

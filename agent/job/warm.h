@@ -39,7 +39,7 @@ int ea__warm_form_of(char *const *argv, ea__warm_form *f, char *why, size_t cap)
 int ea__warm_split(const char *cmd, char ***words, char *why, size_t cap);
 void ea__warm_words_free(char **words);
 
-/* compute.preload ("torch, torch.distributed"; config/config.c checks it):
+/* compute.preload ("torch, torch.distributed"; config/keys.c checks it):
  * module names separated by commas and/or blanks. */
 /* The names as words (malloc'd, NULL-terminated; none: an empty array). */
 int ea__warm_preload_words(const char *s, char ***words);

@@ -9,7 +9,8 @@
 #
 #   SECTION.KEY  ->  `.SECTION.KEY` or `->SECTION.KEY` (cfg.train.steps,
 #                    a->o->cfg.runtime.max_restarts, …), not on a line that
-#                    only assigns it, not in config/config.c or ea_config.h;
+#                    only assigns it, not in config/keys.c, config/config.c
+#                    or ea_config.h;
 #   membership.KEY   the section is an ea_swim_config handed to the SWIM
 #                    core whole, so `.KEY` / `->KEY` in membership/, outside
 #                    the defaults in membership/swim_config.c.
@@ -42,7 +43,7 @@ consumers() {
     files=$(git ls-files 'membership/*.c' 'membership/*.h' | grep -v '^membership/swim_config\.c$')
   else
     pat="(\\.|->)$sec\\.$key"
-    files=$(git ls-files "${SRC[@]/%//*.c}" "${SRC[@]/%//*.h}" | grep -v '^config/config\.c$')
+    files=$(git ls-files "${SRC[@]/%//*.c}" "${SRC[@]/%//*.h}" | grep -vE '^config/(keys|config)\.c$')
   fi
   # An occurrence that is not the target of a plain assignment (x.k = …,
   # x.k[i] = …), on a line that is not a comment (a comment's inner line
@@ -67,7 +68,7 @@ for k in "${!EXCEPTIONS[@]}"; do
   grep -qx "$k" <<<"$keys" || stale+=("$k (no longer a key)")
 done
 [ ${#unused[@]} -eq 0 ] ||
-  fail "keys declared in config/config.c that no code outside the loader reads: ${unused[*]} (make them act, remove them, or add a documented exception here)"
+  fail "keys declared in config/keys.c that no code outside the loader reads: ${unused[*]} (make them act, remove them, or add a documented exception here)"
 [ ${#stale[@]} -eq 0 ] || fail "stale exceptions, remove them from EXCEPTIONS: ${stale[*]}"
 pass "$n keys, each read outside the loader (${#EXCEPTIONS[@]} documented exceptions)"
 

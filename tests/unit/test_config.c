@@ -84,7 +84,7 @@ static ea_config *cfg_new(void) {
 }
 
 /* ---- the key list, read back from the dump -------------------------------
- * The table is private to config.c; its public face is the dump, which
+ * The table is private to config/ (keys.c); its public face is the dump, which
  * lists every key with its description, rule and default.  The docs and
  * example checks are built on that, so they follow the table by
  * construction. */
