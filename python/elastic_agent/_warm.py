@@ -2,7 +2,7 @@
 
 The agent starts this file as ``PYTHON [OPTIONS] _warm.py MODULE…`` with a
 control socket (SOCK_SEQPACKET) on the fd named by ``EA_WARM_FD``, ahead of
-the generation that will need a worker (agent/job/supervisor.c, "spares").
+the generation that will need a worker (agent/job/supervisor_warm.c).
 It imports each MODULE (``compute.preload``), says ``ready`` (or ``fail``
 with what went wrong) on the socket and waits.  At a generation the agent
 sends one packet, the handover, with the worker's stdout and stderr as
