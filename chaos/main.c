@@ -140,8 +140,15 @@ static int recheck(const char *work) {
         strlen(x->d_name) >= CH_NAME_MAX)
       continue;
     ea__chaos_node *n = &r->nodes[r->nnodes];
-    snprintf(n->name, sizeof n->name, "%s", x->d_name);
-    snprintf(n->dir, sizeof n->dir, "%s/%s", work, x->d_name);
+    /* The name fits (checked above); a work dir too long for a node's
+     * path is said, not truncated. */
+    const int nm = (int)sizeof n->name - 1;
+    snprintf(n->name, sizeof n->name, "%.*s", nm, x->d_name);
+    int dl = snprintf(n->dir, sizeof n->dir, "%s/%.*s", work, nm, x->d_name);
+    if (dl < 0 || (size_t)dl >= sizeof n->dir) {
+      fprintf(stderr, "elastic-chaos --recheck: %s/%s: path too long\n", work, x->d_name);
+      continue;
+    }
     n->slot = atoi(x->d_name + 1);
     char log[CH_PATH_MAX + 32];
     for (;; n->starts++) {
