@@ -13,8 +13,10 @@
  *               what "formed" means, the run
  *   episode.c   the fault episodes: inject, degraded, heal, restore, settle
  *   setup.c     work dir, job file, network, the calibration cluster
- *   history.c   the per-step history from the logs: lineage, generations,
- *               the invariants checked after the run, recovery timings
+ *   history_parse.c  the agents' logs read into the per-step history
+ *               (history_int.h), with the invariants one agent's lines prove
+ *   history.c   the history judged: lineage, generations, the invariants
+ *               checked after the run, recovery timings
  *   replay.c    the reference runs in-process (W=1, and an exact replay of
  *               the world sizes the cluster went through)
  *   ckcheck.c   checkpoint verification and resume checks
@@ -381,7 +383,7 @@ typedef struct {
   char err[300];
 } ea__chaos_ckpt;
 
-struct ea__chaos_history; /* history.c */
+struct ea__chaos_history; /* history_int.h */
 
 /* One agent process's resources (resources.c): the first sample after the
  * warm-up (base), the last, the largest. */

@@ -8,7 +8,8 @@
  *   reference (replay.c)      the fault-free W=1 run starts on a thread
  *   execute (run.c,           the cluster, the episodes, online invariants
  *            episode.c)
- *   history (history.c)       the logs: lineage, generations, timings
+ *   history (history.c,       the logs: lineage, generations, timings
+ *            history_parse.c)
  *   checkpoints (ckcheck.c)   verify, compare with the live state, resume
  *   replay (replay.c)         bit-exact replay of the final history
  *   report (report.c)         JSON, summary, JUnit, SVG
@@ -109,11 +110,11 @@ static void default_agent(char *out, size_t cap, const char *argv0) {
   snprintf(out, cap, "%s/elastic-agent", dirname(self));
 }
 
-/* `elastic-chaos --recheck WORK`: the invariants the logs prove (history.c:
- * each step once, ranks agree, one generation and one plan, generations
- * grow), judged again on the work dir a run kept — after a fix to the
- * harness, or to read a failed run again.  No agent starts; the replay,
- * the reference and the per-fault timings need the run itself. */
+/* `elastic-chaos --recheck WORK`: the invariants the logs prove (history.c,
+ * history_parse.c: each step once, ranks agree, one generation and one
+ * plan, generations grow), judged again on the work dir a run kept — after
+ * a fix to the harness, or to read a failed run again.  No agent starts;
+ * the replay, the reference and the per-fault timings need the run itself. */
 static int recheck(const char *work) {
   static ea__chaos_run run;
   ea__chaos_run *r = &run;
