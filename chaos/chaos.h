@@ -21,6 +21,10 @@
  *               the world sizes the cluster went through)
  *   ckcheck.c   checkpoint verification and resume checks
  *   report.c    JSON, human summary, JUnit XML, SVG timeline
+ *   preempt.c   the preempt fault: notices through the fake metadata server
+ *   spare.c     the spare-churn episode and the spare_world_held invariant
+ *   flood.c     the http-flood and join-flood faults (--flood, --http-probe)
+ *   resources.c the agents' RSS and fds sampled, flat-resource invariant
  *
  * Everything runs on one thread except the W=1 reference, which trains on a
  * thread of its own at the lowest priority while the cluster runs.
