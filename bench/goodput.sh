@@ -163,7 +163,7 @@ ours_start() { # SLOT: a fresh node name each time
     start_group "$1" "$D/$name.log" "$AGENT" run --name "$name" --bind 127.0.0.1:0 \
         --data-dir "$D/$name/data" ${OURS_SEED:+--join "$OURS_SEED"} \
         --set compute.min_nodes=3 --set compute.max_nodes=4 --set runtime.max_restarts=100 "${prog[@]}"
-    for _ in $(seq 100); do grep -q ' listen .*gossip=' "$D/$name.log" && break; sleep 0.1; done
+    for _ in $(seq 100); do grep -qs ' listen .*gossip=' "$D/$name.log" && break; sleep 0.1; done
     if [ -z "$OURS_SEED" ]; then
         OURS_SEED=$(grep -o 'gossip=[0-9.]*:[0-9]*' "$D/$name.log" | head -n1 | cut -d= -f2)
     fi
