@@ -492,8 +492,8 @@ static void main_tick(ea__agent *a) {
 }
 
 /* The loop's tickers, all on one timer every EA__TICK_MS: the link probe
- * (job_glue.c) every tick, the main tick every EA__MX_PERIOD_MS, the ranks'
- * pace (job_pace.c) every EA__PACE_MS.  One timer, as memberlist's one
+ * (job_glue.c) every tick, the ranks' pace (job_pace.c) every EA__PACE_MS,
+ * the main tick every EA__MX_PERIOD_MS.  One timer, as memberlist's one
  * scheduler: a periodic job of the floor is a line here, not a handle of
  * its own to open and close. */
 _Static_assert(EA__MX_PERIOD_MS % EA__TICK_MS == 0, "main tick period");
@@ -503,8 +503,10 @@ static void on_tick(uv_timer_t *h) {
   if (a->phase == EA__PHASE_CLOSING) return;
   uint64_t n = ++a->ticks;
   ea__agent_link_tick(a);
-  if (n % (EA__MX_PERIOD_MS / EA__TICK_MS) == 0) main_tick(a);
   if (n % (EA__PACE_MS / EA__TICK_MS) == 0) ea__agent_pace_tick(a);
+  /* Last: the snapshot it publishes shows what this tick did (a straggler
+   * alert the pace tick just raised, say). */
+  if (n % (EA__MX_PERIOD_MS / EA__TICK_MS) == 0) main_tick(a);
 }
 
 static void peers_timer_cb(uv_timer_t *h) {
