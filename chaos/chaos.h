@@ -186,6 +186,7 @@ typedef struct {
   int loss_pct;         /* loss */
   uint32_t minority;    /* split: bit s set = slot s is on the minority side */
   int nth;              /* ckpt-kill: the shard write that dies (1-based) */
+  bool netns;           /* the run uses namespaces (floods then come from one namespace) */
 } ea__chaos_fault;
 
 typedef struct {
@@ -194,6 +195,7 @@ typedef struct {
   int64_t duration_ms;
   uint32_t kinds; /* bit k: kind k may be scheduled */
   int min_faults;
+  bool netns; /* only labels: a flood's sources (the draws do not depend on it) */
 } ea__chaos_sched_opts;
 
 /* Builds the schedule: max(min_faults, duration/11 s) faults of the enabled

@@ -404,7 +404,8 @@ int main(int argc, char **argv) {
                              .nagents = o->nagents,
                              .duration_ms = o->duration_ms,
                              .kinds = sched_kinds,
-                             .min_faults = o->min_faults};
+                             .min_faults = o->min_faults,
+                             .netns = o->netns};
   int rc = ea__chaos_schedule(&so, &r->sched, &r->nsched);
   if (rc < 0) {
     fprintf(stderr, "%s: cannot build the schedule: %s\n", prog, strerror(-rc));

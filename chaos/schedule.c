@@ -177,11 +177,19 @@ int ea__chaos_schedule(const ea__chaos_sched_opts *o, ea__chaos_fault **out, siz
     f[i].kind = kinds[i];
     f[i].frac = FRAC_FIRST + FRAC_SPAN * ((double)i + 0.2 + 0.6 * ea_rng_double(&g)) / len;
     params(&g, o, &f[i]);
+    f[i].netns = o->netns;
   }
   free(kinds);
   *out = f;
   *n = (size_t)len;
   return 0;
+}
+
+/* Where a flood comes from: the seed's coin picks 1 or 25 loopback source
+ * addresses; with namespaces it is one namespace, one address (flood.c). */
+static const char *flood_from(const ea__chaos_fault *f) {
+  if (f->netns) return "from one namespace's address";
+  return f->fresh ? "from 25 loopback sources" : "from 1 loopback source";
 }
 
 void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
@@ -264,17 +272,15 @@ void ea__chaos_fault_str(const ea__chaos_fault *f, char *out, size_t cap) {
       break;
     case EA__F_HTTP_FLOOD:
       snprintf(out, cap,
-               "%s: 1000 %s connections (loopback: from %d source%s) to slot %d's metrics "
-               "listener for %.1f s; /healthz must answer within 1 s",
-               k, f->whole_node ? "slow" : "idle", f->fresh ? 25 : 1, f->fresh ? "s" : "", f->slot,
-               f->dur_ms / 1000.0);
+               "%s: 1000 %s connections (%s) to slot %d's metrics listener for %.1f s; /healthz "
+               "must answer within 1 s",
+               k, f->whole_node ? "slow" : "idle", flood_from(f), f->slot, f->dur_ms / 1000.0);
       break;
     case EA__F_JOIN_FLOOD:
       snprintf(out, cap,
-               "%s: 200 connections reopened as fast as closed (loopback: from %d source%s) on "
-               "slot %d's gossip port while a new node joins through it; later it leaves by %s",
-               k, f->fresh ? 25 : 1, f->fresh ? "s" : "", f->slot,
-               f->remove_by_drain ? "drain" : "SIGTERM");
+               "%s: 200 connections reopened as fast as closed (%s) on slot %d's gossip port "
+               "while a new node joins through it; later it leaves by %s",
+               k, flood_from(f), f->slot, f->remove_by_drain ? "drain" : "SIGTERM");
       break;
     case EA__F_FOREIGN:
       snprintf(out, cap,
