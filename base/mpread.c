@@ -165,6 +165,18 @@ int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const 
   return 0;
 }
 
+int ea__mpr_decode(const uint8_t *buf, size_t len, void *m, size_t msize,
+                   int (*body)(ea__mpr *r, void *m, const char **err), const char **err) {
+  const char *dummy;
+  if (!err) err = &dummy;
+  memset(m, 0, msize);
+  ea__mpr r;
+  ea__mpr_init(&r, buf, len);
+  int rc = body(&r, m, err);
+  if (rc) memset(m, 0, msize);
+  return rc;
+}
+
 bool ea__mpr_family_is(const uint8_t *buf, size_t len, uint8_t magic, uint8_t family) {
   ea__mpr r;
   ea__mpr_init(&r, buf, len);

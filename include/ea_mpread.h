@@ -107,6 +107,12 @@ int ea__mpr_array_n(ea__mpr *r, uint32_t want, const char *field, const char **e
 /* An unsigned integer ≤ max, into a uint32_t. */
 int ea__mpr_u32(ea__mpr *r, uint32_t max, uint32_t *v, const char *field, const char **err);
 
+/* A codec's whole-message decode: *m (msize bytes) zeroed, then body run
+ * over buf with a fresh reader, and *m zeroed again if it fails, so a
+ * caller never sees half a message.  err may be NULL. */
+int ea__mpr_decode(const uint8_t *buf, size_t len, void *m, size_t msize,
+                   int (*body)(ea__mpr *r, void *m, const char **err), const char **err);
+
 /* Whether buf is a frame of one codec family sharing a channel: `magic`,
  * then an array of at least [version, type] whose type's high nibble is
  * `family` (the control channel's codecs: checkpoint 0x20, job 0x30, probe

@@ -137,12 +137,11 @@ bool ea__ckpt_wire_is(const uint8_t *buf, size_t len) {
   return ea__mpr_family_is(buf, len, EA_WIRE_MAGIC_PLAIN, EA__CKPT_FAMILY);
 }
 
-static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
+static int decode(ea__mpr *r, void *mv, const char **err) {
+  ea__ckpt_msg *m = mv;
   if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__CKPT_WIRE_VERSION, EA__CKPT_SHARD_DURABLE,
                    EA__CKPT_SAVE_NOW, &m->type, m->src.b, err))
     return -EA_EWIRE;
-  const uint8_t *p;
-  size_t n;
   if (m->type == EA__CKPT_SAVE_NOW) {
     if (ea__mpr_array_n(r, BODY_SAVE_NOW, "body", err)) return -EA_EWIRE;
     if (rd_u64(r, &m->gen, "gen", err) || rd_u64(r, &m->step, "step", err)) return -EA_EWIRE;
@@ -182,22 +181,12 @@ static int decode(ea__mpr *r, ea__ckpt_msg *m, const char **err) {
     m->kind = (uint8_t)x;
     if (ea__mpr_u32(r, 4095, &m->error, "errno", err)) return -EA_EWIRE;
     NEED(m->error > 0, "errno");
-    TRY(ea__mpr_str(r, sizeof m->message - 1, &p, &n), "message");
-    NEED(memchr(p, 0, n) == NULL, "message");
-    memcpy(m->message, p, n);
-    m->message[n] = 0;
+    TRY(ea__mpr_cstr(r, m->message, sizeof m->message), "message");
   }
   NEED(ea__mpr_left(r) == 0, "trailing bytes");
   return 0;
 }
 
 int ea__ckpt_decode(const uint8_t *buf, size_t len, ea__ckpt_msg *m, const char **err) {
-  const char *dummy;
-  if (!err) err = &dummy;
-  memset(m, 0, sizeof *m);
-  ea__mpr r;
-  ea__mpr_init(&r, buf, len);
-  int rc = decode(&r, m, err);
-  if (rc) memset(m, 0, sizeof *m);
-  return rc;
+  return ea__mpr_decode(buf, len, m, sizeof *m, decode, err);
 }

@@ -112,18 +112,8 @@ int ea__probe_encode(const ea__probe_msg *m, uint8_t *buf, size_t cap, size_t *l
 
 /* ---- decode -------------------------------------------------------------------- */
 
-/* A str of at most cap-1 bytes without NUL, copied and terminated. */
-static int rd_text(ea__mpr *r, char *dst, size_t cap, const char *field, const char **err) {
-  const uint8_t *p;
-  size_t n;
-  TRY(ea__mpr_str(r, cap - 1, &p, &n), field);
-  NEED(memchr(p, 0, n) == NULL, field);
-  memcpy(dst, p, n);
-  dst[n] = 0;
-  return 0;
-}
-
-static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
+static int decode(ea__mpr *r, void *mv, const char **err) {
+  ea__probe_msg *m = mv;
   if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 5, EA__PROBE_WIRE_VERSION, EA__PROBE_REQ, EA__PROBE_ANS,
                    &m->type, m->src.b, err))
     return -EA_EWIRE;
@@ -139,9 +129,9 @@ static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
     m->reply_to.port = (uint16_t)(p[1] << 8 | p[2]);
     memcpy(m->reply_to.ip, p + 3, 16);
     NEED(m->reply_to.port != 0, "reply_to");
-    if (rd_text(r, m->file, sizeof m->file, "file", err)) return -EA_EWIRE;
+    TRY(ea__mpr_cstr(r, m->file, sizeof m->file), "file");
     NEED(ea__probe_file_ok(m->file), "file");
-    if (rd_text(r, m->token, sizeof m->token, "token", err)) return -EA_EWIRE;
+    TRY(ea__mpr_cstr(r, m->token, sizeof m->token), "token");
     NEED(m->token[0], "token");
   } else {
     if (ea__mpr_array_n(r, 5, "body", err)) return -EA_EWIRE;
@@ -149,8 +139,8 @@ static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
     m->result = (uint8_t)v;
     if (ea__mpr_u32(r, 4095, &m->error, "errno", err)) return -EA_EWIRE;
     NEED((m->result == EA__PROBE_ERROR) == (m->error != 0), "errno");
-    if (rd_text(r, m->node, sizeof m->node, "node", err)) return -EA_EWIRE;
-    if (rd_text(r, m->dir, sizeof m->dir, "dir", err)) return -EA_EWIRE;
+    TRY(ea__mpr_cstr(r, m->node, sizeof m->node), "node");
+    TRY(ea__mpr_cstr(r, m->dir, sizeof m->dir), "dir");
     TRY(ea__mpr_uint(r, UINT64_MAX, &m->wall_us), "wall_us");
   }
   NEED(ea__mpr_left(r) == 0, "trailing bytes");
@@ -158,12 +148,5 @@ static int decode(ea__mpr *r, ea__probe_msg *m, const char **err) {
 }
 
 int ea__probe_decode(const uint8_t *buf, size_t len, ea__probe_msg *m, const char **err) {
-  const char *dummy;
-  if (!err) err = &dummy;
-  memset(m, 0, sizeof *m);
-  ea__mpr r;
-  ea__mpr_init(&r, buf, len);
-  int rc = decode(&r, m, err);
-  if (rc) memset(m, 0, sizeof *m);
-  return rc;
+  return ea__mpr_decode(buf, len, m, sizeof *m, decode, err);
 }

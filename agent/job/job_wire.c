@@ -143,21 +143,11 @@ int ea__job_encode(const ea__job_msg *m, uint8_t *buf, size_t cap, size_t *len) 
 
 /* ---- decode ------------------------------------------------------------------------ */
 
-static int rd_text(ea__mpr *r, char *out, size_t cap, const char *field, const char **err) {
-  const uint8_t *p;
-  size_t n;
-  TRY(ea__mpr_str(r, cap - 1, &p, &n), field);
-  NEED(memchr(p, 0, n) == NULL, field);
-  memcpy(out, p, n);
-  out[n] = 0;
-  return 0;
-}
-
 static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
   if (ea__mpr_array_n(r, 8, "failure", err)) return -EA_EWIRE;
   TRY(ea__mpr_uint(r, UINT64_MAX, &f->gen), "gen");
   if (ea__mpr_u32(r, UINT32_MAX, &f->rank, "rank", err)) return -EA_EWIRE;
-  if (rd_text(r, f->node, sizeof f->node, "node", err)) return -EA_EWIRE;
+  TRY(ea__mpr_cstr(r, f->node, sizeof f->node), "node");
   int nil = ea__mpr_nil(r);
   TRY(nil < 0 ? nil : 0, "code");
   f->has_code = nil == 0;
@@ -172,10 +162,12 @@ static int rd_failure(ea__mpr *r, ea__job_failure *f, const char **err) {
   if (ea__mpr_u32(r, EA__JOB_SRC_STDERR, &src, "source", err)) return -EA_EWIRE;
   f->source = (uint8_t)src;
   TRY(ea__mpr_uint(r, UINT64_MAX, &f->at_ms), "at_ms");
-  return rd_text(r, f->message, sizeof f->message, "message", err);
+  TRY(ea__mpr_cstr(r, f->message, sizeof f->message), "message");
+  return 0;
 }
 
-static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
+static int decode(ea__mpr *r, void *mv, const char **err) {
+  ea__job_msg *m = mv;
   if (ea__mpr_head(r, EA_WIRE_MAGIC_PLAIN, 4, EA__JOB_WIRE_VERSION, EA__JOB_EXIT, EA__JOB_LINK_DOWN,
                    &m->type, m->src.b, err))
     return -EA_EWIRE;
@@ -233,7 +225,7 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
       if (ea__mpr_u32(r, EA__JOB_FINAL_CKPT, &k, "kind", err)) return -EA_EWIRE;
       NEED(k >= EA__JOB_SUCCESS, "kind");
       m->kind = (uint8_t)k;
-      if (rd_text(r, m->reason, sizeof m->reason, "reason", err)) return -EA_EWIRE;
+      TRY(ea__mpr_cstr(r, m->reason, sizeof m->reason), "reason");
       int nil = ea__mpr_nil(r);
       TRY(nil < 0 ? nil : 0, "failure");
       m->has_failure = nil == 0;
@@ -246,12 +238,5 @@ static int decode(ea__mpr *r, ea__job_msg *m, const char **err) {
 }
 
 int ea__job_decode(const uint8_t *buf, size_t len, ea__job_msg *m, const char **err) {
-  const char *dummy;
-  if (!err) err = &dummy;
-  memset(m, 0, sizeof *m);
-  ea__mpr r;
-  ea__mpr_init(&r, buf, len);
-  int rc = decode(&r, m, err);
-  if (rc) memset(m, 0, sizeof *m);
-  return rc;
+  return ea__mpr_decode(buf, len, m, sizeof *m, decode, err);
 }
