@@ -723,6 +723,7 @@ int ea__agent_workers_start(ea__agent *a, char *err, size_t errlen) {
                      .no_ipc = a->mode == EA__MODE_TORCHRUN,
                      .config_path = a->job_path,
                      .comm_bind = bind,
+                     .train_steps = a->o->cfg.train.steps,
                      .stop_grace_ms = grace,
                      .term_grace_ms = grace,
                      .warm_launcher = launcher,

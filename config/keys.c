@@ -286,7 +286,8 @@ const cfg_key ea__cfg_keys[] = {
     {U32(train, hidden), .min = 1, .max = 65536, .doc = "Width of each hidden layer."},
     {U32(train, layers), .min = 1, .max = 64, .doc = "Number of hidden layers."},
     {U64(train, steps), .min = 1, .max = UINT64_C(1000000000000), .unit = "steps",
-     .doc = "Optimizer steps to train for."},
+     .doc = "Optimizer steps to train for (the built-in trainer; a library-mode program is given "
+            "it as EA_TRAIN_STEPS)."},
     {DBL(train, lr), .dmin = 0.0, .dmax = 10.0, .flags = F_MIN_OPEN,
      .doc = "Peak learning rate (AdamW), reached after warmup."},
     {DBL(train, weight_decay), .dmin = 0.0, .dmax = 1.0, .doc = "AdamW decoupled weight decay."},

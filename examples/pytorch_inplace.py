@@ -26,7 +26,8 @@ import torch.nn.functional as F
 import elastic_agent
 from elastic_agent.torch import TorchState
 
-STEPS = int(os.environ.get("STEPS", "2000"))
+# STEPS when set, else the job file's train.steps (the agent exports it)
+STEPS = int(os.environ.get("STEPS") or os.environ.get("EA_TRAIN_STEPS") or "2000")
 GLOBAL_BATCH = 64          # fixed, whatever the number of ranks
 DATASET = 4096
 

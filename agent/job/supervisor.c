@@ -292,6 +292,7 @@ int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, v
   s->config = dupstr(o->config_path);
   s->bind = dupstr(o->comm_bind);
   s->no_ipc = o->no_ipc;
+  s->train_steps = o->train_steps;
   bool ok = s->slot && s->exe && (!o->worker_command || !*o->worker_command || s->command) &&
             (!o->config_path || !*o->config_path || s->config) &&
             (!o->comm_bind || !*o->comm_bind || s->bind);
@@ -325,8 +326,8 @@ int ea__sup_new(uv_loop_t *loop, const ea__sup_opts *o, const ea__sup_cbs *cb, v
 /* Names the supervisor sets; copies of them in the agent's own environment
  * are dropped so a worker never sees two values. */
 static bool ours(const char *kv) {
-  static const char *const names[] = {
-      "EA_IPC_FD=", "EA_LOCAL_RANK=", "EA_CONFIG=", "EA_COMM_BIND=", "EA_WARM_FD="};
+  static const char *const names[] = {"EA_IPC_FD=",    "EA_LOCAL_RANK=", "EA_CONFIG=",
+                                      "EA_COMM_BIND=", "EA_WARM_FD=",    "EA_TRAIN_STEPS="};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strncmp(kv, names[i], strlen(names[i])) == 0) return true;
   return false;
@@ -421,7 +422,7 @@ bool ea__sup_words_add(char **c, const char *fmt, const char *v) {
 char **ea__sup_usual_env(ea__sup *s, uint32_t idx, const char *extra) {
   size_t n = 0;
   while (environ[n]) n++;
-  char **e = calloc(n + 6, sizeof *e);
+  char **e = calloc(n + 7, sizeof *e);
   if (!e) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
@@ -433,6 +434,11 @@ char **ea__sup_usual_env(ea__sup *s, uint32_t idx, const char *extra) {
   if (!ea__sup_words_add(e, "EA_LOCAL_RANK=%s", num)) goto fail;
   if (s->config && !ea__sup_words_add(e, "EA_CONFIG=%s", s->config)) goto fail;
   if (s->bind && !ea__sup_words_add(e, "EA_COMM_BIND=%s", s->bind)) goto fail;
+  if (s->train_steps) {
+    char steps[24];
+    snprintf(steps, sizeof steps, "%" PRIu64, s->train_steps);
+    if (!ea__sup_words_add(e, "EA_TRAIN_STEPS=%s", steps)) goto fail;
+  }
   if (extra && !ea__sup_words_add(e, "%s", extra)) goto fail;
   return e;
 fail:

@@ -72,6 +72,7 @@ typedef struct {
   const char *exe;            /* built-in: the binary; NULL = /proc/self/exe */
   const char *config_path;    /* NULL or "": none */
   const char *comm_bind;      /* EA_COMM_BIND; NULL or "": the worker's default */
+  uint64_t train_steps;       /* EA_TRAIN_STEPS (train.steps); 0: not exported */
   uint32_t stop_grace_ms;     /* STOP → SIGTERM; 0 = EA__SUP_STOP_GRACE_MS */
   uint32_t term_grace_ms;     /* SIGTERM → SIGKILL; 0 = EA__SUP_TERM_GRACE_MS */
   const char *warm_launcher;  /* _warm.py: keep spares; NULL or "": none */

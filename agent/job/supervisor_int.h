@@ -38,6 +38,7 @@ struct ea__sup {
   char *command, *exe, *config, *bind;
   char **argv; /* exec form, NULL-terminated copy; NULL: none */
   bool no_ipc;
+  uint64_t train_steps; /* EA_TRAIN_STEPS; 0: not exported */
   uint32_t stop_grace_ms, term_grace_ms;
   uint64_t bad_packets;
   size_t live; /* records not yet freed, + 1 for `guard` */
