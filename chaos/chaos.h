@@ -132,6 +132,12 @@ typedef struct {
   bool spare;            /* spares.self.spare: waiting beyond max_nodes */
   char spare_state[16];  /* spares.self.state: ready, starting, unfit, held */
   uint32_t spares_ready; /* spares.ready */
+  /* held_out (the controller's alone): whom it keeps out, for how long yet,
+   * and the how-manieth hold of that node this is */
+  uint32_t nheld;
+  char held[4][CH_NAME_MAX];
+  int64_t held_left_ms[4];
+  uint32_t held_holds[4];
   char reason[160];
 } ea__chaos_status;
 
@@ -451,6 +457,7 @@ typedef struct ea__chaos_run {
   int64_t bound_ms;         /* a fault's degraded phase, a heal */
   int64_t bound_restore_ms; /* taking a node back (+ one rendezvous timeout) */
   int64_t bound_extra_ms;   /* added to both while a fault's phases allow for more (oneway) */
+  bool library;             /* the job is a library-mode program (compute.protocol: library) */
   uint64_t detection_bound_ms;
   int64_t t_done;        /* training reached the target (polling) */
   uint64_t final_digest; /* the digest every final worker reported */
@@ -572,6 +579,13 @@ typedef struct {
   uint32_t worker_idx;
   uint32_t restarts_before; /* ... was restarted */
   const char *gone;         /* and this node's agent has exited (drain, SIGTERM) */
+  /* oneway: the end of the link the controller may hold out.  Its holds
+   * double and are never forgiven (ea_rdzv.h), and a link still failing
+   * when one ends earns the next, so the restore bound runs from the end of
+   * its last hold that began by hold_from (now_ms), not from the heal. */
+  const char *held_node;
+  int64_t hold_from;
+  int64_t hold_end; /* out: the latest end of such a hold seen (now_ms), 0 none */
   uint64_t gen_out;
   uint32_t world_out;
   uint64_t step_out;

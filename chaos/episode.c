@@ -210,7 +210,7 @@ static void run_pause(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v)
  * and not seen is a hang (what: which); then every node must be back,
  * within the restore bound plus extra_ms. */
 static void heal_and_restore(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_want *w,
-                             const char *what, int64_t extra_ms) {
+                             const char *what, int64_t extra_ms, const char *held) {
   if (e->deg.expected && !e->deg.observed) {
     ea__chaos_hang(r, e, what, w);
     e->deg.timed_out = true;
@@ -219,6 +219,11 @@ static void heal_and_restore(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_w
   w->gen_after = e->gen_at_inject;
   w->strictly = false;
   w->step_after = ea__chaos_cluster_step(r);
+  /* A hold the controller decides on pings lost before the heal may start
+   * up to a link probe's verdict (two missed pings a second apart) after
+   * it; one that starts later is not this fault's. */
+  w->held_node = held;
+  w->hold_from = e->t_heal + (int64_t)r->detection_bound_ms + 2000;
   r->bound_extra_ms = extra_ms;
   if (!ea__chaos_phase_wait(r, &e->res, w, e->t_heal, true, "restored"))
     ea__chaos_hang(r, e, "restored", w);
@@ -285,7 +290,7 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
   ea__chaos_net_heal(r);
   r->partition_since = 0;
   r->minority_mask = 0;
-  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0);
+  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0, NULL);
 }
 
 /* One-way loss between ring neighbours (issue 11, items 6 and 8): all that
@@ -365,7 +370,7 @@ static void run_oneway(ea__chaos_run *r, ea__chaos_episode *e, ea__chaos_node *v
   snprintf(e->note, sizeof e->note, "%s → %s dropped; %s", from->name, to->name,
            e->deg.observed ? "trained without the receiver" : "not re-formed without it");
   heal_and_restore(r, e, &w, "degraded (the others re-form without one end of the link)",
-                   4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000);
+                   4 * (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000, e->victim);
 }
 
 void ea__chaos_run_join(ea__chaos_run *r, ea__chaos_episode *e, const char *via) {

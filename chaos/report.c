@@ -151,6 +151,9 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       }
       return NULL;
     case EA__I_REFERENCE:
+      if (r->library)
+        return "a library-mode program: the harness has no model of it to replay or compare "
+               "with";
       if (!r->t_done && nviol(r, inv) == 0) return "training did not reach the target step";
       return NULL;
     case EA__I_RESOURCES:
@@ -491,7 +494,9 @@ static void write_text(const ea__chaos_run *r, ea_sb *s, const row *rows, int nr
   }
   const ea__chaos_refres *x = &r->ref;
   ea_sb_puts(s, "\nreference\n");
-  if (x->replay_done && x->first_mismatch < 0)
+  if (r->library)
+    ea_sb_puts(s, "  not run: a library-mode program (the harness has no model of it to replay)\n");
+  else if (x->replay_done && x->first_mismatch < 0)
     ea_sb_printf(s,
                  "  exact replay of the final history (%" PRIu64
                  " steps at the world sizes the cluster used, "

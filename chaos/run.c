@@ -588,8 +588,30 @@ static bool all_done(ea__chaos_run *r, const ea__chaos_status *st) {
   return true;
 }
 
+/* The controller's hold of w->held_node, when it began by w->hold_from:
+ * w->hold_end moves to its end.  Its length is the flap cooldown doubled for
+ * each earlier hold of that node, as the rendezvous core counts them. */
+static void track_hold(ea__chaos_run *r, ea__chaos_want *w) {
+  int64_t base = (int64_t)r->cfg.runtime.flap_cooldown_seconds * 1000;
+  if (base <= 0) base = 1;
+  const int64_t cap = base > (int64_t)EA_RDZV_HOLD_CAP_MS ? base : (int64_t)EA_RDZV_HOLD_CAP_MS;
+  for (int s = 1; s <= r->nslots; s++) {
+    ea__chaos_node *n = ea__chaos_slot_node(r, s);
+    if (!ea__chaos_node_running(n) || !n->st.ok || !n->st.controller) continue;
+    for (uint32_t i = 0; i < n->st.nheld; i++) {
+      if (strcmp(n->st.held[i], w->held_node) != 0 || n->st.held_left_ms[i] <= 0) continue;
+      int64_t d = base;
+      for (uint32_t k = 1; k < n->st.held_holds[i] && d < cap; k++) d *= 2;
+      if (d > cap) d = cap;
+      int64_t end = n->st.t_ms + n->st.held_left_ms[i];
+      if (end - d <= w->hold_from && end > w->hold_end) w->hold_end = end;
+    }
+  }
+}
+
 bool ea__chaos_cond_formed(ea__chaos_run *r, void *ctx) {
   ea__chaos_want *w = ctx;
+  if (w->held_node) track_hold(r, w);
   uint64_t g = 0, maxstep = 0;
   bool done = true;
   int64_t now = ea__chaos_now_ms();
@@ -654,6 +676,10 @@ void ea__chaos_want_str(const ea__chaos_want *w, char *out, size_t cap) {
 }
 
 /* Run one phase: wait for w, with the bound; fill p. */
+static bool cond_formed_or_end(ea__chaos_run *r, void *ctx) {
+  return ea__chaos_cond_formed(r, ctx) || any_finished(r);
+}
+
 bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *w, int64_t t_start,
                           bool expected, const char *what) {
   p->expected = expected;
@@ -666,7 +692,21 @@ bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *
   p->t_detect = p->t_reform = p->t_first_step = -1;
   ea__chaos_want_str(w, p->nodes, sizeof p->nodes);
   int64_t deadline = ea__chaos_mono_ms() + p->bound_ms - (ea__chaos_now_ms() - t_start);
-  bool ok = ea__chaos_wait_until(r, deadline, ea__chaos_cond_formed, w);
+  bool ok;
+  for (;;) {
+    /* The job may end meanwhile (the hang then is none: ea__chaos_hang):
+     * no use waiting out the bound. */
+    ok = ea__chaos_wait_until(r, deadline, cond_formed_or_end, w) && ea__chaos_cond_formed(r, w);
+    if (ok || any_finished(r) || !w->held_node || !w->hold_end || ea__chaos_interrupted) break;
+    /* The node was held out past the bound: the bound runs from its hold's
+     * end (ea__chaos_want.held_node). */
+    int64_t want = w->hold_end - t_start + r->bound_restore_ms;
+    if (want <= p->bound_ms) break;
+    ea__chaos_say(r, "  %s is held out until %.1f s after the heal: the bound runs from then",
+                  w->held_node, (double)(w->hold_end - t_start) / 1000.0);
+    deadline += want - p->bound_ms;
+    p->bound_ms = want;
+  }
   if (ok) {
     p->observed = true;
     p->t_seen = ea__chaos_now_ms();
@@ -848,7 +888,7 @@ int ea__chaos_execute(ea__chaos_run *r) {
         uint64_t before = ea__chaos_cluster_step(r);
         if (ea__chaos_wait_until(r, ea__chaos_mono_ms() + r->bound_ms, cond_progress, &trigger))
           break;
-        if (ea__chaos_interrupted) break;
+        if (ea__chaos_interrupted || any_finished(r)) break;
         if (ea__chaos_cluster_step(r) <= before) {
           ea__chaos_violate(r, EA__I_RECOVERY,
                             "training stood still at step %llu for %.1f s between faults",
@@ -857,7 +897,10 @@ int ea__chaos_execute(ea__chaos_run *r) {
         }
       }
     }
-    if (ea__chaos_cluster_step(r) >= r->target_steps) {
+    /* The job may end during a long phase (a link's hold-out grows with
+     * each one): its agents leave, and what is left of the schedule is not
+     * run. */
+    if (any_finished(r) || ea__chaos_cluster_step(r) >= r->target_steps) {
       for (size_t k = i; k < r->neps; k++) {
         r->eps[k].state = EA__EP_NOT_RUN;
         snprintf(r->eps[k].skip_reason, sizeof r->eps[k].skip_reason,

@@ -128,6 +128,22 @@ int ea__chaos_setup(ea__chaos_run *r, char *err, size_t errlen) {
     snprintf(err, errlen, "job configuration: %s", e);
     return rc;
   }
+  /* The history is the steps the workers report: the built-in trainer's,
+   * or a library-mode program's (which ends at EA_TRAIN_STEPS, the
+   * train.steps set above and again once calibrated).  A restart-mode
+   * program reports none. */
+  const char *proto = r->cfg.compute.protocol;
+  r->library = strcmp(proto, "library") == 0;
+  if (r->cfg.compute.worker_command[0] &&
+      (strcmp(proto, "torchrun") == 0 || strcmp(proto, "auto") == 0)) {
+    snprintf(err, errlen,
+             "job configuration: compute.protocol %s with a worker_command runs the program in "
+             "restart mode, which reports no steps to judge; use compute.protocol: library (a "
+             "program using the elastic_agent library that trains EA_TRAIN_STEPS steps) or the "
+             "built-in trainer (no worker_command)",
+             proto);
+    return -EINVAL;
+  }
   if ((rc = ea__chaos_write_job(r, err, errlen)) < 0) return rc;
   r->detection_bound_ms = 0;
   if (r->o.netns) {

@@ -166,6 +166,16 @@ static int from_json(const json_t *j, ea__chaos_status *st) {
   st->spare = jbool(j, "spares.self.spare", false);
   copy(st->spare_state, sizeof st->spare_state, jstr(j, "spares.self.state", ""));
   st->spares_ready = (uint32_t)ju64(j, "spares.ready", 0);
+  st->nheld = 0;
+  const json_t *hs = jpath(j, "held_out");
+  for (size_t i = 0; json_is_array(hs) && i < json_array_size(hs) && st->nheld < 4; i++) {
+    const json_t *h = json_array_get(hs, i);
+    const json_t *left = json_object_get(h, "remaining_s");
+    if (!json_is_number(left) || jbool(h, "waived", false)) continue;
+    copy(st->held[st->nheld], CH_NAME_MAX, jstr(h, "node", ""));
+    st->held_left_ms[st->nheld] = (int64_t)(json_number_value(left) * 1000.0 + 0.5);
+    st->held_holds[st->nheld++] = (uint32_t)ju64(h, "holds", 1);
+  }
   return 0;
 }
 
