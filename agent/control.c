@@ -788,7 +788,8 @@ int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_w
   c->open = 1;
   const char *step = "bind";
   int rc = uv_tcp_bind(&c->listener, (const struct sockaddr *)&ss, 0);
-  if (rc == 0) step = "listen", rc = uv_listen((uv_stream_t *)&c->listener, 128, on_accept);
+  /* As deep as the gossip listener's (transport_uv.c says why). */
+  if (rc == 0) step = "listen", rc = uv_listen((uv_stream_t *)&c->listener, SOMAXCONN, on_accept);
   if (rc == 0) {
     struct sockaddr_storage got;
     int len = sizeof got;

@@ -997,7 +997,12 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   rc = uv_udp_open(&t->udp, ufd);
   if (rc == 0) ufd = -1, step = "tcp open", rc = uv_tcp_open(&t->listener, tfd);
   if (rc == 0)
-    tfd = -1, step = "listen", rc = uv_listen((uv_stream_t *)&t->listener, 128, on_accept);
+    /* A deep accept queue: 128 filled under a 200-connection flood and the
+     * kernel dropped a joiner's SYN (TcpExtListenOverflows: 42 k in 5 s),
+     * which then waited out TCP's 1 s retransmission.  SOMAXCONN is 4096;
+     * the kernel caps it at net.core.somaxconn.  Admission is per source
+     * after the accept (the pre-auth limits). */
+    tfd = -1, step = "listen", rc = uv_listen((uv_stream_t *)&t->listener, SOMAXCONN, on_accept);
   if (rc == 0) step = "udp recv", rc = uv_udp_recv_start(&t->udp, udp_alloc, udp_recv);
   if (rc == 0) {
     ea_meta meta = o->meta;
