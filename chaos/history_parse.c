@@ -40,25 +40,31 @@ static int gen_index(struct ea__chaos_history *h, uint64_t gen) {
   return (int)h->ngens++;
 }
 
+/* Room for need steps in g's three arrays (capacity doubles from 1024). */
+static int gen_room(hgen *g, size_t need) {
+  if (need <= g->cap) return 0;
+  size_t nc = g->cap ? g->cap * 2 : 1024;
+  while (nc < need) nc *= 2;
+  uint64_t *nd = realloc(g->dig, nc * sizeof *nd);
+  if (!nd) return -ENOMEM;
+  g->dig = nd;
+  float *nl = realloc(g->loss, nc * sizeof *nl);
+  if (!nl) return -ENOMEM;
+  g->loss = nl;
+  uint8_t *nn = realloc(g->cnt, nc);
+  if (!nn) return -ENOMEM;
+  g->cnt = nn;
+  g->cap = nc;
+  return 0;
+}
+
 static int gen_put(hgen *g, uint64_t step, uint64_t digest, float loss) {
   if (g->len == 0) {
     g->base = step;
   } else if (step < g->base) {
     size_t shift = (size_t)(g->base - step);
     size_t need = g->len + shift;
-    if (need > g->cap) {
-      size_t nc = g->cap * 2 > need ? g->cap * 2 : need;
-      uint64_t *nd = realloc(g->dig, nc * sizeof *nd);
-      if (!nd) return -ENOMEM;
-      g->dig = nd;
-      float *nl = realloc(g->loss, nc * sizeof *nl);
-      if (!nl) return -ENOMEM;
-      g->loss = nl;
-      uint8_t *nn = realloc(g->cnt, nc);
-      if (!nn) return -ENOMEM;
-      g->cnt = nn;
-      g->cap = nc;
-    }
+    if (gen_room(g, need)) return -ENOMEM;
     memmove(g->dig + shift, g->dig, g->len * sizeof *g->dig);
     memmove(g->loss + shift, g->loss, g->len * sizeof *g->loss);
     memmove(g->cnt + shift, g->cnt, g->len);
@@ -69,20 +75,7 @@ static int gen_put(hgen *g, uint64_t step, uint64_t digest, float loss) {
   size_t i = (size_t)(step - g->base);
   if (i >= g->len) {
     size_t need = i + 1;
-    if (need > g->cap) {
-      size_t nc = g->cap ? g->cap * 2 : 1024;
-      while (nc < need) nc *= 2;
-      uint64_t *nd = realloc(g->dig, nc * sizeof *nd);
-      if (!nd) return -ENOMEM;
-      g->dig = nd;
-      float *nl = realloc(g->loss, nc * sizeof *nl);
-      if (!nl) return -ENOMEM;
-      g->loss = nl;
-      uint8_t *nn = realloc(g->cnt, nc);
-      if (!nn) return -ENOMEM;
-      g->cnt = nn;
-      g->cap = nc;
-    }
+    if (gen_room(g, need)) return -ENOMEM;
     memset(g->cnt + g->len, 0, need - g->len);
     g->len = need;
   }
