@@ -72,6 +72,21 @@ wait_for() {
   return 0
 }
 
+# output_is WANT CMD ARGS… — CMD's output is WANT.  For wait_for, which runs
+# it again each try: `wait_for 10 test "$(CMD)" = WANT` would expand CMD once,
+# before the first try, and wait on that one value.
+output_is() {
+  local want=$1
+  shift
+  [ "$("$@" 2>/dev/null)" = "$want" ]
+}
+# output_is_not NOT CMD ARGS… — CMD succeeds and its output is not NOT.
+output_is_not() {
+  local not=$1 out
+  shift
+  out=$("$@" 2>/dev/null) && [ "$out" != "$not" ]
+}
+
 # start_agent NAME [run flags…] — start an agent named NAME on 127.0.0.1:0
 # with data dir $EA_TMP/NAME/data and log $EA_TMP/NAME/log; wait until it
 # listens and record AGENT_PID[NAME], AGENT_DIR[NAME], AGENT_ADDR[NAME].

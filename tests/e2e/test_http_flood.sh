@@ -45,11 +45,11 @@ say "1. one agent, metrics on 127.0.0.1"
 # test lasts (/readyz 503, an answer) rather than train the default job to
 # its end and exit (see History above).
 start_agent h1 --set observability.metrics_listen=127.0.0.1:0 --set compute.min_nodes=2
-wait_for 10 test -n "$(metrics_addr h1)" || fail "no metrics listener: $(tail -5 "$(agent_log h1)")"
+wait_for 10 output_is_not "" metrics_addr h1 || fail "no metrics listener: $(tail -5 "$(agent_log h1)")"
 MADDR=$(metrics_addr h1)
 MPORT=${MADDR##*:}
 probe_code() { curl -s -m 3 --interface 127.0.0.1 -o /dev/null -w '%{http_code}' "http://$MADDR$1"; }
-wait_for 10 test "$(probe_code /healthz)" = 200 || fail "/healthz before: $(probe_code /healthz)"
+wait_for 10 output_is 200 probe_code /healthz || fail "/healthz before: $(probe_code /healthz)"
 pass "/healthz 200 at $MADDR"
 
 # hold MODE N SRC… — connections to the listener from each SRC, N each, held

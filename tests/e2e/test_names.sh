@@ -31,7 +31,7 @@ assert_eq "$EXIT_RC" 2 "the twin's exit status"
 grep -q "refused: the name 'n1' is held by live member id [0-9a-f]* (127.0.0.1:[0-9]*, alive)" "$(agent_log twin)" ||
   fail "the twin does not say why: $(grep -i "name\|refused" "$(agent_log twin)" | tail -3)"
 agent_alive n1 || fail "n1 exited"
-wait_for 10 test "$(live_named n1 n1)" = 1 || fail "n1 shows $(live_named n1 n1) live members named n1"
+wait_for 10 output_is 1 live_named n1 n1 || fail "n1 shows $(live_named n1 n1) live members named n1"
 pass "refused (exit 2) and named the holder; n1 sees one live n1"
 
 say "2. a unique name joins"
@@ -42,7 +42,7 @@ pass "n2 joined"
 
 say "3. a --bootstrap agent named n2: drain n2 is refused as ambiguous"
 start_agent boot --join "${AGENT_ADDR[n1]}" --bootstrap --name n2
-wait_for 15 test "$(live_named n1 n2)" = 2 || fail "n1 shows $(live_named n1 n2) live members named n2"
+wait_for 15 output_is 2 live_named n1 n2 || fail "n1 shows $(live_named n1 n2) live members named n2"
 wait_for 10 grep -q "has this node's name too" "$(agent_log n2)" ||
   fail "n2 does not warn about the other n2"
 out=$("$EA_BIN" drain n2 --data-dir "${AGENT_DIR[n1]}/data" 2>&1) && fail "drain n2 succeeded: $out"

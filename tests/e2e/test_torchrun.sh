@@ -94,7 +94,7 @@ wait_for 40 test -e "$MARK" || fail "rank 2 never reached step 8"
 for n in n1 n2 n3; do
   wait_for 40 resumed_at "$n" 3 || fail "$n did not resume at world 3 after the failure: $(tail -5 "$(agent_log "$n")")"
 done
-wait_for 10 test "$(js n1 'd["job"]["restarts"]')" = 1 ||
+wait_for 10 output_is 1 js n1 'd["job"]["restarts"]' ||
   fail "n1's status does not count 1 restart: $(js n1 'd["job"]'); the agents' failure lines: $(grep -h 'failed gen=\|exited with code\|restarts exhausted' "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n3)" | tail -6)"
 grep -q 'failed gen=.*rank 2 on .* exited with code 1: RuntimeError: injected failure at step 8' "$(agent_log n1)" "$(agent_log n2)" "$(agent_log n3)" ||
   fail "no log line names rank 2's failure and its error-file message"
