@@ -318,12 +318,12 @@ static bool in_list(const char *list, const char *name) {
   return false;
 }
 
-/* The first commit at or after t whose members are exactly `nodes`. */
+/* The first commit in [t, h->t_end) whose members are exactly `nodes`. */
 static int commit_after(struct ea__chaos_history *h, int64_t t, const char *nodes) {
   int best = -1;
   for (size_t i = 0; i < h->ngens; i++) {
     hgen *g = &h->gens[i];
-    if (!g->committed || g->t_commit < t) continue;
+    if (!g->committed || g->t_commit < t || g->t_commit >= h->t_end) continue;
     char sorted[512];
     names_sorted(g->nodes, sorted, sizeof sorted);
     if (strcmp(sorted, nodes) != 0) continue;
@@ -337,7 +337,8 @@ static int64_t first_member(struct ea__chaos_history *h, int64_t t, const char *
   int64_t best = -1;
   for (size_t i = 0; i < h->nmem; i++) {
     memev *m = &h->mem[i];
-    if (m->ts < t || !in_list(members, m->member) || strcmp(m->to, to) != 0) continue;
+    if (m->ts < t || m->ts >= h->t_end || !in_list(members, m->member) || strcmp(m->to, to) != 0)
+      continue;
     if (not_observer && in_list(not_observer, m->observer)) continue;
     if (best < 0 || m->ts < best) best = m->ts;
   }
@@ -349,7 +350,7 @@ static int64_t first_event(ea__chaos_run *r, struct ea__chaos_history *h, int64_
   int64_t best = -1;
   for (size_t i = 0; i < h->nev; i++) {
     evrec *e = &h->ev[i];
-    if (e->ts < t || e->kind != kind) continue;
+    if (e->ts < t || e->ts >= h->t_end || e->kind != kind) continue;
     if (node && strcmp(r->nodes[e->node].name, node) != 0) continue;
     if (best < 0 || e->ts < best) best = e->ts;
   }
@@ -479,6 +480,7 @@ int ea__chaos_history_check(ea__chaos_run *r) {
   if (!h) return -ENOMEM;
   r->hist = h;
   h->final_gen = -1;
+  h->t_end = INT64_MAX;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   h->probe_t = calloc(2 * r->neps + 1, sizeof *h->probe_t);
@@ -516,6 +518,12 @@ int ea__chaos_history_check(ea__chaos_run *r) {
     ea__chaos_episode *e = &r->eps[i];
     if (e->state != EA__EP_DONE) continue;
     e->steps_lost = -1;
+    /* Episodes run one after another: a short pause ridden out has no
+     * "dead" of its own, and the next fault's of the same node is not it. */
+    h->t_end = INT64_MAX;
+    for (size_t j = i + 1; j < r->neps && h->t_end == INT64_MAX; j++)
+      if (r->eps[j].state == EA__EP_DONE && r->eps[j].t_inject > e->t_inject)
+        h->t_end = r->eps[j].t_inject;
     phase_times(r, h, e, &e->deg, false);
     phase_times(r, h, e, &e->res, true);
   }

@@ -107,6 +107,9 @@ struct ea__chaos_history {
   /* "first step logged at or after t", for each phase start t (sorted) */
   int64_t *probe_t, *probe_best;
   size_t nprobes;
+  /* The episode being timed: its events are those before the next fault
+   * (INT64_MAX for the last), never a later fault's of the same node. */
+  int64_t t_end;
 };
 
 /* history_parse.c: reads one agent log (path: agent start start_k of node
