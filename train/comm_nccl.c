@@ -3,8 +3,8 @@
  *
  * Built only when CUDA and NCCL are found (the Makefile compiles *_nccl.c and
  * defines EA_HAVE_NCCL).  Compiled and linked against NCCL 2.28.9 / CUDA 13;
- * on the machine it was written on there is no GPU, so this file has been
- * compiled, not run — see docs/comm.md.
+ * the machine it was written on has no GPU.  It has run on one GPU at world
+ * 1 only (scripts/gpu-check.sh, docs/comm.md): nothing with a lost peer.
  *
  * Why non-blocking.  A blocking NCCL communicator can hang forever inside
  * init or a collective when a peer dies.  With config.blocking = 0 every

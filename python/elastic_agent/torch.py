@@ -43,7 +43,8 @@ in-flight collective), called from the reader thread like the socket
 method.  ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (set unless the user set it,
 as torchrun does) stays the fallback: a collective that times out all the
 same tears the process down, and the agent restarts it; it then receives
-the state like a joiner.  (Not run here: no GPU.)
+the state like a joiner.  (Run on one GPU at world 1 only:
+scripts/gpu-check.sh, docs/comm.md.)
 
 **Gradients.**  The fixed global batch B is split by :meth:`Generation.shard`;
 for the trajectory not to depend on the world size, each rank's loss is its
@@ -651,8 +652,9 @@ class TorchBackend(Backend):
         an NCCL collective in flight ends with an error.  Where this torch
         has none, the collective ends at the group's timeout (the watchdog,
         TORCH_NCCL_ASYNC_ERROR_HANDLING)."""
-        pg = dist.group.WORLD if dist.is_initialized() else None
-        abort = getattr(pg, "abort", None)
+        if not dist.is_initialized():
+            return  # no group (not formed yet, or torn down): nothing in flight
+        abort = getattr(dist.group.WORLD, "abort", None)
         if abort is None:
             log.info("abort: this torch cannot abort an NCCL group; a collective in flight ends at its timeout")
             return

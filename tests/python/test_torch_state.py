@@ -243,8 +243,8 @@ def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
 
 
 def test_the_nccl_path_without_a_gpu():
-    """What of the NCCL path runs on a CPU-only machine (NCCL itself has never
-    run here): forming a group with backend nccl sets torch 2.x's
+    """What of the NCCL path runs on a CPU-only machine (NCCL runs only in
+    scripts/gpu-check.sh, on a GPU): forming a group with backend nccl sets torch 2.x's
     TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (not 1.13's name) and fails with a
     CommError naming the missing device, not a crash; a user's own setting is
     kept."""
@@ -269,12 +269,24 @@ def test_the_nccl_path_without_a_gpu():
     assert lines == ["commerror 5 True 1 False", "commerror 5 True 3 False"], out.stdout + out.stderr
 
 
-def test_an_nccl_abort_goes_through_torchs_own(monkeypatch):
+def test_an_nccl_abort_goes_through_torchs_own(monkeypatch, caplog):
     """The abort of an NCCL generation calls torch's ProcessGroup.abort()
     (ncclCommAbort) once, from whatever thread the library's reader runs it
-    on; a torch without it is logged, not a crash.  (A fake group: no GPU.)"""
+    on; a torch without it is logged, not a crash; with no group formed
+    (a PREPARE before the first COMMIT, a STOP after the teardown) there is
+    nothing to abort and nothing is logged — on the GPU (torch 2.11.0) every
+    worker logged "this torch cannot abort an NCCL group" there.  (A fake
+    group: no GPU.)"""
+    import logging
     import torch.distributed as dist
     from elastic_agent.torch import TorchBackend
+
+    b0 = TorchBackend("gloo")
+    b0.name = "nccl"
+    assert not dist.is_initialized()
+    with caplog.at_level(logging.DEBUG):
+        b0.abort()
+    assert not [r for r in caplog.records if "abort" in r.getMessage()], caplog.text
 
     class Group:
         calls = 0
