@@ -81,6 +81,7 @@ struct ea__agent_preempt {
   bool committed, failed, said;
   bool release; /* tell the core it may let them go (from the kick, never inside it) */
   bool relay;   /* this controller runs no part of gen: a member picks S */
+  bool spares;  /* held because spares alone would form the next generation */
   /* as a member asked to pick S for a controller outside the generation */
   uint64_t pick_gen;
   uint32_t pick_attempt;
@@ -292,15 +293,17 @@ static void on_kick(uv_timer_t *h) {
   if (P->committed && !P->said) {
     P->said = true;
     double s = (double)(ea__agent_mono_ms() - P->since_ms) / 1000.0;
-    ea_logkv(EA_LOG_INFO, "preempt",
-             (ea_log_kv[]){EA_KV_U("step", P->target), EA_KV_F("seconds", s)}, 2,
-             "checkpoint %s committed %.2f s after the drains began (slowest shard write %.2f s, "
-             "commit %.2f s): letting the drained nodes go; a cold start resumes from it",
-             P->name, s, P->write_s, P->commit_s);
-    ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
-                    "checkpoint before a mass preemption: %s committed %.2f s after the drains "
-                    "began; the job stops until min_nodes are back and resumes from it",
-                    P->name, s);
+    ea_logkv(
+        EA_LOG_INFO, "preempt", (ea_log_kv[]){EA_KV_U("step", P->target), EA_KV_F("seconds", s)}, 2,
+        "checkpoint %s committed %.2f s after the drains began (slowest shard write %.2f s, "
+        "commit %.2f s): letting the drained nodes go; %s resumes from it",
+        P->name, s, P->write_s, P->commit_s, P->spares ? "the next generation" : "a cold start");
+    /* A drain handed to spares is routine: no alert. */
+    if (!P->spares)
+      ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
+                      "checkpoint before a mass preemption: %s committed %.2f s after the drains "
+                      "began; the job stops until min_nodes are back and resumes from it",
+                      P->name, s);
     ea__agent_do1(a, (ea__intent){.kind = EA__DO_LAST_CKPT_DONE, .u64 = P->gen});
     return;
   }
@@ -339,24 +342,32 @@ void ea__agent_preempt_sync(ea__agent *a) {
     P->committed = P->failed = P->said = P->release = P->relay = false;
     P->name[0] = 0;
     P->since_ms = ea__agent_mono_ms();
+    P->spares = st.last_ckpt_spares;
     uint32_t grace = a->o->cfg.runtime.preemption_grace_seconds;
+    char cause[96];
+    if (P->spares)
+      snprintf(cause, sizeof cause,
+               "every member drains and only spares would form the next generation");
+    else
+      snprintf(cause, sizeof cause, "the drains would leave fewer than min_nodes %u",
+               a->o->cfg.compute.min_nodes);
     if (a->mode == EA__MODE_TORCHRUN)
       ea_log(EA_LOG_WARN, "preempt",
-             "the drains would leave fewer than min_nodes %u: the programs of generation %" PRIu64
+             "%s: the programs of generation %" PRIu64
              " get SIGUSR1 and %u s to save their checkpoint before the drained nodes leave "
              "(runtime.preemption_grace_seconds)",
-             a->o->cfg.compute.min_nodes, ea_rdzv_gen64_term(P->gen), grace);
+             cause, ea_rdzv_gen64_term(P->gen), grace);
     ask(a, P);
     if (a->mode != EA__MODE_TORCHRUN && !P->said && !P->relay)
       ea_log(EA_LOG_WARN, "preempt",
-             "the drains would leave fewer than min_nodes %u: checkpoint of step %" PRIu64
-             " (generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
-             a->o->cfg.compute.min_nodes, P->target, ea_rdzv_gen64_term(P->gen), grace);
+             "%s: checkpoint of step %" PRIu64 " (generation %" PRIu64
+             ") first, within %u s (runtime.preemption_grace_seconds)",
+             cause, P->target, ea_rdzv_gen64_term(P->gen), grace);
     else if (a->mode != EA__MODE_TORCHRUN && !P->said)
       ea_log(EA_LOG_WARN, "preempt",
-             "the drains would leave fewer than min_nodes %u: checkpoint of the current step "
+             "%s: checkpoint of the current step "
              "(generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
-             a->o->cfg.compute.min_nodes, ea_rdzv_gen64_term(P->gen), grace);
+             cause, ea_rdzv_gen64_term(P->gen), grace);
     if (a->mode == EA__MODE_TORCHRUN && !P->release)
       ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
                       "checkpoint before a mass preemption: the programs of generation %" PRIu64

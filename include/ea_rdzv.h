@@ -679,6 +679,12 @@ const char *ea_rdzv_spare_state_str(uint8_t state);
  * generation.  Taking the checkpoint is the agent's (agent/preempt.c):
  * this core only decides when, and how long it may take.
  *
+ * The same hold when every member of the generation drains and spares
+ * would form the next one alone (enough of them for min_nodes): none of
+ * them holds the state, so without it they would resume the last periodic
+ * checkpoint.  After the hold they form the next generation, which resumes
+ * this checkpoint (ea_rdzv_status.last_ckpt_spares says which case).
+ *
  * Notices to a pool arrive over a few hundred milliseconds (each agent
  * polls at its own moment; SIGTERMs from an orchestrator, one by one), and
  * a re-formation without the first drainer would let it go before the
@@ -802,6 +808,7 @@ typedef struct {
    * last_ckpt_gen (64-bit form; 0: none yet), since last_ckpt_since_ms
    * (the core's clock), with last_ckpt_left_ms left while waiting. */
   uint8_t last_ckpt;
+  bool last_ckpt_spares; /* held because spares would form the next one alone */
   uint64_t last_ckpt_gen, last_ckpt_since_ms, last_ckpt_left_ms;
 } ea_rdzv_status;
 

@@ -278,6 +278,7 @@ struct ea_rdzv {
   ea_rdzv_gen lm_gen;
   uint64_t lm_since;
   uint8_t lm;
+  bool lm_spares;       /* the hold is spares_alone's */
   uint64_t drain_since; /* drains batched since (EA_RDZV_DRAIN_BATCH_MS; 0: none) */
   drainer *drain_set;
   size_t ndrain, capdrain;
@@ -2068,6 +2069,7 @@ static bool last_moment(ea_rdzv *r, bool only, char *why, size_t cap) {
     r->lm_gen = r->formed;
     r->lm_since = r->now;
     r->lm = EA_RDZV_LASTCK_WAITING;
+    r->lm_spares = false;
   }
   if (r->lm == EA_RDZV_LASTCK_WAITING && r->now >= r->lm_since + r->cfg.last_ckpt_ms)
     r->lm = EA_RDZV_LASTCK_TIMED_OUT;
@@ -2075,6 +2077,24 @@ static bool last_moment(ea_rdzv *r, bool only, char *why, size_t cap) {
   size_t len = strlen(why);
   fmt(why + len, cap - len, "; holding it %" PRIu64 " ms more for a checkpoint before they leave",
       r->lm_since + r->cfg.last_ckpt_ms - r->now);
+  return true;
+}
+
+/* Every member of the formed generation drains and spares would form the
+ * next one alone: none of them holds the state, so it would resume the
+ * last periodic checkpoint.  The last moment, as for too few nodes: the
+ * drainers train on for one checkpoint, which the spares then resume (a
+ * one-node job drained to its spare lost every step since the periodic
+ * checkpoint: 100 of them on the GPU, scripts/gpu-check.sh).  True while
+ * held (why says so). */
+static bool spares_alone(ea_rdzv *r, const char *bwhy, char *why, size_t cap) {
+  char held[sizeof r->ctrl_reason];
+  fmt(held, sizeof held,
+      "every member of generation %" PRIu64 " drains and the next would hold none of them (%s)",
+      r->formed.term, bwhy);
+  if (!last_moment(r, true, held, sizeof held)) return false;
+  r->lm_spares = true;
+  fmt(why, cap, "%s", held);
   return true;
 }
 
@@ -2284,6 +2304,8 @@ static bool ctrl_step(ea_rdzv *r) {
        * of a mass preemption could keep it. */
       fmt(why, cap, "batching drains (%" PRIu64 " ms left; generation %" PRIu64 ": %s)",
           r->drain_since + EA_RDZV_DRAIN_BATCH_MS - r->now, r->formed.term, bwhy);
+    } else if (only_drains && nsurv == 0 && spares_alone(r, bwhy, why, cap)) {
+      /* held for the last checkpoint; spares_alone said so */
     } else if ((restart = restart && nsurv == r->nformed) && r->now < churn_until(r)) {
       fmt(why, cap,
           "backing off %" PRIu64
@@ -2872,6 +2894,7 @@ void ea_rdzv_status_get(const ea_rdzv *r, ea_rdzv_status *out) {
   out->held_now = (uint32_t)ea_rdzv_held_out(r, NULL, 0);
   if (is_ctrl(r) && r->lm_gen.term) {
     out->last_ckpt = r->lm;
+    out->last_ckpt_spares = r->lm_spares;
     out->last_ckpt_gen = ea_rdzv_gen_u64(&r->lm_gen);
     out->last_ckpt_since_ms = r->lm_since;
     uint64_t end = r->lm_since + r->cfg.last_ckpt_ms;

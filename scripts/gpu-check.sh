@@ -30,6 +30,8 @@ source tests/e2e/pytorch_lib.sh
 BACKEND=${GPU_CHECK_BACKEND:-nccl}
 DEVICE=cuda TBACKEND=nccl
 [ "$BACKEND" = nccl ] || DEVICE=cpu TBACKEND=gloo
+STRICT=0 # a GPU's kernels need not repeat bit for bit: digests reported
+[ "$BACKEND" = nccl ] || STRICT=1
 t_all=$(now_ms)
 
 say "0. the machine"
@@ -105,30 +107,6 @@ first_new() {
   line=$(log_after "$1" "$3" | grep -E "$STEP_RE" | grep -v -m1 " gen=$2 ") || return 1
   echo "$(grep -oE ' gen=[0-9]+' <<<"$line" | cut -d= -f2) $(grep -oE ' step=[0-9]+' <<<"$line" | cut -d= -f2) $(log_ts_ms "$line")"
 }
-# steps_digests LOG… — every step from the first to the last reported; a step
-# computed again after a resume from a checkpoint must carry the same params
-# digest as the first time (asserted on CPU; on a GPU, reported).
-steps_digests() {
-  "$PY" - "$BACKEND" "$@" <<'PY'
-import re, sys
-pat = re.compile(r" step worker=0 gen=(\d+) rank=0 world=1 step=(\d+) loss=\S+ digest=([0-9a-f]+)")
-by = {}
-for f in sys.argv[2:]:
-    for line in open(f, errors="replace"):
-        m = pat.search(line)
-        if m:
-            by.setdefault(int(m.group(2)), []).append(m.group(3))
-steps = sorted(by)
-missing = sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))
-again = [s for s in steps if len(by[s]) > 1]
-differ = [s for s in again if len(set(by[s])) > 1]
-print("steps %d..%d, none missing: %s; %d computed again after a resume, %d of them with another digest%s" % (
-    steps[0], steps[-1], not missing, len(again), len(differ), (" (first: %d)" % differ[0]) if differ else ""))
-assert not missing, "steps missing: %s" % missing[:10]
-assert not differ or sys.argv[1] == "nccl", "a step computed again differs"
-PY
-}
-
 # drain_and_kill LABEL A B FLAGS… — steps 3 and 4: A trains, B is its spare,
 # drain A, then SIGKILL B's worker.  Prints RESULT lines.
 drain_and_kill() {
@@ -175,7 +153,7 @@ drain_and_kill builtin b1 b2 "${B[@]}"
 stop_agent b2 TERM
 wait_exit b2 60 || fail "b2 did not exit on SIGTERM"
 echo "b2 exited $EXIT_RC on SIGTERM"
-steps_digests "$(agent_log b1)" "$(agent_log b2)" || fail "step reports"
+resumed_steps "$STRICT" "$(agent_log b1)" "$(agent_log b2)" || fail "step reports"
 "$EA_BIN" ckpt verify "$EA_TMP/ckb" | tail -n 2
 
 say "4. library mode, torch $TBACKEND on $DEVICE: drain to a spare, then a killed worker, then the end"
@@ -189,7 +167,7 @@ end=$(($(last_step l2) + 200))
 echo "$end" >"$EA_TMP/steps"
 wait_exit l2 120 || fail "l2 did not end at step $end"
 assert_eq "$EXIT_RC" 0 "l2's exit status at the end of the job"
-steps_digests "$(agent_log l1)" "$(agent_log l2)" || fail "step reports"
+resumed_steps "$STRICT" "$(agent_log l1)" "$(agent_log l2)" || fail "step reports"
 grep -hE 'NCCL|nccl' "$(agent_log l1)" "$(agent_log l2)" | grep -viE ' step worker=' | head -n 5
 pass "library job ended at step $end; every agent exited 0"
 echo "PASS: gpu-check on $BACKEND in $((($(now_ms) - t_all) / 1000)) s"

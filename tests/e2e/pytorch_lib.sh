@@ -74,6 +74,33 @@ print("steps %d..%d: each in one generation, identical digests across its ranks%
 PY
 }
 
+# resumed_steps STRICT LOG… — world-1 step reports: every step from the
+# first to the last is there, and a step computed again after a resume
+# (from a checkpoint) carries the digest of its first computation —
+# asserted when STRICT is 1, else only reported (scripts/gpu-check.sh on a
+# GPU, whose kernels need not repeat bit for bit).
+resumed_steps() {
+  "$PY" - "$@" <<'PY'
+import re, sys
+pat = re.compile(r" step worker=0 gen=\d+ rank=0 world=1 step=(\d+) loss=\S+ digest=([0-9a-f]+)")
+by = {}
+for f in sys.argv[2:]:
+    for line in open(f, errors="replace"):
+        m = pat.search(line)
+        if m:
+            by.setdefault(int(m.group(1)), []).append(m.group(2))
+steps = sorted(by)
+assert steps, "no step reports"
+missing = sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))
+again = [s for s in steps if len(by[s]) > 1]
+differ = [s for s in again if len(set(by[s])) > 1]
+print("steps %d..%d, none missing: %s; %d computed again after a resume, %d of them with another digest%s" % (
+    steps[0], steps[-1], not missing, len(again), len(differ), (" (first: %d)" % differ[0]) if differ else ""))
+assert not missing, "steps missing: %s" % missing[:10]
+assert not differ or sys.argv[1] != "1", "a step computed again has another digest"
+PY
+}
+
 # start_three — agents n1 (the seed), n2, n3 with the program; waits until
 # each logged 40 steps at world 3; sets seed, p1 p2 p3 (worker pids, tracked).
 start_three() {

@@ -677,6 +677,14 @@ static bool world_of(h_sim *h, void *arg) {
   return h_training(h, 0) && strcmp(o, want) == 0;
 }
 
+/* n1 trains, alone. */
+static bool world_of_1(h_sim *h, void *arg) {
+  (void)arg;
+  char o[64];
+  order_str(h, 1, o, sizeof o);
+  return h_training(h, 1) && strcmp(o, "1") == 0;
+}
+
 START_TEST(test_spares) {
   ea_rdzv_config c = cfg_std();
   c.max_nodes = 3;
@@ -1933,6 +1941,64 @@ START_TEST(test_last_moment_batches_drains) {
 }
 END_TEST
 
+static bool n0_left(h_sim *h, void *arg) {
+  (void)arg;
+  return h->a[0].left;
+}
+
+START_TEST(test_last_moment_spares_alone) {
+  /* max_nodes 1: n0 trains alone, n1 waits as its spare.  `drain n0`: the
+   * next generation would be n1 alone, which holds no state and would
+   * resume the last periodic checkpoint (on the GPU: 100 steps lost).
+   * With last_ckpt_ms the controller holds n0's generation for one
+   * checkpoint — n0 trains on — and says why; once it is done, n1 forms
+   * the next generation and n0 leaves.  Off (last_ckpt_ms 0), n1 takes over
+   * at once, as before. */
+  for (int off = 0; off < 2; off++) {
+    ea_rdzv_config c = cfg_std();
+    c.min_nodes = 1;
+    c.max_nodes = 1;
+    c.last_ckpt_ms = off ? 0 : 3000;
+    h_sim *h = h_new(h_seed(off ? "spares_alone (off)" : "spares_alone"), 2, &c, true);
+    ea_rdzv_gen g0 = settle_all(h, 1);
+    h_start(h, 1);
+    h_run_until(h, h->now + 3 * c.scale_up_delay_ms);
+    NO_VIOLATION(h);
+    ea_rdzv_spare sp[2];
+    ck_assert_uint_eq(spares_of(h, 0, sp, 2), 1);
+    ck_assert_uint_eq(sp[0].state, EA_RDZV_SPARE_READY);
+    ck_assert(gen_is(h, 0, &g0));
+    uint64_t t0 = h->now;
+    ck_assert_int_eq(h_drain(h, 0, NULL), 0);
+    if (off) {
+      ck_assert(h_run_cond(h, t0 + 3000, world_of_1, NULL)); /* no hold */
+      NO_VIOLATION(h);
+      h_free(h);
+      continue;
+    }
+    h_run_until(h, t0 + 1500);
+    NO_VIOLATION(h);
+    ck_assert_msg(!h->a[0].left && h_training(h, 0) && gen_is(h, 0, &g0), "n0 let go: no hold");
+    ea_rdzv_status st = status_of(h, 0);
+    ck_assert_msg(st.last_ckpt == EA_RDZV_LASTCK_WAITING && st.last_ckpt_spares, "%s: %s",
+                  ea_rdzv_lastck_str(st.last_ckpt), st.reason);
+    ck_assert_uint_eq(st.last_ckpt_gen, ea_rdzv_gen_u64(&g0));
+    ck_assert_msg(strstr(st.reason, "drains and the next would hold none of them") &&
+                      strstr(st.reason, "for a checkpoint before they leave"),
+                  "%s", st.reason);
+    uint64_t step = h->a[0].w[0].step;
+    h_run_until(h, t0 + 2000);
+    ck_assert_uint_gt(h->a[0].w[0].step, step); /* the drainer still trains */
+    ea_rdzv_last_ckpt_done(h->a[0].r, h->now, ea_rdzv_gen_u64(&g0));
+    ck_assert_int_eq(status_of(h, 0).last_ckpt, EA_RDZV_LASTCK_DONE);
+    ck_assert(h_run_cond(h, h->now + 3000, world_of_1, NULL));
+    ck_assert(h_run_cond(h, h->now + 3000, n0_left, NULL));
+    NO_VIOLATION(h);
+    h_free(h);
+  }
+}
+END_TEST
+
 /* After a mass preemption that took the controller along (n1 and n2 drain,
  * n3 alone is fewer than min_nodes), a newcomer with the lowest id is
  * elected; it never saw the two that left (a SWIM node knows nothing of a
@@ -2757,6 +2823,7 @@ static Suite *rdzv_suite(void) {
       {"drain_all", test_drain_all},
       {"last_moment", test_last_moment},
       {"last_moment_batches_drains", test_last_moment_batches_drains},
+      {"last_moment_spares_alone", test_last_moment_spares_alone},
       {"newcomer_learns_generation_after_a_mass_preemption",
        test_newcomer_learns_generation_after_a_mass_preemption},
       {"persist_before_send", test_persist_before_send},
