@@ -15,7 +15,9 @@
 #     next op fails with -ECANCELED, then free;
 #  2. the library's TorchBackend alone: form an NCCL group (generation 1),
 #     allreduce on the GPU, abort it (torch's ProcessGroup.abort()), tear
-#     down, form generation 2 on the same GPU and allreduce again;
+#     down, form generation 2 on the same GPU and allreduce again; the same
+#     with no backend asked for (torch's default: gloo for CPU tensors, NCCL
+#     for CUDA ones), a CPU and a GPU tensor allreduced in each group;
 #  3. the built-in trainer under two agents, compute.max_nodes 1: b1 trains
 #     at world 1 on backend nccl, b2 waits as a spare; `drain b1` ends b1's
 #     generation (its worker's communicator is aborted and freed) and b2
@@ -59,38 +61,47 @@ else
   echo "skipped: no build/tests/test_comm (make tests)"
 fi
 
-say "2. the library's TorchBackend alone: form, allreduce, abort, form again"
+say "2. the library's TorchBackend alone: form, allreduce, abort, form again; then the default"
 PYTHONPATH=$PWD/python "$PY" - "$TBACKEND" <<'PY' || fail "TorchBackend on $TBACKEND"
 import sys, time, torch, torch.distributed as dist
 from elastic_agent.torch import TorchBackend
-be = sys.argv[1]
-b = TorchBackend(be)
-addr = b.start("127.0.0.1:0", 0)
-for gen in (1, 2):
-    t0 = time.monotonic()
-    b.form({"gen": gen, "store": addr, "rank": 0, "world": 1, "timeout_ms": 30000})
-    t = torch.arange(1 << 20, dtype=torch.float32, device=b.device)
+
+
+def allreduce(t):
+    want = t.clone()
     dist.all_reduce(t)
-    if b.device.type == "cuda":
+    if t.device.type == "cuda":
         torch.cuda.synchronize()
-    ok = bool((t == torch.arange(1 << 20, dtype=torch.float32, device=b.device)).all())
-    print("gen %d: formed %s on %s in %.3f s; allreduce of 4 MiB %s" % (
-        gen, b.name, b.device, time.monotonic() - t0, "correct" if ok else "WRONG"))
-    assert ok
-    if gen == 1:
+    assert bool((t == want).all()), "allreduce on %s: wrong" % t.device
+    return "correct on %s" % t.device
+
+
+# the backend asked for (nccl on a GPU), then none: torch's own default
+for be in (sys.argv[1], None):
+    b = TorchBackend(be)
+    addr = b.start("127.0.0.1:0", 0)
+    for gen in (1, 2):
         t0 = time.monotonic()
-        b.abort()
-        print("gen 1: abort returned in %.3f s" % (time.monotonic() - t0))
-        try:
-            dist.all_reduce(t)
-            if b.device.type == "cuda":
-                torch.cuda.synchronize()
-            print("gen 1: an allreduce after the abort returned (no error)")
-        except Exception as e:  # what torch raises after ncclCommAbort
-            print("gen 1: an allreduce after the abort fails: %s: %s" % (type(e).__name__, str(e).splitlines()[0][:160]))
-        b.teardown()
-b.close()
-print("TorchBackend: two generations on one device, the first aborted")
+        b.form({"gen": gen, "store": addr, "rank": 0, "world": 1, "timeout_ms": 30000})
+        ok = [allreduce(torch.arange(1 << 20, dtype=torch.float32, device=b.device))]
+        if b.device.type == "cuda":  # a CPU tensor in the same group (gloo's part of the default)
+            if be is None:
+                ok.append(allreduce(torch.arange(1000, dtype=torch.float32)))
+        print("%s gen %d: formed %s on %s in %.3f s; allreduce of 4 MiB %s" % (
+            be or "default", gen, b.name, b.device, time.monotonic() - t0, ", ".join(ok)))
+        if gen == 1:
+            t0 = time.monotonic()
+            b.abort()
+            print("%s gen 1: abort returned in %.3f s" % (be or "default", time.monotonic() - t0))
+            try:
+                allreduce(torch.ones(4, device=b.device))
+                print("%s gen 1: an allreduce after the abort returned (no error)" % (be or "default"))
+            except Exception as e:  # what torch raises after ncclCommAbort
+                print("%s gen 1: an allreduce after the abort fails: %s: %s" % (
+                    be or "default", type(e).__name__, str(e).splitlines()[0][:160]))
+            b.teardown()
+    b.close()
+print("TorchBackend: two generations on one device, the first aborted, for each backend")
 PY
 pass "TorchBackend on $TBACKEND"
 

@@ -13,7 +13,9 @@ generations never see each other's keys.
 **Forming.**  At each COMMIT: ``dist.destroy_process_group()`` of the old
 group, then ``init_process_group(backend, store=PrefixStore(…, TCPStore(…)),
 rank=, world_size=, timeout=)`` with the COMMIT's ``timeout_ms``; gloo on CPU,
-NCCL where CUDA is (the COMMIT's optional ``torch_backend`` overrides).
+and where CUDA is torch's own default (``init_process_group`` without a
+backend): gloo for CPU tensors and NCCL for CUDA tensors in one group,
+``"cpu:gloo,cuda:nccl"`` (the COMMIT's optional ``torch_backend`` overrides).
 
 **Abort.**  A gloo collective whose peer is frozen (SIGSTOP, a partition)
 blocks until the group's timeout, and torch's own abort does not end it:
@@ -504,17 +506,30 @@ _COMM_WORDS = ("gloo", "nccl", "connection", "timed out", "timeout", "socket", "
                "connect()", "refused")
 
 
+# torch's own default where CUDA is (init_process_group without a backend):
+# collectives on CPU tensors go through gloo, on CUDA tensors through NCCL —
+# so a program that keeps its model on the CPU works on a GPU node too (with
+# NCCL alone, DDP of a CPU model fails there: 3 of the pytest suite's
+# programs did on the GPU machine, torch 2.11.0).
+BOTH = "cpu:gloo,cuda:nccl"
+
+
+def _has_nccl(backend: str) -> bool:
+    return "nccl" in backend
+
+
 class TorchBackend(Backend):
     """torch.distributed, one default process group per generation.
 
-    ``backend``: "gloo", "nccl" or None (NCCL when CUDA is available, else
-    gloo; a COMMIT's ``torch_backend`` overrides both)."""
+    ``backend``: "gloo", "nccl" or None (where CUDA is available, torch's
+    own default :data:`BOTH` — gloo for CPU tensors, NCCL for CUDA ones —
+    else gloo; a COMMIT's ``torch_backend`` overrides all three)."""
 
     def __init__(self, backend: Optional[str] = None) -> None:
         if backend not in (None, "gloo", "nccl"):
             raise ValueError("TorchBackend: backend %r: expected 'gloo', 'nccl' or None" % backend)
         self.requested = backend
-        self.name = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self.name = backend or (BOTH if torch.cuda.is_available() else "gloo")
         self.gen: Optional[int] = None
         self.device = torch.device("cpu")
         self._lock = threading.RLock()
@@ -543,7 +558,7 @@ class TorchBackend(Backend):
                 # gloo binds the address of this interface, not whatever the
                 # hostname resolves to
                 os.environ["GLOO_SOCKET_IFNAME"] = iface
-        if self.name == "nccl" and torch.cuda.is_available():
+        if _has_nccl(self.name) and torch.cuda.is_available():
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
         return _join_addr(socket.gethostname() if wildcard else host, self._store_port)
 
@@ -567,7 +582,7 @@ class TorchBackend(Backend):
         ok = False
         try:
             kw: Dict[str, Any] = {}
-            if be == "nccl":
+            if _has_nccl(be):
                 os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
                 if torch.cuda.is_available():
                     # eager: the communicator is made here, so a failure to
@@ -605,7 +620,7 @@ class TorchBackend(Backend):
             raise CommError("aborted while forming", errno.ECANCELED)
         self.name = be
         self.rank, self.world = plan["rank"], plan["world"]
-        self.device = torch.device("cuda", torch.cuda.current_device()) if be == "nccl" else torch.device("cpu")
+        self.device = torch.device("cuda", torch.cuda.current_device()) if _has_nccl(be) else torch.device("cpu")
 
     def _hold(self, socks: Iterable[Tuple[int, int]]) -> List[socket.socket]:
         """Our own dups of the group's sockets: while we hold one, gloo's
@@ -637,7 +652,7 @@ class TorchBackend(Backend):
         with self._lock:
             self._aborted = True
             socks = (_inet_sockets(self._store_port) - self._before) if self._forming else set(self._socks)
-        if self.name == "nccl" and not self._forming:
+        if _has_nccl(self.name) and not self._forming:
             self._abort_nccl()
         held = self._hold(socks)
         for s in held:
@@ -754,8 +769,9 @@ class TorchGeneration(Generation):
     """A generation with its torch process group formed.
 
     ``process_group`` (the default group: plain ``dist.all_reduce(t)`` works),
-    ``backend`` ("gloo" or "nccl"), ``device`` (where collectives' tensors
-    live: ``cuda:<local device>`` under NCCL, else CPU)."""
+    ``backend`` ("gloo", "nccl" or :data:`BOTH`), ``device`` (where the state
+    sync's and :meth:`allreduce_gradients`' tensors live: ``cuda:<local
+    device>`` when the group has NCCL, else CPU)."""
 
     def __init__(self, worker: Worker, plan: Mapping[str, Any], sync: str, tb: TorchBackend) -> None:
         super().__init__(worker, plan, sync)
@@ -776,8 +792,11 @@ class TorchGeneration(Generation):
         d = self._tb._ddp.get(id(m))
         if d is None:
             DDP = torch.nn.parallel.DistributedDataParallel
-            if self.device.type == "cuda":
-                kwargs.setdefault("device_ids", [self.device.index])
+            # device_ids for a module on a GPU only: a CPU module under
+            # BOTH goes through gloo, and DDP refuses device_ids for it
+            p = next(m.parameters(), None)
+            if p is not None and p.device.type == "cuda":
+                kwargs.setdefault("device_ids", [p.device.index])
             # DDP's constructor checks the parameters' shapes across the
             # ranks (an allgather) and broadcasts every parameter and buffer
             # from rank 0: for the state's model, two collectives more per

@@ -242,6 +242,24 @@ def test_an_abort_while_forming_ends_the_wait_for_a_missing_peer():
     assert float(lines[1]) < 10.0, "the wait was not ended by the abort: %s s" % lines[1]
 
 
+def test_the_default_backend_is_torchs_own(monkeypatch):
+    """No backend asked for: gloo on a CPU-only machine; where CUDA is,
+    torch's own default of init_process_group — gloo for CPU tensors and
+    NCCL for CUDA tensors in one group — so that a program with its model on
+    the CPU works on a GPU node too (with NCCL alone it did not: DDP of a
+    CPU model failed, 3 programs of this suite on torch 2.11.0 on an H100).
+    An explicit backend is kept."""
+    import torch
+    from elastic_agent.torch import BOTH, TorchBackend
+    assert BOTH == "cpu:gloo,cuda:nccl"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert TorchBackend().name == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert TorchBackend().name == BOTH
+    assert TorchBackend("gloo").name == "gloo" and TorchBackend("nccl").name == "nccl"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: NCCL forms (scripts/gpu-check.sh)")
 def test_the_nccl_path_without_a_gpu():
     """What of the NCCL path runs on a CPU-only machine (NCCL runs only in
     scripts/gpu-check.sh, on a GPU): forming a group with backend nccl sets torch 2.x's
