@@ -217,7 +217,7 @@ void ea__agent_preempt_msg(ea__agent *a, const ea__ckpt_msg *m) {
   uint64_t s = pick(a, P->pick_attempt < ATTEMPTS_MAX ? P->pick_attempt : ATTEMPTS_MAX);
   ea_log(EA_LOG_INFO, "preempt",
          "picking step %" PRIu64
-         " for the checkpoint before a mass preemption (the controller "
+         " for the checkpoint before the drained nodes leave (the controller "
          "runs no part of generation %" PRIu64 ")",
          s, ea_rdzv_gen64_term(m->gen));
   send_all(a, p, m->gen, s);
@@ -351,24 +351,26 @@ void ea__agent_preempt_sync(ea__agent *a) {
     else
       snprintf(cause, sizeof cause, "the drains would leave fewer than min_nodes %u",
                a->o->cfg.compute.min_nodes);
+    /* A drain to spares is routine: said at info level, no alert. */
+    const ea_log_level lvl = P->spares ? EA_LOG_INFO : EA_LOG_WARN;
     if (a->mode == EA__MODE_TORCHRUN)
-      ea_log(EA_LOG_WARN, "preempt",
+      ea_log(lvl, "preempt",
              "%s: the programs of generation %" PRIu64
              " get SIGUSR1 and %u s to save their checkpoint before the drained nodes leave "
              "(runtime.preemption_grace_seconds)",
              cause, ea_rdzv_gen64_term(P->gen), grace);
     ask(a, P);
     if (a->mode != EA__MODE_TORCHRUN && !P->said && !P->relay)
-      ea_log(EA_LOG_WARN, "preempt",
+      ea_log(lvl, "preempt",
              "%s: checkpoint of step %" PRIu64 " (generation %" PRIu64
              ") first, within %u s (runtime.preemption_grace_seconds)",
              cause, P->target, ea_rdzv_gen64_term(P->gen), grace);
     else if (a->mode != EA__MODE_TORCHRUN && !P->said)
-      ea_log(EA_LOG_WARN, "preempt",
+      ea_log(lvl, "preempt",
              "%s: checkpoint of the current step "
              "(generation %" PRIu64 ") first, within %u s (runtime.preemption_grace_seconds)",
              cause, ea_rdzv_gen64_term(P->gen), grace);
-    if (a->mode == EA__MODE_TORCHRUN && !P->release)
+    if (a->mode == EA__MODE_TORCHRUN && !P->release && !P->spares)
       ea__agent_alert(a, EA__ALERT_PREEMPTED_CHECKPOINT, EA__SEV_WARNING, "",
                       "checkpoint before a mass preemption: the programs of generation %" PRIu64
                       " were sent SIGUSR1 and have %u s to save their own",

@@ -508,9 +508,10 @@ _COMM_WORDS = ("gloo", "nccl", "connection", "timed out", "timeout", "socket", "
 
 # torch's own default where CUDA is (init_process_group without a backend):
 # collectives on CPU tensors go through gloo, on CUDA tensors through NCCL —
-# so a program that keeps its model on the CPU works on a GPU node too (with
-# NCCL alone, DDP of a CPU model fails there: 3 of the pytest suite's
-# programs did on the GPU machine, torch 2.11.0).
+# so a program that keeps its model on the CPU works on a GPU node too (a
+# group with NCCL alone has no backend for CPU tensors: 3 of the pytest
+# suite's CPU programs failed on the GPU machine, torch 2.11.0, most likely
+# so).  Not yet run on a GPU itself (docs/comm.md).
 BOTH = "cpu:gloo,cuda:nccl"
 
 

@@ -246,8 +246,9 @@ def test_the_default_backend_is_torchs_own(monkeypatch):
     """No backend asked for: gloo on a CPU-only machine; where CUDA is,
     torch's own default of init_process_group — gloo for CPU tensors and
     NCCL for CUDA tensors in one group — so that a program with its model on
-    the CPU works on a GPU node too (with NCCL alone it did not: DDP of a
-    CPU model failed, 3 programs of this suite on torch 2.11.0 on an H100).
+    the CPU works on a GPU node too (a group with NCCL alone has no backend
+    for CPU tensors: 3 CPU programs of this suite failed on torch 2.11.0 on
+    an H100, most likely so).
     An explicit backend is kept."""
     import torch
     from elastic_agent.torch import BOTH, TorchBackend
