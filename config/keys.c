@@ -193,10 +193,10 @@ const cfg_key ea__cfg_keys[] = {
      * the drained nodes 10 s to stop and leave on the shortest. */
     {U32(runtime, preemption_grace_seconds), .min = 1, .max = 3600, .flags = F_ZERO_OFF,
      .unit = "seconds",
-     .doc = "When drains (notices, SIGTERM, drain) would leave fewer than min_nodes, or only "
-            "spares to form the next generation, the controller first commits a checkpoint of "
-            "the current step (restart mode: SIGUSR1 to the programs, this long to save their "
-            "own) and waits this long at most; 0: off."},
+     .doc = "When drains would leave fewer than min_nodes, or only spares to form the next "
+            "generation, the controller first commits a checkpoint of the current step "
+            "(restart mode: SIGUSR1 to the programs, this long to save theirs) and waits this "
+            "long at most; 0: off."},
     /* 64: the failure times the controller keeps per node (rdzv/rdzv.c). */
     {U32(runtime, flap_threshold), .min = 1, .max = 64, .flags = F_ZERO_OFF, .unit = "failures",
      .doc = "A node that fails (dies, restarts, a worker crashes) more than this many times "
