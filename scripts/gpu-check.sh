@@ -49,6 +49,8 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 "$EA_BIN" version
 ldd "$EA_BIN" | grep -E 'nccl|cudart|not found' || echo "the agent links no NCCL (a build without it)"
 [ "$BACKEND" != nccl ] || ldd "$EA_BIN" | grep -q 'libnccl' || fail "$EA_BIN was built without NCCL"
+[ "$BACKEND" != nccl ] || "$PY" -c 'import torch, sys; sys.exit(torch.cuda.device_count() == 0)' ||
+  fail "no GPU visible to $PY (torch.cuda.device_count() is 0); GPU_CHECK_BACKEND=tcp runs the same steps on CPU"
 
 say "1. the C communicator alone: one rank, then abort"
 if [ -x "${GPU_CHECK_TEST_COMM:-build/tests/test_comm}" ]; then
