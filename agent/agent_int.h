@@ -194,6 +194,7 @@ typedef struct {
   uint64_t preauth_evicted;         /* closed on probation: over the per-source or total cap */
   uint64_t preauth_timeouts;        /* no header (or no whole body) within the deadline */
   uint64_t refused_rate;            /* closed at accept: the source over its connect rate */
+  uint64_t accepts_deferred;        /* loop turns that accepted a full batch (ea_accept_gate) */
 } ea__ctl_stats;
 
 /* Listen on bind (port 0: any free one).  key (EA_KEY_BYTES, copied) seals

@@ -161,8 +161,9 @@ struct cconn {
 struct ea__ctl {
   uv_loop_t *loop;
   uv_tcp_t listener;
+  ea_accept_gate gate; /* EA_ACCEPT_BATCH accepts per loop turn (ea_transport.h) */
   bool listening, closing;
-  int open; /* handles of the ctl itself (the listener) not yet closed */
+  int open; /* handles of the ctl itself (the listener, the gate's timer) not yet closed */
   ea_addr bound;
   bool have_key;
   uint8_t key[EA_KEY_BYTES];
@@ -521,6 +522,10 @@ static void probation_room(ea__ctl *c, const cconn *self, const ea_addr *from) {
 static void on_accept(uv_stream_t *server, int status) {
   ea__ctl *c = server->data;
   if (status < 0 || c->closing) return;
+  if (!ea_accept_gate_pass(&c->gate)) {
+    c->st.accepts_deferred = c->gate.deferred;
+    return;
+  }
   cconn *k = conn_new(c, false);
   if (!k) return;
   if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
@@ -784,8 +789,9 @@ int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_w
     return -EINVAL;
   }
   uv_tcp_init(loop, &c->listener);
-  c->listener.data = c;
-  c->open = 1;
+  ea_accept_gate_init(&c->gate, loop, (uv_stream_t *)&c->listener, on_accept);
+  c->listener.data = c->gate.resume.data = c;
+  c->open = 2;
   const char *step = "bind";
   int rc = uv_tcp_bind(&c->listener, (const struct sockaddr *)&ss, 0);
   /* As deep as the gossip listener's (transport_uv.c says why). */
@@ -803,6 +809,7 @@ int ea__ctl_start(uv_loop_t *loop, const ea_addr *bind, const uint8_t *key, ea_w
     snprintf(err, errlen, "control channel: %s %s (tcp): %s%s", step, a, uv_strerror(rc),
              rc == UV_EADDRINUSE ? " (choose another port with --control-bind)" : "");
     c->closing = true;
+    uv_close((uv_handle_t *)&c->gate.resume, listener_closed);
     uv_close((uv_handle_t *)&c->listener, listener_closed); /* frees c */
     return rc;
   }
@@ -840,4 +847,5 @@ void ea__ctl_close(ea__ctl *c, void (*closed)(void *ctx), void *ctx) {
   c->closed_ctx = ctx;
   for (cconn *k = c->conns; k; k = k->next) conn_close(k);
   uv_close((uv_handle_t *)&c->listener, listener_closed);
+  uv_close((uv_handle_t *)&c->gate.resume, listener_closed);
 }

@@ -424,6 +424,7 @@ static void status_counters(ea__agent *a, ea_jb *b, json_t *doc) {
   ea_jb_u64(b, o, "preauth_evicted", t.preauth_evicted);
   ea_jb_u64(b, o, "preauth_timeouts", t.preauth_timeouts);
   ea_jb_u64(b, o, "refused_rate", t.refused_rate);
+  ea_jb_u64(b, o, "accepts_deferred", t.accepts_deferred);
   ea_jb_u64(b, o, "join_attempts", t.join_attempts);
   ea_swim_stats w;
   ea_swim_stats_get(ea_transport_swim(a->tr), &w);
@@ -483,6 +484,7 @@ static void status_counters(ea__agent *a, ea_jb *b, json_t *doc) {
   ea_jb_u64(b, o, "resets", c.resets);
   ea_jb_u64(b, o, "preauth_evicted", c.preauth_evicted);
   ea_jb_u64(b, o, "refused_rate", c.refused_rate);
+  ea_jb_u64(b, o, "accepts_deferred", c.accepts_deferred);
   ea_jb_u64(b, o, "preauth_timeouts", c.preauth_timeouts);
   ea__http_stats hs;
   ea__agent_http_stats(a, &hs);

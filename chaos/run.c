@@ -743,6 +743,9 @@ void ea__chaos_cluster_state(ea__chaos_run *r, const ea__chaos_want *w, char *ou
 
 void ea__chaos_hang(ea__chaos_run *r, ea__chaos_episode *e, const char *phase,
                     const ea__chaos_want *w) {
+  /* Interrupted (^C, or a timeout's SIGINT): every wait returns at once,
+   * and that is no hang of the cluster's. */
+  if (ea__chaos_interrupted) return;
   if (any_finished(r)) {
     /* The job reached train.steps and its agents left while this phase was
      * under way: nothing is left to form, so the phase is not a hang.  The

@@ -64,6 +64,7 @@ typedef struct {
   uint64_t preauth_evicted;  /* incoming closed before their frame header: over a cap */
   uint64_t preauth_timeouts; /* incoming closed: no frame header within the deadline */
   uint64_t refused_rate;     /* incoming closed at accept: their source over its connect rate */
+  uint64_t accepts_deferred; /* loop turns that accepted a full batch (ea_accept_gate) */
 } ea_transport_stats;
 
 typedef struct {
@@ -135,6 +136,37 @@ const ea_addr *ea_transport_control(const ea_transport *t);
 /* The address the sockets are bound to (may be 0.0.0.0). */
 const ea_addr *ea_transport_bound(const ea_transport *t);
 bool ea_transport_has_key(const ea_transport *t);
+
+/* ---- accepting a bounded batch per loop turn ------------------------------ */
+
+/* libuv accepts in a loop until accept(2) says EAGAIN, calling the
+ * connection callback for each.  A host that reopens every connection as
+ * fast as we close it keeps the kernel's queue from ever emptying, and that
+ * loop from ever returning: in a chaos run in network namespaces a join
+ * flood froze an agent for 18 s (no gossip, no status, declared dead) until
+ * the flood stopped.  The gate lets EA_ACCEPT_BATCH through per turn of the
+ * loop; past it, the callback leaves the connection where it is (libuv then
+ * stops watching the listener) and a zero timer accepts it on the next
+ * turn, after every other handle has had its go.  Used by the gossip
+ * listener and the agent's control channel. */
+#define EA_ACCEPT_BATCH 32
+
+typedef struct {
+  uv_timer_t resume; /* its data is the owner's, for the owner's close callback */
+  uv_stream_t *server;
+  uv_connection_cb cb;
+  uint64_t turn; /* uv_now of the turn being counted */
+  uint32_t n;
+  uint64_t deferred; /* turns that filled the batch */
+} ea_accept_gate;
+
+/* Initialise the gate's timer (one more handle for the owner to close with
+ * uv_close(&g->resume, …)) for server, whose connection callback is cb. */
+void ea_accept_gate_init(ea_accept_gate *g, uv_loop_t *loop, uv_stream_t *server,
+                         uv_connection_cb cb);
+/* In cb, before uv_accept: true, accept it now; false, this turn's batch is
+ * full: return without accepting; cb is called again on the next turn. */
+bool ea_accept_gate_pass(ea_accept_gate *g);
 
 /* ---- addresses ---------------------------------------------------------- */
 

@@ -53,6 +53,7 @@ struct ea_transport {
 
   uv_udp_t udp;
   uv_tcp_t listener;
+  ea_accept_gate gate; /* EA_ACCEPT_BATCH accepts per loop turn */
   uv_timer_t tick;
   uv_timer_t join_timer;
   uv_timer_t leave_timer;

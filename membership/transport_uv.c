@@ -782,6 +782,10 @@ static void probation_room(ea_transport *t, conn *self) {
 static void on_accept(uv_stream_t *server, int status) {
   ea_transport *t = server->data;
   if (status < 0 || t->closing) return;
+  if (!ea_accept_gate_pass(&t->gate)) {
+    t->st.accepts_deferred = t->gate.deferred;
+    return;
+  }
   conn *c = conn_new(t, false);
   if (!c) return;
   t->nincoming++;
@@ -991,8 +995,10 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
   uv_timer_init(loop, &t->tick);
   uv_timer_init(loop, &t->join_timer);
   uv_timer_init(loop, &t->leave_timer);
-  t->udp.data = t->listener.data = t->tick.data = t->join_timer.data = t->leave_timer.data = t;
-  t->open_handles = 5;
+  ea_accept_gate_init(&t->gate, loop, (uv_stream_t *)&t->listener, on_accept);
+  t->udp.data = t->listener.data = t->tick.data = t->join_timer.data = t->leave_timer.data =
+      t->gate.resume.data = t;
+  t->open_handles = 6;
   const char *step = "udp open";
   rc = uv_udp_open(&t->udp, ufd);
   if (rc == 0) ufd = -1, step = "tcp open", rc = uv_tcp_open(&t->listener, tfd);
@@ -1023,6 +1029,7 @@ int ea_transport_start(uv_loop_t *loop, const ea_transport_opts *o, ea_transport
     uv_close((uv_handle_t *)&t->tick, handle_closed);
     uv_close((uv_handle_t *)&t->join_timer, handle_closed);
     uv_close((uv_handle_t *)&t->leave_timer, handle_closed);
+    uv_close((uv_handle_t *)&t->gate.resume, handle_closed);
     /* Freed by the last close callback once the loop runs. */
     return rc;
   }
@@ -1056,6 +1063,7 @@ void ea_transport_close(ea_transport *t, void (*closed)(void *ctx), void *ctx) {
   uv_close((uv_handle_t *)&t->tick, handle_closed);
   uv_close((uv_handle_t *)&t->join_timer, handle_closed);
   uv_close((uv_handle_t *)&t->leave_timer, handle_closed);
+  uv_close((uv_handle_t *)&t->gate.resume, handle_closed);
 }
 
 const ea_swim *ea_transport_swim(const ea_transport *t) {

@@ -288,8 +288,10 @@ void ea__cli_print_status(const ea_json *j) {
   printf("            push-pull: ok %s, failed %s, served %s, refused %s; join attempts %s\n",
          T("syncs_ok"), T("syncs_failed"), T("syncs_served"), T("syncs_refused"),
          T("join_attempts"));
-  printf("            before a frame header: evicted %s, timed out %s, over the connect rate %s\n",
-         T("preauth_evicted"), T("preauth_timeouts"), T("refused_rate"));
+  printf(
+      "            before a frame header: evicted %s, timed out %s, over the connect rate %s; "
+      "accept batches full %s\n",
+      T("preauth_evicted"), T("preauth_timeouts"), T("refused_rate"), T("accepts_deferred"));
 #undef T
   t = "counters.swim.";
 #define S(name) (snprintf(k, sizeof k, "%s%s", t, name), ea_json_str(j, k, "?"))
