@@ -573,7 +573,11 @@ int main(int argc, char **argv) {
   } else {
     printf("agents' logs and data kept in %s\n", o->work);
   }
-  printf("RESULT: %s (seed %" PRIu64 ")\n", ok ? "PASS: every invariant held" : "FAIL", o->seed);
+  printf("RESULT: %s (seed %" PRIu64 ")\n",
+         ok                      ? "PASS: every invariant held"
+         : ea__chaos_interrupted ? "FAIL: interrupted, so not every invariant could be judged"
+                                 : "FAIL",
+         o->seed);
   ea__chaos_run_free(r);
   return ok ? 0 : 1;
 }

@@ -168,6 +168,10 @@ static const char *inv_skip(const ea__chaos_run *r, int inv) {
       return r->probes_checked || nviol(r, inv) ? NULL : "no http-flood ran";
     case EA__I_SPARE:
       return r->spare_checked || nviol(r, inv) ? NULL : "no spare took a lost member's place";
+    case EA__I_COVERAGE:
+      return ea__chaos_interrupted && !nviol(r, inv)
+                 ? "interrupted before the schedule ended: not judged"
+                 : NULL;
     default:
       return NULL;
   }
