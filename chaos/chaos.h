@@ -582,14 +582,19 @@ typedef struct {
   /* oneway: the end of the link the controller may hold out.  Its holds
    * double and are never forgiven (ea_rdzv.h), and a link still failing
    * when one ends earns the next, so the restore bound runs from the end of
-   * its last hold that began by hold_from (now_ms), not from the heal. */
+   * its last hold that began by hold_from (now_ms), not from the heal.
+   * EA__CHAOS_ANY_HELD: any node of names (loss and partitions: an end of a
+   * link that lost what it sent is held out as a one-way link's is). */
   const char *held_node;
   int64_t hold_from;
-  int64_t hold_end; /* out: the latest end of such a hold seen (now_ms), 0 none */
+  int64_t hold_end;            /* out: the latest end of such a hold seen (now_ms), 0 none */
+  char held_seen[CH_NAME_MAX]; /* out: whose hold that was */
   uint64_t gen_out;
   uint32_t world_out;
   uint64_t step_out;
 } ea__chaos_want;
+
+#define EA__CHAOS_ANY_HELD "*"
 
 /* ctx is an ea__chaos_want: whether the cluster it describes has formed. */
 bool ea__chaos_cond_formed(ea__chaos_run *r, void *ctx);

@@ -290,7 +290,11 @@ static void run_partition(ea__chaos_run *r, ea__chaos_episode *e, uint32_t minor
   ea__chaos_net_heal(r);
   r->partition_since = 0;
   r->minority_mask = 0;
-  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0, NULL);
+  /* The link probe may find an end of a lossy or cut link and the
+   * controller hold it out (doubled for its earlier holds): as after a
+   * one-way drop, the bound then runs from that hold's end. */
+  heal_and_restore(r, e, &w, "degraded (the majority re-forms without the minority)", 0,
+                   EA__CHAOS_ANY_HELD);
 }
 
 /* One-way loss between ring neighbours (issue 11, items 6 and 8): all that

@@ -599,12 +599,23 @@ static void track_hold(ea__chaos_run *r, ea__chaos_want *w) {
     ea__chaos_node *n = ea__chaos_slot_node(r, s);
     if (!ea__chaos_node_running(n) || !n->st.ok || !n->st.controller) continue;
     for (uint32_t i = 0; i < n->st.nheld; i++) {
-      if (strcmp(n->st.held[i], w->held_node) != 0 || n->st.held_left_ms[i] <= 0) continue;
+      if (n->st.held_left_ms[i] <= 0) continue;
+      if (strcmp(w->held_node, EA__CHAOS_ANY_HELD) == 0) {
+        bool expected = false;
+        for (int k = 0; k < w->n && !expected; k++)
+          expected = strcmp(w->names[k], n->st.held[i]) == 0;
+        if (!expected) continue;
+      } else if (strcmp(n->st.held[i], w->held_node) != 0) {
+        continue;
+      }
       int64_t d = base;
       for (uint32_t k = 1; k < n->st.held_holds[i] && d < cap; k++) d *= 2;
       if (d > cap) d = cap;
       int64_t end = n->st.t_ms + n->st.held_left_ms[i];
-      if (end - d <= w->hold_from && end > w->hold_end) w->hold_end = end;
+      if (end - d <= w->hold_from && end > w->hold_end) {
+        w->hold_end = end;
+        snprintf(w->held_seen, sizeof w->held_seen, "%s", n->st.held[i]);
+      }
     }
   }
 }
@@ -703,7 +714,7 @@ bool ea__chaos_phase_wait(ea__chaos_run *r, ea__chaos_phase *p, ea__chaos_want *
     int64_t want = w->hold_end - t_start + r->bound_restore_ms;
     if (want <= p->bound_ms) break;
     ea__chaos_say(r, "  %s is held out until %.1f s after the heal: the bound runs from then",
-                  w->held_node, (double)(w->hold_end - t_start) / 1000.0);
+                  w->held_seen, (double)(w->hold_end - t_start) / 1000.0);
     deadline += want - p->bound_ms;
     p->bound_ms = want;
   }
