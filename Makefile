@@ -157,11 +157,15 @@ chaos: deps
 # a random seed (printed; SOAK_SEED=S replays one), the agents' RSS and open
 # descriptors sampled throughout (the resources_flat invariant judges every
 # agent process that lived 5 minutes past its warm-up).  Not part of CI.
+# SOAK_STEPS=N sets train.steps instead of calibrating it to the duration:
+# fewer steps than the schedule's pace needs puts the faults back to back
+# (docs/chaos.md: the 1,000-fault run is SOAK_FAULTS=900 SOAK_STEPS=5000000).
 SOAK_DURATION ?= 30m
 SOAK_FAULTS ?= 200
 soak: deps
 	@$(MAKE) --no-print-directory all
 	$(BINDIR)/elastic-chaos --duration $(SOAK_DURATION) --min-faults $(SOAK_FAULTS) \
+	    $(if $(SOAK_STEPS),--steps $(SOAK_STEPS)) \
 	    $(if $(SOAK_SEED),--seed $(SOAK_SEED)) --out $(BUILD)/soak --junit $(BUILD)/soak/junit.xml \
 	    $$(test "$$(id -u)" = 0 && echo --netns)
 
