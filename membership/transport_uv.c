@@ -779,6 +779,19 @@ static void probation_room(ea_transport *t, conn *self) {
   conn_finish(ws[v], false, "evicted: no frame header while others wait");
 }
 
+/* Read and drop what a connection refused at accept has already sent (a
+ * joiner sends its state at once), at most 64 KiB: closed with unread bytes,
+ * the kernel answers with a reset, and the joiner would log "reset by peer
+ * (a different cluster key?)" where the seed merely refused it for now.
+ * With nothing unread it sees an ordinary close. */
+static void discard_input(conn *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0) return;
+  char buf[4096];
+  for (int i = 0; i < 16 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++) {
+  }
+}
+
 static void on_accept(uv_stream_t *server, int status) {
   ea_transport *t = server->data;
   if (status < 0 || t->closing) return;
@@ -807,6 +820,7 @@ static void on_accept(uv_stream_t *server, int status) {
   if (t->admit && !ea_admit_connect(t->admit, &c->peer, uv_now(t->loop))) {
     t->st.refused_rate++;
     log_drop(t, 0, &c->peer, "push-pull: closed at accept, its source is over its connect rate");
+    discard_input(c);
     conn_finish(c, false, "over its source's connect rate");
     return;
   }
