@@ -42,7 +42,22 @@ typedef struct {
   ea__chaos_node *spare;
 } spare_ctx;
 
-/* w has formed and `spare` says it is a ready spare (not in w). */
+/* The controller (with quorum) counts a ready spare in its view.  The
+ * spare's own status says ready a gossip round or two before the controller
+ * hears it (seed 120526, fault #752: a member killed 25 ms after the spare
+ * said ready was replaced at world 5, the spare taken 500 ms later as a
+ * joiner), and only the controller's view decides. */
+static bool controller_sees_spare(ea__chaos_run *r) {
+  for (int s = 1; s <= r->nslots; s++) {
+    const ea__chaos_node *n = ea__chaos_slot_node(r, s);
+    if (ea__chaos_node_running(n) && n->st.ok && n->st.controller && n->st.has_quorum)
+      return n->st.spares_ready > 0;
+  }
+  return false;
+}
+
+/* w has formed, `spare` says it is a ready spare (not in w), and the
+ * controller counts it. */
 static bool cond_spare_ready(ea__chaos_run *r, void *ctx) {
   spare_ctx *c = ctx;
   const ea__chaos_node *s = c->spare;
@@ -50,7 +65,7 @@ static bool cond_spare_ready(ea__chaos_run *r, void *ctx) {
       ea__chaos_now_ms() - s->st.t_ms > 1000 || !s->st.spare ||
       strcmp(s->st.spare_state, "ready") != 0)
     return false;
-  return ea__chaos_cond_formed(r, c->w);
+  return ea__chaos_cond_formed(r, c->w) && controller_sees_spare(r);
 }
 
 /* w = the current slots 1..n, less `without`, plus each name of `with`. */
