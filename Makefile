@@ -159,7 +159,7 @@ chaos: deps
 # agent process that lived 5 minutes past its warm-up).  Not part of CI.
 # SOAK_STEPS=N sets train.steps instead of calibrating it to the duration:
 # fewer steps than the schedule's pace needs puts the faults back to back
-# (docs/chaos.md: the 1,000-fault run is SOAK_FAULTS=900 SOAK_STEPS=5000000).
+# (docs/chaos.md: the 1,000-fault run is SOAK_FAULTS=900 SOAK_STEPS=7000000).
 SOAK_DURATION ?= 30m
 SOAK_FAULTS ?= 200
 soak: deps
